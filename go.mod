@@ -1,6 +1,8 @@
 module github.com/onceq/onceq
 
-go 1.26
+go 1.26.0
+
+require github.com/twmb/franz-go v1.22.2
 
 require (
 	github.com/DataDog/zstd v1.5.7 // indirect
@@ -34,7 +36,6 @@ require (
 	github.com/rogpeppe/go-internal v1.9.0 // indirect
 	github.com/spf13/cobra v1.10.2 // indirect
 	github.com/spf13/pflag v1.0.9 // indirect
-	github.com/twmb/franz-go v1.22.2 // indirect
 	github.com/twmb/franz-go/pkg/kadm v1.19.0 // indirect
 	github.com/twmb/franz-go/pkg/kfake v0.0.0-20260918054303-01f206a7e32c // indirect
 	github.com/twmb/franz-go/pkg/kmsg v1.15.0 // indirect

@@ -1,0 +1,146 @@
+package onceq
+
+import (
+	"time"
+)
+
+// Header names of the wire format. Values are ASCII; times are unix
+// milliseconds and durations are milliseconds.
+const (
+	HeaderID          = "onceq-id"
+	HeaderQueue       = "onceq-queue"
+	HeaderDue         = "onceq-due"
+	HeaderExpires     = "onceq-expires"
+	HeaderAttempt     = "onceq-attempt"
+	HeaderMaxAttempts = "onceq-max-attempts"
+	HeaderTimeout     = "onceq-timeout"
+	HeaderEnqueued    = "onceq-enqueued"
+	HeaderError       = "onceq-error"
+)
+
+// headerPrefix marks the headers that belong to onceq. Headers with this
+// prefix that onceq does not know are refused on submission so that a typo
+// (onceq-delay instead of onceq-due) is not silently ignored.
+const headerPrefix = "onceq-"
+
+// Limits of the wire format.
+const (
+	// MaxIDLen is the longest task ID, in bytes.
+	MaxIDLen = 256
+	// MaxQueueLen is the longest queue name Kafka accepts.
+	MaxQueueLen = 249
+	// DefaultMaxMessageBytes is the default largest record the broker
+	// accepts (Kafka's message.max.bytes, 1 MiB).
+	DefaultMaxMessageBytes = 1 << 20
+	// MaxErrorLen bounds the onceq-error header: longer texts are cut.
+	MaxErrorLen = 1024
+)
+
+// Header is a record header that onceq passes through untouched.
+type Header struct {
+	Key   string
+	Value []byte
+}
+
+// Task is one unit of work: a Kafka record plus the onceq headers.
+//
+// The zero value of every optional field means "not set": no delay, no
+// expiry, the worker's default attempts and timeout.
+type Task struct {
+	// ID identifies the task: duplicates of one ID execute once. 1 to 256
+	// printable ASCII bytes. Empty on submission: the producer assigns a
+	// time-ordered unique ID.
+	ID string
+	// Queue is the topic the task runs from.
+	Queue string
+	// Key is the partition key. Empty: the ID, so duplicates of one ID
+	// meet in one partition.
+	Key []byte
+	// Payload is opaque to onceq.
+	Payload []byte
+	// Headers are the record's other headers, passed through untouched.
+	Headers []Header
+
+	// Due is the earliest time the task may run. Zero: now.
+	Due time.Time
+	// Delay is relative to submission and resolved into Due by Resolve.
+	// Set Due or Delay, not both.
+	Delay time.Duration
+	// Expires is the time after which the task must not start. Zero: never.
+	Expires time.Time
+	// MaxAttempts bounds the runs of the task. Zero: the worker's default.
+	MaxAttempts int
+	// Timeout is the time-to-run of one attempt. Zero: the worker's default.
+	Timeout time.Duration
+	// Attempt is 1 on the first run and counts retries.
+	Attempt int
+	// Enqueued is the time of the first submission.
+	Enqueued time.Time
+	// LastError is the error of the previous attempt, if any.
+	LastError string
+}
+
+// PartitionKey returns the key the record is partitioned by: Key, or the ID
+// when Key is empty.
+func (t *Task) PartitionKey() []byte {
+	if len(t.Key) > 0 {
+		return t.Key
+	}
+	return []byte(t.ID)
+}
+
+// Resolve fills in what submission decides: Due from Delay, Enqueued and
+// Attempt. It does not assign an ID. Times are cut to milliseconds, the
+// wire format's precision, so a resolved task survives a round trip; a Due
+// computed from Delay is rounded up instead, so it is never early.
+func (t *Task) Resolve(now time.Time) {
+	if t.Delay > 0 && t.Due.IsZero() {
+		// Round up: a task is never due before now+Delay.
+		t.Due = now.Add(t.Delay).Add(time.Millisecond - 1)
+		t.Delay = 0
+	}
+	now = now.Truncate(time.Millisecond)
+	if t.Enqueued.IsZero() {
+		t.Enqueued = now
+	}
+	if t.Attempt == 0 {
+		t.Attempt = 1
+	}
+	t.Due = truncMS(t.Due)
+	t.Expires = truncMS(t.Expires)
+	t.Enqueued = truncMS(t.Enqueued)
+	t.Timeout = t.Timeout.Truncate(time.Millisecond)
+}
+
+// DelayedAt reports whether the task is due after now.
+func (t *Task) DelayedAt(now time.Time) bool {
+	return !t.Due.IsZero() && t.Due.After(now)
+}
+
+// Clone returns a deep copy of t.
+func (t *Task) Clone() Task {
+	c := *t
+	c.Key = cloneBytes(t.Key)
+	c.Payload = cloneBytes(t.Payload)
+	if t.Headers != nil {
+		c.Headers = make([]Header, len(t.Headers))
+		for i, h := range t.Headers {
+			c.Headers[i] = Header{Key: h.Key, Value: cloneBytes(h.Value)}
+		}
+	}
+	return c
+}
+
+func cloneBytes(b []byte) []byte {
+	if b == nil {
+		return nil
+	}
+	return append([]byte{}, b...)
+}
+
+func truncMS(t time.Time) time.Time {
+	if t.IsZero() {
+		return t
+	}
+	return time.UnixMilli(t.UnixMilli())
+}

@@ -1,0 +1,120 @@
+package onceq
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestValidateQueue(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		kind error
+	}{
+		{"emails", nil},
+		{"a.b_c-D9", nil},
+		{strings.Repeat("q", MaxQueueLen), nil},
+		{"", ErrInvalidQueue},
+		{".", ErrInvalidQueue},
+		{"..", ErrInvalidQueue},
+		{"a b", ErrInvalidQueue},
+		{"é", ErrInvalidQueue},
+		{"a/b", ErrInvalidQueue},
+		{strings.Repeat("q", MaxQueueLen+1), ErrInvalidQueue},
+		{"onceq-delay-1s", ErrReservedQueue},
+		{"__consumer_offsets", ErrReservedQueue},
+	} {
+		err := ValidateQueue(tc.name)
+		if !errors.Is(err, tc.kind) || (tc.kind == nil) != (err == nil) {
+			t.Errorf("ValidateQueue(%q) = %v, want kind %v", tc.name, err, tc.kind)
+		}
+	}
+}
+
+func TestValidateID(t *testing.T) {
+	for _, tc := range []struct {
+		id string
+		ok bool
+	}{
+		{"x", true},
+		{"order-42/attempt:1", true},
+		{strings.Repeat("i", MaxIDLen), true},
+		{"", false},
+		{strings.Repeat("i", MaxIDLen+1), false},
+		{"has space", false},
+		{"tab\t", false},
+		{"nul\x00", false},
+		{"del\x7f", false},
+		{"ü", false},
+	} {
+		err := ValidateID(tc.id)
+		if (err == nil) != tc.ok || (err != nil && !errors.Is(err, ErrInvalidID)) {
+			t.Errorf("ValidateID(%q) = %v, want ok=%v", tc.id, err, tc.ok)
+		}
+	}
+}
+
+func TestTaskValidate(t *testing.T) {
+	now := time.Now()
+	valid := func() Task { return Task{Queue: "q", ID: "id-1", Payload: []byte("p")} }
+	for _, tc := range []struct {
+		name   string
+		mutate func(*Task)
+		kind   error
+		field  string
+	}{
+		{"valid", func(*Task) {}, nil, ""},
+		{"no id is fine", func(t *Task) { t.ID = "" }, nil, ""},
+		{"bad queue", func(t *Task) { t.Queue = "a b" }, ErrInvalidQueue, "queue"},
+		{"reserved queue", func(t *Task) { t.Queue = "onceq-dlq-x" }, ErrReservedQueue, "queue"},
+		{"bad id", func(t *Task) { t.ID = "a b" }, ErrInvalidID, "id"},
+		{"long id", func(t *Task) { t.ID = strings.Repeat("x", 257) }, ErrInvalidID, "id"},
+		{"negative delay", func(t *Task) { t.Delay = -time.Second }, ErrNegativeDelay, "delay"},
+		{"due and delay", func(t *Task) { t.Delay = time.Second; t.Due = now }, ErrInvalidTask, "delay"},
+		{"expires before due", func(t *Task) { t.Due = now.Add(time.Hour); t.Expires = now }, ErrExpiryBeforeDue, "expires"},
+		{"expires before delay", func(t *Task) { t.Delay = time.Hour; t.Expires = now.Add(time.Minute) }, ErrExpiryBeforeDue, "expires"},
+		{"expires after due", func(t *Task) { t.Due = now; t.Expires = now.Add(time.Hour) }, nil, ""},
+		{"negative max attempts", func(t *Task) { t.MaxAttempts = -1 }, ErrInvalidTask, "max attempts"},
+		{"negative timeout", func(t *Task) { t.Timeout = -1 }, ErrInvalidTask, "timeout"},
+		{"onceq header", func(t *Task) { t.Headers = []Header{{Key: "onceq-due", Value: []byte("1")}} }, ErrMalformedHeader, "header"},
+		{"too large", func(t *Task) { t.Payload = make([]byte, DefaultMaxMessageBytes) }, ErrTooLarge, "payload"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			task := valid()
+			tc.mutate(&task)
+			err := task.Validate(0)
+			if tc.kind == nil {
+				if err != nil {
+					t.Fatalf("unexpected error: %v", err)
+				}
+				return
+			}
+			if !errors.Is(err, tc.kind) {
+				t.Fatalf("got %v, want kind %v", err, tc.kind)
+			}
+			var e *Error
+			if !errors.As(err, &e) || e.Field != tc.field || e.Hint == "" {
+				t.Fatalf("error %v: want field %q and a hint", err, tc.field)
+			}
+		})
+	}
+}
+
+func TestValidateMaxMessageBytes(t *testing.T) {
+	task := Task{Queue: "q", Payload: make([]byte, 2000)}
+	if err := task.Validate(1000); !errors.Is(err, ErrTooLarge) {
+		t.Fatalf("payload of 2000 bytes under a 1000-byte limit: got %v", err)
+	}
+	if err := task.Validate(4000); err != nil {
+		t.Fatalf("payload of 2000 bytes under a 4000-byte limit: %v", err)
+	}
+}
+
+func TestErrorMessage(t *testing.T) {
+	err := ValidateQueue(strings.Repeat("é", 100))
+	msg := err.Error()
+	if !strings.HasPrefix(msg, "onceq: queue ") || !strings.Contains(msg, "bytes)") {
+		t.Fatalf("long values are cut and sized: %s", msg)
+	}
+}

@@ -1,0 +1,212 @@
+package onceq
+
+import (
+	"hash/fnv"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// Record encodes the task as a Kafka record for topic. The onceq-queue
+// header is written only when topic is not the task's queue (delay buckets,
+// dead letters). Unset optional fields write no header; Attempt 1 writes
+// none either, since a missing onceq-attempt decodes as 1.
+func (t *Task) Record(topic string) *kgo.Record {
+	r := &kgo.Record{
+		Topic: topic,
+		Key:   t.PartitionKey(),
+		Value: t.Payload,
+	}
+	hs := make([]kgo.RecordHeader, 0, 4+len(t.Headers))
+	add := func(k, v string) { hs = append(hs, kgo.RecordHeader{Key: k, Value: []byte(v)}) }
+	if t.ID != "" {
+		add(HeaderID, t.ID)
+	}
+	if topic != t.Queue {
+		add(HeaderQueue, t.Queue)
+	}
+	if !t.Due.IsZero() {
+		add(HeaderDue, itoa(t.Due.UnixMilli()))
+	}
+	if !t.Expires.IsZero() {
+		add(HeaderExpires, itoa(t.Expires.UnixMilli()))
+	}
+	if t.Attempt > 1 {
+		add(HeaderAttempt, itoa(int64(t.Attempt)))
+	}
+	if t.MaxAttempts > 0 {
+		add(HeaderMaxAttempts, itoa(int64(t.MaxAttempts)))
+	}
+	if t.Timeout > 0 {
+		add(HeaderTimeout, itoa(t.Timeout.Milliseconds()))
+	}
+	if !t.Enqueued.IsZero() {
+		add(HeaderEnqueued, itoa(t.Enqueued.UnixMilli()))
+	}
+	if t.LastError != "" {
+		add(HeaderError, CutError(t.LastError))
+	}
+	for _, h := range t.Headers {
+		hs = append(hs, kgo.RecordHeader{Key: h.Key, Value: h.Value})
+	}
+	r.Headers = hs
+	return r
+}
+
+// CutError bounds an error text to MaxErrorLen bytes and makes it ASCII, as
+// the onceq-error header requires.
+func CutError(s string) string {
+	var b strings.Builder
+	for _, r := range s {
+		if b.Len() >= MaxErrorLen {
+			break
+		}
+		switch {
+		case r == '\n' || r == '\t':
+			b.WriteByte(' ')
+		case r >= ' ' && r < 0x7f:
+			b.WriteRune(r)
+		default:
+			b.WriteByte('?')
+		}
+	}
+	return b.String()
+}
+
+// FromRecord decodes a task from a Kafka record. The queue is the
+// onceq-queue header or, without one, the record's topic. A record without
+// onceq-id gets the ID "<topic>/<partition>/<offset>", so plain Kafka records
+// run once too. Malformed onceq headers are an error naming the header;
+// other headers, unknown onceq-* ones included, pass through in order.
+func FromRecord(r *kgo.Record) (Task, error) {
+	t := Task{
+		Queue:   r.Topic,
+		Key:     r.Key,
+		Payload: r.Value,
+		Attempt: 1,
+	}
+	var seen uint16
+	for _, h := range r.Headers {
+		bit, known := headerBits[h.Key]
+		if !known {
+			t.Headers = append(t.Headers, Header{Key: h.Key, Value: h.Value})
+			continue
+		}
+		if seen&bit != 0 {
+			return Task{}, invalid(ErrMalformedHeader, "header "+h.Key, string(h.Value), "the header appears more than once")
+		}
+		seen |= bit
+		if err := t.setHeader(h.Key, h.Value); err != nil {
+			return Task{}, err
+		}
+	}
+	if t.ID == "" {
+		t.ID = RecordID(r.Topic, r.Partition, r.Offset)
+	}
+	if len(t.Key) == 0 {
+		t.Key = nil
+	}
+	return t, nil
+}
+
+// RecordID is the ID of a record that has no onceq-id header:
+// "<topic>/<partition>/<offset>". A topic too long for that to fit in
+// MaxIDLen is shortened to a prefix and a hash of the whole name.
+func RecordID(topic string, partition int32, offset int64) string {
+	suffix := "/" + itoa(int64(partition)) + "/" + itoa(offset)
+	if len(topic)+len(suffix) > MaxIDLen {
+		h := fnv.New64a()
+		h.Write([]byte(topic))
+		topic = topic[:MaxIDLen-len(suffix)-17] + "~" + strconv.FormatUint(h.Sum64()|1<<63, 16)
+	}
+	return topic + suffix
+}
+
+var headerBits = map[string]uint16{
+	HeaderID: 1 << 0, HeaderQueue: 1 << 1, HeaderDue: 1 << 2, HeaderExpires: 1 << 3,
+	HeaderAttempt: 1 << 4, HeaderMaxAttempts: 1 << 5, HeaderTimeout: 1 << 6,
+	HeaderEnqueued: 1 << 7, HeaderError: 1 << 8,
+}
+
+func (t *Task) setHeader(key string, v []byte) error {
+	s := string(v)
+	switch key {
+	case HeaderID:
+		if err := ValidateID(s); err != nil {
+			return invalid(ErrMalformedHeader, "header "+key, s, "%v", err.(*Error).Hint)
+		}
+		t.ID = s
+	case HeaderQueue:
+		if err := ValidateTopic(s); err != nil {
+			return invalid(ErrMalformedHeader, "header "+key, s, "not a valid queue name")
+		}
+		t.Queue = s
+	case HeaderError:
+		t.LastError = CutError(s)
+	case HeaderAttempt, HeaderMaxAttempts:
+		n, err := parseUint(key, s, 1<<31-1)
+		if err != nil {
+			return err
+		}
+		if key == HeaderAttempt {
+			if n == 0 {
+				return invalid(ErrMalformedHeader, "header "+key, s, "attempts count from 1")
+			}
+			t.Attempt = int(n)
+		} else {
+			t.MaxAttempts = int(n)
+		}
+	case HeaderTimeout:
+		n, err := parseUint(key, s, int64(time.Duration(1<<63-1)/time.Millisecond))
+		if err != nil {
+			return err
+		}
+		t.Timeout = time.Duration(n) * time.Millisecond
+	default: // the three times
+		n, err := parseUint(key, s, maxUnixMilli)
+		if err != nil {
+			return err
+		}
+		tm := time.UnixMilli(n)
+		switch key {
+		case HeaderDue:
+			t.Due = tm
+		case HeaderExpires:
+			t.Expires = tm
+		case HeaderEnqueued:
+			t.Enqueued = tm
+		}
+	}
+	return nil
+}
+
+// maxUnixMilli is the year 9999: later times are certainly a mistake.
+const maxUnixMilli = 253402300799999
+
+// parseUint parses a canonical decimal (digits only, no sign, no leading
+// zeros) no larger than max.
+func parseUint(key, s string, max int64) (int64, error) {
+	bad := func(hint string) error {
+		return invalid(ErrMalformedHeader, "header "+key, s, hint)
+	}
+	if s == "" {
+		return 0, bad("the value is empty: want a decimal number")
+	}
+	if len(s) > 1 && s[0] == '0' {
+		return 0, bad("leading zeros are not allowed")
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return 0, bad("want a non-negative decimal number (milliseconds for times and durations)")
+		}
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || n > max {
+		return 0, bad("the number is out of range")
+	}
+	return n, nil
+}
+
+func itoa(n int64) string { return strconv.FormatInt(n, 10) }

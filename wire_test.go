@@ -1,0 +1,159 @@
+package onceq
+
+import (
+	"bytes"
+	"errors"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+func fullTask() Task {
+	t := Task{
+		ID:          "task-1",
+		Queue:       "emails",
+		Key:         []byte("customer-7"),
+		Payload:     []byte(`{"to":"a@b.c"}`),
+		Headers:     []Header{{Key: "trace", Value: []byte("abc")}, {Key: "empty", Value: nil}},
+		Due:         time.UnixMilli(1_800_000_000_123),
+		Expires:     time.UnixMilli(1_800_000_100_000),
+		MaxAttempts: 5,
+		Timeout:     1500 * time.Millisecond,
+		Attempt:     3,
+		Enqueued:    time.UnixMilli(1_799_999_999_000),
+		LastError:   "boom",
+	}
+	return t
+}
+
+// equalTasks compares tasks as the wire sees them: the partition key
+// rather than Key, times by their millisecond.
+func equalTasks(a, b Task) bool {
+	ms := func(t time.Time) int64 {
+		if t.IsZero() {
+			return -1
+		}
+		return t.UnixMilli()
+	}
+	hs := func(h []Header) []Header {
+		out := []Header{}
+		for _, x := range h {
+			out = append(out, Header{x.Key, append([]byte{}, x.Value...)})
+		}
+		return out
+	}
+	return a.ID == b.ID && a.Queue == b.Queue &&
+		bytes.Equal(a.PartitionKey(), b.PartitionKey()) && bytes.Equal(a.Payload, b.Payload) &&
+		reflect.DeepEqual(hs(a.Headers), hs(b.Headers)) &&
+		ms(a.Due) == ms(b.Due) && ms(a.Expires) == ms(b.Expires) && ms(a.Enqueued) == ms(b.Enqueued) &&
+		a.MaxAttempts == b.MaxAttempts && a.Timeout == b.Timeout && max(a.Attempt, 1) == max(b.Attempt, 1) &&
+		a.LastError == b.LastError && a.Delay == b.Delay
+}
+
+func TestRecordRoundTrip(t *testing.T) {
+	for _, topic := range []string{"emails", "onceq-delay-5s"} {
+		task := fullTask()
+		r := task.Record(topic)
+		if r.Topic != topic {
+			t.Fatalf("topic %q, want %q", r.Topic, topic)
+		}
+		got, err := FromRecord(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !equalTasks(task, got) {
+			t.Fatalf("round trip through %s:\n got %+v\nwant %+v", topic, got, task)
+		}
+	}
+}
+
+func TestRecordHeadersMinimal(t *testing.T) {
+	task := Task{ID: "x", Queue: "q"}
+	task.Resolve(time.UnixMilli(5))
+	r := task.Record("q")
+	var keys []string
+	for _, h := range r.Headers {
+		keys = append(keys, h.Key)
+	}
+	if got := strings.Join(keys, ","); got != "onceq-id,onceq-enqueued" {
+		t.Fatalf("headers %s", got)
+	}
+	if string(r.Key) != "x" {
+		t.Fatalf("key defaults to the ID, got %q", r.Key)
+	}
+}
+
+func TestFromRecordWithoutID(t *testing.T) {
+	got, err := FromRecord(&kgo.Record{Topic: "q", Partition: 3, Offset: 99, Value: []byte("v")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.ID != "q/3/99" || got.Queue != "q" || got.Attempt != 1 {
+		t.Fatalf("got %+v", got)
+	}
+}
+
+func TestFromRecordMalformedHeaders(t *testing.T) {
+	for _, tc := range []struct{ key, value string }{
+		{HeaderDue, "soon"},
+		{HeaderDue, "-5"},
+		{HeaderDue, "+5"},
+		{HeaderDue, "007"},
+		{HeaderDue, ""},
+		{HeaderDue, "99999999999999999999"},
+		{HeaderExpires, "1.5"},
+		{HeaderEnqueued, "x"},
+		{HeaderAttempt, "0"},
+		{HeaderAttempt, "99999999999"},
+		{HeaderMaxAttempts, "three"},
+		{HeaderTimeout, "1s"},
+		{HeaderID, "has space"},
+		{HeaderID, ""},
+		{HeaderQueue, "a b"},
+	} {
+		r := &kgo.Record{Topic: "q", Headers: []kgo.RecordHeader{{Key: tc.key, Value: []byte(tc.value)}}}
+		_, err := FromRecord(r)
+		if !errors.Is(err, ErrMalformedHeader) || !strings.Contains(err.Error(), tc.key) {
+			t.Errorf("%s=%q: got %v, want a malformed-header error naming the header", tc.key, tc.value, err)
+		}
+	}
+	dup := &kgo.Record{Topic: "q", Headers: []kgo.RecordHeader{{Key: HeaderID, Value: []byte("a")}, {Key: HeaderID, Value: []byte("b")}}}
+	if _, err := FromRecord(dup); !errors.Is(err, ErrMalformedHeader) {
+		t.Errorf("duplicate onceq-id: got %v", err)
+	}
+}
+
+func TestUnknownOnceqHeaderPassesThrough(t *testing.T) {
+	r := &kgo.Record{Topic: "q", Headers: []kgo.RecordHeader{{Key: "onceq-future", Value: []byte("1")}}}
+	got, err := FromRecord(r)
+	if err != nil || len(got.Headers) != 1 || got.Headers[0].Key != "onceq-future" {
+		t.Fatalf("got %+v, %v", got, err)
+	}
+}
+
+func TestCutError(t *testing.T) {
+	got := CutError("line1\nline2\tü" + strings.Repeat("x", 2000))
+	if len(got) != MaxErrorLen || !strings.HasPrefix(got, "line1 line2 ?") {
+		t.Fatalf("got %q (%d bytes)", got[:20], len(got))
+	}
+}
+
+func TestResolve(t *testing.T) {
+	now := time.UnixMilli(1000).Add(500 * time.Microsecond)
+	task := Task{Queue: "q", Delay: 1500*time.Millisecond + 7*time.Microsecond}
+	task.Resolve(now)
+	if task.Due.UnixMilli() != 2501 || task.Delay != 0 || task.Attempt != 1 || task.Enqueued.UnixMilli() != 1000 {
+		t.Fatalf("got %+v", task)
+	}
+}
+
+func TestRecordIDLongTopic(t *testing.T) {
+	a := RecordID(strings.Repeat("t", 249), 2147483647, 9223372036854775807)
+	b := RecordID(strings.Repeat("t", 248)+"u", 2147483647, 9223372036854775807)
+	if len(a) > MaxIDLen || ValidateID(a) != nil || a == b {
+		t.Fatalf("ids %q (%d bytes) and %q must be valid and distinct", a, len(a), b)
+	}
+}
