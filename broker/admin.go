@@ -1,0 +1,236 @@
+package broker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// ErrTopicNotFound is returned for operations on a topic that does not exist.
+var ErrTopicNotFound = errors.New("topic not found")
+
+// Admin manages topics and reads consumer-group lag.
+type Admin struct {
+	cl  *kgo.Client
+	adm *kadm.Client
+}
+
+// NewAdmin connects an admin client. Close releases it.
+func NewAdmin(c Conn) (*Admin, error) {
+	cl, err := c.NewClient()
+	if err != nil {
+		return nil, err
+	}
+	return &Admin{cl: cl, adm: kadm.NewClient(cl)}, nil
+}
+
+// Close releases the connection.
+func (a *Admin) Close() { a.cl.Close() }
+
+// Kadm returns the underlying kadm client for what Admin does not cover.
+func (a *Admin) Kadm() *kadm.Client { return a.adm }
+
+// TopicInfo describes a topic.
+type TopicInfo struct {
+	Name       string            `json:"name"`
+	Partitions []PartitionInfo   `json:"partitions"`
+	Configs    map[string]string `json:"configs,omitempty"`
+}
+
+// PartitionInfo describes a partition: its leader, its first offset, its
+// high watermark (End) and its last stable offset (Stable: what
+// read_committed readers can see).
+type PartitionInfo struct {
+	Partition int32 `json:"partition"`
+	Leader    int32 `json:"leader"`
+	Start     int64 `json:"start"`
+	End       int64 `json:"end"`
+	Stable    int64 `json:"stable"`
+}
+
+// Records is the number of offsets between Start and End.
+func (t TopicInfo) Records() int64 {
+	var n int64
+	for _, p := range t.Partitions {
+		n += p.End - p.Start
+	}
+	return n
+}
+
+// CreateTopic creates a topic, failing if it exists. configs may be nil.
+func (a *Admin) CreateTopic(ctx context.Context, name string, partitions int32, configs map[string]string) error {
+	if partitions < 1 {
+		return configErr("topic %q: %d partitions: want 1 or more", name, partitions)
+	}
+	resp, err := a.adm.CreateTopic(ctx, partitions, -1, ptrConfigs(configs), name)
+	if err == nil {
+		err = resp.Err
+	}
+	if err != nil {
+		if resp.ErrMessage != "" {
+			return fmt.Errorf("broker: creating topic %q: %w (%s)", name, err, resp.ErrMessage)
+		}
+		return fmt.Errorf("broker: creating topic %q: %w", name, err)
+	}
+	return nil
+}
+
+// EnsureTopic creates a topic unless it exists. An existing topic is left
+// as it is, whatever its partitions and configs.
+func (a *Admin) EnsureTopic(ctx context.Context, name string, partitions int32, configs map[string]string) error {
+	err := a.CreateTopic(ctx, name, partitions, configs)
+	if errors.Is(err, kerr.TopicAlreadyExists) {
+		return nil
+	}
+	return err
+}
+
+// ListTopics returns topic names, sorted. Internal topics (onceq's own and
+// Kafka's) are included only when internal is true.
+func (a *Admin) ListTopics(ctx context.Context, internal bool) ([]string, error) {
+	details, err := a.adm.ListTopicsWithInternal(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("broker: listing topics: %w", err)
+	}
+	var names []string
+	for _, n := range details.Names() {
+		if internal || !IsInternal(n) {
+			names = append(names, n)
+		}
+	}
+	return names, nil
+}
+
+// DescribeTopic returns a topic's partitions with their offsets, and its
+// configs that differ from the defaults.
+func (a *Admin) DescribeTopic(ctx context.Context, name string) (TopicInfo, error) {
+	details, err := a.adm.ListTopicsWithInternal(ctx, name)
+	if err != nil {
+		return TopicInfo{}, fmt.Errorf("broker: describing topic %q: %w", name, err)
+	}
+	d, ok := details[name]
+	if !ok || errors.Is(d.Err, kerr.UnknownTopicOrPartition) {
+		return TopicInfo{}, fmt.Errorf("broker: topic %q: %w", name, ErrTopicNotFound)
+	}
+	if d.Err != nil {
+		return TopicInfo{}, fmt.Errorf("broker: describing topic %q: %w", name, d.Err)
+	}
+	starts, err := a.adm.ListStartOffsets(ctx, name)
+	if err != nil {
+		return TopicInfo{}, fmt.Errorf("broker: listing start offsets of %q: %w", name, err)
+	}
+	ends, err := a.adm.ListEndOffsets(ctx, name)
+	if err != nil {
+		return TopicInfo{}, fmt.Errorf("broker: listing end offsets of %q: %w", name, err)
+	}
+	stables, err := a.adm.ListCommittedOffsets(ctx, name)
+	if err != nil {
+		return TopicInfo{}, fmt.Errorf("broker: listing stable offsets of %q: %w", name, err)
+	}
+	info := TopicInfo{Name: name}
+	for _, p := range d.Partitions.Numbers() {
+		pi := PartitionInfo{Partition: p, Leader: d.Partitions[p].Leader}
+		if o, ok := starts.Lookup(name, p); ok {
+			pi.Start = o.Offset
+		}
+		if o, ok := ends.Lookup(name, p); ok {
+			pi.End = o.Offset
+		}
+		if o, ok := stables.Lookup(name, p); ok {
+			pi.Stable = o.Offset
+		}
+		info.Partitions = append(info.Partitions, pi)
+	}
+	if rcs, err := a.adm.DescribeTopicConfigs(ctx, name); err == nil && len(rcs) == 1 && rcs[0].Err == nil {
+		for _, c := range rcs[0].Configs {
+			if c.Source == 1 && c.Value != nil { // DYNAMIC_TOPIC_CONFIG: set on this topic
+				if info.Configs == nil {
+					info.Configs = map[string]string{}
+				}
+				info.Configs[c.Key] = *c.Value
+			}
+		}
+	}
+	return info, nil
+}
+
+// DeleteTopic deletes a topic.
+func (a *Admin) DeleteTopic(ctx context.Context, name string) error {
+	resp, err := a.adm.DeleteTopic(ctx, name)
+	if err == nil {
+		err = resp.Err
+	}
+	if errors.Is(err, kerr.UnknownTopicOrPartition) {
+		return fmt.Errorf("broker: topic %q: %w", name, ErrTopicNotFound)
+	}
+	if err != nil {
+		return fmt.Errorf("broker: deleting topic %q: %w", name, err)
+	}
+	return nil
+}
+
+// PartitionLag is a group's progress on one partition.
+type PartitionLag struct {
+	Topic     string `json:"topic"`
+	Partition int32  `json:"partition"`
+	Committed int64  `json:"committed"` // -1: nothing committed
+	End       int64  `json:"end"`
+	Lag       int64  `json:"lag"`
+}
+
+// GroupLag returns a group's committed offsets and lag per partition,
+// sorted by topic and partition.
+func (a *Admin) GroupLag(ctx context.Context, group string) ([]PartitionLag, error) {
+	lags, err := a.adm.Lag(ctx, group)
+	if err != nil {
+		return nil, fmt.Errorf("broker: lag of group %q: %w", group, err)
+	}
+	gl, ok := lags[group]
+	if !ok {
+		return nil, fmt.Errorf("broker: group %q not found", group)
+	}
+	if gl.FetchErr != nil {
+		return nil, fmt.Errorf("broker: committed offsets of group %q: %w", group, gl.FetchErr)
+	}
+	var out []PartitionLag
+	for _, l := range gl.Lag.Sorted() {
+		out = append(out, PartitionLag{Topic: l.Topic, Partition: l.Partition, Committed: l.Commit.At, End: l.End.Offset, Lag: l.Lag})
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Topic != out[j].Topic {
+			return out[i].Topic < out[j].Topic
+		}
+		return out[i].Partition < out[j].Partition
+	})
+	return out, nil
+}
+
+func ptrConfigs(m map[string]string) map[string]*string {
+	if len(m) == 0 {
+		return nil
+	}
+	out := make(map[string]*string, len(m))
+	for k, v := range m {
+		out[k] = &v
+	}
+	return out
+}
+
+// ParseConfigs reads "key=value" pairs into a config map.
+func ParseConfigs(pairs []string) (map[string]string, error) {
+	out := map[string]string{}
+	for _, p := range pairs {
+		k, v, ok := strings.Cut(p, "=")
+		if !ok || k == "" {
+			return nil, configErr("topic config %q: want key=value, for example retention.ms=86400000", p)
+		}
+		out[k] = v
+	}
+	return out, nil
+}

@@ -1,0 +1,185 @@
+package broker
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"strings"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/sasl/plain"
+	"github.com/twmb/franz-go/pkg/sasl/scram"
+)
+
+// DefaultBrokers is where clients look when nothing else is configured.
+const DefaultBrokers = "127.0.0.1:9092"
+
+// ErrConfig is wrapped by every invalid connection setting.
+var ErrConfig = errors.New("invalid connection setting")
+
+// Conn is how to reach a Kafka cluster. The zero value with Brokers set is a
+// plaintext connection without authentication.
+type Conn struct {
+	// Brokers are the seed brokers, host:port each. Default DefaultBrokers.
+	Brokers []string
+	// ClientID names this client to the brokers. Default "onceq".
+	ClientID string
+	// TLS configures encryption; off unless Enabled or a file is given.
+	TLS TLS
+	// SASL configures authentication; off when Mechanism is empty.
+	SASL SASL
+}
+
+// TLS settings. Giving any file turns TLS on.
+type TLS struct {
+	Enabled bool
+	// CAFile is a PEM bundle of CAs to trust instead of the system's.
+	CAFile string
+	// CertFile and KeyFile are a PEM client certificate and key, for
+	// mutual TLS. Both or neither.
+	CertFile, KeyFile string
+	// ServerName overrides the name checked on the broker's certificate.
+	ServerName string
+	// InsecureSkipVerify turns off certificate checks. Off by default;
+	// for testing only.
+	InsecureSkipVerify bool
+}
+
+// SASL settings.
+type SASL struct {
+	// Mechanism is PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512.
+	Mechanism string
+	User      string
+	Password  string
+}
+
+func configErr(format string, args ...any) error {
+	return fmt.Errorf("broker: %s: %w", fmt.Sprintf(format, args...), ErrConfig)
+}
+
+// ParseBrokers splits a comma-separated broker list and checks every entry.
+func ParseBrokers(s string) ([]string, error) {
+	var out []string
+	for _, b := range strings.Split(s, ",") {
+		b = strings.TrimSpace(b)
+		if b == "" {
+			continue
+		}
+		host, port, err := net.SplitHostPort(b)
+		if err != nil || host == "" || port == "" {
+			return nil, configErr("broker address %q: want host:port, for example 127.0.0.1:9092", b)
+		}
+		out = append(out, b)
+	}
+	if len(out) == 0 {
+		return nil, configErr("no broker addresses in %q: give host:port[,host:port...]", s)
+	}
+	return out, nil
+}
+
+// Validate checks the settings without connecting.
+func (c Conn) Validate() error {
+	for _, b := range c.Brokers {
+		if _, err := ParseBrokers(b); err != nil {
+			return err
+		}
+	}
+	t := c.TLS
+	if (t.CertFile == "") != (t.KeyFile == "") {
+		return configErr("TLS client certificate and key go together: give both --tls-cert and --tls-key, or neither")
+	}
+	for _, f := range []string{t.CAFile, t.CertFile, t.KeyFile} {
+		if f == "" {
+			continue
+		}
+		if _, err := os.Stat(f); err != nil {
+			return configErr("TLS file %q cannot be read: %v", f, err)
+		}
+	}
+	switch strings.ToUpper(c.SASL.Mechanism) {
+	case "":
+		if c.SASL.User != "" || c.SASL.Password != "" {
+			return configErr("a SASL user or password is set without a mechanism: add --sasl-mechanism PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512")
+		}
+	case "PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512":
+		if c.SASL.User == "" {
+			return configErr("SASL %s needs a user: set --sasl-user", c.SASL.Mechanism)
+		}
+	default:
+		return configErr("SASL mechanism %q is not supported: use PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512", c.SASL.Mechanism)
+	}
+	return nil
+}
+
+// Opts returns the franz-go options for this connection.
+func (c Conn) Opts() ([]kgo.Opt, error) {
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	brokers := c.Brokers
+	if len(brokers) == 0 {
+		brokers = []string{DefaultBrokers}
+	}
+	id := c.ClientID
+	if id == "" {
+		id = "onceq"
+	}
+	opts := []kgo.Opt{kgo.SeedBrokers(brokers...), kgo.ClientID(id)}
+	if tc, err := c.TLS.config(); err != nil {
+		return nil, err
+	} else if tc != nil {
+		opts = append(opts, kgo.DialTLSConfig(tc))
+	}
+	s := c.SASL
+	switch strings.ToUpper(s.Mechanism) {
+	case "PLAIN":
+		opts = append(opts, kgo.SASL(plain.Auth{User: s.User, Pass: s.Password}.AsMechanism()))
+	case "SCRAM-SHA-256":
+		opts = append(opts, kgo.SASL(scram.Auth{User: s.User, Pass: s.Password}.AsSha256Mechanism()))
+	case "SCRAM-SHA-512":
+		opts = append(opts, kgo.SASL(scram.Auth{User: s.User, Pass: s.Password}.AsSha512Mechanism()))
+	}
+	return opts, nil
+}
+
+func (t TLS) config() (*tls.Config, error) {
+	if !t.Enabled && t.CAFile == "" && t.CertFile == "" && !t.InsecureSkipVerify && t.ServerName == "" {
+		return nil, nil
+	}
+	tc := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: t.ServerName, InsecureSkipVerify: t.InsecureSkipVerify} //nolint:gosec // opt-in, documented as testing only
+	if t.CAFile != "" {
+		pem, err := os.ReadFile(t.CAFile)
+		if err != nil {
+			return nil, configErr("reading TLS CA file: %v", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, configErr("TLS CA file %q holds no PEM certificate", t.CAFile)
+		}
+		tc.RootCAs = pool
+	}
+	if t.CertFile != "" {
+		cert, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile)
+		if err != nil {
+			return nil, configErr("loading TLS client certificate %q and key %q: %v", t.CertFile, t.KeyFile, err)
+		}
+		tc.Certificates = []tls.Certificate{cert}
+	}
+	return tc, nil
+}
+
+// NewClient makes a franz-go client for this connection with extra options.
+func (c Conn) NewClient(extra ...kgo.Opt) (*kgo.Client, error) {
+	opts, err := c.Opts()
+	if err != nil {
+		return nil, err
+	}
+	cl, err := kgo.NewClient(append(opts, extra...)...)
+	if err != nil {
+		return nil, fmt.Errorf("broker: creating client: %w", err)
+	}
+	return cl, nil
+}

@@ -1,0 +1,206 @@
+package broker
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"github.com/twmb/franz-go/pkg/kfake"
+)
+
+// ErrDataDirInUse is returned when another process holds the data dir.
+var ErrDataDirInUse = errors.New("data dir in use")
+
+// EmbeddedConfig configures the embedded broker. The zero value listens on
+// a random loopback port and keeps everything in memory.
+type EmbeddedConfig struct {
+	// Listen is host:port. Default "127.0.0.1:0", a random free port. The
+	// host is also what the broker advertises to clients.
+	Listen string
+	// DataDir persists the log, groups and transactions. Empty: in memory
+	// only. Only one process may use a data dir at a time.
+	DataDir string
+	// Sync fsyncs every produced batch. Off by default, like Kafka: the OS
+	// page cache holds writes until a segment rolls or the broker stops.
+	Sync bool
+	// Partitions is the default partition count for topics created without
+	// one. Default 8.
+	Partitions int
+	// Logger receives the broker's warnings and errors. Default: discarded.
+	Logger *slog.Logger
+	// Configs are extra broker-level configs (message.max.bytes,
+	// transaction.max.timeout.ms, ...).
+	Configs map[string]string
+}
+
+// Embedded is a running single-node broker.
+type Embedded struct {
+	cluster   *kfake.Cluster
+	lock      *os.File
+	clusterID string
+}
+
+// StartEmbedded starts the embedded broker. Close stops it.
+func StartEmbedded(cfg EmbeddedConfig) (*Embedded, error) {
+	if cfg.Listen == "" {
+		cfg.Listen = "127.0.0.1:0"
+	}
+	host, portStr, err := net.SplitHostPort(cfg.Listen)
+	port, perr := strconv.Atoi(portStr)
+	if err != nil || perr != nil || port < 0 || port > 65535 {
+		return nil, configErr("listen address %q: want host:port, for example 127.0.0.1:9092", cfg.Listen)
+	}
+	if host == "" {
+		host = "127.0.0.1"
+	}
+	if cfg.Partitions == 0 {
+		cfg.Partitions = 8
+	}
+	if cfg.Partitions < 0 {
+		return nil, configErr("default partitions %d: want 1 or more", cfg.Partitions)
+	}
+	e := &Embedded{clusterID: "onceq-embedded"}
+	opts := []kfake.Opt{
+		kfake.NumBrokers(1),
+		kfake.Ports(port),
+		kfake.ListenFn(func(network, _ string) (net.Listener, error) {
+			return net.Listen(network, net.JoinHostPort(host, strconv.Itoa(port)))
+		}),
+		kfake.DefaultNumPartitions(cfg.Partitions),
+	}
+	if cfg.DataDir != "" {
+		if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
+			return nil, fmt.Errorf("broker: creating data dir: %w", err)
+		}
+		if e.lock, err = lockDir(cfg.DataDir); err != nil {
+			return nil, err
+		}
+		if e.clusterID, err = loadClusterID(cfg.DataDir); err != nil {
+			e.unlock()
+			return nil, err
+		}
+		opts = append(opts, kfake.DataDir(cfg.DataDir))
+		if cfg.Sync {
+			opts = append(opts, kfake.SyncWrites())
+		}
+	}
+	opts = append(opts, kfake.ClusterID(e.clusterID))
+	if cfg.Logger != nil {
+		opts = append(opts, kfake.WithLogger(slogAdapter{cfg.Logger}))
+	}
+	if len(cfg.Configs) > 0 {
+		opts = append(opts, kfake.BrokerConfigs(cfg.Configs))
+	}
+	e.cluster, err = kfake.NewCluster(opts...)
+	if err != nil {
+		e.unlock()
+		if strings.Contains(err.Error(), "address already in use") {
+			return nil, fmt.Errorf("broker: listening on %s: the address is in use: stop what listens there or choose another --listen: %w", cfg.Listen, err)
+		}
+		return nil, fmt.Errorf("broker: starting embedded broker: %w", err)
+	}
+	return e, nil
+}
+
+// Addr is the host:port clients connect to.
+func (e *Embedded) Addr() string { return e.cluster.ListenAddrs()[0] }
+
+// ClusterID is the broker's cluster ID, stable across restarts on one data
+// dir.
+func (e *Embedded) ClusterID() string { return e.clusterID }
+
+// Cluster exposes the underlying kfake cluster, for fault injection in
+// tests (ControlKey).
+func (e *Embedded) Cluster() *kfake.Cluster { return e.cluster }
+
+// Close stops the broker, flushes its data dir and releases it.
+func (e *Embedded) Close() {
+	e.cluster.Close()
+	e.unlock()
+}
+
+// Run serves until ctx is done, then closes the broker.
+func (e *Embedded) Run(ctx context.Context) {
+	<-ctx.Done()
+	e.Close()
+}
+
+func (e *Embedded) unlock() {
+	if e.lock != nil {
+		_ = syscall.Flock(int(e.lock.Fd()), syscall.LOCK_UN)
+		_ = e.lock.Close()
+		e.lock = nil
+	}
+}
+
+// lockDir takes an exclusive advisory lock on dir/onceq.lock. The lock dies
+// with the process, so a killed broker never leaves a stale lock.
+func lockDir(dir string) (*os.File, error) {
+	path := filepath.Join(dir, "onceq.lock")
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("broker: opening lock file: %w", err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		holder, _ := os.ReadFile(path)
+		f.Close()
+		who := "another process"
+		if pid := strings.TrimSpace(string(holder)); pid != "" {
+			who = "process " + pid
+		}
+		return nil, fmt.Errorf("broker: data dir %s is in use by %s: stop that broker or choose another --data-dir: %w", dir, who, ErrDataDirInUse)
+	}
+	_ = f.Truncate(0)
+	_, _ = f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
+	return f, nil
+}
+
+// loadClusterID reads the data dir's cluster ID, creating it on first use.
+func loadClusterID(dir string) (string, error) {
+	path := filepath.Join(dir, "cluster-id")
+	b, err := os.ReadFile(path)
+	if err == nil {
+		id := strings.TrimSpace(string(b))
+		if id == "" {
+			return "", fmt.Errorf("broker: %s is empty: restore it or remove the data dir", path)
+		}
+		return id, nil
+	}
+	if !errors.Is(err, os.ErrNotExist) {
+		return "", fmt.Errorf("broker: reading cluster ID: %w", err)
+	}
+	var r [8]byte
+	_, _ = rand.Read(r[:])
+	id := "onceq-" + hex.EncodeToString(r[:])
+	if err := os.WriteFile(path, []byte(id+"\n"), 0o644); err != nil {
+		return "", fmt.Errorf("broker: writing cluster ID: %w", err)
+	}
+	return id, nil
+}
+
+type slogAdapter struct{ l *slog.Logger }
+
+func (a slogAdapter) Logf(level kfake.LogLevel, msg string, args ...any) {
+	var l slog.Level
+	switch level {
+	case kfake.LogLevelError:
+		l = slog.LevelError
+	case kfake.LogLevelWarn:
+		l = slog.LevelWarn
+	default: // kfake logs every request at info: that is debug detail here
+
+		l = slog.LevelDebug
+	}
+	if a.l.Enabled(context.Background(), l) {
+		a.l.Log(context.Background(), l, fmt.Sprintf(msg, args...), "component", "broker")
+	}
+}

@@ -1,0 +1,165 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/onceq/onceq"
+	"github.com/onceq/onceq/broker"
+)
+
+// Exit codes.
+const (
+	exitOK      = 0
+	exitFailure = 1
+	exitUsage   = 2
+)
+
+// usageError is bad input from the command line: exit code 2.
+type usageError struct{ err error }
+
+func (e usageError) Error() string { return e.err.Error() }
+func (e usageError) Unwrap() error { return e.err }
+
+func usagef(format string, args ...any) error {
+	return usageError{fmt.Errorf(format, args...)}
+}
+
+// exitCode maps an error to the process exit code: bad input of any kind
+// (flags, values, task fields, connection settings) is 2, the rest 1.
+func exitCode(err error) int {
+	var ue usageError
+	var ve *onceq.Error
+	switch {
+	case err == nil:
+		return exitOK
+	case errors.As(err, &ue), errors.As(err, &ve), errors.Is(err, broker.ErrConfig):
+		return exitUsage
+	}
+	return exitFailure
+}
+
+// globals are the flags every command shares.
+type globals struct {
+	brokers   string
+	logLevel  string
+	logFormat string
+	tls       broker.TLS
+	sasl      broker.SASL
+
+	stdin          io.Reader
+	stdout, stderr io.Writer
+	log            *slog.Logger
+}
+
+// conn returns the validated broker connection from the global flags.
+func (g *globals) conn() (broker.Conn, error) {
+	brokers, err := broker.ParseBrokers(g.brokers)
+	if err != nil {
+		return broker.Conn{}, usageError{fmt.Errorf("--brokers: %w", err)}
+	}
+	c := broker.Conn{Brokers: brokers, TLS: g.tls, SASL: g.sasl}
+	if err := c.Validate(); err != nil {
+		return broker.Conn{}, usageError{err}
+	}
+	return c, nil
+}
+
+func (g *globals) setupLogger() error {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(g.logLevel)); err != nil {
+		return usagef("--log-level %q: use debug, info, warn or error", g.logLevel)
+	}
+	opts := &slog.HandlerOptions{Level: level}
+	switch g.logFormat {
+	case "text":
+		g.log = slog.New(slog.NewTextHandler(g.stderr, opts))
+	case "json":
+		g.log = slog.New(slog.NewJSONHandler(g.stderr, opts))
+	default:
+		return usagef("--log-format %q: use text or json", g.logFormat)
+	}
+	return nil
+}
+
+func newRootCmd(g *globals) *cobra.Command {
+	root := &cobra.Command{
+		Use:   "onceq",
+		Short: "Run tasks and stream records on Kafka exactly once",
+		Long: `onceq runs tasks and stream records on Kafka exactly once, with delays of any
+length, and proves it under failure.
+
+Start a development broker with "onceq broker", or point --brokers at Kafka or
+Redpanda. Exit codes: 0 ok, 1 failure, 2 usage or bad input.`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		PersistentPreRunE: func(*cobra.Command, []string) error {
+			return g.setupLogger()
+		},
+	}
+	brokersDefault := broker.DefaultBrokers
+	if env := os.Getenv("ONCEQ_BROKERS"); env != "" {
+		brokersDefault = env
+	}
+	pf := root.PersistentFlags()
+	pf.StringVar(&g.brokers, "brokers", brokersDefault, "Kafka seed brokers, host:port[,host:port] (env ONCEQ_BROKERS)")
+	pf.StringVar(&g.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	pf.StringVar(&g.logFormat, "log-format", "text", "log format: text or json")
+	pf.BoolVar(&g.tls.Enabled, "tls", false, "connect to the brokers with TLS")
+	pf.StringVar(&g.tls.CAFile, "tls-ca", "", "PEM file of CAs to trust (turns TLS on)")
+	pf.StringVar(&g.tls.CertFile, "tls-cert", "", "PEM client certificate for mutual TLS (with --tls-key)")
+	pf.StringVar(&g.tls.KeyFile, "tls-key", "", "PEM client key for mutual TLS (with --tls-cert)")
+	pf.StringVar(&g.tls.ServerName, "tls-server-name", "", "name to verify on the brokers' certificates")
+	pf.BoolVar(&g.tls.InsecureSkipVerify, "tls-insecure-skip-verify", false, "do not verify the brokers' certificates (testing only)")
+	pf.StringVar(&g.sasl.Mechanism, "sasl-mechanism", "", "SASL mechanism: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512")
+	pf.StringVar(&g.sasl.User, "sasl-user", "", "SASL user")
+	pf.StringVar(&g.sasl.Password, "sasl-password", os.Getenv("ONCEQ_SASL_PASSWORD"), "SASL password (env ONCEQ_SASL_PASSWORD)")
+
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
+	root.AddCommand(
+		newBrokerCmd(g),
+		newTopicsCmd(g),
+		newVersionCmd(g),
+	)
+	return root
+}
+
+// run executes the CLI and returns the exit code.
+func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	g := &globals{stdin: stdin, stdout: stdout, stderr: stderr}
+	root := newRootCmd(g)
+	root.SetArgs(args)
+	root.SetIn(stdin)
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	err := root.ExecuteContext(ctx)
+	if err == nil {
+		return exitOK
+	}
+	code := exitCode(err)
+	if strings.HasPrefix(err.Error(), "unknown command") || strings.HasPrefix(err.Error(), "unknown flag") {
+		code = exitUsage
+	}
+	fmt.Fprintf(stderr, "onceq: %v\n", strings.TrimPrefix(err.Error(), "onceq: "))
+	if code == exitUsage {
+		fmt.Fprintln(stderr, "Run 'onceq --help' for usage.")
+	}
+	return code
+}
+
+// exactArgs is cobra.ExactArgs with a usage error and a clearer message.
+func exactArgs(n int, what string) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if len(args) != n {
+			return usagef("%s: want %s, got %d argument(s)", cmd.CommandPath(), what, len(args))
+		}
+		return nil
+	}
+}
