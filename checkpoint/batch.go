@@ -1,0 +1,239 @@
+package checkpoint
+
+import (
+	"time"
+
+	"github.com/cespare/xxhash/v2"
+	"github.com/cockroachdb/pebble/v2"
+)
+
+// maxRecordIDs bounds the IDs listed in one expiry record, so that expiring
+// a record never touches more than this many IDs at once.
+const maxRecordIDs = 4096
+
+// Batch collects writes to any number of partitions and commits them
+// atomically: after a crash, either all of a committed batch is in the store
+// or none of it. A Batch is not safe for concurrent use. Close it when done,
+// committed or not.
+type Batch struct {
+	s     *Store
+	pb    *pebble.Batch
+	parts []*partition             // partitions written to
+	marks map[handle][]expiryEntry // IDs marked per partition, for the expiry records
+	key   []byte                   // scratch
+	done  bool
+}
+
+// NewBatch returns an empty batch.
+func (s *Store) NewBatch() *Batch {
+	return &Batch{s: s, pb: s.db.NewBatch(), marks: map[handle][]expiryEntry{}}
+}
+
+// partition returns tp's partition, registering it in the batch.
+func (b *Batch) partition(tp TP) (*partition, error) {
+	if b.done {
+		return nil, errorf(ErrClosed, nil, "batch already committed or closed")
+	}
+	p, err := b.s.register(tp)
+	if err != nil {
+		return nil, err
+	}
+	for _, q := range b.parts {
+		if q == p {
+			return p, nil
+		}
+	}
+	b.parts = append(b.parts, p)
+	if !p.persisted.Load() {
+		if err := b.pb.Set(partitionKey(p.h), encodeTP(tp), nil); err != nil {
+			return nil, err
+		}
+	}
+	return p, nil
+}
+
+// MarkProcessed records that the task id of tp was processed at the time at.
+// Has reports it until ExpireProcessed removes it, once at is older than the
+// dedup window. Marking an ID again replaces its time.
+func (b *Batch) MarkProcessed(tp TP, id string, at time.Time) error {
+	if err := validateID(id); err != nil {
+		return err
+	}
+	p, err := b.partition(tp)
+	if err != nil {
+		return err
+	}
+	ms := millis(at)
+	b.key = appendIDKey(b.key[:0], p.h, id)
+	var v [10]byte
+	if err := b.pb.Set(b.key, encodeIDValue(v[:0], ms), nil); err != nil {
+		return err
+	}
+	b.marks[p.h] = append(b.marks[p.h], expiryEntry{ID: id, At: ms})
+	return nil
+}
+
+// unmark removes the processed ID id of tp (a changelog tombstone).
+func (b *Batch) unmark(tp TP, id string) error {
+	p, err := b.partition(tp)
+	if err != nil {
+		return err
+	}
+	b.key = appendIDKey(b.key[:0], p.h, id)
+	return b.pb.Delete(b.key, nil)
+}
+
+// Set sets the state value of key in tp.
+func (b *Batch) Set(tp TP, key, value []byte) error {
+	if err := validateKey(key); err != nil {
+		return err
+	}
+	if len(value) > MaxValueLen {
+		return invalidf("state value of %.40q: %d bytes, the limit is %d", key, len(value), MaxValueLen)
+	}
+	p, err := b.partition(tp)
+	if err != nil {
+		return err
+	}
+	b.key = appendStateKey(b.key[:0], p.h, key)
+	return b.pb.Set(b.key, value, nil)
+}
+
+// Delete deletes the state value of key in tp.
+func (b *Batch) Delete(tp TP, key []byte) error {
+	if err := validateKey(key); err != nil {
+		return err
+	}
+	p, err := b.partition(tp)
+	if err != nil {
+		return err
+	}
+	b.key = appendStateKey(b.key[:0], p.h, key)
+	return b.pb.Delete(b.key, nil)
+}
+
+// SetOffsets sets the checkpoint of tp.
+func (b *Batch) SetOffsets(tp TP, o Offsets) error {
+	if err := o.validate(tp); err != nil {
+		return err
+	}
+	p, err := b.partition(tp)
+	if err != nil {
+		return err
+	}
+	return b.pb.Set(checkpointKey(p.h), encodeOffsets(o), nil)
+}
+
+// Empty reports whether the batch holds no writes.
+func (b *Batch) Empty() bool { return b.pb.Empty() }
+
+// Commit applies the batch atomically, synced to disk unless Options.NoSync.
+// A batch commits at most once. Commit fails with ErrInvalid if a partition
+// it writes to was dropped after the batch first wrote to it.
+func (b *Batch) Commit() error {
+	if b.done {
+		return errorf(ErrClosed, nil, "batch already committed or closed")
+	}
+	defer b.Close()
+	for h, entries := range b.marks {
+		if err := writeExpiryRecords(b.pb, h, entries); err != nil {
+			return err
+		}
+	}
+	s := b.s
+	if err := s.acquire(); err != nil {
+		return err
+	}
+	defer s.release()
+	if s.opts.ReadOnly {
+		return invalidf("store %s is open read-only", s.dir)
+	}
+	s.gate.RLock()
+	defer s.gate.RUnlock()
+	for _, p := range b.parts {
+		if p.dropped.Load() {
+			return invalidf("partition %s was dropped after the batch wrote to it", p.tp)
+		}
+	}
+	if err := s.db.Apply(b.pb, s.wo); err != nil {
+		return ioError(err, "commit")
+	}
+	for _, p := range b.parts {
+		p.persisted.Store(true)
+	}
+	return nil
+}
+
+// Close releases the batch, discarding it if it was not committed. Close is
+// idempotent.
+func (b *Batch) Close() {
+	if b.pb != nil {
+		_ = b.pb.Close()
+		b.pb = nil
+	}
+	b.done = true
+}
+
+// writeExpiryRecords adds to pb the expiry records of the IDs marked in
+// partition h: one record per maxRecordIDs IDs, keyed by the latest time in
+// it and a hash of its contents (so that equal records get equal keys).
+func writeExpiryRecords(pb *pebble.Batch, h handle, entries []expiryEntry) error {
+	for len(entries) > 0 {
+		n := min(len(entries), maxRecordIDs)
+		if err := writeExpiryRecord(pb, h, entries[:n]); err != nil {
+			return err
+		}
+		entries = entries[n:]
+	}
+	return nil
+}
+
+func writeExpiryRecord(pb *pebble.Batch, h handle, entries []expiryEntry) error {
+	var at uint64
+	size := 0
+	for _, e := range entries {
+		at = max(at, e.At)
+		size += len(e.ID) + 4
+	}
+	v := make([]byte, 0, size)
+	for _, e := range entries {
+		v = appendExpiryEntry(v, at, e)
+	}
+	return pb.Set(expiryKey(h, at, xxhash.Sum64(v)), v, nil)
+}
+
+// DropPartition removes everything of tp: offsets, processed IDs, state. Use
+// it when a partition leaves this worker for good. Batches that wrote to tp
+// before the drop fail to commit.
+func (s *Store) DropPartition(tp TP) error {
+	if err := s.acquire(); err != nil {
+		return err
+	}
+	defer s.release()
+	if s.opts.ReadOnly {
+		return invalidf("store %s is open read-only", s.dir)
+	}
+	s.gate.Lock()
+	defer s.gate.Unlock()
+	p := s.lookup(tp)
+	if p == nil {
+		return nil
+	}
+	pb := s.db.NewBatch()
+	defer pb.Close()
+	lower, upper := handleBounds(p.h)
+	if err := pb.DeleteRange(lower, upper, nil); err != nil {
+		return err
+	}
+	if err := pb.Delete(partitionKey(p.h), nil); err != nil {
+		return err
+	}
+	if err := s.db.Apply(pb, s.wo); err != nil {
+		return ioError(err, "drop partition %s", tp)
+	}
+	s.partMu.Lock()
+	defer s.partMu.Unlock()
+	p.dropped.Store(true)
+	s.parts.Store(s.parts.Load().without(p))
+	return nil
+}

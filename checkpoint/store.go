@@ -1,0 +1,518 @@
+package checkpoint
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"os"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
+)
+
+// TP identifies a Kafka partition: a topic and a partition number.
+type TP struct {
+	Topic     string
+	Partition int32
+}
+
+// String returns "topic/partition".
+func (tp TP) String() string { return fmt.Sprintf("%s/%d", tp.Topic, tp.Partition) }
+
+func (tp TP) validate() error {
+	switch {
+	case tp.Topic == "":
+		return invalidf("partition %s: empty topic", tp)
+	case len(tp.Topic) > maxTopicLen:
+		return invalidf("partition %.40q...: topic longer than %d bytes", tp.Topic, maxTopicLen)
+	case tp.Partition < 0:
+		return invalidf("partition %s: negative partition number", tp)
+	}
+	return nil
+}
+
+// Offsets is a partition's checkpoint. Both are Kafka's "next offset": the
+// offset of the first record not yet covered, as in a committed consumer
+// offset. -1 means unknown.
+type Offsets struct {
+	// Source is the next offset of the source partition to process.
+	Source int64
+	// Changelog is the next offset of the partition's changelog to replay.
+	Changelog int64
+}
+
+func (o Offsets) validate(tp TP) error {
+	if o.Source < -1 || o.Changelog < -1 {
+		return invalidf("offsets of %s: source %d, changelog %d: want -1 (unknown) or above", tp, o.Source, o.Changelog)
+	}
+	return nil
+}
+
+// Store is a checkpoint store in one directory. All methods are safe for
+// concurrent use. See the package documentation.
+type Store struct {
+	db   *pebble.DB
+	lock *pebble.Lock
+	dir  string
+	opts Options
+	meta meta
+	wo   *pebble.WriteOptions
+	log  *slog.Logger
+
+	// mu is held shared by every operation and exclusively by Close.
+	mu     sync.RWMutex
+	closed bool
+
+	// gate is held shared while a batch is applied and exclusively while
+	// ExpireProcessed decides and applies one chunk of deletions and while
+	// DropPartition runs. See expire.go.
+	gate sync.RWMutex
+
+	// parts is an immutable snapshot of the partition registry, replaced
+	// (copy on write, under partMu) when a partition is added or dropped.
+	partMu     sync.Mutex
+	parts      atomic.Pointer[partitions]
+	nextHandle handle
+
+	expireMu   sync.Mutex    // one ExpireProcessed at a time
+	expireNext atomic.Uint32 // the handle where the next ExpireProcessed starts
+}
+
+// A partition is a registered (topic, partition) and its handle.
+type partition struct {
+	tp        TP
+	h         handle
+	persisted atomic.Bool // its registry key is committed
+	dropped   atomic.Bool
+}
+
+type partitions struct {
+	byTP     map[TP]*partition
+	byHandle map[handle]*partition
+}
+
+// Open opens the checkpoint store in dir, creating it if needed (unless
+// opts.ReadOnly). It fails with ErrInUse if another process holds dir, with
+// ErrMismatch if dir belongs to another cluster or group, with ErrCorrupt if
+// dir holds something else, and with ErrVersion if dir was written in an
+// unknown format. Close the store when done.
+func Open(dir string, opts Options) (*Store, error) {
+	opts, err := opts.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	if dir == "" {
+		return nil, invalidf("empty directory name")
+	}
+	fs := opts.FS
+	if fs == nil {
+		fs = vfs.Default
+	}
+	if opts.ReadOnly {
+		if _, err := fs.Stat(dir); errors.Is(err, os.ErrNotExist) {
+			return nil, errorf(ErrNotFound, err, "dir %s does not exist", dir)
+		}
+	} else if err := fs.MkdirAll(dir, 0o755); err != nil {
+		return nil, ioError(err, "create dir %s", dir)
+	}
+	lock, err := pebble.LockDirectory(dir, fs)
+	if err != nil {
+		return nil, lockError(dir, opts.FS, err)
+	}
+	s, err := open(dir, fs, lock, opts)
+	if err != nil {
+		_ = lock.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+func open(dir string, fs vfs.FS, lock *pebble.Lock, opts Options) (*Store, error) {
+	desc, err := pebble.Peek(dir, fs)
+	if err != nil {
+		return nil, errorf(ErrCorrupt, err, "dir %s: cannot read the store's format (%v): move the directory away", dir, err)
+	}
+	if !desc.Exists {
+		if opts.ReadOnly {
+			return nil, errorf(ErrNotFound, nil, "dir %s holds no checkpoint store", dir)
+		}
+		if err := checkEmpty(dir, fs); err != nil {
+			return nil, err
+		}
+	}
+	cache := pebble.NewCache(opts.CacheSize)
+	defer cache.Unref()
+	db, err := pebble.Open(dir, opts.pebbleOptions(cache, lock))
+	if err != nil {
+		if pebble.IsCorruptionError(err) {
+			return nil, errorf(ErrCorrupt, err, "dir %s: %v", dir, err)
+		}
+		return nil, ioError(err, "open dir %s", dir)
+	}
+	s := &Store{
+		db:   db,
+		lock: lock,
+		dir:  dir,
+		opts: opts,
+		wo:   pebble.Sync,
+		log:  opts.Logger.With("dir", dir),
+	}
+	if opts.NoSync {
+		s.wo = pebble.NoSync
+	}
+	if err := s.checkMeta(); err != nil {
+		_ = db.Close()
+		return nil, err
+	}
+	if err := s.loadPartitions(); err != nil {
+		_ = db.Close()
+		return nil, err
+	}
+	s.log.Debug("checkpoint store open", "cluster", s.meta.Cluster, "group", s.meta.Group,
+		"partitions", len(s.parts.Load().byTP))
+	return s, nil
+}
+
+// pebbleFile matches the names of the files Pebble keeps in its directory.
+var pebbleFile = regexp.MustCompile(`^(LOCK|CURRENT|MANIFEST-\d+|OPTIONS-\d+|\d+\.(log|sst|blob)|marker\..*|.*\.dbtmp)$`)
+
+// checkEmpty refuses a directory that holds files other than Pebble's: a
+// checkpoint dir pointed by mistake at a directory with other data.
+func checkEmpty(dir string, fs vfs.FS) error {
+	names, err := fs.List(dir)
+	if err != nil {
+		return ioError(err, "list dir %s", dir)
+	}
+	var other []string
+	for _, n := range names {
+		if !pebbleFile.MatchString(n) {
+			other = append(other, n)
+		}
+	}
+	if len(other) == 0 {
+		return nil
+	}
+	slices.Sort(other)
+	if len(other) > 3 {
+		other = append(other[:3], "...")
+	}
+	return errorf(ErrCorrupt, nil, "dir %s is not empty (%s) and holds no checkpoint store: use an empty or new directory",
+		dir, strings.Join(other, ", "))
+}
+
+// checkMeta reads the meta record, or writes it into a new store.
+func (s *Store) checkMeta() error {
+	v, closer, err := s.db.Get(metaKey())
+	if errors.Is(err, pebble.ErrNotFound) {
+		return s.createMeta()
+	}
+	if err != nil {
+		return ioError(err, "dir %s: read meta", s.dir)
+	}
+	m, err := decodeMeta(v)
+	_ = closer.Close()
+	if err != nil {
+		return errorf(ErrCorrupt, err, "dir %s: %v: the directory is damaged or not an onceq checkpoint store: move it away", s.dir, err)
+	}
+	if m.Format != formatVersion {
+		return errorf(ErrVersion, nil, "dir %s has checkpoint format version %d; this onceq reads version %d: use the onceq release that wrote it, or another directory",
+			s.dir, m.Format, formatVersion)
+	}
+	if (s.opts.ClusterID != "" && m.Cluster != s.opts.ClusterID) || (s.opts.Group != "" && m.Group != s.opts.Group) {
+		return errorf(ErrMismatch, nil, "dir %s belongs to group %q of cluster %q, not group %q of cluster %q: use another --checkpoint-dir or the right --group",
+			s.dir, m.Group, m.Cluster, s.opts.Group, s.opts.ClusterID)
+	}
+	s.meta = m
+	return nil
+}
+
+// createMeta writes the meta record of a new store. A store with keys but no
+// meta record is refused: whatever wrote it, it was not this package.
+func (s *Store) createMeta() error {
+	it, err := s.db.NewIter(nil)
+	if err != nil {
+		return ioError(err, "dir %s: read", s.dir)
+	}
+	empty := !it.First()
+	if err := errors.Join(it.Error(), it.Close()); err != nil {
+		return ioError(err, "dir %s: read", s.dir)
+	}
+	switch {
+	case !empty:
+		return errorf(ErrCorrupt, nil, "dir %s holds a Pebble store without onceq meta: move it away", s.dir)
+	case s.opts.ReadOnly:
+		return errorf(ErrNotFound, nil, "dir %s holds an empty checkpoint store", s.dir)
+	}
+	s.meta = meta{Format: formatVersion, Cluster: s.opts.ClusterID, Group: s.opts.Group}
+	if err := s.db.Set(metaKey(), encodeMeta(s.meta), pebble.Sync); err != nil {
+		return ioError(err, "dir %s: write meta", s.dir)
+	}
+	return nil
+}
+
+func (s *Store) loadPartitions() error {
+	lower, upper := partitionKeyBounds()
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
+	if err != nil {
+		return ioError(err, "dir %s: read partitions", s.dir)
+	}
+	defer it.Close()
+	ps := &partitions{byTP: map[TP]*partition{}, byHandle: map[handle]*partition{}}
+	for ok := it.First(); ok; ok = it.Next() {
+		k, err := decodeKey(it.Key())
+		if err != nil {
+			return errorf(ErrCorrupt, err, "dir %s: %v", s.dir, err)
+		}
+		tp, err := decodeTP(it.Value())
+		if err != nil || k.ref == 0 || ps.byTP[tp] != nil {
+			return errorf(ErrCorrupt, err, "dir %s: bad partition record %x = %x", s.dir, it.Key(), it.Value())
+		}
+		p := &partition{tp: tp, h: k.ref}
+		p.persisted.Store(true)
+		ps.byTP[tp], ps.byHandle[k.ref] = p, p
+		s.nextHandle = max(s.nextHandle, k.ref)
+	}
+	if err := it.Error(); err != nil {
+		return ioError(err, "dir %s: read partitions", s.dir)
+	}
+	s.nextHandle++
+	s.parts.Store(ps)
+	return nil
+}
+
+// Close closes the store. It waits for running operations; later calls fail
+// with ErrClosed. Close is idempotent.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil
+	}
+	s.closed = true
+	err := s.db.Close()
+	if lerr := s.lock.Close(); err == nil {
+		err = lerr
+	}
+	if err != nil {
+		return ioError(err, "close dir %s", s.dir)
+	}
+	return nil
+}
+
+// acquire holds the store open for one operation: call release when done.
+func (s *Store) acquire() error {
+	s.mu.RLock()
+	if s.closed {
+		s.mu.RUnlock()
+		return errorf(ErrClosed, nil, "store %s is closed", s.dir)
+	}
+	return nil
+}
+
+func (s *Store) release() { s.mu.RUnlock() }
+
+// Dir returns the store's directory.
+func (s *Store) Dir() string { return s.dir }
+
+// Identity returns the cluster ID and group recorded in the store.
+func (s *Store) Identity() (clusterID, group string) { return s.meta.Cluster, s.meta.Group }
+
+// lookup returns the partition of tp, or nil if it has no data.
+func (s *Store) lookup(tp TP) *partition { return s.parts.Load().byTP[tp] }
+
+// register returns the partition of tp, assigning a handle if it has none.
+func (s *Store) register(tp TP) (*partition, error) {
+	if p := s.lookup(tp); p != nil {
+		return p, nil
+	}
+	if err := tp.validate(); err != nil {
+		return nil, err
+	}
+	s.partMu.Lock()
+	defer s.partMu.Unlock()
+	old := s.parts.Load()
+	if p := old.byTP[tp]; p != nil {
+		return p, nil
+	}
+	if s.nextHandle == math.MaxUint32 {
+		return nil, invalidf("partition %s: out of partition handles: the store registered 4 billion partitions", tp)
+	}
+	p := &partition{tp: tp, h: s.nextHandle}
+	s.nextHandle++
+	s.parts.Store(old.with(p))
+	return p, nil
+}
+
+// with returns a copy of ps with p added.
+func (ps *partitions) with(p *partition) *partitions {
+	n := &partitions{byTP: make(map[TP]*partition, len(ps.byTP)+1), byHandle: make(map[handle]*partition, len(ps.byTP)+1)}
+	for tp, q := range ps.byTP {
+		n.byTP[tp], n.byHandle[q.h] = q, q
+	}
+	if p != nil {
+		n.byTP[p.tp], n.byHandle[p.h] = p, p
+	}
+	return n
+}
+
+// without returns a copy of ps with p removed.
+func (ps *partitions) without(p *partition) *partitions {
+	n := ps.with(nil)
+	delete(n.byTP, p.tp)
+	delete(n.byHandle, p.h)
+	return n
+}
+
+// Partitions returns the partitions that have data in the store (offsets,
+// processed IDs or state), sorted by topic and partition.
+func (s *Store) Partitions() ([]TP, error) {
+	if err := s.acquire(); err != nil {
+		return nil, err
+	}
+	defer s.release()
+	var tps []TP
+	for tp, p := range s.parts.Load().byTP {
+		if p.persisted.Load() {
+			tps = append(tps, tp)
+		}
+	}
+	slices.SortFunc(tps, compareTP)
+	return tps, nil
+}
+
+func compareTP(a, b TP) int {
+	if c := strings.Compare(a.Topic, b.Topic); c != 0 {
+		return c
+	}
+	return int(a.Partition) - int(b.Partition)
+}
+
+// Checkpoint returns the offsets of tp; false if none were recorded.
+func (s *Store) Checkpoint(tp TP) (Offsets, bool, error) {
+	v, ok, err := s.get(tp, func(h handle) []byte { return checkpointKey(h) })
+	if err != nil || !ok {
+		return Offsets{}, false, err
+	}
+	o, err := decodeOffsets(v)
+	if err != nil {
+		return Offsets{}, false, errorf(ErrCorrupt, err, "dir %s: partition %s: %v", s.dir, tp, err)
+	}
+	return o, true, nil
+}
+
+// Get returns the state value of key in tp; false if there is none.
+func (s *Store) Get(tp TP, key []byte) ([]byte, bool, error) {
+	if err := validateKey(key); err != nil {
+		return nil, false, err
+	}
+	return s.get(tp, func(h handle) []byte { return appendStateKey(nil, h, key) })
+}
+
+// get reads the value of a key of tp built by key; it returns a copy.
+func (s *Store) get(tp TP, key func(handle) []byte) ([]byte, bool, error) {
+	if err := s.acquire(); err != nil {
+		return nil, false, err
+	}
+	defer s.release()
+	p := s.lookup(tp)
+	if p == nil {
+		return nil, false, nil
+	}
+	v, closer, err := s.db.Get(key(p.h))
+	if errors.Is(err, pebble.ErrNotFound) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, ioError(err, "read %s", tp)
+	}
+	v = bytes.Clone(v)
+	_ = closer.Close()
+	return v, true, nil
+}
+
+// Has reports whether id was marked processed in tp (and not yet expired).
+func (s *Store) Has(tp TP, id string) (bool, error) {
+	if err := validateID(id); err != nil {
+		return false, err
+	}
+	if err := s.acquire(); err != nil {
+		return false, err
+	}
+	defer s.release()
+	p := s.lookup(tp)
+	if p == nil {
+		return false, nil
+	}
+	var buf [64]byte
+	_, closer, err := s.db.Get(appendIDKey(buf[:0], p.h, id))
+	if errors.Is(err, pebble.ErrNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, ioError(err, "read %s", tp)
+	}
+	_ = closer.Close()
+	return true, nil
+}
+
+// HasMany reports for each of ids whether it was marked processed in tp. It
+// is faster than calling Has for each: it looks the IDs up in key order with
+// one iterator, so neighbouring IDs share the blocks they are read from.
+func (s *Store) HasMany(tp TP, ids []string) ([]bool, error) {
+	for _, id := range ids {
+		if err := validateID(id); err != nil {
+			return nil, err
+		}
+	}
+	if err := s.acquire(); err != nil {
+		return nil, err
+	}
+	defer s.release()
+	found := make([]bool, len(ids))
+	p := s.lookup(tp)
+	if p == nil || len(ids) == 0 {
+		return found, nil
+	}
+	order := make([]int32, len(ids))
+	for i := range order {
+		order[i] = int32(i)
+	}
+	slices.SortFunc(order, func(a, b int32) int { return strings.Compare(ids[a], ids[b]) })
+	lower, upper := familyBounds(p.h, familyID)
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
+	if err != nil {
+		return nil, ioError(err, "read %s", tp)
+	}
+	key := make([]byte, 0, 64)
+	for _, i := range order {
+		key = appendIDKey(key[:0], p.h, ids[i])
+		// SeekPrefixGE consults the bloom filters; with the default
+		// comparer the prefix is the whole key.
+		found[i] = it.SeekPrefixGE(key) && bytes.Equal(it.Key(), key)
+	}
+	if err := errors.Join(it.Error(), it.Close()); err != nil {
+		return nil, ioError(err, "read %s", tp)
+	}
+	return found, nil
+}
+
+func validateID(id string) error {
+	if len(id) == 0 || len(id) > MaxIDLen {
+		return invalidf("task ID %.40q: want 1 to %d bytes, got %d", id, MaxIDLen, len(id))
+	}
+	return nil
+}
+
+func validateKey(key []byte) error {
+	if len(key) == 0 || len(key) > MaxKeyLen {
+		return invalidf("state key %.40q: want 1 to %d bytes, got %d", key, MaxKeyLen, len(key))
+	}
+	return nil
+}
