@@ -1,15 +1,20 @@
 package checkpoint
 
 import (
+	"cmp"
+	"slices"
 	"time"
 
 	"github.com/cespare/xxhash/v2"
 	"github.com/cockroachdb/pebble/v2"
 )
 
-// maxRecordIDs bounds the IDs listed in one expiry record, so that expiring
-// a record never touches more than this many IDs at once.
-const maxRecordIDs = 4096
+// Bounds of one expiry record: how many IDs it lists, and how far apart (in
+// milliseconds) their processing times may be.
+const (
+	maxRecordIDs = 4096
+	recordSpan   = 1000
+)
 
 // Batch collects writes to any number of partitions and commits them
 // atomically: after a crash, either all of a committed batch is in the store
@@ -175,11 +180,17 @@ func (b *Batch) Close() {
 }
 
 // writeExpiryRecords adds to pb the expiry records of the IDs marked in
-// partition h: one record per maxRecordIDs IDs, keyed by the latest time in
-// it and a hash of its contents (so that equal records get equal keys).
+// partition h. A record is keyed by the latest time in it and a hash of its
+// contents (so that equal records get equal keys), and expires as a whole:
+// it holds at most maxRecordIDs IDs marked within recordSpan, so no ID
+// outlives its window by more than recordSpan.
 func writeExpiryRecords(pb *pebble.Batch, h handle, entries []expiryEntry) error {
+	slices.SortStableFunc(entries, func(a, b expiryEntry) int { return cmp.Compare(a.At, b.At) })
 	for len(entries) > 0 {
-		n := min(len(entries), maxRecordIDs)
+		n := 1
+		for n < len(entries) && n < maxRecordIDs && entries[n].At-entries[0].At < recordSpan {
+			n++
+		}
 		if err := writeExpiryRecord(pb, h, entries[:n]); err != nil {
 			return err
 		}

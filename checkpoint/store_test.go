@@ -1,0 +1,472 @@
+package checkpoint
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
+)
+
+func testOptions(t testing.TB, fs vfs.FS) Options {
+	return Options{ClusterID: "c1", Group: "g1", FS: fs, Logger: testLogger(t)}
+}
+
+func mustOpen(t testing.TB, dir string, opts Options) *Store {
+	t.Helper()
+	s, err := Open(dir, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// writeRaw writes a key straight into the Pebble store in dir.
+func writeRaw(t *testing.T, fs vfs.FS, dir string, key, value []byte) {
+	t.Helper()
+	db, err := pebble.Open(dir, &pebble.Options{FS: fs, Logger: pebbleLogger{testLogger(t)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Set(key, value, pebble.Sync); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestOpenRefuses(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		prepare func(t *testing.T, fs vfs.FS)
+		opts    func(o *Options)
+		kind    error
+		msg     string
+	}{
+		{
+			name: "other group",
+			opts: func(o *Options) { o.Group = "g2" },
+			kind: ErrMismatch,
+			msg:  `checkpoint: dir /s belongs to group "g1" of cluster "c1", not group "g2" of cluster "c1": use another --checkpoint-dir or the right --group`,
+		},
+		{
+			name: "other cluster",
+			opts: func(o *Options) { o.ClusterID = "c2" },
+			kind: ErrMismatch,
+			msg:  `not group "g1" of cluster "c2"`,
+		},
+		{
+			name:    "garbage meta",
+			prepare: func(t *testing.T, fs vfs.FS) { writeRaw(t, fs, "/s", metaKey(), []byte{1, 0xff}) },
+			kind:    ErrCorrupt,
+			msg:     "checkpoint: dir /s: meta value: bad cluster ID: the directory is damaged or not an onceq checkpoint store: move it away",
+		},
+		{
+			name:    "newer format",
+			prepare: func(t *testing.T, fs vfs.FS) { writeRaw(t, fs, "/s", metaKey(), encodeMeta(meta{Format: 9})) },
+			kind:    ErrVersion,
+			msg:     "checkpoint: dir /s has checkpoint format version 9; this onceq reads version 1",
+		},
+		{
+			name: "pebble store of something else",
+			prepare: func(t *testing.T, fs vfs.FS) {
+				writeRaw(t, fs, "/other", []byte("hello"), []byte("world"))
+			},
+			opts: func(o *Options) {},
+			kind: ErrCorrupt,
+			msg:  "checkpoint: dir /other holds a Pebble store without onceq meta: move it away",
+		},
+		{
+			name: "directory with other files",
+			prepare: func(t *testing.T, fs vfs.FS) {
+				f, err := fs.Create("/other/notes.txt", vfs.WriteCategoryUnspecified)
+				if err != nil {
+					t.Fatal(err)
+				}
+				f.Close()
+			},
+			kind: ErrCorrupt,
+			msg:  "checkpoint: dir /other is not empty (notes.txt) and holds no checkpoint store: use an empty or new directory",
+		},
+		{
+			name: "read-only without a store",
+			opts: func(o *Options) { o.ReadOnly = true },
+			kind: ErrNotFound,
+			msg:  "checkpoint: dir /other does not exist",
+		},
+		{
+			name: "no group",
+			opts: func(o *Options) { o.Group = "" },
+			kind: ErrInvalid,
+			msg:  "checkpoint: empty group in Options",
+		},
+		{
+			name: "tiny window",
+			opts: func(o *Options) { o.DedupWindow = time.Millisecond },
+			kind: ErrInvalid,
+			msg:  "checkpoint: dedup window 1ms: use at least 1s",
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fs := vfs.NewMem()
+			mustOpen(t, "/s", testOptions(t, fs)).Close()
+			if tc.prepare != nil {
+				if err := fs.MkdirAll("/other", 0o755); err != nil && tc.name == "directory with other files" {
+					t.Fatal(err)
+				}
+				tc.prepare(t, fs)
+			}
+			opts := testOptions(t, fs)
+			dir := "/s"
+			if strings.Contains(tc.msg, "/other") {
+				dir = "/other"
+			}
+			if tc.opts != nil {
+				tc.opts(&opts)
+			}
+			s, err := Open(dir, opts)
+			if err == nil {
+				s.Close()
+				t.Fatal("Open succeeded")
+			}
+			if !errors.Is(err, tc.kind) {
+				t.Errorf("error %v is not %v", err, tc.kind)
+			}
+			if !strings.Contains(err.Error(), tc.msg) {
+				t.Errorf("error %q does not contain %q", err, tc.msg)
+			}
+		})
+	}
+}
+
+func TestOpenTwiceInProcess(t *testing.T) {
+	fs := vfs.NewMem()
+	s := mustOpen(t, "/s", testOptions(t, fs))
+	_, err := Open("/s", testOptions(t, fs))
+	if !errors.Is(err, ErrInUse) {
+		t.Fatalf("second Open: %v, want ErrInUse", err)
+	}
+	s.Close()
+	mustOpen(t, "/s", testOptions(t, fs))
+}
+
+const helperEnv = "ONCEQ_CHECKPOINT_HELPER_DIR"
+
+// TestHelperProcess is not a test: TestOpenInUseByOtherProcess runs the test
+// binary again with it, to hold a store open in another process until its
+// standard input closes.
+func TestHelperProcess(t *testing.T) {
+	dir := os.Getenv(helperEnv)
+	if dir == "" {
+		t.Skip("helper process for TestOpenInUseByOtherProcess")
+	}
+	s, err := Open(dir, Options{ClusterID: "c1", Group: "g1"})
+	if err != nil {
+		fmt.Println("error:", err)
+		os.Exit(1)
+	}
+	fmt.Println("ready")
+	_, _ = bufio.NewReader(os.Stdin).ReadString('\n')
+	s.Close()
+	os.Exit(0)
+}
+
+func TestOpenInUseByOtherProcess(t *testing.T) {
+	dir := t.TempDir()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperProcess$")
+	cmd.Env = append(os.Environ(), helperEnv+"="+dir)
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		stdin.Close()
+		if err := cmd.Wait(); err != nil {
+			t.Errorf("helper process: %v", err)
+		}
+	}()
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	if err != nil || line != "ready\n" {
+		t.Fatalf("helper process said %q, %v", line, err)
+	}
+	_, err = Open(dir, Options{ClusterID: "c1", Group: "g1"})
+	if !errors.Is(err, ErrInUse) {
+		t.Fatalf("Open: %v, want ErrInUse", err)
+	}
+	want := fmt.Sprintf("checkpoint: dir %s is in use by another process (pid %d): stop it, or use another --checkpoint-dir", dir, cmd.Process.Pid)
+	if err.Error() != want {
+		t.Errorf("error:\n%s\nwant:\n%s", err, want)
+	}
+	// Read-only opens take the lock too.
+	if _, err := Open(dir, Options{ReadOnly: true}); !errors.Is(err, ErrInUse) {
+		t.Errorf("read-only Open: %v, want ErrInUse", err)
+	}
+}
+
+func TestReadOnly(t *testing.T) {
+	fs := vfs.NewMem()
+	s := mustOpen(t, "/s", testOptions(t, fs))
+	tp := TP{"t", 0}
+	b := s.NewBatch()
+	if err := b.SetOffsets(tp, Offsets{Source: 5, Changelog: 2}); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	ro := mustOpen(t, "/s", Options{FS: fs, ReadOnly: true, Logger: testLogger(t)})
+	if c, g := ro.Identity(); c != "c1" || g != "g1" {
+		t.Errorf("Identity() = %q, %q", c, g)
+	}
+	if o, ok, err := ro.Checkpoint(tp); err != nil || !ok || o.Source != 5 {
+		t.Errorf("Checkpoint = %v, %v, %v", o, ok, err)
+	}
+	b = ro.NewBatch()
+	_ = b.SetOffsets(tp, Offsets{})
+	if err := b.Commit(); !errors.Is(err, ErrInvalid) {
+		t.Errorf("Commit on a read-only store: %v", err)
+	}
+	if err := ro.DropPartition(tp); !errors.Is(err, ErrInvalid) {
+		t.Errorf("DropPartition on a read-only store: %v", err)
+	}
+}
+
+func TestClosed(t *testing.T) {
+	s := mustOpen(t, "/s", testOptions(t, vfs.NewMem()))
+	tp := TP{"t", 0}
+	b := s.NewBatch()
+	_ = b.MarkProcessed(tp, "a", time.Now())
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Errorf("second Close: %v", err)
+	}
+	for name, err := range map[string]error{
+		"Commit": b.Commit(),
+		"Has":    second(s.Has(tp, "a")),
+		"Get":    third(s.Get(tp, []byte("k"))),
+		"Expire": second(s.ExpireProcessed(context.Background(), time.Now(), 0)),
+		"Drop":   s.DropPartition(tp),
+		"Apply":  s.Apply(tp, nil, 1),
+	} {
+		if !errors.Is(err, ErrClosed) {
+			t.Errorf("%s after Close: %v, want ErrClosed", name, err)
+		}
+	}
+}
+
+func second[A any](_ A, err error) error        { return err }
+func third[A, B any](_ A, _ B, err error) error { return err }
+
+func TestInvalidArguments(t *testing.T) {
+	s := mustOpen(t, "/s", testOptions(t, vfs.NewMem()))
+	tp := TP{"t", 0}
+	b := s.NewBatch()
+	defer b.Close()
+	long := strings.Repeat("x", MaxIDLen+1)
+	for name, err := range map[string]error{
+		"empty ID":      b.MarkProcessed(tp, "", time.Now()),
+		"long ID":       b.MarkProcessed(tp, long, time.Now()),
+		"empty topic":   b.MarkProcessed(TP{"", 0}, "a", time.Now()),
+		"negative part": b.MarkProcessed(TP{"t", -1}, "a", time.Now()),
+		"empty key":     b.Set(tp, nil, []byte("v")),
+		"long key":      b.Delete(tp, make([]byte, MaxKeyLen+1)),
+		"long value":    b.Set(tp, []byte("k"), make([]byte, MaxValueLen+1)),
+		"bad offsets":   b.SetOffsets(tp, Offsets{Source: -2}),
+		"Has":           second(s.Has(tp, "")),
+		"HasMany":       second(s.HasMany(tp, []string{"a", ""})),
+	} {
+		if !errors.Is(err, ErrInvalid) {
+			t.Errorf("%s: %v, want ErrInvalid", name, err)
+		}
+	}
+	if !b.Empty() {
+		t.Error("refused operations were added to the batch")
+	}
+}
+
+// TestHasMany compares Has and HasMany with a map over random IDs, across a
+// flush so that lookups hit both the memtable and sstables.
+func TestHasMany(t *testing.T) {
+	seed := rand.Uint64()
+	t.Logf("seed %d", seed)
+	rng := rand.New(rand.NewPCG(seed, 0))
+	s := mustOpen(t, "/s", testOptions(t, vfs.NewMem()))
+	tps := []TP{{"a", 0}, {"a", 1}, {"b", 0}}
+	want := map[TP]map[string]bool{}
+	for round := 0; round < 4; round++ {
+		b := s.NewBatch()
+		for i := 0; i < 500; i++ {
+			tp, id := tps[rng.IntN(len(tps))], strconv.Itoa(rng.IntN(3000))
+			if want[tp] == nil {
+				want[tp] = map[string]bool{}
+			}
+			want[tp][id] = true
+			if err := b.MarkProcessed(tp, id, time.Now()); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := b.Commit(); err != nil {
+			t.Fatal(err)
+		}
+		if round == 1 {
+			if err := s.db.Flush(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for _, tp := range append(tps, TP{"c", 0}) {
+		ids := make([]string, 400)
+		for i := range ids {
+			ids[i] = strconv.Itoa(rng.IntN(3200))
+		}
+		got, err := s.HasMany(tp, ids)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, id := range ids {
+			one, err := s.Has(tp, id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got[i] != want[tp][id] || one != want[tp][id] {
+				t.Fatalf("%s %s: HasMany %v, Has %v, want %v", tp, id, got[i], one, want[tp][id])
+			}
+		}
+	}
+}
+
+// TestConcurrentUse runs commits, lookups, expiry and drops at once, for the
+// race detector, then checks that no ID marked within the window was lost.
+func TestConcurrentUse(t *testing.T) {
+	s := mustOpen(t, "/s", Options{ClusterID: "c1", Group: "g1", FS: vfs.NewMem(), DedupWindow: time.Hour, NoSync: true})
+	base := time.Unix(1_700_000_000, 0)
+	old, fresh := base.Add(-2*time.Hour), base
+	var wg sync.WaitGroup
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	const writers, batches = 3, 40
+	for w := 0; w < writers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			tp := TP{"t", int32(w)}
+			for i := 0; i < batches; i++ {
+				b := s.NewBatch()
+				for j := 0; j < 50; j++ {
+					_ = b.MarkProcessed(tp, fmt.Sprintf("old-%d-%d", i, j), old)
+					_ = b.MarkProcessed(tp, fmt.Sprintf("new-%d-%d", i, j), fresh)
+				}
+				_ = b.SetOffsets(tp, Offsets{Source: int64(i), Changelog: int64(i)})
+				if err := b.Commit(); err != nil {
+					t.Error(err)
+					return
+				}
+				if _, err := s.HasMany(tp, []string{"old-0-0", "new-0-0", "x"}); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for ctx.Err() == nil {
+			if _, err := s.ExpireProcessed(ctx, base, 100); err != nil && ctx.Err() == nil {
+				t.Error(err)
+				return
+			}
+			_ = s.DropPartition(TP{"gone", 0})
+		}
+	}()
+	for w := 0; w < writers; w++ {
+		b := s.NewBatch()
+		_ = b.MarkProcessed(TP{"gone", 0}, "x", fresh)
+		_ = b.Commit()
+	}
+	for done := false; !done; {
+		o, ok, _ := s.Checkpoint(TP{"t", writers - 1})
+		done = ok && o.Source == batches-1
+		time.Sleep(time.Millisecond)
+	}
+	time.Sleep(10 * time.Millisecond)
+	cancel()
+	wg.Wait()
+	if _, err := s.ExpireProcessed(context.Background(), base, 0); err != nil {
+		t.Fatal(err)
+	}
+	for w := 0; w < writers; w++ {
+		tp := TP{"t", int32(w)}
+		for i := 0; i < batches; i++ {
+			ids := []string{fmt.Sprintf("old-%d-7", i), fmt.Sprintf("new-%d-7", i)}
+			got, err := s.HasMany(tp, ids)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got[0] || !got[1] {
+				t.Fatalf("%s batch %d: old present %v, new present %v", tp, i, got[0], got[1])
+			}
+		}
+	}
+}
+
+// TestDropPartitionFailsOpenBatch pins that a batch built before its
+// partition was dropped does not resurrect it.
+func TestDropPartitionFailsOpenBatch(t *testing.T) {
+	s := mustOpen(t, "/s", testOptions(t, vfs.NewMem()))
+	tp := TP{"t", 0}
+	b := s.NewBatch()
+	_ = b.MarkProcessed(tp, "a", time.Now())
+	if err := b.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	b = s.NewBatch()
+	_ = b.MarkProcessed(tp, "b", time.Now())
+	if err := s.DropPartition(tp); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Commit(); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "dropped") {
+		t.Fatalf("Commit after drop: %v", err)
+	}
+	if tps, _ := s.Partitions(); len(tps) != 0 {
+		t.Errorf("Partitions() = %v after drop", tps)
+	}
+}
+
+func TestStoreOnDisk(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "cp")
+	s := mustOpen(t, dir, Options{ClusterID: "c1", Group: "g1"})
+	b := s.NewBatch()
+	_ = b.MarkProcessed(TP{"t", 0}, "a", time.Now())
+	if err := b.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	s = mustOpen(t, dir, Options{ClusterID: "c1", Group: "g1"})
+	if ok, err := s.Has(TP{"t", 0}, "a"); !ok || err != nil {
+		t.Fatalf("Has after reopen: %v, %v", ok, err)
+	}
+}
