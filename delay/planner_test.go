@@ -1,0 +1,197 @@
+package delay
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/datadriven"
+
+	"github.com/onceq/onceq/broker"
+)
+
+// TestPlanner runs testdata/planner. Commands:
+//
+//	ladder 1s 5s 30s        sets the ladder (prints it or the error)
+//	next now=T due=T        the next hop at now
+//	route now=T due=T       where a producer writes the record
+//	hops now=T due=T        the bucket hops, each taking exactly its bucket
+//	move at=T bucket=D due=T  when a record appended at T moves on
+//
+// Times are RFC 3339, or +D / -D relative to now (default
+// 2030-01-01T00:00:00Z). Regenerate the expected output with
+// go test ./delay -rewrite.
+func TestPlanner(t *testing.T) {
+	p := DefaultPlanner()
+	datadriven.RunTest(t, "testdata/planner", func(t *testing.T, d *datadriven.TestData) string {
+		now := parseTime(t, d, "now", time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC), time.Time{})
+		switch d.Cmd {
+		case "ladder":
+			var names []string
+			for _, a := range d.CmdArgs {
+				names = append(names, a.Key)
+			}
+			np, err := ParseLadder(strings.Join(names, " "))
+			if err != nil {
+				return "error: " + err.Error()
+			}
+			p = np
+			return FormatLadder(p.Buckets()) + "\n" + strings.Join(p.Topics(), " ")
+		case "next":
+			return p.Next(now, parseTime(t, d, "due", time.Time{}, now)).String()
+		case "route":
+			return p.Route(now, parseTime(t, d, "due", time.Time{}, now)).String()
+		case "hops":
+			return walk(p, now, parseTime(t, d, "due", time.Time{}, now))
+		case "move":
+			var bucket string
+			d.ScanArgs(t, "bucket", &bucket)
+			b, err := broker.ParseBucket(bucket)
+			if err != nil {
+				d.Fatalf(t, "%v", err)
+			}
+			at := parseTime(t, d, "at", now, now)
+			due := parseTime(t, d, "due", time.Time{}, now)
+			return "+" + MoveAt(at, b, due).Sub(now).String()
+		}
+		d.Fatalf(t, "unknown command %q", d.Cmd)
+		return ""
+	})
+}
+
+// walk follows Next from start to due, each bucket hop taking exactly its
+// bucket, and prints the runs of equal hops, the final step and the count,
+// checking that it agrees with Hops.
+func walk(p *Planner, start, due time.Time) string {
+	var (
+		now   = start
+		b     strings.Builder
+		last  time.Duration
+		run   int
+		total int
+	)
+	flush := func() {
+		if run > 0 {
+			fmt.Fprintf(&b, "%s x%d\n", broker.FormatBucket(last), run)
+		}
+	}
+	for {
+		h := p.Next(now, due)
+		if h.Kind != ToBucket {
+			flush()
+			fmt.Fprintf(&b, "then %s\n", h)
+			break
+		}
+		if h.Bucket != last {
+			flush()
+			last, run = h.Bucket, 0
+		}
+		run++
+		total++
+		now = now.Add(h.Bucket)
+	}
+	fmt.Fprintf(&b, "hops=%d", total)
+	if n := p.Hops(start, due); n != total {
+		fmt.Fprintf(&b, " (but Hops says %d)", n)
+	}
+	return b.String()
+}
+
+// parseTime reads argument key: RFC 3339, or +D / -D relative to rel. A
+// missing argument is def, or fails the test when def is zero.
+func parseTime(t *testing.T, d *datadriven.TestData, key string, def, rel time.Time) time.Time {
+	t.Helper()
+	a, ok := d.Arg(key)
+	if !ok {
+		if def.IsZero() {
+			d.Fatalf(t, "missing %s=", key)
+		}
+		return def
+	}
+	s := a.SingleVal(t)
+	if s != "" && (s[0] == '+' || s[0] == '-') {
+		dur, err := time.ParseDuration(s)
+		if err != nil {
+			d.Fatalf(t, "%s=%s: %v", key, s, err)
+		}
+		return rel.Add(dur)
+	}
+	tm, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		d.Fatalf(t, "%s=%s: %v", key, s, err)
+	}
+	return tm
+}
+
+func TestNewPlannerErrors(t *testing.T) {
+	for _, tc := range []struct {
+		buckets []time.Duration
+		want    string
+	}{
+		{nil, "no buckets"},
+		{[]time.Duration{time.Second, 0}, "bucket 0s: want a positive duration"},
+		{[]time.Duration{-time.Second}, "bucket -1s: want a positive duration"},
+		{[]time.Duration{1500 * time.Microsecond}, "bucket 1.5ms: want whole milliseconds, such as 2ms"},
+		{[]time.Duration{time.Second, 5 * time.Second, time.Second}, "bucket 1s appears twice"},
+	} {
+		_, err := NewPlanner(tc.buckets)
+		if err == nil || !errors.Is(err, ErrLadder) || !strings.Contains(err.Error(), tc.want) || !strings.HasPrefix(err.Error(), "delay: ") {
+			t.Errorf("NewPlanner(%v) = %v, want an ErrLadder containing %q", tc.buckets, err, tc.want)
+		}
+	}
+}
+
+func TestPlannerDoesNotAliasLadder(t *testing.T) {
+	in := []time.Duration{5 * time.Second, time.Second}
+	p, err := NewPlanner(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if in[0] != 5*time.Second {
+		t.Fatalf("NewPlanner sorted its argument: %v", in)
+	}
+	bs := p.Buckets()
+	bs[0] = time.Hour
+	if p.Smallest() != time.Second {
+		t.Fatalf("Buckets returned the planner's own slice")
+	}
+	if b, ok := p.Bucket(broker.DelayTopic(5 * time.Second)); !ok || b != 5*time.Second {
+		t.Fatalf("Bucket(onceq-delay-5s) = %v %v", b, ok)
+	}
+	if _, ok := p.Bucket("onceq-delay-7s"); ok {
+		t.Fatal("Bucket found a topic that is not on the ladder")
+	}
+}
+
+// TestNeverEarly checks, for many (now, due) pairs, that following the
+// planner never reaches the queue before due and that every bucket hop
+// fits in the remaining delay.
+func TestNeverEarly(t *testing.T) {
+	p := DefaultPlanner()
+	start := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	for r := -time.Second; r < 3*24*time.Hour; r = r*3/2 + 7*time.Millisecond {
+		now, due := start, start.Add(r)
+		for hops := 0; ; hops++ {
+			h := p.Next(now, due)
+			if h.Kind == ToQueue {
+				if now.Before(due) {
+					t.Fatalf("delay %v: published at %v, before due %v", r, now, due)
+				}
+				break
+			}
+			if h.Kind == ToTimer {
+				now = now.Add(h.Wait)
+				continue
+			}
+			if h.Bucket > due.Sub(now) {
+				t.Fatalf("delay %v: bucket %v is longer than the remaining %v", r, h.Bucket, due.Sub(now))
+			}
+			now = now.Add(h.Bucket)
+			if hops > 100 {
+				t.Fatalf("delay %v: more than 100 hops", r)
+			}
+		}
+	}
+}
