@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 
 	"github.com/twmb/franz-go/pkg/kfake"
@@ -45,6 +46,8 @@ type EmbeddedConfig struct {
 // Embedded is a running single-node broker.
 type Embedded struct {
 	cluster   *kfake.Cluster
+	addr      string
+	closeOnce sync.Once
 	lock      *os.File
 	clusterID string
 }
@@ -108,11 +111,12 @@ func StartEmbedded(cfg EmbeddedConfig) (*Embedded, error) {
 		}
 		return nil, fmt.Errorf("broker: starting embedded broker: %w", err)
 	}
+	e.addr = e.cluster.ListenAddrs()[0]
 	return e, nil
 }
 
 // Addr is the host:port clients connect to.
-func (e *Embedded) Addr() string { return e.cluster.ListenAddrs()[0] }
+func (e *Embedded) Addr() string { return e.addr }
 
 // ClusterID is the broker's cluster ID, stable across restarts on one data
 // dir.
@@ -123,9 +127,12 @@ func (e *Embedded) ClusterID() string { return e.clusterID }
 func (e *Embedded) Cluster() *kfake.Cluster { return e.cluster }
 
 // Close stops the broker, flushes its data dir and releases it.
+// It is safe to call more than once.
 func (e *Embedded) Close() {
-	e.cluster.Close()
-	e.unlock()
+	e.closeOnce.Do(func() {
+		e.cluster.Close()
+		e.unlock()
+	})
 }
 
 // Run serves until ctx is done, then closes the broker.

@@ -1,0 +1,48 @@
+# onceq: make demo runs the main job on the embedded broker; make test runs the tests.
+GO            ?= go
+STATICCHECK   := honnef.co/go/tools/cmd/staticcheck@v0.8.2
+TEST_TIMEOUT  ?= 20m
+FUZZTIME      ?= 10s
+BIN           := bin/onceq
+
+.PHONY: all build test test-short lint demo bench fuzz clean
+
+all: build
+
+build:
+	$(GO) build -o $(BIN) ./cmd/onceq
+
+## test: every test with the race detector (what CI runs)
+test:
+	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
+
+## test-short: the fast tests, without -race
+test-short:
+	$(GO) test -short -count=1 ./...
+
+## lint: gofmt, go vet and staticcheck (pinned, through the module proxy)
+lint:
+	@out=$$(gofmt -l $$(git ls-files -co --exclude-standard '*.go')); \
+	if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+	$(GO) run $(STATICCHECK) ./...
+
+## demo: the main job on the embedded broker
+demo: build
+	./$(BIN) demo
+
+## bench: the Go benchmarks (figures for the closing notes and the README)
+bench:
+	$(GO) test -run '^$$' -bench . -benchmem -count 3 -timeout 60m ./...
+
+## fuzz: every fuzz target for FUZZTIME each
+fuzz:
+	@set -e; for pkg in $$($(GO) list ./...); do \
+	  for f in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz' || true); do \
+	    echo "fuzz $$pkg $$f"; \
+	    $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $$pkg; \
+	  done; \
+	done
+
+clean:
+	rm -rf bin onceq-data
