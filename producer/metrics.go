@@ -1,0 +1,82 @@
+package producer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/onceq/onceq"
+)
+
+type metrics struct {
+	submitted *prometheus.CounterVec
+	errors    *prometheus.CounterVec
+	duration  *prometheus.HistogramVec
+}
+
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	m := &metrics{
+		submitted: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "onceq_tasks_submitted_total",
+			Help: "Tasks the brokers acknowledged, by queue (delayed tasks count for their queue).",
+		}, []string{"queue"}),
+		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "onceq_submit_errors_total",
+			Help: "Tasks refused, by queue and reason: invalid, no_queue, canceled, closed, broker, or aborted (in a transaction that did not commit). An invalid queue name is counted as queue \"\".",
+		}, []string{"queue", "reason"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "onceq_submit_duration_seconds",
+			Help:    "Time from submission to the brokers' acknowledgment, by queue.",
+			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
+		}, []string{"queue"}),
+	}
+	if reg == nil {
+		return m, nil
+	}
+	var errs [3]error
+	m.submitted, errs[0] = register(reg, m.submitted)
+	m.errors, errs[1] = register(reg, m.errors)
+	m.duration, errs[2] = register(reg, m.duration)
+	if err := errors.Join(errs[:]...); err != nil {
+		return nil, fmt.Errorf("producer: registering metrics: %w", err)
+	}
+	return m, nil
+}
+
+// register registers c, or returns the collector already registered under
+// its name, so that producers sharing a registry share their metrics.
+func register[C prometheus.Collector](reg prometheus.Registerer, c C) (C, error) {
+	err := reg.Register(c)
+	var are prometheus.AlreadyRegisteredError
+	if errors.As(err, &are) {
+		if existing, ok := are.ExistingCollector.(C); ok {
+			return existing, nil
+		}
+	}
+	return c, err
+}
+
+// fail counts a refused task.
+func (m *metrics) fail(queue string, err error) {
+	if onceq.ValidateQueue(queue) != nil {
+		queue = "" // do not make a label of arbitrary input
+	}
+	m.errors.WithLabelValues(queue, reason(err)).Inc()
+}
+
+// kgoLogger passes franz-go's warnings and errors to slog.
+type kgoLogger struct{ l *slog.Logger }
+
+func (k kgoLogger) Level() kgo.LogLevel { return kgo.LogLevelWarn }
+
+func (k kgoLogger) Log(level kgo.LogLevel, msg string, keyvals ...any) {
+	l := slog.LevelWarn
+	if level == kgo.LogLevelError {
+		l = slog.LevelError
+	}
+	k.l.Log(context.Background(), l, msg, append(keyvals, "component", "kafka-client")...)
+}

@@ -1,0 +1,276 @@
+package producer
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/onceq/onceq"
+	"github.com/onceq/onceq/broker"
+	"github.com/onceq/onceq/delay"
+)
+
+// ErrConfig is wrapped by every invalid option New refuses.
+var ErrConfig = errors.New("invalid producer option")
+
+// Defaults of the options.
+const (
+	// DefaultLinger is how long a partition's batch waits for more tasks
+	// before it is sent. See Linger.
+	DefaultLinger = 5 * time.Millisecond
+	// DefaultMaxBufferedRecords bounds the tasks submitted and not yet
+	// acknowledged. See MaxBufferedRecords.
+	DefaultMaxBufferedRecords = 100_000
+	// DefaultTxTimeout is the broker's limit on one Tx. See TxTimeout.
+	DefaultTxTimeout = 20 * time.Second
+)
+
+// An Opt configures a Producer. Options are applied in order; New checks
+// the result once.
+type Opt interface{ apply(*config) }
+
+type optFunc func(*config)
+
+func (f optFunc) apply(c *config) { f(c) }
+
+type config struct {
+	conn               broker.Conn
+	clientID           string
+	linger             time.Duration
+	maxBuffered        int
+	defaultMaxAttempts int
+	defaultTimeout     time.Duration
+	createPartitions   int32
+	planner            *delay.Planner
+	buckets            []time.Duration
+	maxMessageBytes    int
+	registerer         prometheus.Registerer
+	log                *slog.Logger
+	now                func() time.Time
+	realClock          bool // now is time.Now: one clock read per task
+	txnID              string
+	txTimeout          time.Duration
+	errs               []error
+}
+
+func defaultConfig() config {
+	return config{
+		linger:          DefaultLinger,
+		maxBuffered:     DefaultMaxBufferedRecords,
+		maxMessageBytes: onceq.DefaultMaxMessageBytes,
+		log:             slog.New(slog.DiscardHandler),
+		now:             time.Now,
+		realClock:       true,
+		txTimeout:       DefaultTxTimeout,
+	}
+}
+
+func (c *config) bad(format string, args ...any) {
+	c.errs = append(c.errs, fmt.Errorf("producer: %s: %w", fmt.Sprintf(format, args...), ErrConfig))
+}
+
+// Conn sets how to reach the brokers: seeds, TLS and SASL. Default
+// broker.Conn{}, plaintext to broker.DefaultBrokers.
+func Conn(c broker.Conn) Opt { return optFunc(func(cfg *config) { cfg.conn = c }) }
+
+// Brokers sets the seed brokers, host:port each, keeping the rest of Conn.
+func Brokers(addrs ...string) Opt {
+	return optFunc(func(cfg *config) { cfg.conn.Brokers = addrs })
+}
+
+// ClientID names the producer to the brokers. Default the Conn's ClientID,
+// or "onceq".
+func ClientID(id string) Opt { return optFunc(func(cfg *config) { cfg.clientID = id }) }
+
+// Linger sets how long a partition's batch waits for more tasks before it
+// is sent. Default 5ms: SubmitAsync under load fills bigger batches, which
+// is most of the throughput, while Submit does not wait for it, because it
+// sends its partition's batch at once. Zero sends every batch as soon as a
+// request can go out; with up to five requests in flight per broker, tasks
+// still batch up behind them, a little less.
+func Linger(d time.Duration) Opt {
+	return optFunc(func(cfg *config) {
+		if d < 0 {
+			cfg.bad("Linger %v: want zero or positive", d)
+		}
+		cfg.linger = d
+	})
+}
+
+// MaxBufferedRecords bounds the tasks submitted and not yet acknowledged.
+// When it is reached, Submit and SubmitAsync block until tasks are
+// acknowledged or their context ends. Default 100,000.
+func MaxBufferedRecords(n int) Opt {
+	return optFunc(func(cfg *config) {
+		if n < 1 {
+			cfg.bad("MaxBufferedRecords %d: want 1 or more", n)
+		}
+		cfg.maxBuffered = n
+	})
+}
+
+// DefaultMaxAttempts is stamped on tasks that have no MaxAttempts. Default
+// zero: such tasks carry none and the worker's default applies.
+func DefaultMaxAttempts(n int) Opt {
+	return optFunc(func(cfg *config) {
+		if n < 0 {
+			cfg.bad("DefaultMaxAttempts %d: want zero (the worker's default) or positive", n)
+		}
+		cfg.defaultMaxAttempts = n
+	})
+}
+
+// DefaultTimeout is stamped on tasks that have no Timeout (time-to-run of
+// one attempt). Default zero: the worker's default applies.
+func DefaultTimeout(d time.Duration) Opt {
+	return optFunc(func(cfg *config) {
+		if d < 0 || d%time.Millisecond != 0 {
+			cfg.bad("DefaultTimeout %v: want zero or a positive whole number of milliseconds", d)
+		}
+		cfg.defaultTimeout = d
+	})
+}
+
+// CreateQueues creates missing queues with the given partitions on first
+// use. By default (zero) a task for a queue that does not exist is refused
+// with an error naming the queue and how to create it ("onceq topics
+// create QUEUE"): a typo in a queue name then fails at once instead of
+// creating a queue no worker reads. Delay bucket topics, onceq's own, are
+// always created when missing.
+func CreateQueues(partitions int32) Opt {
+	return optFunc(func(cfg *config) {
+		if partitions < 0 {
+			cfg.bad("CreateQueues %d: want zero (refuse missing queues) or a partition count", partitions)
+		}
+		cfg.createPartitions = partitions
+	})
+}
+
+// Planner sets the delay planner that routes delayed tasks to bucket
+// topics. It must have the ladder the delay service runs with. Default
+// delay.DefaultPlanner(). Planner and Buckets replace each other.
+func Planner(p *delay.Planner) Opt {
+	return optFunc(func(cfg *config) {
+		if p == nil {
+			cfg.bad("Planner: nil planner")
+		}
+		cfg.planner, cfg.buckets = p, nil
+	})
+}
+
+// Buckets sets the delay ladder, as Planner(delay.NewPlanner(buckets)).
+func Buckets(buckets ...time.Duration) Opt {
+	return optFunc(func(cfg *config) { cfg.planner, cfg.buckets = nil, buckets })
+}
+
+// MaxMessageBytes is the largest record the brokers accept (Kafka's
+// message.max.bytes). Larger tasks are refused before they are sent, with
+// onceq.ErrTooLarge. It also bounds a batch. Default
+// onceq.DefaultMaxMessageBytes (1 MiB).
+func MaxMessageBytes(n int) Opt {
+	return optFunc(func(cfg *config) {
+		if n < 1024 || n > 1<<30 {
+			cfg.bad("MaxMessageBytes %d: want 1024 to %d", n, 1<<30)
+		}
+		cfg.maxMessageBytes = n
+	})
+}
+
+// Registerer registers the producer's metrics: onceq_tasks_submitted_total,
+// onceq_submit_errors_total and onceq_submit_duration_seconds. Producers
+// sharing a registerer share the metrics. Default none: the metrics are
+// kept but not exported, so tests can create many producers.
+func Registerer(r prometheus.Registerer) Opt {
+	return optFunc(func(cfg *config) { cfg.registerer = r })
+}
+
+// Logger receives the producer's logs: topics it creates, transactions it
+// aborts, the client's warnings. Default: discarded.
+func Logger(l *slog.Logger) Opt {
+	return optFunc(func(cfg *config) {
+		if l == nil {
+			l = slog.New(slog.DiscardHandler)
+		}
+		cfg.log = l
+	})
+}
+
+// Now sets the clock that resolves delays and stamps enqueue times. For
+// tests. Default time.Now.
+func Now(now func() time.Time) Opt {
+	return optFunc(func(cfg *config) {
+		if now == nil {
+			cfg.bad("Now: nil clock")
+		}
+		cfg.now, cfg.realClock = now, false
+	})
+}
+
+// TransactionalID sets the Kafka transactional ID Tx uses. Default
+// "onceq-producer-" and a UUID, new for every producer.
+//
+// A producer that crashes inside Tx leaves its transaction open until the
+// broker aborts it after TxTimeout, and read_committed consumers of the
+// partitions it wrote wait for that. A producer restarted with the same
+// stable ID fences the old transaction at once instead. Two live producers
+// must never share an ID: the newer one fences the older.
+func TransactionalID(id string) Opt {
+	return optFunc(func(cfg *config) {
+		if id == "" {
+			cfg.bad("TransactionalID: empty: leave it unset to have one generated")
+		}
+		cfg.txnID = id
+	})
+}
+
+// TxTimeout is how long one Tx may stay open on the broker, from its first
+// task to its commit, before the broker aborts it. Default 20s: long
+// enough for a million small tasks, short enough that a crashed producer
+// does not hold back read_committed readers for long (see
+// TransactionalID). The broker caps it (transaction.max.timeout.ms).
+func TxTimeout(d time.Duration) Opt {
+	return optFunc(func(cfg *config) {
+		if d < time.Second {
+			cfg.bad("TxTimeout %v: want 1s or more", d)
+		}
+		cfg.txTimeout = d
+	})
+}
+
+// build applies opts and checks the result.
+func build(opts []Opt) (config, error) {
+	c := defaultConfig()
+	for _, o := range opts {
+		if o == nil {
+			c.bad("nil option")
+			continue
+		}
+		o.apply(&c)
+	}
+	if c.clientID != "" {
+		c.conn.ClientID = c.clientID
+	}
+	if err := c.conn.Validate(); err != nil {
+		c.errs = append(c.errs, fmt.Errorf("producer: %w", err))
+	}
+	if c.planner == nil {
+		if c.buckets == nil {
+			c.planner = delay.DefaultPlanner()
+		} else if p, err := delay.NewPlanner(c.buckets); err != nil {
+			c.bad("Buckets: %v", err)
+		} else {
+			c.planner = p
+		}
+	}
+	if c.txnID == "" {
+		c.txnID = "onceq-producer-" + uuid.NewString()
+	}
+	if err := errors.Join(c.errs...); err != nil {
+		return c, err
+	}
+	return c, nil
+}

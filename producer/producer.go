@@ -1,0 +1,293 @@
+package producer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/onceq/onceq"
+	"github.com/onceq/onceq/broker"
+)
+
+// ErrClosed is returned for tasks submitted after Close, and for tasks
+// still buffered when Close gave up waiting for them.
+var ErrClosed = errors.New("producer: closed")
+
+// closeFlushTimeout bounds how long Close waits for buffered tasks.
+const closeFlushTimeout = 30 * time.Second
+
+// Receipt tells where a task was written.
+type Receipt struct {
+	// ID is the task's ID, assigned by the producer if it had none. It is
+	// set on errors too, so that a task can be resubmitted with its ID.
+	ID string
+	// Topic is the queue, or the delay bucket topic when Delayed.
+	Topic     string
+	Partition int32
+	Offset    int64
+	// Delayed is true when the task went to a delay bucket.
+	Delayed bool
+}
+
+// Producer submits tasks. It is safe for concurrent use. Create it with
+// New and release it with Close.
+type Producer struct {
+	cfg    config
+	cl     *kgo.Client // idempotent, acks=all
+	topics sync.Map // topic name -> *topicState
+	m      *metrics
+	slots  chan struct{} // admission: one slot per task not yet acknowledged
+	closed atomic.Bool
+
+	admOnce sync.Once
+	adm     *broker.Admin // created by the first topic lookup
+	admErr  error
+
+	txMu sync.Mutex
+	txcl *kgo.Client // transactional, created by the first Tx
+}
+
+// New checks the options, connects and returns a producer. It does not
+// wait for the brokers: the first submission does.
+func New(opts ...Opt) (*Producer, error) {
+	cfg, err := build(opts)
+	if err != nil {
+		return nil, err
+	}
+	m, err := newMetrics(cfg.registerer)
+	if err != nil {
+		return nil, err
+	}
+	p := &Producer{cfg: cfg, m: m, slots: make(chan struct{}, cfg.maxBuffered)}
+	if p.cl, err = cfg.conn.NewClient(clientOpts(cfg)...); err != nil {
+		return nil, fmt.Errorf("producer: %w", err)
+	}
+	return p, nil
+}
+
+// clientOpts are the franz-go options of the idempotent client. The
+// benchmark builds its raw franz-go client from the same ones.
+func clientOpts(cfg config) []kgo.Opt {
+	return []kgo.Opt{
+		// acks=all and idempotence are franz-go's defaults; acks is
+		// spelled out, and no option here disables idempotence.
+		kgo.RequiredAcks(kgo.AllISRAcks()),
+		kgo.ProducerLinger(cfg.linger),
+		// Admission control is the slots channel, which honours the
+		// caller's context. The client's own limit sits above it so that
+		// Produce never blocks.
+		kgo.MaxBufferedRecords(2 * cfg.maxBuffered),
+		kgo.ProducerBatchMaxBytes(int32(cfg.maxMessageBytes)),
+		kgo.WithLogger(kgoLogger{cfg.log}),
+	}
+}
+
+// Submit writes a task and returns once the brokers acknowledged it
+// (acks=all, idempotent: the client's retries never duplicate it). A task
+// with a Delay or a future Due goes to a delay bucket.
+//
+// Invalid tasks are refused before anything is sent, with an error that
+// wraps the onceq error kind: errors.Is(err, onceq.ErrInvalidQueue). If ctx
+// ends before the acknowledgment, Submit returns ctx's error and the task
+// may still be written: resubmit it with the receipt's ID; duplicates of
+// one ID run once.
+func (p *Producer) Submit(ctx context.Context, task onceq.Task) (Receipt, error) {
+	type result struct {
+		rc  Receipt
+		err error
+	}
+	done := make(chan result, 1)
+	id := p.SubmitAsync(ctx, task, func(rc Receipt, err error) { done <- result{rc, err} })
+	select {
+	case r := <-done:
+		return r.rc, r.err
+	case <-ctx.Done():
+		select {
+		case r := <-done: // refused before it was sent, or just done
+			return r.rc, r.err
+		default:
+		}
+		// The outcome still reaches the metrics through the callback.
+		return Receipt{ID: id}, fmt.Errorf("producer: task %s: %w: it may still be written; resubmit it with this ID, duplicates run once", id, ctx.Err())
+	}
+}
+
+// SubmitAsync submits a task and calls fn with the outcome once the
+// brokers acknowledged or refused it; it returns the task's ID. fn runs on
+// the producer's callback goroutine, one call at a time in acknowledgment
+// order: it must be quick and must not block or call Flush. An invalid
+// task is refused before SubmitAsync returns, with fn called in the
+// caller's goroutine.
+//
+// SubmitAsync blocks while MaxBufferedRecords tasks await their
+// acknowledgment; ctx bounds that wait and the first lookup of a queue.
+// Once buffered, a task is not canceled by ctx: a caller's canceled context
+// must not fail other callers' tasks batched with it.
+func (p *Producer) SubmitAsync(ctx context.Context, task onceq.Task, fn func(Receipt, error)) string {
+	start := time.Now()
+	rec, dest, q, err := p.prepare(ctx, &task, start)
+	if err == nil {
+		err = p.acquire(ctx)
+	}
+	if err != nil {
+		err = p.wrap(&Receipt{ID: task.ID}, err)
+		p.m.fail(task.Queue, err)
+		fn(Receipt{ID: task.ID}, err)
+		return task.ID
+	}
+	id := task.ID
+	rec.Timestamp = start // saves the client a clock read
+	p.cl.Produce(context.Background(), rec, func(r *kgo.Record, err error) {
+		<-p.slots
+		rc := Receipt{ID: id, Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, Delayed: dest != q}
+		if err != nil {
+			dest.noteError(err)
+			rc.Partition, rc.Offset = 0, 0
+			err = p.wrap(&rc, err)
+			p.m.fail(q.name, err)
+			fn(rc, err)
+			return
+		}
+		q.submitted.Inc()
+		q.duration.Observe(time.Since(start).Seconds())
+		fn(rc, nil)
+	})
+	return id
+}
+
+// prepare validates the task, completes it and returns its record, the
+// topic it goes to and its queue (the same unless it is delayed).
+func (p *Producer) prepare(ctx context.Context, t *onceq.Task, now time.Time) (rec *kgo.Record, dest, q *topicState, err error) {
+	if p.closed.Load() {
+		return nil, nil, nil, ErrClosed
+	}
+	if err := t.Validate(p.cfg.maxMessageBytes); err != nil {
+		return nil, nil, nil, err
+	}
+	if t.ID == "" {
+		u, err := uuid.NewV7()
+		if err != nil {
+			return nil, nil, nil, fmt.Errorf("generating a task ID: %w", err)
+		}
+		t.ID = u.String()
+	}
+	if t.MaxAttempts == 0 {
+		t.MaxAttempts = p.cfg.defaultMaxAttempts
+	}
+	if t.Timeout == 0 {
+		t.Timeout = p.cfg.defaultTimeout
+	}
+	if !p.cfg.realClock {
+		now = p.cfg.now()
+	}
+	t.Resolve(now)
+	if dest, q, err = p.route(ctx, t, now); err != nil {
+		return nil, nil, nil, err
+	}
+	return t.Record(dest.name), dest, q, nil
+}
+
+// acquire takes an admission slot, waiting while MaxBufferedRecords tasks
+// are unacknowledged.
+func (p *Producer) acquire(ctx context.Context) error {
+	select {
+	case p.slots <- struct{}{}:
+		return nil
+	default:
+	}
+	select {
+	case p.slots <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Flush waits until every task submitted so far is acknowledged or
+// refused.
+func (p *Producer) Flush(ctx context.Context) error {
+	if err := p.cl.Flush(ctx); err != nil {
+		return fmt.Errorf("producer: flush: %w", err)
+	}
+	return nil
+}
+
+// Close waits up to 30 seconds for buffered tasks (call Flush first to
+// choose the wait), fails the rest with ErrClosed, waits for a running Tx
+// and releases the connections. Submitting after Close fails with
+// ErrClosed. Close is idempotent.
+func (p *Producer) Close() {
+	if p.closed.Swap(true) {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), closeFlushTimeout)
+	if err := p.cl.Flush(ctx); err != nil {
+		p.cfg.log.Warn("closing with unacknowledged tasks: they fail with ErrClosed", "err", err)
+	}
+	cancel()
+	p.cl.Close()
+	p.txMu.Lock()
+	if p.txcl != nil {
+		p.txcl.Close()
+		p.txcl = nil
+	}
+	p.txMu.Unlock()
+	if p.adm != nil {
+		p.adm.Close()
+	}
+}
+
+// wrap turns an error from below into the producer's: prefixed, naming
+// the task, still matching the kinds it wraps.
+func (p *Producer) wrap(rc *Receipt, err error) error {
+	var oe *onceq.Error
+	switch {
+	case errors.Is(err, ErrClosed), errors.Is(err, kgo.ErrClientClosed):
+		return ErrClosed
+	case errors.As(err, &oe):
+		return &taskError{err: err}
+	case errors.Is(err, ErrQueueNotFound):
+		return err
+	case rc.Topic != "":
+		return fmt.Errorf("producer: task %s to %s: %w", rc.ID, rc.Topic, err)
+	case rc.ID != "":
+		return fmt.Errorf("producer: task %s: %w", rc.ID, err)
+	}
+	return fmt.Errorf("producer: %w", err)
+}
+
+// taskError is an invalid task: the onceq error, prefixed "producer:".
+type taskError struct{ err error }
+
+func (e *taskError) Error() string {
+	s := e.err.Error()
+	if len(s) > 7 && s[:7] == "onceq: " {
+		s = s[7:]
+	}
+	return "producer: " + s
+}
+
+func (e *taskError) Unwrap() error { return e.err }
+
+// reason classifies an error for onceq_submit_errors_total.
+func reason(err error) string {
+	var oe *onceq.Error
+	switch {
+	case errors.As(err, &oe), errors.Is(err, kerr.MessageTooLarge), errors.Is(err, kerr.RecordListTooLarge):
+		return "invalid"
+	case errors.Is(err, ErrQueueNotFound):
+		return "no_queue"
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return "canceled"
+	case errors.Is(err, ErrClosed):
+		return "closed"
+	}
+	return "broker"
+}

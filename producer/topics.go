@@ -1,0 +1,139 @@
+package producer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kerr"
+
+	"github.com/onceq/onceq"
+	"github.com/onceq/onceq/broker"
+	"github.com/onceq/onceq/delay"
+)
+
+// ErrQueueNotFound is returned for a task whose queue does not exist when
+// the producer does not create queues (see CreateQueues).
+var ErrQueueNotFound = errors.New("queue not found")
+
+// missingRecheck is how long a queue found missing is refused without
+// asking the broker again, so that a loop submitting to a missing queue
+// does not flood the broker with metadata requests.
+const missingRecheck = time.Second
+
+// topicState caches what the producer knows about a queue or bucket
+// topic. Once ready, the hot path only loads it from the map.
+type topicState struct {
+	name   string
+	bucket bool
+	ready  atomic.Bool // the topic exists
+
+	mu        sync.Mutex // serializes lookups
+	missingAt time.Time  // when the broker last said the queue is missing
+
+	// Queues only: the queue's metrics.
+	submitted prometheus.Counter
+	duration  prometheus.Observer
+}
+
+// noteError forgets that the topic exists when the broker says it does
+// not (it was deleted), so that the next task looks it up again.
+func (s *topicState) noteError(err error) {
+	if errors.Is(err, kerr.UnknownTopicOrPartition) || errors.Is(err, kerr.UnknownTopicID) {
+		s.ready.Store(false)
+	}
+}
+
+// route returns the topic a resolved task goes to, and its queue: the
+// queue itself, or for a task due later the bucket the planner chooses.
+// Both must exist; missing bucket topics are created.
+func (p *Producer) route(ctx context.Context, t *onceq.Task, now time.Time) (dest, q *topicState, err error) {
+	if q, err = p.ensure(ctx, t.Queue, false); err != nil {
+		return nil, nil, err
+	}
+	if !t.DelayedAt(now) {
+		return q, q, nil
+	}
+	hop := p.cfg.planner.Route(now, t.Due)
+	if dest, err = p.ensure(ctx, hop.Topic, true); err != nil {
+		return nil, nil, err
+	}
+	return dest, q, nil
+}
+
+// ensure returns the state of a topic that exists, looking it up (and
+// creating it if allowed) the first time.
+func (p *Producer) ensure(ctx context.Context, name string, bucket bool) (*topicState, error) {
+	v, ok := p.topics.Load(name)
+	if !ok {
+		s := &topicState{name: name, bucket: bucket}
+		if !bucket {
+			s.submitted = p.m.submitted.WithLabelValues(name)
+			s.duration = p.m.duration.WithLabelValues(name)
+		}
+		v, _ = p.topics.LoadOrStore(name, s)
+	}
+	s := v.(*topicState)
+	if s.ready.Load() {
+		return s, nil
+	}
+	return s, p.lookup(ctx, s)
+}
+
+// lookup asks the broker whether the topic exists, creating bucket topics
+// always and queues when CreateQueues is set.
+func (p *Producer) lookup(ctx context.Context, s *topicState) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ready.Load() {
+		return nil
+	}
+	create := p.cfg.createPartitions
+	if create == 0 && !s.missingAt.IsZero() && time.Since(s.missingAt) < missingRecheck {
+		return p.missing(s.name)
+	}
+	adm, err := p.admin()
+	if err != nil {
+		return err
+	}
+	switch {
+	case s.bucket:
+		err = adm.EnsureTopic(ctx, s.name, delay.DefaultBucketPartitions, delay.BucketTopicConfigs())
+	case create > 0:
+		err = adm.EnsureTopic(ctx, s.name, create, nil)
+	default:
+		details, lerr := adm.Kadm().ListTopics(ctx, s.name)
+		d, ok := details[s.name]
+		switch {
+		case lerr != nil:
+			err = lerr
+		case !ok || errors.Is(d.Err, kerr.UnknownTopicOrPartition):
+			s.missingAt = time.Now()
+			return p.missing(s.name)
+		default:
+			err = d.Err
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("producer: looking up topic %s: %w", s.name, err)
+	}
+	s.ready.Store(true)
+	s.missingAt = time.Time{}
+	return nil
+}
+
+func (p *Producer) missing(queue string) error {
+	return fmt.Errorf("producer: queue %q does not exist: create it with \"onceq topics create %s\", or let the producer create queues (CreateQueues, onceq produce --create-queues N): %w", queue, queue, ErrQueueNotFound)
+}
+
+// admin returns the admin client, connecting it the first time.
+func (p *Producer) admin() (*broker.Admin, error) {
+	p.admOnce.Do(func() {
+		p.adm, p.admErr = broker.NewAdmin(p.cfg.conn)
+	})
+	return p.adm, p.admErr
+}

@@ -1,0 +1,217 @@
+package producer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/onceq/onceq"
+)
+
+// endTxTimeout bounds committing or aborting a transaction. Ending one is
+// never tied to the caller's context: a commit canceled half way leaves
+// its outcome unknown, so the decision to commit is taken on ctx and the
+// commit itself then runs to its end.
+const endTxTimeout = 30 * time.Second
+
+// errTxEnded is returned by Tx.Submit after fn returned.
+var errTxEnded = errors.New("producer: Tx.Submit after the transaction ended: submit only inside fn")
+
+// Tx is one transaction: every task submitted through it becomes visible
+// to read_committed consumers when it commits, all at once, or never.
+// Submit and Receipts are safe for concurrent use inside the function
+// given to Producer.Tx, and must not be called after it returns.
+type Tx struct {
+	p   *Producer
+	cl  *kgo.Client
+	ctx context.Context
+
+	mu       sync.Mutex
+	receipts []Receipt
+	queues   []*topicState // queues[i] is the queue of receipts[i]
+	err      error         // the first task the brokers refused
+	ended    bool
+}
+
+// Tx runs fn in a transaction. If fn returns nil and ctx is not done, the
+// tasks fn submitted commit together; if fn returns an error or panics, a
+// task is refused, or ctx ends first, the transaction aborts and none of
+// them is ever visible to read_committed consumers (plain read_uncommitted
+// Kafka consumers do see aborted records; onceq's workers read committed).
+// A producer that crashes inside Tx leaves the transaction to the broker,
+// which aborts it after TxTimeout.
+//
+// One Tx runs at a time per producer; others wait. Tasks submitted with
+// Submit or SubmitAsync meanwhile are not part of it. The transactional
+// client is created by the first Tx and recreated after a transaction
+// that could not be aborted.
+func (p *Producer) Tx(ctx context.Context, fn func(*Tx) error) (err error) {
+	if p.closed.Load() {
+		return ErrClosed
+	}
+	p.txMu.Lock()
+	defer p.txMu.Unlock()
+	cl, err := p.txClient()
+	if err != nil {
+		return err
+	}
+	if err := cl.BeginTransaction(); err != nil {
+		p.dropTxClient()
+		return fmt.Errorf("producer: beginning a transaction: %w", err)
+	}
+	tx := &Tx{p: p, cl: cl, ctx: ctx}
+	start := time.Now()
+	committed := false
+	defer func() {
+		tx.mu.Lock()
+		tx.ended = true
+		tx.mu.Unlock()
+		if !committed {
+			p.abortTx(cl)
+			tx.count(false, start)
+		}
+	}()
+	if err := fn(tx); err != nil {
+		return err
+	}
+	if err := p.commitTx(ctx, tx); err != nil {
+		return err
+	}
+	committed = true
+	tx.count(true, start)
+	return nil
+}
+
+// commitTx flushes the transaction's tasks and commits them, unless one
+// was refused or ctx ended.
+func (p *Producer) commitTx(ctx context.Context, tx *Tx) error {
+	if err := tx.cl.Flush(ctx); err != nil {
+		return fmt.Errorf("producer: transaction not committed: %w", err)
+	}
+	tx.mu.Lock()
+	err := tx.err
+	tx.mu.Unlock()
+	if err != nil {
+		return fmt.Errorf("producer: transaction not committed: %w", err)
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("producer: transaction not committed: %w", err)
+	}
+	ectx, cancel := context.WithTimeout(context.WithoutCancel(ctx), endTxTimeout)
+	defer cancel()
+	if err := tx.cl.EndTransaction(ectx, kgo.TryCommit); err != nil {
+		return fmt.Errorf("producer: committing the transaction: %w", err)
+	}
+	return nil
+}
+
+// abortTx aborts the open transaction: buffered records fail, and the
+// broker writes abort markers for what was written. If that fails, the
+// client's state is unknown; it is closed and the next Tx makes a new one,
+// whose initialization fences whatever the old one left open.
+func (p *Producer) abortTx(cl *kgo.Client) {
+	ctx, cancel := context.WithTimeout(context.Background(), endTxTimeout)
+	defer cancel()
+	err := cl.AbortBufferedRecords(ctx)
+	if err == nil {
+		err = cl.EndTransaction(ctx, kgo.TryAbort)
+	}
+	if err != nil {
+		p.cfg.log.Warn("aborting a transaction failed: recreating the transactional client", "err", err, "transactional_id", p.cfg.txnID)
+		p.dropTxClient()
+	}
+}
+
+// txClient returns the transactional client, creating it if needed.
+// p.txMu is held.
+func (p *Producer) txClient() (*kgo.Client, error) {
+	if p.txcl != nil {
+		return p.txcl, nil
+	}
+	opts := append(clientOpts(p.cfg),
+		kgo.TransactionalID(p.cfg.txnID),
+		kgo.TransactionTimeout(p.cfg.txTimeout),
+		kgo.MaxBufferedRecords(p.cfg.maxBuffered),
+	)
+	cl, err := p.cfg.conn.NewClient(opts...)
+	if err != nil {
+		return nil, fmt.Errorf("producer: %w", err)
+	}
+	p.txcl = cl
+	return cl, nil
+}
+
+// dropTxClient closes the transactional client. p.txMu is held.
+func (p *Producer) dropTxClient() {
+	if p.txcl != nil {
+		p.txcl.Close()
+		p.txcl = nil
+	}
+}
+
+// Submit adds a task to the transaction. Invalid tasks are refused at once,
+// as by Producer.Submit; the transaction goes on unless fn returns the
+// error. A task the brokers refuse later makes the commit fail.
+func (tx *Tx) Submit(task onceq.Task) error {
+	tx.mu.Lock()
+	ended := tx.ended
+	tx.mu.Unlock()
+	if ended {
+		return errTxEnded
+	}
+	rec, dest, q, err := tx.p.prepare(tx.ctx, &task, time.Now())
+	if err != nil {
+		return tx.p.wrap(&Receipt{ID: task.ID}, err)
+	}
+	tx.mu.Lock()
+	i := len(tx.receipts)
+	tx.receipts = append(tx.receipts, Receipt{ID: task.ID, Topic: dest.name, Partition: -1, Offset: -1, Delayed: dest != q})
+	tx.queues = append(tx.queues, q)
+	tx.mu.Unlock()
+	tx.cl.Produce(tx.ctx, rec, func(r *kgo.Record, err error) {
+		tx.mu.Lock()
+		defer tx.mu.Unlock()
+		if err != nil {
+			dest.noteError(err)
+			if tx.err == nil {
+				tx.err = tx.p.wrap(&tx.receipts[i], err)
+			}
+			return
+		}
+		tx.receipts[i].Partition, tx.receipts[i].Offset = r.Partition, r.Offset
+	})
+	return nil
+}
+
+// Receipts waits until the brokers acknowledged every task submitted so
+// far and returns their receipts in submission order. The tasks are
+// written but invisible to read_committed consumers until the transaction
+// commits; the error is the first task the brokers refused.
+func (tx *Tx) Receipts(ctx context.Context) ([]Receipt, error) {
+	if err := tx.cl.Flush(ctx); err != nil {
+		return nil, fmt.Errorf("producer: waiting for the transaction's tasks: %w", err)
+	}
+	tx.mu.Lock()
+	defer tx.mu.Unlock()
+	return append([]Receipt(nil), tx.receipts...), tx.err
+}
+
+// count records the outcome of the transaction's tasks in the metrics:
+// submitted, or refused with reason "aborted".
+func (tx *Tx) count(committed bool, start time.Time) {
+	tx.mu.Lock()
+	defer tx.mu.Unlock()
+	d := time.Since(start).Seconds()
+	for _, q := range tx.queues {
+		if !committed {
+			tx.p.m.errors.WithLabelValues(q.name, "aborted").Inc()
+			continue
+		}
+		q.submitted.Inc()
+		q.duration.Observe(d)
+	}
+}
