@@ -1,0 +1,223 @@
+package consumer
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/onceq/onceq/broker"
+	"github.com/onceq/onceq/checkpoint"
+)
+
+// expireEvery is how often processed IDs past the dedup window are removed.
+const expireEvery = time.Minute
+
+// pending is one partition's share of a commit.
+type pending struct {
+	ps       *partState
+	results  []*result
+	at       kgo.EpochOffset // zero Offset: the prefix did not move
+	upTo     uint64
+	logStart int // index of the partition's first changelog record in recs
+	logEnd   int
+}
+
+// commit runs the commit cycle: one Kafka transaction with the completed
+// tasks' outputs, their changelog records and the offsets of each
+// partition's completed prefix; then, if it committed, one synced Pebble
+// batch with the same marks, state and offsets.
+//
+// A crash before the transaction commits aborts it and the records run
+// again. A crash between the two steps leaves the checkpoint behind the
+// changelog, and the next restore replays the difference. An aborted
+// transaction (a rebalance) rewinds every partition to its committed
+// offset and drops everything in flight.
+func (w *Worker) commit(ctx context.Context) error {
+	w.completed.Store(0)
+	var (
+		recs    []*kgo.Record
+		parts   []pending
+		offsets = map[string]map[int32]kgo.EpochOffset{}
+		eos     = w.cfg.guarantee == ExactlyOnce
+	)
+	for _, ps := range w.snapshotParts() {
+		res, at, upTo, changed := ps.collect()
+		if !changed {
+			continue
+		}
+		p := pending{ps: ps, results: res, at: at, upTo: upTo}
+		for _, r := range res {
+			recs = append(recs, r.outputs...)
+		}
+		p.logStart = len(recs)
+		if eos {
+			recs = w.appendChangelog(recs, ps.tp, res)
+		}
+		p.logEnd = len(recs)
+		if at.Offset > 0 {
+			if offsets[ps.tp.Topic] == nil {
+				offsets[ps.tp.Topic] = map[int32]kgo.EpochOffset{}
+			}
+			offsets[ps.tp.Topic][ps.tp.Partition] = at
+		}
+		parts = append(parts, p)
+	}
+	if eos && time.Since(w.lastExpire) > expireEvery {
+		recs = w.appendExpired(ctx, recs)
+	}
+	if len(recs) == 0 && len(offsets) == 0 {
+		return nil
+	}
+
+	start := time.Now()
+	committed, err := w.kafka.commit(ctx, recs, offsets)
+	w.metrics.commit.WithLabelValues("kafka").Observe(time.Since(start).Seconds())
+	if err != nil {
+		w.resetAll()
+		return fmt.Errorf("consumer: committing: %w", err)
+	}
+	if !committed {
+		w.metrics.aborts.Inc()
+		w.cfg.log.Info("commit aborted (group rebalanced): in-flight tasks run again", "tasks", countResults(parts))
+		w.resetAll()
+		return nil
+	}
+	if eos {
+		start = time.Now()
+		if err := w.checkpoint(recs, parts); err != nil {
+			return err
+		}
+		w.metrics.commit.WithLabelValues("pebble").Observe(time.Since(start).Seconds())
+	}
+	w.countOutcomes(parts)
+	w.kafka.reseek(parts)
+	return nil
+}
+
+// appendChangelog adds a partition's changelog records: a mark for each
+// task that ran and its state writes.
+func (w *Worker) appendChangelog(recs []*kgo.Record, tp checkpoint.TP, res []*result) []*kgo.Record {
+	topic := broker.ChangelogTopic(w.cfg.group, tp.Topic)
+	add := func(k, v []byte) {
+		recs = append(recs, &kgo.Record{Topic: topic, Partition: tp.Partition, Key: k, Value: v})
+	}
+	for _, r := range res {
+		if r.dup {
+			continue
+		}
+		add(checkpoint.EncodeMark(r.id, r.at))
+		for _, sw := range r.writes {
+			if sw.value == nil {
+				add(checkpoint.EncodeStateTombstone(sw.key), nil)
+			} else {
+				add(checkpoint.EncodeState(sw.key, sw.value))
+			}
+		}
+	}
+	return recs
+}
+
+// appendExpired removes processed IDs past the dedup window from the
+// checkpoint and adds their changelog tombstones, for the partitions this
+// worker owns.
+func (w *Worker) appendExpired(ctx context.Context, recs []*kgo.Record) []*kgo.Record {
+	w.lastExpire = time.Now()
+	removed, err := w.store.ExpireProcessed(ctx, time.Now(), 100_000)
+	if err != nil {
+		w.cfg.log.Warn("expiring processed IDs", "err", err)
+		return recs
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, r := range removed {
+		if w.parts[r.TP] == nil {
+			continue
+		}
+		recs = append(recs, &kgo.Record{Topic: broker.ChangelogTopic(w.cfg.group, r.TP.Topic), Partition: r.TP.Partition,
+			Key: checkpoint.EncodeMarkTombstone(r.ID)})
+	}
+	if len(removed) > 0 {
+		w.cfg.log.Debug("expired processed IDs", "count", len(removed))
+	}
+	return recs
+}
+
+// checkpoint writes what the transaction committed to Pebble, in one
+// synced batch, and then clears it from the partitions' overlays.
+func (w *Worker) checkpoint(recs []*kgo.Record, parts []pending) error {
+	b := w.store.NewBatch()
+	defer b.Close()
+	for _, p := range parts {
+		tp := p.ps.tp
+		for _, r := range p.results {
+			if r.dup {
+				continue
+			}
+			if err := b.MarkProcessed(tp, r.id, r.at); err != nil {
+				return fmt.Errorf("consumer: checkpoint: %w", err)
+			}
+			for _, sw := range r.writes {
+				var err error
+				if sw.value == nil {
+					err = b.Delete(tp, sw.key)
+				} else {
+					err = b.Set(tp, sw.key, sw.value)
+				}
+				if err != nil {
+					return fmt.Errorf("consumer: checkpoint: %w", err)
+				}
+			}
+		}
+		cur, ok, err := w.store.Checkpoint(tp)
+		if err != nil {
+			return fmt.Errorf("consumer: checkpoint: %w", err)
+		}
+		if !ok {
+			cur = checkpoint.Offsets{Source: -1, Changelog: -1}
+		}
+		if p.at.Offset > 0 {
+			cur.Source = p.at.Offset
+		}
+		if p.logEnd > p.logStart {
+			cur.Changelog = recs[p.logEnd-1].Offset + 1
+		}
+		if err := b.SetOffsets(tp, cur); err != nil {
+			return fmt.Errorf("consumer: checkpoint: %w", err)
+		}
+	}
+	if err := b.Commit(); err != nil {
+		return fmt.Errorf("consumer: checkpoint commit failed after the Kafka commit; the changelog replays it on restart: %w", err)
+	}
+	for _, p := range parts {
+		p.ps.committed(p.upTo)
+	}
+	return nil
+}
+
+func (w *Worker) resetAll() {
+	for _, ps := range w.snapshotParts() {
+		ps.reset()
+	}
+}
+
+func (w *Worker) countOutcomes(parts []pending) {
+	for _, p := range parts {
+		for _, r := range p.results {
+			outcome := "success"
+			if r.dup {
+				outcome = "duplicate"
+			}
+			w.metrics.processed.WithLabelValues(p.ps.tp.Topic, outcome).Inc()
+		}
+	}
+}
+
+func countResults(parts []pending) int {
+	n := 0
+	for _, p := range parts {
+		n += len(p.results)
+	}
+	return n
+}

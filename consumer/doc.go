@@ -1,0 +1,50 @@
+// Package consumer runs onceq tasks in a Kafka consumer group, exactly
+// once.
+//
+// A Worker joins a group, takes a share of the queues' partitions and runs
+// a Handler for each task. Every commit interval it commits, in one Kafka
+// transaction, the completed tasks' outputs (tasks they emit), their
+// changelog records (processed IDs and state writes) and the offsets of
+// each partition's completed prefix, fenced by the group generation
+// (KIP-447). Then it writes the same to its Pebble checkpoint. A task whose
+// ID is already processed is acknowledged without running, so duplicates
+// submitted with one ID run once.
+//
+//	h := consumer.HandlerFunc(func(ctx context.Context, t *consumer.Task) error {
+//		n, err := t.State().Counter([]byte("sent/"+t.ID), 1)
+//		if err != nil {
+//			return err
+//		}
+//		return t.Emit(onceq.Task{Queue: "receipts", Payload: []byte(strconv.FormatInt(n, 10))})
+//	})
+//	w, err := consumer.New(
+//		consumer.Conn(broker.Conn{Brokers: []string{"127.0.0.1:9092"}}),
+//		consumer.Group("mailer"),
+//		consumer.Queues("emails"),
+//		consumer.CheckpointDir("/var/lib/onceq/mailer"),
+//		consumer.WithHandler(h),
+//	)
+//	if err != nil { ... }
+//	err = w.Run(ctx) // until ctx is done; then drains, commits and leaves
+//
+// Ordering and concurrency: records with the same key run one at a time in
+// offset order; different keys run concurrently, up to Concurrency.
+//
+// Effects that go through onceq (state writes, emitted tasks, the offset)
+// commit together or not at all, across crashes, restarts and rebalances.
+// Effects outside (an e-mail, an HTTP call) are at-least-once by nature:
+// use Task.ID as their idempotency key.
+//
+// Each worker needs its own CheckpointDir. It holds the worker's instance
+// ID, from which its transactional ID and static group membership derive:
+// a restarted worker fences its predecessor's open transaction at once and
+// takes back its partitions without a rebalance. A partition that arrives
+// from another worker is first caught up from its changelog topic
+// (onceq-changelog-<group>-<queue>), so no processed ID runs again.
+//
+// When the group rebalances between commits, the next commit aborts and
+// the worker's uncommitted work (at most one commit interval's) runs again
+// on the partitions' new owners: franz-go's GroupTransactSession favors
+// aborting over committing across a rebalance, which is what keeps the
+// guarantee when a member is slow.
+package consumer

@@ -1,0 +1,174 @@
+package consumer
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/onceq/onceq"
+	"github.com/onceq/onceq/checkpoint"
+)
+
+// Handler runs one task. A nil error commits the task's effects (state
+// writes and emitted tasks) together with its offset; an error discards
+// them and the task runs again.
+//
+// External side effects (an e-mail, an HTTP call) are at-least-once by
+// nature: a task may run again after a crash before its commit. Use
+// Task.ID as the idempotency key for them.
+type Handler interface {
+	Handle(ctx context.Context, t *Task) error
+}
+
+// HandlerFunc adapts a function to a Handler.
+type HandlerFunc func(ctx context.Context, t *Task) error
+
+// Handle calls f.
+func (f HandlerFunc) Handle(ctx context.Context, t *Task) error { return f(ctx, t) }
+
+// Middleware wraps a Handler, as net/http middleware wraps a handler.
+type Middleware func(Handler) Handler
+
+// Chain wraps h in the middleware, the first one outermost.
+func Chain(h Handler, mw ...Middleware) Handler {
+	for i := len(mw) - 1; i >= 0; i-- {
+		h = mw[i](h)
+	}
+	return h
+}
+
+// Task is a task being handled: the decoded onceq task, where it came
+// from, its partition's state and the tasks it emits.
+type Task struct {
+	onceq.Task
+	// Topic, Partition and Offset locate the record the task came from.
+	Topic     string
+	Partition int32
+	Offset    int64
+
+	state  State
+	emits  []onceq.Task
+	w      *Worker
+	parent string
+}
+
+// State returns the task's view of its partition's state. Writes are
+// committed atomically with the task, or discarded with it.
+func (t *Task) State() *State { return &t.state }
+
+// Emit writes a task in the same Kafka transaction as this task's commit,
+// so it exists exactly once downstream. A task without an ID gets one
+// derived from this task's ID, the same on every run of this task, so that
+// downstream deduplication holds across retries. A task with a Due or
+// Delay in the future goes through the delay buckets.
+func (t *Task) Emit(out onceq.Task) error {
+	if err := out.Validate(t.w.cfg.maxMessageBytes); err != nil {
+		return fmt.Errorf("consumer: emit from task %q: %w", t.ID, err)
+	}
+	if out.ID == "" {
+		out.ID = t.ID + "/" + strconv.Itoa(len(t.emits))
+		if len(out.ID) > onceq.MaxIDLen {
+			return fmt.Errorf("consumer: emit from task %q: derived ID is over %d bytes: give the emitted task an ID", t.ID, onceq.MaxIDLen)
+		}
+	}
+	t.emits = append(t.emits, out.Clone())
+	return nil
+}
+
+// State is a partition's key-value state as one task sees it: committed
+// values, overlaid by the writes of tasks completed but not yet committed,
+// overlaid by this task's own writes.
+//
+// State is scoped to the partition. Tasks of different keys in one
+// partition run concurrently: derive state keys from the task's key (or ID)
+// so that concurrent tasks never write the same state key.
+type State struct {
+	ps     *partState
+	writes []stateWrite
+	byKey  map[string]int
+}
+
+type stateWrite struct {
+	key   []byte
+	value []byte // nil: delete
+}
+
+// Get returns the value of key.
+func (s *State) Get(key []byte) ([]byte, bool, error) {
+	if i, ok := s.byKey[string(key)]; ok {
+		v := s.writes[i].value
+		return v, v != nil, nil
+	}
+	if v, ok, found := s.ps.overlayGet(key); found {
+		return v, ok, nil
+	}
+	return s.ps.store.Get(s.ps.tp, key)
+}
+
+// Set writes key = value. A nil value is stored as empty.
+func (s *State) Set(key, value []byte) {
+	if value == nil {
+		value = []byte{}
+	}
+	s.put(key, value)
+}
+
+// Delete removes key.
+func (s *State) Delete(key []byte) { s.put(key, nil) }
+
+func (s *State) put(key, value []byte) {
+	k := append([]byte{}, key...)
+	var v []byte
+	if value != nil {
+		v = append([]byte{}, value...)
+	}
+	if s.byKey == nil {
+		s.byKey = map[string]int{}
+	}
+	if i, ok := s.byKey[string(k)]; ok {
+		s.writes[i].value = v
+		return
+	}
+	s.byKey[string(k)] = len(s.writes)
+	s.writes = append(s.writes, stateWrite{key: k, value: v})
+}
+
+// Counter is a helper over State: it reads key as a decimal counter, adds
+// delta, writes it back and returns the new value.
+func (s *State) Counter(key []byte, delta int64) (int64, error) {
+	v, ok, err := s.Get(key)
+	if err != nil {
+		return 0, err
+	}
+	var n int64
+	if ok && len(v) > 0 {
+		if n, err = strconv.ParseInt(string(v), 10, 64); err != nil {
+			return 0, fmt.Errorf("consumer: state %q is not a counter: %w", key, err)
+		}
+	}
+	n += delta
+	s.Set(key, []byte(strconv.FormatInt(n, 10)))
+	return n, nil
+}
+
+// changelog returns the changelog entries of the task's state writes.
+func (s *State) changelog() []checkpoint.Entry {
+	out := make([]checkpoint.Entry, 0, len(s.writes))
+	for _, w := range s.writes {
+		out = append(out, checkpoint.Entry{Kind: checkpoint.KindState, Key: w.key, Value: w.value, Delete: w.value == nil})
+	}
+	return out
+}
+
+// sinceDue is the time from when the task could first run to now.
+func sinceDue(t *onceq.Task, now time.Time) time.Duration {
+	from := t.Due
+	if from.IsZero() {
+		from = t.Enqueued
+	}
+	if from.IsZero() {
+		return 0
+	}
+	return now.Sub(from)
+}

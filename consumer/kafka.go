@@ -1,0 +1,204 @@
+package consumer
+
+import (
+	"cmp"
+	"context"
+	"strings"
+	"sync"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/onceq/onceq/broker"
+	"github.com/onceq/onceq/checkpoint"
+)
+
+// kafkaSide is how the worker consumes and commits: a transact session
+// (exactly-once) or a plain group client (at-least-once).
+type kafkaSide interface {
+	poll(ctx context.Context, max int) kgo.Fetches
+	// commit writes recs and commits offsets, atomically for the
+	// transactional side. committed false with a nil error means the
+	// commit was aborted (a rebalance) and the consumer was rewound to the
+	// last committed offsets.
+	commit(ctx context.Context, recs []*kgo.Record, offsets map[string]map[int32]kgo.EpochOffset) (committed bool, err error)
+	client() *kgo.Client
+	// reseek moves the fetch position of committed partitions back to
+	// where dispatching stopped, after a commit rewound it.
+	reseek(parts []pending)
+	pause(tp checkpoint.TP)
+	resume(tp checkpoint.TP)
+	leave(ctx context.Context)
+	close()
+}
+
+func newKafkaSide(w *Worker) (kafkaSide, error) {
+	opts := []kgo.Opt{
+		kgo.ConsumerGroup(w.cfg.group),
+		kgo.ConsumeTopics(w.cfg.queues...),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.SessionTimeout(w.cfg.sessionTimeout),
+		kgo.InstanceID(w.instanceID),
+		kgo.OnPartitionsAssigned(w.assigned),
+		kgo.OnPartitionsRevoked(w.revoked),
+		kgo.OnPartitionsLost(w.revoked),
+		kgo.AutoCommitMarks(),
+		kgo.ProducerLinger(0),
+		kgo.RecordPartitioner(outPartitioner{kgo.StickyKeyPartitioner(nil)}),
+		kgo.ProducerBatchMaxBytes(int32(min(w.cfg.maxMessageBytes, 1<<20))),
+		kgo.WithLogger(kgoLogger{w.cfg.log}),
+	}
+	if w.cfg.guarantee == AtLeastOnce {
+		opts = append(opts, kgo.AutoCommitInterval(w.cfg.commitInterval))
+		cl, err := w.cfg.conn.NewClient(opts...)
+		if err != nil {
+			return nil, err
+		}
+		return &plainSide{baseSide{cl: cl, w: w}}, nil
+	}
+	base, err := w.cfg.conn.Opts()
+	if err != nil {
+		return nil, err
+	}
+	opts = append(opts,
+		kgo.TransactionalID("onceq-"+w.cfg.group+"-"+w.instanceID),
+		kgo.TransactionTimeout(w.cfg.txnTimeout),
+		kgo.RequireStableFetchOffsets(),
+	)
+	sess, err := kgo.NewGroupTransactSession(append(base, opts...)...)
+	if err != nil {
+		return nil, err
+	}
+	return &txnSide{baseSide{cl: sess.Client(), w: w}, sess}, nil
+}
+
+type baseSide struct {
+	cl *kgo.Client
+	w  *Worker
+}
+
+func (b *baseSide) client() *kgo.Client { return b.cl }
+func (b *baseSide) pause(tp checkpoint.TP) {
+	b.cl.PauseFetchPartitions(map[string][]int32{tp.Topic: {tp.Partition}})
+}
+func (b *baseSide) resume(tp checkpoint.TP) {
+	b.cl.ResumeFetchPartitions(map[string][]int32{tp.Topic: {tp.Partition}})
+}
+
+// leave leaves the group for good. A static member (instance ID) does not
+// leave when its client closes, so that a restart takes its partitions
+// back without a rebalance; a clean shutdown says goodbye explicitly so
+// that the others take over at once.
+func (b *baseSide) leave(ctx context.Context) {
+	b.cl.Close()
+	adm, err := broker.NewAdmin(b.w.cfg.conn)
+	if err != nil {
+		return
+	}
+	defer adm.Close()
+	if _, err := adm.Kadm().LeaveGroup(ctx, kadm.LeaveGroup(b.w.cfg.group).InstanceIDs(b.w.instanceID).Reason("onceq worker shutdown")); err != nil {
+		b.w.cfg.log.Warn("leaving the group", "err", err)
+	}
+}
+
+type txnSide struct {
+	baseSide
+	sess *kgo.GroupTransactSession
+}
+
+func (s *txnSide) poll(ctx context.Context, max int) kgo.Fetches {
+	return s.sess.PollRecords(ctx, max)
+}
+
+func (s *txnSide) commit(ctx context.Context, recs []*kgo.Record, offsets map[string]map[int32]kgo.EpochOffset) (bool, error) {
+	if err := s.sess.Begin(); err != nil {
+		return false, err
+	}
+	var (
+		mu      sync.Mutex
+		failure error
+	)
+	for _, r := range recs {
+		s.sess.Produce(ctx, r, func(_ *kgo.Record, err error) {
+			if err != nil {
+				mu.Lock()
+				failure = cmp.Or(failure, err)
+				mu.Unlock()
+			}
+		})
+	}
+	s.cl.MarkCommitOffsets(offsets)
+	if err := s.cl.Flush(ctx); err != nil {
+		return false, err
+	}
+	mu.Lock()
+	try := kgo.TransactionEndTry(failure == nil)
+	mu.Unlock()
+	if !try {
+		s.w.cfg.log.Warn("aborting commit: writing a record failed", "err", failure)
+	}
+	return s.sess.End(ctx, try)
+}
+
+func (s *txnSide) close() { s.sess.Close() }
+
+// reseek undoes the rewind of a successful End: the session sets each
+// marked partition's fetch position to its committed prefix, but records
+// past the prefix are already dispatched. Without this they would be
+// fetched again (and skipped) after every commit.
+func (s *txnSide) reseek(parts []pending) {
+	var to map[string]map[int32]kgo.EpochOffset
+	for _, p := range parts {
+		if p.at.Offset <= 0 {
+			continue
+		}
+		p.ps.mu.Lock()
+		next, epoch, gone := p.ps.next, p.ps.leaderEpoch, p.ps.revoked
+		p.ps.mu.Unlock()
+		if gone || next <= p.at.Offset {
+			continue
+		}
+		if to == nil {
+			to = map[string]map[int32]kgo.EpochOffset{}
+		}
+		if to[p.ps.tp.Topic] == nil {
+			to[p.ps.tp.Topic] = map[int32]kgo.EpochOffset{}
+		}
+		to[p.ps.tp.Topic][p.ps.tp.Partition] = kgo.EpochOffset{Epoch: epoch, Offset: next}
+	}
+	if to != nil {
+		s.cl.SetOffsets(to)
+	}
+}
+
+// plainSide is the at-least-once side: outputs are flushed, then offsets
+// committed; a crash in between writes the outputs again.
+type plainSide struct{ baseSide }
+
+func (s *plainSide) poll(ctx context.Context, max int) kgo.Fetches { return s.cl.PollRecords(ctx, max) }
+
+func (s *plainSide) commit(ctx context.Context, recs []*kgo.Record, offsets map[string]map[int32]kgo.EpochOffset) (bool, error) {
+	if err := s.cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+		return false, err
+	}
+	s.cl.MarkCommitOffsets(offsets)
+	return true, s.cl.CommitMarkedOffsets(ctx)
+}
+
+func (s *plainSide) close() { s.cl.Close() }
+
+// reseek is not needed: committing marks does not move the fetch position.
+func (s *plainSide) reseek([]pending) {}
+
+// outPartitioner places changelog records on the partition they name (the
+// source partition's number) and everything else as Kafka's default
+// partitioner does (murmur2 of the key), so that an emitted task lands
+// where any other client would put it.
+type outPartitioner struct{ keyed kgo.Partitioner }
+
+func (p outPartitioner) ForTopic(topic string) kgo.TopicPartitioner {
+	if strings.HasPrefix(topic, broker.ChangelogPrefix) {
+		return kgo.ManualPartitioner().ForTopic(topic)
+	}
+	return p.keyed.ForTopic(topic)
+}

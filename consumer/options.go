@@ -1,0 +1,237 @@
+package consumer
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/onceq/onceq"
+	"github.com/onceq/onceq/broker"
+	"github.com/onceq/onceq/delay"
+)
+
+// Guarantee is what a worker promises about a task's effects.
+type Guarantee string
+
+const (
+	// ExactlyOnce commits each task's effects, its offset and its
+	// processed-ID mark in one Kafka transaction, and skips IDs already
+	// processed. The default.
+	ExactlyOnce Guarantee = "exactly-once"
+	// AtLeastOnce turns off transactions and deduplication for raw speed:
+	// after a crash, tasks since the last commit run again and their
+	// effects are written again.
+	AtLeastOnce Guarantee = "at-least-once"
+)
+
+// ParseGuarantee reads a guarantee by name.
+func ParseGuarantee(s string) (Guarantee, error) {
+	switch g := Guarantee(s); g {
+	case ExactlyOnce, AtLeastOnce:
+		return g, nil
+	}
+	return "", fmt.Errorf("consumer: guarantee %q: use exactly-once or at-least-once", s)
+}
+
+// ErrConfig is wrapped by every invalid option.
+var ErrConfig = errors.New("invalid worker option")
+
+// Opt configures a Worker.
+type Opt interface{ apply(*config) }
+
+type optFunc func(*config)
+
+func (f optFunc) apply(c *config) { f(c) }
+
+type config struct {
+	conn             broker.Conn
+	group            string
+	queues           []string
+	checkpointDir    string
+	handler          Handler
+	concurrency      int
+	commitInterval   time.Duration
+	maxPerCommit     int
+	dedupWindow      time.Duration
+	maxBuffered      int
+	defaultTimeout   time.Duration
+	guarantee        Guarantee
+	registerer       prometheus.Registerer
+	log              *slog.Logger
+	instanceID       string
+	sessionTimeout   time.Duration
+	txnTimeout       time.Duration
+	shutdownTimeout  time.Duration
+	retryPause       time.Duration
+	planner          *delay.Planner
+	maxMessageBytes  int
+	changelogConfigs map[string]string
+	noSync           bool
+}
+
+func defaults() config {
+	return config{
+		conn:            broker.Conn{Brokers: []string{broker.DefaultBrokers}},
+		group:           "onceq",
+		concurrency:     32,
+		commitInterval:  100 * time.Millisecond,
+		maxPerCommit:    20_000,
+		dedupWindow:     7 * 24 * time.Hour,
+		maxBuffered:     50_000,
+		defaultTimeout:  30 * time.Second,
+		guarantee:       ExactlyOnce,
+		sessionTimeout:  10 * time.Second,
+		txnTimeout:      8 * time.Second,
+		shutdownTimeout: 30 * time.Second,
+		retryPause:      time.Second,
+		maxMessageBytes: onceq.DefaultMaxMessageBytes,
+		log:             slog.New(slog.DiscardHandler),
+	}
+}
+
+// Conn sets how to reach the brokers. Default: 127.0.0.1:9092, plaintext.
+func Conn(c broker.Conn) Opt { return optFunc(func(cfg *config) { cfg.conn = c }) }
+
+// Group sets the consumer group. Workers of one group share the queues'
+// partitions. Default "onceq".
+func Group(g string) Opt { return optFunc(func(c *config) { c.group = g }) }
+
+// Queues sets the queues to run. Required.
+func Queues(qs ...string) Opt {
+	return optFunc(func(c *config) { c.queues = append([]string{}, qs...) })
+}
+
+// CheckpointDir sets the directory of the worker's Pebble checkpoint and
+// its instance ID. Required. Each worker process needs its own.
+func CheckpointDir(dir string) Opt { return optFunc(func(c *config) { c.checkpointDir = dir }) }
+
+// WithHandler sets the handler. Required.
+func WithHandler(h Handler) Opt { return optFunc(func(c *config) { c.handler = h }) }
+
+// Concurrency bounds the handlers in flight. Records with the same key run
+// one at a time in offset order; different keys run concurrently. Default 32.
+func Concurrency(n int) Opt { return optFunc(func(c *config) { c.concurrency = n }) }
+
+// CommitInterval is how often completed tasks are committed. Shorter
+// lowers latency to visibility and the work redone after a crash; longer
+// raises throughput. Default 100ms.
+func CommitInterval(d time.Duration) Opt { return optFunc(func(c *config) { c.commitInterval = d }) }
+
+// MaxRecordsPerCommit commits early once this many tasks completed.
+// Default 20,000.
+func MaxRecordsPerCommit(n int) Opt { return optFunc(func(c *config) { c.maxPerCommit = n }) }
+
+// DedupWindow is how long processed IDs are remembered. A duplicate
+// submitted later than this after the original runs again. Default 7 days.
+func DedupWindow(d time.Duration) Opt { return optFunc(func(c *config) { c.dedupWindow = d }) }
+
+// MaxBufferedRecords bounds the records fetched but not yet committed, and
+// so the worker's memory. Default 50,000.
+func MaxBufferedRecords(n int) Opt { return optFunc(func(c *config) { c.maxBuffered = n }) }
+
+// DefaultTimeout is the time-to-run of a task without onceq-timeout: its
+// handler's context is canceled after it. Default 30s.
+func DefaultTimeout(d time.Duration) Opt { return optFunc(func(c *config) { c.defaultTimeout = d }) }
+
+// WithGuarantee sets ExactlyOnce (the default) or AtLeastOnce.
+func WithGuarantee(g Guarantee) Opt { return optFunc(func(c *config) { c.guarantee = g }) }
+
+// Registerer registers the worker's metrics. Default: none.
+func Registerer(r prometheus.Registerer) Opt { return optFunc(func(c *config) { c.registerer = r }) }
+
+// Logger sets the logger. Default: discard.
+func Logger(l *slog.Logger) Opt { return optFunc(func(c *config) { c.log = l }) }
+
+// InstanceID fixes the worker's instance ID, from which its transactional
+// ID and static group membership derive. Default: created on first start
+// and kept in the checkpoint dir, so a restarted worker fences its
+// predecessor's open transaction at once and takes back its partitions
+// without a rebalance.
+func InstanceID(id string) Opt { return optFunc(func(c *config) { c.instanceID = id }) }
+
+// SessionTimeout is the group session timeout: how long a silent worker
+// keeps its partitions. Default 10s.
+func SessionTimeout(d time.Duration) Opt { return optFunc(func(c *config) { c.sessionTimeout = d }) }
+
+// TransactionTimeout bounds an open transaction; the broker aborts it
+// after that. It must be below SessionTimeout. Default 8s.
+func TransactionTimeout(d time.Duration) Opt { return optFunc(func(c *config) { c.txnTimeout = d }) }
+
+// ShutdownTimeout bounds the wait for in-flight handlers on shutdown;
+// handlers still running after it are abandoned and their tasks run again
+// elsewhere. Default 30s.
+func ShutdownTimeout(d time.Duration) Opt { return optFunc(func(c *config) { c.shutdownTimeout = d }) }
+
+// RetryPause is the wait before a failed task runs again. Default 1s.
+func RetryPause(d time.Duration) Opt { return optFunc(func(c *config) { c.retryPause = d }) }
+
+// Planner sets the delay planner for emitted delayed tasks. Default: the
+// default bucket ladder.
+func Planner(p *delay.Planner) Opt { return optFunc(func(c *config) { c.planner = p }) }
+
+// MaxMessageBytes is the largest record the brokers accept. Default 1 MiB.
+func MaxMessageBytes(n int) Opt { return optFunc(func(c *config) { c.maxMessageBytes = n }) }
+
+// NoSync stops syncing the checkpoint on every commit. The changelog is
+// then the only durable copy: a crash costs a longer restore. Default off.
+func NoSync() Opt { return optFunc(func(c *config) { c.noSync = true }) }
+
+func (c *config) validate() error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("consumer: %s: %w", fmt.Sprintf(format, args...), ErrConfig)
+	}
+	if c.handler == nil {
+		return bad("no handler: pass consumer.WithHandler")
+	}
+	if len(c.queues) == 0 {
+		return bad("no queues: pass consumer.Queues")
+	}
+	for _, q := range c.queues {
+		if err := onceq.ValidateQueue(q); err != nil {
+			return fmt.Errorf("consumer: %w", err)
+		}
+	}
+	if err := onceq.ValidateTopic(c.group); err != nil {
+		return bad("group %q: use letters, digits, '.', '_' or '-'", c.group)
+	}
+	if c.checkpointDir == "" && c.guarantee == ExactlyOnce {
+		return bad("no checkpoint dir: pass consumer.CheckpointDir")
+	}
+	switch {
+	case c.concurrency < 1:
+		return bad("concurrency %d: want 1 or more", c.concurrency)
+	case c.commitInterval < time.Millisecond:
+		return bad("commit interval %v: want 1ms or more", c.commitInterval)
+	case c.maxPerCommit < 1:
+		return bad("max records per commit %d: want 1 or more", c.maxPerCommit)
+	case c.maxBuffered < c.concurrency:
+		return bad("max buffered records %d: want at least the concurrency (%d)", c.maxBuffered, c.concurrency)
+	case c.dedupWindow < time.Minute:
+		return bad("dedup window %v: want 1m or more", c.dedupWindow)
+	case c.defaultTimeout <= 0:
+		return bad("default timeout %v: want more than 0", c.defaultTimeout)
+	case c.txnTimeout < time.Second || c.txnTimeout >= c.sessionTimeout:
+		return bad("transaction timeout %v: want 1s or more and below the session timeout %v", c.txnTimeout, c.sessionTimeout)
+	case c.shutdownTimeout < 0:
+		return bad("shutdown timeout %v: want 0 or more", c.shutdownTimeout)
+	case c.retryPause < 0:
+		return bad("retry pause %v: want 0 or more", c.retryPause)
+	}
+	if _, err := ParseGuarantee(string(c.guarantee)); err != nil {
+		return fmt.Errorf("%w: %w", err, ErrConfig)
+	}
+	if err := c.conn.Validate(); err != nil {
+		return err
+	}
+	if c.planner == nil {
+		p, err := delay.NewPlanner(delay.DefaultBuckets)
+		if err != nil {
+			return err
+		}
+		c.planner = p
+	}
+	return nil
+}

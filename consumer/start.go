@@ -1,0 +1,109 @@
+package consumer
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/onceq/onceq/broker"
+	"github.com/onceq/onceq/checkpoint"
+)
+
+// start connects, checks the queues, makes the changelog topics, opens the
+// checkpoint and joins the group.
+func (w *Worker) start(ctx context.Context) error {
+	var err error
+	if w.admin, err = broker.NewAdmin(w.cfg.conn); err != nil {
+		return err
+	}
+	meta, err := w.admin.Kadm().Metadata(ctx)
+	if err != nil {
+		return fmt.Errorf("consumer: reaching the brokers %v: %w", w.cfg.conn.Brokers, err)
+	}
+	partitions := map[string]int32{}
+	for _, q := range w.cfg.queues {
+		info, err := w.admin.DescribeTopic(ctx, q)
+		if errors.Is(err, broker.ErrTopicNotFound) {
+			return fmt.Errorf("consumer: queue %q does not exist: create it with 'onceq topics create %s --partitions N'", q, q)
+		}
+		if err != nil {
+			return err
+		}
+		partitions[q] = int32(len(info.Partitions))
+	}
+	w.topics = newTopicCache(w.admin)
+	for _, q := range w.cfg.queues {
+		w.topics.known(q)
+	}
+	if w.cfg.guarantee == ExactlyOnce {
+		for q, n := range partitions {
+			name := broker.ChangelogTopic(w.cfg.group, q)
+			if err := w.admin.EnsureTopic(ctx, name, n, map[string]string{"cleanup.policy": "compact"}); err != nil {
+				return err
+			}
+			info, err := w.admin.DescribeTopic(ctx, name)
+			if err != nil {
+				return err
+			}
+			if int32(len(info.Partitions)) != n {
+				return fmt.Errorf("consumer: changelog %s has %d partitions but queue %s has %d: each queue partition needs its changelog partition; add partitions to the changelog", name, len(info.Partitions), q, n)
+			}
+		}
+		if w.store, err = checkpoint.Open(w.cfg.checkpointDir, checkpoint.Options{
+			ClusterID: meta.Cluster, Group: w.cfg.group, DedupWindow: w.cfg.dedupWindow,
+			NoSync: w.cfg.noSync, Logger: w.cfg.log,
+		}); err != nil {
+			return fmt.Errorf("consumer: %w", err)
+		}
+	}
+	if w.instanceID, err = w.loadInstanceID(); err != nil {
+		return err
+	}
+	if w.restorer, err = newRestorer(w); err != nil {
+		return err
+	}
+	w.kafka, err = newKafkaSide(w)
+	return err
+}
+
+// loadInstanceID returns the configured instance ID, or the one kept in the
+// checkpoint dir, creating it on first start.
+func (w *Worker) loadInstanceID() (string, error) {
+	if w.cfg.instanceID != "" {
+		return w.cfg.instanceID, nil
+	}
+	if w.cfg.checkpointDir == "" {
+		return "onceq-" + randomHex(), nil
+	}
+	if err := os.MkdirAll(w.cfg.checkpointDir, 0o755); err != nil {
+		return "", fmt.Errorf("consumer: checkpoint dir: %w", err)
+	}
+	path := filepath.Join(w.cfg.checkpointDir, "instance-id")
+	b, err := os.ReadFile(path)
+	if err == nil && strings.TrimSpace(string(b)) != "" {
+		return strings.TrimSpace(string(b)), nil
+	}
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return "", fmt.Errorf("consumer: reading instance ID: %w", err)
+	}
+	id := "w-" + randomHex()
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(id+"\n"), 0o644); err != nil {
+		return "", fmt.Errorf("consumer: writing instance ID: %w", err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return "", fmt.Errorf("consumer: writing instance ID: %w", err)
+	}
+	return id, nil
+}
+
+func randomHex() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}

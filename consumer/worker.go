@@ -1,0 +1,300 @@
+package consumer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/onceq/onceq/broker"
+	"github.com/onceq/onceq/checkpoint"
+)
+
+// Worker runs handlers over the partitions a consumer group assigns it.
+// Create it with New, run it with Run.
+type Worker struct {
+	cfg     config
+	metrics *metrics
+
+	store    *checkpoint.Store
+	admin    *broker.Admin
+	kafka    kafkaSide
+	restorer *restorer
+	topics   *topicCache
+	lanes    *lanes
+
+	mu    sync.Mutex
+	parts map[checkpoint.TP]*partState
+
+	buffered   atomic.Int64 // records admitted and not yet finished
+	completed  atomic.Int64 // records finished since the last commit
+	wake       chan struct{}
+	instanceID string
+	stopping   atomic.Bool
+	lastExpire time.Time
+}
+
+// New checks the options and returns a worker. It does not connect: Run
+// does.
+func New(opts ...Opt) (*Worker, error) {
+	cfg := defaults()
+	for _, o := range opts {
+		o.apply(&cfg)
+	}
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	w := &Worker{cfg: cfg, parts: map[checkpoint.TP]*partState{}, wake: make(chan struct{}, 1)}
+	m, err := newMetrics(cfg.registerer)
+	if err != nil {
+		return nil, err
+	}
+	w.metrics = m
+	return w, nil
+}
+
+// Run joins the group and runs tasks until ctx is done or a fatal error.
+// On ctx done it stops fetching, lets in-flight handlers finish (up to the
+// shutdown timeout), commits what completed, and leaves the group.
+func (w *Worker) Run(ctx context.Context) (err error) {
+	if err := w.start(ctx); err != nil {
+		w.close()
+		return err
+	}
+	defer w.close()
+	w.lanes = newLanes(w, w.cfg.concurrency, w.cfg.maxBuffered)
+	defer w.lanes.stop()
+	w.cfg.log.Info("worker started", "group", w.cfg.group, "queues", w.cfg.queues, "instance", w.instanceID,
+		"guarantee", w.cfg.guarantee, "concurrency", w.cfg.concurrency)
+
+	next := time.Now().Add(w.cfg.commitInterval)
+	for ctx.Err() == nil {
+		if w.buffered.Load() < int64(w.cfg.maxBuffered) {
+			pctx, cancel := context.WithDeadline(ctx, next)
+			fs := w.kafka.poll(pctx, w.cfg.maxBuffered-int(w.buffered.Load()))
+			cancel()
+			if err := fetchErr(fs); err != nil {
+				return err
+			}
+			w.dispatch(fs)
+		} else {
+			w.waitWake(ctx, next)
+		}
+		if time.Now().After(next) || w.completed.Load() >= int64(w.cfg.maxPerCommit) {
+			if err := w.commit(context.WithoutCancel(ctx)); err != nil {
+				return err
+			}
+			next = time.Now().Add(w.cfg.commitInterval)
+		}
+	}
+	return w.shutdown()
+}
+
+// shutdown drains in-flight handlers, commits and leaves.
+func (w *Worker) shutdown() error {
+	w.stopping.Store(true)
+	w.cfg.log.Info("worker stopping: draining in-flight tasks", "in_flight", w.buffered.Load(), "timeout", w.cfg.shutdownTimeout)
+	deadline := time.Now().Add(w.cfg.shutdownTimeout)
+	for w.buffered.Load() > int64(w.heldCount()) && time.Now().Before(deadline) {
+		w.waitWake(context.Background(), time.Now().Add(50*time.Millisecond))
+	}
+	if n := w.buffered.Load() - int64(w.heldCount()); n > 0 {
+		w.cfg.log.Warn("abandoning handlers still running at shutdown: their tasks run again elsewhere", "count", n)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), w.cfg.txnTimeout)
+	defer cancel()
+	err := w.commit(ctx)
+	w.kafka.leave(ctx)
+	w.cfg.log.Info("worker stopped")
+	return err
+}
+
+func (w *Worker) heldCount() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	n := 0
+	for _, p := range w.parts {
+		p.mu.Lock()
+		n += len(p.held)
+		p.mu.Unlock()
+	}
+	return n
+}
+
+func (w *Worker) waitWake(ctx context.Context, until time.Time) {
+	t := time.NewTimer(time.Until(until))
+	defer t.Stop()
+	select {
+	case <-w.wake:
+	case <-t.C:
+	case <-ctx.Done():
+	}
+}
+
+func (w *Worker) signal() {
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+}
+
+func fetchErr(fs kgo.Fetches) error {
+	var fatal error
+	fs.EachError(func(t string, p int32, err error) {
+		switch {
+		case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		case errors.Is(err, kgo.ErrClientClosed):
+			fatal = fmt.Errorf("consumer: client closed: %w", err)
+		}
+	})
+	return fatal
+}
+
+// dispatch hands fetched records to the lanes, or holds them while their
+// partition restores from its changelog.
+func (w *Worker) dispatch(fs kgo.Fetches) {
+	fs.EachPartition(func(fp kgo.FetchTopicPartition) {
+		if len(fp.Records) == 0 {
+			return
+		}
+		tp := checkpoint.TP{Topic: fp.Topic, Partition: fp.Partition}
+		w.mu.Lock()
+		ps := w.parts[tp]
+		w.mu.Unlock()
+		if ps == nil {
+			return // not ours (any more)
+		}
+		last := fp.Records[len(fp.Records)-1]
+		w.metrics.lag.WithLabelValues(fp.Topic, strconv.Itoa(int(fp.Partition))).Set(float64(fp.HighWatermark - last.Offset - 1))
+		for _, r := range fp.Records {
+			epoch, ok := ps.admit(r)
+			if !ok {
+				continue
+			}
+			w.buffered.Add(1)
+			it := &item{ps: ps, epoch: epoch, rec: r}
+			if !w.holdIfRestoring(ps, it) {
+				w.lanes.submit(it)
+			}
+		}
+	})
+}
+
+// holdIfRestoring holds it while ps restores, starting the restore on the
+// first record: by then the group's committed offset was fetched as stable,
+// so every transaction of the previous owner is complete and the changelog
+// holds all of its marks.
+func (w *Worker) holdIfRestoring(ps *partState, it *item) bool {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	if ps.restored {
+		return false
+	}
+	ps.held = append(ps.held, it)
+	if !ps.restorer {
+		ps.restorer = true
+		w.kafka.pause(ps.tp)
+		go w.restore(ps)
+	}
+	return true
+}
+
+func (w *Worker) restore(ps *partState) {
+	start := time.Now()
+	n, err := w.restorer.restore(ps.tp)
+	if err != nil {
+		w.cfg.log.Error("restoring partition from changelog failed; retrying", "topic", ps.tp.Topic, "partition", ps.tp.Partition, "err", err)
+		time.Sleep(time.Second)
+		go w.restore(ps)
+		return
+	}
+	w.metrics.restore.Observe(time.Since(start).Seconds())
+	w.cfg.log.Info("partition restored", "topic", ps.tp.Topic, "partition", ps.tp.Partition, "changelog_records", n, "took", time.Since(start).Round(time.Millisecond))
+	ps.mu.Lock()
+	ps.restored = true
+	held := ps.held
+	ps.held = nil
+	ps.mu.Unlock()
+	for _, it := range held {
+		w.lanes.submit(it)
+	}
+	w.kafka.resume(ps.tp)
+}
+
+// finish is called by a lane when an item is done, successfully or not.
+func (w *Worker) finish(it *item, res *result) {
+	if it.ps.complete(it.epoch, it.rec.Offset, res) {
+		w.completed.Add(1)
+	}
+	w.buffered.Add(-1)
+	w.signal()
+}
+
+// assigned and revoked are the group's callbacks. They must not block on
+// the commit loop: the transact session holds its lock while calling them.
+func (w *Worker) assigned(_ context.Context, _ *kgo.Client, m map[string][]int32) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for topic, ps := range m {
+		for _, p := range ps {
+			tp := checkpoint.TP{Topic: topic, Partition: p}
+			if old := w.parts[tp]; old != nil {
+				old.revoke()
+			}
+			st := newPartState(tp, w.store)
+			if w.cfg.guarantee == AtLeastOnce {
+				st.restored = true
+			}
+			w.parts[tp] = st
+		}
+	}
+	w.cfg.log.Info("partitions assigned", "partitions", m)
+}
+
+func (w *Worker) revoked(_ context.Context, _ *kgo.Client, m map[string][]int32) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for topic, ps := range m {
+		for _, p := range ps {
+			tp := checkpoint.TP{Topic: topic, Partition: p}
+			if st := w.parts[tp]; st != nil {
+				st.revoke()
+				delete(w.parts, tp)
+				w.metrics.lag.DeleteLabelValues(topic, fmt.Sprint(p))
+			}
+		}
+	}
+	w.cfg.log.Info("partitions revoked", "partitions", m)
+}
+
+func (w *Worker) snapshotParts() []*partState {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := make([]*partState, 0, len(w.parts))
+	for _, p := range w.parts {
+		out = append(out, p)
+	}
+	return out
+}
+
+func (w *Worker) close() {
+	if w.kafka != nil {
+		w.kafka.close()
+	}
+	if w.restorer != nil {
+		w.restorer.close()
+	}
+	if w.admin != nil {
+		w.admin.Close()
+	}
+	if w.store != nil {
+		if err := w.store.Close(); err != nil {
+			w.cfg.log.Error("closing checkpoint", "err", err)
+		}
+	}
+}

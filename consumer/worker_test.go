@@ -1,0 +1,223 @@
+package consumer_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/onceq/onceq"
+	"github.com/onceq/onceq/broker"
+	"github.com/onceq/onceq/checkpoint"
+	"github.com/onceq/onceq/consumer"
+	"github.com/onceq/onceq/internal/testutil"
+)
+
+// produceTasks writes tasks with IDs id-0..id-(n-1) to queue, plus dups
+// resubmissions of existing IDs, in one transaction per 1,000.
+func produceTasks(t *testing.T, conn broker.Conn, queue string, ids []string) {
+	t.Helper()
+	cl, err := conn.NewClient()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	recs := make([]*kgo.Record, 0, len(ids))
+	for _, id := range ids {
+		task := onceq.Task{ID: id, Queue: queue, Payload: []byte("payload-" + id)}
+		task.Resolve(time.Now())
+		recs = append(recs, task.Record(queue))
+	}
+	if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func ids(n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = fmt.Sprintf("id-%d", i)
+	}
+	return out
+}
+
+// copyCounting emits each task to out and counts its runs in state.
+func copyCounting(out string) consumer.Handler {
+	return consumer.HandlerFunc(func(ctx context.Context, t *consumer.Task) error {
+		n, err := t.State().Counter([]byte("runs/"+t.ID), 1)
+		if err != nil {
+			return err
+		}
+		return t.Emit(onceq.Task{ID: t.ID, Queue: out, Key: t.Key, Payload: t.Payload,
+			Headers: []onceq.Header{{Key: "runs", Value: []byte(strconv.FormatInt(n, 10))}}})
+	})
+}
+
+// runWorker runs a worker until the returned stop is called.
+func runWorker(t *testing.T, opts ...consumer.Opt) (stop func() error) {
+	t.Helper()
+	w, err := consumer.New(opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	var once sync.Once
+	var runErr error
+	stop = func() error {
+		once.Do(func() {
+			cancel()
+			select {
+			case runErr = <-done:
+			case <-time.After(60 * time.Second):
+				runErr = errors.New("worker did not stop within 60s")
+			}
+		})
+		return runErr
+	}
+	t.Cleanup(func() { _ = stop() })
+	return stop
+}
+
+// waitOutputs waits until the read_committed output holds want records.
+func waitOutputs(t *testing.T, conn broker.Conn, topic string, want int, timeout time.Duration) []*kgo.Record {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		recs := testutil.ReadCommitted(t, conn, 30*time.Second, topic)
+		if len(recs) >= want || time.Now().After(deadline) {
+			return recs
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// checkExactlyOnce asserts every ID appears once in the output with a run
+// count of 1.
+func checkExactlyOnce(t *testing.T, recs []*kgo.Record, want []string) {
+	t.Helper()
+	seen := map[string]int{}
+	for _, r := range recs {
+		task, err := onceq.FromRecord(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		seen[task.ID]++
+		for _, h := range task.Headers {
+			if h.Key == "runs" && string(h.Value) != "1" {
+				t.Errorf("task %s committed with run count %s", task.ID, h.Value)
+			}
+		}
+	}
+	missing, dups := 0, 0
+	for _, id := range want {
+		switch seen[id] {
+		case 0:
+			missing++
+		case 1:
+		default:
+			dups++
+		}
+	}
+	if missing > 0 || dups > 0 || len(seen) != len(want) {
+		t.Fatalf("outputs: %d records, %d distinct IDs, want %d: %d missing, %d duplicated", len(recs), len(seen), len(want), missing, dups)
+	}
+}
+
+func TestWorkerCopiesExactlyOnceWithDuplicates(t *testing.T) {
+	_, conn := testutil.StartBroker(t, "")
+	testutil.CreateTopic(t, conn, "in", 4)
+	testutil.CreateTopic(t, conn, "out", 4)
+	all := ids(2000)
+	produceTasks(t, conn, "in", all)
+	produceTasks(t, conn, "in", all[:300]) // resubmitted duplicates
+	stop := runWorker(t, consumer.Conn(conn), consumer.Group("g1"), consumer.Queues("in"),
+		consumer.CheckpointDir(t.TempDir()), consumer.WithHandler(copyCounting("out")), consumer.SessionTimeout(6*time.Second),
+		consumer.TransactionTimeout(5*time.Second))
+	recs := waitOutputs(t, conn, "out", len(all), 60*time.Second)
+	time.Sleep(500 * time.Millisecond) // duplicates would land after the originals
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	recs = testutil.ReadCommitted(t, conn, 30*time.Second, "out")
+	checkExactlyOnce(t, recs, all)
+}
+
+// TestWorkerPartitionMovesToEmptyCheckpoint pins the bug where changelog
+// records went to the partition their key hashed to instead of their
+// source partition's, so a restore missed processed IDs.
+func TestWorkerPartitionMovesToEmptyCheckpoint(t *testing.T) {
+	_, conn := testutil.StartBroker(t, "")
+	testutil.CreateTopic(t, conn, "in", 2)
+	testutil.CreateTopic(t, conn, "out", 2)
+	first := ids(500)
+	produceTasks(t, conn, "in", first)
+	opts := []consumer.Opt{consumer.Conn(conn), consumer.Group("g2"), consumer.Queues("in"),
+		consumer.WithHandler(copyCounting("out")), consumer.SessionTimeout(6 * time.Second), consumer.TransactionTimeout(5 * time.Second), consumer.Logger(testLogger(t))}
+	stop := runWorker(t, append(opts, consumer.CheckpointDir(t.TempDir()))...)
+	waitOutputs(t, conn, "out", len(first), 60*time.Second)
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	// The same IDs again: a worker with an empty checkpoint dir must find
+	// them processed through the changelog and not run them.
+	produceTasks(t, conn, "in", first)
+	var ran atomic.Int64
+	counting := consumer.HandlerFunc(func(ctx context.Context, t *consumer.Task) error {
+		ran.Add(1)
+		return copyCounting("out").Handle(ctx, t)
+	})
+	dir := t.TempDir()
+	opts[4] = consumer.WithHandler(counting)
+	stop2 := runWorker(t, append(opts, consumer.CheckpointDir(dir))...)
+	time.Sleep(3 * time.Second)
+	fresh := []string{"fresh-1", "fresh-2"}
+	produceTasks(t, conn, "in", fresh)
+	waitOutputs(t, conn, "out", len(first)+len(fresh), 60*time.Second)
+	if err := stop2(); err != nil {
+		t.Fatal(err)
+	}
+	if n := ran.Load(); n != int64(len(fresh)) {
+		t.Fatalf("the second worker ran %d tasks, want only the %d fresh ones", n, len(fresh))
+	}
+	checkExactlyOnce(t, testutil.ReadCommitted(t, conn, 30*time.Second, "out"), append(first, fresh...))
+	st, err := checkpoint.Open(dir, checkpoint.Options{ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	found := 0
+	for p := int32(0); p < 2; p++ {
+		hs, err := st.HasMany(checkpoint.TP{Topic: "in", Partition: p}, first)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, h := range hs {
+			if h {
+				found++
+			}
+		}
+	}
+	if found != len(first) {
+		t.Fatalf("restored checkpoint holds %d of the %d processed IDs", found, len(first))
+	}
+}
+
+func testLogger(t *testing.T) *slog.Logger {
+	return slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+}
+
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) { w.t.Log(strings.TrimSpace(string(p))); return len(p), nil }
