@@ -41,7 +41,7 @@ type Receipt struct {
 type Producer struct {
 	cfg    config
 	cl     *kgo.Client // idempotent, acks=all
-	topics sync.Map // topic name -> *topicState
+	topics sync.Map    // topic name -> *topicState
 	m      *metrics
 	slots  chan struct{} // admission: one slot per task not yet acknowledged
 	closed atomic.Bool

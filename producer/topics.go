@@ -119,7 +119,7 @@ func (p *Producer) lookup(ctx context.Context, s *topicState) error {
 		}
 	}
 	if err != nil {
-		return fmt.Errorf("producer: looking up topic %s: %w", s.name, err)
+		return fmt.Errorf("looking up topic %s: %w", s.name, err)
 	}
 	s.ready.Store(true)
 	s.missingAt = time.Time{}

@@ -127,6 +127,7 @@ Redpanda. Exit codes: 0 ok, 1 failure, 2 usage or bad input.`,
 		newBrokerCmd(g),
 		newTopicsCmd(g),
 		newVersionCmd(g),
+		newProduceCmd(g),
 	)
 	return root
 }

@@ -1,0 +1,480 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/onceq/onceq"
+	"github.com/onceq/onceq/producer"
+)
+
+type produceFlags struct {
+	queue, id, key        string
+	delay, at, ttl        string
+	timeout               string
+	maxAttempts           int
+	headers               []string
+	file                  string
+	tx, quiet             bool
+	rate                  float64
+	createQueues          int32
+	stdinPayload, isBatch bool
+}
+
+func newProduceCmd(g *globals) *cobra.Command {
+	var f produceFlags
+	cmd := &cobra.Command{
+		Use:   "produce [PAYLOAD | -]",
+		Short: "Submit tasks: one from flags, or many from a JSON lines file",
+		Long: `Submit one task from flags, its payload the argument or "-" for stdin, or many
+tasks from a JSON lines file (--file F, or --file - for stdin), one object per
+line:
+
+  {"queue":"emails","id":"invoice-7","key":"user-42","payload":"hi",
+   "delay":"90s","ttl":"1h","max_attempts":5,"timeout":"30s","headers":{"trace":"abc"}}
+
+Fields: queue (default --queue), id (default: a UUIDv7), key (default: the id),
+payload (a JSON string is its text, any other JSON value its compact JSON) or
+payload_base64, delay or at (RFC 3339), ttl (not run later than this after
+submission), max_attempts, timeout, headers. Durations are Go durations such as
+500ms, 90s or 1h30m. Unknown fields and blank-but-bad lines are errors.
+
+Each task is acknowledged by the brokers (acks=all, idempotent) and printed as
+"ID TOPIC/PARTITION@OFFSET", with "delayed" when it went to a delay bucket, in
+input order; --quiet prints a summary instead. A bad line stops the run with
+its line number and exit code 2; the tasks before it were submitted. With --tx
+the whole file is read and checked first and submitted in one transaction:
+every task becomes visible to workers at once, or none.`,
+		Example: `  onceq produce --queue emails '{"to":"ada@example.com"}'
+  echo hello | onceq produce --queue emails --delay 10m --header trace=abc -
+  onceq produce --file tasks.jsonl --tx --queue emails
+  onceq produce --file - --rate 1000 --quiet < tasks.jsonl`,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := f.check(cmd, args); err != nil {
+				return err
+			}
+			return f.run(cmd.Context(), g, args)
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&f.queue, "queue", "", "queue to submit to (with --file: for lines that name none)")
+	fl.StringVar(&f.id, "id", "", "task ID (default: a time-ordered UUIDv7)")
+	fl.StringVar(&f.key, "key", "", "partition key (default: the task ID)")
+	fl.StringVar(&f.delay, "delay", "", "run no earlier than this from now, e.g. 90s or 1h30m")
+	fl.StringVar(&f.at, "at", "", "run no earlier than this RFC 3339 time, e.g. 2030-01-02T15:04:05Z")
+	fl.StringVar(&f.ttl, "ttl", "", "do not run later than this after submission, e.g. 1h")
+	fl.StringVar(&f.timeout, "timeout", "", "time-to-run of one attempt, for tasks that set none (default: the worker's)")
+	fl.IntVar(&f.maxAttempts, "max-attempts", 0, "attempts before dead-lettering, for tasks that set none (0: the worker's default)")
+	fl.StringArrayVar(&f.headers, "header", nil, "record header key=value (repeatable)")
+	fl.StringVar(&f.file, "file", "", "submit the tasks of a JSON lines file (- for stdin)")
+	fl.BoolVar(&f.tx, "tx", false, "submit the whole file in one transaction: all tasks or none")
+	fl.Float64Var(&f.rate, "rate", 0, "submit at most this many tasks per second (0: as fast as possible)")
+	fl.Int32Var(&f.createQueues, "create-queues", 0, "create missing queues with this many partitions (0: refuse them)")
+	fl.BoolVar(&f.quiet, "quiet", false, "print a summary instead of one line per task")
+	return cmd
+}
+
+// singleOnly are the flags that describe one task, refused with --file.
+var singleOnly = []string{"id", "key", "delay", "at", "ttl", "header"}
+
+func (f *produceFlags) check(cmd *cobra.Command, args []string) error {
+	if len(args) > 1 {
+		return usagef("onceq produce: want at most one argument, the payload (or - for stdin), got %d: quote a payload with spaces", len(args))
+	}
+	f.isBatch = f.file != ""
+	if f.isBatch {
+		if len(args) > 0 {
+			return usagef("a payload argument and --file: give one; with --file each line has its payload")
+		}
+		for _, name := range singleOnly {
+			if cmd.Flags().Changed(name) {
+				return usagef("--%s describes one task: with --file, put it on each line", name)
+			}
+		}
+	} else if f.queue == "" {
+		return usagef("--queue: missing: name the queue to submit to, for example --queue emails")
+	}
+	f.stdinPayload = len(args) == 1 && args[0] == "-"
+	if f.rate < 0 {
+		return usagef("--rate %v: want 0 (no limit) or a positive rate per second", f.rate)
+	}
+	if f.createQueues < 0 {
+		return usagef("--create-queues %d: want 0 (refuse missing queues) or a partition count", f.createQueues)
+	}
+	if f.maxAttempts < 0 {
+		return usagef("--max-attempts %d: want 0 (the worker's default) or more", f.maxAttempts)
+	}
+	if f.queue != "" {
+		if err := onceq.ValidateQueue(f.queue); err != nil {
+			return usageError{fmt.Errorf("--queue: %w", err)}
+		}
+	}
+	return nil
+}
+
+// producerOpts maps the flags onto the producer's options.
+func (f *produceFlags) producerOpts(g *globals) ([]producer.Opt, error) {
+	conn, err := g.conn()
+	if err != nil {
+		return nil, err
+	}
+	timeout, err := parseDuration("--timeout", f.timeout)
+	if err != nil {
+		return nil, err
+	}
+	if timeout < 0 || timeout%time.Millisecond != 0 {
+		return nil, usagef("--timeout %s: want a positive whole number of milliseconds", f.timeout)
+	}
+	return []producer.Opt{
+		producer.Conn(conn), producer.Logger(g.log), producer.CreateQueues(f.createQueues),
+		producer.DefaultMaxAttempts(f.maxAttempts), producer.DefaultTimeout(timeout),
+	}, nil
+}
+
+func flagName(field string) string { return "--" + strings.ReplaceAll(field, "_", "-") }
+
+func (f *produceFlags) run(ctx context.Context, g *globals, args []string) error {
+	opts, err := f.producerOpts(g)
+	if err != nil {
+		return err
+	}
+	out := &receipts{w: bufio.NewWriter(g.stdout), quiet: f.quiet, pending: map[int]receiptLine{}, start: time.Now()}
+	defer out.w.Flush()
+	if f.isBatch {
+		err = f.runFile(ctx, g, opts, out)
+	} else {
+		err = f.runOne(ctx, g, opts, args, out)
+	}
+	if err == nil {
+		out.summary()
+	}
+	return err
+}
+
+func (f *produceFlags) runOne(ctx context.Context, g *globals, opts []producer.Opt, args []string, out *receipts) error {
+	s := taskSpec{queue: f.queue, id: f.id, key: f.key, delay: f.delay, at: f.at, ttl: f.ttl}
+	switch {
+	case f.stdinPayload:
+		b, err := io.ReadAll(g.stdin)
+		if err != nil {
+			return fmt.Errorf("reading the payload from stdin: %w", err)
+		}
+		s.payload = b
+	case len(args) == 1:
+		s.payload = []byte(args[0])
+	}
+	for _, h := range f.headers {
+		hd, err := parseHeader(h)
+		if err != nil {
+			return err
+		}
+		s.headers = append(s.headers, hd)
+	}
+	task, err := s.task(time.Now(), flagName)
+	if err != nil {
+		return err
+	}
+	p, err := producer.New(opts...)
+	if err != nil {
+		return err
+	}
+	defer p.Close()
+	if f.tx {
+		return f.submitTx(ctx, p, []numbered{{0, task}}, out)
+	}
+	rc, err := p.Submit(ctx, task)
+	if err != nil {
+		return err
+	}
+	out.done(0, 0, rc, nil)
+	return nil
+}
+
+// numbered is a task and the input line it came from.
+type numbered struct {
+	line int
+	task onceq.Task
+}
+
+func (f *produceFlags) runFile(ctx context.Context, g *globals, opts []producer.Opt, out *receipts) error {
+	in := g.stdin
+	if f.file != "-" {
+		fh, err := os.Open(f.file)
+		if err != nil {
+			return usagef("--file: %v", err)
+		}
+		defer fh.Close()
+		in = fh
+	}
+	lines := newLineReader(in, f.queue)
+	stop := progress(g.stderr, out)
+	defer stop()
+	if f.tx {
+		// Every line is read and checked before anything is sent.
+		var tasks []numbered
+		for {
+			n, ok, err := lines.next()
+			if err != nil {
+				return fmt.Errorf("%w: nothing of the file was submitted", err)
+			}
+			if !ok {
+				break
+			}
+			tasks = append(tasks, n)
+		}
+		if f.rate > 0 {
+			// The transaction must outlive the paced submission.
+			need := time.Duration(float64(len(tasks))/f.rate*float64(time.Second)) + producer.DefaultTxTimeout
+			opts = append(opts, producer.TxTimeout(need))
+		}
+		p, err := producer.New(opts...)
+		if err != nil {
+			return err
+		}
+		defer p.Close()
+		return f.submitTx(ctx, p, tasks, out)
+	}
+	p, err := producer.New(opts...)
+	if err != nil {
+		return err
+	}
+	defer p.Close()
+	pace := pacer{rate: f.rate, start: time.Now()}
+	seq := 0
+	for out.failed() == nil {
+		n, ok, err := lines.next()
+		if err != nil {
+			out.fail(err)
+			break
+		}
+		if !ok {
+			break
+		}
+		if err := pace.wait(ctx, seq); err != nil {
+			out.fail(err)
+			break
+		}
+		i := seq
+		p.SubmitAsync(ctx, n.task, func(rc producer.Receipt, err error) { out.done(i, n.line, rc, err) })
+		seq++
+	}
+	if err := p.Flush(ctx); err != nil && out.failed() == nil {
+		out.fail(err)
+	}
+	return out.err()
+}
+
+// submitTx submits tasks in one transaction.
+func (f *produceFlags) submitTx(ctx context.Context, p *producer.Producer, tasks []numbered, out *receipts) error {
+	pace := pacer{rate: f.rate, start: time.Now()}
+	var rcs []producer.Receipt
+	err := p.Tx(ctx, func(tx *producer.Tx) error {
+		for i, n := range tasks {
+			if err := pace.wait(ctx, i); err != nil {
+				return err
+			}
+			if err := tx.Submit(n.task); err != nil {
+				return atLine(n.line, err)
+			}
+			out.progressed.Add(1)
+		}
+		var err error
+		rcs, err = tx.Receipts(ctx)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("%w: the transaction was aborted, nothing of it was submitted", err)
+	}
+	out.progressed.Store(0)
+	for i, rc := range rcs {
+		out.done(i, tasks[i].line, rc, nil)
+	}
+	return nil
+}
+
+// receipts prints receipt lines in input order as acknowledgments arrive,
+// in any order, and counts them.
+type receipts struct {
+	mu         sync.Mutex
+	w          *bufio.Writer
+	quiet      bool
+	next       int // the next sequence number to print
+	pending    map[int]receiptLine
+	n, delayed int
+	first      error
+	start      time.Time
+	progressed atomic.Int64 // submitted, for the progress line
+}
+
+type receiptLine struct {
+	rc producer.Receipt
+	ok bool
+}
+
+func (r *receipts) done(seq, line int, rc producer.Receipt, err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err != nil {
+		if r.first == nil {
+			r.first = atLine(line, err)
+		}
+	} else {
+		r.n++
+		if rc.Delayed {
+			r.delayed++
+		}
+		r.progressed.Add(1)
+	}
+	r.pending[seq] = receiptLine{rc, err == nil}
+	for {
+		l, ok := r.pending[r.next]
+		if !ok {
+			break
+		}
+		delete(r.pending, r.next)
+		r.next++
+		if l.ok && !r.quiet {
+			fmt.Fprintf(r.w, "%s %s/%d@%d", l.rc.ID, l.rc.Topic, l.rc.Partition, l.rc.Offset)
+			if l.rc.Delayed {
+				r.w.WriteString(" delayed")
+			}
+			r.w.WriteByte('\n')
+		}
+	}
+}
+
+func (r *receipts) fail(err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.first == nil {
+		r.first = err
+	}
+}
+
+func (r *receipts) failed() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.first
+}
+
+// err is the run's error, if any, with how many tasks were submitted
+// before the run stopped (their receipts are printed).
+func (r *receipts) err() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.first == nil {
+		return nil
+	}
+	if r.n == 0 {
+		return fmt.Errorf("%w (nothing was submitted)", r.first)
+	}
+	return fmt.Errorf("%w (%d tasks were submitted before the run stopped)", r.first, r.n)
+}
+
+func (r *receipts) summary() {
+	if r.quiet {
+		fmt.Fprintf(r.w, "submitted %d tasks (%d delayed) in %v\n", r.n, r.delayed, time.Since(r.start).Round(time.Millisecond))
+	}
+}
+
+// progress shows a progress line on stderr while a file is submitted, if
+// stderr is a terminal; stop clears it.
+func progress(stderr io.Writer, r *receipts) (stop func()) {
+	f, ok := stderr.(*os.File)
+	if !ok {
+		return func() {}
+	}
+	if fi, err := f.Stat(); err != nil || fi.Mode()&os.ModeCharDevice == 0 {
+		return func() {}
+	}
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		t := time.NewTicker(250 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				fmt.Fprint(f, "\r\033[K")
+				return
+			case <-t.C:
+				n := r.progressed.Load()
+				fmt.Fprintf(f, "\r\033[K%d tasks submitted, %.0f/s", n, float64(n)/time.Since(r.start).Seconds())
+			}
+		}
+	}()
+	return func() { close(done); wg.Wait() }
+}
+
+// pacer spaces submissions to a rate per second; zero is no limit.
+type pacer struct {
+	rate  float64
+	start time.Time
+}
+
+func (p pacer) wait(ctx context.Context, i int) error {
+	if p.rate <= 0 {
+		return ctx.Err()
+	}
+	d := time.Until(p.start.Add(time.Duration(float64(i) / p.rate * float64(time.Second))))
+	if d <= 0 {
+		return ctx.Err()
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// lineReader reads the tasks of a JSON lines input, skipping blank lines.
+type lineReader struct {
+	sc    *bufio.Scanner
+	queue string
+	n     int
+}
+
+func newLineReader(r io.Reader, queue string) *lineReader {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), maxLine)
+	return &lineReader{sc: sc, queue: queue}
+}
+
+// next returns the next task; ok is false at the end of the input.
+func (l *lineReader) next() (n numbered, ok bool, err error) {
+	for l.sc.Scan() {
+		l.n++
+		line := l.sc.Bytes()
+		if len(bytes.TrimSpace(line)) == 0 {
+			continue
+		}
+		task, err := decodeLine(line, l.queue, time.Now())
+		if err != nil {
+			return n, false, &lineError{l.n, err}
+		}
+		return numbered{l.n, task}, true, nil
+	}
+	if err := l.sc.Err(); err != nil {
+		if errors.Is(err, bufio.ErrTooLong) {
+			return n, false, &lineError{l.n + 1, usageError{errLineTooLong}}
+		}
+		return n, false, fmt.Errorf("reading the input: %w", err)
+	}
+	return n, false, nil
+}
