@@ -102,10 +102,20 @@ func (w *Worker) execute(it *item, quit <-chan struct{}) *result {
 			return res
 		}
 		w.metrics.processed.WithLabelValues(it.rec.Topic, "failed").Inc()
+		if IsSkipRetry(err) {
+			task, _ := onceq.FromRecord(it.rec) // it decoded before the handler ran
+			if res, dlqErr := w.deadLetter(it.rec, task.ID, "failed: "+err.Error()); dlqErr == nil {
+				return res
+			}
+		}
+		pause := w.cfg.retryPause
+		if d, ok := RetryDelay(err); ok {
+			pause = d
+		}
 		w.cfg.log.Warn("task failed; running it again after a pause", "topic", it.rec.Topic, "partition", it.rec.Partition,
-			"offset", it.rec.Offset, "run", run, "err", err, "pause", w.cfg.retryPause)
+			"offset", it.rec.Offset, "run", run, "err", err, "pause", pause)
 		select {
-		case <-time.After(w.cfg.retryPause):
+		case <-time.After(pause):
 		case <-quit:
 			return nil
 		}
@@ -189,12 +199,22 @@ func (w *Worker) success(t *Task) (*result, error) {
 // to its queue's dead letters, with the reason, instead of running it.
 func (w *Worker) deadLetterMalformed(r *kgo.Record, err error) (*result, error) {
 	w.cfg.log.Warn("malformed task: dead-lettered", "topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "err", err)
+	return w.deadLetter(r, onceq.RecordID(r.Topic, r.Partition, r.Offset), "malformed: "+err.Error())
+}
+
+// deadLetter writes the record to its queue's dead letters with the reason
+// in onceq-error; the result marks the task processed.
+func (w *Worker) deadLetter(r *kgo.Record, id, reason string) (*result, error) {
 	dlq := broker.DLQTopic(r.Topic)
 	if err := w.topics.ensure(dlq); err != nil {
 		return nil, fmt.Errorf("consumer: creating dead-letter topic %s: %w", dlq, err)
 	}
-	hs := append([]kgo.RecordHeader{}, r.Headers...)
-	hs = append(hs, kgo.RecordHeader{Key: onceq.HeaderError, Value: []byte(onceq.CutError("malformed: " + err.Error()))})
-	id := onceq.RecordID(r.Topic, r.Partition, r.Offset)
+	hs := make([]kgo.RecordHeader, 0, len(r.Headers)+1)
+	for _, h := range r.Headers {
+		if h.Key != onceq.HeaderError {
+			hs = append(hs, h)
+		}
+	}
+	hs = append(hs, kgo.RecordHeader{Key: onceq.HeaderError, Value: []byte(onceq.CutError(reason))})
 	return &result{id: id, at: time.Now(), outputs: []*kgo.Record{{Topic: dlq, Key: r.Key, Value: r.Value, Headers: hs}}}, nil
 }

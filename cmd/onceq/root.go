@@ -128,6 +128,7 @@ Redpanda. Exit codes: 0 ok, 1 failure, 2 usage or bad input.`,
 		newTopicsCmd(g),
 		newVersionCmd(g),
 		newProduceCmd(g),
+		newWorkerCmd(g),
 	)
 	return root
 }

@@ -1,0 +1,203 @@
+package consumer_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/onceq/onceq"
+	"github.com/onceq/onceq/broker"
+	"github.com/onceq/onceq/checkpoint"
+	"github.com/onceq/onceq/internal/testutil"
+)
+
+// crashTasks is the size of the crash tests: 100,000, or 10,000 with -short.
+func crashTasks() int {
+	if testing.Short() {
+		return 10_000
+	}
+	return 100_000
+}
+
+// workerProc is one "onceq worker" subprocess slot that the test kills and
+// restarts on the same checkpoint dir.
+type workerProc struct {
+	dir  string
+	proc *testutil.Process
+}
+
+func startWorker(t *testing.T, addr, group, dir string) *testutil.Process {
+	return testutil.Start(t, "worker", "--brokers", addr, "--group", group, "--queue", "in", "--handler", "count:out",
+		"--checkpoint-dir", dir, "--metrics-addr", "", "--session-timeout", "6s", "--transaction-timeout", "5s",
+		"--commit-interval", "50ms", "--log-level", "warn")
+}
+
+// TestCrashCopyExactlyOnce runs tasks through three worker processes while
+// one of them, chosen at random, is SIGKILLed and restarted every 1-3 s.
+// A fresh read_committed reader must see every ID exactly once, and the
+// per-ID run counters in the changelog must each be 1.
+func TestCrashCopyExactlyOnce(t *testing.T) {
+	runCrash(t, 0)
+}
+
+// TestCrashCopyWithDuplicates is the same with 5% of the IDs submitted
+// twice: every ID must still execute once.
+func TestCrashCopyWithDuplicates(t *testing.T) {
+	runCrash(t, 0.05)
+}
+
+func runCrash(t *testing.T, dupFraction float64) {
+	if testing.Short() && dupFraction > 0 {
+		t.Skip("the duplicate variant runs in the full suite")
+	}
+	seed := uint64(time.Now().UnixNano())
+	if s := os.Getenv("ONCEQ_SEED"); s != "" {
+		seed, _ = strconv.ParseUint(s, 10, 64)
+	}
+	t.Logf("seed %d (replay with ONCEQ_SEED=%d)", seed, seed)
+	rng := rand.New(rand.NewPCG(seed, 0))
+
+	_, conn := testutil.StartBroker(t, "")
+	addr := conn.Brokers[0]
+	testutil.CreateTopic(t, conn, "in", 8)
+	testutil.CreateTopic(t, conn, "out", 8)
+	n := crashTasks()
+	all := ids(n)
+	submitted := append([]string{}, all...)
+	for _, id := range all {
+		if rng.Float64() < dupFraction {
+			submitted = append(submitted, id)
+		}
+	}
+	rng.Shuffle(len(submitted), func(i, j int) { submitted[i], submitted[j] = submitted[j], submitted[i] })
+
+	const group = "crash"
+	slots := make([]*workerProc, 3)
+	for i := range slots {
+		dir := filepath.Join(t.TempDir(), fmt.Sprintf("w%d", i))
+		slots[i] = &workerProc{dir: dir, proc: startWorker(t, addr, group, dir)}
+	}
+	// Submit while the workers run, spread over about 15 s, so that many
+	// kills land in the middle of the work.
+	go func() {
+		wave := max(len(submitted)/100, 1)
+		for i := 0; i < len(submitted); i += wave {
+			produceTasksQuiet(conn, "in", submitted[i:min(i+wave, len(submitted))])
+			time.Sleep(150 * time.Millisecond)
+		}
+	}()
+
+	deadline := time.Now().Add(6 * time.Minute)
+	kills := 0
+	for {
+		time.Sleep(time.Duration(1000+rng.IntN(2000)) * time.Millisecond)
+		// Offsets count transaction markers too: confirm with a reader.
+		got := countRecords(t, conn, "out")
+		if got >= n {
+			if got = len(testutil.ReadCommitted(t, conn, time.Minute, "out")); got >= n {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("only %d of %d outputs after 6 minutes (%d kills)", got, n, kills)
+		}
+		s := slots[rng.IntN(len(slots))]
+		s.proc.Signal(syscall.SIGKILL)
+		if _, err := s.proc.Wait(10 * time.Second); err != nil {
+			t.Fatal(err)
+		}
+		kills++
+		s.proc = startWorker(t, addr, group, s.dir)
+	}
+	time.Sleep(time.Second) // a duplicate would land after the originals
+	for _, s := range slots {
+		s.proc.Signal(syscall.SIGTERM)
+	}
+	for _, s := range slots {
+		if code, err := s.proc.Wait(60 * time.Second); err != nil || code != 0 {
+			t.Errorf("worker exit %d (%v):\n%s", code, err, tail(s.proc.Output(), 2000))
+		}
+	}
+	t.Logf("%d tasks (%d submitted), %d kills", n, len(submitted), kills)
+	if kills < 3 {
+		t.Fatalf("only %d kills: the run was too short to test crashes", kills)
+	}
+	checkExactlyOnce(t, testutil.ReadCommitted(t, conn, time.Minute, "out"), all)
+	checkRunCounters(t, conn, broker.ChangelogTopic(group, "in"), all)
+}
+
+// checkRunCounters reads the changelog as any reader would and checks
+// that the last value of every runs/<id> state key is 1.
+func checkRunCounters(t *testing.T, conn broker.Conn, changelog string, want []string) {
+	t.Helper()
+	last := map[string]string{}
+	for _, r := range testutil.ReadCommitted(t, conn, time.Minute, changelog) {
+		e, err := checkpoint.DecodeChangelog(r.Key, r.Value)
+		if err != nil {
+			t.Fatalf("changelog offset %d: %v", r.Offset, err)
+		}
+		if e.Kind == checkpoint.KindState {
+			last[string(e.Key)] = string(e.Value)
+		}
+	}
+	sum, above := 0, 0
+	for _, id := range want {
+		v, err := strconv.Atoi(last["runs/"+id])
+		if err != nil {
+			continue
+		}
+		sum += v
+		if v > 1 {
+			above++
+		}
+	}
+	if sum != len(want) || above != 0 {
+		t.Fatalf("run counters sum to %d (want %d), %d above 1", sum, len(want), above)
+	}
+}
+
+func produceTasksQuiet(conn broker.Conn, queue string, ids []string) {
+	cl, err := conn.NewClient()
+	if err != nil {
+		return
+	}
+	defer cl.Close()
+	ctx := context.Background()
+	for _, id := range ids {
+		task := onceq.Task{ID: id, Queue: queue, Payload: []byte("payload-" + id)}
+		task.Resolve(time.Now())
+		cl.Produce(ctx, task.Record(queue), nil)
+	}
+	_ = cl.Flush(ctx)
+}
+
+func countRecords(t *testing.T, conn broker.Conn, topic string) int {
+	adm, err := broker.NewAdmin(conn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer adm.Close()
+	info, err := adm.DescribeTopic(t.Context(), topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, p := range info.Partitions {
+		n += int(p.Stable - p.Start)
+	}
+	return n
+}
+
+func tail(s string, n int) string {
+	if len(s) > n {
+		return "..." + s[len(s)-n:]
+	}
+	return strings.TrimSpace(s)
+}

@@ -1,0 +1,54 @@
+package consumer
+
+import (
+	"errors"
+	"time"
+)
+
+// SkipRetry marks err as final: the task is not run again but goes to its
+// queue's dead letters (onceq-dlq-<queue>) with the error. It still matches
+// after wrapping: fmt.Errorf("...: %w", consumer.SkipRetry(err)) works.
+func SkipRetry(err error) error {
+	if err == nil {
+		err = errors.New("skip retry")
+	}
+	return &skipRetry{err}
+}
+
+type skipRetry struct{ err error }
+
+func (e *skipRetry) Error() string { return e.err.Error() }
+func (e *skipRetry) Unwrap() error { return e.err }
+
+// RetryAfter asks for the task to run again no sooner than d from now.
+// It still matches after wrapping.
+func RetryAfter(d time.Duration, err error) error {
+	if err == nil {
+		err = errors.New("retry after " + d.String())
+	}
+	return &retryAfter{d: d, err: err}
+}
+
+type retryAfter struct {
+	d   time.Duration
+	err error
+}
+
+func (e *retryAfter) Error() string { return e.err.Error() }
+func (e *retryAfter) Unwrap() error { return e.err }
+
+// IsSkipRetry reports whether err, or an error it wraps, came from
+// SkipRetry.
+func IsSkipRetry(err error) bool {
+	var s *skipRetry
+	return errors.As(err, &s)
+}
+
+// RetryDelay returns the delay a RetryAfter error in err's chain asks for.
+func RetryDelay(err error) (time.Duration, bool) {
+	var r *retryAfter
+	if errors.As(err, &r) {
+		return r.d, true
+	}
+	return 0, false
+}
