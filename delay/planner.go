@@ -239,3 +239,62 @@ func (p *Planner) largestAtMost(r time.Duration) int {
 	}
 	return i - 1
 }
+
+// ReleaseAt is when the delay service takes a record out of bucket:
+// MoveAt (its append time plus the bucket), unless less than smallest
+// would remain after that, in which case it is held in memory until its
+// due time and published to its queue directly. A record due before its
+// bucket ends is released at its due time.
+//
+// The service's offset commits record which records moved as "offset below
+// H and ReleaseAt at or before T" (see Service), so ReleaseAt must depend
+// on the record alone, never on when it was read.
+func ReleaseAt(appended time.Time, bucket, smallest time.Duration, due time.Time) time.Time {
+	end := appended.Add(bucket)
+	if due.Before(end.Add(smallest)) {
+		return due
+	}
+	return end
+}
+
+// ReadAhead is how long before a record's release the delay service reads
+// it into memory, so that records behind it in the same bucket partition
+// that are released earlier are not held up. A bucket larger than the
+// smallest only holds records whose release is within the smallest bucket
+// of the record before them; the smallest bucket also holds records that
+// producers routed there with less than the smallest bucket to wait
+// (Route), which are released up to one bucket before the end of it.
+func (p *Planner) ReadAhead(bucket time.Duration) time.Duration {
+	if bucket <= p.buckets[0] {
+		return 2 * p.buckets[0]
+	}
+	return p.buckets[0]
+}
+
+// DueWithin estimates the fraction of the records waiting in bucket that
+// fall due within d from now. It assumes a steady flow: a record entered
+// the bucket with a remaining delay r uniform between the bucket and the
+// next larger one (twice the bucket for the largest), and has waited u,
+// uniform between zero and the bucket; it is due in r-u. The estimate is
+// exact for delays spread evenly and needs nothing but the bucket's size.
+func (p *Planner) DueWithin(bucket, d time.Duration) float64 {
+	if d <= 0 {
+		return 0
+	}
+	b, n := bucket.Seconds(), 2*bucket.Seconds()
+	if i, ok := slices.BinarySearch(p.buckets, bucket); ok && i+1 < len(p.buckets) {
+		n = p.buckets[i+1].Seconds()
+	}
+	// g is the integral of the CDF of r, from -inf to x.
+	g := func(x float64) float64 {
+		switch {
+		case x <= b:
+			return 0
+		case x <= n:
+			return (x - b) * (x - b) / (2 * (n - b))
+		}
+		return (n-b)/2 + x - n
+	}
+	h := d.Seconds()
+	return min(1, max(0, (g(h+b)-g(h))/b))
+}

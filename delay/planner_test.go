@@ -19,6 +19,9 @@ import (
 //	route now=T due=T       where a producer writes the record
 //	hops now=T due=T        the bucket hops, each taking exactly its bucket
 //	move at=T bucket=D due=T  when a record appended at T moves on
+//	release at=T bucket=D due=T  when the delay service releases it (ReleaseAt)
+//	readahead bucket=D      how far ahead the service reads the bucket
+//	duewithin bucket=D within=D  the estimated fraction due within D
 //
 // Times are RFC 3339, or +D / -D relative to now (default
 // 2030-01-01T00:00:00Z). Regenerate the expected output with
@@ -55,10 +58,42 @@ func TestPlanner(t *testing.T) {
 			at := parseTime(t, d, "at", now, now)
 			due := parseTime(t, d, "due", time.Time{}, now)
 			return "+" + MoveAt(at, b, due).Sub(now).String()
+		case "release":
+			at := parseTime(t, d, "at", now, now)
+			due := parseTime(t, d, "due", time.Time{}, now)
+			rel := ReleaseAt(at, scanBucket(t, d, "bucket"), p.Smallest(), due).Sub(now)
+			if rel < 0 {
+				return rel.String()
+			}
+			return "+" + rel.String()
+		case "readahead":
+			return p.ReadAhead(scanBucket(t, d, "bucket")).String()
+		case "duewithin":
+			within := time.Duration(0)
+			if w := scanString(t, d, "within"); w != "0s" {
+				within = scanBucket(t, d, "within")
+			}
+			return fmt.Sprintf("%.4f", p.DueWithin(scanBucket(t, d, "bucket"), within))
 		}
 		d.Fatalf(t, "unknown command %q", d.Cmd)
 		return ""
 	})
+}
+
+func scanString(t *testing.T, d *datadriven.TestData, key string) string {
+	t.Helper()
+	var s string
+	d.ScanArgs(t, key, &s)
+	return s
+}
+
+func scanBucket(t *testing.T, d *datadriven.TestData, key string) time.Duration {
+	t.Helper()
+	b, err := broker.ParseBucket(scanString(t, d, key))
+	if err != nil {
+		d.Fatalf(t, "%v", err)
+	}
+	return b
 }
 
 // walk follows Next from start to due, each bucket hop taking exactly its
