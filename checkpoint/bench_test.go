@@ -1,0 +1,426 @@
+package checkpoint
+
+import (
+	"context"
+	"encoding/hex"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// The benchmarks of the issue's targets. The large ones share one store of
+// ONCEQ_BENCH_IDS processed IDs (default 10 million), built once per test
+// binary on first use; benchmarks only run under -bench, so `go test` stays
+// fast. Run them with:
+//
+//	go test ./checkpoint -run '^$' -bench . -benchtime 3s -count 3
+//
+// Figures to watch (the targets): BenchmarkCommit p99-µs <= 1000;
+// BenchmarkHas lookups/s >= 1e6; BenchmarkBytesPerID bytes/ID <= 64;
+// BenchmarkRestore s/op <= 2; BenchmarkCommitDuringExpiry p99-µs <= 5000.
+
+// benchIDs is how many IDs the shared store holds.
+func benchIDs(b *testing.B) int {
+	n := 10_000_000
+	if v := os.Getenv("ONCEQ_BENCH_IDS"); v != "" {
+		var err error
+		if n, err = strconv.Atoi(v); err != nil || n < 1000 {
+			b.Fatalf("ONCEQ_BENCH_IDS=%q: want a number >= 1000", v)
+		}
+	}
+	return n
+}
+
+var benchTP = TP{"orders", 0}
+
+// benchEpoch is when the first benchmark ID was made; ID i was made i
+// milliseconds later, so 10 million IDs span under 3 hours, processed 1,000
+// per commit.
+var benchEpoch = time.Date(2026, 1, 5, 9, 0, 0, 0, time.UTC)
+
+// uuid7 returns a UUIDv7-like ID: a 48-bit millisecond timestamp, then 74
+// random bits (drawn from seed), in the 36-character text form.
+func uuid7(ms uint64, seed uint64) string {
+	var u [16]byte
+	r := rand.New(rand.NewPCG(seed, 0x6f6e636571))
+	hi, lo := r.Uint64(), r.Uint64()
+	for i := 0; i < 6; i++ {
+		u[i] = byte(ms >> (40 - 8*i))
+	}
+	u[6] = 0x70 | byte(hi>>8)&0x0f
+	u[7] = byte(hi)
+	u[8] = 0x80 | byte(lo>>56)&0x3f
+	for i := 9; i < 16; i++ {
+		u[i] = byte(lo >> (8 * (15 - i)))
+	}
+	var s [36]byte
+	hex.Encode(s[0:8], u[0:4])
+	s[8] = '-'
+	hex.Encode(s[9:13], u[4:6])
+	s[13] = '-'
+	hex.Encode(s[14:18], u[6:8])
+	s[18] = '-'
+	hex.Encode(s[19:23], u[8:10])
+	s[23] = '-'
+	hex.Encode(s[24:36], u[10:16])
+	return string(s[:])
+}
+
+// benchID returns the i-th ID of the shared store; benchMiss returns an ID
+// of the same time that is not in it.
+func benchID(i int) string   { return uuid7(millis(benchEpoch)+uint64(i), uint64(i)) }
+func benchMiss(i int) string { return uuid7(millis(benchEpoch)+uint64(i), uint64(i)^1<<62) }
+
+// fill marks IDs [from, to) in batches of 1,000 (one commit each, all marked
+// at the time of the batch's last ID), and flushes.
+func fill(b testing.TB, s *Store, from, to int, id func(int) string, at func(int) time.Time) {
+	for i := from; i < to; {
+		batch := s.NewBatch()
+		end := min(i+1000, to)
+		t := at(end - 1)
+		for ; i < end; i++ {
+			if err := batch.MarkProcessed(benchTP, id(i), t); err != nil {
+				b.Fatal(err)
+			}
+		}
+		if err := batch.Commit(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if err := s.db.Flush(); err != nil {
+		b.Fatal(err)
+	}
+}
+
+var shared struct {
+	once sync.Once
+	dir  string
+	n    int
+	err  error
+}
+
+// sharedStore opens the shared store of benchIDs IDs, building it first if
+// needed: unsynced batches, then a full compaction.
+func sharedStore(b *testing.B, opts Options) (*Store, int) {
+	shared.once.Do(func() {
+		shared.n = benchIDs(b)
+		shared.dir, shared.err = os.MkdirTemp("", "onceq-checkpoint-bench-")
+		if shared.err != nil {
+			return
+		}
+		start := time.Now()
+		s, err := Open(shared.dir, Options{ClusterID: "bench", Group: "bench", NoSync: true})
+		if err != nil {
+			shared.err = err
+			return
+		}
+		fill(b, s, 0, shared.n, benchID, func(i int) time.Time { return benchEpoch.Add(time.Duration(i) * time.Millisecond) })
+		lower, upper := handleBounds(0)
+		_, upper = handleBounds(^handle(0))
+		if err := s.db.Compact(context.Background(), lower, upper, true); err != nil {
+			shared.err = err
+		}
+		b.Logf("built a store of %d IDs in %v", shared.n, time.Since(start).Round(time.Millisecond))
+		shared.err = s.Close()
+	})
+	if shared.err != nil {
+		b.Fatal(shared.err)
+	}
+	opts.ClusterID, opts.Group = "bench", "bench"
+	s, err := Open(shared.dir, opts)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { s.Close() })
+	return s, shared.n
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if shared.dir != "" {
+		os.RemoveAll(shared.dir)
+	}
+	os.Exit(code)
+}
+
+// latencies collects durations and reports percentiles.
+type latencies struct {
+	mu sync.Mutex
+	d  []time.Duration
+}
+
+func (l *latencies) add(d time.Duration) {
+	l.mu.Lock()
+	l.d = append(l.d, d)
+	l.mu.Unlock()
+}
+
+func (l *latencies) report(b *testing.B) {
+	slices.Sort(l.d)
+	if len(l.d) == 0 {
+		return
+	}
+	at := func(p float64) float64 {
+		return float64(l.d[min(len(l.d)-1, int(p*float64(len(l.d))))].Microseconds())
+	}
+	b.ReportMetric(at(0.50), "p50-µs")
+	b.ReportMetric(at(0.99), "p99-µs")
+	b.ReportMetric(float64(l.d[len(l.d)-1].Microseconds()), "max-µs")
+}
+
+// BenchmarkCommit measures a synced commit of offsets plus 1,000 IDs.
+func BenchmarkCommit(b *testing.B) {
+	s, err := Open(b.TempDir(), Options{ClusterID: "bench", Group: "bench"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	var lat latencies
+	at := time.Now()
+	ids := make([]string, 1000)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		b.StopTimer()
+		for j := range ids {
+			ids[j] = benchID(i*1000 + j)
+		}
+		b.StartTimer()
+		start := time.Now()
+		batch := s.NewBatch()
+		for _, id := range ids {
+			if err := batch.MarkProcessed(benchTP, id, at); err != nil {
+				b.Fatal(err)
+			}
+		}
+		if err := batch.SetOffsets(benchTP, Offsets{Source: int64(i), Changelog: int64(i)}); err != nil {
+			b.Fatal(err)
+		}
+		if err := batch.Commit(); err != nil {
+			b.Fatal(err)
+		}
+		lat.add(time.Since(start))
+	}
+	lat.report(b)
+}
+
+// BenchmarkHas looks up IDs in the shared store, half of them present
+// (anywhere in its history), half not (IDs of the same times).
+func BenchmarkHas(b *testing.B) {
+	s, n := sharedStore(b, Options{})
+	ids := func(seed uint64, k int) []string {
+		r := rand.New(rand.NewPCG(seed, 1))
+		out := make([]string, k)
+		for i := range out {
+			if j := r.IntN(n); i%2 == 0 {
+				out[i] = benchID(j)
+			} else {
+				out[i] = benchMiss(j)
+			}
+		}
+		return out
+	}
+	lookups := ids(1, 1<<16)
+	check := func(b *testing.B, i int, found bool) {
+		if found != (i%2 == 0) {
+			b.Fatalf("lookup %d of %s: found %v", i, lookups[i], found)
+		}
+	}
+	report := func(b *testing.B, k int) {
+		b.ReportMetric(float64(k)/b.Elapsed().Seconds(), "lookups/s")
+	}
+	b.Run("Has", func(b *testing.B) {
+		for i := 0; i < b.N; i++ {
+			j := i % len(lookups)
+			ok, err := s.Has(benchTP, lookups[j])
+			if err != nil {
+				b.Fatal(err)
+			}
+			check(b, j, ok)
+		}
+		report(b, b.N)
+	})
+	b.Run("HasParallel", func(b *testing.B) {
+		var next atomic.Int64
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				j := int(next.Add(1)) % len(lookups)
+				ok, err := s.Has(benchTP, lookups[j])
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				check(b, j, ok)
+			}
+		})
+		report(b, b.N)
+	})
+	// HasMany as the worker calls it: the IDs of one fetch, 1,000 at a time.
+	b.Run("HasMany1000", func(b *testing.B) {
+		for i := 0; i < b.N; i++ {
+			j := i * 1000 % len(lookups)
+			found, err := s.HasMany(benchTP, lookups[j:j+1000])
+			if err != nil {
+				b.Fatal(err)
+			}
+			for k, f := range found {
+				check(b, j+k, f)
+			}
+		}
+		report(b, b.N*1000)
+	})
+	b.Run("HasMany1000Parallel", func(b *testing.B) {
+		var next atomic.Int64
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				j := int(next.Add(1)) * 1000 % len(lookups)
+				if _, err := s.HasMany(benchTP, lookups[j:j+1000]); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+		report(b, b.N*1000)
+	})
+}
+
+// BenchmarkBytesPerID reports the shared store's size on disk per ID, after
+// a full compaction.
+func BenchmarkBytesPerID(b *testing.B) {
+	s, n := sharedStore(b, Options{})
+	for i := 0; i < b.N; i++ {
+		lower, upper := handleBounds(0)
+		_, upper = handleBounds(^handle(0))
+		if err := s.db.Compact(context.Background(), lower, upper, true); err != nil {
+			b.Fatal(err)
+		}
+	}
+	size := dirSize(b, s.Dir())
+	idLower, idUpper := familyBounds(s.lookup(benchTP).h, familyID)
+	ids, _ := s.db.EstimateDiskUsage(idLower, idUpper)
+	xLower, xUpper := familyBounds(s.lookup(benchTP).h, familyExpiry)
+	records, _ := s.db.EstimateDiskUsage(xLower, xUpper)
+	b.ReportMetric(float64(size)/float64(n), "bytes/ID")
+	b.ReportMetric(float64(ids)/float64(n), "idkeys-bytes/ID")
+	b.ReportMetric(float64(records)/float64(n), "records-bytes/ID")
+}
+
+func dirSize(b testing.TB, dir string) int64 {
+	var size int64
+	err := filepath.Walk(dir, func(_ string, info os.FileInfo, err error) error {
+		if err == nil && !info.IsDir() {
+			size += info.Size()
+		}
+		return err
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return size
+}
+
+// BenchmarkRestore restores 1,000,000 IDs into a new store from changelog
+// records: decoding, and Apply in chunks of 10,000 entries, each synced.
+func BenchmarkRestore(b *testing.B) {
+	const total, chunk = 1_000_000, 10_000
+	keys, values := make([][]byte, total), make([][]byte, total)
+	for i := range keys {
+		keys[i], values[i] = EncodeMark(benchID(i), benchEpoch.Add(time.Duration(i)*time.Millisecond))
+	}
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		b.StopTimer()
+		s, err := Open(filepath.Join(b.TempDir(), strconv.Itoa(i)), Options{ClusterID: "bench", Group: "bench"})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+		entries := make([]Entry, chunk)
+		for off := 0; off < total; off += chunk {
+			for j := range entries {
+				if entries[j], err = DecodeChangelog(keys[off+j], values[off+j]); err != nil {
+					b.Fatal(err)
+				}
+				entries[j].Offset = int64(off + j)
+			}
+			if err := s.Apply(benchTP, entries, int64(off+chunk)); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.StopTimer()
+		if ok, _ := s.Has(benchTP, benchID(total-1)); !ok {
+			b.Fatal("last ID missing after restore")
+		}
+		s.Close()
+		b.StartTimer()
+	}
+	b.ReportMetric(b.Elapsed().Seconds()/float64(b.N), "s/op")
+	b.ReportMetric(float64(total*b.N)/b.Elapsed().Seconds(), "ids/s")
+}
+
+// BenchmarkCommitDuringExpiry measures synced commits of 1,000 IDs while
+// ExpireProcessed removes 1,000,000 expired IDs.
+func BenchmarkCommitDuringExpiry(b *testing.B) {
+	const expired = 1_000_000
+	window := 24 * time.Hour
+	var lat latencies
+	var expiry time.Duration
+	for i := 0; i < b.N; i++ {
+		b.StopTimer()
+		dir := filepath.Join(b.TempDir(), strconv.Itoa(i))
+		s, err := Open(dir, Options{ClusterID: "bench", Group: "bench", NoSync: true, DedupWindow: window})
+		if err != nil {
+			b.Fatal(err)
+		}
+		fill(b, s, 0, expired, benchID, func(int) time.Time { return benchEpoch })
+		s.Close()
+		if s, err = Open(dir, Options{ClusterID: "bench", Group: "bench", DedupWindow: window}); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+		now := benchEpoch.Add(window + time.Hour)
+		done := make(chan error, 1)
+		start := time.Now()
+		go func() {
+			removed, err := s.ExpireProcessed(context.Background(), now, 0)
+			if err == nil && len(removed) != expired {
+				err = fmt.Errorf("removed %d IDs, want %d", len(removed), expired)
+			}
+			expiry += time.Since(start)
+			done <- err
+		}()
+		for c := 0; ; c++ {
+			select {
+			case err := <-done:
+				if err != nil {
+					b.Fatal(err)
+				}
+			default:
+				t := time.Now()
+				batch := s.NewBatch()
+				for j := 0; j < 1000; j++ {
+					_ = batch.MarkProcessed(benchTP, benchMiss(c*1000+j), now)
+				}
+				_ = batch.SetOffsets(benchTP, Offsets{Source: int64(c), Changelog: int64(c)})
+				if err := batch.Commit(); err != nil {
+					b.Fatal(err)
+				}
+				lat.add(time.Since(t))
+				continue
+			}
+			break
+		}
+		b.StopTimer()
+		s.Close()
+		b.StartTimer()
+	}
+	lat.report(b)
+	b.ReportMetric(expiry.Seconds()/float64(b.N), "expiry-s")
+	b.ReportMetric(float64(len(lat.d))/float64(b.N), "commits")
+}

@@ -1,0 +1,81 @@
+// Package checkpoint is a worker's memory of what it has done: per Kafka
+// partition, the offsets it has processed up to, the IDs of the tasks it has
+// processed (for the dedup window) and the tasks' state. It is a Pebble store
+// in a local directory, written in atomic, synced batches, and restorable
+// from a compacted changelog topic.
+//
+// # Opening
+//
+// A store belongs to one consumer group of one Kafka cluster. Open records
+// both on first use and refuses a directory of another cluster or group, one
+// held by another process, or one that is not a checkpoint store:
+//
+//	s, err := checkpoint.Open("/var/lib/onceq/billing", checkpoint.Options{
+//		ClusterID: clusterID, // from the broker's metadata
+//		Group:     "billing",
+//	})
+//	if errors.Is(err, checkpoint.ErrInUse) { ... } // also ErrMismatch, ErrCorrupt, ErrVersion
+//	defer s.Close()
+//
+// Options documents the defaults: a 7-day dedup window, synced commits, a
+// 32 MiB block cache and 16 MiB memtables (under 100 MiB in all).
+//
+// # The commit cycle
+//
+// After its Kafka transaction commits, the worker writes what the
+// transaction made durable in one batch, for all its partitions at once:
+//
+//	b := s.NewBatch()
+//	defer b.Close()
+//	b.MarkProcessed(tp, taskID, time.Now())          // once per completed task
+//	b.Set(tp, []byte("balance/alice"), []byte("42")) // task state
+//	b.SetOffsets(tp, checkpoint.Offsets{Source: next, Changelog: changelogNext})
+//	err := b.Commit() // atomic across partitions; synced unless Options.NoSync
+//
+// A crash leaves either all of a committed batch or none of it. Before
+// running a record, the worker asks whether its task ID was processed:
+//
+//	done, err := s.HasMany(tp, ids) // one fetch's IDs; Has for a single one
+//	v, ok, err := s.Get(tp, []byte("balance/alice"))
+//	o, ok, err := s.Checkpoint(tp)
+//
+// # The changelog
+//
+// Kafka is the source of truth. In the same transaction as its outputs the
+// worker writes changelog records, encoded by EncodeMark, EncodeState and
+// the tombstone encoders, to a compacted topic with one partition per source
+// partition. A worker that takes over a partition, or that crashed between
+// its transaction and its batch, replays the changelog from the recorded
+// offset:
+//
+//	o, ok, _ := s.Checkpoint(tp) // o.Changelog: where to start (0 if !ok)
+//	for each fetch of changelog records {
+//		for each record r {
+//			e, err := checkpoint.DecodeChangelog(r.Key, r.Value)
+//			e.Offset = r.Offset
+//			entries = append(entries, e)
+//		}
+//		err := s.Apply(tp, entries, fetchedUpTo) // idempotent: replays are safe
+//	}
+//
+// A partition that leaves the worker for good is removed with DropPartition.
+//
+// # The dedup window
+//
+// Every so often the worker calls ExpireProcessed, which removes the IDs
+// processed longer ago than the window and returns them; the worker then
+// writes their changelog tombstones (EncodeMarkTombstone), so that the
+// compacted changelog forgets them too:
+//
+//	removed, err := s.ExpireProcessed(ctx, time.Now(), 10000)
+//
+// It works in small chunks and never stalls commits for long.
+//
+// # Layout and tuning
+//
+// keys.go describes the key layout and why IDs are expired through
+// per-commit records rather than a per-ID time index. Pebble runs with bloom
+// filters on every level (most lookups are of new IDs, which the filters
+// rule out), zstd compression at the bottom levels, and at most two
+// concurrent compactions.
+package checkpoint
