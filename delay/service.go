@@ -1,0 +1,474 @@
+package delay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/onceq/onceq/broker"
+)
+
+// maxPoll bounds the records one poll returns.
+const maxPoll = 10_000
+
+// Service moves delayed records on: out of the bucket topics, into the
+// next bucket or their queue, each move in a Kafka transaction together
+// with the offset commit. Create it with NewService and run it with Run;
+// several instances of one group share the buckets.
+//
+// One goroutine reads every assigned bucket partition in offset order. A
+// record is read into memory shortly before its release (ReleaseAt, read
+// ahead by Planner.ReadAhead); a partition whose next record is further
+// off is paused until then, so the service holds only the records about
+// to move, however many wait. Every commit interval the records released
+// by then move in one transaction: those due go to their queue (never
+// before their due time: the check is against the service's clock when
+// the transaction is built), the others to the bucket Planner.Route picks.
+//
+// Records move out of offset order, so the committed offset (the first
+// record not moved) is not enough to know what moved. Each partition's
+// offset commit carries a cursor as its metadata: the read position H and
+// the transaction's time T. A record moved if and only if its offset is
+// below H and its release is at or before T; both depend on the record
+// alone. A restarted or new owner reads from the committed offset and
+// skips the records the cursor says moved: no record is moved twice or
+// lost, whatever fails.
+type Service struct {
+	cfg      serviceConfig
+	m        *serviceMetrics
+	smallest time.Duration
+	started  atomic.Bool
+
+	instanceID string
+	sess       *kgo.GroupTransactSession
+	cl         *kgo.Client
+	adm        *broker.Admin
+	topics     *topicCache
+	topicIDs   map[string][16]byte
+
+	// parts is the assignment, changed by the group callbacks; gen counts
+	// the changes. The loop works on its own copy, view.
+	mu    sync.Mutex
+	parts map[tp]*part
+	gen   atomic.Uint64
+
+	view       map[tp]*part
+	viewGen    uint64
+	held       int
+	lastCommit time.Time
+	statsDone  chan struct{}
+}
+
+type tp struct {
+	topic     string
+	partition int32
+}
+
+// NewService checks the options and returns a service. It does not
+// connect: Run does.
+func NewService(opts ...ServiceOpt) (*Service, error) {
+	cfg, err := buildService(opts)
+	if err != nil {
+		return nil, err
+	}
+	m, err := newServiceMetrics(cfg.registerer)
+	if err != nil {
+		return nil, err
+	}
+	return &Service{cfg: cfg, m: m, smallest: cfg.planner.Smallest(), parts: map[tp]*part{}, view: map[tp]*part{}}, nil
+}
+
+// InstanceID is the instance ID Run uses, once Run has started.
+func (s *Service) InstanceID() string { return s.instanceID }
+
+// Run joins the group and moves records until ctx is done or a fatal
+// error. On ctx done it commits what is released, leaves the group and
+// returns nil. Records held in memory and not yet released stay in their
+// bucket for the next owner. Run may be called once.
+func (s *Service) Run(ctx context.Context) error {
+	if !s.started.CompareAndSwap(false, true) {
+		return errors.New("delay: Run called twice: create another Service")
+	}
+	if err := s.start(ctx); err != nil {
+		s.close()
+		return err
+	}
+	defer s.close()
+	statsCtx, stopStats := context.WithCancel(ctx)
+	defer stopStats()
+	s.statsDone = make(chan struct{})
+	go s.refreshStats(statsCtx)
+	s.cfg.log.Info("delay service started", "group", s.cfg.group, "instance", s.instanceID,
+		"buckets", FormatLadder(s.cfg.planner.Buckets()), "commit_interval", s.cfg.commitInterval)
+
+	for ctx.Err() == nil {
+		if err := s.refreshView(ctx); err != nil {
+			if ctx.Err() != nil {
+				break
+			}
+			return err
+		}
+		now := time.Now()
+		s.wakeStopped(now)
+		if s.commitDue(now) {
+			if err := s.commit(context.WithoutCancel(ctx)); err != nil {
+				return err
+			}
+			continue
+		}
+		pctx, cancel := context.WithDeadline(ctx, s.nextWake(now))
+		fs := s.sess.PollRecords(pctx, maxPoll)
+		cancel()
+		if err := fetchErr(fs); err != nil {
+			return err
+		}
+		if err := s.ingest(ctx, fs); err != nil {
+			return err
+		}
+	}
+	stopStats()
+	<-s.statsDone
+	return s.shutdown()
+}
+
+// start connects, creates missing bucket topics and joins the group.
+func (s *Service) start(ctx context.Context) error {
+	var err error
+	if s.adm, err = broker.NewAdmin(s.cfg.conn); err != nil {
+		return fmt.Errorf("delay: %w", err)
+	}
+	topics := s.cfg.planner.Topics()
+	for _, t := range topics {
+		if err := s.adm.EnsureTopic(ctx, t, DefaultBucketPartitions, BucketTopicConfigs()); err != nil {
+			return fmt.Errorf("delay: creating bucket topic: %w", err)
+		}
+	}
+	details, err := s.adm.Kadm().ListTopics(ctx, topics...)
+	if err != nil {
+		return fmt.Errorf("delay: reaching the brokers %v: %w", s.cfg.conn.Brokers, err)
+	}
+	s.topicIDs = map[string][16]byte{}
+	for _, t := range topics {
+		d, ok := details[t]
+		if !ok || d.Err != nil {
+			return fmt.Errorf("delay: bucket topic %s: %v", t, d.Err)
+		}
+		s.topicIDs[t] = d.ID
+	}
+	s.topics = newTopicCache(s.adm)
+	if s.instanceID, err = loadInstanceID(s.cfg.stateDir, s.cfg.instanceID); err != nil {
+		return err
+	}
+	base, err := s.cfg.conn.Opts()
+	if err != nil {
+		return err
+	}
+	opts := append(base,
+		kgo.ConsumerGroup(s.cfg.group),
+		kgo.ConsumeTopics(topics...),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.RequireStableFetchOffsets(),
+		kgo.SessionTimeout(s.cfg.sessionTimeout),
+		kgo.InstanceID(s.instanceID),
+		kgo.TransactionalID("onceq-"+s.cfg.group+"-"+s.instanceID),
+		kgo.TransactionTimeout(s.cfg.txnTimeout),
+		kgo.OnPartitionsAssigned(s.assigned),
+		kgo.OnPartitionsRevoked(s.revoked),
+		kgo.OnPartitionsLost(s.revoked),
+		kgo.RecordPartitioner(kgo.StickyKeyPartitioner(nil)),
+		kgo.ProducerLinger(0),
+		// A resumed partition joins the next fetch request: a short wait
+		// keeps that well inside the read-ahead.
+		kgo.FetchMaxWait(min(max(s.smallest/4, 10*time.Millisecond), 200*time.Millisecond)),
+		kgo.FetchMaxBytes(8<<20),
+		kgo.FetchMaxPartitionBytes(512<<10),
+		kgo.WithLogger(kgoLogger{s.cfg.log}),
+	)
+	if s.sess, err = kgo.NewGroupTransactSession(opts...); err != nil {
+		return fmt.Errorf("delay: %w", err)
+	}
+	s.cl = s.sess.Client()
+	return nil
+}
+
+// assigned and revoked are the group's callbacks. They run while the
+// session holds its lock and must not wait for the loop.
+func (s *Service) assigned(_ context.Context, _ *kgo.Client, m map[string][]int32) {
+	s.mu.Lock()
+	for topic, ps := range m {
+		b, ok := s.cfg.planner.Bucket(topic)
+		if !ok {
+			continue
+		}
+		for _, p := range ps {
+			k := tp{topic, p}
+			if old := s.parts[k]; old != nil {
+				old.revoked.Store(true)
+			}
+			s.parts[k] = newPart(s.cfg.planner, topic, p, b)
+		}
+	}
+	s.mu.Unlock()
+	s.gen.Add(1)
+	s.cfg.log.Info("partitions assigned", "partitions", m)
+}
+
+func (s *Service) revoked(_ context.Context, _ *kgo.Client, m map[string][]int32) {
+	s.mu.Lock()
+	for topic, ps := range m {
+		for _, p := range ps {
+			k := tp{topic, p}
+			if old := s.parts[k]; old != nil {
+				old.revoked.Store(true)
+				delete(s.parts, k)
+			}
+		}
+	}
+	s.mu.Unlock()
+	s.gen.Add(1)
+	s.cfg.log.Info("partitions revoked", "partitions", m)
+}
+
+// refreshView takes over assignment changes: drops revoked partitions,
+// resumes new ones (a pause outlives an assignment) and loads their
+// committed cursors.
+func (s *Service) refreshView(ctx context.Context) error {
+	gen := s.gen.Load()
+	if gen == s.viewGen {
+		return nil
+	}
+	s.mu.Lock()
+	view := make(map[tp]*part, len(s.parts))
+	for k, p := range s.parts {
+		view[k] = p
+	}
+	s.mu.Unlock()
+	for k, p := range s.view {
+		if view[k] != p {
+			s.held -= p.held()
+		}
+	}
+	var fresh []*part
+	resume := map[string][]int32{}
+	for k, p := range view {
+		if s.view[k] != p {
+			fresh = append(fresh, p)
+			resume[k.topic] = append(resume[k.topic], k.partition)
+		}
+	}
+	s.cl.ResumeFetchPartitions(resume)
+	s.view, s.viewGen = view, gen
+	return s.loadCursors(ctx, fresh)
+}
+
+// loadCursors reads the committed offsets and cursors of new partitions.
+// The fetch requires stable offsets: a transaction of the previous owner
+// that is still open is waited for.
+func (s *Service) loadCursors(ctx context.Context, fresh []*part) error {
+	if len(fresh) == 0 {
+		return nil
+	}
+	for {
+		offs, err := s.adm.Kadm().FetchOffsets(kadm.RequireStable(ctx), s.cfg.group)
+		if err == nil {
+			err = offs.Error()
+		}
+		if err == nil {
+			for _, p := range fresh {
+				c := cursor{Offset: -1, High: -1}
+				if o, ok := offs.Lookup(p.topic, p.partition); ok && o.At >= 0 {
+					var perr error
+					if c, perr = parseCursor(o.At, o.Metadata); perr != nil {
+						s.cfg.log.Warn("ignoring offset metadata that is not the delay service's", "topic", p.topic, "partition", p.partition, "err", perr)
+					}
+				}
+				p.committed, p.next, p.loaded = c, c.Offset, true
+			}
+			return nil
+		}
+		s.cfg.log.Info("waiting for committed offsets", "err", err)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// ingest reads fetched records into their partitions.
+func (s *Service) ingest(ctx context.Context, fs kgo.Fetches) error {
+	now := time.Now()
+	var err error
+	fs.EachPartition(func(fp kgo.FetchTopicPartition) {
+		if len(fp.Records) == 0 || err != nil {
+			return
+		}
+		p := s.view[tp{fp.Topic, fp.Partition}]
+		if p == nil || !p.loaded {
+			// Assigned during the poll: take the assignment over first.
+			if err = s.refreshView(ctx); err != nil {
+				return
+			}
+			p = s.view[tp{fp.Topic, fp.Partition}]
+		}
+		if p == nil || p.revoked.Load() {
+			return
+		}
+		if p.stopped {
+			s.stop(p, append(p.buf, fp.Records...))
+			return
+		}
+		if rest := s.classify(p, fp.Records, now); len(rest) > 0 {
+			s.stop(p, rest)
+		}
+	})
+	return err
+}
+
+// classify reads records in offset order into held entries, skipping the
+// ones the committed cursor says moved. It returns the records from the
+// first one that is not to be read yet: released further off than the
+// read-ahead, or over the held budget.
+func (s *Service) classify(p *part, recs []*kgo.Record, now time.Time) []*kgo.Record {
+	nowMS := now.UnixMilli()
+	for i, r := range recs {
+		if r.Offset < p.next {
+			continue
+		}
+		rel, _ := releaseOf(r, p.bucket, s.smallest)
+		if p.committed.moved(r.Offset, func(smallest time.Duration) int64 {
+			if smallest == s.smallest {
+				return rel
+			}
+			old, _ := releaseOf(r, p.bucket, smallest)
+			return old
+		}) {
+			p.next, p.epoch = r.Offset+1, r.LeaderEpoch
+			continue
+		}
+		if ahead := time.Duration(rel-nowMS) * time.Millisecond; ahead >= p.readAhead {
+			p.wake, p.budget = time.UnixMilli(rel).Add(-p.readAhead), false
+			return recs[i:]
+		}
+		if s.held >= s.cfg.maxHeld {
+			p.budget = true
+			return recs[i:]
+		}
+		p.push(&entry{rec: r, release: rel})
+		s.held++
+		p.next, p.epoch = r.Offset+1, r.LeaderEpoch
+	}
+	return nil
+}
+
+// stop pauses a partition at rest[0], keeping at most maxBuf records.
+func (s *Service) stop(p *part, rest []*kgo.Record) {
+	if len(rest) > maxBuf {
+		if p.seek < 0 {
+			p.seek = rest[maxBuf].Offset
+		}
+		rest = rest[:maxBuf]
+	}
+	p.buf = rest
+	if !p.stopped {
+		p.stopped = true
+		s.cl.PauseFetchPartitions(map[string][]int32{p.topic: {p.partition}})
+	}
+}
+
+// wakeStopped reads on in the stopped partitions whose next record may be
+// read now, and resumes fetching those that read all they kept.
+func (s *Service) wakeStopped(now time.Time) {
+	for _, p := range s.view {
+		if !p.stopped || (p.budget && s.held >= s.cfg.maxHeld) || (!p.budget && now.Before(p.wake)) {
+			continue
+		}
+		if rest := s.classify(p, p.buf, now); len(rest) > 0 {
+			p.buf = rest
+			continue
+		}
+		p.buf, p.stopped = nil, false
+		if p.seek >= 0 {
+			s.cl.SetOffsets(map[string]map[int32]kgo.EpochOffset{p.topic: {p.partition: {Epoch: p.epoch, Offset: p.seek}}})
+			p.seek = -1
+		}
+		s.cl.ResumeFetchPartitions(map[string][]int32{p.topic: {p.partition}})
+	}
+}
+
+// commitDue reports whether a transaction is to be made now: records are
+// released and the commit interval has passed, or the held budget is full.
+func (s *Service) commitDue(now time.Time) bool {
+	nowMS := now.UnixMilli()
+	n := 0
+	for _, p := range s.view {
+		if rel, ok := p.nextRelease(); ok && rel <= nowMS && p.loaded && p.committed.Time <= nowMS {
+			n++
+		}
+	}
+	return n > 0 && (now.Sub(s.lastCommit) >= s.cfg.commitInterval || s.held >= s.cfg.maxHeld)
+}
+
+// nextWake is when the loop has something to do without new records: the
+// next release (not before the commit interval is up) or the next stopped
+// partition to read on.
+func (s *Service) nextWake(now time.Time) time.Time {
+	wake := now.Add(100 * time.Millisecond)
+	earliest := s.lastCommit.Add(s.cfg.commitInterval)
+	for _, p := range s.view {
+		if rel, ok := p.nextRelease(); ok {
+			at := time.UnixMilli(max(rel, p.committed.Time))
+			if at.Before(earliest) {
+				at = earliest
+			}
+			if at.Before(wake) {
+				wake = at
+			}
+		}
+		if p.stopped && !p.budget && p.wake.Before(wake) {
+			wake = p.wake
+		}
+	}
+	return wake
+}
+
+// shutdown commits what is released and leaves the group.
+func (s *Service) shutdown() error {
+	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.txnTimeout)
+	defer cancel()
+	err := s.commit(ctx)
+	s.sess.Close()
+	s.sess = nil
+	if _, lerr := s.adm.Kadm().LeaveGroup(ctx, kadm.LeaveGroup(s.cfg.group).InstanceIDs(s.instanceID).Reason("onceq delay service shutdown")); lerr != nil {
+		s.cfg.log.Warn("leaving the group", "err", lerr)
+	}
+	s.cfg.log.Info("delay service stopped", "instance", s.instanceID)
+	return err
+}
+
+func (s *Service) close() {
+	if s.sess != nil {
+		s.sess.Close()
+	}
+	if s.adm != nil {
+		s.adm.Close()
+	}
+}
+
+func fetchErr(fs kgo.Fetches) error {
+	var fatal error
+	fs.EachError(func(t string, p int32, err error) {
+		switch {
+		case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		case errors.Is(err, kgo.ErrClientClosed):
+			fatal = fmt.Errorf("delay: client closed: %w", err)
+		}
+	})
+	return fatal
+}

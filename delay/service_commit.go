@@ -1,0 +1,237 @@
+package delay
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/onceq/onceq"
+	"github.com/onceq/onceq/broker"
+)
+
+// move is one partition's share of a transaction.
+type move struct {
+	p       *part
+	entries []*entry
+	outs    []output
+	to      cursor
+}
+
+// output is where a released record goes.
+type output struct {
+	rec   *kgo.Record
+	to    string    // metric label: a bucket name, "queue" or "dlq"
+	due   time.Time // set for the queue
+	queue bool
+}
+
+// commit moves every released record in one transaction: each goes to its
+// queue or next bucket, and each partition that moved records commits its
+// offset and cursor. An aborted transaction (a rebalance) drops everything
+// read since the last commit; the partitions are read again from their
+// committed offsets.
+func (s *Service) commit(ctx context.Context) error {
+	now := time.Now()
+	nowMS := now.UnixMilli()
+	var moves []*move
+	n := 0
+	for _, p := range s.view {
+		if !p.loaded || p.revoked.Load() || nowMS < p.committed.Time {
+			continue
+		}
+		if es := p.due(nowMS, nil); len(es) > 0 {
+			moves = append(moves, &move{p: p, entries: es})
+			n += len(es)
+		}
+	}
+	if n == 0 {
+		return nil
+	}
+	s.held -= n
+	s.lastCommit = now
+	// The transaction's time is now: a record goes to its queue only if
+	// it is due by now, and the transaction becomes visible after now.
+	for _, mv := range moves {
+		mv.outs = make([]output, 0, len(mv.entries))
+		for _, e := range mv.entries {
+			o, err := s.route(ctx, e.rec, now)
+			if err != nil {
+				// The brokers could not say whether a topic exists:
+				// read again and retry in a second.
+				s.cfg.log.Warn("looking up a topic failed; retrying", "err", err)
+				s.resetAll()
+				s.lastCommit = now.Add(time.Second)
+				return nil
+			}
+			mv.outs = append(mv.outs, o)
+		}
+		mv.to = cursor{Offset: mv.p.firstUnmoved(), High: mv.p.next, Time: nowMS, Smallest: s.smallest.Milliseconds()}
+	}
+
+	if err := s.sess.Begin(); err != nil {
+		return fmt.Errorf("delay: beginning a transaction: %w", err)
+	}
+	var (
+		mu      sync.Mutex
+		failure error
+	)
+	for _, mv := range moves {
+		for _, o := range mv.outs {
+			s.sess.Produce(ctx, o.rec, func(_ *kgo.Record, err error) {
+				if err != nil {
+					mu.Lock()
+					if failure == nil {
+						failure = err
+					}
+					mu.Unlock()
+				}
+			})
+		}
+	}
+	if err := s.cl.Flush(ctx); err != nil {
+		return fmt.Errorf("delay: writing moved records: %w", err)
+	}
+	mu.Lock()
+	try := kgo.TransactionEndTry(failure == nil)
+	mu.Unlock()
+	if !try {
+		s.cfg.log.Warn("aborting a transaction: writing a moved record failed; its records move again", "err", failure)
+	}
+	committed, err := s.sess.End(kgo.PreTxnCommitFnContext(ctx, s.offsetsHook(moves)), try)
+	done := time.Now()
+	s.m.commit.Observe(done.Sub(now).Seconds())
+	if err != nil {
+		return fmt.Errorf("delay: committing a transaction: %w", err)
+	}
+	if !committed {
+		s.m.aborts.Inc()
+		s.cfg.log.Info("transaction aborted (group rebalanced or a write failed): its records move again", "records", n)
+		s.resetAll()
+		return nil
+	}
+	for _, mv := range moves {
+		mv.p.committed = mv.to
+		for _, o := range mv.outs {
+			s.m.moved(mv.p.label, o.to)
+			if o.queue {
+				s.m.lateness.Observe(max(0, done.Sub(o.due).Seconds()))
+			}
+		}
+	}
+	s.m.held.Set(float64(s.held))
+	return nil
+}
+
+// offsetsHook replaces the offsets of the transaction's offset commit:
+// the group client would commit what was polled; the service commits each
+// moving partition's first record not moved, with its cursor as metadata,
+// and nothing for the other partitions.
+func (s *Service) offsetsHook(moves []*move) func(*kmsg.TxnOffsetCommitRequest) error {
+	return func(req *kmsg.TxnOffsetCommitRequest) error {
+		byTopic := map[string]int{}
+		req.Topics = req.Topics[:0]
+		for _, mv := range moves {
+			i, ok := byTopic[mv.p.topic]
+			if !ok {
+				t := kmsg.NewTxnOffsetCommitRequestTopic()
+				t.Topic, t.TopicID = mv.p.topic, s.topicIDs[mv.p.topic]
+				req.Topics = append(req.Topics, t)
+				i = len(req.Topics) - 1
+				byTopic[mv.p.topic] = i
+			}
+			meta := mv.to.encode()
+			rp := kmsg.NewTxnOffsetCommitRequestTopicPartition()
+			rp.Partition, rp.Offset, rp.LeaderEpoch, rp.Metadata = mv.p.partition, mv.to.Offset, -1, &meta
+			req.Topics[i].Partitions = append(req.Topics[i].Partitions, rp)
+		}
+		return nil
+	}
+}
+
+// resetAll drops everything read since the last commit and rewinds every
+// partition to its committed offset.
+func (s *Service) resetAll() {
+	to := map[string]map[int32]kgo.EpochOffset{}
+	resume := map[string][]int32{}
+	for k, p := range s.view {
+		if !p.loaded {
+			continue
+		}
+		if p.stopped {
+			resume[k.topic] = append(resume[k.topic], k.partition)
+		}
+		p.reset()
+		if to[k.topic] == nil {
+			to[k.topic] = map[int32]kgo.EpochOffset{}
+		}
+		// Nothing committed yet: an offset before the log start makes the
+		// client start from the beginning, as it did.
+		to[k.topic][k.partition] = kgo.EpochOffset{Epoch: -1, Offset: max(p.committed.Offset, 0)}
+	}
+	s.held = 0
+	s.cl.SetOffsets(to)
+	s.cl.ResumeFetchPartitions(resume)
+	s.m.held.Set(0)
+}
+
+// route decides where a released record goes at now: its queue if it is
+// due, else the bucket the planner picks; a record that is not a valid
+// delayed task goes to a dead-letter topic with the reason.
+func (s *Service) route(ctx context.Context, r *kgo.Record, now time.Time) (output, error) {
+	t, err := onceq.FromRecord(r)
+	switch {
+	case err != nil:
+		return s.deadLetter(ctx, r, rawQueue(r), onceq.CutError(err.Error()))
+	case t.Queue == r.Topic:
+		return s.deadLetter(ctx, r, "", "no onceq-queue header: a record in a delay bucket must name its queue")
+	case t.Due.IsZero():
+		return s.deadLetter(ctx, r, t.Queue, "no onceq-due header: a record in a delay bucket must carry its due time")
+	}
+	hop := s.cfg.planner.Route(now, t.Due)
+	if hop.Kind == ToBucket {
+		return output{rec: t.Record(hop.Topic), to: bucketLabel(hop.Bucket)}, nil
+	}
+	// hop.Kind == ToQueue: Route never returns ToTimer, and ToQueue means
+	// the due time is at or before now.
+	if ok, err := s.topics.queue(ctx, t.Queue); err != nil {
+		return output{}, err
+	} else if !ok {
+		return s.deadLetter(ctx, r, t.Queue, fmt.Sprintf("queue %q does not exist: create it with 'onceq topics create %s'", t.Queue, t.Queue))
+	}
+	return output{rec: t.Record(t.Queue), to: "queue", due: t.Due, queue: true}, nil
+}
+
+// deadLetter copies r to onceq-dlq-<queue>, or onceq-dlq-<bucket topic>
+// when the queue is unknown, with the reason in onceq-error.
+func (s *Service) deadLetter(ctx context.Context, r *kgo.Record, queue, reason string) (output, error) {
+	topic := broker.DLQTopic(r.Topic)
+	if queue != "" && onceq.ValidateTopic(broker.DLQTopic(queue)) == nil {
+		topic = broker.DLQTopic(queue)
+	}
+	if err := s.topics.deadLetters(ctx, topic); err != nil {
+		return output{}, fmt.Errorf("delay: dead-letter topic %s: %w", topic, err)
+	}
+	hs := make([]kgo.RecordHeader, 0, len(r.Headers)+1)
+	for _, h := range r.Headers {
+		if h.Key != onceq.HeaderError {
+			hs = append(hs, h)
+		}
+	}
+	hs = append(hs, kgo.RecordHeader{Key: onceq.HeaderError, Value: []byte(onceq.CutError("delay: " + reason))})
+	s.cfg.log.Warn("dead-lettering a record from a delay bucket", "topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "to", topic, "reason", reason)
+	return output{rec: &kgo.Record{Topic: topic, Key: r.Key, Value: r.Value, Headers: hs}, to: "dlq"}, nil
+}
+
+// rawQueue is the record's onceq-queue header if it names a valid queue.
+func rawQueue(r *kgo.Record) string {
+	for _, h := range r.Headers {
+		if h.Key == onceq.HeaderQueue && onceq.ValidateTopic(string(h.Value)) == nil {
+			return string(h.Value)
+		}
+	}
+	return ""
+}
