@@ -218,3 +218,10 @@ func percentile(sorted []time.Duration, q float64) time.Duration {
 	}
 	return sorted[min(len(sorted)-1, int(q*float64(len(sorted))))]
 }
+
+// published returns how many records were published so far.
+func (p *published) published() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.count
+}

@@ -129,6 +129,7 @@ Redpanda. Exit codes: 0 ok, 1 failure, 2 usage or bad input.`,
 		newVersionCmd(g),
 		newProduceCmd(g),
 		newWorkerCmd(g),
+		newDelayCmd(g),
 	)
 	return root
 }

@@ -1,0 +1,151 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/onceq/onceq/broker"
+	"github.com/onceq/onceq/delay"
+	"github.com/onceq/onceq/internal/ops"
+)
+
+// delayFlags are the flags of "onceq delay" that "onceq delay stats"
+// shares.
+type delayFlags struct {
+	buckets string
+	group   string
+}
+
+func (f delayFlags) planner() (*delay.Planner, error) {
+	p, err := delay.ParseLadder(f.buckets)
+	if err != nil {
+		return nil, usagef("--buckets: %v", err)
+	}
+	return p, nil
+}
+
+func newDelayCmd(g *globals) *cobra.Command {
+	var (
+		f              delayFlags
+		metricsAddr    string
+		stateDir       string
+		commitInterval time.Duration
+		maxHeld        int
+		sessionTimeout time.Duration
+		txnTimeout     time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "delay",
+		Short: "Run the delay service: move delayed tasks on to their queues, exactly once",
+		Long: `Run the delay service alone (workers run it too unless told not to). Delayed
+tasks wait in the bucket topics of a ladder (--buckets, onceq-delay-1s ...
+onceq-delay-1d); the service moves each on when its time in a bucket is up, to
+the next bucket or, when it is due, to its queue: never early, each move
+exactly once, in a Kafka transaction with the offset commit. Instances with
+the same --group share the buckets; each needs its own --state-dir.
+
+It serves /metrics and /healthz on --metrics-addr and stops cleanly on SIGINT or
+SIGTERM. "onceq delay stats" shows what waits.`,
+		Args: exactArgs(0, "no arguments"),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			p, err := f.planner()
+			if err != nil {
+				return err
+			}
+			conn, err := g.conn()
+			if err != nil {
+				return err
+			}
+			reg := ops.NewRegistry()
+			svc, err := delay.NewService(delay.WithConn(conn), delay.WithPlanner(p), delay.WithGroup(f.group),
+				delay.WithStateDir(stateDir), delay.WithCommitInterval(commitInterval), delay.WithMaxHeld(maxHeld),
+				delay.WithSessionTimeout(sessionTimeout), delay.WithTransactionTimeout(txnTimeout),
+				delay.WithRegisterer(reg), delay.WithLogger(g.log))
+			if err != nil {
+				return usageError{err}
+			}
+			if metricsAddr != "" {
+				srv, err := ops.Listen(metricsAddr, reg, nil, g.log)
+				if err != nil {
+					return usageError{err}
+				}
+				defer srv.Close()
+			}
+			return svc.Run(cmd.Context())
+		},
+	}
+	pf := cmd.PersistentFlags()
+	pf.StringVar(&f.buckets, "buckets", delay.FormatLadder(delay.DefaultBuckets), "the bucket ladder, as the producers use it: durations such as 100ms, 5s, 2m, 6h, 1d, separated by commas or spaces")
+	pf.StringVar(&f.group, "group", delay.DefaultGroup, "consumer group; instances of one group share the buckets")
+	fl := cmd.Flags()
+	fl.StringVar(&metricsAddr, "metrics-addr", "127.0.0.1:0", "serve /metrics and /healthz here (port 0: any free port, logged; empty: off)")
+	fl.StringVar(&stateDir, "state-dir", "./onceq-data/delay", "directory keeping this instance's ID (one per instance)")
+	fl.DurationVar(&commitInterval, "commit-interval", delay.DefaultCommitInterval, "shortest time between transactions: bounds the lateness the service adds")
+	fl.IntVar(&maxHeld, "max-held", delay.DefaultMaxHeld, "records held in memory ahead of their move, at most (bounds memory)")
+	fl.DurationVar(&sessionTimeout, "session-timeout", delay.DefaultSessionTimeout, "group session timeout: how long a silent instance keeps its partitions")
+	fl.DurationVar(&txnTimeout, "transaction-timeout", delay.DefaultTransactionTimeout, "transaction timeout, below --session-timeout")
+	cmd.AddCommand(newDelayStatsCmd(g, &f))
+	return cmd
+}
+
+// delayStatsOutput is what "onceq delay stats --json" prints.
+type delayStatsOutput struct {
+	Group     string              `json:"group"`
+	Buckets   []delay.BucketStats `json:"buckets"`
+	Waiting   int64               `json:"waiting"`
+	DueWithin map[string]int64    `json:"due_within"`
+}
+
+func newDelayStatsCmd(g *globals, f *delayFlags) *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "stats",
+		Short: "Show the tasks waiting in each delay bucket and how many fall due soon",
+		Long: `Show, per bucket of the ladder, the tasks waiting (the bucket's end offsets minus
+the delay group's committed offsets) and an estimate of how many fall due
+within the next minute, hour and day. The estimate assumes delays spread
+evenly: a task in a bucket entered it with a remaining delay between that
+bucket and the next larger one, and has waited for part of the bucket.`,
+		Args: exactArgs(0, "no arguments"),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			p, err := f.planner()
+			if err != nil {
+				return err
+			}
+			return withAdmin(g, func(a *broker.Admin) error {
+				st, err := delay.Stats(cmd.Context(), a, p, f.group)
+				if err != nil {
+					return err
+				}
+				out := delayStatsOutput{Group: f.group, Buckets: st, DueWithin: map[string]int64{}}
+				for _, b := range st {
+					out.Waiting += b.Waiting
+					for h, n := range b.DueWithin {
+						out.DueWithin[h] += n
+					}
+				}
+				if asJSON {
+					enc := json.NewEncoder(g.stdout)
+					enc.SetIndent("", "  ")
+					return enc.Encode(out)
+				}
+				tw := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', tabwriter.AlignRight)
+				fmt.Fprintln(tw, "BUCKET\tWAITING\tDUE IN 1M\tDUE IN 1H\tDUE IN 1D\t")
+				row := func(name string, waiting int64, due map[string]int64) {
+					fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t\n", name, waiting, due["1m"], due["1h"], due["1d"])
+				}
+				for _, b := range st {
+					row(b.Bucket, b.Waiting, b.DueWithin)
+				}
+				row("total", out.Waiting, out.DueWithin)
+				return tw.Flush()
+			})
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
+}

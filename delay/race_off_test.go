@@ -1,0 +1,5 @@
+//go:build !race
+
+package delay_test
+
+const raceEnabled = false
