@@ -46,7 +46,7 @@ Fields: queue (default --queue), id (default: a UUIDv7), key (default: the id),
 payload (a JSON string is its text, any other JSON value its compact JSON) or
 payload_base64, delay or at (RFC 3339), ttl (not run later than this after
 submission), max_attempts, timeout, headers. Durations are Go durations such as
-500ms, 90s or 1h30m. Unknown fields and blank-but-bad lines are errors.
+500ms, 90s or 1h30m. Blank lines are skipped; unknown fields are errors.
 
 Each task is acknowledged by the brokers (acks=all, idempotent) and printed as
 "ID TOPIC/PARTITION@OFFSET", with "delayed" when it went to a delay bucket, in
