@@ -1,0 +1,153 @@
+package consumer_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/onceq/onceq/consumer"
+	"github.com/onceq/onceq/internal/testutil"
+)
+
+// TestHandlerPanicIsAFailure: a panicking handler does not kill the worker;
+// the task counts as failed and runs again until it succeeds.
+func TestHandlerPanicIsAFailure(t *testing.T) {
+	_, conn := testutil.StartBroker(t, "")
+	testutil.CreateTopic(t, conn, "in", 1)
+	testutil.CreateTopic(t, conn, "out", 1)
+	produceTasks(t, conn, "in", []string{"p-1", "p-2"})
+	var runs atomic.Int64
+	h := consumer.HandlerFunc(func(ctx context.Context, task *consumer.Task) error {
+		if task.ID == "p-1" && runs.Add(1) <= 2 {
+			panic("boom")
+		}
+		return copyCounting("out").Handle(ctx, task)
+	})
+	stop := runWorker(t, consumer.Conn(conn), consumer.Group("gp"), consumer.Queues("in"), consumer.CheckpointDir(t.TempDir()),
+		consumer.WithHandler(h), consumer.RetryPause(10*time.Millisecond))
+	waitOutputs(t, conn, "out", 2, 30*time.Second)
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if got := runs.Load(); got != 3 {
+		t.Fatalf("p-1 ran %d times, want 3 (two panics, then success)", got)
+	}
+	checkExactlyOnce(t, testutil.ReadCommitted(t, conn, 10*time.Second, "out"), []string{"p-1", "p-2"})
+}
+
+// TestHandlerTimeoutCancelsContext: a handler past its time-to-run sees
+// its context canceled, the run fails and the task runs again.
+func TestHandlerTimeoutCancelsContext(t *testing.T) {
+	_, conn := testutil.StartBroker(t, "")
+	testutil.CreateTopic(t, conn, "in", 1)
+	testutil.CreateTopic(t, conn, "out", 1)
+	produceTasks(t, conn, "in", []string{"slow"})
+	var runs atomic.Int64
+	var sawDeadline atomic.Bool
+	h := consumer.HandlerFunc(func(ctx context.Context, task *consumer.Task) error {
+		if runs.Add(1) == 1 {
+			<-ctx.Done()
+			sawDeadline.Store(errors.Is(ctx.Err(), context.DeadlineExceeded))
+			return ctx.Err()
+		}
+		return copyCounting("out").Handle(ctx, task)
+	})
+	stop := runWorker(t, consumer.Conn(conn), consumer.Group("gt"), consumer.Queues("in"), consumer.CheckpointDir(t.TempDir()),
+		consumer.WithHandler(h), consumer.DefaultTimeout(200*time.Millisecond), consumer.RetryPause(10*time.Millisecond))
+	waitOutputs(t, conn, "out", 1, 30*time.Second)
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if !sawDeadline.Load() || runs.Load() != 2 {
+		t.Fatalf("deadline seen %v, runs %d; want the first run timed out and a second one", sawDeadline.Load(), runs.Load())
+	}
+}
+
+// TestShutdownDrainsInFlight: on cancel, a running handler finishes and its
+// task is committed before Run returns; nothing runs again afterwards.
+func TestShutdownDrainsInFlight(t *testing.T) {
+	_, conn := testutil.StartBroker(t, "")
+	testutil.CreateTopic(t, conn, "in", 1)
+	testutil.CreateTopic(t, conn, "out", 1)
+	produceTasks(t, conn, "in", []string{"drain-1"})
+	started := make(chan struct{})
+	release := make(chan struct{})
+	var runs atomic.Int64
+	h := consumer.HandlerFunc(func(ctx context.Context, task *consumer.Task) error {
+		if runs.Add(1) == 1 {
+			close(started)
+			<-release
+		}
+		return copyCounting("out").Handle(ctx, task)
+	})
+	dir := t.TempDir()
+	opts := []consumer.Opt{consumer.Conn(conn), consumer.Group("gd"), consumer.Queues("in"), consumer.CheckpointDir(dir),
+		consumer.WithHandler(h), consumer.ShutdownTimeout(20 * time.Second)}
+	stop := runWorker(t, opts...)
+	<-started
+	stopped := make(chan error, 1)
+	go func() { stopped <- stop() }()
+	time.Sleep(300 * time.Millisecond) // the worker is draining
+	select {
+	case err := <-stopped:
+		t.Fatalf("Run returned (%v) before the in-flight handler finished", err)
+	default:
+	}
+	close(release)
+	if err := <-stopped; err != nil {
+		t.Fatal(err)
+	}
+	if recs := testutil.ReadCommitted(t, conn, 10*time.Second, "out"); len(recs) != 1 {
+		t.Fatalf("after a drained shutdown the output has %d records, want 1", len(recs))
+	}
+	// A new worker on the same checkpoint finds nothing to run.
+	stop2 := runWorker(t, opts...)
+	time.Sleep(2 * time.Second)
+	if err := stop2(); err != nil {
+		t.Fatal(err)
+	}
+	if got := runs.Load(); got != 1 {
+		t.Fatalf("the drained task ran %d times, want 1", got)
+	}
+}
+
+// TestSkipRetryDeadLetters: a SkipRetry error, even wrapped, sends the task
+// to its dead letters with the error text instead of running it again.
+func TestSkipRetryDeadLetters(t *testing.T) {
+	_, conn := testutil.StartBroker(t, "")
+	testutil.CreateTopic(t, conn, "in", 1)
+	produceTasks(t, conn, "in", []string{"bad"})
+	var runs atomic.Int64
+	h := consumer.HandlerFunc(func(context.Context, *consumer.Task) error {
+		runs.Add(1)
+		return fmt.Errorf("wrapped: %w", consumer.SkipRetry(errors.New("invalid address")))
+	})
+	stop := runWorker(t, consumer.Conn(conn), consumer.Group("gs"), consumer.Queues("in"), consumer.CheckpointDir(t.TempDir()),
+		consumer.WithHandler(h), consumer.RetryPause(10*time.Millisecond))
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		if recs, err := testutil.ReadCommittedErr(conn, 5*time.Second, "onceq-dlq-in"); err == nil && len(recs) == 1 {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	recs := testutil.ReadCommitted(t, conn, 10*time.Second, "onceq-dlq-in")
+	if len(recs) != 1 || runs.Load() != 1 {
+		t.Fatalf("dead letters %d, runs %d; want 1 and 1", len(recs), runs.Load())
+	}
+	var reason string
+	for _, h := range recs[0].Headers {
+		if h.Key == "onceq-error" {
+			reason = string(h.Value)
+		}
+	}
+	if reason != "failed: wrapped: invalid address" {
+		t.Fatalf("onceq-error %q", reason)
+	}
+}
