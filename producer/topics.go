@@ -10,6 +10,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/onceq/onceq"
 	"github.com/onceq/onceq/broker"
@@ -96,26 +97,22 @@ func (p *Producer) lookup(ctx context.Context, s *topicState) error {
 	if create == 0 && !s.missingAt.IsZero() && time.Since(s.missingAt) < missingRecheck {
 		return p.missing(s.name)
 	}
-	adm, err := p.admin()
-	if err != nil {
-		return err
-	}
+	var err error
 	switch {
-	case s.bucket:
-		err = adm.EnsureTopic(ctx, s.name, delay.DefaultBucketPartitions, delay.BucketTopicConfigs())
-	case create > 0:
-		err = adm.EnsureTopic(ctx, s.name, create, nil)
+	case s.bucket || create > 0:
+		partitions, configs := create, map[string]string(nil)
+		if s.bucket {
+			partitions, configs = delay.DefaultBucketPartitions, delay.BucketTopicConfigs()
+		}
+		var adm *broker.Admin
+		if adm, err = p.admin(); err == nil {
+			err = adm.EnsureTopic(ctx, s.name, partitions, configs)
+		}
 	default:
-		details, lerr := adm.Kadm().ListTopics(ctx, s.name)
-		d, ok := details[s.name]
-		switch {
-		case lerr != nil:
-			err = lerr
-		case !ok || errors.Is(d.Err, kerr.UnknownTopicOrPartition):
+		var exists bool
+		if exists, err = p.exists(ctx, s.name); err == nil && !exists {
 			s.missingAt = time.Now()
 			return p.missing(s.name)
-		default:
-			err = d.Err
 		}
 	}
 	if err != nil {
@@ -124,6 +121,32 @@ func (p *Producer) lookup(ctx context.Context, s *topicState) error {
 	s.ready.Store(true)
 	s.missingAt = time.Time{}
 	return nil
+}
+
+// exists asks the brokers whether a topic exists. The request goes out
+// every time: kadm's topic listing answers from a metadata cache up to 5s
+// old, which would keep refusing a queue created just after a refusal.
+func (p *Producer) exists(ctx context.Context, name string) (bool, error) {
+	req := kmsg.NewPtrMetadataRequest()
+	req.AllowAutoTopicCreation = false
+	rt := kmsg.NewMetadataRequestTopic()
+	rt.Topic = kmsg.StringPtr(name)
+	req.Topics = append(req.Topics, rt)
+	resp, err := req.RequestWith(ctx, p.cl)
+	if err != nil {
+		return false, err
+	}
+	for _, t := range resp.Topics {
+		if t.Topic == nil || *t.Topic != name {
+			continue
+		}
+		err := kerr.ErrorForCode(t.ErrorCode)
+		if errors.Is(err, kerr.UnknownTopicOrPartition) {
+			return false, nil
+		}
+		return err == nil, err
+	}
+	return false, nil
 }
 
 func (p *Producer) missing(queue string) error {
