@@ -160,6 +160,7 @@ func (b *Batch) Commit() error {
 			return invalidf("partition %s was dropped after the batch wrote to it", p.tp)
 		}
 	}
+	s.watch.record(b.marks)
 	if err := s.db.Apply(b.pb, s.wo); err != nil {
 		return ioError(err, "commit")
 	}

@@ -164,8 +164,14 @@ func (o Options) pebbleOptions(cache *pebble.Cache, lock *pebble.Lock) *pebble.O
 	// Fast compression in the upper levels, zstd at the bottom, where nearly
 	// all IDs live.
 	p.ApplyCompressionSettings(func() pebble.DBCompressionSettings { return pebble.DBCompressionBalanced })
+	if testTuning != nil {
+		testTuning(p)
+	}
 	return p
 }
+
+// testTuning, set by benchmarks only, adjusts the Pebble options.
+var testTuning func(*pebble.Options)
 
 // pebbleLogger forwards Pebble's log messages to slog.
 type pebbleLogger struct{ l *slog.Logger }

@@ -70,10 +70,11 @@ type Store struct {
 	mu     sync.RWMutex
 	closed bool
 
-	// gate is held shared while a batch is applied and exclusively while
-	// ExpireProcessed decides and applies one chunk of deletions and while
-	// DropPartition runs. See expire.go.
-	gate sync.RWMutex
+	// gate is held shared while a batch is applied, and exclusively by
+	// DropPartition and by ExpireProcessed when it starts watching (see
+	// expire.go).
+	gate  sync.RWMutex
+	watch watch
 
 	// parts is an immutable snapshot of the partition registry, replaced
 	// (copy on write, under partMu) when a partition is added or dropped.
