@@ -160,8 +160,10 @@ func (b *Batch) Commit() error {
 			return invalidf("partition %s was dropped after the batch wrote to it", p.tp)
 		}
 	}
-	s.watch.record(b.marks)
-	if err := s.db.Apply(b.pb, s.wo); err != nil {
+	seq := s.watch.begin(b.marks)
+	err := s.db.Apply(b.pb, s.wo)
+	s.watch.end(seq)
+	if err != nil {
 		return ioError(err, "commit")
 	}
 	for _, p := range b.parts {

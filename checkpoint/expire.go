@@ -7,7 +7,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -17,68 +16,85 @@ import (
 // write.
 const expireChunk = 1024
 
-// Why expiry never stalls commits, yet never deletes a fresh mark: expiry
-// reads an ID's time, finds it old, and deletes the ID. A commit that marks
-// the same ID again between the read and the delete would lose its mark.
-// (The worker never does that, it only marks IDs Has reported absent, but
-// Batch allows it.) So while ExpireProcessed runs, committing batches record
-// the ID keys they mark in s.watch, and each chunk drops the IDs recorded
-// there before it deletes, holding s.watch.mu from the check through its
-// write. A commit that records after the check applies after the delete and
-// so wins. ExpireProcessed starts watching under the gate, which waits for
-// the commits in flight (they recorded nothing): the only moment it blocks
-// commits, for at most one commit's time.
+// Why expiry never stalls commits, yet never deletes a fresh mark: a chunk
+// reads IDs' times, finds them old, and deletes the IDs. A commit that marks
+// one of them again between the read and the delete would lose its mark.
+// (The worker never does that, it only marks IDs that Has reported absent,
+// but a restore may, and Batch allows it.) So every commit registers the IDs
+// it marks in s.watch while it applies, and every chunk collects the marks
+// of the commits that were in flight when it started reading or that began
+// before it deletes. It skips those IDs, holding s.watch.mu from the check
+// through its write: a commit that registers later applies after the delete
+// and so wins. Nothing waits on anything but that short critical section.
 type watch struct {
-	active atomic.Bool
-	mu     sync.Mutex
-	marked map[string]struct{} // nil unless active
+	mu       sync.Mutex
+	next     uint64
+	inflight map[uint64]map[handle][]expiryEntry // commits applying now
+	chunks   map[*chunkWatch]struct{}            // chunks between read and delete
 }
 
-// record notes the ID keys the batch marks, if ExpireProcessed runs. It is
-// called with the gate held shared, before the batch is applied.
-func (w *watch) record(marks map[handle][]expiryEntry) {
-	if !w.active.Load() || len(marks) == 0 {
+// A chunkWatch collects the marks of the commits that may have applied
+// since its chunk started reading.
+type chunkWatch struct {
+	marks []map[handle][]expiryEntry
+}
+
+// begin registers a commit's marks; call end with the result when the
+// commit is applied.
+func (w *watch) begin(marks map[handle][]expiryEntry) uint64 {
+	if len(marks) == 0 {
+		return 0
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.inflight == nil {
+		w.inflight, w.chunks = map[uint64]map[handle][]expiryEntry{}, map[*chunkWatch]struct{}{}
+	}
+	w.next++
+	w.inflight[w.next] = marks
+	for c := range w.chunks {
+		c.marks = append(c.marks, marks)
+	}
+	return w.next
+}
+
+func (w *watch) end(seq uint64) {
+	if seq == 0 {
 		return
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.marked == nil {
-		return
+	delete(w.inflight, seq)
+}
+
+// startChunk is called before a chunk reads.
+func (w *watch) startChunk() *chunkWatch {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.inflight == nil {
+		w.inflight, w.chunks = map[uint64]map[handle][]expiryEntry{}, map[*chunkWatch]struct{}{}
 	}
-	var key []byte
-	for h, entries := range marks {
-		for _, e := range entries {
-			key = appendIDKey(key[:0], h, e.ID)
-			w.marked[string(key)] = struct{}{}
+	c := &chunkWatch{}
+	for _, m := range w.inflight {
+		c.marks = append(c.marks, m)
+	}
+	w.chunks[c] = struct{}{}
+	return c
+}
+
+// remarked returns the IDs of partition h marked since the chunk started;
+// the caller holds w.mu and removes the chunk when done.
+func (c *chunkWatch) remarked(h handle) map[string]struct{} {
+	var ids map[string]struct{}
+	for _, m := range c.marks {
+		for _, e := range m[h] {
+			if ids == nil {
+				ids = map[string]struct{}{}
+			}
+			ids[e.ID] = struct{}{}
 		}
 	}
-}
-
-// start begins watching; the caller holds the gate exclusively.
-func (w *watch) start() {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.marked = map[string]struct{}{}
-	w.active.Store(true)
-}
-
-// stop ends watching and returns removed without the IDs marked again
-// after a chunk deleted them: they are in the store, their changelog
-// records must stay.
-func (w *watch) stop(removed []Removed, handles map[TP]handle) []Removed {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if len(w.marked) > 0 {
-		var key []byte
-		removed = slices.DeleteFunc(removed, func(r Removed) bool {
-			key = appendIDKey(key[:0], handles[r.TP], r.ID)
-			_, ok := w.marked[string(key)]
-			return ok
-		})
-	}
-	w.marked = nil
-	w.active.Store(false)
-	return removed
+	return ids
 }
 
 // Removed is a processed ID that ExpireProcessed removed.
@@ -90,10 +106,15 @@ type Removed struct {
 // ExpireProcessed removes the processed IDs marked at or before now minus
 // the dedup window, at most limit of them (limit <= 0: all), and returns
 // them so that the caller can write their changelog tombstones. Fewer than
-// limit removed means nothing else was due. It works in chunks and stalls
-// concurrent commits only once, when it starts, for at most the time of one
-// commit. A batch that marks an ID again while ExpireProcessed removes it
-// keeps its mark.
+// limit removed means nothing else was due. It works in chunks of about a
+// thousand IDs, without blocking commits.
+//
+// A batch that marks an ID again while ExpireProcessed removes it keeps its
+// mark, and the ID is not returned; but an ID marked again after
+// ExpireProcessed removed it is returned and present. So write the
+// tombstones of the returned IDs before the changelog records of later
+// marks (in the next transaction, before its marks), or run ExpireProcessed
+// between commits.
 //
 // An ID marked again after its first mark is kept until its latest mark
 // expires. The removal is not synced: after a crash some removed IDs may be
@@ -111,15 +132,6 @@ func (s *Store) ExpireProcessed(ctx context.Context, now time.Time, limit int) (
 	if limit <= 0 {
 		limit = int(^uint(0) >> 1)
 	}
-	s.gate.Lock()
-	s.watch.start()
-	s.gate.Unlock()
-	handles := map[TP]handle{}
-	removed, err := s.expire(ctx, now, limit, handles)
-	return s.watch.stop(removed, handles), err
-}
-
-func (s *Store) expire(ctx context.Context, now time.Time, limit int, handles map[TP]handle) ([]Removed, error) {
 	cutoff := millis(now.Add(-s.opts.DedupWindow))
 	// Start where the last call stopped, so that a partition with a long
 	// backlog does not starve the others.
@@ -134,7 +146,6 @@ func (s *Store) expire(ctx context.Context, now time.Time, limit int, handles ma
 
 	var removed []Removed
 	for _, p := range ps {
-		handles[p.tp] = p.h
 		var err error
 		removed, err = s.expirePartition(ctx, p, cutoff, limit, removed)
 		if err != nil {
@@ -214,6 +225,12 @@ func (s *Store) expirePartition(ctx context.Context, p *partition, cutoff uint64
 // cutoff, and the records the chunk finished.
 func (s *Store) expireChunk(p *partition, cutoff uint64, cands []expiryEntry, finished [][]byte, removed []Removed) ([]Removed, error) {
 	slices.SortFunc(cands, func(a, b expiryEntry) int { return strings.Compare(a.ID, b.ID) })
+	w := s.watch.startChunk()
+	defer func() {
+		s.watch.mu.Lock()
+		delete(s.watch.chunks, w)
+		s.watch.mu.Unlock()
+	}()
 	lower, upper := familyBounds(p.h, familyID)
 	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
 	if err != nil {
@@ -228,8 +245,10 @@ func (s *Store) expireChunk(p *partition, cutoff uint64, cands []expiryEntry, fi
 		if i > 0 && cands[i-1].ID == c.ID {
 			continue
 		}
+		// The IDs are sorted and nearly all there: plain seeks, which
+		// step forward from the last one, beat bloom-filtered ones.
 		key := appendIDKey(nil, p.h, c.ID)
-		if !it.SeekPrefixGE(key) || !bytes.Equal(it.Key(), key) {
+		if !it.SeekGE(key) || !bytes.Equal(it.Key(), key) {
 			continue // removed already, or never committed
 		}
 		at, err := decodeIDValue(it.Value())
@@ -259,8 +278,9 @@ func (s *Store) expireChunk(p *partition, cutoff uint64, cands []expiryEntry, fi
 	}
 	n := len(removed)
 	var kept []expiryEntry
+	remarked := w.remarked(p.h)
 	for _, d := range dues {
-		if _, ok := s.watch.marked[string(d.key)]; ok {
+		if _, ok := remarked[d.e.ID]; ok {
 			// Marked again while we looked, maybe with an old time: keep
 			// it, in a new record, as the chunk deletes the old one.
 			kept = append(kept, d.e)

@@ -70,11 +70,10 @@ type Store struct {
 	mu     sync.RWMutex
 	closed bool
 
-	// gate is held shared while a batch is applied, and exclusively by
-	// DropPartition and by ExpireProcessed when it starts watching (see
-	// expire.go).
+	// gate is held shared while a batch is applied and exclusively by
+	// DropPartition.
 	gate  sync.RWMutex
-	watch watch
+	watch watch // see expire.go
 
 	// parts is an immutable snapshot of the partition registry, replaced
 	// (copy on write, under partMu) when a partition is added or dropped.
