@@ -92,7 +92,12 @@ func (w *Worker) commit(ctx context.Context) error {
 		w.metrics.commit.WithLabelValues("pebble").Observe(time.Since(start).Seconds())
 	}
 	w.countOutcomes(parts)
-	w.kafka.reseek(parts)
+	// A successful End re-seeks each committed partition to its committed
+	// prefix, so records past it that are already dispatched are fetched
+	// again; partState.admit skips them. Moving the position forward with
+	// SetOffsets instead would also make the client take that position as
+	// committed, and a later abort would rewind past tasks still in flight
+	// (see TestAbortedCommitRewindsToTheRealPrefix).
 	return nil
 }
 
@@ -198,7 +203,7 @@ func (w *Worker) checkpoint(recs []*kgo.Record, parts []pending) error {
 
 func (w *Worker) resetAll() {
 	for _, ps := range w.snapshotParts() {
-		ps.reset()
+		w.dropped(ps.reset())
 	}
 }
 

@@ -18,14 +18,12 @@ import (
 type kafkaSide interface {
 	poll(ctx context.Context, max int) kgo.Fetches
 	// commit writes recs and commits offsets, atomically for the
-	// transactional side. committed false with a nil error means the
+	// transactional side, which commits the polled position (offsets is
+	// the same by the commit barrier). committed false with a nil error means the
 	// commit was aborted (a rebalance) and the consumer was rewound to the
 	// last committed offsets.
 	commit(ctx context.Context, recs []*kgo.Record, offsets map[string]map[int32]kgo.EpochOffset) (committed bool, err error)
 	client() *kgo.Client
-	// reseek moves the fetch position of committed partitions back to
-	// where dispatching stopped, after a commit rewound it.
-	reseek(parts []pending)
 	pause(tp checkpoint.TP)
 	resume(tp checkpoint.TP)
 	leave(ctx context.Context)
@@ -127,7 +125,9 @@ func (s *txnSide) commit(ctx context.Context, recs []*kgo.Record, offsets map[st
 			}
 		})
 	}
-	s.cl.MarkCommitOffsets(offsets)
+	// The session commits the position of everything polled (franz-go
+	// turns marked commits off for transactional clients), which is why
+	// the worker's commit barrier lets every polled record finish first.
 	if err := s.cl.Flush(ctx); err != nil {
 		return false, err
 	}
@@ -141,35 +141,6 @@ func (s *txnSide) commit(ctx context.Context, recs []*kgo.Record, offsets map[st
 }
 
 func (s *txnSide) close() { s.sess.Close() }
-
-// reseek undoes the rewind of a successful End: the session sets each
-// marked partition's fetch position to its committed prefix, but records
-// past the prefix are already dispatched. Without this they would be
-// fetched again (and skipped) after every commit.
-func (s *txnSide) reseek(parts []pending) {
-	var to map[string]map[int32]kgo.EpochOffset
-	for _, p := range parts {
-		if p.at.Offset <= 0 {
-			continue
-		}
-		p.ps.mu.Lock()
-		next, epoch, gone := p.ps.next, p.ps.leaderEpoch, p.ps.revoked
-		p.ps.mu.Unlock()
-		if gone || next <= p.at.Offset {
-			continue
-		}
-		if to == nil {
-			to = map[string]map[int32]kgo.EpochOffset{}
-		}
-		if to[p.ps.tp.Topic] == nil {
-			to[p.ps.tp.Topic] = map[int32]kgo.EpochOffset{}
-		}
-		to[p.ps.tp.Topic][p.ps.tp.Partition] = kgo.EpochOffset{Epoch: epoch, Offset: next}
-	}
-	if to != nil {
-		s.cl.SetOffsets(to)
-	}
-}
 
 // plainSide is the at-least-once side: outputs are flushed, then offsets
 // committed; a crash in between writes the outputs again.
@@ -186,9 +157,6 @@ func (s *plainSide) commit(ctx context.Context, recs []*kgo.Record, offsets map[
 }
 
 func (s *plainSide) close() { s.cl.Close() }
-
-// reseek is not needed: committing marks does not move the fetch position.
-func (s *plainSide) reseek([]pending) {}
 
 // outPartitioner places changelog records on the partition they name (the
 // source partition's number) and everything else as Kafka's default

@@ -9,10 +9,10 @@ import (
 	"github.com/onceq/onceq/checkpoint"
 )
 
-// partState is the worker's view of one assigned partition: which of its
-// dispatched records are complete, the results waiting for the next
-// commit, and the overlay of processed IDs and state writes that are
-// completed but not yet in the checkpoint.
+// partState is the worker's view of one assigned partition: how far it
+// dispatched, the results waiting for the next commit, and the overlay of
+// processed IDs and state writes that are committed to Kafka's transaction
+// soon but not yet in the checkpoint.
 //
 // Everything is guarded by mu. The epoch changes whenever in-flight work
 // of the partition must be thrown away (an aborted commit, a revocation):
@@ -30,14 +30,11 @@ type partState struct {
 
 	// next is the offset after the last dispatched record: records below
 	// it in this epoch were dispatched already (a re-seek may fetch them
-	// again).
+	// again). committed is next as of the last commit.
 	next        int64
+	committedAt int64
 	leaderEpoch int32
-	// inflight holds the dispatched offsets in order; done marks the
-	// completed ones. The committed prefix ends at the first not done.
-	inflight []int64
-	done     map[int64]bool
-	results  []*result
+	results     []*result
 
 	// seq numbers results; the overlay remembers which result wrote what,
 	// so a commit clears only what it made durable.
@@ -54,7 +51,6 @@ type overlayVal struct {
 // result is what a completed task leaves for the commit.
 type result struct {
 	seq     uint64
-	offset  int64
 	id      string
 	dup     bool
 	at      time.Time
@@ -63,7 +59,7 @@ type result struct {
 }
 
 func newPartState(tp checkpoint.TP, store *checkpoint.Store) *partState {
-	return &partState{tp: tp, store: store, next: -1, done: map[int64]bool{}, ids: map[string]uint64{}, overlay: map[string]overlayVal{}}
+	return &partState{tp: tp, store: store, next: -1, committedAt: -1, ids: map[string]uint64{}, overlay: map[string]overlayVal{}}
 }
 
 // admit records a fetched record as dispatched, unless it was already.
@@ -75,25 +71,19 @@ func (p *partState) admit(r *kgo.Record) (epoch uint64, ok bool) {
 	}
 	p.next = r.Offset + 1
 	p.leaderEpoch = r.LeaderEpoch
-	p.inflight = append(p.inflight, r.Offset)
 	return p.epoch, true
 }
 
-// complete records a finished record. res is nil for a record whose work
-// was dropped (a result of an older epoch is ignored altogether).
-func (p *partState) complete(epoch uint64, offset int64, res *result) bool {
+// complete records a finished record's result. A result of an older epoch
+// is dropped.
+func (p *partState) complete(epoch uint64, res *result) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if epoch != p.epoch || p.revoked {
-		return false
-	}
-	p.done[offset] = true
-	if res == nil {
-		return true
+	if epoch != p.epoch || p.revoked || res == nil {
+		return
 	}
 	p.seq++
 	res.seq = p.seq
-	res.offset = offset
 	if !res.dup {
 		p.ids[res.id] = res.seq
 		for _, w := range res.writes {
@@ -101,7 +91,6 @@ func (p *partState) complete(epoch uint64, offset int64, res *result) bool {
 		}
 	}
 	p.results = append(p.results, res)
-	return true
 }
 
 // processed reports whether id completed in this partition and awaits
@@ -127,24 +116,16 @@ func (p *partState) overlayGet(key []byte) (value []byte, ok, found bool) {
 	return v.value, v.value != nil, true
 }
 
-// collect takes the results completed so far and the offset up to which
-// the partition is complete, for a commit. changed is false when there is
-// nothing new to commit.
+// collect takes the results completed so far and the offset the commit
+// moves the partition to (everything dispatched: the commit barrier has
+// waited for all of it). changed is false when there is nothing to commit.
 func (p *partState) collect() (res []*result, commitAt kgo.EpochOffset, upTo uint64, changed bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	i := 0
-	for i < len(p.inflight) && p.done[p.inflight[i]] {
-		delete(p.done, p.inflight[i])
-		i++
-	}
-	if i > 0 {
+	if p.next > p.committedAt {
+		commitAt = kgo.EpochOffset{Epoch: p.leaderEpoch, Offset: p.next}
+		p.committedAt = p.next
 		changed = true
-		commitAt = kgo.EpochOffset{Epoch: p.leaderEpoch, Offset: p.inflight[i-1] + 1}
-		if i < len(p.inflight) {
-			commitAt.Offset = p.inflight[i]
-		}
-		p.inflight = append(p.inflight[:0], p.inflight[i:]...)
 	}
 	res, p.results = p.results, nil
 	return res, commitAt, p.seq, changed || len(res) > 0
@@ -167,31 +148,29 @@ func (p *partState) committed(upTo uint64) {
 }
 
 // reset throws away all in-flight and uncommitted work: the session has
-// rewound the partition to its committed offset.
-func (p *partState) reset() {
+// rewound the partition to its committed offset. It returns how many held
+// records it dropped.
+func (p *partState) reset() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.epoch++
 	p.next = -1
-	p.inflight = p.inflight[:0]
-	p.done = map[int64]bool{}
+	p.committedAt = -1
 	p.results = nil
 	p.ids = map[string]uint64{}
 	p.overlay = map[string]overlayVal{}
+	n := len(p.held)
 	p.held = nil
+	return n
 }
 
-// revoke stops the partition: nothing of it runs or commits any more.
-func (p *partState) revoke() {
-	p.mu.Lock()
-	p.revoked = true
-	p.held = nil
-	p.mu.Unlock()
-}
-
-// pending counts dispatched records not yet committed.
-func (p *partState) pending() int {
+// revoke stops the partition: nothing of it runs or commits any more. It
+// returns how many held records it dropped.
+func (p *partState) revoke() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return len(p.inflight)
+	p.revoked = true
+	n := len(p.held)
+	p.held = nil
+	return n
 }

@@ -73,8 +73,11 @@ func (w *Worker) Run(ctx context.Context) (err error) {
 		"guarantee", w.cfg.guarantee, "concurrency", w.cfg.concurrency)
 
 	next := time.Now().Add(w.cfg.commitInterval)
+	lastWarn := time.Now()
 	for ctx.Err() == nil {
-		if w.buffered.Load() < int64(w.cfg.maxBuffered) {
+		due := time.Now().After(next) || w.completed.Load() >= int64(w.cfg.maxPerCommit)
+		switch {
+		case !due && w.buffered.Load() < int64(w.cfg.maxBuffered):
 			pctx, cancel := context.WithDeadline(ctx, next)
 			fs := w.kafka.poll(pctx, w.cfg.maxBuffered-int(w.buffered.Load()))
 			cancel()
@@ -82,10 +85,18 @@ func (w *Worker) Run(ctx context.Context) (err error) {
 				return err
 			}
 			w.dispatch(fs)
-		} else {
+		case !due:
 			w.waitWake(ctx, next)
-		}
-		if time.Now().After(next) || w.completed.Load() >= int64(w.cfg.maxPerCommit) {
+		case w.buffered.Load() > 0:
+			// The commit barrier: the transaction commits the position of
+			// everything polled, so every dispatched record must finish
+			// first. Nothing more is polled meanwhile.
+			w.waitWake(ctx, time.Now().Add(50*time.Millisecond))
+			if time.Since(lastWarn) > 10*time.Second && time.Since(next) > 10*time.Second {
+				lastWarn = time.Now()
+				w.cfg.log.Warn("commit waits for slow tasks", "in_flight", w.buffered.Load(), "waiting", time.Since(next).Round(time.Second))
+			}
+		default:
 			if err := w.commit(context.WithoutCancel(ctx)); err != nil {
 				return err
 			}
@@ -95,35 +106,28 @@ func (w *Worker) Run(ctx context.Context) (err error) {
 	return w.shutdown()
 }
 
-// shutdown drains in-flight handlers, commits and leaves.
+// shutdown drains in-flight handlers, commits and leaves. If some are still
+// running at the shutdown timeout, nothing more is committed: their tasks,
+// and those completed since the last commit, run again on the partitions'
+// next owners.
 func (w *Worker) shutdown() error {
 	w.stopping.Store(true)
 	w.cfg.log.Info("worker stopping: draining in-flight tasks", "in_flight", w.buffered.Load(), "timeout", w.cfg.shutdownTimeout)
 	deadline := time.Now().Add(w.cfg.shutdownTimeout)
-	for w.buffered.Load() > int64(w.heldCount()) && time.Now().Before(deadline) {
+	for w.buffered.Load() > 0 && time.Now().Before(deadline) {
 		w.waitWake(context.Background(), time.Now().Add(50*time.Millisecond))
-	}
-	if n := w.buffered.Load() - int64(w.heldCount()); n > 0 {
-		w.cfg.log.Warn("abandoning handlers still running at shutdown: their tasks run again elsewhere", "count", n)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), w.cfg.txnTimeout)
 	defer cancel()
-	err := w.commit(ctx)
+	var err error
+	if n := w.buffered.Load(); n > 0 {
+		w.cfg.log.Warn("abandoning tasks still running at shutdown: they run again elsewhere", "count", n)
+	} else {
+		err = w.commit(ctx)
+	}
 	w.kafka.leave(ctx)
 	w.cfg.log.Info("worker stopped")
 	return err
-}
-
-func (w *Worker) heldCount() int {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	n := 0
-	for _, p := range w.parts {
-		p.mu.Lock()
-		n += len(p.held)
-		p.mu.Unlock()
-	}
-	return n
 }
 
 func (w *Worker) waitWake(ctx context.Context, until time.Time) {
@@ -210,7 +214,12 @@ func (w *Worker) restore(ps *partState) {
 	if err != nil {
 		w.cfg.log.Error("restoring partition from changelog failed; retrying", "topic", ps.tp.Topic, "partition", ps.tp.Partition, "err", err)
 		time.Sleep(time.Second)
-		go w.restore(ps)
+		ps.mu.Lock()
+		gone := ps.revoked
+		ps.mu.Unlock()
+		if !gone {
+			go w.restore(ps)
+		}
 		return
 	}
 	w.metrics.restore.Observe(time.Since(start).Seconds())
@@ -228,11 +237,18 @@ func (w *Worker) restore(ps *partState) {
 
 // finish is called by a lane when an item is done, successfully or not.
 func (w *Worker) finish(it *item, res *result) {
-	if it.ps.complete(it.epoch, it.rec.Offset, res) {
-		w.completed.Add(1)
-	}
+	it.ps.complete(it.epoch, res)
+	w.completed.Add(1)
 	w.buffered.Add(-1)
 	w.signal()
+}
+
+// dropped accounts for held records thrown away unrun.
+func (w *Worker) dropped(n int) {
+	if n > 0 {
+		w.buffered.Add(-int64(n))
+		w.signal()
+	}
 }
 
 // assigned and revoked are the group's callbacks. They must not block on
@@ -244,7 +260,7 @@ func (w *Worker) assigned(_ context.Context, _ *kgo.Client, m map[string][]int32
 		for _, p := range ps {
 			tp := checkpoint.TP{Topic: topic, Partition: p}
 			if old := w.parts[tp]; old != nil {
-				old.revoke()
+				w.dropped(old.revoke())
 			}
 			st := newPartState(tp, w.store)
 			if w.cfg.guarantee == AtLeastOnce {
@@ -263,7 +279,7 @@ func (w *Worker) revoked(_ context.Context, _ *kgo.Client, m map[string][]int32)
 		for _, p := range ps {
 			tp := checkpoint.TP{Topic: topic, Partition: p}
 			if st := w.parts[tp]; st != nil {
-				st.revoke()
+				w.dropped(st.revoke())
 				delete(w.parts, tp)
 				w.metrics.lag.DeleteLabelValues(topic, fmt.Sprint(p))
 			}

@@ -124,6 +124,9 @@ func checkExactlyOnce(t *testing.T, recs []*kgo.Record, want []string) {
 	for _, id := range want {
 		switch seen[id] {
 		case 0:
+			if missing < 5 {
+				t.Logf("missing %s", id)
+			}
 			missing++
 		case 1:
 		default:

@@ -1,0 +1,225 @@
+package consumer_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/onceq/onceq"
+	"github.com/onceq/onceq/broker"
+	"github.com/onceq/onceq/consumer"
+	"github.com/onceq/onceq/internal/testutil"
+	"github.com/onceq/onceq/producer"
+)
+
+// benchTasks is the queue size of the throughput benchmarks: 1,000,000, or
+// ONCEQ_BENCH_TASKS.
+func benchTasks() int {
+	if n, err := strconv.Atoi(os.Getenv("ONCEQ_BENCH_TASKS")); err == nil && n > 0 {
+		return n
+	}
+	return 1_000_000
+}
+
+// preload writes n 100-byte tasks to an 8-partition queue.
+func preload(b *testing.B, conn broker.Conn, queue string, n int) {
+	b.Helper()
+	testutil.CreateTopic(b, conn, queue, 8)
+	cl, err := conn.NewClient(kgo.ProducerLinger(5*time.Millisecond), kgo.MaxBufferedRecords(1<<20))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer cl.Close()
+	ctx := context.Background()
+	payload := []byte(strings.Repeat("x", 100))
+	now := time.Now()
+	for i := 0; i < n; i++ {
+		t := onceq.Task{ID: "t-" + strconv.Itoa(i), Queue: queue, Payload: payload}
+		t.Resolve(now)
+		cl.Produce(ctx, t.Record(queue), nil)
+	}
+	if err := cl.Flush(ctx); err != nil {
+		b.Fatal(err)
+	}
+}
+
+// drainWorker runs a noop worker of a fresh group over queue until it has
+// handled n tasks and committed them, and returns the time it took.
+func drainWorker(b *testing.B, conn broker.Conn, queue, group string, n int, g consumer.Guarantee) time.Duration {
+	b.Helper()
+	var handled atomic.Int64
+	h := consumer.HandlerFunc(func(context.Context, *consumer.Task) error { handled.Add(1); return nil })
+	w, err := consumer.New(consumer.Conn(conn), consumer.Group(group), consumer.Queues(queue), consumer.CheckpointDir(b.TempDir()),
+		consumer.WithHandler(h), consumer.WithGuarantee(g), consumer.NoSync())
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	start := time.Now()
+	go func() { done <- w.Run(ctx) }()
+	waitCommitted(b, conn, group, int64(n))
+	took := time.Since(start)
+	cancel()
+	if err := <-done; err != nil {
+		b.Fatal(err)
+	}
+	if handled.Load() < int64(n) {
+		b.Fatalf("handled %d of %d", handled.Load(), n)
+	}
+	return took
+}
+
+// waitCommitted waits until the group's committed offsets cover n records.
+func waitCommitted(b *testing.B, conn broker.Conn, group string, n int64) {
+	b.Helper()
+	adm, err := broker.NewAdmin(conn)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer adm.Close()
+	deadline := time.Now().Add(10 * time.Minute)
+	for time.Now().Before(deadline) {
+		if lags, err := adm.GroupLag(context.Background(), group); err == nil {
+			var done int64
+			for _, l := range lags {
+				if l.Committed > 0 {
+					done += l.Committed
+				}
+			}
+			if done >= n {
+				return
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	b.Fatalf("group %s did not commit %d records in time", group, n)
+}
+
+// txnCopyLoop is franz-go's own exactly-once copy loop (the
+// GroupTransactSession example): poll, produce each record to out, end the
+// transaction with the offsets. It returns the time to copy n records.
+func txnCopyLoop(b *testing.B, conn broker.Conn, queue, out string, n int) time.Duration {
+	b.Helper()
+	testutil.CreateTopic(b, conn, out, 8)
+	opts, _ := conn.Opts()
+	sess, err := kgo.NewGroupTransactSession(append(opts,
+		kgo.ConsumerGroup("txn-copy-"+out), kgo.ConsumeTopics(queue), kgo.TransactionalID("txn-copy-"+out),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.RequireStableFetchOffsets(), kgo.DefaultProduceTopic(out))...)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer sess.Close()
+	ctx := context.Background()
+	start := time.Now()
+	copied := 0
+	for copied < n {
+		fs := sess.PollFetches(ctx)
+		if err := sess.Begin(); err != nil {
+			b.Fatal(err)
+		}
+		var batch int
+		fs.EachRecord(func(r *kgo.Record) {
+			sess.Produce(ctx, &kgo.Record{Key: r.Key, Value: r.Value, Headers: r.Headers}, nil)
+			batch++
+		})
+		committed, err := sess.End(ctx, kgo.TryCommit)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if committed {
+			copied += batch
+		}
+	}
+	return time.Since(start)
+}
+
+// BenchmarkWorkerThroughput drains one pre-loaded queue of 100-byte tasks
+// (8 partitions) four ways, side by side: franz-go's GroupTransactSession
+// copy loop, the worker exactly-once with a noop handler, and the worker
+// at-least-once. It reports each rate and the ratios.
+func BenchmarkWorkerThroughput(b *testing.B) {
+	n := benchTasks()
+	_, conn := testutil.StartBroker(b, "")
+	preload(b, conn, "bench", n)
+	for i := 0; b.Loop(); i++ {
+		loop := txnCopyLoop(b, conn, "bench", fmt.Sprintf("bench-copy-%d", i), n)
+		eos := drainWorker(b, conn, "bench", fmt.Sprintf("eos-%d", i), n, consumer.ExactlyOnce)
+		alo := drainWorker(b, conn, "bench", fmt.Sprintf("alo-%d", i), n, consumer.AtLeastOnce)
+		rate := func(d time.Duration) float64 { return float64(n) / d.Seconds() }
+		b.ReportMetric(rate(eos), "eos-tasks/s")
+		b.ReportMetric(rate(loop), "txnloop-tasks/s")
+		b.ReportMetric(rate(alo), "alo-tasks/s")
+		b.ReportMetric(rate(eos)/rate(loop), "eos/txnloop")
+		b.ReportMetric(rate(eos)/rate(alo), "eos/alo")
+	}
+}
+
+// BenchmarkWorkerLatency offers tasks at 50,000/s for 10 s through the
+// producer while an exactly-once worker runs them, and reports the
+// percentiles of the time from submission to handler start.
+func BenchmarkWorkerLatency(b *testing.B) {
+	const rate, seconds = 50_000, 10
+	_, conn := testutil.StartBroker(b, "")
+	testutil.CreateTopic(b, conn, "lat", 8)
+	for i := 0; b.Loop(); i++ {
+		samples := make([]time.Duration, 0, rate*seconds)
+		sampled := make(chan time.Duration, rate*seconds)
+		h := consumer.HandlerFunc(func(_ context.Context, t *consumer.Task) error {
+			if at, err := strconv.ParseInt(string(t.Payload), 10, 64); err == nil {
+				sampled <- time.Since(time.Unix(0, at))
+			}
+			return nil
+		})
+		w, err := consumer.New(consumer.Conn(conn), consumer.Group(fmt.Sprintf("lat-%d", i)), consumer.Queues("lat"),
+			consumer.CheckpointDir(b.TempDir()), consumer.WithHandler(h))
+		if err != nil {
+			b.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- w.Run(ctx) }()
+		time.Sleep(2 * time.Second) // joined and restored
+		p, err := producer.New(producer.Conn(conn))
+		if err != nil {
+			b.Fatal(err)
+		}
+		tick := time.NewTicker(10 * time.Millisecond)
+		for sent := 0; sent < rate*seconds; {
+			<-tick.C
+			for j := 0; j < rate/100; j++ {
+				p.SubmitAsync(ctx, onceq.Task{Queue: "lat", Payload: []byte(strconv.FormatInt(time.Now().UnixNano(), 10))}, nil)
+				sent++
+			}
+		}
+		tick.Stop()
+		_ = p.Flush(ctx)
+		p.Close()
+		deadline := time.After(time.Minute)
+		for len(samples) < rate*seconds {
+			select {
+			case d := <-sampled:
+				samples = append(samples, d)
+			case <-deadline:
+				b.Fatalf("only %d of %d tasks ran", len(samples), rate*seconds)
+			}
+		}
+		cancel()
+		if err := <-done; err != nil {
+			b.Fatal(err)
+		}
+		slices.Sort(samples)
+		pct := func(q float64) float64 { return float64(samples[int(q*float64(len(samples)-1))].Microseconds()) / 1000 }
+		b.ReportMetric(pct(0.5), "p50-ms")
+		b.ReportMetric(pct(0.99), "p99-ms")
+		b.ReportMetric(float64(samples[len(samples)-1].Microseconds())/1000, "max-ms")
+	}
+}
