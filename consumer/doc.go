@@ -2,13 +2,20 @@
 // once.
 //
 // A Worker joins a group, takes a share of the queues' partitions and runs
-// a Handler for each task. Every commit interval it commits, in one Kafka
-// transaction, the completed tasks' outputs (tasks they emit), their
-// changelog records (processed IDs and state writes) and the offsets of
-// each partition's completed prefix, fenced by the group generation
-// (KIP-447). Then it writes the same to its Pebble checkpoint. A task whose
-// ID is already processed is acknowledged without running, so duplicates
-// submitted with one ID run once.
+// a Handler for each task. Every commit interval it stops fetching, lets
+// the tasks it fetched finish (the commit barrier), and commits in one
+// Kafka transaction their outputs (tasks they emit), their changelog
+// records (processed IDs and state writes) and the offsets past them,
+// fenced by the group generation (KIP-447). Then it writes the same to its
+// Pebble checkpoint. A task whose ID is already processed is acknowledged
+// without running, so duplicates submitted with one ID run once.
+//
+// The barrier is there because a transaction commits the consumer's
+// position: franz-go's GroupTransactSession commits everything polled, and
+// turns marked (partial) commits off for transactional clients. Committing
+// while a polled task still ran would lose that task on a crash. A slow
+// task therefore delays its worker's commits; its time-to-run (the task's
+// timeout or DefaultTimeout) bounds that.
 //
 //	h := consumer.HandlerFunc(func(ctx context.Context, t *consumer.Task) error {
 //		n, err := t.State().Counter([]byte("sent/"+t.ID), 1)
