@@ -113,7 +113,7 @@ func txnCopyLoop(b *testing.B, conn broker.Conn, queue, out string, n int) time.
 	opts, _ := conn.Opts()
 	sess, err := kgo.NewGroupTransactSession(append(opts,
 		kgo.ConsumerGroup("txn-copy-"+out), kgo.ConsumeTopics(queue), kgo.TransactionalID("txn-copy-"+out),
-		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.RequireStableFetchOffsets(), kgo.DefaultProduceTopic(out))...)
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.DefaultProduceTopic(out))...)
 	if err != nil {
 		b.Fatal(err)
 	}

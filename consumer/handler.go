@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/onceq/onceq"
-	"github.com/onceq/onceq/checkpoint"
 )
 
 // Handler runs one task. A nil error commits the task's effects (state
@@ -47,10 +46,9 @@ type Task struct {
 	Partition int32
 	Offset    int64
 
-	state  State
-	emits  []onceq.Task
-	w      *Worker
-	parent string
+	state State
+	emits []onceq.Task
+	w     *Worker
 }
 
 // State returns the task's view of its partition's state. Writes are
@@ -150,15 +148,6 @@ func (s *State) Counter(key []byte, delta int64) (int64, error) {
 	n += delta
 	s.Set(key, []byte(strconv.FormatInt(n, 10)))
 	return n, nil
-}
-
-// changelog returns the changelog entries of the task's state writes.
-func (s *State) changelog() []checkpoint.Entry {
-	out := make([]checkpoint.Entry, 0, len(s.writes))
-	for _, w := range s.writes {
-		out = append(out, checkpoint.Entry{Kind: checkpoint.KindState, Key: w.key, Value: w.value, Delete: w.value == nil})
-	}
-	return out
 }
 
 // sinceDue is the time from when the task could first run to now.

@@ -61,7 +61,6 @@ func newKafkaSide(w *Worker) (kafkaSide, error) {
 	opts = append(opts,
 		kgo.TransactionalID("onceq-"+w.cfg.group+"-"+w.instanceID),
 		kgo.TransactionTimeout(w.cfg.txnTimeout),
-		kgo.RequireStableFetchOffsets(),
 	)
 	sess, err := kgo.NewGroupTransactSession(append(base, opts...)...)
 	if err != nil {

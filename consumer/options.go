@@ -47,29 +47,28 @@ type optFunc func(*config)
 func (f optFunc) apply(c *config) { f(c) }
 
 type config struct {
-	conn             broker.Conn
-	group            string
-	queues           []string
-	checkpointDir    string
-	handler          Handler
-	concurrency      int
-	commitInterval   time.Duration
-	maxPerCommit     int
-	dedupWindow      time.Duration
-	maxBuffered      int
-	defaultTimeout   time.Duration
-	guarantee        Guarantee
-	registerer       prometheus.Registerer
-	log              *slog.Logger
-	instanceID       string
-	sessionTimeout   time.Duration
-	txnTimeout       time.Duration
-	shutdownTimeout  time.Duration
-	retryPause       time.Duration
-	planner          *delay.Planner
-	maxMessageBytes  int
-	changelogConfigs map[string]string
-	noSync           bool
+	conn            broker.Conn
+	group           string
+	queues          []string
+	checkpointDir   string
+	handler         Handler
+	concurrency     int
+	commitInterval  time.Duration
+	maxPerCommit    int
+	dedupWindow     time.Duration
+	maxBuffered     int
+	defaultTimeout  time.Duration
+	guarantee       Guarantee
+	registerer      prometheus.Registerer
+	log             *slog.Logger
+	instanceID      string
+	sessionTimeout  time.Duration
+	txnTimeout      time.Duration
+	shutdownTimeout time.Duration
+	retryPause      time.Duration
+	planner         *delay.Planner
+	maxMessageBytes int
+	noSync          bool
 }
 
 func defaults() config {
