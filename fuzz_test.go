@@ -27,6 +27,7 @@ func FuzzFromRecord(f *testing.F) {
 	f.Add("q", []byte("k"), []byte("v"), "onceq-id=a\nonceq-due=1700000000000\nonceq-attempt=2\ntrace=x")
 	f.Add("onceq-delay-5s", []byte(nil), []byte(nil), "onceq-queue=emails\nonceq-timeout=1500\nonceq-max-attempts=3")
 	f.Add("q", []byte(""), []byte("p"), "onceq-expires=0\nonceq-enqueued=1\nonceq-error=boom\nonceq-x=y")
+	f.Add("q", []byte("k"), []byte("p"), "onceq-failed=5\nonceq-backoff=1000:2:60000\nonceq-requeued=0/9")
 	f.Fuzz(func(t *testing.T, topic string, key, value []byte, headers string) {
 		if ValidateTopic(topic) != nil {
 			return // records come from topics with valid names

@@ -1,6 +1,7 @@
 package onceq
 
 import (
+	"strconv"
 	"time"
 )
 
@@ -16,6 +17,9 @@ const (
 	HeaderTimeout     = "onceq-timeout"
 	HeaderEnqueued    = "onceq-enqueued"
 	HeaderError       = "onceq-error"
+	HeaderFailed      = "onceq-failed"
+	HeaderBackoff     = "onceq-backoff"
+	HeaderRequeued    = "onceq-requeued"
 )
 
 // headerPrefix marks the headers that belong to onceq. Headers with this
@@ -78,6 +82,54 @@ type Task struct {
 	Enqueued time.Time
 	// LastError is the error of the previous attempt, if any.
 	LastError string
+	// Failed is when the task last failed (set on dead letters).
+	Failed time.Time
+	// Backoff overrides the worker's retry backoff for this task. Zero:
+	// the worker's.
+	Backoff Backoff
+	// Requeued names the dead letter a task was requeued from
+	// ("<partition>/<offset>" of the dead-letter topic). A requeued task is
+	// a new incarnation of its ID: it runs even though the ID was
+	// processed (dead-lettered) before, and once however often the same
+	// dead letter is requeued.
+	Requeued string
+}
+
+// Backoff is an exponential retry backoff: attempt n (counting from 1)
+// waits Base*Factor^(n-1), at most Max, with jitter applied by the worker.
+type Backoff struct {
+	Base   time.Duration
+	Factor float64
+	Max    time.Duration
+}
+
+// IsZero reports whether b is unset.
+func (b Backoff) IsZero() bool { return b == Backoff{} }
+
+// Delay returns the backoff before attempt+1 after attempt failed, without
+// jitter.
+func (b Backoff) Delay(attempt int) time.Duration {
+	d := float64(b.Base)
+	for i := 1; i < attempt && d < float64(b.Max); i++ {
+		d *= b.Factor
+	}
+	return min(time.Duration(d), b.Max)
+}
+
+// DedupKey is what a worker remembers a processed run of the task by: the
+// ID for a first attempt, with "#<attempt>" for a retry, and with
+// "@<requeued>" for a requeued incarnation. A resubmitted duplicate (attempt
+// 1) meets the ID's mark even while the original is being retried; each
+// retry attempt runs once.
+func (t *Task) DedupKey() string {
+	k := t.ID
+	if t.Requeued != "" {
+		k += "@" + t.Requeued
+	}
+	if t.Attempt > 1 {
+		k += "#" + strconv.Itoa(t.Attempt)
+	}
+	return k
 }
 
 // PartitionKey returns the key the record is partitioned by: Key, or the ID
@@ -109,6 +161,7 @@ func (t *Task) Resolve(now time.Time) {
 	t.Due = truncMS(t.Due)
 	t.Expires = truncMS(t.Expires)
 	t.Enqueued = truncMS(t.Enqueued)
+	t.Failed = truncMS(t.Failed)
 	t.Timeout = t.Timeout.Truncate(time.Millisecond)
 }
 

@@ -100,6 +100,11 @@ func (t *Task) Validate(maxMessageBytes int) error {
 	if t.Attempt < 0 {
 		return invalid(ErrInvalidTask, "attempt", itoa(int64(t.Attempt)), "zero (first run) or positive")
 	}
+	if !t.Backoff.IsZero() {
+		if _, err := ParseBackoff(FormatBackoff(t.Backoff)); err != nil || t.Backoff.Base%time.Millisecond != 0 || t.Backoff.Max%time.Millisecond != 0 {
+			return invalid(ErrInvalidTask, "backoff", FormatBackoff(t.Backoff), "base and max are positive whole milliseconds with max >= base, and the factor is from 1 to 100")
+		}
+	}
 	if t.Timeout < 0 {
 		return invalid(ErrInvalidTask, "timeout", t.Timeout.String(), "zero (the worker's default) or positive")
 	}

@@ -48,6 +48,15 @@ func (t *Task) Record(topic string) *kgo.Record {
 	if t.LastError != "" {
 		add(HeaderError, CutError(t.LastError))
 	}
+	if !t.Failed.IsZero() {
+		add(HeaderFailed, itoa(t.Failed.UnixMilli()))
+	}
+	if !t.Backoff.IsZero() {
+		add(HeaderBackoff, FormatBackoff(t.Backoff))
+	}
+	if t.Requeued != "" {
+		add(HeaderRequeued, t.Requeued)
+	}
 	for _, h := range t.Headers {
 		hs = append(hs, kgo.RecordHeader{Key: h.Key, Value: h.Value})
 	}
@@ -127,7 +136,8 @@ func RecordID(topic string, partition int32, offset int64) string {
 var headerBits = map[string]uint16{
 	HeaderID: 1 << 0, HeaderQueue: 1 << 1, HeaderDue: 1 << 2, HeaderExpires: 1 << 3,
 	HeaderAttempt: 1 << 4, HeaderMaxAttempts: 1 << 5, HeaderTimeout: 1 << 6,
-	HeaderEnqueued: 1 << 7, HeaderError: 1 << 8,
+	HeaderEnqueued: 1 << 7, HeaderError: 1 << 8, HeaderFailed: 1 << 9, HeaderBackoff: 1 << 10,
+	HeaderRequeued: 1 << 11,
 }
 
 func (t *Task) setHeader(key string, v []byte) error {
@@ -145,6 +155,17 @@ func (t *Task) setHeader(key string, v []byte) error {
 		t.Queue = s
 	case HeaderError:
 		t.LastError = CutError(s)
+	case HeaderBackoff:
+		b, err := ParseBackoff(s)
+		if err != nil {
+			return invalid(ErrMalformedHeader, "header "+key, s, "%v", err.(*Error).Hint)
+		}
+		t.Backoff = b
+	case HeaderRequeued:
+		if err := ValidateID(s); err != nil {
+			return invalid(ErrMalformedHeader, "header "+key, s, "want <partition>/<offset> of a dead letter")
+		}
+		t.Requeued = s
 	case HeaderAttempt, HeaderMaxAttempts:
 		n, err := parseUint(key, s, 1<<31-1)
 		if err != nil {
@@ -177,6 +198,8 @@ func (t *Task) setHeader(key string, v []byte) error {
 			t.Expires = tm
 		case HeaderEnqueued:
 			t.Enqueued = tm
+		case HeaderFailed:
+			t.Failed = tm
 		}
 	}
 	return nil
@@ -210,3 +233,38 @@ func parseUint(key, s string, max int64) (int64, error) {
 }
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
+
+// FormatBackoff writes a backoff as the onceq-backoff header value:
+// "<base ms>:<factor>:<max ms>", for example "1000:2:3600000".
+func FormatBackoff(b Backoff) string {
+	return itoa(b.Base.Milliseconds()) + ":" + strconv.FormatFloat(b.Factor, 'f', -1, 64) + ":" + itoa(b.Max.Milliseconds())
+}
+
+// ParseBackoff reads an onceq-backoff value. Base and max are positive
+// milliseconds with max >= base; the factor is between 1 and 100.
+func ParseBackoff(s string) (Backoff, error) {
+	bad := func(hint string) (Backoff, error) {
+		return Backoff{}, invalid(ErrMalformedHeader, "header "+HeaderBackoff, s, hint)
+	}
+	parts := strings.Split(s, ":")
+	if len(parts) != 3 {
+		return bad("want <base ms>:<factor>:<max ms>, for example 1000:2:3600000")
+	}
+	base, err := parseUint(HeaderBackoff, parts[0], int64(365*24*time.Hour/time.Millisecond))
+	if err != nil || base == 0 {
+		return bad("the base is a positive number of milliseconds")
+	}
+	maxMS, err := parseUint(HeaderBackoff, parts[2], int64(365*24*time.Hour/time.Millisecond))
+	if err != nil || maxMS < base {
+		return bad("the max is milliseconds, at least the base")
+	}
+	f, err := strconv.ParseFloat(parts[1], 64)
+	if err != nil || !(f >= 1 && f <= 100) {
+		return bad("the factor is a number from 1 to 100")
+	}
+	b := Backoff{Base: time.Duration(base) * time.Millisecond, Factor: f, Max: time.Duration(maxMS) * time.Millisecond}
+	if FormatBackoff(b) != s {
+		return bad("write it canonically, as " + FormatBackoff(b))
+	}
+	return b, nil
+}

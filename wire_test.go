@@ -25,6 +25,9 @@ func fullTask() Task {
 		Attempt:     3,
 		Enqueued:    time.UnixMilli(1_799_999_999_000),
 		LastError:   "boom",
+		Failed:      time.UnixMilli(1_800_000_000_999),
+		Backoff:     Backoff{Base: 500 * time.Millisecond, Factor: 1.5, Max: time.Minute},
+		Requeued:    "3/42",
 	}
 	return t
 }
@@ -50,7 +53,8 @@ func equalTasks(a, b Task) bool {
 		reflect.DeepEqual(hs(a.Headers), hs(b.Headers)) &&
 		ms(a.Due) == ms(b.Due) && ms(a.Expires) == ms(b.Expires) && ms(a.Enqueued) == ms(b.Enqueued) &&
 		a.MaxAttempts == b.MaxAttempts && a.Timeout == b.Timeout && max(a.Attempt, 1) == max(b.Attempt, 1) &&
-		a.LastError == b.LastError && a.Delay == b.Delay
+		a.LastError == b.LastError && a.Delay == b.Delay && ms(a.Failed) == ms(b.Failed) &&
+		a.Backoff == b.Backoff && a.Requeued == b.Requeued
 }
 
 func TestRecordRoundTrip(t *testing.T) {
@@ -113,6 +117,13 @@ func TestFromRecordMalformedHeaders(t *testing.T) {
 		{HeaderID, "has space"},
 		{HeaderID, ""},
 		{HeaderQueue, "a b"},
+		{HeaderFailed, "yesterday"},
+		{HeaderBackoff, "1000:2"},
+		{HeaderBackoff, "0:2:1000"},
+		{HeaderBackoff, "1000:0.5:2000"},
+		{HeaderBackoff, "2000:2:1000"},
+		{HeaderBackoff, "1000:2.0:2000"},
+		{HeaderRequeued, "has space"},
 	} {
 		r := &kgo.Record{Topic: "q", Headers: []kgo.RecordHeader{{Key: tc.key, Value: []byte(tc.value)}}}
 		_, err := FromRecord(r)
@@ -155,5 +166,31 @@ func TestRecordIDLongTopic(t *testing.T) {
 	b := RecordID(strings.Repeat("t", 248)+"u", 2147483647, 9223372036854775807)
 	if len(a) > MaxIDLen || ValidateID(a) != nil || a == b {
 		t.Fatalf("ids %q (%d bytes) and %q must be valid and distinct", a, len(a), b)
+	}
+}
+
+func TestDedupKey(t *testing.T) {
+	for _, tc := range []struct {
+		task Task
+		want string
+	}{
+		{Task{ID: "a", Attempt: 1}, "a"},
+		{Task{ID: "a"}, "a"},
+		{Task{ID: "a", Attempt: 3}, "a#3"},
+		{Task{ID: "a", Attempt: 1, Requeued: "0/7"}, "a@0/7"},
+		{Task{ID: "a", Attempt: 2, Requeued: "0/7"}, "a@0/7#2"},
+	} {
+		if got := tc.task.DedupKey(); got != tc.want {
+			t.Errorf("%+v: DedupKey %q, want %q", tc.task, got, tc.want)
+		}
+	}
+}
+
+func TestBackoffDelay(t *testing.T) {
+	b := Backoff{Base: time.Second, Factor: 2, Max: 10 * time.Second}
+	for attempt, want := range map[int]time.Duration{1: time.Second, 2: 2 * time.Second, 3: 4 * time.Second, 4: 8 * time.Second, 5: 10 * time.Second, 60: 10 * time.Second} {
+		if got := b.Delay(attempt); got != want {
+			t.Errorf("Delay(%d) = %v, want %v", attempt, got, want)
+		}
 	}
 }
