@@ -193,36 +193,54 @@ func BenchmarkCommit(b *testing.B) {
 			}
 			defer s.Close()
 			var lat latencies
-			at := time.Now()
-			ids := make([]string, 1000)
-			next := time.Now()
+			c := newCommitter(every)
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
-				b.StopTimer()
-				for j := range ids {
-					ids[j] = benchID(i*1000 + j)
-				}
-				next = next.Add(every)
-				time.Sleep(time.Until(next))
-				b.StartTimer()
-				start := time.Now()
-				batch := s.NewBatch()
-				for _, id := range ids {
-					if err := batch.MarkProcessed(benchTP, id, at); err != nil {
-						b.Fatal(err)
-					}
-				}
-				if err := batch.SetOffsets(benchTP, Offsets{Source: int64(i), Changelog: int64(i)}); err != nil {
-					b.Fatal(err)
-				}
-				if err := batch.Commit(); err != nil {
-					b.Fatal(err)
-				}
-				lat.add(time.Since(start))
+				lat.add(c.commit(b, s, benchID))
 			}
 			lat.report(b)
 		})
 	}
+}
+
+// A committer commits batches of 1,000 IDs and offsets, one every interval
+// (0: back to back).
+type committer struct {
+	every time.Duration
+	next  time.Time
+	n     int
+	ids   []string
+}
+
+func newCommitter(every time.Duration) *committer {
+	return &committer{every: every, next: time.Now(), ids: make([]string, 1000)}
+}
+
+// commit makes the next batch of IDs with id, waits for its turn, and
+// returns how long building and committing the batch took.
+func (c *committer) commit(b *testing.B, s *Store, id func(int) string) time.Duration {
+	b.StopTimer()
+	for j := range c.ids {
+		c.ids[j] = id(c.n*1000 + j)
+	}
+	c.next = c.next.Add(c.every)
+	time.Sleep(time.Until(c.next))
+	b.StartTimer()
+	start := time.Now()
+	batch := s.NewBatch()
+	for _, id := range c.ids {
+		if err := batch.MarkProcessed(benchTP, id, start); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if err := batch.SetOffsets(benchTP, Offsets{Source: int64(c.n), Changelog: int64(c.n)}); err != nil {
+		b.Fatal(err)
+	}
+	if err := batch.Commit(); err != nil {
+		b.Fatal(err)
+	}
+	c.n++
+	return time.Since(start)
 }
 
 // BenchmarkHas looks up IDs in the shared store. The workloads:
@@ -376,8 +394,17 @@ func BenchmarkRestore(b *testing.B) {
 }
 
 // BenchmarkCommitDuringExpiry measures synced commits of 1,000 IDs while
-// ExpireProcessed removes 1,000,000 expired IDs.
+// ExpireProcessed removes 1,000,000 expired IDs, with commits back to back
+// and every 10 ms.
 func BenchmarkCommitDuringExpiry(b *testing.B) {
+	for _, every := range []time.Duration{0, 10 * time.Millisecond} {
+		b.Run(fmt.Sprintf("every=%v", every), func(b *testing.B) {
+			benchCommitDuringExpiry(b, every)
+		})
+	}
+}
+
+func benchCommitDuringExpiry(b *testing.B, every time.Duration) {
 	const expired = 1_000_000
 	window := 24 * time.Hour
 	var lat latencies
@@ -406,26 +433,17 @@ func BenchmarkCommitDuringExpiry(b *testing.B) {
 			expiry += time.Since(start)
 			done <- err
 		}()
-		for c := 0; ; c++ {
+		c := newCommitter(every)
+		for running := true; running; {
 			select {
 			case err := <-done:
 				if err != nil {
 					b.Fatal(err)
 				}
+				running = false
 			default:
-				t := time.Now()
-				batch := s.NewBatch()
-				for j := 0; j < 1000; j++ {
-					_ = batch.MarkProcessed(benchTP, benchMiss(c*1000+j), now)
-				}
-				_ = batch.SetOffsets(benchTP, Offsets{Source: int64(c), Changelog: int64(c)})
-				if err := batch.Commit(); err != nil {
-					b.Fatal(err)
-				}
-				lat.add(time.Since(t))
-				continue
+				lat.add(c.commit(b, s, benchMiss))
 			}
-			break
 		}
 		b.StopTimer()
 		s.Close()
