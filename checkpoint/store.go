@@ -377,6 +377,10 @@ func (s *Store) Partitions() ([]TP, error) {
 		return nil, err
 	}
 	defer s.release()
+	return s.partitionsLocked()
+}
+
+func (s *Store) partitionsLocked() ([]TP, error) {
 	var tps []TP
 	for tp, p := range s.parts.Load().byTP {
 		if p.persisted.Load() {

@@ -470,3 +470,31 @@ func TestStoreOnDisk(t *testing.T) {
 		t.Fatalf("Has after reopen: %v, %v", ok, err)
 	}
 }
+
+func TestStats(t *testing.T) {
+	s := mustOpen(t, "/s", testOptions(t, vfs.NewMem()))
+	b := s.NewBatch()
+	for i := 0; i < 10; i++ {
+		_ = b.MarkProcessed(TP{"a", 0}, strconv.Itoa(i), time.Now())
+	}
+	_ = b.Set(TP{"a", 0}, []byte("k"), []byte("v"))
+	_ = b.Set(TP{"b", 3}, []byte("k"), []byte("v"))
+	_ = b.SetOffsets(TP{"a", 0}, Offsets{Source: 4, Changelog: 9})
+	if err := b.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	st, err := s.Stats(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.FormatVersion != 1 || st.ClusterID != "c1" || st.Group != "g1" || st.DiskBytes == 0 || len(st.Partitions) != 2 {
+		t.Fatalf("Stats() = %+v", st)
+	}
+	a, bs := st.Partitions[0], st.Partitions[1]
+	if a.Topic != "a" || a.IDs != 10 || a.StateKeys != 1 || a.ExpiryRecs != 1 || a.Offsets == nil || *a.Offsets != (Offsets{4, 9}) {
+		t.Errorf("a/0: %+v", a)
+	}
+	if bs.Topic != "b" || bs.Partition != 3 || bs.IDs != 0 || bs.StateKeys != 1 || bs.Offsets != nil {
+		t.Errorf("b/3: %+v", bs)
+	}
+}
