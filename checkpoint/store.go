@@ -59,6 +59,7 @@ func (o Offsets) validate(tp TP) error {
 // concurrent use. See the package documentation.
 type Store struct {
 	db   *pebble.DB
+	fs   vfs.FS
 	lock *pebble.Lock
 	dir  string
 	opts Options
@@ -158,6 +159,7 @@ func open(dir string, fs vfs.FS, lock *pebble.Lock, opts Options) (*Store, error
 	}
 	s := &Store{
 		db:   db,
+		fs:   fs,
 		lock: lock,
 		dir:  dir,
 		opts: opts,

@@ -130,6 +130,7 @@ Redpanda. Exit codes: 0 ok, 1 failure, 2 usage or bad input.`,
 		newProduceCmd(g),
 		newWorkerCmd(g),
 		newDelayCmd(g),
+		newCheckpointCmd(g),
 	)
 	return root
 }
