@@ -47,9 +47,6 @@ func (w *watch) begin(marks map[handle][]expiryEntry) uint64 {
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.inflight == nil {
-		w.inflight, w.chunks = map[uint64]map[handle][]expiryEntry{}, map[*chunkWatch]struct{}{}
-	}
 	w.next++
 	w.inflight[w.next] = marks
 	for c := range w.chunks {
@@ -67,19 +64,26 @@ func (w *watch) end(seq uint64) {
 	delete(w.inflight, seq)
 }
 
-// startChunk is called before a chunk reads.
+func newWatch() *watch {
+	return &watch{inflight: map[uint64]map[handle][]expiryEntry{}, chunks: map[*chunkWatch]struct{}{}}
+}
+
+// startChunk is called before a chunk reads; endChunk when it is done.
 func (w *watch) startChunk() *chunkWatch {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.inflight == nil {
-		w.inflight, w.chunks = map[uint64]map[handle][]expiryEntry{}, map[*chunkWatch]struct{}{}
-	}
 	c := &chunkWatch{}
 	for _, m := range w.inflight {
 		c.marks = append(c.marks, m)
 	}
 	w.chunks[c] = struct{}{}
 	return c
+}
+
+func (w *watch) endChunk(c *chunkWatch) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	delete(w.chunks, c)
 }
 
 // remarked returns the IDs of partition h marked since the chunk started;
@@ -106,8 +110,9 @@ type Removed struct {
 // ExpireProcessed removes the processed IDs marked at or before now minus
 // the dedup window, at most limit of them (limit <= 0: all), and returns
 // them so that the caller can write their changelog tombstones. Fewer than
-// limit removed means nothing else was due. It works in chunks of about a
-// thousand IDs, without blocking commits.
+// limit removed means it went through everything that was due. It works in
+// chunks of about a thousand IDs, resting between them, and never blocks
+// commits.
 //
 // A batch that marks an ID again while ExpireProcessed removes it keeps its
 // mark, and the ID is not returned; but an ID marked again after
@@ -142,7 +147,7 @@ func (s *Store) ExpireProcessed(ctx context.Context, now time.Time, limit int) (
 	slices.SortFunc(ps, func(a, b *partition) int { return int(a.h) - int(b.h) })
 	start := handle(s.expireNext.Load())
 	i, _ := slices.BinarySearchFunc(ps, start, func(p *partition, h handle) int { return int(p.h) - int(h) })
-	ps = append(ps[i:], ps[:i]...)
+	ps = slices.Concat(ps[i:], ps[:i])
 
 	var removed []Removed
 	for _, p := range ps {
@@ -231,11 +236,7 @@ func (s *Store) expirePartition(ctx context.Context, p *partition, cutoff uint64
 func (s *Store) expireChunk(p *partition, cutoff uint64, cands []expiryEntry, finished [][]byte, removed []Removed) ([]Removed, error) {
 	slices.SortFunc(cands, func(a, b expiryEntry) int { return strings.Compare(a.ID, b.ID) })
 	w := s.watch.startChunk()
-	defer func() {
-		s.watch.mu.Lock()
-		delete(s.watch.chunks, w)
-		s.watch.mu.Unlock()
-	}()
+	defer s.watch.endChunk(w)
 	lower, upper := familyBounds(p.h, familyID)
 	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
 	if err != nil {

@@ -74,7 +74,7 @@ type Store struct {
 	// gate is held shared while a batch is applied and exclusively by
 	// DropPartition.
 	gate  sync.RWMutex
-	watch watch // see expire.go
+	watch *watch // see expire.go
 
 	// parts is an immutable snapshot of the partition registry, replaced
 	// (copy on write, under partMu) when a partition is added or dropped.
@@ -117,8 +117,12 @@ func Open(dir string, opts Options) (*Store, error) {
 		fs = vfs.Default
 	}
 	if opts.ReadOnly {
+		// Look before locking: the lock would leave a LOCK file behind.
 		if _, err := fs.Stat(dir); errors.Is(err, os.ErrNotExist) {
 			return nil, errorf(ErrNotFound, err, "dir %s does not exist", dir)
+		}
+		if desc, err := pebble.Peek(dir, fs); err == nil && !desc.Exists {
+			return nil, errorf(ErrNotFound, nil, "dir %s holds no checkpoint store", dir)
 		}
 	} else if err := fs.MkdirAll(dir, 0o755); err != nil {
 		return nil, ioError(err, "create dir %s", dir)
@@ -158,13 +162,14 @@ func open(dir string, fs vfs.FS, lock *pebble.Lock, opts Options) (*Store, error
 		return nil, ioError(err, "open dir %s", dir)
 	}
 	s := &Store{
-		db:   db,
-		fs:   fs,
-		lock: lock,
-		dir:  dir,
-		opts: opts,
-		wo:   pebble.Sync,
-		log:  opts.Logger.With("dir", dir),
+		db:    db,
+		fs:    fs,
+		lock:  lock,
+		dir:   dir,
+		opts:  opts,
+		wo:    pebble.Sync,
+		watch: newWatch(),
+		log:   opts.Logger.With("dir", dir),
 	}
 	if opts.NoSync {
 		s.wo = pebble.NoSync
