@@ -116,6 +116,7 @@ func (s *Service) Run(ctx context.Context) error {
 		}
 		now := time.Now()
 		s.wakeStopped(now)
+
 		if s.commitDue(now) {
 			if err := s.commit(context.WithoutCancel(ctx)); err != nil {
 				return err
@@ -131,6 +132,7 @@ func (s *Service) Run(ctx context.Context) error {
 		if err := s.ingest(ctx, fs); err != nil {
 			return err
 		}
+
 	}
 	stopStats()
 	<-s.statsDone
@@ -187,7 +189,7 @@ func (s *Service) start(ctx context.Context) error {
 		// keeps that well inside the read-ahead.
 		kgo.FetchMaxWait(min(max(s.smallest/4, 10*time.Millisecond), 200*time.Millisecond)),
 		kgo.FetchMaxBytes(8<<20),
-		kgo.FetchMaxPartitionBytes(512<<10),
+		kgo.FetchMaxPartitionBytes(256<<10),
 		kgo.WithLogger(kgoLogger{s.cfg.log}),
 	)
 	if s.sess, err = kgo.NewGroupTransactSession(opts...); err != nil {
@@ -341,13 +343,12 @@ func (s *Service) classify(p *part, recs []*kgo.Record, now time.Time) []*kgo.Re
 		if r.Offset < p.next {
 			continue
 		}
-		rel, _ := releaseOf(r, p.bucket, s.smallest)
+		rel := releaseOf(r, p.bucket, s.smallest)
 		if p.committed.moved(r.Offset, func(smallest time.Duration) int64 {
 			if smallest == s.smallest {
 				return rel
 			}
-			old, _ := releaseOf(r, p.bucket, smallest)
-			return old
+			return releaseOf(r, p.bucket, smallest)
 		}) {
 			p.next, p.epoch = r.Offset+1, r.LeaderEpoch
 			continue
@@ -360,7 +361,7 @@ func (s *Service) classify(p *part, recs []*kgo.Record, now time.Time) []*kgo.Re
 			p.budget = true
 			return recs[i:]
 		}
-		p.push(&entry{rec: r, release: rel})
+		p.push(r, rel)
 		s.held++
 		p.next, p.epoch = r.Offset+1, r.LeaderEpoch
 	}

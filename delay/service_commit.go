@@ -179,24 +179,30 @@ func (s *Service) resetAll() {
 }
 
 // route decides where a released record goes at now: its queue if it is
-// due, else the bucket the planner picks; a record that is not a valid
-// delayed task goes to a dead-letter topic with the reason.
+// due, else the bucket the planner picks. A hop to a bucket copies the
+// record as it is and checks only its onceq-queue and onceq-due headers;
+// the hop to the queue decodes it whole. A record that is not a valid
+// delayed task goes to a dead-letter topic with the reason: at once when it
+// lacks a valid queue or due time, when it is due for any other header.
 func (s *Service) route(ctx context.Context, r *kgo.Record, now time.Time) (output, error) {
-	t, err := onceq.FromRecord(r)
+	queue, qerr := queueHeader(r)
+	due, ok := dueMillis(r)
 	switch {
-	case err != nil:
-		return s.deadLetter(ctx, r, rawQueue(r), onceq.CutError(err.Error()))
-	case t.Queue == r.Topic:
-		return s.deadLetter(ctx, r, "", "no onceq-queue header: a record in a delay bucket must name its queue")
-	case t.Due.IsZero():
-		return s.deadLetter(ctx, r, t.Queue, "no onceq-due header: a record in a delay bucket must carry its due time")
+	case qerr != "":
+		return s.deadLetter(ctx, r, "", qerr)
+	case !ok:
+		return s.deadLetter(ctx, r, queue, "no valid onceq-due header: a record in a delay bucket must carry exactly one due time, in unix milliseconds")
 	}
-	hop := s.cfg.planner.Route(now, t.Due)
+	hop := s.cfg.planner.Route(now, time.UnixMilli(due))
 	if hop.Kind == ToBucket {
-		return output{rec: t.Record(hop.Topic), to: bucketLabel(hop.Bucket)}, nil
+		return output{rec: &kgo.Record{Topic: hop.Topic, Key: r.Key, Value: r.Value, Headers: r.Headers}, to: bucketLabel(hop.Bucket)}, nil
 	}
 	// hop.Kind == ToQueue: Route never returns ToTimer, and ToQueue means
 	// the due time is at or before now.
+	t, err := onceq.FromRecord(r)
+	if err != nil {
+		return s.deadLetter(ctx, r, queue, onceq.CutError(err.Error()))
+	}
 	if ok, err := s.topics.queue(ctx, t.Queue); err != nil {
 		return output{}, err
 	} else if !ok {
@@ -205,10 +211,34 @@ func (s *Service) route(ctx context.Context, r *kgo.Record, now time.Time) (outp
 	return output{rec: t.Record(t.Queue), to: "queue", due: t.Due, queue: true}, nil
 }
 
+// queueHeader returns the record's onceq-queue header, or why it has no
+// usable one.
+func queueHeader(r *kgo.Record) (queue, problem string) {
+	for _, h := range r.Headers {
+		if h.Key != onceq.HeaderQueue {
+			continue
+		}
+		if queue != "" {
+			return "", "onceq-queue appears more than once"
+		}
+		queue = string(h.Value)
+		if err := onceq.ValidateTopic(queue); err != nil {
+			return "", onceq.CutError(err.Error())
+		}
+	}
+	if queue == "" {
+		return "", "no onceq-queue header: a record in a delay bucket must name its queue"
+	}
+	return queue, ""
+}
+
 // deadLetter copies r to onceq-dlq-<queue>, or onceq-dlq-<bucket topic>
 // when the queue is unknown, with the reason in onceq-error.
 func (s *Service) deadLetter(ctx context.Context, r *kgo.Record, queue, reason string) (output, error) {
 	topic := broker.DLQTopic(r.Topic)
+	if queue == "" {
+		queue = rawQueue(r)
+	}
 	if queue != "" && onceq.ValidateTopic(broker.DLQTopic(queue)) == nil {
 		topic = broker.DLQTopic(queue)
 	}

@@ -21,7 +21,7 @@ const (
 	DefaultGroup = "onceq-delay"
 	// DefaultCommitInterval is the shortest time between two
 	// transactions. See WithCommitInterval.
-	DefaultCommitInterval = 20 * time.Millisecond
+	DefaultCommitInterval = 10 * time.Millisecond
 	// DefaultMaxHeld bounds the records held in memory. See WithMaxHeld.
 	DefaultMaxHeld = 200_000
 	// DefaultSessionTimeout is the group session timeout.
@@ -138,7 +138,7 @@ func WithInstanceID(id string) ServiceOpt {
 // WithCommitInterval is the shortest time between two transactions. A
 // released record waits at most this long for its transaction, so it
 // bounds the lateness the service adds; shorter costs more transactions
-// per second. Default 20ms.
+// per second. Default 10ms.
 func WithCommitInterval(d time.Duration) ServiceOpt {
 	return serviceOptFunc(func(cfg *serviceConfig) {
 		if d < time.Millisecond || d > time.Minute {

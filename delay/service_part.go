@@ -13,10 +13,12 @@ import (
 	"github.com/onceq/onceq"
 )
 
-// maxBuf bounds the records a stopped partition keeps from its last fetch.
-// Beyond it the rest is dropped and fetched again when the partition
-// resumes.
-const maxBuf = 1000
+// maxBuf bounds the records a stopped partition keeps from its fetches.
+// One fetch returns at most the client's FetchMaxPartitionBytes of a
+// partition, and a stopped partition is paused, so this is a safety net:
+// beyond it the rest is dropped and fetched again when the partition
+// resumes, which costs the client a new fetch session.
+const maxBuf = 20_000
 
 // cursor is a bucket partition's committed progress. Every record at an
 // offset below High whose release time (ReleaseAt with Smallest) is at or
@@ -80,10 +82,8 @@ func (c cursor) moved(offset int64, release func(smallest time.Duration) int64) 
 
 // entry is a record read and not yet moved.
 type entry struct {
-	rec     *kgo.Record
-	release int64 // unix ms
-	index   int   // in the partition's heap
-	moved   bool
+	rec   *kgo.Record
+	moved bool
 }
 
 // part is the service's state of one assigned bucket partition. Only the
@@ -124,40 +124,67 @@ func newPart(p *Planner, topic string, partition int32, bucket time.Duration) *p
 }
 
 // releaseOf returns a record's release time in unix milliseconds with the
-// given smallest bucket, and whether it is a well-formed delayed record. A
-// record that is not is released at its append time, to a dead-letter
-// topic.
-func releaseOf(r *kgo.Record, bucket, smallest time.Duration) (int64, bool) {
-	due, ok := dueOf(r)
+// given smallest bucket. A record without one well-formed onceq-due header
+// is released at its append time, to be dead-lettered when it moves.
+//
+// Only onceq-due is read here, so that reading a bucket stays cheap; the
+// move decodes the whole record. Either way the release depends on the
+// record alone, as the committed cursors need.
+func releaseOf(r *kgo.Record, bucket, smallest time.Duration) int64 {
+	due, ok := dueMillis(r)
 	if !ok {
-		return r.Timestamp.UnixMilli(), false
+		return r.Timestamp.UnixMilli()
 	}
-	return ReleaseAt(r.Timestamp, bucket, smallest, due).UnixMilli(), true
+	return ReleaseAt(r.Timestamp, bucket, smallest, time.UnixMilli(due)).UnixMilli()
 }
 
-// dueOf decodes the record's onceq-due header, and checks that the record
-// is a task with a queue.
-func dueOf(r *kgo.Record) (time.Time, bool) {
-	t, err := onceq.FromRecord(r)
-	if err != nil || t.Due.IsZero() || t.Queue == r.Topic {
-		return time.Time{}, false
+// maxDueMillis is the latest due time the wire format accepts (the year
+// 9999).
+const maxDueMillis = 253402300799999
+
+// dueMillis reads the onceq-due header as onceq.FromRecord does: exactly
+// one, a canonical decimal of unix milliseconds.
+func dueMillis(r *kgo.Record) (int64, bool) {
+	var (
+		due   int64
+		found bool
+	)
+	for _, h := range r.Headers {
+		if h.Key != onceq.HeaderDue {
+			continue
+		}
+		if found {
+			return 0, false
+		}
+		found = true
+		v := h.Value
+		if len(v) == 0 || len(v) > 15 || len(v) > 1 && v[0] == '0' {
+			return 0, false
+		}
+		for _, c := range v {
+			if c < '0' || c > '9' {
+				return 0, false
+			}
+			due = due*10 + int64(c-'0')
+		}
 	}
-	return t.Due, true
+	return due, found && due <= maxDueMillis
 }
 
-// push adds an entry read in offset order.
-func (p *part) push(e *entry) {
+// push adds a record read in offset order, released at release (unix ms).
+func (p *part) push(r *kgo.Record, release int64) {
+	e := &entry{rec: r}
 	p.fifo = append(p.fifo, e)
-	heap.Push(&p.byRelease, e)
+	heap.Push(&p.byRelease, held{release: release, offset: r.Offset, e: e})
 }
 
 // due pops the entries released at or before t (unix ms), marking them
 // moved.
 func (p *part) due(t int64, out []*entry) []*entry {
 	for len(p.byRelease) > 0 && p.byRelease[0].release <= t {
-		e := heap.Pop(&p.byRelease).(*entry)
-		e.moved = true
-		out = append(out, e)
+		h := heap.Pop(&p.byRelease).(held)
+		h.e.moved = true
+		out = append(out, h.e)
 	}
 	return out
 }
@@ -198,29 +225,30 @@ func (p *part) reset() {
 	p.next = p.committed.Offset
 }
 
+// held is an entry in the release heap; the keys are copied in so that
+// the heap never follows a pointer to compare.
+type held struct {
+	release int64
+	offset  int64
+	e       *entry
+}
+
 // byRelease is a min-heap of entries by release time, then offset.
-type byRelease []*entry
+type byRelease []held
 
 func (h byRelease) Len() int { return len(h) }
 func (h byRelease) Less(i, j int) bool {
 	if h[i].release != h[j].release {
 		return h[i].release < h[j].release
 	}
-	return h[i].rec.Offset < h[j].rec.Offset
+	return h[i].offset < h[j].offset
 }
-func (h byRelease) Swap(i, j int) {
-	h[i], h[j] = h[j], h[i]
-	h[i].index, h[j].index = i, j
-}
-func (h *byRelease) Push(x any) {
-	e := x.(*entry)
-	e.index = len(*h)
-	*h = append(*h, e)
-}
+func (h byRelease) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
+func (h *byRelease) Push(x any)   { *h = append(*h, x.(held)) }
 func (h *byRelease) Pop() any {
 	old := *h
 	e := old[len(old)-1]
-	old[len(old)-1] = nil
+	old[len(old)-1] = held{}
 	*h = old[:len(old)-1]
 	return e
 }
