@@ -210,11 +210,7 @@ func (w *Worker) resetAll() {
 func (w *Worker) countOutcomes(parts []pending) {
 	for _, p := range parts {
 		for _, r := range p.results {
-			outcome := "success"
-			if r.dup {
-				outcome = "duplicate"
-			}
-			w.metrics.processed.WithLabelValues(p.ps.tp.Topic, outcome).Inc()
+			w.metrics.processed.WithLabelValues(p.ps.tp.Topic, r.outcome).Inc()
 		}
 	}
 }

@@ -17,6 +17,9 @@ type metrics struct {
 	aborts    prometheus.Counter
 	restore   prometheus.Histogram
 	inflight  prometheus.Gauge
+	failed    *prometheus.CounterVec
+	dead      *prometheus.CounterVec
+	abandoned prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -36,11 +39,17 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		restore: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "onceq_checkpoint_restore_seconds",
 			Help: "Time to catch a partition's checkpoint up with its changelog.", Buckets: prometheus.ExponentialBuckets(0.001, 4, 10)}),
 		inflight: prometheus.NewGauge(prometheus.GaugeOpts{Name: "onceq_inflight_tasks", Help: "Handlers running now."}),
+		failed: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "onceq_handler_failures_total",
+			Help: "Handler runs that failed (each then retried or dead-lettered), by queue."}, []string{"queue"}),
+		dead: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "onceq_dead_letters_total",
+			Help: "Tasks dead-lettered, by queue and reason (failed, max_attempts, expired, malformed)."}, []string{"queue", "reason"}),
+		abandoned: prometheus.NewCounter(prometheus.CounterOpts{Name: "onceq_abandoned_handlers",
+			Help: "Handlers that ignored their canceled context past their time-to-run and grace."}),
 	}
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.processed, m.handler, m.latency, m.lag, m.commit, m.aborts, m.restore, m.inflight} {
+	for _, c := range []prometheus.Collector{m.processed, m.handler, m.latency, m.lag, m.commit, m.aborts, m.restore, m.inflight, m.failed, m.dead, m.abandoned} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("consumer: registering metrics (one worker per registerer): %w", err)
 		}

@@ -66,6 +66,11 @@ type config struct {
 	txnTimeout      time.Duration
 	shutdownTimeout time.Duration
 	retryPause      time.Duration
+	maxAttempts     int
+	backoff         onceq.Backoff
+	jitter          float64
+	dropExpired     bool
+	abandonGrace    time.Duration
 	planner         *delay.Planner
 	maxMessageBytes int
 	noSync          bool
@@ -86,6 +91,10 @@ func defaults() config {
 		txnTimeout:      8 * time.Second,
 		shutdownTimeout: 30 * time.Second,
 		retryPause:      time.Second,
+		maxAttempts:     5,
+		backoff:         onceq.Backoff{Base: time.Second, Factor: 2, Max: time.Hour},
+		jitter:          0.2,
+		abandonGrace:    5 * time.Second,
 		maxMessageBytes: onceq.DefaultMaxMessageBytes,
 		log:             slog.New(slog.DiscardHandler),
 	}
@@ -164,8 +173,35 @@ func TransactionTimeout(d time.Duration) Opt { return optFunc(func(c *config) { 
 // elsewhere. Default 30s.
 func ShutdownTimeout(d time.Duration) Opt { return optFunc(func(c *config) { c.shutdownTimeout = d }) }
 
-// RetryPause is the wait before a failed task runs again. Default 1s.
+// RetryPause is the wait before a task runs again in place after an
+// infrastructure error (the checkpoint or the brokers failed, not the
+// handler). Default 1s.
 func RetryPause(d time.Duration) Opt { return optFunc(func(c *config) { c.retryPause = d }) }
+
+// MaxAttempts is how many times a task without onceq-max-attempts runs
+// before it goes to its dead letters. Default 5.
+func MaxAttempts(n int) Opt { return optFunc(func(c *config) { c.maxAttempts = n }) }
+
+// Backoff sets the retry backoff of tasks without onceq-backoff: attempt n
+// waits base*factor^(n-1), at most max, plus jitter. Default 1s, 2, 1h.
+func Backoff(base time.Duration, factor float64, maxDelay time.Duration) Opt {
+	return optFunc(func(c *config) { c.backoff = onceq.Backoff{Base: base, Factor: factor, Max: maxDelay} })
+}
+
+// Jitter adds up to this fraction of the backoff, at random, so that
+// tasks that failed together do not retry together. It only adds: a retry
+// never comes before its backoff. Default 0.2.
+func Jitter(f float64) Opt { return optFunc(func(c *config) { c.jitter = f }) }
+
+// DropExpired drops tasks past onceq-expires (counted as outcome
+// "expired") instead of dead-lettering them with reason "expired".
+func DropExpired() Opt { return optFunc(func(c *config) { c.dropExpired = true }) }
+
+// AbandonGrace is how long a handler may run past its time-to-run, with
+// its context canceled, before the worker stops waiting for it: its result
+// is then discarded, the run counts as a retryable failure and
+// onceq_abandoned_handlers counts it. Default 5s.
+func AbandonGrace(d time.Duration) Opt { return optFunc(func(c *config) { c.abandonGrace = d }) }
 
 // Planner sets the delay planner for emitted delayed tasks. Default: the
 // default bucket ladder.
@@ -218,6 +254,15 @@ func (c *config) validate() error {
 		return bad("shutdown timeout %v: want 0 or more", c.shutdownTimeout)
 	case c.retryPause < 0:
 		return bad("retry pause %v: want 0 or more", c.retryPause)
+	case c.maxAttempts < 1:
+		return bad("max attempts %d: want 1 or more", c.maxAttempts)
+	case c.jitter < 0 || c.jitter > 1:
+		return bad("jitter %v: want 0 to 1", c.jitter)
+	case c.abandonGrace < 0:
+		return bad("abandon grace %v: want 0 or more", c.abandonGrace)
+	}
+	if _, err := onceq.ParseBackoff(onceq.FormatBackoff(c.backoff)); err != nil || c.backoff.Base%time.Millisecond != 0 || c.backoff.Max%time.Millisecond != 0 {
+		return bad("backoff %v, %v, %v: want whole milliseconds with max >= base > 0 and a factor from 1 to 100", c.backoff.Base, c.backoff.Factor, c.backoff.Max)
 	}
 	if _, err := ParseGuarantee(string(c.guarantee)); err != nil {
 		return fmt.Errorf("%w: %w", err, ErrConfig)

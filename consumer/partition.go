@@ -51,7 +51,8 @@ type overlayVal struct {
 // result is what a completed task leaves for the commit.
 type result struct {
 	seq     uint64
-	id      string
+	id      string // the dedup key the result marks processed
+	outcome string // success, duplicate, retried, dead, expired
 	dup     bool
 	at      time.Time
 	writes  []stateWrite

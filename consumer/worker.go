@@ -314,3 +314,6 @@ func (w *Worker) close() {
 		}
 	}
 }
+
+// Conn returns the worker's broker connection.
+func (w *Worker) Conn() broker.Conn { return w.cfg.conn }

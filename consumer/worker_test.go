@@ -18,6 +18,7 @@ import (
 	"github.com/onceq/onceq/broker"
 	"github.com/onceq/onceq/checkpoint"
 	"github.com/onceq/onceq/consumer"
+	"github.com/onceq/onceq/delay"
 	"github.com/onceq/onceq/internal/testutil"
 )
 
@@ -63,16 +64,38 @@ func copyCounting(out string) consumer.Handler {
 	})
 }
 
-// runWorker runs a worker until the returned stop is called.
+// testLadder is the delay ladder of the tests: retries come back fast.
+var testLadder = func() *delay.Planner {
+	p, err := delay.NewPlanner([]time.Duration{100 * time.Millisecond, 500 * time.Millisecond, 2 * time.Second})
+	if err != nil {
+		panic(err)
+	}
+	return p
+}()
+
+// runWorker runs a worker, and a delay service for its retries, until the
+// returned stop is called. The worker uses testLadder and a 100ms-based
+// backoff unless opts say otherwise.
 func runWorker(t *testing.T, opts ...consumer.Opt) (stop func() error) {
 	t.Helper()
-	w, err := consumer.New(opts...)
+	base := []consumer.Opt{consumer.Planner(testLadder), consumer.Backoff(100*time.Millisecond, 2, time.Second)}
+	w, err := consumer.New(append(base, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
+	done := make(chan error, 2)
 	go func() { done <- w.Run(ctx) }()
+	svc, err := delay.NewService(delay.WithConn(w.Conn()), delay.WithPlanner(testLadder), delay.WithStateDir(t.TempDir()),
+		delay.WithCommitInterval(20*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		if err := svc.Run(ctx); err != nil {
+			t.Errorf("delay service: %v", err)
+		}
+	}()
 	var once sync.Once
 	var runErr error
 	stop = func() error {
@@ -93,13 +116,20 @@ func runWorker(t *testing.T, opts ...consumer.Opt) (stop func() error) {
 // waitOutputs waits until the read_committed output holds want records.
 func waitOutputs(t *testing.T, conn broker.Conn, topic string, want int, timeout time.Duration) []*kgo.Record {
 	t.Helper()
+	return waitRecords(t, conn, topic, want, timeout)
+}
+
+// waitRecords waits until a read_committed reader sees want records in
+// topic (which may not exist yet).
+func waitRecords(t *testing.T, conn broker.Conn, topic string, want int, timeout time.Duration) []*kgo.Record {
+	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for {
-		recs := testutil.ReadCommitted(t, conn, 30*time.Second, topic)
+		recs, _ := testutil.ReadCommittedErr(conn, 30*time.Second, topic)
 		if len(recs) >= want || time.Now().After(deadline) {
 			return recs
 		}
-		time.Sleep(200 * time.Millisecond)
+		time.Sleep(100 * time.Millisecond)
 	}
 }
 

@@ -1,0 +1,163 @@
+package consumer_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/onceq/onceq"
+	"github.com/onceq/onceq/consumer"
+	"github.com/onceq/onceq/internal/testutil"
+)
+
+// runTimes records when each task ID ran.
+type runTimes struct {
+	mu sync.Mutex
+	at map[string][]time.Time
+}
+
+func (r *runTimes) add(id string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.at == nil {
+		r.at = map[string][]time.Time{}
+	}
+	r.at[id] = append(r.at[id], time.Now())
+	return len(r.at[id])
+}
+
+func (r *runTimes) get(id string) []time.Time {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]time.Time{}, r.at[id]...)
+}
+
+func TestRetryWithBackoffThenSuccess(t *testing.T) {
+	_, conn := testutil.StartBroker(t, "")
+	testutil.CreateTopic(t, conn, "in", 2)
+	testutil.CreateTopic(t, conn, "out", 2)
+	produceTasks(t, conn, "in", []string{"flaky"})
+	var runs runTimes
+	h := consumer.HandlerFunc(func(ctx context.Context, task *consumer.Task) error {
+		if n := runs.add(task.ID); n <= 2 {
+			return errors.New("transient " + strings.Repeat("!", n))
+		}
+		if task.Attempt != 3 || task.LastError != "transient !!" {
+			return consumer.SkipRetry(errors.New("unexpected attempt or last error"))
+		}
+		return copyCounting("out").Handle(ctx, task)
+	})
+	stop := runWorker(t, consumer.Conn(conn), consumer.Group("gr"), consumer.Queues("in"), consumer.CheckpointDir(t.TempDir()),
+		consumer.WithHandler(h), consumer.Backoff(300*time.Millisecond, 2, 5*time.Second))
+	waitOutputs(t, conn, "out", 1, 30*time.Second)
+	time.Sleep(500 * time.Millisecond)
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	at := runs.get("flaky")
+	if len(at) != 3 {
+		t.Fatalf("ran %d times, want 3", len(at))
+	}
+	for i, min := range []time.Duration{300 * time.Millisecond, 600 * time.Millisecond} {
+		if gap := at[i+1].Sub(at[i]); gap < min {
+			t.Errorf("retry %d came %v after the failure, before its backoff of %v", i+1, gap, min)
+		}
+	}
+	checkExactlyOnce(t, testutil.ReadCommitted(t, conn, 10*time.Second, "out"), []string{"flaky"})
+}
+
+func TestAlwaysFailingEndsInDeadLetters(t *testing.T) {
+	_, conn := testutil.StartBroker(t, "")
+	testutil.CreateTopic(t, conn, "in", 1)
+	produceTasks(t, conn, "in", []string{"doomed"})
+	var runs atomic.Int64
+	h := consumer.HandlerFunc(func(context.Context, *consumer.Task) error {
+		runs.Add(1)
+		return errors.New("smtp: 550 mailbox unavailable")
+	})
+	stop := runWorker(t, consumer.Conn(conn), consumer.Group("gf"), consumer.Queues("in"), consumer.CheckpointDir(t.TempDir()),
+		consumer.WithHandler(h), consumer.MaxAttempts(3), consumer.Backoff(50*time.Millisecond, 1, 50*time.Millisecond))
+	dead := waitRecords(t, conn, "onceq-dlq-in", 1, 30*time.Second)
+	time.Sleep(500 * time.Millisecond)
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if runs.Load() != 3 {
+		t.Fatalf("ran %d times, want 3 (max attempts)", runs.Load())
+	}
+	dead = testutil.ReadCommitted(t, conn, 10*time.Second, "onceq-dlq-in")
+	if len(dead) != 1 {
+		t.Fatalf("%d dead letters, want 1", len(dead))
+	}
+	task, err := onceq.FromRecord(dead[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if task.ID != "doomed" || task.Queue != "in" || task.Attempt != 3 || task.Failed.IsZero() ||
+		task.LastError != "max_attempts: attempt 3 of 3: smtp: 550 mailbox unavailable" || string(task.Payload) != "payload-doomed" {
+		t.Fatalf("dead letter %+v", task)
+	}
+}
+
+func TestExpiredTaskNeverRuns(t *testing.T) {
+	_, conn := testutil.StartBroker(t, "")
+	testutil.CreateTopic(t, conn, "in", 1)
+	cl, err := conn.NewClient()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stale := onceq.Task{ID: "stale", Queue: "in", Expires: time.Now().Add(-time.Minute)}
+	stale.Resolve(time.Now().Add(-2 * time.Minute))
+	if err := cl.ProduceSync(context.Background(), stale.Record("in")).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	cl.Close()
+	var runs atomic.Int64
+	h := consumer.HandlerFunc(func(context.Context, *consumer.Task) error { runs.Add(1); return nil })
+	stop := runWorker(t, consumer.Conn(conn), consumer.Group("ge"), consumer.Queues("in"), consumer.CheckpointDir(t.TempDir()),
+		consumer.WithHandler(h))
+	waitRecords(t, conn, "onceq-dlq-in", 1, 30*time.Second)
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	dead := testutil.ReadCommitted(t, conn, 10*time.Second, "onceq-dlq-in")
+	task, err := onceq.FromRecord(dead[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if runs.Load() != 0 || len(dead) != 1 || !strings.HasPrefix(task.LastError, "expired: ") {
+		t.Fatalf("runs %d, dead letters %d, error %q", runs.Load(), len(dead), task.LastError)
+	}
+}
+
+// TestAbandonedHandlerIsRetried: a handler that ignores its canceled
+// context does not hold its lane; the run counts as failed and is retried.
+func TestAbandonedHandlerIsRetried(t *testing.T) {
+	_, conn := testutil.StartBroker(t, "")
+	testutil.CreateTopic(t, conn, "in", 1)
+	testutil.CreateTopic(t, conn, "out", 1)
+	produceTasks(t, conn, "in", []string{"stuck"})
+	var runs atomic.Int64
+	block := make(chan struct{})
+	defer close(block)
+	h := consumer.HandlerFunc(func(ctx context.Context, task *consumer.Task) error {
+		if runs.Add(1) == 1 {
+			<-block // ignores ctx
+		}
+		return copyCounting("out").Handle(ctx, task)
+	})
+	stop := runWorker(t, consumer.Conn(conn), consumer.Group("gab"), consumer.Queues("in"), consumer.CheckpointDir(t.TempDir()),
+		consumer.WithHandler(h), consumer.DefaultTimeout(200*time.Millisecond), consumer.AbandonGrace(200*time.Millisecond))
+	waitOutputs(t, conn, "out", 1, 30*time.Second)
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if runs.Load() != 2 {
+		t.Fatalf("ran %d times, want 2", runs.Load())
+	}
+	checkExactlyOnce(t, testutil.ReadCommitted(t, conn, 10*time.Second, "out"), []string{"stuck"})
+}
