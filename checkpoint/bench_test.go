@@ -17,7 +17,8 @@ import (
 
 // The benchmarks of the issue's targets. The large ones share one store of
 // ONCEQ_BENCH_IDS processed IDs (default 10 million), built once per test
-// binary on first use (or kept in ONCEQ_BENCH_DIR and reused by later runs);
+// binary on first use (or kept in ONCEQ_BENCH_DIR and reused by later runs),
+// with the default block cache (or ONCEQ_BENCH_CACHE_MB);
 // benchmarks only run under -bench, so `go test` stays fast. Run them with:
 //
 //	go test ./checkpoint -run '^$' -bench . -benchtime 3s -count 3
@@ -123,6 +124,13 @@ func sharedStore(b *testing.B) (*Store, int) {
 			return
 		}
 		opts := Options{ClusterID: "bench", Group: "bench"}
+		if v := os.Getenv("ONCEQ_BENCH_CACHE_MB"); v != "" {
+			mb, err := strconv.Atoi(v)
+			if err != nil {
+				b.Fatalf("ONCEQ_BENCH_CACHE_MB=%q: %v", v, err)
+			}
+			opts.CacheSize = int64(mb) << 20
+		}
 		names, _ := os.ReadDir(shared.dir)
 		if shared.s, shared.err = Open(shared.dir, opts); shared.err != nil || len(names) > 0 {
 			return // reused: built by an earlier run with the same ONCEQ_BENCH_IDS
