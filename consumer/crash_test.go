@@ -33,10 +33,11 @@ type workerProc struct {
 	proc *testutil.Process
 }
 
-func startWorker(t *testing.T, addr, group, dir string) *testutil.Process {
-	return testutil.Start(t, "worker", "--brokers", addr, "--group", group, "--queue", "in", "--handler", "count:out",
+func startWorker(t *testing.T, addr, group, dir string, extra ...string) *testutil.Process {
+	args := []string{"worker", "--brokers", addr, "--group", group, "--queue", "in", "--handler", "count:out",
 		"--checkpoint-dir", dir, "--metrics-addr", "", "--session-timeout", "6s", "--transaction-timeout", "5s",
-		"--commit-interval", "50ms", "--log-level", "warn")
+		"--commit-interval", "50ms", "--log-level", "warn", "--delay-service=false"}
+	return testutil.Start(t, append(args, extra...)...)
 }
 
 // TestCrashCopyExactlyOnce runs tasks through three worker processes while
@@ -108,6 +109,7 @@ func runCrash(t *testing.T, dupFraction float64) {
 		if time.Now().After(deadline) {
 			t.Fatalf("only %d of %d outputs after 6 minutes (%d kills)", got, n, kills)
 		}
+		checkRunning(t, slots)
 		s := slots[rng.IntN(len(slots))]
 		s.proc.Signal(syscall.SIGKILL)
 		if _, err := s.proc.Wait(10 * time.Second); err != nil {
@@ -200,4 +202,14 @@ func tail(s string, n int) string {
 		return "..." + s[len(s)-n:]
 	}
 	return strings.TrimSpace(s)
+}
+
+// checkRunning fails the test if a worker exited on its own.
+func checkRunning(t *testing.T, slots []*workerProc) {
+	t.Helper()
+	for _, s := range slots {
+		if s.proc.Exited() {
+			t.Fatalf("a worker exited by itself:\n%s", tail(s.proc.Output(), 3000))
+		}
+	}
 }

@@ -112,8 +112,9 @@ func Queues(qs ...string) Opt {
 	return optFunc(func(c *config) { c.queues = append([]string{}, qs...) })
 }
 
-// CheckpointDir sets the directory of the worker's Pebble checkpoint and
-// its instance ID. Required. Each worker process needs its own.
+// CheckpointDir sets the worker's directory: its Pebble checkpoint (in
+// store/) and its instance ID (in instance-id). Required. Each worker
+// process needs its own.
 func CheckpointDir(dir string) Opt { return optFunc(func(c *config) { c.checkpointDir = dir }) }
 
 // WithHandler sets the handler. Required.
@@ -193,9 +194,10 @@ func Backoff(base time.Duration, factor float64, maxDelay time.Duration) Opt {
 // never comes before its backoff. Default 0.2.
 func Jitter(f float64) Opt { return optFunc(func(c *config) { c.jitter = f }) }
 
-// DropExpired drops tasks past onceq-expires (counted as outcome
-// "expired") instead of dead-lettering them with reason "expired".
-func DropExpired() Opt { return optFunc(func(c *config) { c.dropExpired = true }) }
+// DropExpired, when true, drops tasks past onceq-expires (counted as
+// outcome "expired") instead of dead-lettering them with reason "expired".
+// Default false.
+func DropExpired(drop bool) Opt { return optFunc(func(c *config) { c.dropExpired = drop }) }
 
 // AbandonGrace is how long a handler may run past its time-to-run, with
 // its context canceled, before the worker stops waiting for it: its result

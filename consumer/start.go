@@ -54,7 +54,7 @@ func (w *Worker) start(ctx context.Context) error {
 				return fmt.Errorf("consumer: changelog %s has %d partitions but queue %s has %d: each queue partition needs its changelog partition; add partitions to the changelog", name, len(info.Partitions), q, n)
 			}
 		}
-		if w.store, err = checkpoint.Open(w.cfg.checkpointDir, checkpoint.Options{
+		if w.store, err = checkpoint.Open(filepath.Join(w.cfg.checkpointDir, "store"), checkpoint.Options{
 			ClusterID: meta.Cluster, Group: w.cfg.group, DedupWindow: w.cfg.dedupWindow,
 			NoSync: w.cfg.noSync, Logger: w.cfg.log,
 		}); err != nil {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -224,7 +225,7 @@ func TestWorkerPartitionMovesToEmptyCheckpoint(t *testing.T) {
 		t.Fatalf("the second worker ran %d tasks, want only the %d fresh ones", n, len(fresh))
 	}
 	checkExactlyOnce(t, testutil.ReadCommitted(t, conn, 30*time.Second, "out"), append(first, fresh...))
-	st, err := checkpoint.Open(dir, checkpoint.Options{ReadOnly: true})
+	st, err := checkpoint.Open(filepath.Join(dir, "store"), checkpoint.Options{ReadOnly: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -24,6 +24,9 @@ copy:QUEUE      emit each task unchanged (same ID, key, payload, headers) to QUE
 count:QUEUE     like copy, and count each ID's runs in the partition state; the
                 count travels in the output's "runs" header (used to verify
                 exactly-once: every count must be 1)
+flaky:QUEUE     like count, but a task fails while its attempt is at most its
+                "fail" header (a number, or "always"): for trying out retries
+                and dead letters
 exec:COMMAND    run COMMAND with sh -c, the payload on stdin and ONCEQ_TASK_ID,
                 ONCEQ_QUEUE, ONCEQ_ATTEMPT in the environment; exit 0 succeeds,
                 anything else fails with the tail of stderr
@@ -41,11 +44,15 @@ func parseHandler(spec string) (consumer.Handler, []string, error) {
 			return nil, nil, usagef("--handler %q: noop takes no argument", spec)
 		}
 		return consumer.HandlerFunc(func(context.Context, *consumer.Task) error { return nil }), nil, nil
-	case "copy", "count":
+	case "copy", "count", "flaky":
 		if err := onceq.ValidateQueue(arg); err != nil {
 			return nil, nil, usagef("--handler %q: %v", spec, err)
 		}
-		return copyHandler(arg, kind == "count"), []string{arg}, nil
+		h := copyHandler(arg, kind != "copy")
+		if kind == "flaky" {
+			h = flaky(h)
+		}
+		return h, []string{arg}, nil
 	case "exec":
 		if strings.TrimSpace(arg) == "" {
 			return nil, nil, usagef("--handler %q: give a command, for example exec:'./send-mail.sh'", spec)
@@ -76,6 +83,27 @@ func copyHandler(queue string, count bool) consumer.Handler {
 			out.Headers = append(append([]onceq.Header{}, t.Headers...), onceq.Header{Key: RunsHeader, Value: []byte(strconv.FormatInt(n, 10))})
 		}
 		return t.Emit(out)
+	})
+}
+
+// FailHeader tells a flaky: handler how many attempts of a task fail.
+const FailHeader = "fail"
+
+// flaky fails a task while its attempt is at most its "fail" header.
+func flaky(next consumer.Handler) consumer.Handler {
+	return consumer.HandlerFunc(func(ctx context.Context, t *consumer.Task) error {
+		for _, h := range t.Headers {
+			if h.Key != FailHeader {
+				continue
+			}
+			if string(h.Value) == "always" {
+				return fmt.Errorf("flaky: task %s fails always (attempt %d)", t.ID, t.Attempt)
+			}
+			if n, err := strconv.Atoi(string(h.Value)); err == nil && t.Attempt <= n {
+				return fmt.Errorf("flaky: task %s fails attempt %d of the first %d", t.ID, t.Attempt, n)
+			}
+		}
+		return next.Handle(ctx, t)
 	})
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 	"github.com/onceq/onceq"
 	"github.com/onceq/onceq/broker"
 	"github.com/onceq/onceq/consumer"
+	"github.com/onceq/onceq/delay"
 	"github.com/onceq/onceq/internal/ops"
 )
 
@@ -32,6 +34,14 @@ type workerFlags struct {
 	sessionTimeout  time.Duration
 	txnTimeout      time.Duration
 	retryPause      time.Duration
+	maxAttempts     int
+	backoffBase     time.Duration
+	backoffFactor   float64
+	backoffMax      time.Duration
+	dropExpired     bool
+	abandonGrace    time.Duration
+	delayService    bool
+	buckets         string
 }
 
 func newWorkerCmd(g *globals) *cobra.Command {
@@ -71,7 +81,15 @@ SIGTERM: it stops fetching, lets in-flight tasks finish (up to
 	fl.IntVar(&f.maxBuffered, "max-buffered", 50_000, "records fetched and not yet committed, at most (bounds memory)")
 	fl.DurationVar(&f.sessionTimeout, "session-timeout", 10*time.Second, "group session timeout: how long a silent worker keeps its partitions")
 	fl.DurationVar(&f.txnTimeout, "transaction-timeout", 8*time.Second, "transaction timeout, below --session-timeout")
-	fl.DurationVar(&f.retryPause, "retry-pause", time.Second, "pause before a failed task runs again")
+	fl.DurationVar(&f.retryPause, "retry-pause", time.Second, "pause before a task runs again after an infrastructure error (not a handler failure)")
+	fl.IntVar(&f.maxAttempts, "max-attempts", 5, "runs of a task without onceq-max-attempts before it is dead-lettered")
+	fl.DurationVar(&f.backoffBase, "backoff-base", time.Second, "retry backoff of the first failure (tasks without onceq-backoff)")
+	fl.Float64Var(&f.backoffFactor, "backoff-factor", 2, "retry backoff growth per failure, 1 to 100")
+	fl.DurationVar(&f.backoffMax, "backoff-max", time.Hour, "longest retry backoff")
+	fl.BoolVar(&f.dropExpired, "drop-expired", false, "drop tasks past onceq-expires instead of dead-lettering them")
+	fl.DurationVar(&f.abandonGrace, "abandon-grace", 5*time.Second, "how long a handler may run past its time-to-run before it is abandoned")
+	fl.BoolVar(&f.delayService, "delay-service", true, "also run the delay service (moves delayed tasks and retries on); off when it runs apart (onceq delay)")
+	fl.StringVar(&f.buckets, "buckets", delay.FormatLadder(delay.DefaultBuckets), "the delay bucket ladder, the same for every producer, worker and delay service")
 	return cmd
 }
 
@@ -99,6 +117,10 @@ func runWorker(ctx context.Context, g *globals, f workerFlags) error {
 	if err != nil {
 		return err
 	}
+	planner, err := delay.ParseLadder(f.buckets)
+	if err != nil {
+		return usagef("--buckets: %v", err)
+	}
 	reg := ops.NewRegistry()
 	w, err := consumer.New(
 		consumer.Conn(conn), consumer.Group(f.group), consumer.Queues(f.queues...), consumer.CheckpointDir(f.checkpointDir),
@@ -106,10 +128,19 @@ func runWorker(ctx context.Context, g *globals, f workerFlags) error {
 		consumer.MaxRecordsPerCommit(f.maxPerCommit), consumer.WithGuarantee(guarantee), consumer.ShutdownTimeout(f.shutdownTimeout),
 		consumer.DefaultTimeout(f.timeout), consumer.DedupWindow(f.dedupWindow), consumer.MaxBufferedRecords(f.maxBuffered),
 		consumer.SessionTimeout(f.sessionTimeout), consumer.TransactionTimeout(f.txnTimeout), consumer.RetryPause(f.retryPause),
-		consumer.Registerer(reg), consumer.Logger(g.log),
+		consumer.MaxAttempts(f.maxAttempts), consumer.Backoff(f.backoffBase, f.backoffFactor, f.backoffMax),
+		consumer.AbandonGrace(f.abandonGrace), consumer.Planner(planner), consumer.DropExpired(f.dropExpired), consumer.Registerer(reg), consumer.Logger(g.log),
 	)
 	if err != nil {
 		return usageError{flagNames(err)}
+	}
+	var svc *delay.Service
+	if f.delayService {
+		svc, err = delay.NewService(delay.WithConn(conn), delay.WithPlanner(planner), delay.WithRegisterer(reg),
+			delay.WithStateDir(filepath.Join(f.checkpointDir, "delay")), delay.WithLogger(g.log.With("component", "delay")))
+		if err != nil {
+			return usageError{err}
+		}
 	}
 	if err := checkQueuesExist(ctx, conn, outputs); err != nil {
 		return err
@@ -121,7 +152,24 @@ func runWorker(ctx context.Context, g *globals, f workerFlags) error {
 		}
 		defer srv.Close()
 	}
-	return w.Run(ctx)
+	return runTogether(ctx, w.Run, svc)
+}
+
+// runTogether runs the worker and, if there is one, the delay service,
+// until both stop; the first to fail stops the other.
+func runTogether(ctx context.Context, run func(context.Context) error, svc *delay.Service) error {
+	if svc == nil {
+		return run(ctx)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errs := make(chan error, 2)
+	go func() { errs <- run(ctx) }()
+	go func() { errs <- svc.Run(ctx) }()
+	first := <-errs
+	cancel()
+	second := <-errs
+	return errors.Join(first, second)
 }
 
 // checkQueuesExist fails early, and clearly, when a handler's output queue
@@ -152,7 +200,7 @@ func flagNames(err error) error {
 		"concurrency ", "--concurrency ", "commit interval", "--commit-interval", "max records per commit", "--max-records-per-commit",
 		"max buffered records", "--max-buffered", "dedup window", "--dedup-window", "default timeout", "--timeout",
 		"transaction timeout", "--transaction-timeout", "shutdown timeout", "--shutdown-timeout", "retry pause", "--retry-pause",
-		"group ", "--group ",
+		"group ", "--group ", "max attempts", "--max-attempts", "abandon grace", "--abandon-grace", "backoff ", "--backoff-base/--backoff-factor/--backoff-max ",
 	)
 	return errors.New(r.Replace(err.Error()))
 }

@@ -132,3 +132,13 @@ func StartBrokerProcess(t testing.TB, listen, dataDir string, extra ...string) (
 	addr := p.WaitOutput(t, `broker listening"? addr=(\S+)`, 30*time.Second)
 	return p, addr
 }
+
+// Exited reports whether the process has ended.
+func (p *Process) Exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}

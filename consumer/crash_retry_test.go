@@ -1,0 +1,122 @@
+package consumer_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/onceq/onceq"
+	"github.com/onceq/onceq/internal/testutil"
+)
+
+// TestCrashRetriesAndDeadLetters runs a third of the tasks straight, a
+// third failing twice before they succeed and a third failing always,
+// through three worker processes (each with its delay service) while one
+// of them is SIGKILLed and restarted every 1-3 s. Every task must end in
+// exactly one place, once: the output, or the dead letters after its
+// third attempt.
+func TestCrashRetriesAndDeadLetters(t *testing.T) {
+	n := 20_000
+	if testing.Short() {
+		n = 3_000
+	}
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("seed %d", seed)
+	rng := rand.New(rand.NewPCG(seed, 1))
+	_, conn := testutil.StartBroker(t, "")
+	addr := conn.Brokers[0]
+	testutil.CreateTopic(t, conn, "in", 4)
+	testutil.CreateTopic(t, conn, "out", 4)
+
+	var succeed, dead []string
+	recs := make([]onceq.Task, 0, n)
+	for i := 0; i < n; i++ {
+		task := onceq.Task{ID: fmt.Sprintf("r-%d", i), Queue: "in", Payload: []byte("p")}
+		switch i % 3 {
+		case 1:
+			task.Headers = []onceq.Header{{Key: "fail", Value: []byte("2")}}
+		case 2:
+			task.Headers = []onceq.Header{{Key: "fail", Value: []byte("always")}}
+		}
+		if i%3 == 2 {
+			dead = append(dead, task.ID)
+		} else {
+			succeed = append(succeed, task.ID)
+		}
+		recs = append(recs, task)
+	}
+	extra := []string{"--handler", "flaky:out", "--max-attempts", "3", "--backoff-base", "200ms", "--backoff-factor", "1",
+		"--backoff-max", "200ms", "--buckets", "100ms,500ms,2s", "--delay-service=true"}
+	slots := make([]*workerProc, 3)
+	for i := range slots {
+		dir := filepath.Join(t.TempDir(), fmt.Sprintf("w%d", i))
+		slots[i] = &workerProc{dir: dir, proc: startWorker(t, addr, "retry", dir, extra...)}
+	}
+	go func() {
+		cl, err := conn.NewClient()
+		if err != nil {
+			return
+		}
+		defer cl.Close()
+		for i, task := range recs {
+			task.Resolve(time.Now())
+			cl.Produce(context.Background(), task.Record("in"), nil)
+			if i%500 == 499 {
+				time.Sleep(100 * time.Millisecond)
+			}
+		}
+		_ = cl.Flush(context.Background())
+	}()
+
+	kills := 0
+	deadline := time.Now().Add(5 * time.Minute)
+	for {
+		time.Sleep(time.Duration(1000+rng.IntN(2000)) * time.Millisecond)
+		outs, _ := testutil.ReadCommittedErr(conn, time.Minute, "out")
+		dls, _ := testutil.ReadCommittedErr(conn, time.Minute, "onceq-dlq-in")
+		if len(outs) >= len(succeed) && len(dls) >= len(dead) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after 5 minutes: %d of %d outputs, %d of %d dead letters (%d kills)", len(outs), len(succeed), len(dls), len(dead), kills)
+		}
+		checkRunning(t, slots)
+		s := slots[rng.IntN(len(slots))]
+		s.proc.Signal(syscall.SIGKILL)
+		if _, err := s.proc.Wait(10 * time.Second); err != nil {
+			t.Fatal(err)
+		}
+		kills++
+		s.proc = startWorker(t, addr, "retry", s.dir, extra...)
+	}
+	time.Sleep(2 * time.Second) // late duplicates would land by now
+	for _, s := range slots {
+		s.proc.Signal(syscall.SIGTERM)
+	}
+	for _, s := range slots {
+		if code, err := s.proc.Wait(60 * time.Second); err != nil || code != 0 {
+			t.Errorf("worker exit %d (%v):\n%s", code, err, tail(s.proc.Output(), 2000))
+		}
+	}
+	t.Logf("%d tasks, %d kills", n, kills)
+	if kills < 3 {
+		t.Fatalf("only %d kills: the run was too short to test crashes", kills)
+	}
+	checkExactlyOnce(t, testutil.ReadCommitted(t, conn, time.Minute, "out"), succeed)
+	dls := testutil.ReadCommitted(t, conn, time.Minute, "onceq-dlq-in")
+	checkExactlyOnce(t, dls, dead)
+	for _, r := range dls {
+		task, err := onceq.FromRecord(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if task.Attempt != 3 {
+			t.Fatalf("dead letter %s after attempt %s, want 3", task.ID, strconv.Itoa(task.Attempt))
+		}
+	}
+}
