@@ -22,8 +22,9 @@ import (
 const handlerKinds = `noop            acknowledge every task
 copy:QUEUE      emit each task unchanged (same ID, key, payload, headers) to QUEUE
 count:QUEUE     like copy, and count each ID's runs in the partition state; the
-                count travels in the output's "runs" header (used to verify
-                exactly-once: every count must be 1)
+                count travels in the output's "runs" header and the handler's
+                start time (unix ms) in "started" (used to verify exactly-once:
+                every count must be 1; and never early: started >= due)
 flaky:QUEUE     like count, but a task fails while its attempt is at most its
                 "fail" header (a number, or "always"): for trying out retries
                 and dead letters
@@ -68,11 +69,16 @@ func parseHandler(spec string) (consumer.Handler, []string, error) {
 	return nil, nil, usagef("--handler %q: unknown kind; use one of:\n%s", spec, handlerKinds)
 }
 
-// RunsHeader carries the run count of count: handlers.
-const RunsHeader = "runs"
+// Headers the count: and flaky: handlers add to their outputs: the run
+// count of the task's ID, and when the handler started (unix ms).
+const (
+	RunsHeader    = "runs"
+	StartedHeader = "started"
+)
 
 func copyHandler(queue string, count bool) consumer.Handler {
 	return consumer.HandlerFunc(func(_ context.Context, t *consumer.Task) error {
+		started := time.Now()
 		out := onceq.Task{ID: t.ID, Queue: queue, Key: t.Key, Payload: t.Payload, Headers: t.Headers,
 			Expires: t.Expires, MaxAttempts: t.MaxAttempts, Timeout: t.Timeout, Enqueued: t.Enqueued}
 		if count {
@@ -80,7 +86,9 @@ func copyHandler(queue string, count bool) consumer.Handler {
 			if err != nil {
 				return err
 			}
-			out.Headers = append(append([]onceq.Header{}, t.Headers...), onceq.Header{Key: RunsHeader, Value: []byte(strconv.FormatInt(n, 10))})
+			out.Headers = append(append([]onceq.Header{}, t.Headers...),
+				onceq.Header{Key: RunsHeader, Value: []byte(strconv.FormatInt(n, 10))},
+				onceq.Header{Key: StartedHeader, Value: []byte(strconv.FormatInt(started.UnixMilli(), 10))})
 		}
 		return t.Emit(out)
 	})

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"fmt"
 	"io"
-	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -100,11 +99,7 @@ func (r *receipts) summary() {
 // progress shows a progress line on stderr while a file is submitted, if
 // stderr is a terminal; stop clears it.
 func progress(stderr io.Writer, r *receipts) (stop func()) {
-	f, ok := stderr.(*os.File)
-	if !ok {
-		return func() {}
-	}
-	if fi, err := f.Stat(); err != nil || fi.Mode()&os.ModeCharDevice == 0 {
+	if !isTerminal(stderr) {
 		return func() {}
 	}
 	done := make(chan struct{})
@@ -117,11 +112,11 @@ func progress(stderr io.Writer, r *receipts) (stop func()) {
 		for {
 			select {
 			case <-done:
-				fmt.Fprint(f, "\r\033[K")
+				fmt.Fprint(stderr, "\r\033[K")
 				return
 			case <-t.C:
 				n := r.progressed.Load()
-				fmt.Fprintf(f, "\r\033[K%d tasks submitted, %.0f/s", n, float64(n)/time.Since(r.start).Seconds())
+				fmt.Fprintf(stderr, "\r\033[K%d tasks submitted, %.0f/s", n, float64(n)/time.Since(r.start).Seconds())
 			}
 		}
 	}()

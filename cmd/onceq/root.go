@@ -129,8 +129,10 @@ Redpanda. Exit codes: 0 ok, 1 failure, 2 usage or bad input.`,
 		newVersionCmd(g),
 		newProduceCmd(g),
 		newWorkerCmd(g),
+		newDemoCmd(g),
 		newDelayCmd(g),
 		newCheckpointCmd(g),
+		newDLQCmd(g),
 	)
 	return root
 }
@@ -166,4 +168,15 @@ func exactArgs(n int, what string) cobra.PositionalArgs {
 		}
 		return nil
 	}
+}
+
+// isTerminal reports whether w is a terminal, for progress lines that
+// redraw themselves.
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
 }

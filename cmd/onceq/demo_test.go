@@ -1,0 +1,43 @@
+package main
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/onceq/onceq/internal/testutil"
+)
+
+// TestDemo runs "onceq demo" as a process, smaller than by default: every
+// check must hold and be printed.
+func TestDemo(t *testing.T) {
+	p := testutil.Start(t, "demo", "--immediate", "300", "--delayed", "60", "--duplicates", "30", "--flaky", "20",
+		"--doomed", "10", "--max-delay", "3s", "--dir", t.TempDir())
+	code, err := p.Wait(2 * time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := p.Output()
+	if code != 0 || strings.Contains(out, "FAIL") || strings.Count(out, "  ok   ") != 4 {
+		t.Fatalf("demo exit %d:\n%s", code, out)
+	}
+	for _, want := range []string{"executed once: 380 distinct task IDs", "0 duplicated, 0 missing", "0 started before their due time",
+		"20 of 20 tasks failed twice", "dead letters: 10 in onceq-dlq-demo-orders", "killed worker 2 with SIGKILL"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("demo output lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+func TestDemoBadFlags(t *testing.T) {
+	for _, args := range [][]string{
+		{"demo", "--workers", "1"},
+		{"demo", "--duplicates", "5000"},
+		{"demo", "--max-delay", "10ms"},
+		{"demo", "--immediate", "0"},
+	} {
+		if code, _, stderr := runCLI(t, "", args...); code != exitUsage {
+			t.Errorf("onceq %s: exit %d (%s), want 2", strings.Join(args, " "), code, stderr)
+		}
+	}
+}
