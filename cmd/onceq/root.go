@@ -132,6 +132,7 @@ Redpanda. Exit codes: 0 ok, 1 failure, 2 usage or bad input.`,
 		newDemoCmd(g),
 		newDelayCmd(g),
 		newCheckpointCmd(g),
+		newDLQCmd(g),
 	)
 	return root
 }
