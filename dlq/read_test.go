@@ -1,0 +1,130 @@
+package dlq_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/onceq/onceq"
+	"github.com/onceq/onceq/broker"
+	"github.com/onceq/onceq/dlq"
+	"github.com/onceq/onceq/internal/testutil"
+	"github.com/onceq/onceq/producer"
+)
+
+func dead(id string, partition int32) *kgo.Record {
+	t := onceq.Task{ID: id, Queue: "jobs", Attempt: 2, LastError: "failed: " + id, Failed: time.Now()}
+	r := t.Record(broker.DLQTopic("jobs"))
+	r.Partition = partition
+	return r
+}
+
+// transact writes records in a transaction of their own, committing it
+// or not; open leaves it open and returns the client, to be closed by the
+// caller.
+func transact(t *testing.T, conn broker.Conn, commit, open bool, recs ...*kgo.Record) *kgo.Client {
+	t.Helper()
+	cl, err := conn.NewClient(kgo.TransactionalID(fmt.Sprintf("dlq-test-%d", time.Now().UnixNano())),
+		kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.TransactionTimeout(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := cl.BeginTransaction(); err != nil {
+		t.Fatal(err)
+	}
+	if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	if open {
+		return cl
+	}
+	if err := cl.EndTransaction(ctx, kgo.TransactionEndTry(commit)); err != nil {
+		t.Fatal(err)
+	}
+	cl.Close()
+	return nil
+}
+
+// TestReadStopsAtLastStableOffset: Read sees committed dead letters, not
+// aborted ones, and does not wait for a transaction still open.
+func TestReadStopsAtLastStableOffset(t *testing.T) {
+	_, conn := testutil.StartBroker(t, "")
+	testutil.CreateTopic(t, conn, "jobs", 1)
+	testutil.CreateTopic(t, conn, broker.DLQTopic("jobs"), 3)
+	transact(t, conn, true, false, dead("a", 0), dead("b", 1))
+	transact(t, conn, false, false, dead("aborted", 0), dead("aborted", 1))
+	transact(t, conn, true, false, dead("c", 0))
+	open := transact(t, conn, false, true, dead("open", 0), dead("open", 2))
+	defer open.Close()
+
+	r, err := dlq.NewReader(conn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var got []string
+	if err := r.Read(ctx, "jobs", func(l dlq.Letter) error {
+		got = append(got, fmt.Sprintf("%s@%d/%d:%s", l.Task.ID, l.Partition, l.Offset, l.Reason))
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if s := strings.Join(got, " "); s != "a@0/0:failed c@0/4:failed b@1/0:failed" && s != "b@1/0:failed a@0/0:failed c@0/4:failed" {
+		t.Fatalf("read %s", s)
+	}
+
+	stop := errors.New("stop")
+	if err := r.Read(ctx, "jobs", func(dlq.Letter) error { return stop }); err != stop {
+		t.Fatalf("an error from fn: Read returned %v", err)
+	}
+	if err := r.Read(ctx, "nothing", nil); !errors.Is(err, dlq.ErrNoTopic) ||
+		!strings.Contains(err.Error(), "no dead letters for queue nothing (topic onceq-dlq-nothing does not exist)") {
+		t.Fatalf("missing topic: %v", err)
+	}
+	if qs, err := r.Queues(ctx); err != nil || strings.Join(qs, ",") != "jobs" {
+		t.Fatalf("Queues: %v, %v", qs, err)
+	}
+}
+
+// TestWriteAllOrNothing: when one requeued task is refused, none is
+// written.
+func TestWriteAllOrNothing(t *testing.T) {
+	_, conn := testutil.StartBroker(t, "")
+	testutil.CreateTopic(t, conn, "jobs", 1)
+	p, err := producer.New(producer.Conn(conn))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	rs := []dlq.Requeue{
+		{Task: onceq.Task{ID: "a", Queue: "jobs", Requeued: "0/0"}},
+		{Task: onceq.Task{ID: "b", Queue: "gone", Requeued: "0/1"}},
+	}
+	if _, err := dlq.Write(ctx, p, rs); err == nil || !strings.Contains(err.Error(), "nothing requeued") {
+		t.Fatalf("Write with a missing queue: %v", err)
+	}
+	if recs := testutil.ReadCommitted(t, conn, 10*time.Second, "jobs"); len(recs) != 0 {
+		t.Fatalf("%d records visible after an aborted requeue", len(recs))
+	}
+	rcs, err := dlq.Write(ctx, p, rs[:1])
+	if err != nil || len(rcs) != 1 || rcs[0].Topic != "jobs" {
+		t.Fatalf("Write: %v, %v", rcs, err)
+	}
+	recs := testutil.ReadCommitted(t, conn, 10*time.Second, "jobs")
+	if len(recs) != 1 {
+		t.Fatalf("%d records, want 1", len(recs))
+	}
+	if task, err := onceq.FromRecord(recs[0]); err != nil || task.DedupKey() != "a@0/0" {
+		t.Fatalf("requeued task %+v, %v", task, err)
+	}
+}
