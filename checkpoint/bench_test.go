@@ -139,6 +139,7 @@ func sharedStore(b *testing.B) (*Store, int) {
 		fill(b, shared.s, 0, shared.n, benchID, func(i int) time.Time { return benchEpoch.Add(time.Duration(i) * time.Millisecond) })
 		shared.err = compactAll(shared.s)
 		b.Logf("built a store of %d IDs in %v", shared.n, time.Since(start).Round(time.Millisecond))
+		b.Logf("LSM:\n%s", shared.s.db.Metrics())
 	})
 	if shared.err != nil {
 		b.Fatal(shared.err)

@@ -17,8 +17,8 @@
 //	if errors.Is(err, checkpoint.ErrInUse) { ... } // also ErrMismatch, ErrCorrupt, ErrVersion
 //	defer s.Close()
 //
-// Options documents the defaults: a 7-day dedup window, synced commits, a
-// 32 MiB block cache and 16 MiB memtables (under 100 MiB in all).
+// Options documents the defaults: a 7-day dedup window, synced commits, and
+// 96 MiB of memory for memtables (16 MiB each) and cached blocks.
 //
 // # The commit cycle
 //

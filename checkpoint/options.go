@@ -15,12 +15,11 @@ import (
 // Defaults of Options.
 const (
 	DefaultDedupWindow  = 7 * 24 * time.Hour
-	DefaultCacheSize    = 32 << 20 // 32 MiB
+	DefaultCacheSize    = 96 << 20 // 96 MiB
 	DefaultMemTableSize = 16 << 20 // 16 MiB
 
 	// memTableStopWrites is how many memtables may queue for flushing before
-	// writes stall: with the defaults the store holds at most 32 MiB of cache
-	// plus 64 MiB of memtables.
+	// writes stall.
 	memTableStopWrites = 4
 )
 
@@ -60,11 +59,16 @@ type Options struct {
 	// guarantee needs that unless the changelog is replayed on every start.
 	NoSync bool
 
-	// CacheSize is the block cache in bytes. Default 32 MiB.
+	// CacheSize bounds the store's memory in bytes: Pebble takes the
+	// memtables out of it and caches blocks in the rest. It must be at least
+	// 3 memtables: with one memtable filling and one flushing, the rest
+	// keeps the filters, indexes and recent blocks that make lookups fast.
+	// Default 96 MiB.
 	CacheSize int64
 
 	// MemTableSize is the size of one memtable in bytes; up to 4 may be
-	// queued while flushing. Default 16 MiB.
+	// queued while flushing (they may then crowd blocks out of the cache).
+	// Default 16 MiB.
 	MemTableSize uint64
 
 	// ReadOnly opens an existing store without writing to it (for
@@ -111,6 +115,9 @@ func (o Options) withDefaults() (Options, error) {
 		o.MemTableSize = DefaultMemTableSize
 	case o.MemTableSize < 1<<20 || o.MemTableSize > 1<<30:
 		return o, invalidf("memtable size %d: use 1 MiB to 1 GiB", o.MemTableSize)
+	}
+	if o.CacheSize < 3*int64(o.MemTableSize) {
+		return o, invalidf("cache size %d: memtables of %d bytes take it all; use a cache of at least 3 memtables", o.CacheSize, o.MemTableSize)
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()

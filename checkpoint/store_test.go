@@ -114,6 +114,12 @@ func TestOpenRefuses(t *testing.T) {
 			msg:  "checkpoint: empty group in Options",
 		},
 		{
+			name: "cache all memtables",
+			opts: func(o *Options) { o.CacheSize = 32 << 20 },
+			kind: ErrInvalid,
+			msg:  "checkpoint: cache size 33554432: memtables of 16777216 bytes take it all; use a cache of at least 3 memtables",
+		},
+		{
 			name: "tiny window",
 			opts: func(o *Options) { o.DedupWindow = time.Millisecond },
 			kind: ErrInvalid,
