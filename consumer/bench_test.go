@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -222,4 +223,46 @@ func BenchmarkWorkerLatency(b *testing.B) {
 		b.ReportMetric(pct(0.99), "p99-ms")
 		b.ReportMetric(float64(samples[len(samples)-1].Microseconds())/1000, "max-ms")
 	}
+}
+
+// BenchmarkWorkerRSS drains a pre-loaded queue with an "onceq worker"
+// process (noop handler, exactly-once) and reports its peak resident memory
+// (VmHWM) and its rate.
+func BenchmarkWorkerRSS(b *testing.B) {
+	n := benchTasks()
+	_, conn := testutil.StartBroker(b, "")
+	preload(b, conn, "rss", n)
+	for i := 0; b.Loop(); i++ {
+		group := fmt.Sprintf("rss-%d", i)
+		start := time.Now()
+		p := testutil.Start(b, "worker", "--brokers", conn.Brokers[0], "--queue", "rss", "--group", group, "--handler", "noop",
+			"--checkpoint-dir", b.TempDir(), "--metrics-addr", "", "--log-level", "warn", "--delay-service=false")
+		waitCommitted(b, conn, group, int64(n))
+		took := time.Since(start)
+		hwm, err := peakRSS(p.Cmd.Process.Pid)
+		if err != nil {
+			b.Fatal(err)
+		}
+		p.Signal(syscall.SIGTERM)
+		if _, err := p.Wait(time.Minute); err != nil {
+			b.Fatal(err)
+		}
+		b.ReportMetric(float64(hwm)/(1<<20), "peak-rss-MB")
+		b.ReportMetric(float64(n)/took.Seconds(), "tasks/s")
+	}
+}
+
+// peakRSS reads a process's VmHWM in bytes.
+func peakRSS(pid int) (int64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
+			return kb << 10, err
+		}
+	}
+	return 0, fmt.Errorf("no VmHWM in /proc/%d/status", pid)
 }

@@ -71,6 +71,7 @@ func (w *Worker) commit(ctx context.Context) error {
 		return nil
 	}
 
+	w.hook(BeforeKafkaCommit)
 	start := time.Now()
 	committed, err := w.kafka.commit(ctx, recs, offsets)
 	w.metrics.commit.WithLabelValues("kafka").Observe(time.Since(start).Seconds())
@@ -84,6 +85,7 @@ func (w *Worker) commit(ctx context.Context) error {
 		w.resetAll()
 		return nil
 	}
+	w.hook(BetweenCommits)
 	if eos {
 		start = time.Now()
 		if err := w.checkpoint(recs, parts); err != nil {
@@ -91,6 +93,7 @@ func (w *Worker) commit(ctx context.Context) error {
 		}
 		w.metrics.commit.WithLabelValues("pebble").Observe(time.Since(start).Seconds())
 	}
+	w.hook(AfterCommits)
 	w.countOutcomes(parts)
 	// A successful End re-seeks each committed partition to its committed
 	// prefix, so records past it that are already dispatched are fetched
@@ -221,4 +224,10 @@ func countResults(parts []pending) int {
 		n += len(p.results)
 	}
 	return n
+}
+
+func (w *Worker) hook(p CommitPoint) {
+	if w.cfg.commitHook != nil {
+		w.cfg.commitHook(p)
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -71,6 +72,7 @@ type config struct {
 	jitter          float64
 	dropExpired     bool
 	abandonGrace    time.Duration
+	commitHook      func(CommitPoint)
 	planner         *delay.Planner
 	maxMessageBytes int
 	noSync          bool
@@ -215,6 +217,43 @@ func MaxMessageBytes(n int) Opt { return optFunc(func(c *config) { c.maxMessageB
 // NoSync stops syncing the checkpoint on every commit. The changelog is
 // then the only durable copy: a crash costs a longer restore. Default off.
 func NoSync() Opt { return optFunc(func(c *config) { c.noSync = true }) }
+
+// CommitPoint is a step of the commit cycle, for fault injection.
+type CommitPoint int
+
+// The points of the commit cycle a hook sees.
+const (
+	BeforeKafkaCommit CommitPoint = iota // outputs and offsets collected, transaction not begun
+	BetweenCommits                       // the Kafka transaction committed, the checkpoint not written
+	AfterCommits                         // both committed
+)
+
+func (p CommitPoint) String() string {
+	switch p {
+	case BeforeKafkaCommit:
+		return "before-kafka"
+	case BetweenCommits:
+		return "between"
+	case AfterCommits:
+		return "after"
+	}
+	return "CommitPoint(" + strconv.Itoa(int(p)) + ")"
+}
+
+// ParseCommitPoint reads a commit point by its String name.
+func ParseCommitPoint(s string) (CommitPoint, error) {
+	for p := BeforeKafkaCommit; p <= AfterCommits; p++ {
+		if p.String() == s {
+			return p, nil
+		}
+	}
+	return 0, fmt.Errorf("consumer: commit point %q: use before-kafka, between or after", s)
+}
+
+// CommitHook calls fn at each point of every commit cycle that commits
+// something. It is for fault injection: the crash tests kill the process
+// there. Default none.
+func CommitHook(fn func(CommitPoint)) Opt { return optFunc(func(c *config) { c.commitHook = fn }) }
 
 func (c *config) validate() error {
 	bad := func(format string, args ...any) error {

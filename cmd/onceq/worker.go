@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -42,6 +45,7 @@ type workerFlags struct {
 	abandonGrace    time.Duration
 	delayService    bool
 	buckets         string
+	crashAt         string
 }
 
 func newWorkerCmd(g *globals) *cobra.Command {
@@ -90,6 +94,8 @@ SIGTERM: it stops fetching, lets in-flight tasks finish (up to
 	fl.DurationVar(&f.abandonGrace, "abandon-grace", 5*time.Second, "how long a handler may run past its time-to-run before it is abandoned")
 	fl.BoolVar(&f.delayService, "delay-service", true, "also run the delay service (moves delayed tasks and retries on); off when it runs apart (onceq delay)")
 	fl.StringVar(&f.buckets, "buckets", delay.FormatLadder(delay.DefaultBuckets), "the delay bucket ladder, the same for every producer, worker and delay service")
+	fl.StringVar(&f.crashAt, "crash-at", "", "fault injection: POINT:N kills this process (SIGKILL) at commit point POINT (before-kafka, between, after) of its Nth commit")
+	_ = fl.MarkHidden("crash-at")
 	return cmd
 }
 
@@ -121,6 +127,10 @@ func runWorker(ctx context.Context, g *globals, f workerFlags) error {
 	if err != nil {
 		return usagef("--buckets: %v", err)
 	}
+	hook, err := crashHook(f.crashAt)
+	if err != nil {
+		return err
+	}
 	reg := ops.NewRegistry()
 	w, err := consumer.New(
 		consumer.Conn(conn), consumer.Group(f.group), consumer.Queues(f.queues...), consumer.CheckpointDir(f.checkpointDir),
@@ -129,7 +139,7 @@ func runWorker(ctx context.Context, g *globals, f workerFlags) error {
 		consumer.DefaultTimeout(f.timeout), consumer.DedupWindow(f.dedupWindow), consumer.MaxBufferedRecords(f.maxBuffered),
 		consumer.SessionTimeout(f.sessionTimeout), consumer.TransactionTimeout(f.txnTimeout), consumer.RetryPause(f.retryPause),
 		consumer.MaxAttempts(f.maxAttempts), consumer.Backoff(f.backoffBase, f.backoffFactor, f.backoffMax),
-		consumer.AbandonGrace(f.abandonGrace), consumer.Planner(planner), consumer.DropExpired(f.dropExpired), consumer.Registerer(reg), consumer.Logger(g.log),
+		consumer.AbandonGrace(f.abandonGrace), consumer.Planner(planner), consumer.DropExpired(f.dropExpired), consumer.CommitHook(hook), consumer.Registerer(reg), consumer.Logger(g.log),
 	)
 	if err != nil {
 		return usageError{flagNames(err)}
@@ -203,4 +213,28 @@ func flagNames(err error) error {
 		"group ", "--group ", "max attempts", "--max-attempts", "abandon grace", "--abandon-grace", "backoff ", "--backoff-base/--backoff-factor/--backoff-max ",
 	)
 	return errors.New(r.Replace(err.Error()))
+}
+
+// crashHook parses --crash-at POINT:N into a commit hook that SIGKILLs the
+// process at that point of its Nth commit.
+func crashHook(spec string) (func(consumer.CommitPoint), error) {
+	if spec == "" {
+		return nil, nil
+	}
+	name, count, ok := strings.Cut(spec, ":")
+	point, err := consumer.ParseCommitPoint(name)
+	n, nerr := strconv.Atoi(count)
+	if !ok || err != nil || nerr != nil || n < 1 {
+		return nil, usagef("--crash-at %q: want POINT:N with POINT before-kafka, between or after and N 1 or more", spec)
+	}
+	seen := 0
+	return func(p consumer.CommitPoint) {
+		if p != point {
+			return
+		}
+		if seen++; seen == n {
+			_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+			select {} // the signal is on its way
+		}
+	}, nil
 }
