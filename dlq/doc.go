@@ -22,10 +22,10 @@
 // A dead-lettered task's run is marked processed, so writing it back with
 // the same ID alone would be skipped as a duplicate. A requeued task is a
 // new incarnation of its ID instead: Incarnation keeps its ID, key,
-// payload, headers, attempt and last error, clears its failure time, its
-// due time (it runs at once) and an expiry already past (it would only be
-// dead-lettered as expired again; a future expiry is kept), and sets onceq-requeued to the dead letter's
-// "<partition>/<offset>". A worker remembers the run by
+// payload, headers, attempt and last error; clears its failure time and an
+// expiry already past (it would only be dead-lettered as expired again; a
+// future expiry is kept); makes it due at once; and sets onceq-requeued to
+// the dead letter's "<partition>/<offset>". A worker remembers the run by
 // "<ID>@<partition>/<offset>[#attempt]", so the incarnation runs even though
 // the ID was processed, and requeueing the same dead letter twice writes
 // two records with one dedup key: the task runs once.

@@ -106,7 +106,7 @@ func TestIncarnation(t *testing.T) {
 			wantAttempt, wantKey = 1, "t1@2/9"
 		}
 		if inc.ID != "t1" || inc.Queue != "emails" || string(inc.Key) != "user-7" || string(inc.Payload) != "hello" ||
-			len(inc.Headers) != 1 || inc.Requeued != "2/9" || !inc.Failed.IsZero() || !inc.Due.IsZero() || !inc.Expires.IsZero() ||
+			len(inc.Headers) != 1 || inc.Requeued != "2/9" || !inc.Failed.IsZero() || !inc.Due.Equal(now) || !inc.Expires.IsZero() ||
 			inc.LastError != dead.LastError || inc.MaxAttempts != 3 || inc.Attempt != wantAttempt || inc.DedupKey() != wantKey {
 			t.Fatalf("reset %v: incarnation %+v", reset, inc)
 		}

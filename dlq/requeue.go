@@ -39,7 +39,7 @@ func Coordinates(l *Letter) string {
 // Incarnation returns the task a dead letter becomes when requeued to
 // queue at now (see the package documentation): the same ID, key, payload,
 // headers and last error, Requeued set to the dead letter's coordinates,
-// no failure time, no due time, no expiry already past, and attempt 1 if
+// no failure time, due at now, no expiry already past, and attempt 1 if
 // resetAttempts. The task is validated as a producer would.
 func Incarnation(l *Letter, queue string, resetAttempts bool, now time.Time) (onceq.Task, error) {
 	if l.Malformed != nil {
@@ -50,7 +50,9 @@ func Incarnation(l *Letter, queue string, resetAttempts bool, now time.Time) (on
 	t.Queue = queue
 	t.Requeued = Coordinates(l)
 	t.Failed = time.Time{}
-	t.Due, t.Delay = time.Time{}, 0
+	// Due now: it runs at once, and its latency counts from the requeue,
+	// not from its first submission.
+	t.Due, t.Delay = now.Truncate(time.Millisecond), 0
 	if !t.Expires.IsZero() && !t.Expires.After(now) {
 		t.Expires = time.Time{}
 	}
