@@ -17,10 +17,10 @@ import (
 // Kinds of the problems Choose reports.
 var (
 	// ErrNotFound: no dead letter has the ID asked for.
-	ErrNotFound = errors.New("no dead letter with this ID")
+	ErrNotFound = errors.New("dead letter not found")
 	// ErrNotRequeueable: the dead letter is malformed, or its task would
 	// be refused on submission.
-	ErrNotRequeueable = errors.New("dead letter cannot be requeued")
+	ErrNotRequeueable = errors.New("cannot be requeued")
 )
 
 // Requeue is a dead letter chosen to go back to its queue, and the task it
@@ -43,7 +43,7 @@ func Coordinates(l *Letter) string {
 // resetAttempts. The task is validated as a producer would.
 func Incarnation(l *Letter, queue string, resetAttempts bool, now time.Time) (onceq.Task, error) {
 	if l.Malformed != nil {
-		return onceq.Task{}, fmt.Errorf("dlq: dead letter %s of %q: %w: it is malformed (%v); fix it and submit it again",
+		return onceq.Task{}, fmt.Errorf("dlq: dead letter %s of %q: %w: it is malformed (%v); fix it and submit it again with onceq produce",
 			Coordinates(l), l.Task.ID, ErrNotRequeueable, l.Malformed)
 	}
 	t := l.Task.Clone()
@@ -119,7 +119,8 @@ func Choose(queue string, letters []Letter, ids []string, resetAttempts bool, no
 	}
 	for _, id := range ids {
 		if newest[id] == nil && malformed[id] == nil {
-			problems = append(problems, fmt.Errorf("dlq: %w %q in %s", ErrNotFound, id, broker.DLQTopic(queue)))
+			problems = append(problems, fmt.Errorf("dlq: task %q: %w in %s: check the ID with \"onceq dlq list %s\"",
+				id, ErrNotFound, broker.DLQTopic(queue), queue))
 		}
 	}
 	slices.SortFunc(out, func(a, b Requeue) int { return compareAt(&a.From, &b.From) })

@@ -259,8 +259,8 @@ requeued).`,
 // requeue writes the chosen dead letters and reports them and the
 // problems: skipped with --all, a failure with --id.
 func requeue(ctx context.Context, g *globals, queue string, rs []dlq.Requeue, problems []error, all, dryRun bool) error {
-	for _, p := range problems {
-		if all {
+	if all {
+		for _, p := range problems {
 			fmt.Fprintf(g.stderr, "skipped: %v\n", strings.TrimPrefix(p.Error(), "dlq: "))
 		}
 	}

@@ -232,9 +232,10 @@ func TestDLQRequeueAttempts(t *testing.T) {
 	// An ID without dead letters or with only a malformed one fails, naming
 	// it; the others are requeued.
 	code, out, stderr = requeue("--id", "t2", "--id", "nope", "--id", "bad")
+	t.Logf("onceq dlq requeue jobs --id t2 --id nope --id bad:\n%s%s", out, stderr)
 	if code != exitFailure || !strings.Contains(out, "requeued t2 from 0/1 (attempt 1)") ||
-		!strings.Contains(stderr, `no dead letter with this ID "nope" in onceq-dlq-jobs`) ||
-		!strings.Contains(stderr, `dead letter 1/1 of "bad": dead letter cannot be requeued: it is malformed`) {
+		!strings.Contains(stderr, `task "nope": dead letter not found in onceq-dlq-jobs`) ||
+		!strings.Contains(stderr, `dead letter 1/1 of "bad": cannot be requeued: it is malformed`) {
 		t.Fatalf("--id nope --id bad: exit %d, %q, %q", code, out, stderr)
 	}
 	// --all skips the malformed one.
