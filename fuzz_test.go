@@ -40,6 +40,9 @@ func FuzzFromRecord(f *testing.F) {
 			}
 			return
 		}
+		if k := DedupKeyOf(r); k != task.DedupKey() {
+			t.Fatalf("DedupKeyOf %q, DedupKey %q", k, task.DedupKey())
+		}
 		again, err := FromRecord(task.Record(topic))
 		if err != nil {
 			t.Fatalf("re-decoding an encoded task: %v\ntask %+v", err, task)

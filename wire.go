@@ -268,3 +268,26 @@ func ParseBackoff(s string) (Backoff, error) {
 	}
 	return b, nil
 }
+
+// DedupKeyOf returns the DedupKey of the task a record holds, reading only
+// the headers it needs; it equals FromRecord(r).DedupKey() for every record
+// FromRecord accepts.
+func DedupKeyOf(r *kgo.Record) string {
+	t := Task{Attempt: 1}
+	for _, h := range r.Headers {
+		switch h.Key {
+		case HeaderID:
+			t.ID = string(h.Value)
+		case HeaderRequeued:
+			t.Requeued = string(h.Value)
+		case HeaderAttempt:
+			if n, err := parseUint(h.Key, string(h.Value), 1<<31-1); err == nil && n > 0 {
+				t.Attempt = int(n)
+			}
+		}
+	}
+	if t.ID == "" {
+		t.ID = RecordID(r.Topic, r.Partition, r.Offset)
+	}
+	return t.DedupKey()
+}

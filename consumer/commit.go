@@ -2,6 +2,7 @@ package consumer
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -35,6 +36,9 @@ type pending struct {
 // transaction (a rebalance) rewinds every partition to its committed
 // offset and drops everything in flight.
 func (w *Worker) commit(ctx context.Context) error {
+	if w.unfinished.Load() {
+		return errors.New("consumer: a task was dropped unrun; not committing past it")
+	}
 	w.completed.Store(0)
 	var (
 		recs    []*kgo.Record

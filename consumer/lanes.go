@@ -1,11 +1,15 @@
 package consumer
 
 import (
+	"context"
 	"hash/maphash"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/onceq/onceq"
 )
 
 // item is one fetched record on its way through a lane.
@@ -13,27 +17,64 @@ type item struct {
 	ps    *partState
 	epoch uint64
 	rec   *kgo.Record
+	// known is the dedup-key lookup made when the record was dispatched:
+	// the checkpoint does not change while the records of one commit
+	// cycle run, so a lane need not ask it again.
+	knownKey string
+	known    bool
 }
 
 // lanes run handlers with key-ordered concurrency: a record goes to the
 // lane its partition and key hash to, and each lane runs its records one
 // at a time, in order. Records of one key therefore run in offset order;
 // records of different keys run concurrently on up to n lanes.
+//
+// Handlers run inline on their lane's goroutine. A watchdog cancels the
+// context of a handler past its time-to-run and, after the grace period,
+// abandons it: a new goroutine takes the lane over and records the run as
+// failed, and the old one exits when the handler returns.
 type lanes struct {
-	w    *Worker
-	seed maphash.Seed
-	chs  []chan *item
-	wg   sync.WaitGroup
-	quit chan struct{}
+	w     *Worker
+	seed  maphash.Seed
+	lanes []*lane
+	wg    sync.WaitGroup
+	quit  chan struct{}
 }
 
+type lane struct {
+	ch  chan *item
+	cur atomic.Pointer[handlerRun]
+}
+
+// handlerRun is a handler running on a lane.
+type handlerRun struct {
+	ctx       taskCtx
+	abandonAt time.Time
+	state     atomic.Int32 // runRunning, runDone or runAbandoned
+	it        *item
+	task      *onceq.Task
+	key       string
+}
+
+const (
+	runRunning int32 = iota
+	runDone
+	runAbandoned
+)
+
+// watchdogTick is how often running handlers are checked against their
+// time-to-run: deadlines hold to within it.
+const watchdogTick = 10 * time.Millisecond
+
 func newLanes(w *Worker, n, buffered int) *lanes {
-	l := &lanes{w: w, seed: maphash.MakeSeed(), chs: make([]chan *item, n), quit: make(chan struct{})}
-	for i := range l.chs {
-		l.chs[i] = make(chan *item, buffered/n+1)
+	l := &lanes{w: w, seed: maphash.MakeSeed(), lanes: make([]*lane, n), quit: make(chan struct{})}
+	for i := range l.lanes {
+		l.lanes[i] = &lane{ch: make(chan *item, buffered/n+1)}
 		l.wg.Add(1)
-		go l.run(l.chs[i])
+		go l.loop(l.lanes[i])
 	}
+	l.wg.Add(1)
+	go l.watchdog()
 	return l
 }
 
@@ -45,7 +86,7 @@ func (l *lanes) submit(it *item) {
 	h.WriteByte(byte(it.rec.Partition >> 8))
 	h.Write(it.rec.Key)
 	select {
-	case l.chs[h.Sum64()%uint64(len(l.chs))] <- it:
+	case l.lanes[h.Sum64()%uint64(len(l.lanes))].ch <- it:
 	case <-l.quit:
 	}
 }
@@ -62,14 +103,105 @@ func (l *lanes) stop() {
 	}
 }
 
-func (l *lanes) run(ch chan *item) {
+func (l *lanes) loop(ln *lane) {
 	defer l.wg.Done()
 	for {
 		select {
-		case it := <-ch:
-			l.w.finish(it, l.w.execute(it, l.quit))
+		case it := <-ln.ch:
+			res, takenOver := l.w.execute(ln, it, l.quit)
+			if takenOver {
+				return // the watchdog gave this lane to another goroutine
+			}
+			l.w.finish(it, res)
 		case <-l.quit:
 			return
+		}
+	}
+}
+
+// watchdog enforces time-to-run on the running handlers.
+func (l *lanes) watchdog() {
+	defer l.wg.Done()
+	t := time.NewTicker(watchdogTick)
+	defer t.Stop()
+	for {
+		select {
+		case <-l.quit:
+			return
+		case now := <-t.C:
+			for _, ln := range l.lanes {
+				r := ln.cur.Load()
+				if r == nil {
+					continue
+				}
+				if now.After(r.ctx.deadline) {
+					r.ctx.expire()
+				}
+				if now.After(r.abandonAt) && r.state.CompareAndSwap(runRunning, runAbandoned) {
+					l.wg.Add(1)
+					go l.takeOver(ln, r)
+				}
+			}
+		}
+	}
+}
+
+// takeOver records an abandoned run as a failure and carries on with its
+// lane in a new goroutine.
+func (l *lanes) takeOver(ln *lane, r *handlerRun) {
+	w := l.w
+	w.metrics.abandoned.Inc()
+	w.cfg.log.Error("handler abandoned: it ignored its canceled context", "id", r.task.ID, "time_to_run", r.ctx.timeout, "grace", w.cfg.abandonGrace)
+	ln.cur.CompareAndSwap(r, nil)
+	res := w.retryInPlace(r.it, l.quit, func() (*result, error) {
+		return w.failure(r.task, r.key, errAbandoned)
+	})
+	w.finish(r.it, res)
+	l.loop(ln) // loop's deferred Done pairs with this goroutine's Add
+}
+
+// taskCtx is a handler's context: its deadline is its time-to-run, which
+// the watchdog enforces. It allocates a Done channel only for handlers
+// that ask for one.
+type taskCtx struct {
+	deadline time.Time
+	timeout  time.Duration
+	mu       sync.Mutex
+	done     chan struct{}
+	err      error
+}
+
+var _ context.Context = (*taskCtx)(nil)
+
+func (c *taskCtx) Deadline() (time.Time, bool) { return c.deadline, true }
+func (c *taskCtx) Value(any) any               { return nil }
+
+func (c *taskCtx) Done() <-chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.done == nil {
+		c.done = make(chan struct{})
+		if c.err != nil {
+			close(c.done)
+		}
+	}
+	return c.done
+}
+
+func (c *taskCtx) Err() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.err
+}
+
+// expire cancels the context with DeadlineExceeded, once.
+func (c *taskCtx) expire() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.err == nil {
+		c.err = context.DeadlineExceeded
+		if c.done != nil {
+			close(c.done)
 		}
 	}
 }

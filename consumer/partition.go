@@ -6,6 +6,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/onceq/onceq"
 	"github.com/onceq/onceq/checkpoint"
 )
 
@@ -94,16 +95,39 @@ func (p *partState) complete(epoch uint64, res *result) {
 	p.results = append(p.results, res)
 }
 
-// processed reports whether id completed in this partition and awaits
-// commit, or is in the checkpoint.
-func (p *partState) processed(id string) (bool, error) {
+// processed reports whether key completed in this partition and awaits
+// commit, or is in the checkpoint (as looked up when it was dispatched).
+func (p *partState) processed(key string, it *item) (bool, error) {
 	p.mu.Lock()
-	_, ok := p.ids[id]
+	_, ok := p.ids[key]
 	p.mu.Unlock()
 	if ok {
 		return true, nil
 	}
-	return p.store.Has(p.tp, id)
+	if it.knownKey == key {
+		return it.known, nil
+	}
+	return p.store.Has(p.tp, key)
+}
+
+// lookup asks the checkpoint, in one batch, which of the items' dedup keys
+// are processed.
+func (p *partState) lookup(items []*item) error {
+	if p.store == nil || len(items) == 0 {
+		return nil
+	}
+	keys := make([]string, len(items))
+	for i, it := range items {
+		keys[i] = onceq.DedupKeyOf(it.rec)
+	}
+	found, err := p.store.HasMany(p.tp, keys)
+	if err != nil {
+		return err
+	}
+	for i, it := range items {
+		it.knownKey, it.known = keys[i], found[i]
+	}
+	return nil
 }
 
 // overlayGet looks key up among the completed, uncommitted writes.

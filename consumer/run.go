@@ -1,7 +1,6 @@
 package consumer
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -32,17 +31,35 @@ const (
 	reasonMalformed   = "malformed"
 )
 
+// errTakenOver ends a lane goroutine whose handler the watchdog abandoned.
+var errTakenOver = errors.New("lane taken over")
+
 // execute runs one record to its result. Handler failures are results too
 // (a retry record or a dead letter); only infrastructure errors (the
-// checkpoint, the brokers) make it try again in place after a pause. nil
-// means the record's work is dropped: its partition moved on, or the worker
-// stops.
-func (w *Worker) execute(it *item, quit <-chan struct{}) *result {
+// checkpoint, the brokers) make it try again in place after a pause.
+// takenOver means the watchdog abandoned the handler and another goroutine
+// now runs the lane: this one must exit.
+func (w *Worker) execute(ln *lane, it *item, quit <-chan struct{}) (res *result, takenOver bool) {
+	res = w.retryInPlace(it, quit, func() (*result, error) {
+		res, err := w.attempt(ln, it)
+		if errors.Is(err, errTakenOver) {
+			takenOver = true
+			return nil, nil
+		}
+		return res, err
+	})
+	return res, takenOver
+}
+
+// retryInPlace calls fn until it succeeds, pausing after infrastructure
+// errors. nil means the work is dropped: the partition moved on, or the
+// worker stops.
+func (w *Worker) retryInPlace(it *item, quit <-chan struct{}, fn func() (*result, error)) *result {
 	for run := 1; ; run++ {
 		if it.stale() {
 			return nil
 		}
-		res, err := w.attempt(it)
+		res, err := fn()
 		if err == nil {
 			return res
 		}
@@ -60,7 +77,7 @@ func (w *Worker) execute(it *item, quit <-chan struct{}) *result {
 }
 
 // attempt decodes, deduplicates, checks expiry and handles a record once.
-func (w *Worker) attempt(it *item) (*result, error) {
+func (w *Worker) attempt(ln *lane, it *item) (*result, error) {
 	r := it.rec
 	task, err := onceq.FromRecord(r)
 	if err != nil {
@@ -69,7 +86,7 @@ func (w *Worker) attempt(it *item) (*result, error) {
 	}
 	key := task.DedupKey()
 	if w.cfg.guarantee == ExactlyOnce {
-		dup, err := it.ps.processed(key)
+		dup, err := it.ps.processed(key, it)
 		if err != nil {
 			return nil, err
 		}
@@ -90,7 +107,10 @@ func (w *Worker) attempt(it *item) (*result, error) {
 	}
 	w.metrics.latency.Observe(sinceDue(&task, now).Seconds())
 	t := &Task{Task: task, Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, w: w, state: State{ps: it.ps}}
-	if herr := w.runHandler(t); herr != nil {
+	if herr := w.runHandler(ln, it, t, key, now); herr != nil {
+		if errors.Is(herr, errTakenOver) {
+			return nil, herr
+		}
 		return w.failure(&task, key, herr)
 	}
 	return w.success(t, key)
@@ -100,44 +120,35 @@ func (w *Worker) attempt(it *item) (*result, error) {
 // and its grace.
 var errAbandoned = errors.New("abandoned: the handler ignored its canceled context past its time-to-run and grace")
 
-// runHandler calls the handler with the task's time-to-run, turning a
-// panic into an error. A handler still running a grace period after its
-// time-to-run is abandoned: the lane moves on and its result is ignored.
-func (w *Worker) runHandler(t *Task) error {
+// runHandler calls the handler on the lane's goroutine with the task's
+// time-to-run, turning a panic into an error. The watchdog cancels the
+// context at the deadline and abandons the run after the grace period.
+func (w *Worker) runHandler(ln *lane, it *item, t *Task, key string, now time.Time) (err error) {
 	timeout := t.Timeout
 	if timeout <= 0 {
 		timeout = w.cfg.defaultTimeout
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
+	r := &handlerRun{it: it, task: &t.Task, key: key, abandonAt: now.Add(timeout + w.cfg.abandonGrace)}
+	r.ctx.deadline, r.ctx.timeout = now.Add(timeout), timeout
 	w.metrics.inflight.Inc()
-	defer w.metrics.inflight.Dec()
-	start := time.Now()
-	done := make(chan error, 1)
-	go func() {
-		defer func() {
-			if p := recover(); p != nil {
-				w.cfg.log.Error("handler panicked", "id", t.ID, "panic", p, "stack", string(debug.Stack()))
-				done <- fmt.Errorf("handler panicked: %v", p)
-			}
-		}()
-		done <- w.cfg.handler.Handle(ctx, t)
+	ln.cur.Store(r)
+	defer func() {
+		if p := recover(); p != nil {
+			w.cfg.log.Error("handler panicked", "id", t.ID, "panic", p, "stack", string(debug.Stack()))
+			err = fmt.Errorf("handler panicked: %v", p)
+		}
+		ln.cur.CompareAndSwap(r, nil)
+		w.metrics.inflight.Dec()
+		if !r.state.CompareAndSwap(runRunning, runDone) {
+			err = errTakenOver
+			return
+		}
+		w.metrics.handler.Observe(time.Since(now).Seconds())
+		if err == nil && time.Now().After(r.ctx.deadline) {
+			err = fmt.Errorf("task %q exceeded its time-to-run of %v", t.ID, timeout)
+		}
 	}()
-	grace := time.NewTimer(timeout + w.cfg.abandonGrace)
-	defer grace.Stop()
-	var err error
-	select {
-	case err = <-done:
-	case <-grace.C:
-		w.metrics.abandoned.Inc()
-		w.cfg.log.Error("handler abandoned", "id", t.ID, "time_to_run", timeout, "grace", w.cfg.abandonGrace)
-		return fmt.Errorf("%w (time-to-run %v, grace %v)", errAbandoned, timeout, w.cfg.abandonGrace)
-	}
-	w.metrics.handler.Observe(time.Since(start).Seconds())
-	if err == nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
-		err = fmt.Errorf("task %q exceeded its time-to-run of %v", t.ID, timeout)
-	}
-	return err
+	return w.cfg.handler.Handle(&r.ctx, t)
 }
 
 // success turns a handled task into its result: outputs as records, state

@@ -36,6 +36,7 @@ type Worker struct {
 	wake       chan struct{}
 	instanceID string
 	stopping   atomic.Bool
+	unfinished atomic.Bool // a record was dropped unrun: commit nothing more
 	lastExpire time.Time
 }
 
@@ -120,8 +121,8 @@ func (w *Worker) shutdown() error {
 	ctx, cancel := context.WithTimeout(context.Background(), w.cfg.txnTimeout)
 	defer cancel()
 	var err error
-	if n := w.buffered.Load(); n > 0 {
-		w.cfg.log.Warn("abandoning tasks still running at shutdown: they run again elsewhere", "count", n)
+	if n := w.buffered.Load(); n > 0 || w.unfinished.Load() {
+		w.cfg.log.Warn("abandoning tasks still running at shutdown: they and the tasks since the last commit run again elsewhere", "count", n)
 	} else {
 		err = w.commit(ctx)
 	}
@@ -175,31 +176,46 @@ func (w *Worker) dispatch(fs kgo.Fetches) {
 		}
 		last := fp.Records[len(fp.Records)-1]
 		w.metrics.lag.WithLabelValues(fp.Topic, strconv.Itoa(int(fp.Partition))).Set(float64(fp.HighWatermark - last.Offset - 1))
+		items := make([]*item, 0, len(fp.Records))
 		for _, r := range fp.Records {
 			epoch, ok := ps.admit(r)
 			if !ok {
 				continue
 			}
 			w.buffered.Add(1)
-			it := &item{ps: ps, epoch: epoch, rec: r}
-			if !w.holdIfRestoring(ps, it) {
-				w.lanes.submit(it)
-			}
+			items = append(items, &item{ps: ps, epoch: epoch, rec: r})
 		}
+		if w.holdIfRestoring(ps, items) {
+			return
+		}
+		w.submit(ps, items)
 	})
+}
+
+// submit looks the items' dedup keys up in one batch and hands them to
+// their lanes.
+func (w *Worker) submit(ps *partState, items []*item) {
+	if w.cfg.guarantee == ExactlyOnce {
+		if err := ps.lookup(items); err != nil {
+			w.cfg.log.Warn("looking up processed IDs; the lanes will ask again", "err", err)
+		}
+	}
+	for _, it := range items {
+		w.lanes.submit(it)
+	}
 }
 
 // holdIfRestoring holds it while ps restores, starting the restore on the
 // first record: by then the group's committed offset was fetched as stable,
 // so every transaction of the previous owner is complete and the changelog
 // holds all of its marks.
-func (w *Worker) holdIfRestoring(ps *partState, it *item) bool {
+func (w *Worker) holdIfRestoring(ps *partState, items []*item) bool {
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
 	if ps.restored {
 		return false
 	}
-	ps.held = append(ps.held, it)
+	ps.held = append(ps.held, items...)
 	if !ps.restorer {
 		ps.restorer = true
 		w.kafka.pause(ps.tp)
@@ -229,14 +245,18 @@ func (w *Worker) restore(ps *partState) {
 	held := ps.held
 	ps.held = nil
 	ps.mu.Unlock()
-	for _, it := range held {
-		w.lanes.submit(it)
-	}
+	w.submit(ps, held)
 	w.kafka.resume(ps.tp)
 }
 
 // finish is called by a lane when an item is done, successfully or not.
+// A nil result for a record whose partition did not move on means its work
+// was dropped (the worker is stopping): the position past it must then
+// never be committed.
 func (w *Worker) finish(it *item, res *result) {
+	if res == nil && !it.stale() {
+		w.unfinished.Store(true)
+	}
 	it.ps.complete(it.epoch, res)
 	w.completed.Add(1)
 	w.buffered.Add(-1)
