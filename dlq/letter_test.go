@@ -186,31 +186,36 @@ func TestStats(t *testing.T) {
 	}
 }
 
-// parseFuzzHeaders turns "k=v" lines into record headers.
-func parseFuzzHeaders(s string) []kgo.RecordHeader {
-	var hs []kgo.RecordHeader
-	for _, line := range strings.Split(s, "\n") {
-		if line == "" {
-			continue
-		}
-		k, v, _ := strings.Cut(line, "=")
-		hs = append(hs, kgo.RecordHeader{Key: k, Value: []byte(v)})
-	}
-	return hs
-}
-
-// FuzzDecode decodes arbitrary dead-letter records: it never panics, a
-// reason is always found, the error text is what onceq-error can hold, and
-// a letter that can be requeued becomes a record a worker decodes as a new
-// incarnation at the letter's coordinates.
+// FuzzDecode decodes dead letters with fuzzed onceq headers, chosen by the
+// bits of present, duplicates and unknown ones included: it never panics,
+// a reason is always found, the error text is what onceq-error can hold,
+// and a letter that can be requeued becomes a record a worker decodes as a
+// new incarnation at the letter's coordinates.
 func FuzzDecode(f *testing.F) {
-	f.Add([]byte("k"), []byte("v"), "onceq-id=a\nonceq-queue=emails\nonceq-attempt=3\nonceq-error=max_attempts: boom\nonceq-failed=1800000000000\ntrace=x")
-	f.Add([]byte(nil), []byte(nil), "onceq-id=a\nonceq-due=soon\nonceq-error=malformed: bad\nonceq-failed=1")
-	f.Add([]byte(""), []byte("p"), "onceq-error=expired: x\nonceq-expires=1\nonceq-requeued=0/1\nonceq-x=y")
-	f.Add([]byte("k"), []byte("p"), "onceq-id=a\nonceq-id=b\nonceq-failed=01\nonceq-attempt=0")
+	f.Add([]byte("k"), []byte("v"), uint16(0x1f), "a", "3", "max_attempts: boom", "1800000000000", "trace", "x")
+	f.Add([]byte(nil), []byte(nil), uint16(0x1ff), "a", "0", "malformed: bad", "01", "onceq-x", "soon")
+	f.Add([]byte(""), []byte("p"), uint16(0x18), "", "", "expired: x", "1", "", "0/1")
 	now := time.UnixMilli(1_800_000_000_000)
-	f.Fuzz(func(t *testing.T, key, value []byte, headers string) {
-		r := &kgo.Record{Topic: topic, Partition: 3, Offset: 17, Key: key, Value: value, Headers: parseFuzzHeaders(headers)}
+	f.Fuzz(func(t *testing.T, key, value []byte, present uint16, id, attempt, errText, failed, otherKey, other string) {
+		candidates := []kgo.RecordHeader{
+			{Key: onceq.HeaderID, Value: []byte(id)},
+			{Key: onceq.HeaderQueue, Value: []byte("emails")},
+			{Key: onceq.HeaderAttempt, Value: []byte(attempt)},
+			{Key: onceq.HeaderError, Value: []byte(errText)},
+			{Key: onceq.HeaderFailed, Value: []byte(failed)},
+			{Key: otherKey, Value: []byte(other)},
+			{Key: onceq.HeaderID, Value: []byte(other)},
+			{Key: onceq.HeaderRequeued, Value: []byte(other)},
+			{Key: onceq.HeaderDue, Value: []byte(other)},
+			{Key: onceq.HeaderExpires, Value: []byte(failed)},
+		}
+		var hs []kgo.RecordHeader
+		for i, h := range candidates {
+			if present&(1<<i) != 0 {
+				hs = append(hs, h)
+			}
+		}
+		r := &kgo.Record{Topic: topic, Partition: 3, Offset: 17, Key: key, Value: value, Headers: hs}
 		l := Decode(r, "emails")
 		if l.Reason == "" || len(l.Error) > onceq.MaxErrorLen || l.Partition != 3 || l.Offset != 17 || l.Task.Attempt < 1 {
 			t.Fatalf("letter %+v", l)
