@@ -12,6 +12,11 @@ import (
 	"github.com/onceq/onceq/checkpoint"
 )
 
+// errCheckpoint marks a failed checkpoint write: the worker stops, since
+// its store can no longer be trusted to take more (the changelog replays
+// what it missed on the next start).
+var errCheckpoint = errors.New("consumer: checkpoint write failed")
+
 // expireEvery is how often processed IDs past the dedup window are removed.
 const expireEvery = time.Minute
 
@@ -90,10 +95,11 @@ func (w *Worker) commit(ctx context.Context) error {
 		return nil
 	}
 	w.hook(BetweenCommits)
+	w.restarts = 0
 	if eos {
 		start = time.Now()
 		if err := w.checkpoint(recs, parts); err != nil {
-			return err
+			return fmt.Errorf("%w: %w", errCheckpoint, err)
 		}
 		w.metrics.commit.WithLabelValues("pebble").Observe(time.Since(start).Seconds())
 	}

@@ -37,6 +37,7 @@ type Worker struct {
 	instanceID string
 	stopping   atomic.Bool
 	unfinished atomic.Bool // a record was dropped unrun: commit nothing more
+	restarts   int         // session restarts since the last successful commit
 	lastExpire time.Time
 }
 
@@ -99,12 +100,52 @@ func (w *Worker) Run(ctx context.Context) (err error) {
 			}
 		default:
 			if err := w.commit(context.WithoutCancel(ctx)); err != nil {
-				return err
+				if errors.Is(err, errCheckpoint) || w.unfinished.Load() {
+					return err
+				}
+				if err := w.restartSession(ctx, err); err != nil {
+					return err
+				}
 			}
 			next = time.Now().Add(w.cfg.commitInterval)
 		}
 	}
 	return w.shutdown()
+}
+
+// maxSessionRestarts bounds the session restarts in a row, without a
+// successful commit between them, before Run gives up.
+const maxSessionRestarts = 5
+
+// restartSession recovers from a failed commit (a transaction in an
+// unknown state, a lost connection): it drops everything uncommitted and
+// starts a new session, whose InitProducerID fences the old transactional
+// producer and aborts its open transaction. The group gives the instance
+// its partitions back (static membership) and they run again from their
+// committed offsets.
+func (w *Worker) restartSession(ctx context.Context, cause error) error {
+	w.restarts++
+	if w.restarts > maxSessionRestarts {
+		return fmt.Errorf("consumer: %d session restarts in a row, giving up: %w", maxSessionRestarts, cause)
+	}
+	w.metrics.aborts.Inc()
+	w.cfg.log.Warn("commit failed: restarting the Kafka session; uncommitted tasks run again", "err", cause, "restart", w.restarts)
+	w.resetAll()
+	w.kafka.close()
+	w.mu.Lock()
+	for tp, ps := range w.parts {
+		w.dropped(ps.revoke())
+		delete(w.parts, tp)
+	}
+	w.mu.Unlock()
+	select {
+	case <-time.After(time.Duration(w.restarts) * 200 * time.Millisecond):
+	case <-ctx.Done():
+		return nil
+	}
+	var err error
+	w.kafka, err = newKafkaSide(w)
+	return err
 }
 
 // shutdown drains in-flight handlers, commits and leaves. If some are still
