@@ -19,8 +19,9 @@ const (
 	DefaultMemTableSize = 16 << 20 // 16 MiB
 
 	// memTableStopWrites is how many memtables may queue for flushing before
-	// writes stall.
-	memTableStopWrites = 4
+	// writes stall. Pebble keeps one more than this of old WAL files to
+	// reuse, each as large as a memtable: a fixed 50 MiB or so on disk.
+	memTableStopWrites = 2
 )
 
 // Limits on what the store accepts. The changelog encodes each item as one
@@ -66,9 +67,8 @@ type Options struct {
 	// Default 96 MiB.
 	CacheSize int64
 
-	// MemTableSize is the size of one memtable in bytes; up to 4 may be
-	// queued while flushing (they may then crowd blocks out of the cache).
-	// Default 16 MiB.
+	// MemTableSize is the size of one memtable in bytes; with the one
+	// being flushed, two at most. Default 16 MiB.
 	MemTableSize uint64
 
 	// ReadOnly opens an existing store without writing to it (for
