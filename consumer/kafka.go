@@ -36,7 +36,6 @@ func newKafkaSide(w *Worker) (kafkaSide, error) {
 		kgo.ConsumeTopics(w.cfg.queues...),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
 		kgo.SessionTimeout(w.cfg.sessionTimeout),
-		kgo.InstanceID(w.instanceID),
 		kgo.OnPartitionsAssigned(w.assigned),
 		kgo.OnPartitionsRevoked(w.revoked),
 		kgo.OnPartitionsLost(w.revoked),
@@ -45,6 +44,13 @@ func newKafkaSide(w *Worker) (kafkaSide, error) {
 		kgo.RecordPartitioner(outPartitioner{kgo.StickyKeyPartitioner(nil)}),
 		kgo.ProducerBatchMaxBytes(int32(min(w.cfg.maxMessageBytes, 1<<20))),
 		kgo.WithLogger(kgoLogger{w.cfg.log}),
+	}
+	if w.cfg.groupProtocol == ConsumerGroup {
+		// Dynamic membership: a static member leaving with KIP-848 keeps
+		// its partitions until the session times out.
+		opts = append(opts, kgo.ServerSideBalancer(), kgo.Balancers(kgo.StickyBalancer()))
+	} else {
+		opts = append(opts, kgo.InstanceID(w.instanceID), kgo.Balancers(kgo.CooperativeStickyBalancer()))
 	}
 	if w.cfg.guarantee == AtLeastOnce {
 		opts = append(opts, kgo.AutoCommitInterval(w.cfg.commitInterval))
@@ -88,6 +94,9 @@ func (b *baseSide) resume(tp checkpoint.TP) {
 // that the others take over at once.
 func (b *baseSide) leave(ctx context.Context) {
 	b.cl.Close()
+	if b.w.cfg.groupProtocol == ConsumerGroup {
+		return // a dynamic member left when its client closed
+	}
 	adm, err := broker.NewAdmin(b.w.cfg.conn)
 	if err != nil {
 		return

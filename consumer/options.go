@@ -73,6 +73,7 @@ type config struct {
 	dropExpired     bool
 	abandonGrace    time.Duration
 	commitHook      func(CommitPoint)
+	groupProtocol   string
 	planner         *delay.Planner
 	maxMessageBytes int
 	noSync          bool
@@ -218,6 +219,24 @@ func MaxMessageBytes(n int) Opt { return optFunc(func(c *config) { c.maxMessageB
 // then the only durable copy: a crash costs a longer restore. Default off.
 func NoSync() Opt { return optFunc(func(c *config) { c.noSync = true }) }
 
+// Group protocols.
+const (
+	// ClassicGroup is the client-driven group protocol with the
+	// cooperative-sticky balancer: a rebalance moves only the partitions
+	// that change owner.
+	ClassicGroup = "classic"
+	// ConsumerGroup is KIP-848's protocol, where the broker assigns the
+	// partitions (Kafka 4.0+; 4.3+ recommended).
+	ConsumerGroup = "consumer"
+)
+
+// GroupProtocol selects ClassicGroup (the default) or ConsumerGroup. With
+// ClassicGroup a worker is a static member (its instance ID): a restart
+// takes its partitions back without a rebalance. With ConsumerGroup it is a
+// dynamic member: a clean stop hands its partitions over at once, a crashed
+// worker's move after the broker's group.consumer.session.timeout.ms.
+func GroupProtocol(p string) Opt { return optFunc(func(c *config) { c.groupProtocol = p }) }
+
 // CommitPoint is a step of the commit cycle, for fault injection.
 type CommitPoint int
 
@@ -301,6 +320,8 @@ func (c *config) validate() error {
 		return bad("jitter %v: want 0 to 1", c.jitter)
 	case c.abandonGrace < 0:
 		return bad("abandon grace %v: want 0 or more", c.abandonGrace)
+	case c.groupProtocol != "" && c.groupProtocol != ClassicGroup && c.groupProtocol != ConsumerGroup:
+		return bad("group protocol %q: use classic or consumer", c.groupProtocol)
 	}
 	if _, err := onceq.ParseBackoff(onceq.FormatBackoff(c.backoff)); err != nil || c.backoff.Base%time.Millisecond != 0 || c.backoff.Max%time.Millisecond != 0 {
 		return bad("backoff %v, %v, %v: want whole milliseconds with max >= base > 0 and a factor from 1 to 100", c.backoff.Base, c.backoff.Factor, c.backoff.Max)

@@ -46,6 +46,7 @@ type workerFlags struct {
 	delayService    bool
 	buckets         string
 	crashAt         string
+	groupProtocol   string
 }
 
 func newWorkerCmd(g *globals) *cobra.Command {
@@ -94,6 +95,7 @@ SIGTERM: it stops fetching, lets in-flight tasks finish (up to
 	fl.DurationVar(&f.abandonGrace, "abandon-grace", 5*time.Second, "how long a handler may run past its time-to-run before it is abandoned")
 	fl.BoolVar(&f.delayService, "delay-service", true, "also run the delay service (moves delayed tasks and retries on); off when it runs apart (onceq delay)")
 	fl.StringVar(&f.buckets, "buckets", delay.FormatLadder(delay.DefaultBuckets), "the delay bucket ladder, the same for every producer, worker and delay service")
+	fl.StringVar(&f.groupProtocol, "group-protocol", consumer.ClassicGroup, "classic (cooperative-sticky, static membership) or consumer (KIP-848, Kafka 4.0+)")
 	fl.StringVar(&f.crashAt, "crash-at", "", "fault injection: POINT:N kills this process (SIGKILL) at commit point POINT (before-kafka, between, after) of its Nth commit")
 	_ = fl.MarkHidden("crash-at")
 	return cmd
@@ -139,7 +141,7 @@ func runWorker(ctx context.Context, g *globals, f workerFlags) error {
 		consumer.DefaultTimeout(f.timeout), consumer.DedupWindow(f.dedupWindow), consumer.MaxBufferedRecords(f.maxBuffered),
 		consumer.SessionTimeout(f.sessionTimeout), consumer.TransactionTimeout(f.txnTimeout), consumer.RetryPause(f.retryPause),
 		consumer.MaxAttempts(f.maxAttempts), consumer.Backoff(f.backoffBase, f.backoffFactor, f.backoffMax),
-		consumer.AbandonGrace(f.abandonGrace), consumer.Planner(planner), consumer.DropExpired(f.dropExpired), consumer.CommitHook(hook), consumer.Registerer(reg), consumer.Logger(g.log),
+		consumer.AbandonGrace(f.abandonGrace), consumer.Planner(planner), consumer.DropExpired(f.dropExpired), consumer.CommitHook(hook), consumer.GroupProtocol(f.groupProtocol), consumer.Registerer(reg), consumer.Logger(g.log),
 	)
 	if err != nil {
 		return usageError{flagNames(err)}
@@ -210,7 +212,7 @@ func flagNames(err error) error {
 		"concurrency ", "--concurrency ", "commit interval", "--commit-interval", "max records per commit", "--max-records-per-commit",
 		"max buffered records", "--max-buffered", "dedup window", "--dedup-window", "default timeout", "--timeout",
 		"transaction timeout", "--transaction-timeout", "shutdown timeout", "--shutdown-timeout", "retry pause", "--retry-pause",
-		"group ", "--group ", "max attempts", "--max-attempts", "abandon grace", "--abandon-grace", "backoff ", "--backoff-base/--backoff-factor/--backoff-max ",
+		"group ", "--group ", "max attempts", "--max-attempts", "group protocol", "--group-protocol", "abandon grace", "--abandon-grace", "backoff ", "--backoff-base/--backoff-factor/--backoff-max ",
 	)
 	return errors.New(r.Replace(err.Error()))
 }

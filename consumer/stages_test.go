@@ -1,0 +1,101 @@
+package consumer_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/onceq/onceq/broker"
+	"github.com/onceq/onceq/consumer"
+	"github.com/onceq/onceq/internal/testutil"
+)
+
+// TestChainedStages copies tasks through three queues, q1 -> q2 -> q3, with
+// a group per stage whose members join and leave during the run, with the
+// classic cooperative-sticky protocol and with KIP-848's. Every ID must pass
+// each stage exactly once.
+func TestChainedStages(t *testing.T) {
+	for _, protocol := range []string{consumer.ClassicGroup, consumer.ConsumerGroup} {
+		t.Run(protocol, func(t *testing.T) {
+			_, conn := testutil.StartBroker(t, "")
+			for _, q := range []string{"q1", "q2", "q3"} {
+				testutil.CreateTopic(t, conn, q, 6)
+			}
+			n := 20_000
+			if testing.Short() {
+				n = 4_000
+			}
+			all := ids(n)
+			type member struct{ stop func() error }
+			var members [2][]member
+			start := func(stage int) {
+				from, to := fmt.Sprintf("q%d", stage+1), fmt.Sprintf("q%d", stage+2)
+				stop := startStageWorker(t, conn, protocol, fmt.Sprintf("stage-%d", stage+1), from, to)
+				members[stage] = append(members[stage], member{stop})
+			}
+			leave := func(stage int) {
+				m := members[stage][0]
+				members[stage] = members[stage][1:]
+				if err := m.stop(); err != nil {
+					t.Errorf("a leaving member: %v", err)
+				}
+			}
+			start(0)
+			start(1)
+			go func() {
+				for i := 0; i < n; i += 1000 {
+					produceTasksQuiet(conn, "q1", all[i:min(i+1000, n)])
+					time.Sleep(100 * time.Millisecond)
+				}
+			}()
+			// Join, join, leave, join, leave: at every step each stage
+			// rebalances while tasks run.
+			for step, join := range []bool{true, true, false, true, false} {
+				time.Sleep(700 * time.Millisecond)
+				for stage := 0; stage < 2; stage++ {
+					if join {
+						start(stage)
+					} else {
+						leave(stage)
+					}
+				}
+				t.Logf("step %d: stage members %d and %d", step, len(members[0]), len(members[1]))
+			}
+			waitOutputs(t, conn, "q3", n, 3*time.Minute)
+			time.Sleep(time.Second)
+			for stage := 0; stage < 2; stage++ {
+				for len(members[stage]) > 0 {
+					leave(stage)
+				}
+			}
+			checkExactlyOnce(t, testutil.ReadCommitted(t, conn, time.Minute, "q2"), all)
+			checkExactlyOnce(t, testutil.ReadCommitted(t, conn, time.Minute, "q3"), all)
+		})
+	}
+}
+
+// startStageWorker runs an in-process worker copying from one queue to the
+// next, counting runs.
+func startStageWorker(t *testing.T, conn broker.Conn, protocol, group, from, to string) (stop func() error) {
+	w, err := consumer.New(consumer.Conn(conn), consumer.Group(group), consumer.Queues(from), consumer.CheckpointDir(t.TempDir()),
+		consumer.WithHandler(copyCounting(to)), consumer.GroupProtocol(protocol), consumer.CommitInterval(50*time.Millisecond),
+		consumer.SessionTimeout(6*time.Second), consumer.TransactionTimeout(5*time.Second), consumer.MaxBufferedRecords(2000))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	stopped := false
+	stop = func() error {
+		if stopped {
+			return nil
+		}
+		stopped = true
+		cancel()
+		return <-done
+	}
+	t.Cleanup(func() { _ = stop() })
+	return stop
+}
