@@ -209,10 +209,11 @@ func checkQueuesExist(ctx context.Context, conn broker.Conn, queues []string) er
 // flag names, so the message says which flag to fix.
 func flagNames(err error) error {
 	r := strings.NewReplacer(
+		"group protocol", "--group-protocol",
 		"concurrency ", "--concurrency ", "commit interval", "--commit-interval", "max records per commit", "--max-records-per-commit",
 		"max buffered records", "--max-buffered", "dedup window", "--dedup-window", "default timeout", "--timeout",
 		"transaction timeout", "--transaction-timeout", "shutdown timeout", "--shutdown-timeout", "retry pause", "--retry-pause",
-		"group ", "--group ", "max attempts", "--max-attempts", "group protocol", "--group-protocol", "abandon grace", "--abandon-grace", "backoff ", "--backoff-base/--backoff-factor/--backoff-max ",
+		"group ", "--group ", "max attempts", "--max-attempts", "abandon grace", "--abandon-grace", "backoff ", "--backoff-base/--backoff-factor/--backoff-max ",
 	)
 	return errors.New(r.Replace(err.Error()))
 }
