@@ -15,6 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/onceq/onceq"
+	"github.com/onceq/onceq/bench"
 	"github.com/onceq/onceq/broker"
 	"github.com/onceq/onceq/consumer"
 	"github.com/onceq/onceq/internal/testutil"
@@ -106,41 +107,16 @@ func waitCommitted(b *testing.B, conn broker.Conn, group string, n int64) {
 }
 
 // txnCopyLoop is franz-go's own exactly-once copy loop (the
-// GroupTransactSession example): poll, produce each record to out, end the
-// transaction with the offsets. It returns the time to copy n records.
+// GroupTransactSession example, bench.CopyLoop) copying n records of queue
+// to out; it returns the time it took.
 func txnCopyLoop(b *testing.B, conn broker.Conn, queue, out string, n int) time.Duration {
 	b.Helper()
 	testutil.CreateTopic(b, conn, out, 8)
-	opts, _ := conn.Opts()
-	sess, err := kgo.NewGroupTransactSession(append(opts,
-		kgo.ConsumerGroup("txn-copy-"+out), kgo.ConsumeTopics(queue), kgo.TransactionalID("txn-copy-"+out),
-		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.DefaultProduceTopic(out))...)
+	took, err := bench.CopyLoop(context.Background(), conn, queue, out, "txn-copy-"+out, n, nil)
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer sess.Close()
-	ctx := context.Background()
-	start := time.Now()
-	copied := 0
-	for copied < n {
-		fs := sess.PollFetches(ctx)
-		if err := sess.Begin(); err != nil {
-			b.Fatal(err)
-		}
-		var batch int
-		fs.EachRecord(func(r *kgo.Record) {
-			sess.Produce(ctx, &kgo.Record{Key: r.Key, Value: r.Value, Headers: r.Headers}, nil)
-			batch++
-		})
-		committed, err := sess.End(ctx, kgo.TryCommit)
-		if err != nil {
-			b.Fatal(err)
-		}
-		if committed {
-			copied += batch
-		}
-	}
-	return time.Since(start)
+	return took
 }
 
 // BenchmarkWorkerThroughput drains one pre-loaded queue of 100-byte tasks

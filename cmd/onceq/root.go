@@ -133,6 +133,7 @@ Redpanda. Exit codes: 0 ok, 1 failure, 2 usage or bad input.`,
 		newDelayCmd(g),
 		newCheckpointCmd(g),
 		newDLQCmd(g),
+		newBenchCmd(g),
 	)
 	return root
 }

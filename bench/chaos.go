@@ -1,0 +1,294 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/onceq/onceq"
+	"github.com/onceq/onceq/broker"
+)
+
+// runChaos runs the load through Workers "onceq worker" subprocesses
+// (count: handler, one group, a checkpoint dir each) while it SIGKILLs one
+// of them, chosen at random, every KillInterval or so and restarts it on
+// the same dir; with KillBroker every third kill is the broker process
+// instead, restarted on its data dir and address. Kill times and victims
+// follow the seed. Latency is submission to the output's visibility to a
+// read_committed reader. At the end a fresh reader and the run counters
+// must show every task exactly once.
+func runChaos(ctx context.Context, e *env, l *load, seed uint64) ([]RunResult, *ChaosStats, error) {
+	in, out, group := e.name("in"), e.name("out"), e.name("group")
+	if err := e.createTopics(ctx, in, out); err != nil {
+		return nil, nil, err
+	}
+	c := &chaos{e: e, args: e.workerArgs(group, in, out), stats: &ChaosStats{}}
+	for i := range e.o.Workers {
+		s := &slot{dir: e.dir(fmt.Sprintf("worker-%d", i)), name: fmt.Sprintf("worker %d", i)}
+		if err := c.start(s); err != nil {
+			c.stopAll()
+			return nil, nil, err
+		}
+		c.slots = append(c.slots, s)
+	}
+	defer c.stopAll()
+
+	latency := newRecorder()
+	var (
+		mu     sync.Mutex
+		seen   = make([]bool, len(l.want))
+		unique atomic.Int64
+		lastAt atomic.Int64
+	)
+	m := startMeter()
+	t, err := startTailer(e.conn, out, func(r *kgo.Record, at time.Time) {
+		var id string
+		for _, h := range r.Headers {
+			if h.Key == onceq.HeaderID {
+				id = string(h.Value)
+			}
+		}
+		i, ok := l.index(id)
+		if !ok {
+			return
+		}
+		mu.Lock()
+		first := !seen[i]
+		seen[i] = true
+		mu.Unlock()
+		if !first {
+			return
+		}
+		if sub, ok := stamped(r.Value); ok {
+			latency.record(at.Sub(sub))
+		}
+		unique.Add(1)
+		lastAt.Store(at.UnixNano())
+		m.add(1)
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	defer t.stop()
+
+	p, err := e.newProducer()
+	if err != nil {
+		return nil, nil, err
+	}
+	defer p.Close()
+	var submitErr atomic.Pointer[error]
+	start := time.Now()
+	go func() {
+		if err := l.submitAll(ctx, p, l.order, in, e.o.Rate, nil, nil); err != nil {
+			submitErr.Store(&err)
+		}
+	}()
+	rng := rand.New(rand.NewPCG(seed, 3))
+	end := e.o.Progress.phase("chaos: tasks visible once", int64(len(l.want)), unique.Load)
+	err = c.loop(ctx, rng, func() (int64, error) {
+		if p := submitErr.Load(); p != nil {
+			return 0, *p
+		}
+		return unique.Load(), nil
+	}, int64(len(l.want)))
+	end()
+	timeline := m.finish()
+	if err != nil {
+		return nil, c.stats, fmt.Errorf("%w\n%s", err, e.diagnose(ctx, l, group, in, out))
+	}
+	// A duplicate would come after the originals: give one time to land.
+	if err := sleep(ctx, 2*time.Second); err != nil {
+		return nil, c.stats, err
+	}
+	if err := c.stopAll(); err != nil {
+		return nil, c.stats, err
+	}
+	run := newRun(workerRunName(e.o.Guarantee)+" under chaos", false, len(l.order), l.size, time.Unix(0, lastAt.Load()).Sub(start))
+	run.Timeline, run.Latency = timeline, latency.summary()
+	run.Verification, err = e.verify(ctx, out, expectation{l: l, once: true, runs: true})
+	return []RunResult{run}, c.stats, err
+}
+
+// chaos keeps the worker subprocesses running and kills them.
+type chaos struct {
+	e       *env
+	args    []string
+	slots   []*slot
+	stats   *ChaosStats
+	stopped bool
+}
+
+// slot is one worker: restarted on the same checkpoint dir.
+type slot struct {
+	name, dir string
+	p         *proc
+}
+
+func (c *chaos) start(s *slot) error {
+	var env []string
+	if pw := c.e.conn.SASL.Password; pw != "" {
+		env = append(os.Environ(), "ONCEQ_SASL_PASSWORD="+pw)
+	}
+	p, err := startProc(c.e.o.Binary, s.name, env, append(c.args, "--checkpoint-dir", s.dir)...)
+	if err != nil {
+		return err
+	}
+	s.p = p
+	return nil
+}
+
+// loop kills and restarts until progress reports want, failing when
+// progress stops for three minutes.
+func (c *chaos) loop(ctx context.Context, rng *rand.Rand, progress func() (int64, error), want int64) error {
+	last, lastMove := int64(-1), time.Now()
+	next := time.Now().Add(c.interval(rng))
+	for {
+		n, err := progress()
+		if err != nil {
+			return err
+		}
+		if n >= want {
+			return nil
+		}
+		if n != last {
+			last, lastMove = n, time.Now()
+		}
+		if time.Since(lastMove) > 3*time.Minute {
+			return fmt.Errorf("bench: chaos: no progress for 3 minutes at %d of %d tasks. %s", n, want, c.outputs())
+		}
+		for _, s := range c.slots {
+			if s.p.exited() {
+				c.stats.WorkerExits++
+				c.e.o.Progress.logf("chaos: %s exited by itself (%v); restarting it. Its last output:\n%s", s.name, s.p.err, strings.TrimSpace(s.p.out.String()))
+				if err := c.start(s); err != nil {
+					return err
+				}
+			}
+		}
+		if time.Now().Before(next) {
+			if err := sleep(ctx, 25*time.Millisecond); err != nil {
+				return err
+			}
+			continue
+		}
+		kills := c.stats.WorkerKills + c.stats.BrokerKills
+		if c.e.brk != nil && kills%3 == 2 {
+			c.stats.BrokerKills++
+			if err := c.e.brk.restart(ctx); err != nil {
+				return err
+			}
+		} else {
+			s := c.slots[rng.IntN(len(c.slots))]
+			s.p.kill()
+			c.stats.WorkerKills++
+			if err := c.start(s); err != nil {
+				return err
+			}
+		}
+		next = time.Now().Add(c.interval(rng))
+	}
+}
+
+// interval is the wait before the next kill: uniform from half to one and
+// a half KillInterval.
+func (c *chaos) interval(rng *rand.Rand) time.Duration {
+	k := c.e.o.KillInterval
+	return k/2 + time.Duration(rng.Int64N(int64(k)+1))
+}
+
+// stopAll stops every worker with SIGTERM and returns their failures.
+func (c *chaos) stopAll() error {
+	if c.stopped {
+		return nil
+	}
+	c.stopped = true
+	var errs []error
+	for _, s := range c.slots {
+		if !s.p.exited() {
+			_ = s.p.cmd.Process.Signal(syscall.SIGTERM)
+		}
+	}
+	for _, s := range c.slots {
+		if err := s.p.term(60 * time.Second); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// outputs is the last output of every worker, for a failure message.
+func (c *chaos) outputs() string {
+	var b strings.Builder
+	for _, s := range c.slots {
+		fmt.Fprintf(&b, "%s's last output:\n%s\n", s.name, strings.TrimSpace(s.p.out.String()))
+	}
+	return b.String()
+}
+
+// workerArgs are the "onceq worker" arguments of a chaos worker, without
+// its checkpoint dir. The session and transaction timeouts are short so
+// that a killed worker's partitions move on soon.
+func (e *env) workerArgs(group, in, out string) []string {
+	args := []string{"worker", "--brokers", strings.Join(e.conn.Brokers, ","), "--group", group, "--queue", in,
+		"--handler", "count:" + out, "--metrics-addr", "", "--session-timeout", "6s", "--transaction-timeout", "5s",
+		"--commit-interval", e.o.CommitInterval.String(), "--concurrency", strconv.Itoa(e.o.Concurrency),
+		"--log-level", "warn", "--delay-service=false"}
+	return append(args, connArgs(e.conn)...)
+}
+
+// connArgs are the global flags that carry a connection's TLS and SASL
+// settings; the SASL password goes in the environment instead.
+func connArgs(c broker.Conn) []string {
+	var a []string
+	t := c.TLS
+	if t.Enabled {
+		a = append(a, "--tls")
+	}
+	for _, f := range []struct{ flag, v string }{
+		{"--tls-ca", t.CAFile}, {"--tls-cert", t.CertFile}, {"--tls-key", t.KeyFile}, {"--tls-server-name", t.ServerName},
+		{"--sasl-mechanism", c.SASL.Mechanism}, {"--sasl-user", c.SASL.User},
+	} {
+		if f.v != "" {
+			a = append(a, f.flag, f.v)
+		}
+	}
+	if t.InsecureSkipVerify {
+		a = append(a, "--tls-insecure-skip-verify")
+	}
+	return a
+}
+
+// diagnose says where a stalled run stands, as an independent reader and
+// the group's offsets see it.
+func (e *env) diagnose(ctx context.Context, l *load, group, in, out string) string {
+	var b strings.Builder
+	v, err := e.verify(ctx, out, expectation{l: l, once: true, runs: true})
+	if err != nil {
+		fmt.Fprintf(&b, "reading %s: %v\n", out, err)
+	} else {
+		fmt.Fprintf(&b, "a fresh read_committed reader of %s sees %d records, %d unique, %d missing\n", out, v.Records, v.Unique, v.Missing)
+	}
+	lags, err := e.adm.GroupLag(ctx, group)
+	if err != nil {
+		fmt.Fprintf(&b, "group %s: %v\n", group, err)
+	}
+	for _, lg := range lags {
+		fmt.Fprintf(&b, "%s/%d committed %d end %d\n", lg.Topic, lg.Partition, lg.Committed, lg.End)
+	}
+	if info, err := e.adm.DescribeTopic(ctx, in); err == nil {
+		for _, p := range info.Partitions {
+			fmt.Fprintf(&b, "%s/%d end %d stable %d\n", in, p.Partition, p.End, p.Stable)
+		}
+	}
+	return b.String()
+}

@@ -1,0 +1,180 @@
+package bench
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/onceq/onceq"
+	"github.com/onceq/onceq/producer"
+)
+
+// load is the work a run offers: Tasks distinct IDs, a fraction of them
+// submitted twice, in a seeded random order, with payloads of Size bytes
+// whose first 8 carry the submission time.
+type load struct {
+	prefix string  // task IDs are prefix + index
+	order  []int32 // submission order of task indexes, duplicates included
+	want   []uint8 // submissions per index: 1, or 2 for a duplicate
+	filler []byte  // the payload after the timestamp
+	size   int
+}
+
+func newLoad(o *Options, prefix string, rng *rand.Rand) *load {
+	l := &load{prefix: prefix, want: make([]uint8, o.Tasks), size: o.Size, filler: make([]byte, o.Size-MinSize)}
+	l.order = make([]int32, 0, o.Tasks+int(float64(o.Tasks)*o.Duplicates)+16)
+	for i := range o.Tasks {
+		l.order = append(l.order, int32(i))
+		l.want[i] = 1
+	}
+	for i := range o.Tasks {
+		if o.Duplicates > 0 && rng.Float64() < o.Duplicates {
+			l.order = append(l.order, int32(i))
+			l.want[i] = 2
+		}
+	}
+	rng.Shuffle(len(l.order), func(i, j int) { l.order[i], l.order[j] = l.order[j], l.order[i] })
+	const letters = "abcdefghijklmnopqrstuvwxyz0123456789"
+	for i := range l.filler {
+		l.filler[i] = letters[rng.IntN(len(letters))]
+	}
+	return l
+}
+
+// id is the task ID of index i.
+func (l *load) id(i int32) string { return l.prefix + strconv.Itoa(int(i)) }
+
+// index is the inverse of id.
+func (l *load) index(id string) (int, bool) {
+	s, ok := strings.CutPrefix(id, l.prefix)
+	if !ok || s == "" || (len(s) > 1 && s[0] == '0') {
+		return 0, false
+	}
+	i, err := strconv.Atoi(s)
+	if err != nil || i < 0 || i >= len(l.want) {
+		return 0, false
+	}
+	return i, true
+}
+
+// payload returns a new payload stamped with now.
+func (l *load) payload(now time.Time) []byte {
+	p := make([]byte, l.size)
+	binary.BigEndian.PutUint64(p, uint64(now.UnixNano()))
+	copy(p[MinSize:], l.filler)
+	return p
+}
+
+// stamped returns the submission time a payload carries, if it has one.
+func stamped(payload []byte) (time.Time, bool) {
+	if len(payload) < MinSize {
+		return time.Time{}, false
+	}
+	return time.Unix(0, int64(binary.BigEndian.Uint64(payload))), true
+}
+
+// task returns the task of index i for queue, stamped with now.
+func (l *load) task(i int32, queue string, now time.Time) onceq.Task {
+	return onceq.Task{ID: l.id(i), Queue: queue, Payload: l.payload(now)}
+}
+
+// pacer spaces submissions at rate per second; rate 0 does not wait.
+type pacer struct {
+	rate  int
+	start time.Time
+	sent  int
+}
+
+func newPacer(rate int) *pacer { return &pacer{rate: rate, start: time.Now()} }
+
+// wait blocks until the next submission is due.
+func (p *pacer) wait(ctx context.Context) error {
+	p.sent++
+	if p.rate == 0 || p.sent%max(1, p.rate/200) != 0 {
+		return nil
+	}
+	d := time.Until(p.start.Add(time.Duration(float64(p.sent) / float64(p.rate) * float64(time.Second))))
+	if d <= 0 {
+		return ctx.Err()
+	}
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(d):
+		return nil
+	}
+}
+
+// submitAll submits the tasks of order to queue through p at rate (0: flat
+// out) and waits for every acknowledgment. edit may change a task before
+// it is sent (a due time); acked is called for each acknowledged
+// submission with the time it took. Refused submissions are submitted
+// again with the same ID, which is safe: duplicates of an ID run once.
+func (l *load) submitAll(ctx context.Context, p *producer.Producer, order []int32, queue string, rate int, edit func(*onceq.Task), acked func(time.Duration)) error {
+	var (
+		mu       sync.Mutex
+		failed   []int32
+		firstErr error
+	)
+	todo := order
+	for round := 0; len(todo) > 0; round++ {
+		if round > 0 {
+			if round > 20 {
+				return fmt.Errorf("bench: %d submissions still failing after %d rounds; the first error: %w", len(todo), round, firstErr)
+			}
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(time.Second):
+			}
+		}
+		pace := newPacer(rate)
+		for _, i := range todo {
+			if err := pace.wait(ctx); err != nil {
+				return err
+			}
+			now := time.Now()
+			t := l.task(i, queue, now)
+			if edit != nil {
+				edit(&t)
+			}
+			p.SubmitAsync(ctx, t, func(_ producer.Receipt, err error) {
+				if err != nil {
+					mu.Lock()
+					failed = append(failed, i)
+					if firstErr == nil {
+						firstErr = err
+					}
+					mu.Unlock()
+					return
+				}
+				if acked != nil {
+					acked(time.Since(now))
+				}
+			})
+		}
+		if err := p.Flush(ctx); err != nil {
+			return err
+		}
+		mu.Lock()
+		todo, failed = failed, nil
+		mu.Unlock()
+		if len(todo) > 0 && permanent(firstErr) {
+			return fmt.Errorf("bench: submitting: %w", firstErr)
+		}
+	}
+	return nil
+}
+
+// permanent reports whether a submission error cannot go away by trying
+// again: the task or its queue is wrong.
+func permanent(err error) bool {
+	var oe *onceq.Error
+	return errors.As(err, &oe) || errors.Is(err, producer.ErrQueueNotFound) || errors.Is(err, producer.ErrClosed)
+}
