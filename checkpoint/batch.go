@@ -161,7 +161,7 @@ func (b *Batch) Commit() error {
 		}
 	}
 	seq := s.watch.begin(b.marks)
-	err := s.db.Apply(b.pb, s.wo)
+	err := s.apply(b.pb)
 	s.watch.end(seq)
 	if err != nil {
 		return ioError(err, "commit")

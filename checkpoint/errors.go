@@ -26,6 +26,10 @@ var (
 	// ErrInvalid: an argument was refused (bad options, an empty ID, a key
 	// too long, a malformed changelog record, a batch of a dropped partition).
 	ErrInvalid = errors.New("checkpoint: invalid argument")
+	// ErrFailed: Pebble hit an error it cannot recover from (a failed WAL
+	// write or sync); the store refuses everything until it is reopened.
+	// What it did not commit is replayed from the changelog then.
+	ErrFailed = errors.New("checkpoint: store failed")
 )
 
 // kindError carries its own message, matches one of the sentinels above and

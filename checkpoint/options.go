@@ -194,5 +194,9 @@ func (p pebbleLogger) Errorf(format string, args ...any) {
 func (p pebbleLogger) Fatalf(format string, args ...any) {
 	msg := fmt.Sprintf(format, args...)
 	p.l.Error(msg, "source", "pebble")
-	panic(errors.New("checkpoint: pebble: " + msg))
+	panic(pebbleFatal{errors.New("checkpoint: pebble: " + msg)})
 }
+
+// pebbleFatal is the panic of Pebble's fatal errors; writes recover it into
+// ErrFailed (see Store.apply).
+type pebbleFatal struct{ err error }

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -70,6 +71,7 @@ type Store struct {
 	// mu is held shared by every operation and exclusively by Close.
 	mu     sync.RWMutex
 	closed bool
+	failed atomic.Bool // Pebble hit a fatal error: see ErrFailed
 
 	// gate is held shared while a batch is applied and exclusively by
 	// DropPartition.
@@ -303,6 +305,23 @@ func (s *Store) Close() error {
 		return nil
 	}
 	s.closed = true
+	if s.failed.Load() {
+		// Pebble's state is unknown after a fatal error: its Close may
+		// block or panic. Give it a moment, then leave the rest to the
+		// process's exit.
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			defer func() { _ = recover() }()
+			_ = s.db.Close()
+		}()
+		select {
+		case <-done:
+		case <-time.After(2 * time.Second):
+		}
+		_ = s.lock.Close()
+		return nil
+	}
 	err := s.db.Close()
 	if lerr := s.lock.Close(); err == nil {
 		err = lerr
@@ -320,7 +339,27 @@ func (s *Store) acquire() error {
 		s.mu.RUnlock()
 		return errorf(ErrClosed, nil, "store %s is closed", s.dir)
 	}
+	if s.failed.Load() {
+		s.mu.RUnlock()
+		return errorf(ErrFailed, nil, "store %s failed: reopen it", s.dir)
+	}
 	return nil
+}
+
+// apply commits a Pebble batch, turning Pebble's fatal errors (which it
+// reports by panicking through the logger) into ErrFailed.
+func (s *Store) apply(pb *pebble.Batch) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			f, ok := r.(pebbleFatal)
+			if !ok {
+				panic(r)
+			}
+			s.failed.Store(true)
+			err = errorf(ErrFailed, f.err, "store %s: %v", s.dir, f.err)
+		}
+	}()
+	return s.db.Apply(pb, s.wo)
 }
 
 func (s *Store) release() { s.mu.RUnlock() }

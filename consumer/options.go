@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/onceq/onceq"
@@ -74,6 +75,7 @@ type config struct {
 	abandonGrace    time.Duration
 	commitHook      func(CommitPoint)
 	groupProtocol   string
+	checkpointFS    vfs.FS
 	planner         *delay.Planner
 	maxMessageBytes int
 	noSync          bool
@@ -218,6 +220,10 @@ func MaxMessageBytes(n int) Opt { return optFunc(func(c *config) { c.maxMessageB
 // NoSync stops syncing the checkpoint on every commit. The changelog is
 // then the only durable copy: a crash costs a longer restore. Default off.
 func NoSync() Opt { return optFunc(func(c *config) { c.noSync = true }) }
+
+// CheckpointFS sets the filesystem of the checkpoint store. Default: the
+// operating system's. The disk-fault tests pass one that injects errors.
+func CheckpointFS(fs vfs.FS) Opt { return optFunc(func(c *config) { c.checkpointFS = fs }) }
 
 // Group protocols.
 const (

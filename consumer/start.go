@@ -56,7 +56,7 @@ func (w *Worker) start(ctx context.Context) error {
 		}
 		if w.store, err = checkpoint.Open(filepath.Join(w.cfg.checkpointDir, "store"), checkpoint.Options{
 			ClusterID: meta.Cluster, Group: w.cfg.group, DedupWindow: w.cfg.dedupWindow,
-			NoSync: w.cfg.noSync, Logger: w.cfg.log,
+			NoSync: w.cfg.noSync, Logger: w.cfg.log, FS: w.cfg.checkpointFS,
 		}); err != nil {
 			return fmt.Errorf("consumer: %w", err)
 		}

@@ -6,11 +6,15 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
 	"github.com/spf13/cobra"
 
 	"github.com/onceq/onceq"
@@ -47,6 +51,7 @@ type workerFlags struct {
 	buckets         string
 	crashAt         string
 	groupProtocol   string
+	faultDisk       string
 }
 
 func newWorkerCmd(g *globals) *cobra.Command {
@@ -98,6 +103,8 @@ SIGTERM: it stops fetching, lets in-flight tasks finish (up to
 	fl.StringVar(&f.groupProtocol, "group-protocol", consumer.ClassicGroup, "classic (cooperative-sticky, static membership) or consumer (KIP-848, Kafka 4.0+)")
 	fl.StringVar(&f.crashAt, "crash-at", "", "fault injection: POINT:N kills this process (SIGKILL) at commit point POINT (before-kafka, between, after) of its Nth commit")
 	_ = fl.MarkHidden("crash-at")
+	fl.StringVar(&f.faultDisk, "fault-disk", "", "fault injection: OP:N fails the Nth write or sync (OP write or sync) of the checkpoint's write-ahead log, once")
+	_ = fl.MarkHidden("fault-disk")
 	return cmd
 }
 
@@ -133,6 +140,10 @@ func runWorker(ctx context.Context, g *globals, f workerFlags) error {
 	if err != nil {
 		return err
 	}
+	diskFS, err := faultyDisk(f.faultDisk)
+	if err != nil {
+		return err
+	}
 	reg := ops.NewRegistry()
 	w, err := consumer.New(
 		consumer.Conn(conn), consumer.Group(f.group), consumer.Queues(f.queues...), consumer.CheckpointDir(f.checkpointDir),
@@ -141,7 +152,7 @@ func runWorker(ctx context.Context, g *globals, f workerFlags) error {
 		consumer.DefaultTimeout(f.timeout), consumer.DedupWindow(f.dedupWindow), consumer.MaxBufferedRecords(f.maxBuffered),
 		consumer.SessionTimeout(f.sessionTimeout), consumer.TransactionTimeout(f.txnTimeout), consumer.RetryPause(f.retryPause),
 		consumer.MaxAttempts(f.maxAttempts), consumer.Backoff(f.backoffBase, f.backoffFactor, f.backoffMax),
-		consumer.AbandonGrace(f.abandonGrace), consumer.Planner(planner), consumer.DropExpired(f.dropExpired), consumer.CommitHook(hook), consumer.GroupProtocol(f.groupProtocol), consumer.Registerer(reg), consumer.Logger(g.log),
+		consumer.AbandonGrace(f.abandonGrace), consumer.Planner(planner), consumer.DropExpired(f.dropExpired), consumer.CommitHook(hook), consumer.GroupProtocol(f.groupProtocol), consumer.CheckpointFS(diskFS), consumer.Registerer(reg), consumer.Logger(g.log),
 	)
 	if err != nil {
 		return usageError{flagNames(err)}
@@ -240,4 +251,28 @@ func crashHook(spec string) (func(consumer.CommitPoint), error) {
 			select {} // the signal is on its way
 		}
 	}, nil
+}
+
+// faultyDisk parses --fault-disk OP:N into a filesystem that fails the Nth
+// write or sync of the checkpoint's write-ahead log, once.
+func faultyDisk(spec string) (vfs.FS, error) {
+	if spec == "" {
+		return nil, nil
+	}
+	op, count, ok := strings.Cut(spec, ":")
+	n, err := strconv.Atoi(count)
+	kinds := map[string][]errorfs.OpKind{
+		"write": {errorfs.OpFileWrite, errorfs.OpFileWriteAt},
+		"sync":  {errorfs.OpFileSync, errorfs.OpFileSyncData, errorfs.OpFileSyncTo},
+	}[op]
+	if !ok || err != nil || n < 1 || kinds == nil {
+		return nil, usagef("--fault-disk %q: want OP:N with OP write or sync and N 1 or more", spec)
+	}
+	var seen atomic.Int64
+	return errorfs.Wrap(vfs.Default, errorfs.InjectorFunc(func(o errorfs.Op) error {
+		if slices.Contains(kinds, o.Kind) && strings.HasSuffix(o.Path, ".log") && seen.Add(1) == int64(n) {
+			return errorfs.ErrInjected
+		}
+		return nil
+	})), nil
 }
