@@ -33,8 +33,12 @@ import (
 // ID (time|id), a record costs one key per commit instead of one per ID, and
 // its IDs sit side by side in one value where block compression removes the
 // common prefix of time-ordered IDs. Time-bucketed ID keys were rejected: a
-// lookup would probe every bucket of the window. BenchmarkBytesPerID measures
-// the result.
+// lookup would probe every bucket of the window. The cost, measured by
+// BenchmarkBytesPerID with 10 million 36-character UUIDv7 IDs committed
+// 1,000 at a time and compacted: 45 bytes per ID in sstables, 21.5 of them
+// in ID keys and 24 in records; 50 with the WAL files Pebble keeps for
+// reuse. A record holds the IDs one commit marked in one partition within a
+// second (see batch.go), so an ID outlives its window by a second at most.
 const (
 	handleLen = 4
 
