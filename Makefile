@@ -5,7 +5,7 @@ TEST_TIMEOUT  ?= 20m
 FUZZTIME      ?= 10s
 BIN           := bin/onceq
 
-.PHONY: all build test test-short lint demo bench fuzz clean
+.PHONY: all build test test-short lint demo bench fuzz chaos soak clean
 
 all: build
 
@@ -43,6 +43,16 @@ fuzz:
 	    $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $$pkg; \
 	  done; \
 	done
+
+## chaos: the fault suite, long: random scenarios of 200 steps and every crash,
+## bounce and fault test three times
+chaos:
+	ONCEQ_SCENARIO_STEPS=200 $(GO) test -count=3 -timeout 3h -v \
+	  -run 'TestRandomScenario|TestCrash|TestSystem|TestProtocolFaults|TestDiskFaults|TestChainedStages|TestNoCommit' ./consumer
+
+## soak: one worker for an hour under steady load; memory and goroutines must stay flat
+soak:
+	ONCEQ_SOAK=1h $(GO) test -count=1 -timeout 2h -v -run TestSoak ./consumer
 
 clean:
 	rm -rf bin onceq-data
