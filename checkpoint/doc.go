@@ -69,7 +69,7 @@
 //
 //	removed, err := s.ExpireProcessed(ctx, time.Now(), 10000)
 //
-// It works in small chunks and never stalls commits for long.
+// It works in chunks, resting between them, and never blocks commits.
 //
 // # Layout and tuning
 //
