@@ -161,7 +161,7 @@ func (b *Batch) Commit() error {
 		}
 	}
 	seq := s.watch.begin(b.marks)
-	err := s.apply(b.pb)
+	err := s.apply(b.pb, s.wo)
 	s.watch.end(seq)
 	if err != nil {
 		return ioError(err, "commit")
@@ -242,7 +242,7 @@ func (s *Store) DropPartition(tp TP) error {
 	if err := pb.Delete(partitionKey(p.h), nil); err != nil {
 		return err
 	}
-	if err := s.db.Apply(pb, s.wo); err != nil {
+	if err := s.apply(pb, s.wo); err != nil {
 		return ioError(err, "drop partition %s", tp)
 	}
 	s.partMu.Lock()

@@ -55,7 +55,12 @@ func invalidf(format string, args ...any) error {
 	return errorf(ErrInvalid, nil, format, args...)
 }
 
-// ioError wraps an error of Pebble or the filesystem.
+// ioError wraps an error of Pebble or the filesystem; one of this package
+// (ErrFailed) is returned as it is.
 func ioError(cause error, format string, args ...any) error {
+	var ke *kindError
+	if errors.As(cause, &ke) {
+		return cause
+	}
 	return fmt.Errorf("checkpoint: %s: %w", fmt.Sprintf(format, args...), cause)
 }

@@ -300,7 +300,7 @@ func (s *Store) expireChunk(p *partition, cutoff uint64, cands []expiryEntry, fi
 	if err := writeExpiryRecords(pb, p.h, kept); err != nil {
 		return removed[:n], err
 	}
-	if err := s.db.Apply(pb, pebble.NoSync); err != nil {
+	if err := s.apply(pb, pebble.NoSync); err != nil {
 		return removed[:n], ioError(err, "expire %s", p.tp)
 	}
 	return removed, nil

@@ -348,7 +348,7 @@ func (s *Store) acquire() error {
 
 // apply commits a Pebble batch, turning Pebble's fatal errors (which it
 // reports by panicking through the logger) into ErrFailed.
-func (s *Store) apply(pb *pebble.Batch) (err error) {
+func (s *Store) apply(pb *pebble.Batch, wo *pebble.WriteOptions) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			f, ok := r.(pebbleFatal)
@@ -359,7 +359,7 @@ func (s *Store) apply(pb *pebble.Batch) (err error) {
 			err = errorf(ErrFailed, f.err, "store %s: %v", s.dir, f.err)
 		}
 	}()
-	return s.db.Apply(pb, s.wo)
+	return s.db.Apply(pb, wo)
 }
 
 func (s *Store) release() { s.mu.RUnlock() }
