@@ -43,7 +43,7 @@ func newKafkaSide(w *Worker) (kafkaSide, error) {
 		kgo.ProducerLinger(0),
 		kgo.RecordPartitioner(outPartitioner{kgo.StickyKeyPartitioner(nil)}),
 		kgo.ProducerBatchMaxBytes(int32(min(w.cfg.maxMessageBytes, 1<<20))),
-		kgo.WithLogger(kgoLogger{w.cfg.log}),
+		kgo.WithLogger(broker.KgoLogger(w.cfg.log)),
 	}
 	if w.cfg.groupProtocol == ConsumerGroup {
 		// Dynamic membership: a static member leaving with KIP-848 keeps

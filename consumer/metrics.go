@@ -2,10 +2,8 @@ package consumer
 
 import (
 	"fmt"
-	"log/slog"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 type metrics struct {
@@ -55,18 +53,4 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}
 	}
 	return m, nil
-}
-
-// kgoLogger passes franz-go's warnings and errors to slog.
-type kgoLogger struct{ l *slog.Logger }
-
-func (k kgoLogger) Level() kgo.LogLevel { return kgo.LogLevelWarn }
-
-func (k kgoLogger) Log(level kgo.LogLevel, msg string, kv ...any) {
-	switch level {
-	case kgo.LogLevelError:
-		k.l.Error(msg, kv...)
-	case kgo.LogLevelWarn:
-		k.l.Warn(msg, kv...)
-	}
 }

@@ -57,65 +57,18 @@ func (r *Reader) Queues(ctx context.Context) ([]string, error) {
 // missing topic is an error wrapping ErrNoTopic.
 func (r *Reader) Read(ctx context.Context, queue string, fn func(Letter) error) error {
 	topic := broker.DLQTopic(queue)
-	info, err := r.adm.DescribeTopic(ctx, topic)
-	if errors.Is(err, broker.ErrTopicNotFound) {
+	var fnErr error
+	err := broker.ReadCommitted(ctx, r.conn, topic, func(rec *kgo.Record) error {
+		fnErr = fn(Decode(rec, queue))
+		return fnErr
+	})
+	switch {
+	case fnErr != nil:
+		return fnErr
+	case errors.Is(err, broker.ErrTopicNotFound):
 		return fmt.Errorf("dlq: no dead letters for queue %s (topic %s does not exist): %w", queue, topic, ErrNoTopic)
-	}
-	if err != nil {
+	case err != nil:
 		return fmt.Errorf("dlq: %w", err)
-	}
-	starts := map[int32]kgo.Offset{}
-	ends := map[int32]int64{} // partitions not read to their end yet
-	for _, p := range info.Partitions {
-		if p.Stable > p.Start {
-			starts[p.Partition] = kgo.NewOffset().At(p.Start)
-			ends[p.Partition] = p.Stable
-		}
-	}
-	if len(ends) == 0 {
-		return nil
-	}
-	cl, err := r.conn.NewClient(
-		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: starts}),
-		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
-		// Transaction markers are delivered so that a partition whose
-		// last stable offset follows a marker is seen to be finished.
-		kgo.KeepControlRecords(),
-	)
-	if err != nil {
-		return fmt.Errorf("dlq: %w", err)
-	}
-	defer cl.Close()
-	for len(ends) > 0 {
-		fs := cl.PollFetches(ctx)
-		if err := ctx.Err(); err != nil {
-			return fmt.Errorf("dlq: reading %s: %w", topic, err)
-		}
-		var ferr error
-		fs.EachError(func(_ string, p int32, err error) {
-			if ferr == nil && errors.Is(err, kgo.ErrClientClosed) {
-				ferr = fmt.Errorf("dlq: reading %s partition %d: %w", topic, p, err)
-			}
-		})
-		if ferr != nil {
-			return ferr
-		}
-		for it := fs.RecordIter(); !it.Done(); {
-			rec := it.Next()
-			end, ok := ends[rec.Partition]
-			if !ok || rec.Offset >= end {
-				continue
-			}
-			if rec.Offset >= end-1 {
-				delete(ends, rec.Partition)
-			}
-			if rec.Attrs.IsControl() {
-				continue
-			}
-			if err := fn(Decode(rec, queue)); err != nil {
-				return err
-			}
-		}
 	}
 	return nil
 }

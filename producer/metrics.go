@@ -1,13 +1,10 @@
 package producer
 
 import (
-	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/onceq/onceq"
 )
@@ -66,17 +63,4 @@ func (m *metrics) fail(queue string, err error) {
 		queue = "" // do not make a label of arbitrary input
 	}
 	m.errors.WithLabelValues(queue, reason(err)).Inc()
-}
-
-// kgoLogger passes franz-go's warnings and errors to slog.
-type kgoLogger struct{ l *slog.Logger }
-
-func (k kgoLogger) Level() kgo.LogLevel { return kgo.LogLevelWarn }
-
-func (k kgoLogger) Log(level kgo.LogLevel, msg string, keyvals ...any) {
-	l := slog.LevelWarn
-	if level == kgo.LogLevelError {
-		l = slog.LevelError
-	}
-	k.l.Log(context.Background(), l, msg, append(keyvals, "component", "kafka-client")...)
 }

@@ -85,7 +85,7 @@ func clientOpts(cfg config) []kgo.Opt {
 		// Produce never blocks.
 		kgo.MaxBufferedRecords(2 * cfg.maxBuffered),
 		kgo.ProducerBatchMaxBytes(int32(cfg.maxMessageBytes)),
-		kgo.WithLogger(kgoLogger{cfg.log}),
+		kgo.WithLogger(broker.KgoLogger(cfg.log)),
 	}
 }
 

@@ -321,49 +321,12 @@ func (d *demoRun) count(topic string) int {
 func readAll(conn broker.Conn, topic string, timeout time.Duration) ([]*kgo.Record, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	adm, err := broker.NewAdmin(conn)
-	if err != nil {
-		return nil, err
-	}
-	info, err := adm.DescribeTopic(ctx, topic)
-	adm.Close()
-	if err != nil {
-		return nil, err
-	}
-	ends := map[int32]int64{}
-	remaining := 0
-	for _, p := range info.Partitions {
-		if p.Stable > p.Start {
-			ends[p.Partition] = p.Stable
-			remaining++
-		}
-	}
-	cl, err := conn.NewClient(kgo.ConsumeTopics(topic), kgo.FetchIsolationLevel(kgo.ReadCommitted()),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.KeepControlRecords())
-	if err != nil {
-		return nil, err
-	}
-	defer cl.Close()
 	var out []*kgo.Record
-	for remaining > 0 {
-		fs := cl.PollFetches(ctx)
-		if ctx.Err() != nil {
-			return out, ctx.Err()
-		}
-		fs.EachRecord(func(r *kgo.Record) {
-			end, ok := ends[r.Partition]
-			if !ok || r.Offset >= end {
-				return
-			}
-			if !r.Attrs.IsControl() {
-				out = append(out, r)
-			}
-			if r.Offset == end-1 {
-				remaining--
-			}
-		})
-	}
-	return out, nil
+	err := broker.ReadCommitted(ctx, conn, topic, func(r *kgo.Record) error {
+		out = append(out, r)
+		return nil
+	})
+	return out, err
 }
 
 // report checks each guarantee with a fresh read_committed reader and

@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/onceq/onceq/broker"
@@ -58,58 +57,15 @@ func ReadCommitted(t testing.TB, conn broker.Conn, timeout time.Duration, topics
 func ReadCommittedErr(conn broker.Conn, timeout time.Duration, topics ...string) ([]*kgo.Record, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	adm, err := broker.NewAdmin(conn)
-	if err != nil {
-		return nil, err
-	}
-	ends, err := adm.Kadm().ListCommittedOffsets(ctx, topics...)
-	adm.Close()
-	if err != nil {
-		return nil, err
-	}
-	want := map[string]map[int32]int64{}
-	remaining := 0
-	ends.Each(func(o kadmListedOffset) {
-		if o.Offset > 0 {
-			if want[o.Topic] == nil {
-				want[o.Topic] = map[int32]int64{}
-			}
-			want[o.Topic][o.Partition] = o.Offset
-			remaining++
-		}
-	})
-	cl, err := conn.NewClient(
-		kgo.ConsumeTopics(topics...),
-		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
-		// Control records (transaction markers) are delivered so that a
-		// partition whose stable end is a marker is seen to be finished.
-		kgo.KeepControlRecords(),
-	)
-	if err != nil {
-		return nil, err
-	}
-	defer cl.Close()
 	var out []*kgo.Record
-	for remaining > 0 {
-		fs := cl.PollFetches(ctx)
-		if err := ctx.Err(); err != nil {
+	for _, topic := range topics {
+		err := broker.ReadCommitted(ctx, conn, topic, func(r *kgo.Record) error {
+			out = append(out, r)
+			return nil
+		})
+		if err != nil {
 			return out, err
 		}
-		fs.EachRecord(func(r *kgo.Record) {
-			end, ok := want[r.Topic][r.Partition]
-			if !ok || r.Offset >= end {
-				return
-			}
-			if !r.Attrs.IsControl() {
-				out = append(out, r)
-			}
-			if r.Offset == end-1 {
-				remaining--
-			}
-		})
 	}
 	return out, nil
 }
-
-type kadmListedOffset = kadm.ListedOffset
