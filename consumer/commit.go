@@ -51,6 +51,12 @@ func (w *Worker) commit(ctx context.Context) error {
 		offsets = map[string]map[int32]kgo.EpochOffset{}
 		eos     = w.cfg.guarantee == ExactlyOnce
 	)
+	// Tombstones of expired IDs go first: a mark of this commit for an ID
+	// that expiry just removed must come after its tombstone, so that a
+	// replay of the changelog ends with the ID present, like the store.
+	if eos && time.Since(w.lastExpire) > expireEvery {
+		recs = w.appendExpired(ctx, recs)
+	}
 	for _, ps := range w.snapshotParts() {
 		res, at, upTo, changed := ps.collect()
 		if !changed {
@@ -72,9 +78,6 @@ func (w *Worker) commit(ctx context.Context) error {
 			offsets[ps.tp.Topic][ps.tp.Partition] = at
 		}
 		parts = append(parts, p)
-	}
-	if eos && time.Since(w.lastExpire) > expireEvery {
-		recs = w.appendExpired(ctx, recs)
 	}
 	if len(recs) == 0 && len(offsets) == 0 {
 		return nil
