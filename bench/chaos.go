@@ -147,6 +147,9 @@ func (c *chaos) start(s *slot) error {
 	return nil
 }
 
+// pauseKills is how long chaos waits for progress before it stops killing.
+const pauseKills = 30 * time.Second
+
 // loop kills and restarts until progress reports want, failing when
 // progress stops for three minutes.
 func (c *chaos) loop(ctx context.Context, rng *rand.Rand, progress func() (int64, error), want int64) error {
@@ -164,8 +167,13 @@ func (c *chaos) loop(ctx context.Context, rng *rand.Rand, progress func() (int64
 			last, lastMove = n, time.Now()
 		}
 		if time.Since(lastMove) > 3*time.Minute {
-			return fmt.Errorf("bench: chaos: no progress for 3 minutes at %d of %d tasks. %s", n, want, c.outputs())
+			return fmt.Errorf("bench: chaos: no progress for 3 minutes at %d of %d tasks, with no kills for the last %v: the system is stuck, not just slowed down by the kills. %s",
+				n, want, (3*time.Minute - pauseKills).Round(time.Second), c.outputs())
 		}
+		// A run that stops moving for a while gets no more kills, so that
+		// a stall says the system is stuck rather than too busy
+		// recovering.
+		paused := time.Since(lastMove) > pauseKills
 		for _, s := range c.slots {
 			if s.p.exited() {
 				c.stats.WorkerExits++
@@ -175,7 +183,7 @@ func (c *chaos) loop(ctx context.Context, rng *rand.Rand, progress func() (int64
 				}
 			}
 		}
-		if time.Now().Before(next) {
+		if paused || time.Now().Before(next) {
 			if err := sleep(ctx, 25*time.Millisecond); err != nil {
 				return err
 			}

@@ -118,7 +118,9 @@ func (b *brokerProc) start(ctx context.Context) error {
 		return err
 	}
 	b.p = p
-	if err := waitListening(ctx, b.addr, 60*time.Second); err != nil {
+	// Wait even when ctx is done: a broker left half started would hold
+	// up the teardown.
+	if err := waitListening(context.WithoutCancel(ctx), b.addr, 60*time.Second); err != nil {
 		p.kill()
 		return fmt.Errorf("%w. The broker's output:\n%s", err, p.out)
 	}

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"strconv"
@@ -170,9 +171,18 @@ func (e *env) verify(ctx context.Context, topic string, x expectation) (*Verific
 	return c.result(), nil
 }
 
-// readCommitted reads every record of topic that a fresh read_committed
-// consumer sees, from the start to each partition's last stable offset at
-// the time of the call, and passes them to each batch by batch.
+// fenceHeader marks the records readCommitted writes to find the end of
+// each partition.
+const fenceHeader = "bench-fence"
+
+// readCommitted reads every committed record of topic with a fresh
+// read_committed consumer, passing them to each batch by batch, up to a
+// fence: a record it writes to the end of every partition first and
+// stops at. Reading up to the last stable offset instead is not enough:
+// a broker that restarts after a crash aborts the transactions that were
+// open without writing abort markers, so when such a transaction ends a
+// partition, no record at the last stable offset minus one ever reaches a
+// read_committed consumer.
 func readCommitted(ctx context.Context, conn broker.Conn, topic string, each func([]*kgo.Record)) error {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
@@ -180,51 +190,65 @@ func readCommitted(ctx context.Context, conn broker.Conn, topic string, each fun
 	if err != nil {
 		return err
 	}
-	ends, err := adm.Kadm().ListCommittedOffsets(ctx, topic)
+	info, err := adm.DescribeTopic(ctx, topic)
 	adm.Close()
 	if err != nil {
-		return fmt.Errorf("bench: stable offsets of %s: %w", topic, err)
+		return err
 	}
-	want := map[int32]int64{}
-	for _, o := range ends[topic] {
-		if o.Err != nil {
-			return fmt.Errorf("bench: stable offset of %s/%d: %w", topic, o.Partition, o.Err)
-		}
-		if o.Offset > 0 {
-			want[o.Partition] = o.Offset
-		}
+	nonce := []byte(strconv.FormatInt(time.Now().UnixNano(), 36))
+	pending := map[int32]bool{}
+	w, err := conn.NewClient(kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err != nil {
+		return err
+	}
+	var fences []*kgo.Record
+	for _, p := range info.Partitions {
+		pending[p.Partition] = true
+		fences = append(fences, &kgo.Record{Topic: topic, Partition: p.Partition, Headers: []kgo.RecordHeader{{Key: fenceHeader, Value: nonce}}})
+	}
+	err = w.ProduceSync(ctx, fences...).FirstErr()
+	w.Close()
+	if err != nil {
+		return fmt.Errorf("bench: writing the end fences of %s: %w", topic, err)
 	}
 	cl, err := conn.NewClient(kgo.ConsumeTopics(topic), kgo.FetchIsolationLevel(kgo.ReadCommitted()),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
-		// Transaction markers come through so that a partition whose
-		// stable end is a marker is seen to be finished.
-		kgo.KeepControlRecords())
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
 	if err != nil {
 		return err
 	}
 	defer cl.Close()
 	var batch []*kgo.Record
-	for len(want) > 0 {
+	for len(pending) > 0 {
 		fs := cl.PollFetches(ctx)
 		if err := ctx.Err(); err != nil {
-			return fmt.Errorf("bench: reading %s: %d partitions unfinished: %w", topic, len(want), err)
+			return fmt.Errorf("bench: reading %s: %d partitions unfinished: %w", topic, len(pending), err)
 		}
 		batch = batch[:0]
 		fs.EachRecord(func(r *kgo.Record) {
-			end, ok := want[r.Partition]
-			if !ok || r.Offset >= end {
+			if !pending[r.Partition] {
+				return // past this partition's fence
+			}
+			if f, ok := fence(r); ok {
+				if bytes.Equal(f, nonce) {
+					delete(pending, r.Partition)
+				}
 				return
 			}
-			if !r.Attrs.IsControl() {
-				batch = append(batch, r)
-			}
-			if r.Offset == end-1 {
-				delete(want, r.Partition)
-			}
+			batch = append(batch, r)
 		})
 		each(batch)
 	}
 	return nil
+}
+
+// fence returns the nonce of a fence record.
+func fence(r *kgo.Record) ([]byte, bool) {
+	for _, h := range r.Headers {
+		if h.Key == fenceHeader {
+			return h.Value, true
+		}
+	}
+	return nil, false
 }
 
 // tailer reads a topic as a read_committed consumer while a run goes on,

@@ -1,0 +1,165 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/onceq/onceq/bench"
+	"github.com/onceq/onceq/internal/testutil"
+)
+
+func TestBenchUsageErrorsExit2(t *testing.T) {
+	t.Setenv("ONCEQ_BROKERS", "")
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--scenario", "fast"}, `--scenario "fast"`},
+		{[]string{"--tasks", "0"}, "--tasks 0: want 1 to"},
+		{[]string{"--size", "7"}, "--size 7: want 8 to"},
+		{[]string{"--partitions", "0"}, "--partitions 0"},
+		{[]string{"--workers", "-1"}, "--workers -1"},
+		{[]string{"--concurrency", "0"}, "--concurrency 0"},
+		{[]string{"--commit-interval", "0s"}, "--commit-interval 0s"},
+		{[]string{"--guarantee", "maybe"}, "--guarantee"},
+		{[]string{"--duplicates", "1.5"}, "--duplicates 1.5"},
+		{[]string{"--duplicates", "NaN"}, "--duplicates NaN"},
+		{[]string{"--rate", "-5"}, "--rate -5"},
+		{[]string{"--scenario", "delay", "--delay", "0s"}, "--delay 0s"},
+		{[]string{"--scenario", "chaos", "--kill-interval", "10ms"}, "--kill-interval 10ms"},
+		{[]string{"--scenario", "chaos", "--guarantee", "at-least-once"}, "chaos verifies exactly-once"},
+		{[]string{"--scenario", "produce", "--rate", "100"}, "--rate does not apply to --scenario produce"},
+		{[]string{"--scenario", "process", "--kill-broker"}, "--kill-broker does not apply"},
+		{[]string{"--scenario", "e2e", "--delay", "1s"}, "--delay does not apply"},
+		{[]string{"--scenario", "produce", "--workers", "2"}, "--workers does not apply"},
+		{[]string{"--scenario", "chaos", "--kill-broker", "--brokers", "127.0.0.1:1"}, "leave --brokers"},
+		{[]string{"--scenario", "chaos", "--binary", "/nonexistent/onceq"}, "--binary"},
+		{[]string{"--json", "/nonexistent/dir/r.json"}, "--json"},
+		{[]string{"--brokers", "nohostport"}, "want host:port"},
+		{[]string{"extra"}, "no arguments"},
+	} {
+		code, _, stderr := runCLI(t, "", append([]string{"bench"}, tc.args...)...)
+		if code != exitUsage || !strings.Contains(stderr, tc.want) {
+			t.Errorf("onceq bench %s: exit %d, stderr %q; want exit 2 and %q", strings.Join(tc.args, " "), code, stderr, tc.want)
+		}
+	}
+}
+
+// TestBenchVerificationFailsExit1 drops one output record before the
+// verifier sees it: the verification must fail and the CLI exit 1.
+func TestBenchVerificationFailsExit1(t *testing.T) {
+	t.Setenv("ONCEQ_BROKERS", "")
+	dropped := false
+	benchTestHook = func(o *bench.Options) {
+		o.Tamper = func(recs []*kgo.Record) []*kgo.Record {
+			if !dropped && len(recs) > 0 {
+				dropped = true
+				return recs[1:]
+			}
+			return recs
+		}
+	}
+	defer func() { benchTestHook = nil }()
+	out := filepath.Join(t.TempDir(), "r.json")
+	code, stdout, stderr := runCLI(t, "", "bench", "--scenario", "process", "--tasks", "500", "--baselines=false", "--json", out)
+	if code != exitFailure || !strings.Contains(stderr, "verification failed") || !strings.Contains(stderr, "1 missing") {
+		t.Fatalf("exit %d; stdout:\n%s\nstderr:\n%s", code, stdout, stderr)
+	}
+	r := readReport(t, out)
+	if r.OK || r.Runs[0].Verification.Missing != 1 || r.Runs[0].Verification.Unique != 499 {
+		t.Fatalf("report: ok %v, verification %+v", r.OK, r.Runs[0].Verification)
+	}
+}
+
+func readReport(t *testing.T, path string) *bench.Report {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	r, err := bench.ReadReport(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// runScenario runs a scenario twice, on the bench's own broker and with
+// --brokers at a separately started "onceq broker", and checks that each
+// run exits 0 and verifies.
+func runScenario(t *testing.T, check func(*testing.T, *bench.Report), args ...string) {
+	t.Helper()
+	t.Setenv("ONCEQ_BROKERS", "")
+	for _, external := range []bool{false, true} {
+		name := "embedded"
+		a := append([]string{"bench", "--seed", "7"}, args...)
+		if external {
+			name = "external"
+			_, addr := testutil.StartBrokerProcess(t, "", t.TempDir())
+			a = append(a, "--brokers", addr)
+		}
+		t.Run(name, func(t *testing.T) {
+			dir := t.TempDir()
+			a := append(a, "--json", filepath.Join(dir, "r.json"), "--report", filepath.Join(dir, "html"))
+			code, stdout, stderr := runCLI(t, "", a...)
+			if code != 0 {
+				t.Fatalf("onceq %s: exit %d\nstdout:\n%s\nstderr:\n%s", strings.Join(a, " "), code, stdout, stderr)
+			}
+			r := readReport(t, filepath.Join(dir, "r.json"))
+			want := map[bool]string{false: "embedded", true: "external"}[external]
+			if !r.OK || r.Broker != want || r.Seed != 7 || len(r.Runs) == 0 {
+				t.Fatalf("report: ok %v, broker %s, seed %d, %d runs\n%s", r.OK, r.Broker, r.Seed, len(r.Runs), stdout)
+			}
+			for _, run := range r.Runs {
+				if v := run.Verification; v != nil && (v.Missing != 0 || (!v.DuplicatesAllowed && v.Duplicates != 0)) {
+					t.Fatalf("%s: %+v", run.Name, v)
+				}
+			}
+			if _, err := os.Stat(filepath.Join(dir, "html", "index.html")); err != nil {
+				t.Fatal(err)
+			}
+			if check != nil {
+				check(t, r)
+			}
+			t.Logf("%s", stdout)
+		})
+	}
+}
+
+func TestBenchProduce(t *testing.T) {
+	runScenario(t, nil, "--scenario", "produce", "--tasks", "3000", "--duplicates", "0.1")
+}
+
+func TestBenchProcess(t *testing.T) {
+	runScenario(t, nil, "--scenario", "process", "--tasks", "2000", "--duplicates", "0.1", "--workers", "2")
+}
+
+func TestBenchE2E(t *testing.T) {
+	runScenario(t, nil, "--scenario", "e2e", "--tasks", "2000", "--rate", "2000", "--duplicates", "0.05")
+}
+
+func TestBenchDelay(t *testing.T) {
+	runScenario(t, nil, "--scenario", "delay", "--tasks", "1000", "--delay", "3s", "--rate", "1000")
+}
+
+// TestBenchChaos is the acceptance run of the chaos scenario, scaled to a
+// few minutes under -race: worker processes SIGKILLed every second or so;
+// duplicates and missing must be 0.
+func TestBenchChaos(t *testing.T) {
+	tasks := "20000"
+	if testing.Short() {
+		tasks = "3000"
+	}
+	kills := func(t *testing.T, r *bench.Report) {
+		if r.Chaos == nil || r.Chaos.WorkerKills < 3 {
+			t.Fatalf("chaos %+v: too few kills to test crashes", r.Chaos)
+		}
+	}
+	runScenario(t, kills, "--scenario", "chaos", "--tasks", tasks, "--rate", "2000", "--kill-interval", "1s", "--duplicates", "0.05",
+		"--binary", testutil.Binary(t))
+}
