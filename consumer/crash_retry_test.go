@@ -66,8 +66,8 @@ func TestCrashRetriesAndDeadLetters(t *testing.T) {
 		for i, task := range recs {
 			task.Resolve(time.Now())
 			cl.Produce(context.Background(), task.Record("in"), nil)
-			if i%500 == 499 {
-				time.Sleep(100 * time.Millisecond)
+			if i%(n/40) == n/40-1 { // spread over about 10 s, so that kills land mid-run
+				time.Sleep(250 * time.Millisecond)
 			}
 		}
 		_ = cl.Flush(context.Background())
