@@ -54,5 +54,13 @@ chaos:
 soak:
 	ONCEQ_SOAK=1h $(GO) test -count=1 -timeout 2h -v -run TestSoak ./consumer
 
+## bench-cli: every onceq bench scenario with its defaults (200,000 tasks); the
+## table on stdout, JSON and HTML reports in bin/bench/<scenario>/
+.PHONY: bench-cli
+bench-cli: build
+	@set -e; for s in produce process e2e delay chaos; do \
+	  ./$(BIN) bench --scenario $$s --report bin/bench/$$s; \
+	done
+
 clean:
 	rm -rf bin onceq-data

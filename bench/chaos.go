@@ -22,8 +22,8 @@ import (
 // runChaos runs the load through Workers "onceq worker" subprocesses
 // (count: handler, one group, a checkpoint dir each) while it SIGKILLs one
 // of them, chosen at random, every KillInterval or so and restarts it on
-// the same dir; with KillBroker every third kill is the broker process
-// instead, restarted on its data dir and address. Kill times and victims
+// the same dir; with KillBroker the second kill and every third after it
+// is the broker process instead, restarted on its data dir and address. Kill times and victims
 // follow the seed. Latency is submission to the output's visibility to a
 // read_committed reader. At the end a fresh reader and the run counters
 // must show every task exactly once.
@@ -116,7 +116,30 @@ func runChaos(ctx context.Context, e *env, l *load, seed uint64) ([]RunResult, *
 	run := newRun(workerRunName(e.o.Guarantee)+" under chaos", false, len(l.order), l.size, time.Unix(0, lastAt.Load()).Sub(start))
 	run.Timeline, run.Latency = timeline, latency.summary()
 	run.Verification, err = e.verify(ctx, out, expectation{l: l, once: true, runs: true})
+	if err == nil {
+		c.enough(run.Verification)
+	}
 	return []RunResult{run}, c.stats, err
+}
+
+// minKills is the fewest kills (with KillBroker, the fewest broker kills
+// is one) that make a chaos run a test of crashes.
+const minKills = 3
+
+// enough fails v when the run ended before the chaos tested anything.
+func (c *chaos) enough(v *Verification) {
+	st := c.stats
+	var short string
+	switch {
+	case st.WorkerKills+st.BrokerKills < minKills:
+		short = fmt.Sprintf("only %d kills", st.WorkerKills+st.BrokerKills)
+	case c.e.brk != nil && st.BrokerKills == 0:
+		short = "no broker kill"
+	default:
+		return
+	}
+	v.Problems = append(v.Problems, short+": the run was too short to test crashes; offer a --rate (tasks per second) that spreads the tasks over longer, or lower --kill-interval")
+	v.OK = false
 }
 
 // chaos keeps the worker subprocesses running and kills them.
@@ -190,7 +213,7 @@ func (c *chaos) loop(ctx context.Context, rng *rand.Rand, progress func() (int64
 			continue
 		}
 		kills := c.stats.WorkerKills + c.stats.BrokerKills
-		if c.e.brk != nil && kills%3 == 2 {
+		if c.e.brk != nil && kills%3 == 1 {
 			c.stats.BrokerKills++
 			if err := c.e.brk.restart(ctx); err != nil {
 				return err

@@ -62,7 +62,8 @@ Scenarios (--scenario):
            reports lateness (publish minus due) and early tasks (must be 0)
   chaos    run --workers "onceq worker" processes (count: handler) and SIGKILL
            and restart them at random (--kill-interval), with --kill-broker the
-           broker process too; duplicates and missing must be 0
+           broker process too; duplicates and missing must be 0, and a run
+           with fewer than 3 kills fails (offer a --rate to make it longer)
 
 Without --brokers (flag or ONCEQ_BROKERS) the bench starts its own embedded
 broker on a temporary data dir (for --kill-broker an "onceq broker" process).
