@@ -119,8 +119,8 @@ func (p *Producer) Submit(ctx context.Context, task onceq.Task) (Receipt, error)
 	}
 }
 
-// SubmitAsync submits a task and calls fn with the outcome once the
-// brokers acknowledged or refused it; it returns the task's ID. fn runs on
+// SubmitAsync submits a task and calls fn, if not nil, with the outcome
+// once the brokers acknowledged or refused it; it returns the task's ID. fn runs on
 // the producer's callback goroutine, one call at a time in acknowledgment
 // order: it must be quick and must not block or call Flush. An invalid
 // task is refused before SubmitAsync returns, with fn called in the
@@ -138,6 +138,9 @@ func (p *Producer) SubmitAsync(ctx context.Context, task onceq.Task, fn func(Rec
 // produces from a goroutine of its own, with ProduceSync, which sends its
 // partition's batch at once instead of waiting out the linger.
 func (p *Producer) submit(ctx context.Context, task onceq.Task, fn func(Receipt, error), sync bool) string {
+	if fn == nil {
+		fn = func(Receipt, error) {}
+	}
 	start := time.Now()
 	rec, dest, q, err := p.prepare(ctx, &task, start)
 	if err == nil {

@@ -464,3 +464,18 @@ func histogramCount(t *testing.T, reg *prometheus.Registry, name, queue string) 
 }
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
+
+// TestSubmitAsyncNilCallback pins a crash: SubmitAsync with a nil callback
+// panicked when the acknowledgment came.
+func TestSubmitAsyncNilCallback(t *testing.T) {
+	conn, p := setup(t, []string{"jobs"})
+	ctx := ctxT(t)
+	id := p.SubmitAsync(ctx, onceq.Task{Queue: "jobs", Payload: []byte("x")}, nil)
+	if err := p.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	p.SubmitAsync(ctx, onceq.Task{Queue: "a b"}, nil) // refused at once, also without a callback
+	if got := readTasks(t, conn, "jobs"); len(got) != 1 || got[0].ID != id {
+		t.Fatalf("read %d tasks, want the one submitted", len(got))
+	}
+}
