@@ -81,7 +81,7 @@ func TestAlwaysFailingEndsInDeadLetters(t *testing.T) {
 	})
 	stop := runWorker(t, consumer.Conn(conn), consumer.Group("gf"), consumer.Queues("in"), consumer.CheckpointDir(t.TempDir()),
 		consumer.WithHandler(h), consumer.MaxAttempts(3), consumer.Backoff(50*time.Millisecond, 1, 50*time.Millisecond))
-	dead := waitRecords(t, conn, "onceq-dlq-in", 1, 30*time.Second)
+	waitRecords(t, conn, "onceq-dlq-in", 1, 30*time.Second)
 	time.Sleep(500 * time.Millisecond)
 	if err := stop(); err != nil {
 		t.Fatal(err)
@@ -89,7 +89,7 @@ func TestAlwaysFailingEndsInDeadLetters(t *testing.T) {
 	if runs.Load() != 3 {
 		t.Fatalf("ran %d times, want 3 (max attempts)", runs.Load())
 	}
-	dead = testutil.ReadCommitted(t, conn, 10*time.Second, "onceq-dlq-in")
+	dead := testutil.ReadCommitted(t, conn, 10*time.Second, "onceq-dlq-in")
 	if len(dead) != 1 {
 		t.Fatalf("%d dead letters, want 1", len(dead))
 	}
