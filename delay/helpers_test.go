@@ -190,7 +190,11 @@ func (p *published) verify(t testing.TB, dues map[string]time.Time) []time.Durat
 		case len(rs) > 1:
 			dups++
 			if dups <= 5 {
-				t.Errorf("task %s published %d times", id, len(rs))
+				var where []string
+				for _, r := range rs {
+					where = append(where, fmt.Sprintf("%s/%d/%d at due%+v by producer %d/%d", r.Topic, r.Partition, r.Offset, r.Timestamp.Sub(due), r.ProducerID, r.ProducerEpoch))
+				}
+				t.Errorf("task %s due %v published %d times: %v", id, due.Format("15:04:05.000"), len(rs), where)
 			}
 		}
 		l := rs[0].Timestamp.Sub(due)

@@ -291,6 +291,8 @@ func (s *Service) loadCursors(ctx context.Context, fresh []*part) error {
 					}
 				}
 				p.committed, p.next, p.loaded = c, c.Offset, true
+				s.cfg.log.Debug("partition cursor loaded", "topic", p.topic, "partition", p.partition,
+					"offset", c.Offset, "high", c.High, "time", c.Time, "smallest_ms", c.Smallest)
 			}
 			return nil
 		}
@@ -353,13 +355,18 @@ func (s *Service) classify(p *part, recs []*kgo.Record, now time.Time) []*kgo.Re
 			p.next, p.epoch = r.Offset+1, r.LeaderEpoch
 			continue
 		}
-		if ahead := time.Duration(rel-nowMS) * time.Millisecond; ahead >= p.readAhead {
-			p.wake, p.budget = time.UnixMilli(rel).Add(-p.readAhead), false
-			return recs[i:]
-		}
-		if s.held >= s.cfg.maxHeld {
-			p.budget = true
-			return recs[i:]
+		// Below the committed high mark the previous reader read every
+		// record already: reading on is bounded, and needed before the
+		// partition may commit (see caughtUp).
+		if r.Offset >= p.committed.High {
+			if ahead := time.Duration(rel-nowMS) * time.Millisecond; ahead >= p.readAhead {
+				p.wake, p.budget = time.UnixMilli(rel).Add(-p.readAhead), false
+				return recs[i:]
+			}
+			if s.held >= s.cfg.maxHeld {
+				p.budget = true
+				return recs[i:]
+			}
 		}
 		p.push(r, rel)
 		s.held++
@@ -409,7 +416,7 @@ func (s *Service) commitDue(now time.Time) bool {
 	nowMS := now.UnixMilli()
 	n := 0
 	for _, p := range s.view {
-		if rel, ok := p.nextRelease(); ok && rel <= nowMS && p.loaded && p.committed.Time <= nowMS {
+		if rel, ok := p.nextRelease(); ok && rel <= nowMS && p.committable(nowMS) {
 			n++
 		}
 	}
@@ -417,14 +424,16 @@ func (s *Service) commitDue(now time.Time) bool {
 }
 
 // nextWake is when the loop has something to do without new records: the
-// next release (not before the commit interval is up) or the next stopped
-// partition to read on.
+// next release in a partition that may commit (not before the commit
+// interval is up) or the next stopped partition to read on. It is never
+// now or earlier: a poll whose context is done returns no records at all,
+// and a partition that may not commit yet waits for records to read.
 func (s *Service) nextWake(now time.Time) time.Time {
 	wake := now.Add(100 * time.Millisecond)
 	earliest := s.lastCommit.Add(s.cfg.commitInterval)
 	for _, p := range s.view {
-		if rel, ok := p.nextRelease(); ok {
-			at := time.UnixMilli(max(rel, p.committed.Time))
+		if rel, ok := p.nextRelease(); ok && p.committable(now.UnixMilli()) {
+			at := time.UnixMilli(rel)
 			if at.Before(earliest) {
 				at = earliest
 			}
@@ -436,7 +445,14 @@ func (s *Service) nextWake(now time.Time) time.Time {
 			wake = p.wake
 		}
 	}
-	return wake
+	return later(wake, now.Add(time.Millisecond))
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
 
 // shutdown commits what is released and leaves the group.

@@ -40,7 +40,7 @@ func (s *Service) commit(ctx context.Context) error {
 	var moves []*move
 	n := 0
 	for _, p := range s.view {
-		if !p.loaded || p.revoked.Load() || nowMS < p.committed.Time {
+		if !p.committable(nowMS) {
 			continue
 		}
 		if es := p.due(nowMS, nil); len(es) > 0 {

@@ -30,6 +30,11 @@ const maxBuf = 20_000
 // move out of offset order (a record held until its due time does not
 // hold back the records behind it), and this is what tells a restarted
 // reader which records between Offset and High to skip.
+//
+// A new cursor must claim everything the committed one claims: a reader
+// that starts again at Offset commits nothing for the partition until it
+// has read up to High (see part.committable). Its next cursor then has a
+// High and a Time no lower than the committed ones.
 type cursor struct {
 	Offset   int64 // -1: nothing committed
 	High     int64
@@ -204,6 +209,16 @@ func (p *part) firstUnmoved() int64 {
 		return p.fifo[p.head].rec.Offset
 	}
 	return p.next
+}
+
+// committable reports whether the partition may move records in a
+// transaction at now (unix ms). Its new cursor must claim every record the
+// committed one claims, so the partition must have read up to the committed
+// high mark again (after a restart, a new assignment or an aborted
+// transaction) and now must not be before the committed time (another
+// instance's clock may run ahead).
+func (p *part) committable(now int64) bool {
+	return p.loaded && !p.revoked.Load() && p.next >= p.committed.High && now >= p.committed.Time
 }
 
 // held is the number of entries not moved.

@@ -2,10 +2,12 @@ package delay
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kerr"
 
 	"github.com/onceq/onceq/broker"
 )
@@ -44,6 +46,9 @@ func Stats(ctx context.Context, adm *broker.Admin, p *Planner, group string) ([]
 		return nil, fmt.Errorf("delay: start offsets of the buckets: %w", err)
 	}
 	committed, err := adm.Kadm().FetchOffsets(ctx, group)
+	if errors.Is(err, kerr.GroupIDNotFound) {
+		committed, err = nil, nil // nothing moved yet
+	}
 	if err != nil {
 		return nil, fmt.Errorf("delay: committed offsets of group %s: %w", group, err)
 	}

@@ -49,3 +49,36 @@ func TestExactlyOnceNeverEarly(t *testing.T) {
 	t.Logf("%d tasks published in %v; lateness p50 %v p99 %v max %v", n, time.Since(start).Round(time.Millisecond),
 		percentile(late, 0.5), percentile(late, 0.99), late[len(late)-1])
 }
+
+// TestRebalance shares the buckets between instances of one group while
+// tasks flow: a second instance joins, the first leaves cleanly, a third
+// joins. Transactions aborted by the rebalances are read again; every task
+// is still published exactly once and none early.
+func TestRebalance(t *testing.T) {
+	n := 20_000
+	if testing.Short() || raceEnabled {
+		n = 5_000
+	}
+	_, conn := testutil.StartBroker(t, "")
+	p := shortLadder(t)
+	createQueue(t, conn, "q", 4)
+	pub := watchQueue(t, conn, "q")
+	rng := seeded(t)
+	opts := func(id string) []delay.ServiceOpt {
+		return []delay.ServiceOpt{delay.WithConn(conn), delay.WithPlanner(p), delay.WithLogger(testLogger()), delay.WithInstanceID(id),
+			delay.WithSessionTimeout(6 * time.Second), delay.WithTransactionTimeout(4 * time.Second)}
+	}
+	stopA := runService(t, opts("a")...)
+	dues := submitSpread(t, conn, p, "q", n, 6*time.Second, rng)
+	time.Sleep(time.Duration(300+rng.IntN(700)) * time.Millisecond)
+	runService(t, opts("b")...)
+	time.Sleep(time.Duration(500+rng.IntN(1000)) * time.Millisecond)
+	stopA()
+	t.Logf("a left; %d published", pub.published())
+	time.Sleep(time.Duration(300+rng.IntN(700)) * time.Millisecond)
+	runService(t, opts("c")...)
+	pub.wait(t, len(dues), time.Minute)
+	time.Sleep(500 * time.Millisecond)
+	late := pub.verify(t, dues)
+	t.Logf("lateness p50 %v p99 %v max %v", percentile(late, 0.5), percentile(late, 0.99), late[len(late)-1])
+}
