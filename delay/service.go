@@ -291,6 +291,12 @@ func (s *Service) loadCursors(ctx context.Context, fresh []*part) error {
 					}
 				}
 				p.committed, p.next, p.loaded = c, c.Offset, true
+				if c.High > c.Offset {
+					// Records above the offset moved by the release times
+					// of the committed smallest bucket: keep to it until
+					// the partition has nothing above its offset again.
+					p.smallest = time.Duration(c.Smallest) * time.Millisecond
+				}
 				s.cfg.log.Debug("partition cursor loaded", "topic", p.topic, "partition", p.partition,
 					"offset", c.Offset, "high", c.High, "time", c.Time, "smallest_ms", c.Smallest)
 			}
@@ -345,9 +351,9 @@ func (s *Service) classify(p *part, recs []*kgo.Record, now time.Time) []*kgo.Re
 		if r.Offset < p.next {
 			continue
 		}
-		rel := releaseOf(r, p.bucket, s.smallest)
+		rel := releaseOf(r, p.bucket, p.smallest)
 		if p.committed.moved(r.Offset, func(smallest time.Duration) int64 {
-			if smallest == s.smallest {
+			if smallest == p.smallest {
 				return rel
 			}
 			return releaseOf(r, p.bucket, smallest)

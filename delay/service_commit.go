@@ -69,7 +69,7 @@ func (s *Service) commit(ctx context.Context) error {
 			}
 			mv.outs = append(mv.outs, o)
 		}
-		mv.to = cursor{Offset: mv.p.firstUnmoved(), High: mv.p.next, Time: nowMS, Smallest: s.smallest.Milliseconds()}
+		mv.to = cursor{Offset: mv.p.firstUnmoved(), High: mv.p.next, Time: nowMS, Smallest: mv.p.smallest.Milliseconds()}
 	}
 
 	if err := s.sess.Begin(); err != nil {
@@ -115,6 +115,11 @@ func (s *Service) commit(ctx context.Context) error {
 	}
 	for _, mv := range moves {
 		mv.p.committed = mv.to
+		if mv.to.High == mv.to.Offset && mv.p.smallest != s.smallest {
+			// Nothing above the offset is claimed: the ladder's smallest
+			// bucket applies from here on.
+			mv.p.smallest = s.smallest
+		}
 		for _, o := range mv.outs {
 			s.m.moved(mv.p.label, o.to)
 			if o.queue {

@@ -80,7 +80,9 @@ func WithConn(c broker.Conn) ServiceOpt {
 
 // WithPlanner sets the bucket ladder. It must be the ladder the producers
 // route with. Default DefaultPlanner(). The service creates missing bucket
-// topics with BucketTopicConfigs and DefaultBucketPartitions.
+// topics with BucketTopicConfigs and DefaultBucketPartitions. A ladder may
+// gain buckets at any time; a bucket taken off the ladder is no longer
+// read, so keep it until "onceq delay stats" shows it empty.
 func WithPlanner(p *Planner) ServiceOpt {
 	return serviceOptFunc(func(cfg *serviceConfig) {
 		if p == nil {

@@ -98,7 +98,8 @@ type part struct {
 	partition int32
 	bucket    time.Duration
 	readAhead time.Duration
-	label     string // the bucket's name, for metrics
+	smallest  time.Duration // the smallest bucket release times use
+	label     string        // the bucket's name, for metrics
 	revoked   atomic.Bool
 
 	loaded    bool   // committed holds what the group committed
@@ -122,7 +123,7 @@ type part struct {
 
 func newPart(p *Planner, topic string, partition int32, bucket time.Duration) *part {
 	return &part{
-		topic: topic, partition: partition, bucket: bucket, readAhead: p.ReadAhead(bucket),
+		topic: topic, partition: partition, bucket: bucket, readAhead: p.ReadAhead(bucket), smallest: p.Smallest(),
 		label: bucketLabel(bucket), next: -1, epoch: -1, seek: -1,
 		committed: cursor{Offset: -1, High: -1},
 	}

@@ -82,3 +82,33 @@ func TestRebalance(t *testing.T) {
 	late := pub.verify(t, dues)
 	t.Logf("lateness p50 %v p99 %v max %v", percentile(late, 0.5), percentile(late, 0.99), late[len(late)-1])
 }
+
+// TestLadderChange stops an instance running 100ms 500ms 2s in the middle
+// of a run and continues with a ladder that adds a smaller bucket, 50ms:
+// release times change with the smallest bucket, and the records the first
+// instance moved out of order are still skipped, not moved twice.
+func TestLadderChange(t *testing.T) {
+	n := 10_000
+	if testing.Short() || raceEnabled {
+		n = 3_000
+	}
+	_, conn := testutil.StartBroker(t, "")
+	p := shortLadder(t)
+	wider, err := delay.ParseLadder("50ms 100ms 500ms 2s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	createQueue(t, conn, "q", 4)
+	pub := watchQueue(t, conn, "q")
+	rng := seeded(t)
+	stop := runService(t, delay.WithConn(conn), delay.WithPlanner(p), delay.WithLogger(testLogger()), delay.WithInstanceID("a"))
+	dues := submitSpread(t, conn, p, "q", n, 4*time.Second, rng)
+	time.Sleep(time.Duration(500+rng.IntN(1000)) * time.Millisecond)
+	stop()
+	t.Logf("stopped the first ladder; %d published", pub.published())
+	runService(t, delay.WithConn(conn), delay.WithPlanner(wider), delay.WithLogger(testLogger()), delay.WithInstanceID("b"))
+	pub.wait(t, len(dues), time.Minute)
+	time.Sleep(500 * time.Millisecond)
+	late := pub.verify(t, dues)
+	t.Logf("lateness p50 %v p99 %v max %v", percentile(late, 0.5), percentile(late, 0.99), late[len(late)-1])
+}
