@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -201,4 +202,43 @@ func TestOptions(t *testing.T) {
 			t.Errorf("%+v accepted", bad)
 		}
 	}
+}
+
+func TestProgress(t *testing.T) {
+	for _, redraw := range []bool{true, false} {
+		var buf syncBuffer
+		p := NewProgress(&buf, redraw)
+		p.every = 10 * time.Millisecond
+		end := p.phase("drain", 100, func() int64 { return 50 })
+		time.Sleep(50 * time.Millisecond)
+		end()
+		out := buf.String()
+		want := "drain: 50/100 (50%)"
+		if redraw {
+			want = "\r\033[Kdrain [===============>              ]  50% 50/100"
+		}
+		if !strings.Contains(out, want) || !strings.Contains(out, "drain: 50/100 in ") {
+			t.Errorf("redraw %v: %q lacks %q or the final line", redraw, out, want)
+		}
+	}
+	var none *Progress
+	none.logf("nothing")
+	none.phase("x", 1, func() int64 { return 0 })()
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

@@ -108,6 +108,9 @@ func runBench(cmd *cobra.Command, g *globals, f benchFlags) error {
 	if errors.Is(err, bench.ErrConfig) || errors.Is(err, broker.ErrConfig) {
 		return usageError{err}
 	}
+	if err != nil && cmd.Context().Err() != nil {
+		return fmt.Errorf("bench interrupted: %w", err)
+	}
 	if err != nil {
 		return err
 	}
