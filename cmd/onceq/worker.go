@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"slices"
 	"strconv"
 	"strings"
@@ -52,6 +53,7 @@ type workerFlags struct {
 	crashAt         string
 	groupProtocol   string
 	faultDisk       string
+	memoryLimit     string
 }
 
 func newWorkerCmd(g *globals) *cobra.Command {
@@ -101,6 +103,7 @@ SIGTERM: it stops fetching, lets in-flight tasks finish (up to
 	fl.BoolVar(&f.delayService, "delay-service", true, "also run the delay service (moves delayed tasks and retries on); off when it runs apart (onceq delay)")
 	fl.StringVar(&f.buckets, "buckets", delay.FormatLadder(delay.DefaultBuckets), "the delay bucket ladder, the same for every producer, worker and delay service")
 	fl.StringVar(&f.groupProtocol, "group-protocol", consumer.ClassicGroup, "classic (cooperative-sticky, static membership) or consumer (KIP-848, Kafka 4.0+)")
+	fl.StringVar(&f.memoryLimit, "memory-limit", "256MiB", "soft limit of the process's memory (Go's GOMEMLIMIT, which wins when set): the garbage collector works harder near it; 0 for none")
 	fl.StringVar(&f.crashAt, "crash-at", "", "fault injection: POINT:N kills this process (SIGKILL) at commit point POINT (before-kafka, between, after) of its Nth commit")
 	_ = fl.MarkHidden("crash-at")
 	fl.StringVar(&f.faultDisk, "fault-disk", "", "fault injection: OP:N fails the Nth write or sync (OP write or sync) of the checkpoint's write-ahead log, once")
@@ -142,6 +145,9 @@ func runWorker(ctx context.Context, g *globals, f workerFlags) error {
 	}
 	diskFS, err := faultyDisk(f.faultDisk)
 	if err != nil {
+		return err
+	}
+	if err := setMemoryLimit(f.memoryLimit); err != nil {
 		return err
 	}
 	reg := ops.NewRegistry()
@@ -275,4 +281,35 @@ func faultyDisk(spec string) (vfs.FS, error) {
 		}
 		return nil
 	})), nil
+}
+
+// setMemoryLimit applies --memory-limit ("256MiB", "1GiB", "0" for none)
+// unless the GOMEMLIMIT environment variable already set one.
+func setMemoryLimit(v string) error {
+	if os.Getenv("GOMEMLIMIT") != "" {
+		return nil
+	}
+	units := []struct {
+		suffix string
+		mult   int64
+	}{{"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}, {"B", 1}, {"", 1}}
+	for _, u := range units {
+		num, ok := strings.CutSuffix(v, u.suffix)
+		if !ok {
+			continue
+		}
+		n, err := strconv.ParseInt(num, 10, 64)
+		if err != nil || n < 0 {
+			break
+		}
+		if n == 0 {
+			return nil
+		}
+		if n*u.mult < 64<<20 {
+			return usagef("--memory-limit %q: want at least 64MiB, or 0 for none", v)
+		}
+		debug.SetMemoryLimit(n * u.mult)
+		return nil
+	}
+	return usagef("--memory-limit %q: want a size such as 256MiB or 1GiB, or 0 for none", v)
 }
