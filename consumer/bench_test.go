@@ -203,7 +203,7 @@ func BenchmarkWorkerLatency(b *testing.B) {
 
 // BenchmarkWorkerRSS drains a pre-loaded queue with an "onceq worker"
 // process (noop handler, exactly-once) and reports its peak resident memory
-// (VmHWM) and its rate.
+// (VmHWM) and its rate. ONCEQ_BENCH_WORKER_FLAGS adds worker flags.
 func BenchmarkWorkerRSS(b *testing.B) {
 	n := benchTasks()
 	_, conn := testutil.StartBroker(b, "")
@@ -211,8 +211,9 @@ func BenchmarkWorkerRSS(b *testing.B) {
 	for i := 0; b.Loop(); i++ {
 		group := fmt.Sprintf("rss-%d", i)
 		start := time.Now()
-		p := testutil.Start(b, "worker", "--brokers", conn.Brokers[0], "--queue", "rss", "--group", group, "--handler", "noop",
-			"--checkpoint-dir", b.TempDir(), "--metrics-addr", "", "--log-level", "warn", "--delay-service=false")
+		args := []string{"worker", "--brokers", conn.Brokers[0], "--queue", "rss", "--group", group, "--handler", "noop",
+			"--checkpoint-dir", b.TempDir(), "--metrics-addr", "", "--log-level", "warn", "--delay-service=false"}
+		p := testutil.Start(b, append(args, strings.Fields(os.Getenv("ONCEQ_BENCH_WORKER_FLAGS"))...)...)
 		waitCommitted(b, conn, group, int64(n))
 		took := time.Since(start)
 		hwm, err := peakRSS(p.Cmd.Process.Pid)
