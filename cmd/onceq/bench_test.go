@@ -197,3 +197,11 @@ func TestBenchChaosKillBroker(t *testing.T) {
 	}
 	t.Logf("%s", stdout)
 }
+
+// TestBenchRunsHeader: the chaos verifier reads the run counter that the
+// worker's count: handler writes.
+func TestBenchRunsHeader(t *testing.T) {
+	if bench.RunsHeader != RunsHeader {
+		t.Fatalf("bench reads %q, the count: handler writes %q", bench.RunsHeader, RunsHeader)
+	}
+}
