@@ -28,6 +28,7 @@ type Kind uint8
 const (
 	KindMark  Kind = 1 // a processed ID
 	KindState Kind = 2 // a state key
+	KindFence Kind = 3 // a restore's fence: nothing to apply
 )
 
 func (k Kind) String() string {
@@ -36,6 +37,8 @@ func (k Kind) String() string {
 		return "mark"
 	case KindState:
 		return "state"
+	case KindFence:
+		return "fence"
 	}
 	return fmt.Sprintf("kind(%d)", uint8(k))
 }
@@ -67,6 +70,8 @@ func (e Entry) Encode() (key, value []byte) {
 		return EncodeMarkTombstone(e.ID), nil
 	case e.Kind == KindMark:
 		return EncodeMark(e.ID, e.At)
+	case e.Kind == KindFence:
+		return EncodeFence()
 	case e.Delete:
 		return EncodeStateTombstone(e.Key), nil
 	}
@@ -100,6 +105,14 @@ func EncodeState(key, value []byte) (k, v []byte) {
 // EncodeStateTombstone returns the key of the tombstone (a record with a null
 // value) that deletes a state key.
 func EncodeStateTombstone(key []byte) []byte { return changelogKey(KindState, key) }
+
+// EncodeFence returns a fence record: a restore writes one to the end of a
+// changelog partition and reads up to it, so that it knows it has read
+// everything committed before it. All fences share one key, so compaction
+// keeps one.
+func EncodeFence() (key, value []byte) {
+	return changelogKey(KindFence, nil), []byte{changelogVersion}
+}
 
 // DecodeChangelog decodes a changelog record. It fails with ErrCorrupt on
 // anything this package did not write.
@@ -144,6 +157,10 @@ func DecodeChangelog(key, value []byte) (Entry, error) {
 			return bad("state value of %d bytes, the limit is %d", len(value)-1, MaxValueLen)
 		}
 		e.Value = value[1:]
+	case KindFence:
+		if len(payload) != 0 || e.Delete || len(value) != 1 {
+			return bad("malformed fence")
+		}
 	default:
 		return bad("unknown kind %d", e.Kind)
 	}
@@ -210,6 +227,8 @@ func (b *Batch) apply(tp TP, e Entry) error {
 		return b.Delete(tp, e.Key)
 	case e.Kind == KindState:
 		return b.Set(tp, e.Key, e.Value)
+	case e.Kind == KindFence:
+		return nil
 	}
 	return invalidf("changelog entry of unknown kind %d", e.Kind)
 }

@@ -149,6 +149,8 @@ func showEntry(e Entry, err error) string {
 		return fmt.Sprintf("unmark %q", e.ID)
 	case e.Kind == KindMark:
 		return fmt.Sprintf("mark %q at %s", e.ID, e.At.UTC().Format(time.RFC3339Nano))
+	case e.Kind == KindFence:
+		return "fence"
 	case e.Delete:
 		return fmt.Sprintf("unset %q", e.Key)
 	}

@@ -24,8 +24,15 @@ func newRestorer(w *Worker) (*restorer, error) { return &restorer{w: w}, nil }
 func (r *restorer) close() {}
 
 // restore replays the changelog partition of tp from the offset the
-// checkpoint recorded to the changelog's last stable offset, and returns
-// how many records it applied.
+// checkpoint recorded up to a fence it writes at the partition's end, and
+// returns how many records it applied.
+//
+// Why a fence and not the last stable offset: a broker that restarts after
+// a crash may abort open transactions without writing their markers (the
+// embedded broker does), so the last stable offset can lie past records no
+// read_committed reader ever receives, and waiting for it would never end.
+// The fence is a plain record: once it is read, every transaction before
+// it is settled and read.
 func (r *restorer) restore(tp checkpoint.TP) (int, error) {
 	w := r.w
 	if w.store == nil {
@@ -34,15 +41,11 @@ func (r *restorer) restore(tp checkpoint.TP) (int, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	topic := broker.ChangelogTopic(w.cfg.group, tp.Topic)
-	ends, err := w.admin.Kadm().ListCommittedOffsets(ctx, topic)
+	fence, err := r.writeFence(ctx, topic, tp.Partition)
 	if err != nil {
-		return 0, fmt.Errorf("listing changelog end: %w", err)
+		return 0, err
 	}
-	endOff, ok := ends.Lookup(topic, tp.Partition)
-	if !ok || endOff.Err != nil {
-		return 0, fmt.Errorf("changelog %s partition %d: end offset unknown: %v", topic, tp.Partition, endOff.Err)
-	}
-	end := endOff.Offset
+	end := fence + 1
 	cur, ok, err := w.store.Checkpoint(tp)
 	if err != nil {
 		return 0, err
@@ -61,14 +64,10 @@ func (r *restorer) restore(tp checkpoint.TP) (int, error) {
 		}
 		from = 0
 	}
-	if from >= end {
-		return 0, nil
-	}
 	cl, err := w.cfg.conn.NewClient(
 		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: {tp.Partition: kgo.NewOffset().At(from)}}),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
-		kgo.KeepControlRecords(),
 		kgo.FetchMaxBytes(32<<20),
 	)
 	if err != nil {
@@ -78,20 +77,20 @@ func (r *restorer) restore(tp checkpoint.TP) (int, error) {
 	var (
 		entries []checkpoint.Entry
 		applied int
-		last    = from - 1
+		done    bool
 	)
-	for last < end-1 {
+	for !done {
 		fs := cl.PollFetches(ctx)
 		if err := ctx.Err(); err != nil {
 			return applied, fmt.Errorf("reading changelog %s/%d: %w", topic, tp.Partition, err)
 		}
 		var decodeErr error
 		fs.EachRecord(func(rec *kgo.Record) {
-			if rec.Offset >= end || decodeErr != nil {
+			if done || decodeErr != nil || rec.Offset >= end {
 				return
 			}
-			last = rec.Offset
-			if rec.Attrs.IsControl() {
+			if rec.Offset == fence {
+				done = true
 				return
 			}
 			e, err := checkpoint.DecodeChangelog(rec.Key, rec.Value)
@@ -105,10 +104,10 @@ func (r *restorer) restore(tp checkpoint.TP) (int, error) {
 		if decodeErr != nil {
 			return applied, decodeErr
 		}
-		if len(entries) >= restoreChunk || (last >= end-1 && len(entries) > 0) {
-			next := entries[len(entries)-1].Offset + 1
-			if last >= end-1 {
-				next = end
+		if len(entries) >= restoreChunk || done {
+			next := end
+			if !done {
+				next = entries[len(entries)-1].Offset + 1
 			}
 			if err := w.store.Apply(tp, entries, next); err != nil {
 				return applied, err
@@ -117,11 +116,21 @@ func (r *restorer) restore(tp checkpoint.TP) (int, error) {
 			entries = entries[:0]
 		}
 	}
-	if applied == 0 {
-		// Only control records or nothing: record how far we read.
-		if err := w.store.Apply(tp, nil, end); err != nil {
-			return 0, err
-		}
-	}
 	return applied, nil
+}
+
+// writeFence appends a fence record to a changelog partition and returns
+// its offset.
+func (r *restorer) writeFence(ctx context.Context, topic string, partition int32) (int64, error) {
+	cl, err := r.w.cfg.conn.NewClient(kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err != nil {
+		return 0, err
+	}
+	defer cl.Close()
+	k, v := checkpoint.EncodeFence()
+	res := cl.ProduceSync(ctx, &kgo.Record{Topic: topic, Partition: partition, Key: k, Value: v})
+	if err := res.FirstErr(); err != nil {
+		return 0, fmt.Errorf("writing the changelog fence of %s/%d: %w", topic, partition, err)
+	}
+	return res[0].Record.Offset, nil
 }
