@@ -174,7 +174,6 @@ func (s *Service) start(ctx context.Context) error {
 		kgo.ConsumerGroup(s.cfg.group),
 		kgo.ConsumeTopics(topics...),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
-		kgo.RequireStableFetchOffsets(),
 		kgo.SessionTimeout(s.cfg.sessionTimeout),
 		kgo.InstanceID(s.instanceID),
 		kgo.TransactionalID("onceq-"+s.cfg.group+"-"+s.instanceID),
