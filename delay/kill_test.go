@@ -130,6 +130,7 @@ func dumpOffsets(t *testing.T, conn broker.Conn) {
 		t.Logf("  %s producer %d state %s", tx.TxnID, tx.ProducerID, tx.State)
 	}
 	d, err := adm.Kadm().DescribeTransactions(ctx, txns.TransactionalIDs()...)
+	t.Logf("describe transactions: %v", err)
 	for _, tx := range d.Sorted() {
 		t.Logf("  %s state %s started %d timeout %d topics %v err %v", tx.TxnID, tx.State, tx.StartTimestamp, tx.TimeoutMillis, tx.Topics, tx.Err)
 	}
