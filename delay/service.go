@@ -126,7 +126,7 @@ func (s *Service) Run(ctx context.Context) error {
 		pctx, cancel := context.WithDeadline(ctx, s.nextWake(now))
 		fs := s.sess.PollRecords(pctx, maxPoll)
 		cancel()
-		if err := fetchErr(fs); err != nil {
+		if err := broker.FetchErr(fs); err != nil {
 			return err
 		}
 		if err := s.ingest(ctx, fs); err != nil {
@@ -384,16 +384,4 @@ func (s *Service) close() {
 	if s.adm != nil {
 		s.adm.Close()
 	}
-}
-
-func fetchErr(fs kgo.Fetches) error {
-	var fatal error
-	fs.EachError(func(t string, p int32, err error) {
-		switch {
-		case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
-		case errors.Is(err, kgo.ErrClientClosed):
-			fatal = fmt.Errorf("delay: client closed: %w", err)
-		}
-	})
-	return fatal
 }
