@@ -6,9 +6,10 @@ import (
 	"path/filepath"
 	"reflect"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/onceq/onceq/internal/testutil"
 )
 
 // sampleReport is a report as the delay scenario writes it, with every
@@ -206,7 +207,7 @@ func TestOptions(t *testing.T) {
 
 func TestProgress(t *testing.T) {
 	for _, redraw := range []bool{true, false} {
-		var buf syncBuffer
+		var buf testutil.SyncBuffer
 		p := NewProgress(&buf, redraw)
 		p.every = 10 * time.Millisecond
 		end := p.phase("drain", 100, func() int64 { return 50 })
@@ -224,21 +225,4 @@ func TestProgress(t *testing.T) {
 	var none *Progress
 	none.logf("nothing")
 	none.phase("x", 1, func() int64 { return 0 })()
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

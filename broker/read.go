@@ -96,3 +96,16 @@ func (k kgoLogger) Log(level kgo.LogLevel, msg string, kv ...any) {
 		k.l.Warn(msg, kv...)
 	}
 }
+
+// FetchErr returns the error of a poll that a consumer must not go on
+// from (its client is closed); the errors of a poll's context ending, and
+// those franz-go retries by itself, are not.
+func FetchErr(fs kgo.Fetches) error {
+	var fatal error
+	fs.EachError(func(_ string, _ int32, err error) {
+		if fatal == nil && errors.Is(err, kgo.ErrClientClosed) {
+			fatal = fmt.Errorf("broker: client closed: %w", err)
+		}
+	})
+	return fatal
+}

@@ -83,7 +83,7 @@ func (w *Worker) Run(ctx context.Context) (err error) {
 			pctx, cancel := context.WithDeadline(ctx, next)
 			fs := w.kafka.poll(pctx, w.cfg.maxBuffered-int(w.buffered.Load()))
 			cancel()
-			if err := fetchErr(fs); err != nil {
+			if err := broker.FetchErr(fs); err != nil {
 				return err
 			}
 			w.dispatch(fs)
@@ -187,18 +187,6 @@ func (w *Worker) signal() {
 	case w.wake <- struct{}{}:
 	default:
 	}
-}
-
-func fetchErr(fs kgo.Fetches) error {
-	var fatal error
-	fs.EachError(func(t string, p int32, err error) {
-		switch {
-		case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
-		case errors.Is(err, kgo.ErrClientClosed):
-			fatal = fmt.Errorf("consumer: client closed: %w", err)
-		}
-	})
-	return fatal
 }
 
 // dispatch hands fetched records to the lanes, or holds them while their

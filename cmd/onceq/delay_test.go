@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -85,7 +84,7 @@ func TestDelayRunsAndStops(t *testing.T) {
 	_, conn := testutil.StartBroker(t, "")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	var stderr syncBuffer
+	var stderr testutil.SyncBuffer
 	done := make(chan int, 1)
 	go func() {
 		done <- run(ctx, []string{"--brokers", conn.Brokers[0], "delay", "--buckets", "100ms,1s",
@@ -107,21 +106,4 @@ func TestDelayRunsAndStops(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatalf("still running 30s after cancel:\n%s", stderr.String())
 	}
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
