@@ -188,7 +188,7 @@ func (s *Service) start(ctx context.Context) error {
 		kgo.FetchMaxWait(min(max(s.smallest/4, 10*time.Millisecond), 200*time.Millisecond)),
 		kgo.FetchMaxBytes(8<<20),
 		kgo.FetchMaxPartitionBytes(256<<10),
-		kgo.WithLogger(kgoLogger{s.cfg.log}),
+		kgo.WithLogger(broker.KgoLogger(s.cfg.log)),
 	)
 	if s.sess, err = kgo.NewGroupTransactSession(opts...); err != nil {
 		return fmt.Errorf("delay: %w", err)

@@ -6,14 +6,12 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
-	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/onceq/onceq/broker"
 )
@@ -116,19 +114,6 @@ func randomHex() string {
 	var b [8]byte
 	_, _ = rand.Read(b[:])
 	return hex.EncodeToString(b[:])
-}
-
-// kgoLogger passes the client's warnings and errors to slog.
-type kgoLogger struct{ l *slog.Logger }
-
-func (k kgoLogger) Level() kgo.LogLevel { return kgo.LogLevelWarn }
-
-func (k kgoLogger) Log(level kgo.LogLevel, msg string, kv ...any) {
-	l := slog.LevelWarn
-	if level == kgo.LogLevelError {
-		l = slog.LevelError
-	}
-	k.l.Log(context.Background(), l, msg, append(kv, "component", "kafka")...)
 }
 
 func bucketLabel(b time.Duration) string { return broker.FormatBucket(b) }
