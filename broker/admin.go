@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -108,8 +109,29 @@ func (a *Admin) ListTopics(ctx context.Context, internal bool) ([]string, error)
 }
 
 // DescribeTopic returns a topic's partitions with their offsets, and its
-// configs that differ from the defaults.
+// configs that differ from the defaults. Every partition's offsets are
+// known: a partition the broker cannot answer for yet (a topic just made,
+// a leader moving) is asked again for a few seconds, and then is an error,
+// never a partition silently reported empty.
 func (a *Admin) DescribeTopic(ctx context.Context, name string) (TopicInfo, error) {
+	var (
+		info TopicInfo
+		err  error
+	)
+	for wait := 50 * time.Millisecond; ; wait *= 2 {
+		info, err = a.describeTopic(ctx, name)
+		if err == nil || !kerr.IsRetriable(err) || wait > 2*time.Second {
+			return info, err
+		}
+		select {
+		case <-ctx.Done():
+			return info, err
+		case <-time.After(wait):
+		}
+	}
+}
+
+func (a *Admin) describeTopic(ctx context.Context, name string) (TopicInfo, error) {
 	details, err := a.adm.ListTopicsWithInternal(ctx, name)
 	if err != nil {
 		return TopicInfo{}, fmt.Errorf("broker: describing topic %q: %w", name, err)
@@ -136,14 +158,21 @@ func (a *Admin) DescribeTopic(ctx context.Context, name string) (TopicInfo, erro
 	info := TopicInfo{Name: name}
 	for _, p := range d.Partitions.Numbers() {
 		pi := PartitionInfo{Partition: p, Leader: d.Partitions[p].Leader}
-		if o, ok := starts.Lookup(name, p); ok {
-			pi.Start = o.Offset
-		}
-		if o, ok := ends.Lookup(name, p); ok {
-			pi.End = o.Offset
-		}
-		if o, ok := stables.Lookup(name, p); ok {
-			pi.Stable = o.Offset
+		for _, l := range []struct {
+			what   string
+			listed kadm.ListedOffsets
+			to     *int64
+		}{{"start", starts, &pi.Start}, {"end", ends, &pi.End}, {"stable", stables, &pi.Stable}} {
+			o, ok := l.listed.Lookup(name, p)
+			if !ok {
+				// Metadata that has the partition and a listing that lacks
+				// it: the listing saw an older view of the topic.
+				return TopicInfo{}, fmt.Errorf("broker: listing %s offset of %s partition %d: %w", l.what, name, p, kerr.UnknownTopicOrPartition)
+			}
+			if o.Err != nil {
+				return TopicInfo{}, fmt.Errorf("broker: listing %s offset of %s partition %d: %w", l.what, name, p, o.Err)
+			}
+			*l.to = o.Offset
 		}
 		info.Partitions = append(info.Partitions, pi)
 	}

@@ -4,11 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/onceq/onceq/broker"
 	"github.com/onceq/onceq/internal/testutil"
@@ -183,4 +187,67 @@ func offsetsFor(topic string, partition int32, at int64) kadm.Offsets {
 	os := kadm.Offsets{}
 	os.Add(kadm.Offset{Topic: topic, Partition: partition, At: at, LeaderEpoch: -1})
 	return os
+}
+
+// TestDescribeTopicPartitionErrors: a partition whose offsets the broker
+// answers with an error is asked again while the error is retriable, and
+// is an error otherwise; it is never reported as an empty partition.
+func TestDescribeTopicPartitionErrors(t *testing.T) {
+	emb, conn := testutil.StartBroker(t, "")
+	testutil.CreateTopic(t, conn, "jobs", 2)
+	cl, err := conn.NewClient(kgo.DefaultProduceTopic("jobs"), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	if err := cl.ProduceSync(context.Background(), &kgo.Record{Partition: 1, Value: []byte("x")}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	adm, err := broker.NewAdmin(conn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer adm.Close()
+
+	// failing answers ListOffsets requests for partition 1 with code, times
+	// times, and counts the answers.
+	failing := func(code int16, times int) *atomic.Int64 {
+		var fired atomic.Int64
+		c := emb.Cluster()
+		c.ControlKey(kmsg.ListOffsets.Int16(), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
+			c.KeepControl()
+			if fired.Load() >= int64(times) {
+				return nil, nil, false
+			}
+			fired.Add(1)
+			req := kreq.(*kmsg.ListOffsetsRequest)
+			resp := req.ResponseKind().(*kmsg.ListOffsetsResponse)
+			for _, rt := range req.Topics {
+				st := kmsg.NewListOffsetsResponseTopic()
+				st.Topic = rt.Topic
+				for _, rp := range rt.Partitions {
+					sp := kmsg.NewListOffsetsResponseTopicPartition()
+					sp.Partition = rp.Partition
+					sp.ErrorCode = code
+					st.Partitions = append(st.Partitions, sp)
+				}
+				resp.Topics = append(resp.Topics, st)
+			}
+			return resp, nil, true
+		})
+		return &fired
+	}
+
+	fired := failing(kerr.NotLeaderForPartition.Code, 2)
+	info, err := adm.DescribeTopic(context.Background(), "jobs")
+	if err != nil || fired.Load() != 2 || len(info.Partitions) != 2 || info.Partitions[1].End != 1 || info.Partitions[1].Stable != 1 {
+		t.Fatalf("after 2 retriable errors: %+v, %v (fired %d)", info, err, fired.Load())
+	}
+	emb.Cluster().DropControl()
+
+	failing(kerr.UnknownServerError.Code, 1<<30)
+	_, err = adm.DescribeTopic(context.Background(), "jobs")
+	if !errors.Is(err, kerr.UnknownServerError) || !strings.Contains(err.Error(), "offset of jobs partition") {
+		t.Fatalf("a persistent error: %v", err)
+	}
 }
