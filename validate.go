@@ -124,7 +124,11 @@ func (t *Task) Validate(maxMessageBytes int) error {
 
 // wireSize estimates the record's size in a batch, overhead included.
 func (t *Task) wireSize() int {
-	n := recordOverhead + len(t.PartitionKey()) + len(t.Payload)
+	key := len(t.Key)
+	if key == 0 {
+		key = len(t.ID)
+	}
+	n := recordOverhead + key + len(t.Payload)
 	for _, h := range t.Headers {
 		n += len(h.Key) + len(h.Value) + 2
 	}

@@ -2,6 +2,7 @@ package onceq
 
 import (
 	"hash/fnv"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -14,54 +15,138 @@ import (
 // dead letters). Unset optional fields write no header; Attempt 1 writes
 // none either, since a missing onceq-attempt decodes as 1.
 func (t *Task) Record(topic string) *kgo.Record {
-	r := &kgo.Record{
-		Topic: topic,
-		Key:   t.PartitionKey(),
-		Value: t.Payload,
+	// One allocation holds the record and its usual headers, and one
+	// buffer every header value and the key taken from the ID: submission
+	// is hot, and these were most of its allocations.
+	a := &recordAlloc{}
+	r := &a.rec
+	r.Topic, r.Value = topic, t.Payload
+	n, size := t.headerValues(topic)
+	hs := a.headers[:0]
+	if n += len(t.Headers); n > len(a.headers) {
+		hs = make([]kgo.RecordHeader, 0, n)
 	}
-	hs := make([]kgo.RecordHeader, 0, 4+len(t.Headers))
-	add := func(k, v string) { hs = append(hs, kgo.RecordHeader{Key: k, Value: []byte(v)}) }
+	buf := make([]byte, 0, size)
+	value := func(from int) []byte { return buf[from:len(buf):len(buf)] }
+	addString := func(k, v string) {
+		from := len(buf)
+		buf = append(buf, v...)
+		hs = append(hs, kgo.RecordHeader{Key: k, Value: value(from)})
+	}
+	addInt := func(k string, n int64) {
+		from := len(buf)
+		buf = strconv.AppendInt(buf, n, 10)
+		hs = append(hs, kgo.RecordHeader{Key: k, Value: value(from)})
+	}
 	if t.ID != "" {
-		add(HeaderID, t.ID)
+		addString(HeaderID, t.ID)
+	}
+	if len(t.Key) > 0 {
+		r.Key = t.Key
+	} else if t.ID != "" {
+		r.Key = hs[0].Value // the same bytes: neither is ever changed
+	} else {
+		r.Key = []byte{}
 	}
 	if topic != t.Queue {
-		add(HeaderQueue, t.Queue)
+		addString(HeaderQueue, t.Queue)
 	}
 	if !t.Due.IsZero() {
-		add(HeaderDue, itoa(t.Due.UnixMilli()))
+		addInt(HeaderDue, t.Due.UnixMilli())
 	}
 	if !t.Expires.IsZero() {
-		add(HeaderExpires, itoa(t.Expires.UnixMilli()))
+		addInt(HeaderExpires, t.Expires.UnixMilli())
 	}
 	if t.Attempt > 1 {
-		add(HeaderAttempt, itoa(int64(t.Attempt)))
+		addInt(HeaderAttempt, int64(t.Attempt))
 	}
 	if t.MaxAttempts > 0 {
-		add(HeaderMaxAttempts, itoa(int64(t.MaxAttempts)))
+		addInt(HeaderMaxAttempts, int64(t.MaxAttempts))
 	}
 	if t.Timeout > 0 {
-		add(HeaderTimeout, itoa(t.Timeout.Milliseconds()))
+		addInt(HeaderTimeout, t.Timeout.Milliseconds())
 	}
 	if !t.Enqueued.IsZero() {
-		add(HeaderEnqueued, itoa(t.Enqueued.UnixMilli()))
+		addInt(HeaderEnqueued, t.Enqueued.UnixMilli())
 	}
 	if t.LastError != "" {
-		add(HeaderError, CutError(t.LastError))
+		addString(HeaderError, CutError(t.LastError))
 	}
 	if !t.Failed.IsZero() {
-		add(HeaderFailed, itoa(t.Failed.UnixMilli()))
+		addInt(HeaderFailed, t.Failed.UnixMilli())
 	}
 	if !t.Backoff.IsZero() {
-		add(HeaderBackoff, FormatBackoff(t.Backoff))
+		addString(HeaderBackoff, FormatBackoff(t.Backoff))
 	}
 	if t.Requeued != "" {
-		add(HeaderRequeued, t.Requeued)
+		addString(HeaderRequeued, t.Requeued)
 	}
 	for _, h := range t.Headers {
 		hs = append(hs, kgo.RecordHeader{Key: h.Key, Value: h.Value})
 	}
 	r.Headers = hs
 	return r
+}
+
+// recordAlloc is a record with room for the headers of a plain task: its
+// ID and enqueue time.
+type recordAlloc struct {
+	rec     kgo.Record
+	headers [2]kgo.RecordHeader
+}
+
+// headerValues counts the headers Record writes before the task's own, and the
+// bytes of their values.
+func (t *Task) headerValues(topic string) (headers, size int) {
+	str := func(s string) {
+		if s != "" {
+			headers++
+			size += len(s)
+		}
+	}
+	num := func(set bool, n int64) {
+		if set {
+			headers++
+			size += decLen(n)
+		}
+	}
+	str(t.ID)
+	if topic != t.Queue {
+		str(t.Queue)
+	}
+	num(!t.Due.IsZero(), t.Due.UnixMilli())
+	num(!t.Expires.IsZero(), t.Expires.UnixMilli())
+	num(t.Attempt > 1, int64(t.Attempt))
+	num(t.MaxAttempts > 0, int64(t.MaxAttempts))
+	num(t.Timeout > 0, t.Timeout.Milliseconds())
+	num(!t.Enqueued.IsZero(), t.Enqueued.UnixMilli())
+	if t.LastError != "" {
+		headers++
+		size += min(len(t.LastError), MaxErrorLen)
+	}
+	num(!t.Failed.IsZero(), t.Failed.UnixMilli())
+	if !t.Backoff.IsZero() {
+		headers++
+		size += 48
+	}
+	str(t.Requeued)
+	return headers, size
+}
+
+// decLen is the length of n in decimal.
+func decLen(n int64) int {
+	l := 1
+	if n < 0 {
+		l++
+		if n == math.MinInt64 {
+			return 20
+		}
+		n = -n
+	}
+	for ; n >= 10; n /= 10 {
+		l++
+	}
+	return l
 }
 
 // CutError bounds an error text to MaxErrorLen bytes and makes it ASCII, as

@@ -8,7 +8,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -45,6 +44,7 @@ type Producer struct {
 	m      *metrics
 	slots  chan struct{} // admission: one slot per task not yet acknowledged
 	closed atomic.Bool
+	ids    *idSource // IDs for tasks without one
 
 	admOnce sync.Once
 	adm     *broker.Admin // created by the first topic lookup
@@ -65,7 +65,7 @@ func New(opts ...Opt) (*Producer, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &Producer{cfg: cfg, m: m, slots: make(chan struct{}, cfg.maxBuffered)}
+	p := &Producer{cfg: cfg, m: m, slots: make(chan struct{}, cfg.maxBuffered), ids: newIDSource()}
 	if p.cl, err = cfg.conn.NewClient(clientOpts(cfg)...); err != nil {
 		return nil, fmt.Errorf("producer: %w", err)
 	}
@@ -190,11 +190,11 @@ func (p *Producer) prepare(ctx context.Context, t *onceq.Task, now time.Time) (r
 		return nil, nil, nil, err
 	}
 	if t.ID == "" {
-		u, err := uuid.NewV7()
+		id, err := p.ids.next()
 		if err != nil {
 			return nil, nil, nil, fmt.Errorf("generating a task ID: %w", err)
 		}
-		t.ID = u.String()
+		t.ID = id
 	}
 	if t.MaxAttempts == 0 {
 		t.MaxAttempts = p.cfg.defaultMaxAttempts
