@@ -183,8 +183,8 @@ func FromRecord(r *kgo.Record) (Task, error) {
 	}
 	var seen uint16
 	for _, h := range r.Headers {
-		bit, known := headerBits[h.Key]
-		if !known {
+		bit := headerBit(h.Key)
+		if bit == 0 {
 			t.Headers = append(t.Headers, Header{Key: h.Key, Value: h.Value})
 			continue
 		}
@@ -218,14 +218,47 @@ func RecordID(topic string, partition int32, offset int64) string {
 	return topic + suffix
 }
 
-var headerBits = map[string]uint16{
-	HeaderID: 1 << 0, HeaderQueue: 1 << 1, HeaderDue: 1 << 2, HeaderExpires: 1 << 3,
-	HeaderAttempt: 1 << 4, HeaderMaxAttempts: 1 << 5, HeaderTimeout: 1 << 6,
-	HeaderEnqueued: 1 << 7, HeaderError: 1 << 8, HeaderFailed: 1 << 9, HeaderBackoff: 1 << 10,
-	HeaderRequeued: 1 << 11,
+// headerBit numbers the onceq headers FromRecord decodes, for finding
+// repeats; 0 for any other header. A switch, not a map: every header of
+// every record goes through it.
+func headerBit(key string) uint16 {
+	if !strings.HasPrefix(key, "onceq-") {
+		return 0
+	}
+	switch key {
+	case HeaderID:
+		return 1 << 0
+	case HeaderQueue:
+		return 1 << 1
+	case HeaderDue:
+		return 1 << 2
+	case HeaderExpires:
+		return 1 << 3
+	case HeaderAttempt:
+		return 1 << 4
+	case HeaderMaxAttempts:
+		return 1 << 5
+	case HeaderTimeout:
+		return 1 << 6
+	case HeaderEnqueued:
+		return 1 << 7
+	case HeaderError:
+		return 1 << 8
+	case HeaderFailed:
+		return 1 << 9
+	case HeaderBackoff:
+		return 1 << 10
+	case HeaderRequeued:
+		return 1 << 11
+	}
+	return 0
 }
 
 func (t *Task) setHeader(key string, v []byte) error {
+	switch key {
+	case HeaderAttempt, HeaderMaxAttempts, HeaderTimeout, HeaderDue, HeaderExpires, HeaderEnqueued, HeaderFailed:
+		return t.setNumber(key, v)
+	}
 	s := string(v)
 	switch key {
 	case HeaderID:
@@ -251,27 +284,38 @@ func (t *Task) setHeader(key string, v []byte) error {
 			return invalid(ErrMalformedHeader, "header "+key, s, "want <partition>/<offset> of a dead letter")
 		}
 		t.Requeued = s
+	}
+	return nil
+}
+
+// maxUnixMilli is the year 9999: later times are certainly a mistake.
+const maxUnixMilli = 253402300799999
+
+// setNumber decodes the headers whose values are decimal numbers, without
+// copying them.
+func (t *Task) setNumber(key string, v []byte) error {
+	switch key {
 	case HeaderAttempt, HeaderMaxAttempts:
-		n, err := parseUint(key, s, 1<<31-1)
+		n, err := parseUint(key, v, 1<<31-1)
 		if err != nil {
 			return err
 		}
 		if key == HeaderAttempt {
 			if n == 0 {
-				return invalid(ErrMalformedHeader, "header "+key, s, "attempts count from 1")
+				return invalid(ErrMalformedHeader, "header "+key, string(v), "attempts count from 1")
 			}
 			t.Attempt = int(n)
 		} else {
 			t.MaxAttempts = int(n)
 		}
 	case HeaderTimeout:
-		n, err := parseUint(key, s, int64(time.Duration(1<<63-1)/time.Millisecond))
+		n, err := parseUint(key, v, int64(time.Duration(1<<63-1)/time.Millisecond))
 		if err != nil {
 			return err
 		}
 		t.Timeout = time.Duration(n) * time.Millisecond
-	default: // the three times
-		n, err := parseUint(key, s, maxUnixMilli)
+	default: // the four times
+		n, err := parseUint(key, v, maxUnixMilli)
 		if err != nil {
 			return err
 		}
@@ -290,29 +334,28 @@ func (t *Task) setHeader(key string, v []byte) error {
 	return nil
 }
 
-// maxUnixMilli is the year 9999: later times are certainly a mistake.
-const maxUnixMilli = 253402300799999
-
 // parseUint parses a canonical decimal (digits only, no sign, no leading
 // zeros) no larger than max.
-func parseUint(key, s string, max int64) (int64, error) {
+func parseUint(key string, v []byte, max int64) (int64, error) {
 	bad := func(hint string) error {
-		return invalid(ErrMalformedHeader, "header "+key, s, hint)
+		return invalid(ErrMalformedHeader, "header "+key, string(v), hint)
 	}
-	if s == "" {
+	if len(v) == 0 {
 		return 0, bad("the value is empty: want a decimal number")
 	}
-	if len(s) > 1 && s[0] == '0' {
+	if len(v) > 1 && v[0] == '0' {
 		return 0, bad("leading zeros are not allowed")
 	}
-	for i := 0; i < len(s); i++ {
-		if s[i] < '0' || s[i] > '9' {
+	var n int64
+	for _, c := range v {
+		if c < '0' || c > '9' {
 			return 0, bad("want a non-negative decimal number (milliseconds for times and durations)")
 		}
-	}
-	n, err := strconv.ParseInt(s, 10, 64)
-	if err != nil || n > max {
-		return 0, bad("the number is out of range")
+		d := int64(c - '0')
+		if n > (max-d)/10 {
+			return 0, bad("the number is out of range")
+		}
+		n = n*10 + d
 	}
 	return n, nil
 }
@@ -335,11 +378,11 @@ func ParseBackoff(s string) (Backoff, error) {
 	if len(parts) != 3 {
 		return bad("want <base ms>:<factor>:<max ms>, for example 1000:2:3600000")
 	}
-	base, err := parseUint(HeaderBackoff, parts[0], int64(365*24*time.Hour/time.Millisecond))
+	base, err := parseUint(HeaderBackoff, []byte(parts[0]), int64(365*24*time.Hour/time.Millisecond))
 	if err != nil || base == 0 {
 		return bad("the base is a positive number of milliseconds")
 	}
-	maxMS, err := parseUint(HeaderBackoff, parts[2], int64(365*24*time.Hour/time.Millisecond))
+	maxMS, err := parseUint(HeaderBackoff, []byte(parts[2]), int64(365*24*time.Hour/time.Millisecond))
 	if err != nil || maxMS < base {
 		return bad("the max is milliseconds, at least the base")
 	}
@@ -366,7 +409,7 @@ func DedupKeyOf(r *kgo.Record) string {
 		case HeaderRequeued:
 			t.Requeued = string(h.Value)
 		case HeaderAttempt:
-			if n, err := parseUint(h.Key, string(h.Value), 1<<31-1); err == nil && n > 0 {
+			if n, err := parseUint(h.Key, h.Value, 1<<31-1); err == nil && n > 0 {
 				t.Attempt = int(n)
 			}
 		}

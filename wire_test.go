@@ -108,10 +108,13 @@ func TestFromRecordMalformedHeaders(t *testing.T) {
 		{HeaderDue, "007"},
 		{HeaderDue, ""},
 		{HeaderDue, "99999999999999999999"},
+		{HeaderDue, "253402300800000"}, // one past the year 9999
+		{HeaderDue, "9223372036854775808"},
 		{HeaderExpires, "1.5"},
 		{HeaderEnqueued, "x"},
 		{HeaderAttempt, "0"},
 		{HeaderAttempt, "99999999999"},
+		{HeaderAttempt, "2147483648"},
 		{HeaderMaxAttempts, "three"},
 		{HeaderTimeout, "1s"},
 		{HeaderID, "has space"},
@@ -134,6 +137,22 @@ func TestFromRecordMalformedHeaders(t *testing.T) {
 	dup := &kgo.Record{Topic: "q", Headers: []kgo.RecordHeader{{Key: HeaderID, Value: []byte("a")}, {Key: HeaderID, Value: []byte("b")}}}
 	if _, err := FromRecord(dup); !errors.Is(err, ErrMalformedHeader) {
 		t.Errorf("duplicate onceq-id: got %v", err)
+	}
+}
+
+// TestFromRecordLargestNumbers: each numeric header's largest value is
+// accepted, and one more is refused (above).
+func TestFromRecordLargestNumbers(t *testing.T) {
+	r := &kgo.Record{Topic: "q", Headers: []kgo.RecordHeader{
+		{Key: HeaderDue, Value: []byte("253402300799999")},
+		{Key: HeaderAttempt, Value: []byte("2147483647")},
+		{Key: HeaderMaxAttempts, Value: []byte("0")},
+		{Key: HeaderTimeout, Value: []byte("9223372036854")},
+	}}
+	task, err := FromRecord(r)
+	if err != nil || task.Due.UnixMilli() != 253402300799999 || task.Attempt != 2147483647 || task.MaxAttempts != 0 ||
+		task.Timeout != 9223372036854*time.Millisecond {
+		t.Fatalf("got %+v, %v", task, err)
 	}
 }
 
