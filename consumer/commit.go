@@ -224,10 +224,15 @@ func (w *Worker) resetAll() {
 }
 
 func (w *Worker) countOutcomes(parts []pending) {
+	type key struct{ topic, outcome string }
+	counts := map[key]int{}
 	for _, p := range parts {
 		for _, r := range p.results {
-			w.metrics.processed.WithLabelValues(p.ps.tp.Topic, r.outcome).Inc()
+			counts[key{p.ps.tp.Topic, r.outcome}]++
 		}
+	}
+	for k, n := range counts {
+		w.metrics.processed.WithLabelValues(k.topic, k.outcome).Add(float64(n))
 	}
 }
 

@@ -22,6 +22,7 @@ type item struct {
 	// cycle run, so a lane need not ask it again.
 	knownKey string
 	known    bool
+	looked   bool // known is the checkpoint's answer (the lookup did not fail)
 }
 
 // lanes run handlers with key-ordered concurrency: a record goes to the
@@ -42,8 +43,19 @@ type lanes struct {
 }
 
 type lane struct {
-	ch  chan *item
+	ch  chan []*item // a partition's records of one poll that hash here, in order
 	cur atomic.Pointer[handlerRun]
+
+	// Owned by the goroutine running the lane, and handed over with the
+	// lane when the watchdog takes it over.
+	rest []*item    // the current batch's records not started yet
+	done []finished // finished records not reported yet
+}
+
+// finished is a record a lane finished, and its result (nil: dropped).
+type finished struct {
+	it  *item
+	res *result
 }
 
 // handlerRun is a handler running on a lane.
@@ -69,7 +81,7 @@ const watchdogTick = 10 * time.Millisecond
 func newLanes(w *Worker, n, buffered int) *lanes {
 	l := &lanes{w: w, seed: maphash.MakeSeed(), lanes: make([]*lane, n), quit: make(chan struct{})}
 	for i := range l.lanes {
-		l.lanes[i] = &lane{ch: make(chan *item, buffered/n+1)}
+		l.lanes[i] = &lane{ch: make(chan []*item, buffered/n+1)}
 		l.wg.Add(1)
 		go l.loop(l.lanes[i])
 	}
@@ -78,16 +90,50 @@ func newLanes(w *Worker, n, buffered int) *lanes {
 	return l
 }
 
-func (l *lanes) submit(it *item) {
-	var h maphash.Hash
-	h.SetSeed(l.seed)
-	h.WriteString(it.rec.Topic)
-	h.WriteByte(byte(it.rec.Partition))
-	h.WriteByte(byte(it.rec.Partition >> 8))
-	h.Write(it.rec.Key)
-	select {
-	case l.lanes[h.Sum64()%uint64(len(l.lanes))].ch <- it:
-	case <-l.quit:
+// submit hands a partition's fetched records to their lanes: one batch per
+// lane, in offset order, so a lane wakes once per poll and not once per
+// record.
+//
+// With routes (exactly-once), a record whose dedup key is already on its
+// way through a lane since the last commit goes to that lane, whatever its
+// key: it then runs after its twin and finds it processed, where on
+// another lane the two could run at once. routes belongs to the
+// partition: mu guards it. The lock is not held while sending, since lanes
+// take it too.
+func (l *lanes) submit(items []*item, mu *sync.Mutex, routes map[string]int) {
+	if routes != nil {
+		mu.Lock()
+	}
+	per := make([][]*item, len(l.lanes))
+	for _, it := range items {
+		var h maphash.Hash
+		h.SetSeed(l.seed)
+		h.WriteString(it.rec.Topic)
+		h.WriteByte(byte(it.rec.Partition))
+		h.WriteByte(byte(it.rec.Partition >> 8))
+		h.Write(it.rec.Key)
+		i := int(h.Sum64() % uint64(len(l.lanes)))
+		if routes != nil {
+			if j, ok := routes[it.knownKey]; ok {
+				i = j
+			} else {
+				routes[it.knownKey] = i
+			}
+		}
+		per[i] = append(per[i], it)
+	}
+	if routes != nil {
+		mu.Unlock()
+	}
+	for i, batch := range per {
+		if len(batch) == 0 {
+			continue
+		}
+		select {
+		case l.lanes[i].ch <- batch:
+		case <-l.quit:
+			return
+		}
 	}
 }
 
@@ -103,20 +149,52 @@ func (l *lanes) stop() {
 	}
 }
 
+// loop runs the lane's batches. Results are reported a batch at a time.
 func (l *lanes) loop(ln *lane) {
 	defer l.wg.Done()
 	for {
-		select {
-		case it := <-ln.ch:
+		for len(ln.rest) > 0 {
+			it := ln.rest[0]
+			ln.rest = ln.rest[1:]
 			res, takenOver := l.w.execute(ln, it, l.quit)
 			if takenOver {
-				return // the watchdog gave this lane to another goroutine
+				return // the watchdog gave this lane, rest and done included, to another goroutine
 			}
-			l.w.finish(it, res)
+			ln.done = append(ln.done, finished{it, res})
+			if len(ln.done) == reportEvery {
+				l.flush(ln)
+			}
+		}
+		l.flush(ln)
+		select {
+		case ln.rest = <-ln.ch:
 		case <-l.quit:
 			return
 		}
 	}
+}
+
+// reportEvery bounds the finished records a lane holds before reporting
+// them; finishedKey scans them.
+const reportEvery = 64
+
+func (l *lanes) flush(ln *lane) {
+	if len(ln.done) > 0 {
+		l.w.finish(ln.done)
+		clear(ln.done)
+		ln.done = ln.done[:0]
+	}
+}
+
+// finishedKey reports whether the lane finished a record with this dedup
+// key that it has not reported yet.
+func (ln *lane) finishedKey(key string) bool {
+	for _, d := range ln.done {
+		if d.res != nil && d.res.id == key {
+			return true
+		}
+	}
+	return false
 }
 
 // watchdog enforces time-to-run on the running handlers.
@@ -156,7 +234,7 @@ func (l *lanes) takeOver(ln *lane, r *handlerRun) {
 	res := w.retryInPlace(r.it, l.quit, func() (*result, error) {
 		return w.failure(r.task, r.key, errAbandoned)
 	})
-	w.finish(r.it, res)
+	ln.done = append(ln.done, finished{r.it, res})
 	l.loop(ln) // loop's deferred Done pairs with this goroutine's Add
 }
 

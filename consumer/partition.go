@@ -42,6 +42,10 @@ type partState struct {
 	seq     uint64
 	ids     map[string]uint64
 	overlay map[string]overlayVal
+
+	// routes is the lane of each dedup key dispatched since the last
+	// commit (see lanes.submit).
+	routes map[string]int
 }
 
 type overlayVal struct {
@@ -61,7 +65,8 @@ type result struct {
 }
 
 func newPartState(tp checkpoint.TP, store *checkpoint.Store) *partState {
-	return &partState{tp: tp, store: store, next: -1, committedAt: -1, ids: map[string]uint64{}, overlay: map[string]overlayVal{}}
+	return &partState{tp: tp, store: store, next: -1, committedAt: -1, ids: map[string]uint64{}, overlay: map[string]overlayVal{},
+		routes: map[string]int{}}
 }
 
 // admit records a fetched record as dispatched, unless it was already.
@@ -76,23 +81,33 @@ func (p *partState) admit(r *kgo.Record) (epoch uint64, ok bool) {
 	return p.epoch, true
 }
 
-// complete records a finished record's result. A result of an older epoch
-// is dropped.
-func (p *partState) complete(epoch uint64, res *result) {
+// complete records finished records' results; those of an older epoch
+// are dropped. dropped reports a nil result (work dropped unrun) for a
+// record of the current epoch.
+func (p *partState) complete(done []finished) (dropped bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if epoch != p.epoch || p.revoked || res == nil {
-		return
-	}
-	p.seq++
-	res.seq = p.seq
-	if !res.dup {
-		p.ids[res.id] = res.seq
-		for _, w := range res.writes {
-			p.overlay[string(w.key)] = overlayVal{value: w.value, seq: res.seq}
+	for _, d := range done {
+		stale := d.it.epoch != p.epoch || p.revoked
+		if d.res == nil {
+			dropped = dropped || !stale
+			continue
 		}
+		if stale {
+			continue
+		}
+		res := d.res
+		p.seq++
+		res.seq = p.seq
+		if !res.dup {
+			p.ids[res.id] = res.seq
+			for _, w := range res.writes {
+				p.overlay[string(w.key)] = overlayVal{value: w.value, seq: res.seq}
+			}
+		}
+		p.results = append(p.results, res)
 	}
-	p.results = append(p.results, res)
+	return dropped
 }
 
 // processed reports whether key completed in this partition and awaits
@@ -104,7 +119,7 @@ func (p *partState) processed(key string, it *item) (bool, error) {
 	if ok {
 		return true, nil
 	}
-	if it.knownKey == key {
+	if it.looked && it.knownKey == key {
 		return it.known, nil
 	}
 	return p.store.Has(p.tp, key)
@@ -125,7 +140,7 @@ func (p *partState) lookup(items []*item) error {
 		return err
 	}
 	for i, it := range items {
-		it.knownKey, it.known = keys[i], found[i]
+		it.knownKey, it.known, it.looked = keys[i], found[i], true
 	}
 	return nil
 }
@@ -153,6 +168,7 @@ func (p *partState) collect() (res []*result, commitAt kgo.EpochOffset, upTo uin
 		changed = true
 	}
 	res, p.results = p.results, nil
+	clear(p.routes) // the commit barrier: nothing is in flight
 	return res, commitAt, p.seq, changed || len(res) > 0
 }
 
@@ -184,6 +200,7 @@ func (p *partState) reset() int {
 	p.results = nil
 	p.ids = map[string]uint64{}
 	p.overlay = map[string]overlayVal{}
+	p.routes = map[string]int{}
 	n := len(p.held)
 	p.held = nil
 	return n

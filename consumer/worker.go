@@ -11,6 +11,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/onceq/onceq"
 	"github.com/onceq/onceq/broker"
 	"github.com/onceq/onceq/checkpoint"
 )
@@ -229,9 +230,16 @@ func (w *Worker) submit(ps *partState, items []*item) {
 			w.cfg.log.Warn("looking up processed IDs; the lanes will ask again", "err", err)
 		}
 	}
-	for _, it := range items {
-		w.lanes.submit(it)
+	if w.cfg.guarantee == ExactlyOnce {
+		for _, it := range items {
+			if it.knownKey == "" { // the lookup failed
+				it.knownKey = onceq.DedupKeyOf(it.rec)
+			}
+		}
+		w.lanes.submit(items, &ps.mu, ps.routes)
+		return
 	}
+	w.lanes.submit(items, nil, nil)
 }
 
 // holdIfRestoring holds it while ps restores, starting the restore on the
@@ -278,17 +286,24 @@ func (w *Worker) restore(ps *partState) {
 	w.kafka.resume(ps.tp)
 }
 
-// finish is called by a lane when an item is done, successfully or not.
-// A nil result for a record whose partition did not move on means its work
-// was dropped (the worker is stopping): the position past it must then
-// never be committed.
-func (w *Worker) finish(it *item, res *result) {
-	if res == nil && !it.stale() {
-		w.unfinished.Store(true)
+// finish is called by a lane with the records it finished, successfully
+// or not. A nil result for a record whose partition did not move on means
+// its work was dropped (the worker is stopping): the position past it must
+// then never be committed.
+func (w *Worker) finish(done []finished) {
+	for i := 0; i < len(done); {
+		ps := done[i].it.ps
+		j := i + 1
+		for j < len(done) && done[j].it.ps == ps {
+			j++
+		}
+		if ps.complete(done[i:j]) {
+			w.unfinished.Store(true)
+		}
+		i = j
 	}
-	it.ps.complete(it.epoch, res)
-	w.completed.Add(1)
-	w.buffered.Add(-1)
+	w.completed.Add(int64(len(done)))
+	w.buffered.Add(-int64(len(done)))
 	w.signal()
 }
 

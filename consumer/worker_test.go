@@ -257,3 +257,51 @@ func (w testWriter) Write(p []byte) (int, error) {
 	w.t.Log(strings.TrimSpace(string(p)))
 	return len(p), nil
 }
+
+// TestDuplicatesWithOtherKeysRunOnce pins the race where two records of one
+// ID with different keys, in one partition, went to different lanes and
+// ran at once, each before the other was recorded as processed.
+func TestDuplicatesWithOtherKeysRunOnce(t *testing.T) {
+	_, conn := testutil.StartBroker(t, "")
+	testutil.CreateTopic(t, conn, "in", 1)
+	all := ids(3000)
+	cl, err := conn.NewClient()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	for _, id := range all {
+		for _, key := range []string{"a-" + id, "b-" + id, ""} {
+			task := onceq.Task{ID: id, Queue: "in", Key: []byte(key)}
+			task.Resolve(time.Now())
+			cl.Produce(t.Context(), task.Record("in"), nil)
+		}
+	}
+	if err := cl.Flush(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	var runs sync.Map
+	var total atomic.Int64
+	h := consumer.HandlerFunc(func(_ context.Context, task *consumer.Task) error {
+		n, _ := runs.LoadOrStore(task.ID, new(atomic.Int64))
+		n.(*atomic.Int64).Add(1)
+		total.Add(1)
+		return nil
+	})
+	stop := runWorker(t, consumer.Conn(conn), consumer.Group("keys"), consumer.Queues("in"), consumer.Concurrency(32),
+		consumer.CheckpointDir(t.TempDir()), consumer.WithHandler(h))
+	deadline := time.Now().Add(time.Minute)
+	for total.Load() < int64(len(all)) && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	time.Sleep(time.Second) // the duplicates follow their originals closely
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range all {
+		n, ok := runs.Load(id)
+		if !ok || n.(*atomic.Int64).Load() != 1 {
+			t.Fatalf("task %s did not run exactly once (%d runs in all for %d IDs)", id, total.Load(), len(all))
+		}
+	}
+}
