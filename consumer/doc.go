@@ -36,6 +36,9 @@
 //
 // Ordering and concurrency: records with the same key run one at a time in
 // offset order; different keys run concurrently, up to Concurrency.
+// Processed IDs are kept per partition, and a task's key (its ID when it
+// has none) picks its partition: submit an ID's duplicates with the same
+// key. Within a partition, a duplicate runs once whatever its key.
 //
 // Effects that go through onceq (state writes, emitted tasks, the offset)
 // commit together or not at all, across crashes, restarts and rebalances.
