@@ -139,7 +139,7 @@ func TestRandomScenario(t *testing.T) {
 			last := slots[len(slots)-1]
 			last.proc.Signal(syscall.SIGTERM)
 			if code, err := last.proc.Wait(60 * time.Second); err != nil || code != 0 {
-				t.Fatalf("leaving worker: exit %d, %v", code, err)
+				t.Fatalf("leaving worker: exit %d, %v\n%s", code, err, tail(last.proc.Output(), 2000))
 			}
 			slots = slots[:len(slots)-1]
 			op = "remove a worker"
