@@ -1,9 +1,11 @@
 package consumer
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -43,6 +45,10 @@ type pending struct {
 func (w *Worker) commit(ctx context.Context) error {
 	if w.unfinished.Load() {
 		return errors.New("consumer: a task was dropped unrun; not committing past it")
+	}
+	// The previous commit's checkpoint write: this one builds on it.
+	if err := w.ckpt.wait(); err != nil {
+		return fmt.Errorf("%w: %w", errCheckpoint, err)
 	}
 	w.completed.Store(0)
 	var (
@@ -99,15 +105,23 @@ func (w *Worker) commit(ctx context.Context) error {
 	}
 	w.hook(BetweenCommits)
 	w.restarts = 0
-	if eos {
-		start = time.Now()
+	w.countOutcomes(parts)
+	if !eos {
+		w.hook(AfterCommits)
+		return nil
+	}
+	// The checkpoint write runs while the next records do: what it holds
+	// stays in the partitions' overlays, where dedup and State find it,
+	// until it is durable.
+	w.ckpt.start(func() error {
+		start := time.Now()
 		if err := w.checkpoint(recs, parts); err != nil {
-			return fmt.Errorf("%w: %w", errCheckpoint, err)
+			return err
 		}
 		w.metrics.commit.WithLabelValues("pebble").Observe(time.Since(start).Seconds())
-	}
-	w.hook(AfterCommits)
-	w.countOutcomes(parts)
+		w.hook(AfterCommits)
+		return nil
+	})
 	// A successful End re-seeks each committed partition to its committed
 	// prefix, so records past it that are already dispatched are fetched
 	// again; partState.admit skips them. Moving the position forward with
@@ -166,7 +180,8 @@ func (w *Worker) appendExpired(ctx context.Context, recs []*kgo.Record) []*kgo.R
 }
 
 // checkpoint writes what the transaction committed to Pebble, in one
-// synced batch, and then clears it from the partitions' overlays.
+// synced batch, and then clears it from the partitions' overlays. It runs
+// on the checkpoint writer, one write at a time.
 func (w *Worker) checkpoint(recs []*kgo.Record, parts []pending) error {
 	b := w.store.NewBatch()
 	defer b.Close()
@@ -248,4 +263,49 @@ func (w *Worker) hook(p CommitPoint) {
 	if w.cfg.commitHook != nil {
 		w.cfg.commitHook(p)
 	}
+}
+
+// ckptWriter runs the checkpoint writes, one at a time, beside the worker's
+// loop.
+type ckptWriter struct {
+	mu   sync.Mutex
+	done chan struct{} // closed when the write in flight ends; nil: none yet
+	err  error         // the first write that failed
+}
+
+// start runs write; the caller waited for the previous one.
+func (c *ckptWriter) start(write func() error) {
+	done := make(chan struct{})
+	c.mu.Lock()
+	c.done = done
+	c.mu.Unlock()
+	go func() {
+		defer close(done)
+		if err := write(); err != nil {
+			c.mu.Lock()
+			c.err = cmp.Or(c.err, err)
+			c.mu.Unlock()
+		}
+	}()
+}
+
+// wait waits for the write in flight, if any, and returns the first
+// failure of any write.
+func (c *ckptWriter) wait() error {
+	c.mu.Lock()
+	done := c.done
+	c.mu.Unlock()
+	if done != nil {
+		<-done
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.err
+}
+
+// failed returns the first failure of a write that ended, without waiting.
+func (c *ckptWriter) failed() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.err
 }

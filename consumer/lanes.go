@@ -17,12 +17,13 @@ type item struct {
 	ps    *partState
 	epoch uint64
 	rec   *kgo.Record
-	// known is the dedup-key lookup made when the record was dispatched:
-	// the checkpoint does not change while the records of one commit
-	// cycle run, so a lane need not ask it again.
+	// known is the dedup-key lookup made when the record was dispatched,
+	// which a lane need not repeat unless a checkpoint write landed since
+	// (partState.processed).
 	knownKey string
 	known    bool
-	looked   bool // known is the checkpoint's answer (the lookup did not fail)
+	looked   bool   // known is the checkpoint's answer (the lookup did not fail)
+	gen      uint64 // the partition's gen at the lookup
 }
 
 // lanes run handlers with key-ordered concurrency: a record goes to the

@@ -40,6 +40,7 @@ type partState struct {
 	// seq numbers results; the overlay remembers which result wrote what,
 	// so a commit clears only what it made durable.
 	seq     uint64
+	gen     uint64 // counts the checkpoint writes that cleared ids
 	ids     map[string]uint64
 	overlay map[string]overlayVal
 
@@ -115,11 +116,14 @@ func (p *partState) complete(done []finished) (dropped bool) {
 func (p *partState) processed(key string, it *item) (bool, error) {
 	p.mu.Lock()
 	_, ok := p.ids[key]
+	// The dispatch-time answer holds unless a checkpoint write landed
+	// since, and cleared from ids what it made durable.
+	fresh := it.looked && it.knownKey == key && it.gen == p.gen
 	p.mu.Unlock()
 	if ok {
 		return true, nil
 	}
-	if it.looked && it.knownKey == key {
+	if fresh {
 		return it.known, nil
 	}
 	return p.store.Has(p.tp, key)
@@ -135,12 +139,17 @@ func (p *partState) lookup(items []*item) error {
 	for i, it := range items {
 		keys[i] = onceq.DedupKeyOf(it.rec)
 	}
+	// gen is read before the lookup: a write landing after it changes
+	// gen, so the answer is not trusted; one landing before is seen.
+	p.mu.Lock()
+	gen := p.gen
+	p.mu.Unlock()
 	found, err := p.store.HasMany(p.tp, keys)
 	if err != nil {
 		return err
 	}
 	for i, it := range items {
-		it.knownKey, it.known, it.looked = keys[i], found[i], true
+		it.knownKey, it.known, it.looked, it.gen = keys[i], found[i], true, gen
 	}
 	return nil
 }
@@ -176,6 +185,7 @@ func (p *partState) collect() (res []*result, commitAt kgo.EpochOffset, upTo uin
 func (p *partState) committed(upTo uint64) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.gen++
 	for id, s := range p.ids {
 		if s <= upTo {
 			delete(p.ids, id)

@@ -38,6 +38,9 @@ func (r *restorer) restore(tp checkpoint.TP) (int, error) {
 	if w.store == nil {
 		return 0, nil
 	}
+	// A checkpoint write in flight may be for this partition, from when
+	// the worker last owned it: let it land first.
+	_ = w.ckpt.wait()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	topic := broker.ChangelogTopic(w.cfg.group, tp.Topic)

@@ -40,6 +40,7 @@ type Worker struct {
 	unfinished atomic.Bool // a record was dropped unrun: commit nothing more
 	restarts   int         // session restarts since the last successful commit
 	lastExpire time.Time
+	ckpt       ckptWriter
 }
 
 // New checks the options and returns a worker. It does not connect: Run
@@ -78,6 +79,11 @@ func (w *Worker) Run(ctx context.Context) (err error) {
 	next := time.Now().Add(w.cfg.commitInterval)
 	lastWarn := time.Now()
 	for ctx.Err() == nil {
+		if err := w.ckpt.failed(); err != nil {
+			// Tasks cannot finish against a failed store: stop now, not at
+			// the commit that would wait for them.
+			return fmt.Errorf("%w: %w", errCheckpoint, err)
+		}
 		due := time.Now().After(next) || w.completed.Load() >= int64(w.cfg.maxPerCommit)
 		switch {
 		case !due && w.buffered.Load() < int64(w.cfg.maxBuffered):
@@ -167,6 +173,9 @@ func (w *Worker) shutdown() error {
 		w.cfg.log.Warn("abandoning tasks still running at shutdown: they and the tasks since the last commit run again elsewhere", "count", n)
 	} else {
 		err = w.commit(ctx)
+	}
+	if cerr := w.ckpt.wait(); cerr != nil && err == nil {
+		err = fmt.Errorf("%w: %w", errCheckpoint, cerr)
 	}
 	w.kafka.leave(ctx)
 	w.cfg.log.Info("worker stopped")
@@ -373,6 +382,7 @@ func (w *Worker) close() {
 		w.admin.Close()
 	}
 	if w.store != nil {
+		_ = w.ckpt.wait() // reported by the commit or shutdown that waited before
 		if err := w.store.Close(); err != nil {
 			w.cfg.log.Error("closing checkpoint", "err", err)
 		}
