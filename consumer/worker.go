@@ -68,6 +68,11 @@ func New(opts ...Opt) (*Worker, error) {
 func (w *Worker) Run(ctx context.Context) (err error) {
 	if err := w.start(ctx); err != nil {
 		w.close()
+		if ctx.Err() != nil {
+			// Stopped while starting: nothing ran, nothing to commit.
+			w.cfg.log.Info("worker stopped while starting", "err", err)
+			return nil
+		}
 		return err
 	}
 	defer w.close()

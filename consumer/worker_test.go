@@ -305,3 +305,25 @@ func TestDuplicatesWithOtherKeysRunOnce(t *testing.T) {
 		}
 	}
 }
+
+// TestStopDuringStartup pins a worker told to stop while it was still
+// starting (reaching the brokers, opening its checkpoint, joining) exiting
+// with an error instead of stopping cleanly.
+func TestStopDuringStartup(t *testing.T) {
+	_, conn := testutil.StartBroker(t, "")
+	testutil.CreateTopic(t, conn, "in", 4)
+	for _, after := range []time.Duration{0, time.Millisecond, 3 * time.Millisecond, 10 * time.Millisecond, 30 * time.Millisecond,
+		60 * time.Millisecond, 100 * time.Millisecond, 200 * time.Millisecond} {
+		w, err := consumer.New(consumer.Conn(conn), consumer.Group("startup"), consumer.Queues("in"),
+			consumer.CheckpointDir(t.TempDir()), consumer.WithHandler(copyCounting("out")))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		time.AfterFunc(after, cancel)
+		if err := w.Run(ctx); err != nil {
+			t.Errorf("stopped %v after the start: %v", after, err)
+		}
+		cancel()
+	}
+}

@@ -98,6 +98,11 @@ func (s *Service) Run(ctx context.Context) error {
 	}
 	if err := s.start(ctx); err != nil {
 		s.close()
+		if ctx.Err() != nil {
+			// Stopped while starting: nothing moved, nothing to commit.
+			s.cfg.log.Info("delay service stopped while starting", "err", err)
+			return nil
+		}
 		return err
 	}
 	defer s.close()

@@ -1,6 +1,7 @@
 package delay_test
 
 import (
+	"context"
 	"math/rand/v2"
 	"testing"
 	"time"
@@ -111,4 +112,24 @@ func TestLadderChange(t *testing.T) {
 	time.Sleep(500 * time.Millisecond)
 	late := pub.verify(t, dues)
 	t.Logf("lateness p50 %v p99 %v max %v", percentile(late, 0.5), percentile(late, 0.99), late[len(late)-1])
+}
+
+// TestStopDuringStartup pins a service told to stop while still starting
+// exiting with an error instead of stopping cleanly.
+func TestStopDuringStartup(t *testing.T) {
+	_, conn := testutil.StartBroker(t, "")
+	for _, after := range []time.Duration{0, time.Millisecond, 3 * time.Millisecond, 10 * time.Millisecond, 30 * time.Millisecond,
+		60 * time.Millisecond, 100 * time.Millisecond, 200 * time.Millisecond} {
+		svc, err := delay.NewService(delay.WithConn(conn), delay.WithPlanner(shortLadder(t)), delay.WithStateDir(t.TempDir()),
+			delay.WithLogger(testLogger()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		time.AfterFunc(after, cancel)
+		if err := svc.Run(ctx); err != nil {
+			t.Errorf("stopped %v after the start: %v", after, err)
+		}
+		cancel()
+	}
 }
