@@ -18,12 +18,14 @@ type item struct {
 	epoch uint64
 	rec   *kgo.Record
 	// known is the dedup-key lookup made when the record was dispatched,
-	// which a lane need not repeat unless a checkpoint write landed since
-	// (partState.processed).
+	// in the checkpoint and the overlay of writes in flight (see
+	// partState.lookup): a lane need not repeat it.
 	knownKey string
 	known    bool
-	looked   bool   // known is the checkpoint's answer (the lookup did not fail)
-	gen      uint64 // the partition's gen at the lookup
+	looked   bool // known is the checkpoint's answer (the lookup did not fail)
+	// twin: a record of the same dedup key was dispatched before it since
+	// the last commit, to the same lane (see lanes.submit).
+	twin bool
 }
 
 // lanes run handlers with key-ordered concurrency: a record goes to the
@@ -116,7 +118,7 @@ func (l *lanes) submit(items []*item, mu *sync.Mutex, routes map[string]int) {
 		i := int(h.Sum64() % uint64(len(l.lanes)))
 		if routes != nil {
 			if j, ok := routes[it.knownKey]; ok {
-				i = j
+				i, it.twin = j, true
 			} else {
 				routes[it.knownKey] = i
 			}

@@ -40,7 +40,6 @@ type partState struct {
 	// seq numbers results; the overlay remembers which result wrote what,
 	// so a commit clears only what it made durable.
 	seq     uint64
-	gen     uint64 // counts the checkpoint writes that cleared ids
 	ids     map[string]uint64
 	overlay map[string]overlayVal
 
@@ -116,14 +115,11 @@ func (p *partState) complete(done []finished) (dropped bool) {
 func (p *partState) processed(key string, it *item) (bool, error) {
 	p.mu.Lock()
 	_, ok := p.ids[key]
-	// The dispatch-time answer holds unless a checkpoint write landed
-	// since, and cleared from ids what it made durable.
-	fresh := it.looked && it.knownKey == key && it.gen == p.gen
 	p.mu.Unlock()
 	if ok {
 		return true, nil
 	}
-	if fresh {
+	if it.looked && it.knownKey == key {
 		return it.known, nil
 	}
 	return p.store.Has(p.tp, key)
@@ -139,17 +135,23 @@ func (p *partState) lookup(items []*item) error {
 	for i, it := range items {
 		keys[i] = onceq.DedupKeyOf(it.rec)
 	}
-	// gen is read before the lookup: a write landing after it changes
-	// gen, so the answer is not trusted; one landing before is seen.
+	// The overlay is read before the checkpoint. It then holds every key
+	// of the earlier commits whose checkpoint write is still in flight
+	// (they all completed before these records were dispatched), and a
+	// write that lands later is seen by HasMany; a key in neither is not
+	// processed, and can only become so in this commit cycle, in ids.
+	pending := make([]bool, len(items))
 	p.mu.Lock()
-	gen := p.gen
+	for i, k := range keys {
+		_, pending[i] = p.ids[k]
+	}
 	p.mu.Unlock()
 	found, err := p.store.HasMany(p.tp, keys)
 	if err != nil {
 		return err
 	}
 	for i, it := range items {
-		it.knownKey, it.known, it.looked, it.gen = keys[i], found[i], true, gen
+		it.knownKey, it.known, it.looked = keys[i], found[i] || pending[i], true
 	}
 	return nil
 }
@@ -185,7 +187,6 @@ func (p *partState) collect() (res []*result, commitAt kgo.EpochOffset, upTo uin
 func (p *partState) committed(upTo uint64) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.gen++
 	for id, s := range p.ids {
 		if s <= upTo {
 			delete(p.ids, id)

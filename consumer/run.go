@@ -90,7 +90,7 @@ func (w *Worker) attempt(ln *lane, it *item) (*result, error) {
 		if err != nil {
 			return nil, err
 		}
-		if dup || ln.finishedKey(key) {
+		if dup || it.twin && ln.finishedKey(key) {
 			return &result{id: key, dup: true, outcome: outcomeDuplicate}, nil
 		}
 	}
