@@ -30,6 +30,12 @@ type kafkaSide interface {
 	close()
 }
 
+// The worker's fetch limits (see newKafkaSide).
+const (
+	fetchMaxBytes          = 1 << 20
+	fetchMaxPartitionBytes = 256 << 10
+)
+
 func newKafkaSide(w *Worker) (kafkaSide, error) {
 	opts := []kgo.Opt{
 		kgo.ConsumerGroup(w.cfg.group),
@@ -44,6 +50,12 @@ func newKafkaSide(w *Worker) (kafkaSide, error) {
 		kgo.RecordPartitioner(outPartitioner{kgo.StickyKeyPartitioner(nil)}),
 		kgo.ProducerBatchMaxBytes(int32(min(w.cfg.maxMessageBytes, 1<<20))),
 		kgo.WithLogger(broker.KgoLogger(w.cfg.log)),
+		// Fetch sizes count compressed bytes, and tasks compress well: at
+		// the client's defaults (50 MiB, 1 MiB a partition) one fetch of a
+		// backlog decodes to hundreds of thousands of records, far past
+		// MaxBufferedRecords. These keep a fetch near a few thousand.
+		kgo.FetchMaxBytes(fetchMaxBytes),
+		kgo.FetchMaxPartitionBytes(fetchMaxPartitionBytes),
 	}
 	if w.cfg.groupProtocol == ConsumerGroup {
 		// Dynamic membership: a static member leaving with KIP-848 keeps
