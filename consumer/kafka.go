@@ -5,6 +5,7 @@ import (
 	"context"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -34,6 +35,7 @@ type kafkaSide interface {
 const (
 	fetchMaxBytes          = 1 << 20
 	fetchMaxPartitionBytes = 256 << 10
+	fetchMaxWait           = 200 * time.Millisecond
 )
 
 func newKafkaSide(w *Worker) (kafkaSide, error) {
@@ -56,6 +58,11 @@ func newKafkaSide(w *Worker) (kafkaSide, error) {
 		// MaxBufferedRecords. These keep a fetch near a few thousand.
 		kgo.FetchMaxBytes(fetchMaxBytes),
 		kgo.FetchMaxPartitionBytes(fetchMaxPartitionBytes),
+		// A client has one fetch at a time per broker. At the default 5 s,
+		// a fetch for partitions with nothing new (the others' records
+		// still buffered, or re-sought by a commit) held every partition
+		// of that broker for 5 s.
+		kgo.FetchMaxWait(fetchMaxWait),
 	}
 	if w.cfg.groupProtocol == ConsumerGroup {
 		// Dynamic membership: a static member leaving with KIP-848 keeps
