@@ -332,6 +332,16 @@ func (s *Store) Close() error {
 	return nil
 }
 
+// Err returns an ErrFailed error once Pebble hit a fatal error (a failed
+// write or sync): from then on every operation fails, and the store must
+// be closed and opened again. It is nil while the store works.
+func (s *Store) Err() error {
+	if s.failed.Load() {
+		return errorf(ErrFailed, nil, "store %s failed: reopen it", s.dir)
+	}
+	return nil
+}
+
 // acquire holds the store open for one operation: call release when done.
 func (s *Store) acquire() error {
 	s.mu.RLock()

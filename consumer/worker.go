@@ -78,13 +78,14 @@ func (w *Worker) Run(ctx context.Context) (err error) {
 	defer w.close()
 	w.lanes = newLanes(w, w.cfg.concurrency, w.cfg.maxBuffered)
 	defer w.lanes.stop()
+	defer w.stopping.Store(true) // first of the deferred: restores stop retrying
 	w.cfg.log.Info("worker started", "group", w.cfg.group, "queues", w.cfg.queues, "instance", w.instanceID,
 		"guarantee", w.cfg.guarantee, "concurrency", w.cfg.concurrency)
 
 	next := time.Now().Add(w.cfg.commitInterval)
 	lastWarn := time.Now()
 	for ctx.Err() == nil {
-		if err := w.ckpt.failed(); err != nil {
+		if err := w.storeFailed(); err != nil {
 			// Tasks cannot finish against a failed store: stop now, not at
 			// the commit that would wait for them.
 			return fmt.Errorf("%w: %w", errCheckpoint, err)
@@ -187,6 +188,19 @@ func (w *Worker) shutdown() error {
 	return err
 }
 
+// storeFailed reports a checkpoint that can no longer be written: a failed
+// checkpoint write, or Pebble's fatal error met anywhere (a restore, a
+// lookup).
+func (w *Worker) storeFailed() error {
+	if err := w.ckpt.failed(); err != nil {
+		return err
+	}
+	if w.store != nil {
+		return w.store.Err()
+	}
+	return nil
+}
+
 func (w *Worker) waitWake(ctx context.Context, until time.Time) {
 	t := time.NewTimer(time.Until(until))
 	defer t.Stop()
@@ -284,7 +298,7 @@ func (w *Worker) restore(ps *partState) {
 		ps.mu.Lock()
 		gone := ps.revoked
 		ps.mu.Unlock()
-		if !gone {
+		if !gone && !w.stopping.Load() {
 			go w.restore(ps)
 		}
 		return
