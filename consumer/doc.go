@@ -6,9 +6,11 @@
 // the tasks it fetched finish (the commit barrier), and commits in one
 // Kafka transaction their outputs (tasks they emit), their changelog
 // records (processed IDs and state writes) and the offsets past them,
-// fenced by the group generation (KIP-447). Then it writes the same to its
-// Pebble checkpoint. A task whose ID is already processed is acknowledged
-// without running, so duplicates submitted with one ID run once.
+// fenced by the group generation (KIP-447). Then, while the next records
+// run, it writes the same to its Pebble checkpoint; until that write is
+// durable, what it holds stays in memory, where deduplication and State
+// find it. A task whose ID is already processed is acknowledged without
+// running, so duplicates submitted with one ID run once.
 //
 // The barrier is there because a transaction commits the consumer's
 // position: franz-go's GroupTransactSession commits everything polled, and
