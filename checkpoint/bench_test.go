@@ -2,7 +2,6 @@ package checkpoint
 
 import (
 	"context"
-	"encoding/hex"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -13,6 +12,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/google/uuid"
 )
 
 // The benchmarks of the targets. The large ones share one store of
@@ -61,17 +62,7 @@ func uuid7(ms uint64, seed uint64) string {
 	for i := 9; i < 16; i++ {
 		u[i] = byte(lo >> (8 * (15 - i)))
 	}
-	var s [36]byte
-	hex.Encode(s[0:8], u[0:4])
-	s[8] = '-'
-	hex.Encode(s[9:13], u[4:6])
-	s[13] = '-'
-	hex.Encode(s[14:18], u[6:8])
-	s[18] = '-'
-	hex.Encode(s[19:23], u[8:10])
-	s[23] = '-'
-	hex.Encode(s[24:36], u[10:16])
-	return string(s[:])
+	return uuid.UUID(u).String()
 }
 
 // benchID returns the i-th ID of the shared store; benchMiss returns an ID

@@ -3,9 +3,10 @@ package producer
 import (
 	"crypto/rand"
 	"encoding/binary"
-	"encoding/hex"
 	"sync"
 	"time"
+
+	"github.com/google/uuid"
 )
 
 // idSource generates task IDs: UUIDv7 (RFC 9562) text, time-ordered by
@@ -58,15 +59,5 @@ func (s *idSource) next() (string, error) {
 	u[6] = 0x70 | byte(seq>>8)
 	u[7] = byte(seq)
 	u[8] = u[8]&0x3f | 0x80 // variant 10
-	var text [36]byte
-	hex.Encode(text[0:8], u[0:4])
-	text[8] = '-'
-	hex.Encode(text[9:13], u[4:6])
-	text[13] = '-'
-	hex.Encode(text[14:18], u[6:8])
-	text[18] = '-'
-	hex.Encode(text[19:23], u[8:10])
-	text[23] = '-'
-	hex.Encode(text[24:], u[10:])
-	return string(text[:]), nil
+	return uuid.UUID(u).String(), nil
 }
