@@ -97,15 +97,19 @@ func newLanes(w *Worker, n, buffered int) *lanes {
 // lane, in offset order, so a lane wakes once per poll and not once per
 // record.
 //
-// With routes (exactly-once), a record whose dedup key is already on its
+// With route (exactly-once), a record whose dedup key is already on its
 // way through a lane since the last commit goes to that lane, whatever its
 // key: it then runs after its twin and finds it processed, where on
-// another lane the two could run at once. routes belongs to the
-// partition: mu guards it. The lock is not held while sending, since lanes
-// take it too.
-func (l *lanes) submit(items []*item, mu *sync.Mutex, routes map[string]int) {
-	if routes != nil {
-		mu.Lock()
+// another lane the two could run at once. The items are of one partition,
+// whose routes its lock guards; the lock is not held while sending, since
+// lanes take it too.
+func (l *lanes) submit(items []*item, route bool) {
+	if len(items) == 0 {
+		return
+	}
+	ps := items[0].ps
+	if route {
+		ps.mu.Lock()
 	}
 	per := make([][]*item, len(l.lanes))
 	for _, it := range items {
@@ -116,17 +120,17 @@ func (l *lanes) submit(items []*item, mu *sync.Mutex, routes map[string]int) {
 		h.WriteByte(byte(it.rec.Partition >> 8))
 		h.Write(it.rec.Key)
 		i := int(h.Sum64() % uint64(len(l.lanes)))
-		if routes != nil {
-			if j, ok := routes[it.knownKey]; ok {
+		if route {
+			if j, ok := ps.routes[it.knownKey]; ok {
 				i, it.twin = j, true
 			} else {
-				routes[it.knownKey] = i
+				ps.routes[it.knownKey] = i
 			}
 		}
 		per[i] = append(per[i], it)
 	}
-	if routes != nil {
-		mu.Unlock()
+	if route {
+		ps.mu.Unlock()
 	}
 	for i, batch := range per {
 		if len(batch) == 0 {

@@ -128,12 +128,13 @@ func (p *partState) processed(key string, it *item) (bool, error) {
 // lookup asks the checkpoint, in one batch, which of the items' dedup keys
 // are processed.
 func (p *partState) lookup(items []*item) error {
-	if p.store == nil || len(items) == 0 {
-		return nil
-	}
 	keys := make([]string, len(items))
 	for i, it := range items {
 		keys[i] = onceq.DedupKeyOf(it.rec)
+		it.knownKey = keys[i] // the lanes route by it even if the lookup fails
+	}
+	if p.store == nil || len(items) == 0 {
+		return nil
 	}
 	// The overlay is read before the checkpoint. It then holds every key
 	// of the earlier commits whose checkpoint write is still in flight
@@ -151,7 +152,7 @@ func (p *partState) lookup(items []*item) error {
 		return err
 	}
 	for i, it := range items {
-		it.knownKey, it.known, it.looked = keys[i], found[i] || pending[i], true
+		it.known, it.looked = found[i] || pending[i], true
 	}
 	return nil
 }

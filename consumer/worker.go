@@ -11,7 +11,6 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/onceq/onceq"
 	"github.com/onceq/onceq/broker"
 	"github.com/onceq/onceq/checkpoint"
 )
@@ -253,21 +252,13 @@ func (w *Worker) dispatch(fs kgo.Fetches) {
 // submit looks the items' dedup keys up in one batch and hands them to
 // their lanes.
 func (w *Worker) submit(ps *partState, items []*item) {
-	if w.cfg.guarantee == ExactlyOnce {
+	eos := w.cfg.guarantee == ExactlyOnce
+	if eos {
 		if err := ps.lookup(items); err != nil {
 			w.cfg.log.Warn("looking up processed IDs; the lanes will ask again", "err", err)
 		}
 	}
-	if w.cfg.guarantee == ExactlyOnce {
-		for _, it := range items {
-			if it.knownKey == "" { // the lookup failed
-				it.knownKey = onceq.DedupKeyOf(it.rec)
-			}
-		}
-		w.lanes.submit(items, &ps.mu, ps.routes)
-		return
-	}
-	w.lanes.submit(items, nil, nil)
+	w.lanes.submit(items, eos)
 }
 
 // holdIfRestoring holds it while ps restores, starting the restore on the
