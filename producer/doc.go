@@ -61,6 +61,12 @@
 // after TxTimeout, or a producer restarted with the same TransactionalID
 // fences the open transaction at once.
 //
+// A commit is only reported when it happened. franz-go has a rare race in
+// which EndTransaction, asked to commit, aborts instead and returns nil;
+// Tx notices, runs fn again in a new transaction on a new client (at most
+// three runs), and returns ErrTxAborted if every run aborted. fn must
+// therefore be safe to run again: submitting tasks is.
+//
 // # Metrics
 //
 // With Registerer set: onceq_tasks_submitted_total{queue},

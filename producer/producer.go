@@ -52,6 +52,9 @@ type Producer struct {
 
 	txMu sync.Mutex
 	txcl *kgo.Client // transactional, created by the first Tx
+	// txUnasked is set by the transactional client's logger when the
+	// client turns a commit into an abort by itself (see txLogger).
+	txUnasked atomic.Bool
 }
 
 // New checks the options, connects and returns a producer. It does not

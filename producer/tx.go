@@ -4,12 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/onceq/onceq"
+	"github.com/onceq/onceq/broker"
 )
 
 // endTxTimeout bounds committing or aborting a transaction. Ending one is
@@ -17,6 +20,11 @@ import (
 // its outcome unknown, so the decision to commit is taken on ctx and the
 // commit itself then runs to its end.
 const endTxTimeout = 30 * time.Second
+
+// ErrTxAborted is returned by Producer.Tx when the transaction was asked
+// to commit but aborted: none of its tasks is visible to read_committed
+// consumers, and running it again is safe.
+var ErrTxAborted = errors.New("producer: the transaction aborted instead of committing")
 
 // errTxEnded is returned by Tx.Submit after fn returned.
 var errTxEnded = errors.New("producer: Tx.Submit after the transaction ended: submit only inside fn")
@@ -49,7 +57,26 @@ type Tx struct {
 // Submit or SubmitAsync meanwhile are not part of it. The transactional
 // client is created by the first Tx and recreated after a transaction
 // that could not be aborted.
+//
+// fn can run more than once: when a transaction asked to commit aborts
+// instead (ErrTxAborted, which franz-go does on a rare race), Tx runs fn
+// again in a new transaction, up to txTries times in all. The tasks of a
+// run that aborted are never visible.
 func (p *Producer) Tx(ctx context.Context, fn func(*Tx) error) (err error) {
+	for try := 1; ; try++ {
+		err = p.txOnce(ctx, fn)
+		if try == txTries || !errors.Is(err, ErrTxAborted) || ctx.Err() != nil {
+			return err
+		}
+		p.cfg.log.Warn("transaction aborted instead of committing: running it again", "try", try, "err", err)
+	}
+}
+
+// txTries bounds the runs of one Tx.
+const txTries = 3
+
+// txOnce runs fn in one transaction.
+func (p *Producer) txOnce(ctx context.Context, fn func(*Tx) error) (err error) {
 	if p.closed.Load() {
 		return ErrClosed
 	}
@@ -71,7 +98,9 @@ func (p *Producer) Tx(ctx context.Context, fn func(*Tx) error) (err error) {
 		tx.ended = true
 		tx.mu.Unlock()
 		if !committed {
-			p.abortTx(cl)
+			if p.txcl == cl { // else commitTx dropped it
+				p.abortTx(cl)
+			}
 			tx.count(false, start)
 		}
 	}()
@@ -87,7 +116,7 @@ func (p *Producer) Tx(ctx context.Context, fn func(*Tx) error) (err error) {
 }
 
 // commitTx flushes the transaction's tasks and commits them, unless one
-// was refused or ctx ended.
+// was refused or ctx ended. p.txMu is held.
 func (p *Producer) commitTx(ctx context.Context, tx *Tx) error {
 	if err := tx.cl.Flush(ctx); err != nil {
 		return fmt.Errorf("producer: transaction not committed: %w", err)
@@ -103,10 +132,45 @@ func (p *Producer) commitTx(ctx context.Context, tx *Tx) error {
 	}
 	ectx, cancel := context.WithTimeout(context.WithoutCancel(ctx), endTxTimeout)
 	defer cancel()
+	p.txUnasked.Store(false)
 	if err := tx.cl.EndTransaction(ectx, kgo.TryCommit); err != nil {
 		return fmt.Errorf("producer: committing the transaction: %w", err)
 	}
+	if p.txUnasked.Load() {
+		// The client's bookkeeping no longer matches the broker's (its
+		// sequence numbers ran past the abort, and the next transaction
+		// would fail OUT_OF_ORDER_SEQUENCE_NUMBER): a new client's
+		// initialization starts clean.
+		p.dropTxClient()
+		return fmt.Errorf("%w: franz-go found no partition added to it although its tasks were written, and aborted it; nothing is visible, run it again", ErrTxAborted)
+	}
 	return nil
+}
+
+// txLogger is the transactional client's logger. Besides forwarding as
+// broker.KgoLogger does, it watches for the one message franz-go logs when
+// EndTransaction, asked to commit, finds no partition added to the
+// transaction and sends an abort instead, returning nil: a rare race in
+// franz-go where acknowledged tasks are then aborted. Tx turns that into
+// ErrTxAborted rather than report a commit that did not happen (see
+// TestTxAbortedByTheClientIsAnError).
+type txLogger struct {
+	kgo.Logger
+	unasked *atomic.Bool
+}
+
+// txAbortUnasked starts the message franz-go logs on that path.
+const txAbortUnasked = "no produce succeeded in this transaction but produces were attempted"
+
+func (l txLogger) Level() kgo.LogLevel { return max(l.Logger.Level(), kgo.LogLevelInfo) }
+
+func (l txLogger) Log(level kgo.LogLevel, msg string, kv ...any) {
+	if strings.HasPrefix(msg, txAbortUnasked) {
+		l.unasked.Store(true)
+	}
+	if level <= l.Logger.Level() {
+		l.Logger.Log(level, msg, kv...)
+	}
 }
 
 // abortTx aborts the open transaction: buffered records fail, and the
@@ -136,6 +200,7 @@ func (p *Producer) txClient() (*kgo.Client, error) {
 		kgo.TransactionalID(p.cfg.txnID),
 		kgo.TransactionTimeout(p.cfg.txTimeout),
 		kgo.MaxBufferedRecords(p.cfg.maxBuffered),
+		kgo.WithLogger(txLogger{broker.KgoLogger(p.cfg.log), &p.txUnasked}),
 	)
 	cl, err := p.cfg.conn.NewClient(opts...)
 	if err != nil {
