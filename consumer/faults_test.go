@@ -35,16 +35,7 @@ func errorCode(code int16) func(*kfake.Cluster, kmsg.Request) (kmsg.Response, er
 		case *kmsg.InitProducerIDResponse:
 			r.ErrorCode = code
 		case *kmsg.ProduceResponse:
-			for _, t := range req.(*kmsg.ProduceRequest).Topics {
-				rt := kmsg.NewProduceResponseTopic()
-				rt.Topic, rt.TopicID = t.Topic, t.TopicID
-				for _, p := range t.Partitions {
-					rp := kmsg.NewProduceResponseTopicPartition()
-					rp.Partition, rp.ErrorCode = p.Partition, code
-					rt.Partitions = append(rt.Partitions, rp)
-				}
-				r.Topics = append(r.Topics, rt)
-			}
+			return testutil.ProduceError(req.(*kmsg.ProduceRequest), code), nil, true
 		}
 		return resp, nil, true
 	}

@@ -36,19 +36,7 @@ func TestTxAbortedByTheClientIsAnError(t *testing.T) {
 		if req.TransactionID == nil || refuse.Add(-1) < 0 {
 			return nil, nil, false
 		}
-		resp := req.ResponseKind().(*kmsg.ProduceResponse)
-		for _, rt := range req.Topics {
-			st := kmsg.NewProduceResponseTopic()
-			st.Topic, st.TopicID = rt.Topic, rt.TopicID
-			for _, rp := range rt.Partitions {
-				sp := kmsg.NewProduceResponseTopicPartition()
-				sp.Partition = rp.Partition
-				sp.ErrorCode = kerr.InvalidRecord.Code
-				st.Partitions = append(st.Partitions, sp)
-			}
-			resp.Topics = append(resp.Topics, st)
-		}
-		return resp, nil, true
+		return testutil.ProduceError(req, kerr.InvalidRecord.Code), nil, true
 	})
 	p, err := New(Conn(conn))
 	if err != nil {
