@@ -159,7 +159,9 @@ type txLogger struct {
 	unasked *atomic.Bool
 }
 
-// txAbortUnasked starts the message franz-go logs on that path.
+// txAbortUnasked starts the message franz-go logs on that path. A franz-go
+// upgrade that rewords it makes TestTxAbortedByTheClientIsAnError fail,
+// which reaches the path on purpose.
 const txAbortUnasked = "no produce succeeded in this transaction but produces were attempted"
 
 func (l txLogger) Level() kgo.LogLevel { return max(l.Logger.Level(), kgo.LogLevelInfo) }
