@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"os"
@@ -84,8 +85,20 @@ func StartEmbedded(cfg EmbeddedConfig) (*Embedded, error) {
 		if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
 			return nil, fmt.Errorf("broker: creating data dir: %w", err)
 		}
-		if e.lock, err = lockDir(cfg.DataDir); err != nil {
+		var unclean bool
+		if e.lock, unclean, err = lockDir(cfg.DataDir); err != nil {
 			return nil, err
+		}
+		if unclean {
+			rec, err := recoverOpenTxns(cfg.DataDir)
+			if err != nil {
+				e.unlock()
+				return nil, fmt.Errorf("broker: data dir %s was not closed cleanly and completing its open transactions failed: %w", cfg.DataDir, err)
+			}
+			if cfg.Logger != nil && rec != (Recovery{}) {
+				cfg.Logger.Warn("broker data dir was not closed cleanly: completed its open transactions",
+					"data_dir", cfg.DataDir, "commit_markers", rec.Committed, "abort_markers", rec.Aborted, "producers_fenced", rec.Producers)
+			}
 		}
 		if e.clusterID, err = loadClusterID(cfg.DataDir); err != nil {
 			e.unlock()
@@ -131,6 +144,9 @@ func (e *Embedded) Cluster() *kfake.Cluster { return e.cluster }
 func (e *Embedded) Close() {
 	e.closeOnce.Do(func() {
 		e.cluster.Close()
+		if e.lock != nil {
+			_ = e.lock.Truncate(0) // a clean stop: nothing to recover
+		}
 		e.unlock()
 	})
 }
@@ -150,12 +166,14 @@ func (e *Embedded) unlock() {
 }
 
 // lockDir takes an exclusive advisory lock on dir/onceq.lock. The lock dies
-// with the process, so a killed broker never leaves a stale lock.
-func lockDir(dir string) (*os.File, error) {
+// with the process, so a killed broker never leaves a stale lock. The file
+// holds the holder's process ID until Close empties it: unclean reports a
+// previous holder that stopped without closing.
+func lockDir(dir string) (f *os.File, unclean bool, err error) {
 	path := filepath.Join(dir, "onceq.lock")
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+	f, err = os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
 	if err != nil {
-		return nil, fmt.Errorf("broker: opening lock file: %w", err)
+		return nil, false, fmt.Errorf("broker: opening lock file: %w", err)
 	}
 	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
 		holder, _ := os.ReadFile(path)
@@ -164,11 +182,14 @@ func lockDir(dir string) (*os.File, error) {
 		if pid := strings.TrimSpace(string(holder)); pid != "" {
 			who = "process " + pid
 		}
-		return nil, fmt.Errorf("broker: data dir %s is in use by %s: stop that broker or choose another --data-dir: %w", dir, who, ErrDataDirInUse)
+		return nil, false, fmt.Errorf("broker: data dir %s is in use by %s: stop that broker or choose another --data-dir: %w", dir, who, ErrDataDirInUse)
 	}
+	prev, _ := io.ReadAll(f)
+	unclean = len(strings.TrimSpace(string(prev))) > 0
 	_ = f.Truncate(0)
 	_, _ = f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
-	return f, nil
+	_ = f.Sync()
+	return f, unclean, nil
 }
 
 // loadClusterID reads the data dir's cluster ID, creating it on first use.

@@ -1,0 +1,105 @@
+package broker_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/onceq/onceq/broker"
+	"github.com/onceq/onceq/internal/testutil"
+)
+
+// TestKilledBrokerFinishesOpenTransactions SIGKILLs the broker process
+// while transactions are open. Before the data dir recovery, the broker
+// treated them as aborted without writing markers: the next transaction
+// the same producer committed in a partition was dropped by read_committed
+// readers, and after a second kill the aborted records came back. Now the
+// open transactions are aborted with markers, the producers that held them
+// are fenced, and both kills leave exactly the committed records.
+func TestKilledBrokerFinishesOpenTransactions(t *testing.T) {
+	dir := t.TempDir()
+	bp, addr := testutil.StartBrokerProcess(t, "", dir)
+	conn := broker.Conn{Brokers: []string{addr}}
+	testutil.CreateTopic(t, conn, "t", 2)
+
+	a := txClient(t, addr, "a")
+	mustTx(t, a, true, "c1@0")
+	mustTx(t, a, false, "a1@0", "a2@0", "a3@1")
+	survivor := txClient(t, addr, "f")
+	mustTx(t, survivor, false, "f1@0")
+
+	bp.Kill()
+	bp, _ = testutil.StartBrokerProcess(t, addr, dir)
+	if out := bp.Output(); !strings.Contains(out, "abort_markers=3") || !strings.Contains(out, "producers_fenced=2") {
+		t.Errorf("the restarted broker should report 3 abort markers and 2 fenced producers; it printed:\n%s", out)
+	}
+	if err := produceTx(survivor, true, "f2@0"); err == nil {
+		t.Error("a producer whose transaction the crash aborted committed with its old epoch; want it fenced")
+	}
+	a.Close()
+	mustTx(t, txClient(t, addr, "a"), true, "b1@0", "b2@1")
+
+	want := []string{"b1@0", "b2@1", "c1@0"}
+	if got := committedValues(t, conn); !slices.Equal(got, want) {
+		t.Fatalf("after one kill read_committed sees %v, want %v", got, want)
+	}
+	bp.Kill()
+	testutil.StartBrokerProcess(t, addr, dir)
+	if got := committedValues(t, conn); !slices.Equal(got, want) {
+		t.Fatalf("after a second kill read_committed sees %v, want %v", got, want)
+	}
+}
+
+func txClient(t *testing.T, addr, txid string) *kgo.Client {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(addr), kgo.TransactionalID(txid), kgo.DefaultProduceTopic("t"),
+		kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.RecordRetries(3), kgo.RetryTimeout(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	return cl
+}
+
+// produceTx produces values "v@partition" in one transaction, committed
+// or left open.
+func produceTx(cl *kgo.Client, commit bool, vals ...string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := cl.BeginTransaction(); err != nil {
+		return err
+	}
+	for _, v := range vals {
+		var p int32
+		fmt.Sscanf(v[strings.IndexByte(v, '@')+1:], "%d", &p)
+		if err := cl.ProduceSync(ctx, &kgo.Record{Value: []byte(v), Partition: p}).FirstErr(); err != nil {
+			return err
+		}
+	}
+	if !commit {
+		return nil
+	}
+	return cl.EndTransaction(ctx, kgo.TryCommit)
+}
+
+func mustTx(t *testing.T, cl *kgo.Client, commit bool, vals ...string) {
+	t.Helper()
+	if err := produceTx(cl, commit, vals...); err != nil {
+		t.Fatalf("transaction %v: %v", vals, err)
+	}
+}
+
+func committedValues(t *testing.T, conn broker.Conn) []string {
+	t.Helper()
+	var got []string
+	for _, r := range testutil.ReadCommitted(t, conn, 20*time.Second, "t") {
+		got = append(got, string(r.Value))
+	}
+	slices.Sort(got)
+	return got
+}
