@@ -12,4 +12,9 @@
 //	conn := broker.Conn{Brokers: []string{emb.Addr()}}
 //	adm, err := broker.NewAdmin(conn)
 //	err = adm.EnsureTopic(ctx, "emails", 8, nil)
+//
+// A data dir whose broker was killed is recovered before the broker loads
+// it: the transactions it left open get their commit or abort markers and
+// their producers are fenced, as a Kafka transaction coordinator does when
+// it takes over (see recover.go).
 package broker
