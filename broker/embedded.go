@@ -146,6 +146,7 @@ func (e *Embedded) Close() {
 		e.cluster.Close()
 		if e.lock != nil {
 			_ = e.lock.Truncate(0) // a clean stop: nothing to recover
+			_ = e.lock.Sync()
 		}
 		e.unlock()
 	})
