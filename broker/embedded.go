@@ -95,7 +95,7 @@ func StartEmbedded(cfg EmbeddedConfig) (*Embedded, error) {
 				e.unlock()
 				return nil, fmt.Errorf("broker: data dir %s was not closed cleanly and completing its open transactions failed: %w", cfg.DataDir, err)
 			}
-			if cfg.Logger != nil && rec != (Recovery{}) {
+			if cfg.Logger != nil && rec != (recovery{}) {
 				cfg.Logger.Warn("broker data dir was not closed cleanly: completed its open transactions",
 					"data_dir", cfg.DataDir, "commit_markers", rec.Committed, "abort_markers", rec.Aborted, "producers_fenced", rec.Producers)
 			}

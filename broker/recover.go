@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io/fs"
+	"maps"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -84,15 +85,11 @@ type partLog struct {
 	marked      map[txnKey]bool // transactions with a marker here
 }
 
-// Recovery reports what recoverOpenTxns did.
-type Recovery struct {
+// recovery reports what recoverOpenTxns did.
+type recovery struct {
 	Committed int // partition markers written for decided commits
 	Aborted   int // partition markers written for open transactions
 	Producers int // producers fenced by an epoch bump
-}
-
-func (r Recovery) String() string {
-	return fmt.Sprintf("%d commit and %d abort markers written, %d producers fenced", r.Committed, r.Aborted, r.Producers)
 }
 
 // recoverOpenTxns completes the open transactions of the broker data dir
@@ -100,8 +97,8 @@ func (r Recovery) String() string {
 // nothing to do, or aborts transactions the broker would have resumed,
 // which Kafka allows at any time) and to run again after it was itself
 // interrupted.
-func recoverOpenTxns(dir string) (Recovery, error) {
-	var rec Recovery
+func recoverOpenTxns(dir string) (recovery, error) {
+	var rec recovery
 	entries, err := os.ReadDir(filepath.Join(dir, "partitions"))
 	if errors.Is(err, fs.ErrNotExist) {
 		return rec, nil
@@ -130,7 +127,7 @@ func recoverOpenTxns(dir string) (Recovery, error) {
 	fenced := map[int64]txnKey{}
 	decided := map[int64]bool{}
 	for _, pl := range logs {
-		for _, pid := range slices.Sorted(mapKeys(pl.open)) {
+		for _, pid := range slices.Sorted(maps.Keys(pl.open)) {
 			k := txnKey{pid, pl.open[pid]}
 			commit := committed[k] && !ambiguous[k]
 			if err := pl.appendMarker(k, commit); err != nil {
@@ -155,16 +152,6 @@ func recoverOpenTxns(dir string) (Recovery, error) {
 	}
 	rec.Producers = len(fenced)
 	return rec, nil
-}
-
-func mapKeys[K comparable, V any](m map[K]V) func(func(K) bool) {
-	return func(yield func(K) bool) {
-		for k := range m {
-			if !yield(k) {
-				return
-			}
-		}
-	}
 }
 
 // parsePartDir reads "<escaped topic>-<partition>".
@@ -435,7 +422,7 @@ func fenceProducers(dir string, txns map[int64]txnKey, commits map[int64]bool) e
 		}
 	}
 	var out []byte
-	for _, pid := range slices.Sorted(mapKeys(txns)) {
+	for _, pid := range slices.Sorted(maps.Keys(txns)) {
 		epoch := max(txns[pid].epoch, epochs[pid])
 		if epoch == 1<<15-1 {
 			continue // exhausted: the client must get a new producer ID anyway

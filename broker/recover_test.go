@@ -92,43 +92,43 @@ func TestRecoverOpenTxns(t *testing.T) {
 		logs       [][]entry // partitions 0, 1, ... of topic "t"
 		tail       []byte    // torn bytes after partition 0's last batch
 		want       [][]entry
-		wantRec    Recovery
+		wantRec    recovery
 		wantEpochs map[int64]int16 // epochs logged in pids.log
 	}{{
 		name:    "whole transactions: nothing to do",
 		logs:    [][]entry{{d(1, 0), c(1, 0), d(1, 1), a(1, 1)}, {d(1, 0), c(1, 0)}},
 		want:    [][]entry{{d(1, 0), c(1, 0), d(1, 1), a(1, 1)}, {d(1, 0), c(1, 0)}},
-		wantRec: Recovery{},
+		wantRec: recovery{},
 	}, {
 		name:       "open transaction: aborted, producer fenced",
 		logs:       [][]entry{{d(1, 0), c(1, 0), d(1, 1), d(2, 5)}, {d(1, 1)}},
 		want:       [][]entry{{d(1, 0), c(1, 0), d(1, 1), d(2, 5), a(1, 1), a(2, 5)}, {d(1, 1), a(1, 1)}},
-		wantRec:    Recovery{Aborted: 3, Producers: 2},
+		wantRec:    recovery{Aborted: 3, Producers: 2},
 		wantEpochs: map[int64]int16{1: 2, 2: 6},
 	}, {
 		name:       "commit cut between partitions: completed",
 		logs:       [][]entry{{d(1, 3), c(1, 3)}, {d(1, 3)}},
 		want:       [][]entry{{d(1, 3), c(1, 3)}, {d(1, 3), c(1, 3)}},
-		wantRec:    Recovery{Committed: 1, Producers: 1},
+		wantRec:    recovery{Committed: 1, Producers: 1},
 		wantEpochs: map[int64]int16{1: 4},
 	}, {
 		name:       "an epoch that carried two transactions names neither: aborted",
 		logs:       [][]entry{{d(1, 0), c(1, 0), d(1, 0), c(1, 0)}, {d(1, 0)}},
 		want:       [][]entry{{d(1, 0), c(1, 0), d(1, 0), c(1, 0)}, {d(1, 0), a(1, 0)}},
-		wantRec:    Recovery{Aborted: 1, Producers: 1},
+		wantRec:    recovery{Aborted: 1, Producers: 1},
 		wantEpochs: map[int64]int16{1: 1},
 	}, {
 		name:       "data after a marker of its own epoch: aborted everywhere",
 		logs:       [][]entry{{d(1, 0), c(1, 0), d(1, 0)}, {d(1, 0)}},
 		want:       [][]entry{{d(1, 0), c(1, 0), d(1, 0), a(1, 0)}, {d(1, 0), a(1, 0)}},
-		wantRec:    Recovery{Aborted: 2, Producers: 1},
+		wantRec:    recovery{Aborted: 2, Producers: 1},
 		wantEpochs: map[int64]int16{1: 1},
 	}, {
 		name:       "torn batch at the end: truncated first",
 		logs:       [][]entry{{d(1, 0)}},
 		tail:       []byte{0, 0, 0, 0, 0, 0, 0, 9, 0, 0, 0, 40, 1, 2, 3},
 		want:       [][]entry{{d(1, 0), a(1, 0)}},
-		wantRec:    Recovery{Aborted: 1, Producers: 1},
+		wantRec:    recovery{Aborted: 1, Producers: 1},
 		wantEpochs: map[int64]int16{1: 1},
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -162,7 +162,7 @@ func TestRecoverOpenTxns(t *testing.T) {
 					t.Errorf("pids.log epochs %v, want %v", got, tc.wantEpochs)
 				}
 			}
-			if again, err := recoverOpenTxns(dir); err != nil || again != (Recovery{}) {
+			if again, err := recoverOpenTxns(dir); err != nil || again != (recovery{}) {
 				t.Errorf("a second recovery did %+v (%v), want nothing", again, err)
 			}
 		})
@@ -315,7 +315,7 @@ func FuzzRecoverOpenTxns(f *testing.F) {
 		if _, err := recoverOpenTxns(dir); err != nil {
 			t.Fatal(err)
 		}
-		if again, err := recoverOpenTxns(dir); err != nil || again != (Recovery{}) {
+		if again, err := recoverOpenTxns(dir); err != nil || again != (recovery{}) {
 			t.Fatalf("a second recovery did %+v (%v), want nothing", again, err)
 		}
 	})
