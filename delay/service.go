@@ -134,8 +134,8 @@ func (s *Service) Run(ctx context.Context) error {
 		if err := broker.FetchErr(fs); err != nil {
 			return err
 		}
-		if err := s.ingest(ctx, fs); err != nil {
-			return err
+		if err := s.ingest(ctx, fs); err != nil && ctx.Err() == nil {
+			return err // a stop while ingest waits for offsets ends the loop
 		}
 	}
 	stopStats()

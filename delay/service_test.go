@@ -3,8 +3,12 @@ package delay_test
 import (
 	"context"
 	"math/rand/v2"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/onceq/onceq/delay"
 	"github.com/onceq/onceq/internal/testutil"
@@ -131,5 +135,61 @@ func TestStopDuringStartup(t *testing.T) {
 			t.Errorf("stopped %v after the start: %v", after, err)
 		}
 		cancel()
+	}
+}
+
+// TestStopWhileWaitingForCommittedOffsets pins a service told to stop while
+// it waited for a partition's committed offsets (the previous owner's
+// transaction still open: UNSTABLE_OFFSET_COMMIT) exiting with "context
+// canceled" instead of stopping cleanly, when the partition had come with
+// records in the same poll.
+func TestStopWhileWaitingForCommittedOffsets(t *testing.T) {
+	emb, conn := testutil.StartBroker(t, "")
+	p := shortLadder(t)
+	createQueue(t, conn, "q", 1)
+	submitSpread(t, conn, p, "q", 200, 3*time.Second, seeded(t))
+	var unstable atomic.Int32
+	emb.Cluster().ControlKey(int16(kmsg.OffsetFetch), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		emb.Cluster().KeepControl()
+		r := req.(*kmsg.OffsetFetchRequest)
+		if !r.RequireStable || len(r.Groups) != 1 || r.Groups[0].Topics != nil {
+			return nil, nil, false // the consumer's own fetch of its starting offsets
+		}
+		unstable.Add(1)
+		resp := r.ResponseKind().(*kmsg.OffsetFetchResponse)
+		resp.Version = r.Version
+		for _, g := range r.Groups {
+			rg := kmsg.NewOffsetFetchResponseGroup()
+			rg.Group = g.Group
+			rg.ErrorCode = kerr.UnstableOffsetCommit.Code
+			resp.Groups = append(resp.Groups, rg)
+		}
+		resp.ErrorCode = kerr.UnstableOffsetCommit.Code
+		return resp, nil, true
+	})
+	svc, err := delay.NewService(delay.WithConn(conn), delay.WithPlanner(p), delay.WithStateDir(t.TempDir()),
+		delay.WithLogger(testLogger()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- svc.Run(ctx) }()
+	deadline := time.Now().Add(30 * time.Second)
+	for unstable.Load() < 3 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if unstable.Load() < 3 {
+		t.Fatal("the service never asked for stable offsets")
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("stopped while waiting for committed offsets: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the service did not stop")
 	}
 }
