@@ -46,17 +46,18 @@ import (
 // commit when some partition holds a commit marker of the same producer
 // and epoch (the commit was decided; under KIP-890 every transaction has
 // its own epoch, so the pair names one transaction), abort otherwise. A
-// producer whose epoch carries several transactions (one older than
-// KIP-890 part 2 shows it by data or a second marker after a marker of the
-// same epoch in a partition) has
-// no such name, and its open transactions are aborted. It
-// then records an epoch bump for each of those producers in the broker's
-// producer log, so a client still holding the old epoch is fenced instead
-// of continuing a transaction that is gone.
+// producer older than KIP-890 part 2 runs several transactions on one
+// epoch, which shows as data or a second marker after a marker of the same
+// epoch in a partition: the pair names no transaction then, and its open
+// transactions are aborted. It then records an epoch bump for each of
+// those producers in the broker's producer log, so a client still holding
+// the old epoch is fenced instead of going on with a transaction that is
+// gone.
 //
 // It writes the broker's own on-disk formats: segment files of Kafka
 // RecordBatches, their 15-byte index entries, and the framed JSON entries
-// of pids.log. TestKilledBrokerFinishesOpenTransactions pins them.
+// of pids.log. TestKilledBrokerFinishesOpenTransactions and
+// TestRecoverCompletesTornCommitOnTheBroker run them through the broker.
 
 const (
 	persistVersion  = 1  // kfake's currentPersistVersion
