@@ -3,6 +3,9 @@ package broker_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -118,4 +121,85 @@ func committedValues(t *testing.T, conn broker.Conn) []string {
 	}
 	slices.Sort(got)
 	return got
+}
+
+// TestRecoverCompletesTornCommitOnTheBroker cuts a committed transaction's
+// marker off one of its two partitions, as a kill in the middle of the
+// broker's commit leaves it, and restarts the broker: the transaction is
+// committed whole.
+func TestRecoverCompletesTornCommitOnTheBroker(t *testing.T) {
+	dir := t.TempDir()
+	emb, conn := startInProcess(t, dir, "", nil)
+	testutil.CreateTopic(t, conn, "t", 2)
+	mustTx(t, txClient(t, emb.Addr(), "x"), true, "0@0", "1@1")
+	emb.Close()
+
+	// Cut partition 1's commit marker and its index entry; leave the lock
+	// file as a killed broker leaves it.
+	pdir := filepath.Join(dir, "partitions", "t-1")
+	raw, err := os.ReadFile(filepath.Join(pdir, "0.dat"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := broker.FirstBatchSize(raw)
+	if first == 0 || first == len(raw) {
+		t.Fatalf("partition 1 should hold a data batch and a marker (%d bytes)", len(raw))
+	}
+	for name, size := range map[string]int{"0.dat": first, "0.idx": broker.IndexEntrySize} {
+		if err := os.Truncate(filepath.Join(pdir, name), int64(size)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(dir, "onceq.lock"), []byte("1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	var logs testutil.SyncBuffer
+	_, conn = startInProcess(t, dir, "", &logs)
+	if !strings.Contains(logs.String(), "commit_markers=1") {
+		t.Errorf("want the recovery logged with one commit marker; logs:\n%s", logs.String())
+	}
+	if got := committedValues(t, conn); !slices.Equal(got, []string{"0@0", "1@1"}) {
+		t.Fatalf("read_committed sees %q, want both records of the committed transaction", got)
+	}
+}
+
+// TestCleanRestartKeepsOpenTransactions stops the broker cleanly while a
+// transaction is open: the restart must not take it for a crash's, and the
+// producer commits it afterwards.
+func TestCleanRestartKeepsOpenTransactions(t *testing.T) {
+	dir := t.TempDir()
+	emb, conn := startInProcess(t, dir, "", nil)
+	testutil.CreateTopic(t, conn, "t", 1)
+	cl := txClient(t, emb.Addr(), "x")
+	mustTx(t, cl, false, "open@0")
+	emb.Close()
+
+	var logs testutil.SyncBuffer
+	startInProcess(t, dir, emb.Addr(), &logs)
+	if strings.Contains(logs.String(), "completed its open transactions") {
+		t.Errorf("a clean restart ran the crash recovery:\n%s", logs.String())
+	}
+	if err := commitTx(cl); err != nil {
+		t.Fatalf("committing the transaction open across a clean restart: %v", err)
+	}
+	if got := committedValues(t, conn); !slices.Equal(got, []string{"open@0"}) {
+		t.Fatalf("read_committed sees %q, want the transaction committed after the restart", got)
+	}
+}
+
+// startInProcess starts an embedded broker on dir, listening on listen
+// (empty: a free port), logging warnings to logs if not nil.
+func startInProcess(t *testing.T, dir, listen string, logs *testutil.SyncBuffer) (*broker.Embedded, broker.Conn) {
+	t.Helper()
+	cfg := broker.EmbeddedConfig{DataDir: dir, Listen: listen}
+	if logs != nil {
+		cfg.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	}
+	emb, err := broker.StartEmbedded(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(emb.Close)
+	return emb, broker.Conn{Brokers: []string{emb.Addr()}}
 }

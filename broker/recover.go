@@ -74,6 +74,12 @@ type txnKey struct {
 	epoch int16
 }
 
+// txnEnd is how recovery ended a producer's open transaction.
+type txnEnd struct {
+	epoch  int16
+	commit bool
+}
+
 // partLog is what recovery learns of one partition's log.
 type partLog struct {
 	topic       string
@@ -125,8 +131,7 @@ func recoverOpenTxns(dir string) (recovery, error) {
 			logs = append(logs, pl)
 		}
 	}
-	fenced := map[int64]txnKey{}
-	decided := map[int64]bool{}
+	ends := map[int64]txnEnd{} // producer ID -> the transaction to fence it past
 	for _, pl := range logs {
 		for _, pid := range slices.Sorted(maps.Keys(pl.open)) {
 			k := txnKey{pid, pl.open[pid]}
@@ -139,19 +144,18 @@ func recoverOpenTxns(dir string) (recovery, error) {
 			} else {
 				rec.Aborted++
 			}
-			if f, ok := fenced[pid]; !ok || k.epoch > f.epoch {
-				fenced[pid] = k
+			if e, ok := ends[pid]; !ok || k.epoch >= e.epoch {
+				ends[pid] = txnEnd{k.epoch, commit}
 			}
-			decided[pid] = commit
 		}
 	}
-	if len(fenced) == 0 {
+	if len(ends) == 0 {
 		return rec, nil
 	}
-	if err := fenceProducers(dir, fenced, decided); err != nil {
+	if err := fenceProducers(dir, ends); err != nil {
 		return rec, fmt.Errorf("pids.log: %w", err)
 	}
-	rec.Producers = len(fenced)
+	rec.Producers = len(ends)
 	return rec, nil
 }
 
@@ -394,7 +398,7 @@ type pidEntry struct {
 // fenceProducers appends to pids.log, for each producer, the end of its
 // transaction with an epoch above both the transaction's and the log's, as
 // the broker logs an EndTxn that bumps the epoch.
-func fenceProducers(dir string, txns map[int64]txnKey, commits map[int64]bool) error {
+func fenceProducers(dir string, ends map[int64]txnEnd) error {
 	path := filepath.Join(dir, "pids.log")
 	raw, err := os.ReadFile(path)
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
@@ -423,12 +427,12 @@ func fenceProducers(dir string, txns map[int64]txnKey, commits map[int64]bool) e
 		}
 	}
 	var out []byte
-	for _, pid := range slices.Sorted(maps.Keys(txns)) {
-		epoch := max(txns[pid].epoch, epochs[pid])
+	for _, pid := range slices.Sorted(maps.Keys(ends)) {
+		epoch := max(ends[pid].epoch, epochs[pid])
 		if epoch == 1<<15-1 {
 			continue // exhausted: the client must get a new producer ID anyway
 		}
-		commit := commits[pid]
+		commit := ends[pid].commit
 		body, err := json.Marshal(pidEntry{Type: "endtx", PID: pid, Epoch: epoch + 1, Commit: &commit})
 		if err != nil {
 			return err

@@ -1,20 +1,14 @@
 package broker
 
 import (
-	"bytes"
-	"context"
 	"encoding/binary"
 	"encoding/json"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
-	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
@@ -208,92 +202,6 @@ func loggedEpochs(t testing.TB, dir string) map[int64]int16 {
 	return out
 }
 
-// TestRecoverCompletesTornCommitOnTheBroker cuts a committed transaction's
-// marker off one of its two partitions, as a kill in the middle of the
-// broker's commit leaves it, and restarts the broker: the transaction is
-// committed whole.
-func TestRecoverCompletesTornCommitOnTheBroker(t *testing.T) {
-	dir := t.TempDir()
-	emb, err := StartEmbedded(EmbeddedConfig{DataDir: dir})
-	if err != nil {
-		t.Fatal(err)
-	}
-	conn := Conn{Brokers: []string{emb.Addr()}}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	adm, err := NewAdmin(conn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := adm.CreateTopic(ctx, "t", 2, nil); err != nil {
-		t.Fatal(err)
-	}
-	adm.Close()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(emb.Addr()), kgo.TransactionalID("x"),
-		kgo.RecordPartitioner(kgo.ManualPartitioner()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cl.BeginTransaction(); err != nil {
-		t.Fatal(err)
-	}
-	for p := range int32(2) {
-		r := &kgo.Record{Topic: "t", Partition: p, Value: []byte{'0' + byte(p)}}
-		if err := cl.ProduceSync(ctx, r).FirstErr(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := cl.EndTransaction(ctx, kgo.TryCommit); err != nil {
-		t.Fatal(err)
-	}
-	cl.Close()
-	emb.Close()
-
-	// Cut partition 1's commit marker and its index entry; leave the lock
-	// file as a killed broker leaves it.
-	pdir := filepath.Join(dir, "partitions", "t-1")
-	raw, err := os.ReadFile(filepath.Join(pdir, "0.dat"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, first, ok := readBatch(raw)
-	if !ok || first == len(raw) {
-		t.Fatalf("partition 1 should hold a data batch and a marker (%d bytes)", len(raw))
-	}
-	if err := os.Truncate(filepath.Join(pdir, "0.dat"), int64(first)); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Truncate(filepath.Join(pdir, "0.idx"), indexEntrySize); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "onceq.lock"), []byte("1\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-
-	var logs lockedBuffer
-	logger := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	emb, err = StartEmbedded(EmbeddedConfig{DataDir: dir, Logger: logger})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer emb.Close()
-	if !strings.Contains(logs.String(), "commit_markers=1") {
-		t.Errorf("want the recovery logged with one commit marker; logs:\n%s", logs.String())
-	}
-	var got []string
-	err = ReadCommitted(ctx, Conn{Brokers: []string{emb.Addr()}}, "t", func(r *kgo.Record) error {
-		got = append(got, string(r.Value))
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	slices.Sort(got)
-	if !slices.Equal(got, []string{"0", "1"}) {
-		t.Fatalf("read_committed sees %q, want both records of the committed transaction", got)
-	}
-}
-
 // FuzzRecoverOpenTxns runs recovery on arbitrary segment, index and
 // producer log bytes: it never panics, and what it leaves needs no second
 // recovery.
@@ -328,22 +236,4 @@ func t2dir(f *testing.F, batches []entry) [2][]byte {
 	seg, _ := os.ReadFile(filepath.Join(dir, "partitions", "t-0", "0.dat"))
 	idx, _ := os.ReadFile(filepath.Join(dir, "partitions", "t-0", "0.idx"))
 	return [2][]byte{seg, idx}
-}
-
-// lockedBuffer collects the broker's log lines, written from its goroutines.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
