@@ -18,7 +18,7 @@
 //	defer s.Close()
 //
 // Options documents the defaults: a 7-day dedup window, synced commits, and
-// 96 MiB of memory for memtables (16 MiB each) and cached blocks.
+// 96 MiB of memory for memtables (32 MiB each) and cached blocks.
 //
 // # The commit cycle
 //

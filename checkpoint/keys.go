@@ -36,7 +36,7 @@ import (
 // lookup would probe every bucket of the window. The cost, measured by
 // BenchmarkBytesPerID with 10 million 36-character UUIDv7 IDs committed
 // 1,000 at a time and compacted: 45 bytes per ID in sstables, 21.5 of them
-// in ID keys and 24 in records; 50 with the WAL files Pebble keeps for
+// in ID keys and 24 in records; 57 with the WAL files Pebble keeps for
 // reuse. A record holds the IDs one commit marked in one partition within a
 // second (see batch.go), so an ID outlives its window by a second at most.
 const (

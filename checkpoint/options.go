@@ -14,13 +14,19 @@ import (
 
 // Defaults of Options.
 const (
-	DefaultDedupWindow  = 7 * 24 * time.Hour
-	DefaultCacheSize    = 96 << 20 // 96 MiB
-	DefaultMemTableSize = 16 << 20 // 16 MiB
+	DefaultDedupWindow = 7 * 24 * time.Hour
+	DefaultCacheSize   = 96 << 20 // 96 MiB
+	// DefaultMemTableSize is 32 MiB: a worker's marks are random keys across
+	// the partitions, so every flush overlaps the base level and its
+	// compaction rewrites that level. Memtables of 32 MiB rather than 16 flush
+	// half as often and cut that work: BenchmarkWorkerThroughput's
+	// exactly-once drain of 3,000,000 tasks ran 1.3 times as fast, with the
+	// same cache size.
+	DefaultMemTableSize = 32 << 20
 
 	// memTableStopWrites is how many memtables may queue for flushing before
 	// writes stall. Pebble keeps one more than this of old WAL files to
-	// reuse, each as large as a memtable: a fixed 50 MiB or so on disk.
+	// reuse, each as large as a memtable: a fixed 100 MiB or so on disk.
 	memTableStopWrites = 2
 )
 
@@ -68,7 +74,7 @@ type Options struct {
 	CacheSize int64
 
 	// MemTableSize is the size of one memtable in bytes; with the one
-	// being flushed, two at most. Default 16 MiB.
+	// being flushed, two at most. Default 32 MiB.
 	MemTableSize uint64
 
 	// ReadOnly opens an existing store without writing to it (for

@@ -115,9 +115,9 @@ func TestOpenRefuses(t *testing.T) {
 		},
 		{
 			name: "cache all memtables",
-			opts: func(o *Options) { o.CacheSize = 32 << 20 },
+			opts: func(o *Options) { o.CacheSize = 64 << 20 },
 			kind: ErrInvalid,
-			msg:  "checkpoint: cache size 33554432: memtables of 16777216 bytes take it all; use a cache of at least 3 memtables",
+			msg:  "checkpoint: cache size 67108864: memtables of 33554432 bytes take it all; use a cache of at least 3 memtables",
 		},
 		{
 			name: "tiny window",
