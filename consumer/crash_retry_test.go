@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -14,12 +15,14 @@ import (
 	"github.com/onceq/onceq/internal/testutil"
 )
 
-// TestCrashRetriesAndDeadLetters runs a third of the tasks straight, a
-// third failing twice before they succeed and a third failing always,
-// through three worker processes (each with its delay service) while one
-// of them is SIGKILLed and restarted every 1-3 s. Every task must end in
-// exactly one place, once: the output, or the dead letters after its
-// third attempt.
+// TestCrashRetriesAndDeadLetters runs every failure rule at once through
+// three worker processes (each with its delay service) while one of them
+// is SIGKILLed and restarted every 1-3 s. A sixth of the tasks each:
+// succeed, fail twice and then succeed, fail always, fail with SkipRetry,
+// time out on their first attempt and then succeed, or are expired when
+// submitted. Every task must end in exactly one place, once: the output, or
+// the dead letters with its reason (the last of three attempts, a skipped
+// retry, or expiry before its first run).
 func TestCrashRetriesAndDeadLetters(t *testing.T) {
 	n := 20_000
 	if testing.Short() {
@@ -34,16 +37,24 @@ func TestCrashRetriesAndDeadLetters(t *testing.T) {
 	testutil.CreateTopic(t, conn, "out", 4)
 
 	var succeed, dead []string
+	wantDead := map[string]string{} // ID -> the start of its onceq-error
 	recs := make([]onceq.Task, 0, n)
+	fail := func(v string) []onceq.Header { return []onceq.Header{{Key: "fail", Value: []byte(v)}} }
 	for i := 0; i < n; i++ {
 		task := onceq.Task{ID: fmt.Sprintf("r-%d", i), Queue: "in", Payload: []byte("p")}
-		switch i % 3 {
+		switch i % 6 {
 		case 1:
-			task.Headers = []onceq.Header{{Key: "fail", Value: []byte("2")}}
+			task.Headers = fail("2")
 		case 2:
-			task.Headers = []onceq.Header{{Key: "fail", Value: []byte("always")}}
+			task.Headers, wantDead[task.ID] = fail("always"), "max_attempts: attempt 3 of 3: "
+		case 3:
+			task.Headers, wantDead[task.ID] = fail("skip"), "failed: "
+		case 4:
+			task.Headers, task.Timeout = fail("timeout"), 200*time.Millisecond
+		case 5:
+			task.Enqueued, task.Expires, wantDead[task.ID] = time.Now().Add(-2*time.Minute), time.Now().Add(-time.Minute), "expired: "
 		}
-		if i%3 == 2 {
+		if _, ok := wantDead[task.ID]; ok {
 			dead = append(dead, task.ID)
 		} else {
 			succeed = append(succeed, task.ID)
@@ -115,8 +126,12 @@ func TestCrashRetriesAndDeadLetters(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if task.Attempt != 3 {
-			t.Fatalf("dead letter %s after attempt %s, want 3", task.ID, strconv.Itoa(task.Attempt))
+		want := wantDead[task.ID]
+		if !strings.HasPrefix(task.LastError, want) {
+			t.Fatalf("dead letter %s: onceq-error %q, want it to start with %q", task.ID, task.LastError, want)
+		}
+		if attempts := map[bool]int{true: 3, false: 1}[strings.HasPrefix(want, "max_attempts")]; task.Attempt != attempts {
+			t.Fatalf("dead letter %s (%s) after attempt %s, want %d", task.ID, want, strconv.Itoa(task.Attempt), attempts)
 		}
 	}
 }

@@ -26,8 +26,9 @@ count:QUEUE     like copy, and count each ID's runs in the partition state; the
                 start time (unix ms) in "started" (used to verify exactly-once:
                 every count must be 1; and never early: started >= due)
 flaky:QUEUE     like count, but a task fails while its attempt is at most its
-                "fail" header (a number, or "always"): for trying out retries
-                and dead letters
+                "fail" header (a number, or "always"); "skip" fails it without
+                retry, "timeout" makes its first attempt wait out its
+                time-to-run: for trying out retries and dead letters
 exec:COMMAND    run COMMAND with sh -c, the payload on stdin and ONCEQ_TASK_ID,
                 ONCEQ_QUEUE, ONCEQ_ATTEMPT in the environment; exit 0 succeeds,
                 anything else fails with the tail of stderr
@@ -97,15 +98,24 @@ func copyHandler(queue string, count bool) consumer.Handler {
 // FailHeader tells a flaky: handler how many attempts of a task fail.
 const FailHeader = "fail"
 
-// flaky fails a task while its attempt is at most its "fail" header.
+// flaky fails a task while its attempt is at most its "fail" header, or
+// as the header's word says.
 func flaky(next consumer.Handler) consumer.Handler {
 	return consumer.HandlerFunc(func(ctx context.Context, t *consumer.Task) error {
 		for _, h := range t.Headers {
 			if h.Key != FailHeader {
 				continue
 			}
-			if string(h.Value) == "always" {
+			switch string(h.Value) {
+			case "always":
 				return fmt.Errorf("flaky: task %s fails always (attempt %d)", t.ID, t.Attempt)
+			case "skip":
+				return consumer.SkipRetry(fmt.Errorf("flaky: task %s fails without retry", t.ID))
+			case "timeout":
+				if t.Attempt == 1 {
+					<-ctx.Done()
+					return fmt.Errorf("flaky: task %s waited out its time-to-run: %w", t.ID, ctx.Err())
+				}
 			}
 			if n, err := strconv.Atoi(string(h.Value)); err == nil && t.Attempt <= n {
 				return fmt.Errorf("flaky: task %s fails attempt %d of the first %d", t.ID, t.Attempt, n)
