@@ -126,6 +126,17 @@ func runChaos(ctx context.Context, e *env, l *load, seed uint64) ([]RunResult, *
 // is one) that make a chaos run a test of crashes.
 const minKills = 3
 
+// chaosKillSpan is how many kill intervals a chaos run's submissions last
+// by default. Each wait between kills is at most 1.5 intervals, so at
+// least 4 kills land before the last task is submitted: flat out, a fast
+// machine could drain the tasks between two kills and fail the run.
+const chaosKillSpan = 2 * minKills
+
+// chaosRate is the default pace of a chaos run of tasks.
+func chaosRate(tasks int, every time.Duration) int {
+	return max(1, int(float64(tasks)/(chaosKillSpan*every).Seconds()))
+}
+
 // enough fails v when the run ended before the chaos tested anything.
 func (c *chaos) enough(v *Verification) {
 	st := c.stats

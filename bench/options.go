@@ -100,7 +100,10 @@ type Options struct {
 	// Duplicates is the fraction of IDs submitted a second time, 0 to 1.
 	Duplicates float64
 	// Rate is the offered load in tasks per second for E2E, Delay and
-	// Chaos. Default 0: flat out.
+	// Chaos. Default 0: flat out, except for Chaos, whose default spreads
+	// the submissions over chaosKillSpan kill intervals (6 s at the default
+	// interval), so that enough kills land while tasks flow however fast
+	// the machine drains them.
 	Rate int
 	// Seed seeds the load (payloads, order, duplicates, delays) and the
 	// chaos (kill times and victims). Default 0: one from the clock,
@@ -161,6 +164,9 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.KillInterval == 0 {
 		o.KillInterval = DefaultKillInterval
+	}
+	if o.Scenario == Chaos && o.Rate == 0 && o.KillInterval > 0 {
+		o.Rate = chaosRate(o.Tasks, o.KillInterval)
 	}
 	if o.Guarantee == "" {
 		o.Guarantee = consumer.ExactlyOnce

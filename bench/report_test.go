@@ -189,6 +189,17 @@ func TestOptions(t *testing.T) {
 	if o.Tasks != DefaultTasks || o.Workers != 3 || o.Size != DefaultSize || o.Seed == 0 || o.Guarantee != "exactly-once" {
 		t.Fatalf("defaults %+v", o)
 	}
+	// A chaos run is paced over 6 kill intervals unless given a rate;
+	// other scenarios run flat out.
+	if o.Rate != DefaultTasks/6 {
+		t.Fatalf("chaos default rate %d, want %d", o.Rate, DefaultTasks/6)
+	}
+	if o, err := (Options{Scenario: Chaos, Binary: "/bin/sh", Rate: 5, KillInterval: 2 * time.Second}).withDefaults(); err != nil || o.Rate != 5 {
+		t.Fatalf("chaos with a rate: %d, %v", o.Rate, err)
+	}
+	if o, err := (Options{Scenario: E2E}).withDefaults(); err != nil || o.Rate != 0 {
+		t.Fatalf("e2e default rate %d, %v; want 0 (flat out)", o.Rate, err)
+	}
 	for _, bad := range []Options{
 		{Scenario: "fast"},
 		{Scenario: Process, Tasks: -1},

@@ -63,7 +63,8 @@ Scenarios (--scenario):
   chaos    run --workers "onceq worker" processes (count: handler) and SIGKILL
            and restart them at random (--kill-interval), with --kill-broker the
            broker process too; duplicates and missing must be 0, and a run
-           with fewer than 3 kills fails (offer a --rate to make it longer)
+           with fewer than 3 kills fails. Without --rate the tasks are
+           submitted over 6 kill intervals, so the kills land while they flow
 
 Without --brokers (flag or ONCEQ_BROKERS) the bench starts its own embedded
 broker on a temporary data dir (for --kill-broker an "onceq broker" process).
@@ -84,7 +85,7 @@ at the end.`,
 	fl.DurationVar(&f.commitInterval, "commit-interval", bench.DefaultCommitInterval, "the workers' commit interval")
 	fl.StringVar(&f.guarantee, "guarantee", string(consumer.ExactlyOnce), "exactly-once or at-least-once (process, e2e)")
 	fl.Float64Var(&f.duplicates, "duplicates", 0, "fraction of the task IDs submitted a second time, 0 to 1")
-	fl.IntVar(&f.rate, "rate", 0, "offered tasks per second for e2e, delay and chaos (0: flat out)")
+	fl.IntVar(&f.rate, "rate", 0, "offered tasks per second for e2e, delay and chaos (0: flat out; chaos: over 6 kill intervals)")
 	fl.Uint64Var(&f.seed, "seed", 0, "seed of the load and the chaos (0: from the clock; the report shows it)")
 	fl.StringVar(&f.jsonPath, "json", "", "write the report as JSON to this file")
 	fl.StringVar(&f.reportDir, "report", "", "write an HTML page with charts (index.html) and the JSON (report.json) to this directory")

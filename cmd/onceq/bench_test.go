@@ -168,7 +168,7 @@ func TestBenchChaos(t *testing.T) {
 // nothing and must not pass.
 func TestBenchChaosTooShortFails(t *testing.T) {
 	t.Setenv("ONCEQ_BROKERS", "")
-	code, stdout, stderr := runCLI(t, "", "bench", "--scenario", "chaos", "--tasks", "300", "--kill-interval", "10s", "--binary", testutil.Binary(t))
+	code, stdout, stderr := runCLI(t, "", "bench", "--scenario", "chaos", "--tasks", "300", "--rate", "100000", "--kill-interval", "10s", "--binary", testutil.Binary(t))
 	if code != exitFailure || !strings.Contains(stderr, "too short to test crashes") {
 		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
 	}
