@@ -165,7 +165,7 @@ func (o Options) withDefaults() (Options, error) {
 	if o.KillInterval == 0 {
 		o.KillInterval = DefaultKillInterval
 	}
-	if o.Scenario == Chaos && o.Rate == 0 && o.KillInterval > 0 {
+	if o.Scenario == Chaos && o.Rate == 0 {
 		o.Rate = chaosRate(o.Tasks, o.KillInterval)
 	}
 	if o.Guarantee == "" {

@@ -19,9 +19,9 @@ const (
 	// DefaultMemTableSize is 32 MiB: a worker's marks are random keys across
 	// the partitions, so every flush overlaps the base level and its
 	// compaction rewrites that level. Memtables of 32 MiB rather than 16 flush
-	// half as often and cut that work: BenchmarkWorkerThroughput's
-	// exactly-once drain of 3,000,000 tasks ran 1.3 times as fast, with the
-	// same cache size.
+	// half as often and cut that work: the exactly-once drain of
+	// BenchmarkWorkerThroughput with ONCEQ_BENCH_TASKS=3000000 ran 1.3 times
+	// as fast, with the same cache size.
 	DefaultMemTableSize = 32 << 20
 
 	// memTableStopWrites is how many memtables may queue for flushing before
