@@ -38,7 +38,9 @@ type partState struct {
 	results     []*result
 
 	// seq numbers results; the overlay remembers which result wrote what,
-	// so a commit clears only what it made durable.
+	// so a commit clears only what it made durable. ids is kept only with
+	// a store (exactly-once); without one, the overlay is the partition's
+	// whole state, in memory until the partition is revoked or reset.
 	seq     uint64
 	ids     map[string]uint64
 	overlay map[string]overlayVal
@@ -100,7 +102,12 @@ func (p *partState) complete(done []finished) (dropped bool) {
 		p.seq++
 		res.seq = p.seq
 		if !res.dup {
-			p.ids[res.id] = res.seq
+			// Without a checkpoint (at-least-once) nothing deduplicates
+			// and no commit clears ids: keeping them would hold every
+			// task ID the partition ever ran.
+			if p.store != nil {
+				p.ids[res.id] = res.seq
+			}
 			for _, w := range res.writes {
 				p.overlay[string(w.key)] = overlayVal{value: w.value, seq: res.seq}
 			}

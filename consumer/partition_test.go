@@ -1,6 +1,7 @@
 package consumer
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -46,6 +47,42 @@ func TestLookupSeesCheckpointWritesInFlight(t *testing.T) {
 		got, err := ps.processed(items[i].knownKey, items[i])
 		if err != nil || got != want {
 			t.Errorf("processed(%s) = %v, %v; want %v", items[i].knownKey, got, err, want)
+		}
+	}
+}
+
+// TestAtLeastOnceKeepsNoIDs pins the memory of an at-least-once partition:
+// with no checkpoint nothing clears the processed IDs, so none are kept
+// (they were, one per task ever run). Exactly-once keeps them until the
+// commit that makes them durable.
+func TestAtLeastOnceKeepsNoIDs(t *testing.T) {
+	store, err := checkpoint.Open(t.TempDir(), checkpoint.Options{ClusterID: "c", Group: "g", NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	tp := checkpoint.TP{Topic: "q", Partition: 0}
+	for _, tc := range []struct {
+		name  string
+		store *checkpoint.Store
+		want  int
+	}{{"at-least-once", nil, 0}, {"exactly-once", store, 1000}} {
+		ps := newPartState(tp, tc.store)
+		for i := range 1000 {
+			res := &result{id: fmt.Sprint("t-", i), outcome: outcomeSuccess,
+				writes: []stateWrite{{key: []byte("k"), value: []byte(fmt.Sprint(i))}}}
+			ps.complete([]finished{{it: &item{ps: ps}, res: res}})
+		}
+		_, _, upTo, _ := ps.collect()
+		if len(ps.ids) != tc.want {
+			t.Errorf("%s: %d IDs kept after 1,000 tasks, want %d", tc.name, len(ps.ids), tc.want)
+		}
+		if v, ok, _ := ps.overlayGet([]byte("k")); !ok || string(v) != "999" {
+			t.Errorf("%s: state k = %q, %v; want the last write, 999", tc.name, v, ok)
+		}
+		ps.committed(upTo)
+		if len(ps.ids) != 0 {
+			t.Errorf("%s: %d IDs kept after their commit", tc.name, len(ps.ids))
 		}
 	}
 }
