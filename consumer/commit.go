@@ -26,26 +26,28 @@ const expireEvery = time.Minute
 type pending struct {
 	ps       *partState
 	results  []*result
-	at       kgo.EpochOffset // zero Offset: the prefix did not move
+	to       kgo.EpochOffset // the partition's first open record
+	moved    bool            // to is past the last committed offset
 	upTo     uint64
 	logStart int // index of the partition's first changelog record in recs
 	logEnd   int
 }
 
-// commit runs the commit cycle: one Kafka transaction with the completed
-// tasks' outputs, their changelog records and the offsets of each
-// partition's completed prefix; then, if it committed, one synced Pebble
-// batch with the same marks, state and offsets.
+// commit runs the commit cycle: one Kafka transaction with the finished
+// tasks' outputs, their changelog records and, per partition, the offset
+// of its first open record; then, if it committed, one synced Pebble batch
+// with the same marks, state and offsets. It never waits for a running
+// task: the offset stops below it, and the tasks finished above it are
+// covered by their marks, so a restart or the partition's next owner
+// acknowledges them without running them.
 //
 // A crash before the transaction commits aborts it and the records run
 // again. A crash between the two steps leaves the checkpoint behind the
 // changelog, and the next restore replays the difference. An aborted
-// transaction (a rebalance) rewinds every partition to its committed
-// offset and drops everything in flight.
+// transaction (a rebalance, a refused write) leaves the results finished
+// and uncommitted: the next commit takes them, unless their partition was
+// revoked, in which case its next owner runs them.
 func (w *Worker) commit(ctx context.Context) error {
-	if w.unfinished.Load() {
-		return errors.New("consumer: a task was dropped unrun; not committing past it")
-	}
 	// The previous commit's checkpoint write: this one builds on it.
 	if err := w.ckpt.wait(); err != nil {
 		return fmt.Errorf("%w: %w", errCheckpoint, err)
@@ -64,11 +66,11 @@ func (w *Worker) commit(ctx context.Context) error {
 		recs = w.appendExpired(ctx, recs)
 	}
 	for _, ps := range w.snapshotParts() {
-		res, at, upTo, changed := ps.collect()
-		if !changed {
+		res, to, moved, upTo := ps.collect()
+		if len(res) == 0 && !moved {
 			continue
 		}
-		p := pending{ps: ps, results: res, at: at, upTo: upTo}
+		p := pending{ps: ps, results: res, to: to, moved: moved, upTo: upTo}
 		for _, r := range res {
 			recs = append(recs, r.outputs...)
 		}
@@ -77,11 +79,11 @@ func (w *Worker) commit(ctx context.Context) error {
 			recs = w.appendChangelog(recs, ps.tp, res)
 		}
 		p.logEnd = len(recs)
-		if at.Offset > 0 {
+		if moved {
 			if offsets[ps.tp.Topic] == nil {
 				offsets[ps.tp.Topic] = map[int32]kgo.EpochOffset{}
 			}
-			offsets[ps.tp.Topic][ps.tp.Partition] = at
+			offsets[ps.tp.Topic][ps.tp.Partition] = to
 		}
 		parts = append(parts, p)
 	}
@@ -94,17 +96,24 @@ func (w *Worker) commit(ctx context.Context) error {
 	committed, err := w.kafka.commit(ctx, recs, offsets)
 	w.metrics.commit.WithLabelValues("kafka").Observe(time.Since(start).Seconds())
 	if err != nil {
-		w.resetAll()
 		return fmt.Errorf("consumer: committing: %w", err)
 	}
 	if !committed {
 		w.metrics.aborts.Inc()
-		w.cfg.log.Info("commit aborted (group rebalanced): in-flight tasks run again", "tasks", countResults(parts))
-		w.resetAll()
+		w.cfg.log.Info("commit aborted (a rebalance or a refused write): the next commit takes its finished tasks, the next owners run those of revoked partitions",
+			"tasks", countResults(parts))
+		for _, p := range parts {
+			p.ps.putBack(p.results)
+		}
 		return nil
 	}
 	w.hook(BetweenCommits)
 	w.restarts = 0
+	for _, p := range parts {
+		if p.moved {
+			p.ps.committedTo(p.to.Offset)
+		}
+	}
 	w.countOutcomes(parts)
 	if !eos {
 		w.hook(AfterCommits)
@@ -122,12 +131,6 @@ func (w *Worker) commit(ctx context.Context) error {
 		w.hook(AfterCommits)
 		return nil
 	})
-	// A successful End re-seeks each committed partition to its committed
-	// prefix, so records past it that are already dispatched are fetched
-	// again; partState.admit skips them. Moving the position forward with
-	// SetOffsets instead would also make the client take that position as
-	// committed, and a later abort would rewind past tasks still in flight
-	// (see TestAbortedCommitRewindsToTheRealPrefix).
 	return nil
 }
 
@@ -213,8 +216,8 @@ func (w *Worker) checkpoint(recs []*kgo.Record, parts []pending) error {
 		if !ok {
 			cur = checkpoint.Offsets{Source: -1, Changelog: -1}
 		}
-		if p.at.Offset > 0 {
-			cur.Source = p.at.Offset
+		if p.moved {
+			cur.Source = p.to.Offset
 		}
 		if p.logEnd > p.logStart {
 			cur.Changelog = recs[p.logEnd-1].Offset + 1
@@ -227,15 +230,9 @@ func (w *Worker) checkpoint(recs []*kgo.Record, parts []pending) error {
 		return fmt.Errorf("consumer: checkpoint commit failed after the Kafka commit; the changelog replays it on restart: %w", err)
 	}
 	for _, p := range parts {
-		p.ps.committed(p.upTo)
+		p.ps.checkpointed(p.upTo)
 	}
 	return nil
-}
-
-func (w *Worker) resetAll() {
-	for _, ps := range w.snapshotParts() {
-		w.dropped(ps.reset())
-	}
 }
 
 func (w *Worker) countOutcomes(parts []pending) {

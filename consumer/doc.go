@@ -2,22 +2,27 @@
 // once.
 //
 // A Worker joins a group, takes a share of the queues' partitions and runs
-// a Handler for each task. Every commit interval it stops fetching, lets
-// the tasks it fetched finish (the commit barrier), and commits in one
-// Kafka transaction their outputs (tasks they emit), their changelog
-// records (processed IDs and state writes) and the offsets past them,
-// fenced by the group generation (KIP-447). Then, while the next records
-// run, it writes the same to its Pebble checkpoint; until that write is
-// durable, what it holds stays in memory, where deduplication and State
-// find it. A task whose ID is already processed is acknowledged without
-// running, so duplicates submitted with one ID run once.
+// a Handler for each task. Every commit interval it commits, in one Kafka
+// transaction, what has finished: the finished tasks' outputs (tasks they
+// emit, retries, dead letters), their changelog records (processed IDs and
+// state writes) and, per partition, the offset of its first unfinished
+// record, fenced by the group generation (KIP-447). Tasks still running
+// go on: a slow task holds its own slot, never the commit. Then, while the
+// next records run, it writes the same to its Pebble checkpoint; until
+// that write is durable, what it holds stays in memory, where
+// deduplication and State find it. A task whose ID is already processed is
+// acknowledged without running, so duplicates submitted with one ID run
+// once.
 //
-// The barrier is there because a transaction commits the consumer's
-// position: franz-go's GroupTransactSession commits everything polled, and
-// turns marked (partial) commits off for transactional clients. Committing
-// while a polled task still ran would lose that task on a crash. A slow
-// task therefore delays its worker's commits; its time-to-run (the task's
-// timeout or DefaultTimeout) bounds that.
+// Tasks that finished above their partition's committed offset (behind a
+// slow one) are covered by their processed-ID marks, committed in the same
+// transaction as their outputs: after a crash or a move, the partition's
+// next owner fetches them again from the committed offset and acknowledges
+// them without running them. franz-go's GroupTransactSession would commit
+// the position of everything polled; the worker keeps the session (it
+// aborts a transaction across a revocation, which is what keeps the
+// guarantee when a member is slow) and rewrites the offsets of its
+// TxnOffsetCommit to the first unfinished records.
 //
 //	h := consumer.HandlerFunc(func(ctx context.Context, t *consumer.Task) error {
 //		n, err := t.State().Counter([]byte("sent/"+t.ID), 1)
@@ -34,13 +39,25 @@
 //		consumer.WithHandler(h),
 //	)
 //	if err != nil { ... }
-//	err = w.Run(ctx) // until ctx is done; then drains, commits and leaves
+//	err = w.Run(ctx) // until ctx is done; then lets running tasks finish, commits and leaves
 //
 // Ordering and concurrency: records with the same key run one at a time in
-// offset order; different keys run concurrently, up to Concurrency.
-// Processed IDs are kept per partition, and a task's key (its ID when it
-// has none) picks its partition: submit an ID's duplicates with the same
-// key. Within a partition, a duplicate runs once whatever its key.
+// offset order; different keys run concurrently, up to Concurrency, and a
+// record waits only for the earlier records of its own key (records
+// without a key wait for none). Processed IDs are kept per partition, and
+// a task's key (its ID when it has none) picks its partition: submit an
+// ID's duplicates with the same key. Within a partition, a duplicate runs
+// once whatever its key: records of one ID run one at a time too.
+//
+// Long tasks: a task may run as long as its time-to-run (onceq-timeout, or
+// DefaultTimeout) allows. Its context is canceled at that deadline; the
+// worker's commits, transactions and group heartbeats go on meanwhile.
+//
+// Shutdown: when Run's context is done the worker starts no more tasks,
+// gives the running ones ShutdownTimeout to finish while it goes on
+// committing, then cancels their contexts, commits what finished and
+// leaves the group. A canceled task's result is dropped, so it runs again,
+// once, on its partition's next owner; Run then returns ErrTasksCanceled.
 //
 // Effects that go through onceq (state writes, emitted tasks, the offset)
 // commit together or not at all, across crashes, restarts and rebalances.
@@ -54,9 +71,10 @@
 // from another worker is first caught up from its changelog topic
 // (onceq-changelog-<group>-<queue>), so no processed ID runs again.
 //
-// When the group rebalances between commits, the next commit aborts and
-// the worker's uncommitted work (at most one commit interval's) runs again
-// on the partitions' new owners: franz-go's GroupTransactSession favors
-// aborting over committing across a rebalance, which is what keeps the
-// guarantee when a member is slow.
+// When the group rebalances, a revoked partition is released at once: its
+// running handlers are canceled, whatever they finish is dropped, and the
+// commit in progress aborts. The partition's next owner runs its
+// unfinished tasks from the committed offset. The partitions the worker
+// keeps lose nothing: an aborted commit's finished results are taken by
+// the next commit.
 package consumer

@@ -151,3 +151,59 @@ func TestSkipRetryDeadLetters(t *testing.T) {
 		t.Fatalf("onceq-error %q", reason)
 	}
 }
+
+// TestShutdownCancelsTasksPastTheTimeout: a task still running at the
+// shutdown timeout has its context canceled, Run returns soon after with
+// ErrTasksCanceled, the task's result is dropped (no retry is scheduled,
+// nothing is committed past it), and it runs again, once, on restart.
+func TestShutdownCancelsTasksPastTheTimeout(t *testing.T) {
+	_, conn := testutil.StartBroker(t, "")
+	testutil.CreateTopic(t, conn, "in", 1)
+	testutil.CreateTopic(t, conn, "out", 1)
+	produceTasks(t, conn, "in", []string{"before", "long", "after"})
+	started := make(chan struct{})
+	var runs atomic.Int64
+	var canceledWith atomic.Value
+	h := consumer.HandlerFunc(func(ctx context.Context, task *consumer.Task) error {
+		if task.ID == "long" && runs.Add(1) == 1 {
+			close(started)
+			select {
+			case <-ctx.Done():
+				canceledWith.Store(ctx.Err())
+				return ctx.Err()
+			case <-time.After(30 * time.Second):
+			}
+		}
+		return copyCounting("out").Handle(ctx, task)
+	})
+	dir := t.TempDir()
+	opts := []consumer.Opt{consumer.Conn(conn), consumer.Group("gc"), consumer.Queues("in"), consumer.CheckpointDir(dir),
+		consumer.WithHandler(h), consumer.ShutdownTimeout(time.Second), consumer.CommitInterval(20 * time.Millisecond)}
+	stop := runWorker(t, opts...)
+	<-started
+	waitOutputs(t, conn, "out", 2, 30*time.Second) // before and after
+	begin := time.Now()
+	err := stop()
+	took := time.Since(begin)
+	if !errors.Is(err, consumer.ErrTasksCanceled) {
+		t.Fatalf("Run returned %v, want ErrTasksCanceled", err)
+	}
+	if took > 10*time.Second {
+		t.Fatalf("Run took %v to return with a 1s shutdown timeout", took)
+	}
+	if got, _ := canceledWith.Load().(error); !errors.Is(got, context.Canceled) {
+		t.Fatalf("the long task's context ended with %v, want context.Canceled", got)
+	}
+	if recs, _ := testutil.ReadCommittedErr(conn, 5*time.Second, "onceq-dlq-in"); len(recs) != 0 {
+		t.Fatalf("%d dead letters: the canceled run counted as a failure", len(recs))
+	}
+	stop2 := runWorker(t, opts...)
+	waitOutputs(t, conn, "out", 3, 30*time.Second)
+	if err := stop2(); err != nil {
+		t.Fatal(err)
+	}
+	if got := runs.Load(); got != 2 {
+		t.Fatalf("the long task ran %d times, want 2 (canceled, then once on restart)", got)
+	}
+	checkExactlyOnce(t, testutil.ReadCommitted(t, conn, 10*time.Second, "out"), []string{"before", "long", "after"})
+}

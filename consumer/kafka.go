@@ -3,12 +3,15 @@ package consumer
 import (
 	"cmp"
 	"context"
+	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/onceq/onceq/broker"
 	"github.com/onceq/onceq/checkpoint"
@@ -19,10 +22,8 @@ import (
 type kafkaSide interface {
 	poll(ctx context.Context, max int) kgo.Fetches
 	// commit writes recs and commits offsets, atomically for the
-	// transactional side, which commits the polled position (offsets is
-	// the same by the commit barrier). committed false with a nil error means the
-	// commit was aborted (a rebalance) and the consumer was rewound to the
-	// last committed offsets.
+	// transactional side. committed false with a nil error means the
+	// commit was aborted (a rebalance, a refused write).
 	commit(ctx context.Context, recs []*kgo.Record, offsets map[string]map[int32]kgo.EpochOffset) (committed bool, err error)
 	client() *kgo.Client
 	pause(tp checkpoint.TP)
@@ -152,9 +153,6 @@ func (s *txnSide) commit(ctx context.Context, recs []*kgo.Record, offsets map[st
 			}
 		})
 	}
-	// The session commits the position of everything polled (franz-go
-	// turns marked commits off for transactional clients), which is why
-	// the worker's commit barrier lets every polled record finish first.
 	if err := s.cl.Flush(ctx); err != nil {
 		return false, err
 	}
@@ -164,7 +162,39 @@ func (s *txnSide) commit(ctx context.Context, recs []*kgo.Record, offsets map[st
 	if !try {
 		s.w.cfg.log.Warn("aborting commit: writing a record failed", "err", failure)
 	}
+	// The session would commit the position of everything polled. The
+	// worker commits, per partition, the offset of its first unfinished
+	// record instead: the session calls this hook with the request it
+	// built, fenced by the group's generation and member (KIP-447), and
+	// still aborts on a revocation, which is what keeps the guarantee
+	// across rebalances.
+	ctx = kgo.PreTxnCommitFnContext(ctx, func(req *kmsg.TxnOffsetCommitRequest) error {
+		setTxnOffsets(req, offsets)
+		return nil
+	})
 	return s.sess.End(ctx, try)
+}
+
+// setTxnOffsets makes req commit exactly offsets, keeping the topic IDs the
+// client filled in.
+func setTxnOffsets(req *kmsg.TxnOffsetCommitRequest, offsets map[string]map[int32]kgo.EpochOffset) {
+	ids := map[string][16]byte{}
+	for _, t := range req.Topics {
+		ids[t.Topic] = t.TopicID
+	}
+	req.Topics = req.Topics[:0]
+	for _, topic := range slices.Sorted(maps.Keys(offsets)) {
+		rt := kmsg.NewTxnOffsetCommitRequestTopic()
+		rt.Topic, rt.TopicID = topic, ids[topic]
+		for _, p := range slices.Sorted(maps.Keys(offsets[topic])) {
+			eo := offsets[topic][p]
+			rp := kmsg.NewTxnOffsetCommitRequestTopicPartition()
+			rp.Partition, rp.Offset, rp.LeaderEpoch = p, eo.Offset, eo.Epoch
+			rp.Metadata = &req.MemberID
+			rt.Partitions = append(rt.Partitions, rp)
+		}
+		req.Topics = append(req.Topics, rt)
+	}
 }
 
 func (s *txnSide) close() { s.sess.Close() }

@@ -2,55 +2,114 @@ package consumer
 
 import (
 	"fmt"
+	"strconv"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/onceq/onceq/checkpoint"
 )
 
 type metrics struct {
 	processed *prometheus.CounterVec
 	handler   prometheus.Histogram
-	latency   prometheus.Histogram
+	latency   *prometheus.HistogramVec
 	lag       *prometheus.GaugeVec
 	commit    *prometheus.HistogramVec
 	aborts    prometheus.Counter
 	restore   prometheus.Histogram
-	inflight  prometheus.Gauge
+	inflight  *prometheus.GaugeVec
 	failed    *prometheus.CounterVec
 	dead      *prometheus.CounterVec
 	abandoned prometheus.Counter
+	canceled  prometheus.Counter
+	progress  *progressCollector
 }
 
-func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+func newMetrics(reg prometheus.Registerer, w *Worker) (*metrics, error) {
 	m := &metrics{
 		processed: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "onceq_tasks_processed_total",
-			Help: "Tasks processed, by queue and outcome (success, failed, duplicate)."}, []string{"queue", "outcome"}),
+			Help: "Tasks processed, by queue and outcome (success, duplicate, retried, dead, expired)."}, []string{"queue", "outcome"}),
 		handler: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "onceq_handler_duration_seconds",
 			Help: "Time in the handler per run.", Buckets: prometheus.ExponentialBuckets(0.0001, 4, 12)}),
-		latency: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "onceq_task_latency_seconds",
-			Help: "From a task's due (or enqueue) time to its handler's start.", Buckets: prometheus.ExponentialBuckets(0.001, 2, 18)}),
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "onceq_task_latency_seconds",
+			Help:    "From a task's due (or enqueue) time to its handler's start, by queue.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 18)}, []string{"queue"}),
 		lag: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "onceq_consumer_lag",
 			Help: "Records behind the high watermark, by queue and partition."}, []string{"queue", "partition"}),
 		commit: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "onceq_commit_duration_seconds",
 			Help: "Commit time by stage: kafka (the transaction) and pebble (the checkpoint).", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14)}, []string{"stage"}),
 		aborts: prometheus.NewCounter(prometheus.CounterOpts{Name: "onceq_txn_aborts_total",
-			Help: "Commits aborted (rebalances, failed writes); their tasks run again."}),
+			Help: "Commits aborted (rebalances, failed writes); their results are committed by a later one, or run again on the partitions' next owners."}),
 		restore: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "onceq_checkpoint_restore_seconds",
 			Help: "Time to catch a partition's checkpoint up with its changelog.", Buckets: prometheus.ExponentialBuckets(0.001, 4, 10)}),
-		inflight: prometheus.NewGauge(prometheus.GaugeOpts{Name: "onceq_inflight_tasks", Help: "Handlers running now."}),
+		inflight: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "onceq_inflight_tasks",
+			Help: "Handlers running now, by queue."}, []string{"queue"}),
 		failed: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "onceq_handler_failures_total",
 			Help: "Handler runs that failed (each then retried or dead-lettered), by queue."}, []string{"queue"}),
 		dead: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "onceq_dead_letters_total",
 			Help: "Tasks dead-lettered, by queue and reason (failed, max_attempts, expired, malformed)."}, []string{"queue", "reason"}),
 		abandoned: prometheus.NewCounter(prometheus.CounterOpts{Name: "onceq_abandoned_handlers",
 			Help: "Handlers that ignored their canceled context past their time-to-run and grace."}),
+		canceled: prometheus.NewCounter(prometheus.CounterOpts{Name: "onceq_shutdown_canceled_tasks_total",
+			Help: "Tasks still running at the shutdown timeout, canceled to run again on the partitions' next owners."}),
+		progress: &progressCollector{w: w,
+			oldest: prometheus.NewDesc("onceq_oldest_inflight_seconds",
+				"Age of the oldest handler running now, by queue (0 when none runs).", []string{"queue"}, nil),
+			open: prometheus.NewDesc("onceq_open_records",
+				"Records fetched and not finished (running or waiting to start), by queue and partition.", []string{"queue", "partition"}, nil),
+			above: prometheus.NewDesc("onceq_finished_above_committed",
+				"Records finished above their partition's committed offset: held there by an unfinished one, found by their marks after a restart; by queue and partition.",
+				[]string{"queue", "partition"}, nil),
+		},
 	}
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.processed, m.handler, m.latency, m.lag, m.commit, m.aborts, m.restore, m.inflight, m.failed, m.dead, m.abandoned} {
+	for _, c := range []prometheus.Collector{m.processed, m.handler, m.latency, m.lag, m.commit, m.aborts, m.restore,
+		m.inflight, m.failed, m.dead, m.abandoned, m.canceled, m.progress} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("consumer: registering metrics (one worker per registerer): %w", err)
 		}
 	}
 	return m, nil
+}
+
+// forget drops a revoked partition's series.
+func (m *metrics) forget(tp checkpoint.TP) {
+	m.lag.DeleteLabelValues(tp.Topic, strconv.Itoa(int(tp.Partition)))
+}
+
+// progressCollector reads, at scrape time, the worker's running handlers
+// and its partitions' open records.
+type progressCollector struct {
+	w                   *Worker
+	oldest, open, above *prometheus.Desc
+}
+
+func (c *progressCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.oldest
+	ch <- c.open
+	ch <- c.above
+}
+
+func (c *progressCollector) Collect(ch chan<- prometheus.Metric) {
+	oldest := map[string]time.Duration{}
+	for _, q := range c.w.cfg.queues {
+		oldest[q] = 0
+	}
+	now := time.Now()
+	c.w.sched.running(func(r *handlerRun) {
+		q := r.it.rec.Topic
+		oldest[q] = max(oldest[q], now.Sub(r.started))
+	})
+	for q, d := range oldest {
+		ch <- prometheus.MustNewConstMetric(c.oldest, prometheus.GaugeValue, d.Seconds(), q)
+	}
+	for _, ps := range c.w.snapshotParts() {
+		open, above := ps.progress()
+		p := strconv.Itoa(int(ps.tp.Partition))
+		ch <- prometheus.MustNewConstMetric(c.open, prometheus.GaugeValue, float64(open), ps.tp.Topic, p)
+		ch <- prometheus.MustNewConstMetric(c.above, prometheus.GaugeValue, float64(above), ps.tp.Topic, p)
+	}
 }

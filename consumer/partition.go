@@ -6,48 +6,46 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/onceq/onceq"
 	"github.com/onceq/onceq/checkpoint"
 )
 
-// partState is the worker's view of one assigned partition: how far it
-// dispatched, the results waiting for the next commit, and the overlay of
-// processed IDs and state writes that are committed to Kafka's transaction
-// soon but not yet in the checkpoint.
+// partState is the worker's view of one assigned partition: the records it
+// admitted and which of them are still open, the results waiting for the
+// next commit, the order in which its records may start, and the overlay
+// of processed IDs and state writes committed to Kafka's transaction soon
+// but not yet in the checkpoint.
 //
-// Everything is guarded by mu. The epoch changes whenever in-flight work
-// of the partition must be thrown away (an aborted commit, a revocation):
-// a result carrying an older epoch is dropped.
+// Everything is guarded by mu. A revoked partition is done with: its
+// results are dropped, its queued records never start.
 type partState struct {
 	tp    checkpoint.TP
 	store *checkpoint.Store
 
-	mu       sync.Mutex
-	epoch    uint64
-	revoked  bool
-	restored bool // the checkpoint has caught up with the changelog
-	restorer bool // a restore is running
-	held     []*item
+	mu        sync.Mutex
+	revoked   bool
+	restored  bool // the checkpoint has caught up with the changelog
+	restoring bool // a restore is running
+	held      []*item
 
-	// next is the offset after the last dispatched record: records below
-	// it in this epoch were dispatched already (a re-seek may fetch them
-	// again). committed is next as of the last commit.
-	next        int64
-	committedAt int64
+	offsets     offsetSet
 	leaderEpoch int32
+	committed   int64 // where the last commit moved the partition; -1 none yet
 	results     []*result
+
+	// keys orders the records that share a key or a dedup key: a key is
+	// present while a record holding it is in flight, with the records
+	// waiting behind it (see scheduler.submit).
+	keys    map[string][]*item
+	waiting int // records waiting in keys
 
 	// seq numbers results; the overlay remembers which result wrote what,
 	// so a commit clears only what it made durable. ids is kept only with
 	// a store (exactly-once); without one, the overlay is the partition's
-	// whole state, in memory until the partition is revoked or reset.
+	// whole state, in memory until the partition is revoked.
 	seq     uint64
+	cleared uint64 // the last seq a checkpoint write cleared
 	ids     map[string]uint64
 	overlay map[string]overlayVal
-
-	// routes is the lane of each dedup key dispatched since the last
-	// commit (see lanes.submit).
-	routes map[string]int
 }
 
 type overlayVal struct {
@@ -55,7 +53,7 @@ type overlayVal struct {
 	seq   uint64
 }
 
-// result is what a completed task leaves for the commit.
+// result is what a finished task leaves for the commit.
 type result struct {
 	seq     uint64
 	id      string // the dedup key the result marks processed
@@ -67,101 +65,63 @@ type result struct {
 }
 
 func newPartState(tp checkpoint.TP, store *checkpoint.Store) *partState {
-	return &partState{tp: tp, store: store, next: -1, committedAt: -1, ids: map[string]uint64{}, overlay: map[string]overlayVal{},
-		routes: map[string]int{}}
+	return &partState{tp: tp, store: store, offsets: newOffsetSet(), committed: -1,
+		keys: map[string][]*item{}, ids: map[string]uint64{}, overlay: map[string]overlayVal{}}
 }
 
-// admit records a fetched record as dispatched, unless it was already.
-func (p *partState) admit(r *kgo.Record) (epoch uint64, ok bool) {
+// admit records a fetched record as admitted, unless it was already (a
+// re-seek after an aborted commit fetches records again) or the partition
+// is revoked.
+func (p *partState) admit(r *kgo.Record) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.revoked || r.Offset < p.next {
-		return 0, false
+	if p.revoked || r.Offset < p.offsets.next {
+		return false
 	}
-	p.next = r.Offset + 1
+	p.offsets.add(r.Offset)
 	p.leaderEpoch = r.LeaderEpoch
-	return p.epoch, true
+	return true
 }
 
-// complete records finished records' results; those of an older epoch
-// are dropped. dropped reports a nil result (work dropped unrun) for a
-// record of the current epoch.
-func (p *partState) complete(done []finished) (dropped bool) {
+// complete records a finished record's result and returns the records that
+// may start now that it let go of its keys. A nil result (the run was
+// canceled at shutdown) leaves the record open, so no commit passes it.
+// The results of a revoked partition are dropped.
+func (p *partState) complete(it *item, res *result) (ready []*item) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	for _, d := range done {
-		stale := d.it.epoch != p.epoch || p.revoked
-		if d.res == nil {
-			dropped = dropped || !stale
-			continue
-		}
-		if stale {
-			continue
-		}
-		res := d.res
-		p.seq++
-		res.seq = p.seq
-		if !res.dup {
-			// Without a checkpoint (at-least-once) nothing deduplicates
-			// and no commit clears ids: keeping them would hold every
-			// task ID the partition ever ran.
-			if p.store != nil {
-				p.ids[res.id] = res.seq
-			}
-			for _, w := range res.writes {
-				p.overlay[string(w.key)] = overlayVal{value: w.value, seq: res.seq}
-			}
-		}
-		p.results = append(p.results, res)
-	}
-	return dropped
-}
-
-// processed reports whether key completed in this partition and awaits
-// commit, or is in the checkpoint (as looked up when it was dispatched).
-func (p *partState) processed(key string, it *item) (bool, error) {
-	p.mu.Lock()
-	_, ok := p.ids[key]
-	p.mu.Unlock()
-	if ok {
-		return true, nil
-	}
-	if it.looked && it.knownKey == key {
-		return it.known, nil
-	}
-	return p.store.Has(p.tp, key)
-}
-
-// lookup asks the checkpoint, in one batch, which of the items' dedup keys
-// are processed.
-func (p *partState) lookup(items []*item) error {
-	keys := make([]string, len(items))
-	for i, it := range items {
-		keys[i] = onceq.DedupKeyOf(it.rec)
-		it.knownKey = keys[i] // the lanes route by it even if the lookup fails
-	}
-	if p.store == nil || len(items) == 0 {
+	if p.revoked || res == nil {
 		return nil
 	}
-	// The overlay is read before the checkpoint. It then holds every key
-	// of the earlier commits whose checkpoint write is still in flight
-	// (they all completed before these records were dispatched), and a
-	// write that lands later is seen by HasMany; a key in neither is not
-	// processed, and can only become so in this commit cycle, in ids.
-	pending := make([]bool, len(items))
-	p.mu.Lock()
-	for i, k := range keys {
-		_, pending[i] = p.ids[k]
+	p.offsets.done(it.rec.Offset)
+	p.seq++
+	res.seq = p.seq
+	if !res.dup {
+		// Without a checkpoint (at-least-once) nothing deduplicates
+		// and no commit clears ids: keeping them would hold every
+		// task ID the partition ever ran.
+		if p.store != nil {
+			p.ids[res.id] = res.seq
+		}
+		for _, w := range res.writes {
+			p.overlay[string(w.key)] = overlayVal{value: w.value, seq: res.seq}
+		}
 	}
-	p.mu.Unlock()
-	found, err := p.store.HasMany(p.tp, keys)
-	if err != nil {
-		return err
+	p.results = append(p.results, res)
+	for _, k := range it.keys[:it.nkeys] {
+		waiters := p.keys[k]
+		if len(waiters) == 0 {
+			delete(p.keys, k)
+			continue
+		}
+		next := waiters[0]
+		p.keys[k] = waiters[1:]
+		p.waiting--
+		if next.waits--; next.waits == 0 {
+			ready = append(ready, next)
+		}
 	}
-	for i, it := range items {
-		it.known, it.looked = found[i] || pending[i], true
-	}
-	return nil
+	return ready
 }
 
 // overlayGet looks key up among the completed, uncommitted writes.
@@ -175,26 +135,48 @@ func (p *partState) overlayGet(key []byte) (value []byte, ok, found bool) {
 	return v.value, v.value != nil, true
 }
 
-// collect takes the results completed so far and the offset the commit
-// moves the partition to (everything dispatched: the commit barrier has
-// waited for all of it). changed is false when there is nothing to commit.
-func (p *partState) collect() (res []*result, commitAt kgo.EpochOffset, upTo uint64, changed bool) {
+// collect takes the results finished so far and the offset the commit may
+// move the partition to: its first open record, so that the commit never
+// passes an unfinished one. moved is false when the offset stays.
+func (p *partState) collect() (res []*result, to kgo.EpochOffset, moved bool, upTo uint64) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.next > p.committedAt {
-		commitAt = kgo.EpochOffset{Epoch: p.leaderEpoch, Offset: p.next}
-		p.committedAt = p.next
-		changed = true
-	}
 	res, p.results = p.results, nil
-	clear(p.routes) // the commit barrier: nothing is in flight
-	return res, commitAt, p.seq, changed || len(res) > 0
+	at := p.offsets.prefix()
+	moved = at >= 0 && at > p.committed
+	return res, kgo.EpochOffset{Epoch: p.leaderEpoch, Offset: at}, moved, p.seq
 }
 
-// committed clears the overlay entries that a commit made durable.
-func (p *partState) committed(upTo uint64) {
+// committedTo records where a successful commit moved the partition.
+func (p *partState) committedTo(at int64) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.committed = max(p.committed, at)
+}
+
+// putBack returns the results of an aborted commit: they are still
+// finished, and the next commit takes them, ahead of those finished since.
+// Their outputs are produced again, as new records.
+func (p *partState) putBack(res []*result) {
+	if len(res) == 0 {
+		return
+	}
+	for _, r := range res {
+		for i, o := range r.outputs {
+			r.outputs[i] = &kgo.Record{Topic: o.Topic, Key: o.Key, Value: o.Value, Headers: o.Headers}
+		}
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.results = append(res, p.results...)
+}
+
+// checkpointed clears the overlay entries that a checkpoint write made
+// durable.
+func (p *partState) checkpointed(upTo uint64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.cleared = max(p.cleared, upTo)
 	for id, s := range p.ids {
 		if s <= upTo {
 			delete(p.ids, id)
@@ -207,31 +189,28 @@ func (p *partState) committed(upTo uint64) {
 	}
 }
 
-// reset throws away all in-flight and uncommitted work: the session has
-// rewound the partition to its committed offset. It returns how many held
-// records it dropped.
-func (p *partState) reset() int {
+// progress is the partition's open records and the finished ones above
+// its committed offset, for the metrics.
+func (p *partState) progress() (open, finishedAbove int) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.epoch++
-	p.next = -1
-	p.committedAt = -1
-	p.results = nil
-	p.ids = map[string]uint64{}
-	p.overlay = map[string]overlayVal{}
-	p.routes = map[string]int{}
-	n := len(p.held)
-	p.held = nil
-	return n
+	return p.offsets.openCount(), p.offsets.finishedAbove()
 }
 
-// revoke stops the partition: nothing of it runs or commits any more. It
-// returns how many held records it dropped.
+// revoke stops the partition: nothing of it starts or commits any more.
+// It returns how many admitted records it dropped before they started.
 func (p *partState) revoke() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.revoked = true
-	n := len(p.held)
-	p.held = nil
+	n := len(p.held) + p.waiting
+	p.held, p.keys, p.waiting = nil, nil, 0
 	return n
+}
+
+// stale reports whether the item's partition was revoked.
+func (it *item) stale() bool {
+	it.ps.mu.Lock()
+	defer it.ps.mu.Unlock()
+	return it.ps.revoked
 }

@@ -4,37 +4,47 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/twmb/franz-go/pkg/kgo"
-
 	"github.com/onceq/onceq"
 	"github.com/onceq/onceq/checkpoint"
 )
 
-// TestLookupSeesCheckpointWritesInFlight pins the dedup answer while a
-// checkpoint write is in flight: a key committed to Kafka but not yet in
-// the store is found in the overlay by the dispatch-time lookup, and the
-// answer holds after the write lands and clears the overlay.
-func TestLookupSeesCheckpointWritesInFlight(t *testing.T) {
+// admitted returns an item for a task record at offset off, admitted in ps.
+func admitted(t *testing.T, ps *partState, id string, off int64) *item {
+	t.Helper()
+	task := onceq.Task{ID: id, Queue: "q"}
+	rec := task.Record("q")
+	rec.Offset = off
+	if !ps.admit(rec) {
+		t.Fatalf("offset %d not admitted", off)
+	}
+	return &item{ps: ps, rec: rec}
+}
+
+func openStore(t *testing.T) *checkpoint.Store {
+	t.Helper()
 	store, err := checkpoint.Open(t.TempDir(), checkpoint.Options{ClusterID: "c", Group: "g", NoSync: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer store.Close()
+	t.Cleanup(func() { store.Close() })
+	return store
+}
+
+// TestLookupSeesCheckpointWritesInFlight pins the dedup answer while a
+// checkpoint write is in flight: a key committed to Kafka but not yet in
+// the store is found in the overlay by the admission-time lookup, and the
+// answer holds after the write lands and clears the overlay.
+func TestLookupSeesCheckpointWritesInFlight(t *testing.T) {
 	tp := checkpoint.TP{Topic: "q", Partition: 0}
-	ps := newPartState(tp, store)
-	record := func(id string) *kgo.Record {
-		task := onceq.Task{ID: id, Queue: "q"}
-		return task.Record("q")
-	}
+	ps := newPartState(tp, openStore(t))
 
 	// "done" ran and its commit went to Kafka; its checkpoint write is in
 	// flight, so the store does not have it.
-	if ps.complete([]finished{{it: &item{ps: ps}, res: &result{id: "done", outcome: outcomeSuccess}}}) {
-		t.Fatal("complete reported dropped work")
-	}
-	_, _, upTo, _ := ps.collect()
+	done := admitted(t, ps, "done", 0)
+	ps.complete(done, &result{id: "done", outcome: outcomeSuccess})
+	_, _, _, upTo := ps.collect()
 
-	items := []*item{{ps: ps, rec: record("done")}, {ps: ps, rec: record("new")}}
+	items := []*item{admitted(t, ps, "done", 1), admitted(t, ps, "new", 2)}
 	if err := ps.lookup(items); err != nil {
 		t.Fatal(err)
 	}
@@ -42,25 +52,55 @@ func TestLookupSeesCheckpointWritesInFlight(t *testing.T) {
 		t.Fatalf("lookup: done known %v, new known %v; want true, false", items[0].known, items[1].known)
 	}
 
-	ps.committed(upTo) // the write landed: the overlay lets go of "done"
+	ps.checkpointed(upTo) // the write landed: the overlay lets go of "done"
 	for i, want := range []bool{true, false} {
-		got, err := ps.processed(items[i].knownKey, items[i])
+		got, err := ps.duplicate(items[i], items[i].dedupKey)
 		if err != nil || got != want {
-			t.Errorf("processed(%s) = %v, %v; want %v", items[i].knownKey, got, err, want)
+			t.Errorf("duplicate(%s) = %v, %v; want %v", items[i].dedupKey, got, err, want)
 		}
+	}
+}
+
+// TestDuplicateAfterItsTwinsCheckpoint pins a lost dedup answer: a record
+// is looked up while the earlier record of its ID still runs (not
+// processed yet), then waits; the earlier one finishes, commits and its
+// checkpoint write clears it from the overlay before the record starts.
+// The admission-time answer is stale by then: the decision must ask the
+// store again, which has the ID.
+func TestDuplicateAfterItsTwinsCheckpoint(t *testing.T) {
+	tp := checkpoint.TP{Topic: "q", Partition: 0}
+	store := openStore(t)
+	ps := newPartState(tp, store)
+	first := admitted(t, ps, "a", 0)
+	twin := admitted(t, ps, "a", 1)
+	if err := ps.lookup([]*item{first, twin}); err != nil {
+		t.Fatal(err)
+	}
+	if twin.known {
+		t.Fatal("the twin was known before its first record ran")
+	}
+	ps.complete(first, &result{id: "a", outcome: outcomeSuccess})
+	_, _, _, upTo := ps.collect()
+	b := store.NewBatch()
+	if err := b.MarkProcessed(tp, "a", first.rec.Timestamp); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	ps.checkpointed(upTo)
+	dup, err := ps.duplicate(twin, "a")
+	if err != nil || !dup {
+		t.Fatalf("duplicate(twin) = %v, %v; want true: it would run a second time", dup, err)
 	}
 }
 
 // TestAtLeastOnceKeepsNoIDs pins the memory of an at-least-once partition:
 // with no checkpoint nothing clears the processed IDs, so none are kept
 // (they were, one per task ever run). Exactly-once keeps them until the
-// commit that makes them durable.
+// checkpoint write that makes them durable.
 func TestAtLeastOnceKeepsNoIDs(t *testing.T) {
-	store, err := checkpoint.Open(t.TempDir(), checkpoint.Options{ClusterID: "c", Group: "g", NoSync: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer store.Close()
+	store := openStore(t)
 	tp := checkpoint.TP{Topic: "q", Partition: 0}
 	for _, tc := range []struct {
 		name  string
@@ -71,18 +111,50 @@ func TestAtLeastOnceKeepsNoIDs(t *testing.T) {
 		for i := range 1000 {
 			res := &result{id: fmt.Sprint("t-", i), outcome: outcomeSuccess,
 				writes: []stateWrite{{key: []byte("k"), value: []byte(fmt.Sprint(i))}}}
-			ps.complete([]finished{{it: &item{ps: ps}, res: res}})
+			ps.complete(admitted(t, ps, res.id, int64(i)), res)
 		}
-		_, _, upTo, _ := ps.collect()
+		_, _, _, upTo := ps.collect()
 		if len(ps.ids) != tc.want {
 			t.Errorf("%s: %d IDs kept after 1,000 tasks, want %d", tc.name, len(ps.ids), tc.want)
 		}
 		if v, ok, _ := ps.overlayGet([]byte("k")); !ok || string(v) != "999" {
 			t.Errorf("%s: state k = %q, %v; want the last write, 999", tc.name, v, ok)
 		}
-		ps.committed(upTo)
+		ps.checkpointed(upTo)
 		if len(ps.ids) != 0 {
-			t.Errorf("%s: %d IDs kept after their commit", tc.name, len(ps.ids))
+			t.Errorf("%s: %d IDs kept after their checkpoint", tc.name, len(ps.ids))
 		}
+	}
+}
+
+// TestCommitStopsBelowAnOpenRecord pins the commit offset: it never passes
+// a record still running, results finished above it are committed all the
+// same, and it moves past the record once it finishes. An aborted commit's
+// results come back for the next one.
+func TestCommitStopsBelowAnOpenRecord(t *testing.T) {
+	ps := newPartState(checkpoint.TP{Topic: "q", Partition: 0}, nil)
+	var items []*item
+	for i := range 5 {
+		items = append(items, admitted(t, ps, fmt.Sprint("t-", i), int64(10+i)))
+	}
+	for _, i := range []int{0, 2, 3, 4} { // 1 (offset 11) still runs
+		ps.complete(items[i], &result{id: items[i].rec.Headers[0].Key, outcome: outcomeSuccess})
+	}
+	res, to, moved, _ := ps.collect()
+	if len(res) != 4 || !moved || to.Offset != 11 {
+		t.Fatalf("collect = %d results, offset %d, moved %v; want 4, 11, true", len(res), to.Offset, moved)
+	}
+	if open, above := ps.progress(); open != 1 || above != 3 {
+		t.Fatalf("progress = %d open, %d finished above; want 1, 3", open, above)
+	}
+	ps.putBack(res) // the commit aborted
+	ps.complete(items[1], &result{id: "t-1", outcome: outcomeSuccess})
+	res, to, moved, _ = ps.collect()
+	if len(res) != 5 || !moved || to.Offset != 15 {
+		t.Fatalf("after the abort and the slow record: %d results, offset %d, moved %v; want 5, 15, true", len(res), to.Offset, moved)
+	}
+	ps.committedTo(to.Offset)
+	if _, _, moved, _ = ps.collect(); moved {
+		t.Fatal("the offset moved again with nothing new")
 	}
 }

@@ -14,16 +14,7 @@ import (
 // restoreChunk is how many changelog entries one Apply writes.
 const restoreChunk = 20_000
 
-// restorer catches a partition's checkpoint up with its changelog.
-type restorer struct {
-	w *Worker
-}
-
-func newRestorer(w *Worker) (*restorer, error) { return &restorer{w: w}, nil }
-
-func (r *restorer) close() {}
-
-// restore replays the changelog partition of tp from the offset the
+// replayChangelog replays the changelog partition of tp from the offset the
 // checkpoint recorded up to a fence it writes at the partition's end, and
 // returns how many records it applied.
 //
@@ -33,8 +24,7 @@ func (r *restorer) close() {}
 // read_committed reader ever receives, and waiting for it would never end.
 // The fence is a plain record: once it is read, every transaction before
 // it is settled and read.
-func (r *restorer) restore(tp checkpoint.TP) (int, error) {
-	w := r.w
+func (w *Worker) replayChangelog(tp checkpoint.TP) (int, error) {
 	if w.store == nil {
 		return 0, nil
 	}
@@ -44,7 +34,7 @@ func (r *restorer) restore(tp checkpoint.TP) (int, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	topic := broker.ChangelogTopic(w.cfg.group, tp.Topic)
-	fence, err := r.writeFence(ctx, topic, tp.Partition)
+	fence, err := w.writeFence(ctx, topic, tp.Partition)
 	if err != nil {
 		return 0, err
 	}
@@ -124,8 +114,8 @@ func (r *restorer) restore(tp checkpoint.TP) (int, error) {
 
 // writeFence appends a fence record to a changelog partition and returns
 // its offset.
-func (r *restorer) writeFence(ctx context.Context, topic string, partition int32) (int64, error) {
-	cl, err := r.w.cfg.conn.NewClient(kgo.RecordPartitioner(kgo.ManualPartitioner()))
+func (w *Worker) writeFence(ctx context.Context, topic string, partition int32) (int64, error) {
+	cl, err := w.cfg.conn.NewClient(kgo.RecordPartitioner(kgo.ManualPartitioner()))
 	if err != nil {
 		return 0, err
 	}

@@ -64,9 +64,6 @@ func (w *Worker) start(ctx context.Context) error {
 	if w.instanceID, err = w.loadInstanceID(); err != nil {
 		return err
 	}
-	if w.restorer, err = newRestorer(w); err != nil {
-		return err
-	}
 	w.kafka, err = newKafkaSide(w)
 	return err
 }

@@ -1,10 +1,29 @@
 package consumer
 
+// The life of a record in a worker, one file per stage:
+//
+//  1. fetch.go: Run polls the group's partitions; dispatch admits each new
+//     record into its partition's offset set (offsets.go) and holds it while
+//     the partition restores from its changelog (restore.go).
+//  2. dedup.go: the record's dedup key is looked up in the checkpoint, in
+//     one batch per fetch.
+//  3. schedule.go: the scheduler queues the record behind any earlier,
+//     unfinished record of its partition with the same key or dedup key,
+//     and runs it on the first free slot.
+//  4. execute.go: decode, the dedup decision, expiry, the handler under its
+//     time-to-run; outcome.go turns the run into a result: outputs, state
+//     writes and a mark, a retry through the delay buckets, or a dead letter.
+//  5. partition.go: the result waits in its partition for the next commit;
+//     the record leaves the offset set's open records.
+//  6. commit.go: every commit interval, whatever is still running, one
+//     Kafka transaction commits the finished results and, per partition, the
+//     offset of its first open record (kafka.go); then one synced Pebble
+//     batch writes the same to the checkpoint, beside the next records.
+
 import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -21,12 +40,11 @@ type Worker struct {
 	cfg     config
 	metrics *metrics
 
-	store    *checkpoint.Store
-	admin    *broker.Admin
-	kafka    kafkaSide
-	restorer *restorer
-	topics   *topicCache
-	lanes    *lanes
+	store  *checkpoint.Store
+	admin  *broker.Admin
+	kafka  kafkaSide
+	topics *topicCache
+	sched  *scheduler
 
 	mu    sync.Mutex
 	parts map[checkpoint.TP]*partState
@@ -36,8 +54,7 @@ type Worker struct {
 	wake       chan struct{}
 	instanceID string
 	stopping   atomic.Bool
-	unfinished atomic.Bool // a record was dropped unrun: commit nothing more
-	restarts   int         // session restarts since the last successful commit
+	restarts   int // session restarts since the last successful commit
 	lastExpire time.Time
 	ckpt       ckptWriter
 }
@@ -53,17 +70,24 @@ func New(opts ...Opt) (*Worker, error) {
 		return nil, err
 	}
 	w := &Worker{cfg: cfg, parts: map[checkpoint.TP]*partState{}, wake: make(chan struct{}, 1)}
-	m, err := newMetrics(cfg.registerer)
+	m, err := newMetrics(cfg.registerer, w)
 	if err != nil {
 		return nil, err
 	}
 	w.metrics = m
+	w.sched = newScheduler(w, cfg.concurrency, cfg.maxBuffered)
 	return w, nil
 }
 
+// ErrTasksCanceled is returned by Run when handlers were still running at
+// the shutdown timeout: their contexts were canceled, their results
+// dropped, and their tasks run again on the partitions' next owners.
+var ErrTasksCanceled = errors.New("consumer: tasks canceled at the shutdown timeout")
+
 // Run joins the group and runs tasks until ctx is done or a fatal error.
-// On ctx done it stops fetching, lets in-flight handlers finish (up to the
-// shutdown timeout), commits what completed, and leaves the group.
+// On ctx done it stops starting tasks, lets the running ones finish for up
+// to the shutdown timeout while it goes on committing, cancels those still
+// running then, commits what finished and leaves the group.
 func (w *Worker) Run(ctx context.Context) (err error) {
 	if err := w.start(ctx); err != nil {
 		w.close()
@@ -75,54 +99,54 @@ func (w *Worker) Run(ctx context.Context) (err error) {
 		return err
 	}
 	defer w.close()
-	w.lanes = newLanes(w, w.cfg.concurrency, w.cfg.maxBuffered)
-	defer w.lanes.stop()
+	w.sched.run()
+	defer w.sched.stop()
 	defer w.stopping.Store(true) // first of the deferred: restores stop retrying
 	w.cfg.log.Info("worker started", "group", w.cfg.group, "queues", w.cfg.queues, "instance", w.instanceID,
 		"guarantee", w.cfg.guarantee, "concurrency", w.cfg.concurrency)
 
 	next := time.Now().Add(w.cfg.commitInterval)
-	lastWarn := time.Now()
 	for ctx.Err() == nil {
 		if err := w.storeFailed(); err != nil {
-			// Tasks cannot finish against a failed store: stop now, not at
-			// the commit that would wait for them.
+			// Tasks cannot finish against a failed store: stop now.
 			return fmt.Errorf("%w: %w", errCheckpoint, err)
 		}
-		due := time.Now().After(next) || w.completed.Load() >= int64(w.cfg.maxPerCommit)
-		switch {
-		case !due && w.buffered.Load() < int64(w.cfg.maxBuffered):
+		if time.Now().After(next) || w.completed.Load() >= int64(w.cfg.maxPerCommit) {
+			if err := w.commitOrRestart(ctx, context.WithoutCancel(ctx)); err != nil {
+				return err
+			}
+			next = time.Now().Add(w.cfg.commitInterval)
+			continue
+		}
+		// Fetching stops only for the bound on buffered records, never
+		// for a commit: the commit does not wait for running tasks.
+		if room := w.cfg.maxBuffered - int(w.buffered.Load()); room > 0 {
 			pctx, cancel := context.WithDeadline(ctx, next)
-			fs := w.kafka.poll(pctx, w.cfg.maxBuffered-int(w.buffered.Load()))
+			fs := w.kafka.poll(pctx, room)
 			cancel()
 			if err := broker.FetchErr(fs); err != nil {
 				return err
 			}
 			w.dispatch(fs)
-		case !due:
+		} else {
 			w.waitWake(ctx, next)
-		case w.buffered.Load() > 0:
-			// The commit barrier: the transaction commits the position of
-			// everything polled, so every dispatched record must finish
-			// first. Nothing more is polled meanwhile.
-			w.waitWake(ctx, time.Now().Add(50*time.Millisecond))
-			if time.Since(lastWarn) > 10*time.Second && time.Since(next) > 10*time.Second {
-				lastWarn = time.Now()
-				w.cfg.log.Warn("commit waits for slow tasks", "in_flight", w.buffered.Load(), "waiting", time.Since(next).Round(time.Second))
-			}
-		default:
-			if err := w.commit(context.WithoutCancel(ctx)); err != nil {
-				if errors.Is(err, errCheckpoint) || w.unfinished.Load() {
-					return err
-				}
-				if err := w.restartSession(ctx, err); err != nil {
-					return err
-				}
-			}
-			next = time.Now().Add(w.cfg.commitInterval)
 		}
 	}
 	return w.shutdown()
+}
+
+// commitOrRestart commits; a commit that failed in an unknown state
+// restarts the Kafka session, and only a failed checkpoint or too many
+// restarts in a row stop the worker.
+func (w *Worker) commitOrRestart(runCtx, ctx context.Context) error {
+	err := w.commit(ctx)
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, errCheckpoint) {
+		return err
+	}
+	return w.restartSession(runCtx, err)
 }
 
 // maxSessionRestarts bounds the session restarts in a row, without a
@@ -134,7 +158,7 @@ const maxSessionRestarts = 5
 // starts a new session, whose InitProducerID fences the old transactional
 // producer and aborts its open transaction. The group gives the instance
 // its partitions back (static membership) and they run again from their
-// committed offsets.
+// committed offsets; records finished above those are found by their marks.
 func (w *Worker) restartSession(ctx context.Context, cause error) error {
 	w.restarts++
 	if w.restarts > maxSessionRestarts {
@@ -142,11 +166,10 @@ func (w *Worker) restartSession(ctx context.Context, cause error) error {
 	}
 	w.metrics.aborts.Inc()
 	w.cfg.log.Warn("commit failed: restarting the Kafka session; uncommitted tasks run again", "err", cause, "restart", w.restarts)
-	w.resetAll()
 	w.kafka.close()
 	w.mu.Lock()
 	for tp, ps := range w.parts {
-		w.dropped(ps.revoke())
+		w.release(ps)
 		delete(w.parts, tp)
 	}
 	w.mu.Unlock()
@@ -160,23 +183,40 @@ func (w *Worker) restartSession(ctx context.Context, cause error) error {
 	return err
 }
 
-// shutdown drains in-flight handlers, commits and leaves. If some are still
-// running at the shutdown timeout, nothing more is committed: their tasks,
-// and those completed since the last commit, run again on the partitions'
-// next owners.
+// shutdown stops starting tasks, gives the running ones the shutdown
+// timeout to finish while committing what finishes, cancels the rest,
+// commits and leaves. A canceled task's record stays uncommitted: it runs
+// again, once, on its partition's next owner.
 func (w *Worker) shutdown() error {
 	w.stopping.Store(true)
-	w.cfg.log.Info("worker stopping: draining in-flight tasks", "in_flight", w.buffered.Load(), "timeout", w.cfg.shutdownTimeout)
+	w.sched.draining.Store(true)
+	running := w.sched.busy()
+	w.cfg.log.Info("worker stopping: waiting for running tasks", "running", running, "timeout", w.cfg.shutdownTimeout)
 	deadline := time.Now().Add(w.cfg.shutdownTimeout)
-	for w.buffered.Load() > 0 && time.Now().Before(deadline) {
-		w.waitWake(context.Background(), time.Now().Add(50*time.Millisecond))
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), w.cfg.txnTimeout)
-	defer cancel()
+	bg := context.Background()
 	var err error
-	if n := w.buffered.Load(); n > 0 || w.unfinished.Load() {
-		w.cfg.log.Warn("abandoning tasks still running at shutdown: they and the tasks since the last commit run again elsewhere", "count", n)
-	} else {
+	for w.sched.busy() > 0 && time.Now().Before(deadline) && err == nil {
+		until := time.Now().Add(w.cfg.commitInterval)
+		if until.After(deadline) {
+			until = deadline
+		}
+		w.waitWake(bg, until)
+		err = w.commit(bg)
+	}
+	canceled := 0
+	if err == nil && w.sched.busy() > 0 {
+		canceled = w.sched.cancelAll()
+		w.metrics.canceled.Add(float64(canceled))
+		// Handlers that honour their context return at once; wait a
+		// moment for them so their slots are free, not for their results.
+		for end := time.Now().Add(time.Second); w.sched.busy() > 0 && time.Now().Before(end); {
+			time.Sleep(10 * time.Millisecond)
+		}
+		w.cfg.log.Warn("canceled tasks still running at the shutdown timeout: they run again on the partitions' next owners", "count", canceled)
+	}
+	ctx, cancel := context.WithTimeout(bg, w.cfg.txnTimeout)
+	defer cancel()
+	if err == nil {
 		err = w.commit(ctx)
 	}
 	if cerr := w.ckpt.wait(); cerr != nil && err == nil {
@@ -184,6 +224,9 @@ func (w *Worker) shutdown() error {
 	}
 	w.kafka.leave(ctx)
 	w.cfg.log.Info("worker stopped")
+	if err == nil && canceled > 0 {
+		err = fmt.Errorf("%w: %d", ErrTasksCanceled, canceled)
+	}
 	return err
 }
 
@@ -217,116 +260,22 @@ func (w *Worker) signal() {
 	}
 }
 
-// dispatch hands fetched records to the lanes, or holds them while their
-// partition restores from its changelog.
-func (w *Worker) dispatch(fs kgo.Fetches) {
-	fs.EachPartition(func(fp kgo.FetchTopicPartition) {
-		if len(fp.Records) == 0 {
-			return
-		}
-		tp := checkpoint.TP{Topic: fp.Topic, Partition: fp.Partition}
-		w.mu.Lock()
-		ps := w.parts[tp]
-		w.mu.Unlock()
-		if ps == nil {
-			return // not ours (any more)
-		}
-		last := fp.Records[len(fp.Records)-1]
-		w.metrics.lag.WithLabelValues(fp.Topic, strconv.Itoa(int(fp.Partition))).Set(float64(fp.HighWatermark - last.Offset - 1))
-		items := make([]*item, 0, len(fp.Records))
-		for _, r := range fp.Records {
-			epoch, ok := ps.admit(r)
-			if !ok {
-				continue
-			}
-			w.buffered.Add(1)
-			items = append(items, &item{ps: ps, epoch: epoch, rec: r})
-		}
-		if w.holdIfRestoring(ps, items) {
-			return
-		}
-		w.submit(ps, items)
-	})
+// finish is called by a slot with a record it finished, successfully or
+// not; a nil result means its work was dropped (its partition was
+// revoked, or the worker stops) and it stays uncommitted.
+func (w *Worker) finish(it *item, res *result) {
+	ready := it.ps.complete(it, res)
+	if res != nil {
+		w.completed.Add(1)
+	}
+	w.buffered.Add(-1)
+	w.sched.start(ready)
+	if w.buffered.Load() == 0 || w.completed.Load() >= int64(w.cfg.maxPerCommit) {
+		w.signal()
+	}
 }
 
-// submit looks the items' dedup keys up in one batch and hands them to
-// their lanes.
-func (w *Worker) submit(ps *partState, items []*item) {
-	eos := w.cfg.guarantee == ExactlyOnce
-	if eos {
-		if err := ps.lookup(items); err != nil {
-			w.cfg.log.Warn("looking up processed IDs; the lanes will ask again", "err", err)
-		}
-	}
-	w.lanes.submit(items, eos)
-}
-
-// holdIfRestoring holds it while ps restores, starting the restore on the
-// first record: by then the group's committed offset was fetched as stable,
-// so every transaction of the previous owner is complete and the changelog
-// holds all of its marks.
-func (w *Worker) holdIfRestoring(ps *partState, items []*item) bool {
-	ps.mu.Lock()
-	defer ps.mu.Unlock()
-	if ps.restored {
-		return false
-	}
-	ps.held = append(ps.held, items...)
-	if !ps.restorer {
-		ps.restorer = true
-		w.kafka.pause(ps.tp)
-		go w.restore(ps)
-	}
-	return true
-}
-
-func (w *Worker) restore(ps *partState) {
-	start := time.Now()
-	n, err := w.restorer.restore(ps.tp)
-	if err != nil {
-		w.cfg.log.Error("restoring partition from changelog failed; retrying", "topic", ps.tp.Topic, "partition", ps.tp.Partition, "err", err)
-		time.Sleep(time.Second)
-		ps.mu.Lock()
-		gone := ps.revoked
-		ps.mu.Unlock()
-		if !gone && !w.stopping.Load() {
-			go w.restore(ps)
-		}
-		return
-	}
-	w.metrics.restore.Observe(time.Since(start).Seconds())
-	w.cfg.log.Info("partition restored", "topic", ps.tp.Topic, "partition", ps.tp.Partition, "changelog_records", n, "took", time.Since(start).Round(time.Millisecond))
-	ps.mu.Lock()
-	ps.restored = true
-	held := ps.held
-	ps.held = nil
-	ps.mu.Unlock()
-	w.submit(ps, held)
-	w.kafka.resume(ps.tp)
-}
-
-// finish is called by a lane with the records it finished, successfully
-// or not. A nil result for a record whose partition did not move on means
-// its work was dropped (the worker is stopping): the position past it must
-// then never be committed.
-func (w *Worker) finish(done []finished) {
-	for i := 0; i < len(done); {
-		ps := done[i].it.ps
-		j := i + 1
-		for j < len(done) && done[j].it.ps == ps {
-			j++
-		}
-		if ps.complete(done[i:j]) {
-			w.unfinished.Store(true)
-		}
-		i = j
-	}
-	w.completed.Add(int64(len(done)))
-	w.buffered.Add(-int64(len(done)))
-	w.signal()
-}
-
-// dropped accounts for held records thrown away unrun.
+// dropped accounts for admitted records thrown away before they started.
 func (w *Worker) dropped(n int) {
 	if n > 0 {
 		w.buffered.Add(-int64(n))
@@ -334,8 +283,18 @@ func (w *Worker) dropped(n int) {
 	}
 }
 
+// release lets go of a partition: nothing of it starts or commits any
+// more, and its running handlers are canceled.
+func (w *Worker) release(ps *partState) {
+	w.dropped(ps.revoke())
+	w.sched.cancelPartition(ps)
+}
+
 // assigned and revoked are the group's callbacks. They must not block on
 // the commit loop: the transact session holds its lock while calling them.
+// A revoked partition is released at once, its tasks still running or
+// not: whatever they finish is dropped, and the session aborts the commit
+// in progress, so the next owner runs them from the committed offset.
 func (w *Worker) assigned(_ context.Context, _ *kgo.Client, m map[string][]int32) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -343,7 +302,7 @@ func (w *Worker) assigned(_ context.Context, _ *kgo.Client, m map[string][]int32
 		for _, p := range ps {
 			tp := checkpoint.TP{Topic: topic, Partition: p}
 			if old := w.parts[tp]; old != nil {
-				w.dropped(old.revoke())
+				w.release(old)
 			}
 			st := newPartState(tp, w.store)
 			if w.cfg.guarantee == AtLeastOnce {
@@ -362,9 +321,9 @@ func (w *Worker) revoked(_ context.Context, _ *kgo.Client, m map[string][]int32)
 		for _, p := range ps {
 			tp := checkpoint.TP{Topic: topic, Partition: p}
 			if st := w.parts[tp]; st != nil {
-				w.dropped(st.revoke())
+				w.release(st)
 				delete(w.parts, tp)
-				w.metrics.lag.DeleteLabelValues(topic, fmt.Sprint(p))
+				w.metrics.forget(tp)
 			}
 		}
 	}
@@ -384,9 +343,6 @@ func (w *Worker) snapshotParts() []*partState {
 func (w *Worker) close() {
 	if w.kafka != nil {
 		w.kafka.close()
-	}
-	if w.restorer != nil {
-		w.restorer.close()
 	}
 	if w.admin != nil {
 		w.admin.Close()

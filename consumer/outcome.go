@@ -1,10 +1,8 @@
 package consumer
 
 import (
-	"errors"
 	"fmt"
 	"math/rand/v2"
-	"runtime/debug"
 	"strconv"
 	"time"
 
@@ -30,126 +28,6 @@ const (
 	reasonExpired     = "expired"
 	reasonMalformed   = "malformed"
 )
-
-// errTakenOver ends a lane goroutine whose handler the watchdog abandoned.
-var errTakenOver = errors.New("lane taken over")
-
-// execute runs one record to its result. Handler failures are results too
-// (a retry record or a dead letter); only infrastructure errors (the
-// checkpoint, the brokers) make it try again in place after a pause.
-// takenOver means the watchdog abandoned the handler and another goroutine
-// now runs the lane: this one must exit.
-func (w *Worker) execute(ln *lane, it *item, quit <-chan struct{}) (res *result, takenOver bool) {
-	res = w.retryInPlace(it, quit, func() (*result, error) {
-		res, err := w.attempt(ln, it)
-		if errors.Is(err, errTakenOver) {
-			takenOver = true
-			return nil, nil
-		}
-		return res, err
-	})
-	return res, takenOver
-}
-
-// retryInPlace calls fn until it succeeds, pausing after infrastructure
-// errors. nil means the work is dropped: the partition moved on, or the
-// worker stops.
-func (w *Worker) retryInPlace(it *item, quit <-chan struct{}, fn func() (*result, error)) *result {
-	for run := 1; ; run++ {
-		if it.stale() {
-			return nil
-		}
-		res, err := fn()
-		if err == nil {
-			return res
-		}
-		w.cfg.log.Warn("running a task failed for a reason outside its handler; trying again after a pause", "topic", it.rec.Topic,
-			"partition", it.rec.Partition, "offset", it.rec.Offset, "run", run, "err", err, "pause", w.cfg.retryPause)
-		select {
-		case <-time.After(w.cfg.retryPause):
-		case <-quit:
-			return nil
-		}
-		if w.stopping.Load() {
-			return nil
-		}
-	}
-}
-
-// attempt decodes, deduplicates, checks expiry and handles a record once.
-func (w *Worker) attempt(ln *lane, it *item) (*result, error) {
-	r := it.rec
-	task, err := onceq.FromRecord(r)
-	if err != nil {
-		w.cfg.log.Warn("malformed task: dead-lettered", "topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "err", err)
-		return w.deadLetterRaw(r, onceq.RecordID(r.Topic, r.Partition, r.Offset), err)
-	}
-	key := task.DedupKey()
-	if w.cfg.guarantee == ExactlyOnce {
-		dup, err := it.ps.processed(key, it)
-		if err != nil {
-			return nil, err
-		}
-		if dup || it.twin && ln.finishedKey(key) {
-			return &result{id: key, dup: true, outcome: outcomeDuplicate}, nil
-		}
-	}
-	now := time.Now()
-	if !task.Expires.IsZero() && now.After(task.Expires) {
-		if w.cfg.dropExpired {
-			return &result{id: key, at: now, outcome: outcomeExpired}, nil
-		}
-		res, err := w.deadLetter(&task, key, reasonExpired, "expired at "+task.Expires.UTC().Format(time.RFC3339Nano), now)
-		if res != nil {
-			res.outcome = outcomeExpired
-		}
-		return res, err
-	}
-	w.metrics.latency.Observe(sinceDue(&task, now).Seconds())
-	t := &Task{Task: task, Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, w: w, state: State{ps: it.ps}}
-	if herr := w.runHandler(ln, it, t, key, now); herr != nil {
-		if errors.Is(herr, errTakenOver) {
-			return nil, herr
-		}
-		return w.failure(&task, key, herr)
-	}
-	return w.success(t, key)
-}
-
-// errAbandoned is the failure of a handler that ran past its time-to-run
-// and its grace.
-var errAbandoned = errors.New("abandoned: the handler ignored its canceled context past its time-to-run and grace")
-
-// runHandler calls the handler on the lane's goroutine with the task's
-// time-to-run, turning a panic into an error. The watchdog cancels the
-// context at the deadline and abandons the run after the grace period.
-func (w *Worker) runHandler(ln *lane, it *item, t *Task, key string, now time.Time) (err error) {
-	timeout := t.Timeout
-	if timeout <= 0 {
-		timeout = w.cfg.defaultTimeout
-	}
-	r := &handlerRun{it: it, task: &t.Task, key: key, abandonAt: now.Add(timeout + w.cfg.abandonGrace)}
-	r.ctx.deadline, r.ctx.timeout = now.Add(timeout), timeout
-	w.metrics.inflight.Inc()
-	ln.cur.Store(r)
-	defer func() {
-		if p := recover(); p != nil {
-			w.cfg.log.Error("handler panicked", "id", t.ID, "panic", p, "stack", string(debug.Stack()))
-			err = fmt.Errorf("handler panicked: %v", p)
-		}
-		ln.cur.CompareAndSwap(r, nil)
-		w.metrics.inflight.Dec()
-		if !r.state.CompareAndSwap(runRunning, runDone) {
-			err = errTakenOver
-			return
-		}
-		w.metrics.handler.Observe(time.Since(now).Seconds())
-		if err == nil && time.Now().After(r.ctx.deadline) {
-			err = fmt.Errorf("task %q exceeded its time-to-run of %v", t.ID, timeout)
-		}
-	}()
-	return w.cfg.handler.Handle(&r.ctx, t)
-}
 
 // success turns a handled task into its result: outputs as records, state
 // writes, the processed-ID mark.

@@ -1,0 +1,145 @@
+package consumer
+
+import (
+	"errors"
+	"fmt"
+	"runtime/debug"
+	"time"
+
+	"github.com/onceq/onceq"
+)
+
+// errTakenOver ends a slot goroutine whose handler the watchdog abandoned.
+var errTakenOver = errors.New("slot taken over")
+
+// errCanceledRun is the end of a run canceled at shutdown: its result is
+// dropped.
+var errCanceledRun = errors.New("canceled at shutdown")
+
+// errAbandoned is the failure of a handler that ran past its time-to-run
+// and its grace.
+var errAbandoned = errors.New("abandoned: the handler ignored its canceled context past its time-to-run and grace")
+
+// execute runs one record to its result. Handler failures are results too
+// (a retry record or a dead letter); only infrastructure errors (the
+// checkpoint, the brokers) make it try again in place after a pause. A nil
+// result means the work is dropped: the partition was revoked, or the
+// worker stops. takenOver means the watchdog abandoned the handler and
+// another goroutine now runs the slot: this one must exit.
+func (w *Worker) execute(sl *slot, it *item, quit <-chan struct{}) (res *result, takenOver bool) {
+	res = w.retryInPlace(it, quit, func() (*result, error) {
+		res, err := w.attempt(sl, it)
+		switch {
+		case errors.Is(err, errTakenOver):
+			takenOver = true
+			return nil, nil
+		case errors.Is(err, errCanceledRun):
+			return nil, nil
+		}
+		return res, err
+	})
+	return res, takenOver
+}
+
+// retryInPlace calls fn until it succeeds, pausing after infrastructure
+// errors. nil means the work is dropped: the partition was revoked, or the
+// worker stops.
+func (w *Worker) retryInPlace(it *item, quit <-chan struct{}, fn func() (*result, error)) *result {
+	for run := 1; ; run++ {
+		if it.stale() {
+			return nil
+		}
+		res, err := fn()
+		if err == nil {
+			return res
+		}
+		w.cfg.log.Warn("running a task failed for a reason outside its handler; trying again after a pause", "topic", it.rec.Topic,
+			"partition", it.rec.Partition, "offset", it.rec.Offset, "run", run, "err", err, "pause", w.cfg.retryPause)
+		select {
+		case <-time.After(w.cfg.retryPause):
+		case <-quit:
+			return nil
+		}
+		if w.stopping.Load() {
+			return nil
+		}
+	}
+}
+
+// attempt decodes, deduplicates, checks expiry and handles a record once.
+func (w *Worker) attempt(sl *slot, it *item) (*result, error) {
+	r := it.rec
+	task, err := onceq.FromRecord(r)
+	if err != nil {
+		w.cfg.log.Warn("malformed task: dead-lettered", "topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "err", err)
+		return w.deadLetterRaw(r, onceq.RecordID(r.Topic, r.Partition, r.Offset), err)
+	}
+	key := task.DedupKey()
+	if w.cfg.guarantee == ExactlyOnce {
+		dup, err := it.ps.duplicate(it, key)
+		if err != nil {
+			return nil, err
+		}
+		if dup {
+			return &result{id: key, dup: true, outcome: outcomeDuplicate}, nil
+		}
+	}
+	now := time.Now()
+	if !task.Expires.IsZero() && now.After(task.Expires) {
+		if w.cfg.dropExpired {
+			return &result{id: key, at: now, outcome: outcomeExpired}, nil
+		}
+		res, err := w.deadLetter(&task, key, reasonExpired, "expired at "+task.Expires.UTC().Format(time.RFC3339Nano), now)
+		if res != nil {
+			res.outcome = outcomeExpired
+		}
+		return res, err
+	}
+	w.metrics.latency.WithLabelValues(r.Topic).Observe(sinceDue(&task, now).Seconds())
+	t := &Task{Task: task, Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, w: w, state: State{ps: it.ps}}
+	if herr := w.runHandler(sl, it, t, key, now); herr != nil {
+		if errors.Is(herr, errTakenOver) || errors.Is(herr, errCanceledRun) {
+			return nil, herr
+		}
+		return w.failure(&task, key, herr)
+	}
+	return w.success(t, key)
+}
+
+// runHandler calls the handler on the slot's goroutine with the task's
+// time-to-run, turning a panic into an error. The watchdog cancels the
+// context at the deadline and abandons the run after the grace period;
+// shutdown cancels it at the shutdown timeout.
+func (w *Worker) runHandler(sl *slot, it *item, t *Task, key string, now time.Time) (err error) {
+	timeout := t.Timeout
+	if timeout <= 0 {
+		timeout = w.cfg.defaultTimeout
+	}
+	r := &handlerRun{it: it, task: &t.Task, key: key, started: now, abandonAt: now.Add(timeout + w.cfg.abandonGrace)}
+	r.ctx.deadline, r.ctx.timeout = now.Add(timeout), timeout
+	inflight := w.metrics.inflight.WithLabelValues(it.rec.Topic)
+	inflight.Inc()
+	sl.cur.Store(r)
+	defer func() {
+		if p := recover(); p != nil {
+			w.cfg.log.Error("handler panicked", "id", t.ID, "panic", p, "stack", string(debug.Stack()))
+			err = fmt.Errorf("handler panicked: %v", p)
+		}
+		sl.cur.CompareAndSwap(r, nil)
+		inflight.Dec()
+		if !r.state.CompareAndSwap(runRunning, runDone) {
+			switch r.state.Load() {
+			case runCanceled:
+				err = errCanceledRun
+			default:
+				err = errTakenOver
+			}
+			return
+		}
+		w.metrics.handler.Observe(time.Since(now).Seconds())
+		if err == nil && time.Now().After(r.ctx.deadline) {
+			err = fmt.Errorf("task %q exceeded its time-to-run of %v", t.ID, timeout)
+		}
+	}()
+	return w.cfg.handler.Handle(&r.ctx, t)
+}

@@ -1,0 +1,322 @@
+package consumer
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/onceq/onceq"
+)
+
+// item is one admitted record on its way to its result.
+type item struct {
+	ps  *partState
+	rec *kgo.Record
+
+	// dedupKey is the record's dedup key; known is whether the checkpoint
+	// (or the overlay of writes in flight) had it when the record was
+	// admitted, looked whether that lookup happened, and lookSeq the
+	// partition's result sequence then (see dedup.go).
+	dedupKey string
+	known    bool
+	looked   bool
+	lookSeq  uint64
+
+	// keys are what orders the record (its key and its dedup key); waits
+	// counts the keys held by earlier records of its partition (guarded by
+	// ps.mu).
+	keys  [2]string
+	nkeys int8
+	waits int8
+}
+
+// scheduler runs records on a fixed number of slots, in key order: a
+// record starts once no earlier record of its partition with the same key
+// or the same dedup key is unfinished, and then on the first free slot.
+// Records of one key therefore run one at a time in offset order, and
+// duplicates of one ID never run at once; a slow record holds its own slot
+// and the records queued behind its key, nothing else.
+//
+// A watchdog cancels the context of a handler past its time-to-run and,
+// after the grace period, abandons it: the run counts as failed and a new
+// goroutine takes the slot over, while the old one exits whenever the
+// handler returns.
+type scheduler struct {
+	w     *Worker
+	ready chan *item
+	slots []*slot
+	wg    sync.WaitGroup
+	quit  chan struct{}
+	// draining stops records from starting: on shutdown the records not
+	// started stay uncommitted and run on the partitions' next owners.
+	draining atomic.Bool
+}
+
+// slot is one place to run a handler; cur is the run in it.
+type slot struct {
+	cur atomic.Pointer[handlerRun]
+}
+
+// handlerRun is a handler running in a slot.
+type handlerRun struct {
+	ctx       taskCtx
+	abandonAt time.Time
+	started   time.Time
+	state     atomic.Int32 // runRunning, runDone, runAbandoned or runCanceled
+	it        *item
+	task      *onceq.Task
+	key       string
+}
+
+const (
+	runRunning   int32 = iota
+	runDone            // the handler returned in time
+	runAbandoned       // past its time-to-run and grace: recorded as failed
+	runCanceled        // canceled at shutdown: its result is dropped
+)
+
+// watchdogTick is how often running handlers are checked against their
+// time-to-run: deadlines hold to within it.
+const watchdogTick = 10 * time.Millisecond
+
+func newScheduler(w *Worker, n, buffered int) *scheduler {
+	s := &scheduler{w: w, ready: make(chan *item, buffered+n), slots: make([]*slot, n), quit: make(chan struct{})}
+	for i := range s.slots {
+		s.slots[i] = &slot{}
+	}
+	return s
+}
+
+// run starts the slots and the watchdog.
+func (s *scheduler) run() {
+	for _, sl := range s.slots {
+		s.wg.Add(1)
+		go s.loop(sl)
+	}
+	s.wg.Add(1)
+	go s.watchdog()
+}
+
+// submit queues a partition's admitted records, in offset order: each one
+// behind the earlier records holding its keys, or ready at once.
+func (s *scheduler) submit(ps *partState, items []*item) {
+	if len(items) == 0 {
+		return
+	}
+	eos := s.w.cfg.guarantee == ExactlyOnce
+	var ready []*item
+	ps.mu.Lock()
+	if ps.revoked {
+		ps.mu.Unlock()
+		s.w.dropped(len(items))
+		return
+	}
+	for _, it := range items {
+		it.setKeys(eos)
+		for _, k := range it.keys[:it.nkeys] {
+			if waiters, held := ps.keys[k]; held {
+				ps.keys[k] = append(waiters, it)
+				it.waits++
+			} else {
+				ps.keys[k] = nil
+			}
+		}
+		if it.waits == 0 {
+			ready = append(ready, it)
+		} else {
+			ps.waiting++
+		}
+	}
+	ps.mu.Unlock()
+	s.start(ready)
+}
+
+// setKeys sets what orders the record: its key, if it has one, and under
+// exactly-once its dedup key, so that a duplicate runs after the record it
+// duplicates and finds it processed. Records without a key are ordered
+// only by their IDs.
+func (it *item) setKeys(eos bool) {
+	it.nkeys = 0
+	if len(it.rec.Key) > 0 {
+		it.keys[0], it.nkeys = string(it.rec.Key), 1
+	}
+	if eos && (it.nkeys == 0 || it.keys[0] != it.dedupKey) {
+		it.keys[it.nkeys] = it.dedupKey
+		it.nkeys++
+	}
+}
+
+// start hands records to the slots.
+func (s *scheduler) start(items []*item) {
+	for _, it := range items {
+		select {
+		case s.ready <- it:
+		case <-s.quit:
+			return
+		}
+	}
+}
+
+// loop runs records in a slot until the scheduler stops.
+func (s *scheduler) loop(sl *slot) {
+	defer s.wg.Done()
+	for {
+		select {
+		case it := <-s.ready:
+			if s.draining.Load() || it.stale() {
+				s.w.finish(it, nil)
+				continue
+			}
+			res, takenOver := s.w.execute(sl, it, s.quit)
+			if takenOver {
+				return // the watchdog gave this slot to another goroutine
+			}
+			s.w.finish(it, res)
+		case <-s.quit:
+			return
+		}
+	}
+}
+
+// stop ends the slots and waits for them no longer than their handlers
+// take to notice their canceled contexts.
+func (s *scheduler) stop() {
+	s.draining.Store(true)
+	close(s.quit)
+	done := make(chan struct{})
+	go func() { s.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(time.Second):
+	}
+}
+
+// running calls fn for each handler running now.
+func (s *scheduler) running(fn func(*handlerRun)) {
+	for _, sl := range s.slots {
+		if r := sl.cur.Load(); r != nil {
+			fn(r)
+		}
+	}
+}
+
+// busy is how many handlers run now.
+func (s *scheduler) busy() int {
+	n := 0
+	s.running(func(*handlerRun) { n++ })
+	return n
+}
+
+// cancelAll cancels the handlers still running at the shutdown timeout;
+// their results are dropped, so their records stay uncommitted and run
+// again. It returns how many it canceled.
+func (s *scheduler) cancelAll() int {
+	n := 0
+	s.running(func(r *handlerRun) {
+		if r.state.CompareAndSwap(runRunning, runCanceled) {
+			r.ctx.cancel(context.Canceled)
+			n++
+		}
+	})
+	return n
+}
+
+// cancelPartition cancels the handlers of a revoked partition: their
+// results would be dropped.
+func (s *scheduler) cancelPartition(ps *partState) {
+	s.running(func(r *handlerRun) {
+		if r.it.ps == ps {
+			r.ctx.cancel(context.Canceled)
+		}
+	})
+}
+
+// watchdog enforces time-to-run on the running handlers.
+func (s *scheduler) watchdog() {
+	defer s.wg.Done()
+	t := time.NewTicker(watchdogTick)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.quit:
+			return
+		case now := <-t.C:
+			for _, sl := range s.slots {
+				r := sl.cur.Load()
+				if r == nil {
+					continue
+				}
+				if now.After(r.ctx.deadline) {
+					r.ctx.cancel(context.DeadlineExceeded)
+				}
+				if now.After(r.abandonAt) && r.state.CompareAndSwap(runRunning, runAbandoned) {
+					s.wg.Add(1)
+					go s.takeOver(sl, r)
+				}
+			}
+		}
+	}
+}
+
+// takeOver records an abandoned run as a failure and carries on with its
+// slot in a new goroutine.
+func (s *scheduler) takeOver(sl *slot, r *handlerRun) {
+	w := s.w
+	w.metrics.abandoned.Inc()
+	w.cfg.log.Error("handler abandoned: it ignored its canceled context", "id", r.task.ID, "time_to_run", r.ctx.timeout, "grace", w.cfg.abandonGrace)
+	sl.cur.CompareAndSwap(r, nil)
+	res := w.retryInPlace(r.it, s.quit, func() (*result, error) {
+		return w.failure(r.task, r.key, errAbandoned)
+	})
+	w.finish(r.it, res)
+	s.loop(sl) // loop's deferred Done pairs with this goroutine's Add
+}
+
+// taskCtx is a handler's context: its deadline is its time-to-run, which
+// the watchdog enforces. It allocates a Done channel only for handlers
+// that ask for one.
+type taskCtx struct {
+	deadline time.Time
+	timeout  time.Duration
+	mu       sync.Mutex
+	done     chan struct{}
+	err      error
+}
+
+var _ context.Context = (*taskCtx)(nil)
+
+func (c *taskCtx) Deadline() (time.Time, bool) { return c.deadline, true }
+func (c *taskCtx) Value(any) any               { return nil }
+
+func (c *taskCtx) Done() <-chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.done == nil {
+		c.done = make(chan struct{})
+		if c.err != nil {
+			close(c.done)
+		}
+	}
+	return c.done
+}
+
+func (c *taskCtx) Err() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.err
+}
+
+// cancel cancels the context with err, once.
+func (c *taskCtx) cancel(err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.err == nil {
+		c.err = err
+		if c.done != nil {
+			close(c.done)
+		}
+	}
+}
