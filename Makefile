@@ -48,7 +48,7 @@ fuzz:
 ## bounce and fault test three times
 chaos:
 	ONCEQ_SCENARIO_STEPS=200 $(GO) test -count=3 -timeout 3h -v \
-	  -run 'TestRandomScenario|TestCrash|TestSystem|TestProtocolFaults|TestDiskFaults|TestChainedStages|TestNoCommit' ./consumer
+	  -run 'TestRandomScenario|TestCrash|TestSystem|TestProtocolFaults|TestDiskFaults|TestChainedStages|TestSlowTask|TestCrashSlowTail|TestSlowTail' ./consumer
 
 ## soak: one worker for an hour under steady load; memory and goroutines must stay flat
 soak:
