@@ -95,7 +95,7 @@ func (w *Worker) attempt(sl *slot, it *item) (*result, error) {
 		}
 		return res, err
 	}
-	w.metrics.latency.WithLabelValues(r.Topic).Observe(sinceDue(&task, now).Seconds())
+	it.ps.latency.Observe(sinceDue(&task, now).Seconds())
 	t := &Task{Task: task, Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, w: w, state: State{ps: it.ps}}
 	if herr := w.runHandler(sl, it, t, key, now); herr != nil {
 		if errors.Is(herr, errTakenOver) || errors.Is(herr, errCanceledRun) {
@@ -117,7 +117,7 @@ func (w *Worker) runHandler(sl *slot, it *item, t *Task, key string, now time.Ti
 	}
 	r := &handlerRun{it: it, task: &t.Task, key: key, started: now, abandonAt: now.Add(timeout + w.cfg.abandonGrace)}
 	r.ctx.deadline, r.ctx.timeout = now.Add(timeout), timeout
-	inflight := w.metrics.inflight.WithLabelValues(it.rec.Topic)
+	inflight := it.ps.inflight
 	inflight.Inc()
 	sl.cur.Store(r)
 	defer func() {

@@ -4,6 +4,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/onceq/onceq/checkpoint"
@@ -20,6 +21,9 @@ import (
 type partState struct {
 	tp    checkpoint.TP
 	store *checkpoint.Store
+	// The queue's series of the per-task metrics, looked up once.
+	inflight prometheus.Gauge
+	latency  prometheus.Observer
 
 	mu        sync.Mutex
 	revoked   bool
@@ -66,6 +70,7 @@ type result struct {
 
 func newPartState(tp checkpoint.TP, store *checkpoint.Store) *partState {
 	return &partState{tp: tp, store: store, offsets: newOffsetSet(), committed: -1,
+		inflight: prometheus.NewGauge(prometheus.GaugeOpts{}), latency: prometheus.NewHistogram(prometheus.HistogramOpts{}),
 		keys: map[string][]*item{}, ids: map[string]uint64{}, overlay: map[string]overlayVal{}}
 }
 

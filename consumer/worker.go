@@ -305,6 +305,7 @@ func (w *Worker) assigned(_ context.Context, _ *kgo.Client, m map[string][]int32
 				w.release(old)
 			}
 			st := newPartState(tp, w.store)
+			st.inflight, st.latency = w.metrics.inflight.WithLabelValues(topic), w.metrics.latency.WithLabelValues(topic)
 			if w.cfg.guarantee == AtLeastOnce {
 				st.restored = true
 			}
