@@ -101,6 +101,11 @@ func (w *Worker) attempt(sl *slot, it *item) (*result, error) {
 		if errors.Is(herr, errTakenOver) || errors.Is(herr, errCanceledRun) {
 			return nil, herr
 		}
+		if it.stale() {
+			// Its partition was revoked and its context canceled: the
+			// result would be dropped; the next owner runs the task.
+			return nil, errCanceledRun
+		}
 		return w.failure(&task, key, herr)
 	}
 	return w.success(t, key)
