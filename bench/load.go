@@ -24,6 +24,11 @@ type load struct {
 	want   []uint8 // submissions per index: 1, or 2 for a duplicate
 	filler []byte  // the payload after the timestamp
 	size   int
+	// The handler-time profile: a handler sleeps slowFor for the indexes
+	// set in slow (nil: none) and work for the others.
+	work, slowFor time.Duration
+	slow          []bool
+	slowTasks     int
 }
 
 func newLoad(o *Options, prefix string, rng *rand.Rand) *load {
@@ -44,7 +49,44 @@ func newLoad(o *Options, prefix string, rng *rand.Rand) *load {
 	for i := range l.filler {
 		l.filler[i] = letters[rng.IntN(len(letters))]
 	}
+	l.work, l.slowFor = o.Work, o.Slow.Duration
+	if k := o.Slow.tasks(o.Tasks); k > 0 {
+		// A stream of its own, so that a profile leaves the rest of the
+		// load of a seed as it was.
+		l.slow, l.slowTasks = pick(rand.New(rand.NewPCG(o.Seed, 2)), o.Tasks, k), k
+	}
 	return l
+}
+
+// pick marks k of n indexes at random: Floyd's sampling, in O(k) draws.
+func pick(rng *rand.Rand, n, k int) []bool {
+	set := make([]bool, n)
+	for j := n - k; j < n; j++ {
+		if t := rng.IntN(j + 1); set[t] {
+			set[j] = true
+		} else {
+			set[t] = true
+		}
+	}
+	return set
+}
+
+// workFor is how long the handler of task id sleeps.
+func (l *load) workFor(id string) time.Duration {
+	if l.slow != nil {
+		if i, ok := l.index(id); ok && l.slow[i] {
+			return l.slowFor
+		}
+	}
+	return l.work
+}
+
+// longestWork is the longest sleep of a handler of the load.
+func (l *load) longestWork() time.Duration {
+	if l.slow != nil {
+		return max(l.work, l.slowFor)
+	}
+	return l.work
 }
 
 // id is the task ID of index i.

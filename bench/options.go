@@ -4,7 +4,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"os"
+	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -70,7 +74,108 @@ const (
 	// MaxTasks bounds the memory of the verification (a few bytes per
 	// task).
 	MaxTasks = 50_000_000
+	// DefaultWork is the handlers' work per task: none, so that a run
+	// measures onceq itself.
+	DefaultWork = 0
+	// MaxWork bounds Work and Slow.Duration. The bench's workers run tasks
+	// with the worker's default time-to-run of 30s: a longer sleep would
+	// time out and run again, and the bench would measure retries.
+	MaxWork = 20 * time.Second
 )
+
+// ProfileScenarios are the scenarios whose handlers run in the bench's
+// process and so take a handler-time profile (Options.Work and
+// Options.Slow). Produce and Delay run no handler; Chaos runs "onceq
+// worker" processes with the count: handler.
+var ProfileScenarios = []Scenario{Process, E2E}
+
+// Slow is the slow part of a handler-time profile: Percent of the tasks
+// sleep Duration instead of Options.Work. Which tasks are slow follows
+// from the seed alone, so every run of one invocation (the exactly-once
+// run and its at-least-once baseline) and every replay with the same seed
+// have the same slow tasks. The zero value is none.
+type Slow struct {
+	// Percent of the distinct tasks, 0 to 100, rounded to a whole number
+	// of tasks and at least one when above 0.
+	Percent float64
+	// Duration each slow task's handler sleeps, 0 to MaxWork.
+	Duration time.Duration
+}
+
+// String formats s as ParseSlow reads it: "P%:D", or "none".
+func (s Slow) String() string {
+	if s == (Slow{}) {
+		return "none"
+	}
+	return strconv.FormatFloat(s.Percent, 'f', -1, 64) + "%:" + s.Duration.String()
+}
+
+const slowSyntax = "want P%:D, the percentage of the tasks (0 to 100) that sleep D instead of the work, for example 1%:1s"
+
+// ParseSlow reads a Slow written "P%:D", for example "1%:1s" (1% of the
+// tasks sleep a second) or "0.5%:250ms". "none" and "" are the zero Slow.
+func ParseSlow(s string) (Slow, error) {
+	if s == "" || s == "none" {
+		return Slow{}, nil
+	}
+	p, d, ok := strings.Cut(s, ":")
+	p, pct := strings.CutSuffix(p, "%")
+	if !ok || !pct {
+		return Slow{}, fmt.Errorf("bench: slow %q: %s", s, slowSyntax)
+	}
+	percent, err := strconv.ParseFloat(p, 64)
+	if err != nil {
+		return Slow{}, fmt.Errorf("bench: slow %q: percentage %q is not a number: %s", s, p, slowSyntax)
+	}
+	dur, err := time.ParseDuration(d)
+	if err != nil {
+		return Slow{}, fmt.Errorf("bench: slow %q: duration %q is not a duration: %s", s, d, slowSyntax)
+	}
+	sl := Slow{Percent: percent, Duration: dur}
+	if err := sl.check(); err != nil {
+		return Slow{}, err
+	}
+	return sl, nil
+}
+
+// check reports a Slow out of range.
+func (s Slow) check() error {
+	switch {
+	case !(s.Percent >= 0 && s.Percent <= 100):
+		return fmt.Errorf("bench: slow %s: percentage %v: want 0 to 100, for example 1%%:1s", s, s.Percent)
+	case s.Duration < 0 || s.Duration > MaxWork:
+		return fmt.Errorf("bench: slow %s: duration %v: want 0 to %v (the tasks' time-to-run is 30s), for example 1%%:1s", s, s.Duration, MaxWork)
+	}
+	return nil
+}
+
+// tasks is how many of n distinct tasks are slow.
+func (s Slow) tasks(n int) int {
+	if s.Percent == 0 {
+		return 0
+	}
+	return max(1, min(n, int(math.Round(s.Percent/100*float64(n)))))
+}
+
+// ParseWork reads the work of a handler-time profile, a duration from 0
+// to MaxWork such as "20ms".
+func ParseWork(s string) (time.Duration, error) {
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return 0, fmt.Errorf("bench: work %q: want a duration from 0 to %v, for example 20ms", s, MaxWork)
+	}
+	if err := checkWork(d); err != nil {
+		return 0, err
+	}
+	return d, nil
+}
+
+func checkWork(d time.Duration) error {
+	if d < 0 || d > MaxWork {
+		return fmt.Errorf("bench: work %v: want a duration from 0 to %v (the tasks' time-to-run is 30s), for example 20ms", d, MaxWork)
+	}
+	return nil
+}
 
 // Options configure Run. The zero value of a field means its default.
 type Options struct {
@@ -120,6 +225,15 @@ type Options struct {
 	// fewer than 3 kills (or with KillBroker no broker kill) fails: it
 	// tested no crashes.
 	KillInterval time.Duration
+	// Work and Slow are the handler-time profile of Process and E2E (see
+	// ProfileScenarios; other scenarios refuse them): each handler run
+	// sleeps Work, or Slow.Duration for the slow tasks, before it emits its
+	// output, and returns the context's error if the context ends first.
+	// The primary run and the worker baselines have the same profile; the
+	// copy loop baseline runs no handler and does no work. Defaults 0
+	// (DefaultWork) and none: the handler returns at once.
+	Work time.Duration
+	Slow Slow
 	// NoBaselines skips the baseline runs.
 	NoBaselines bool
 	// Binary is the onceq executable that Chaos runs workers and the
@@ -198,10 +312,20 @@ func (o Options) withDefaults() (Options, error) {
 		return bad("max delay %v: want 1ms to 1h", o.MaxDelay)
 	case o.KillInterval < 100*time.Millisecond:
 		return bad("kill interval %v: want 100ms or more", o.KillInterval)
+	case (o.Work != 0 || o.Slow != Slow{}) && o.Scenario == Chaos:
+		return bad("work %v, slow %s: chaos runs the count: handler in \"onceq worker\" processes: a handler-time profile applies to process and e2e", o.Work, o.Slow)
+	case (o.Work != 0 || o.Slow != Slow{}) && !slices.Contains(ProfileScenarios, o.Scenario):
+		return bad("work %v, slow %s: the %s scenario runs no handler: a handler-time profile applies to process and e2e", o.Work, o.Slow, o.Scenario)
 	case o.KillBroker && o.Scenario != Chaos:
 		return bad("kill broker: only the chaos scenario kills the broker")
 	case o.KillBroker && len(o.Conn.Brokers) > 0:
 		return bad("kill broker: needs the bench's own broker: give no brokers")
+	}
+	if err := checkWork(o.Work); err != nil {
+		return o, fmt.Errorf("%w: %w", err, ErrConfig)
+	}
+	if err := o.Slow.check(); err != nil {
+		return o, fmt.Errorf("%w: %w", err, ErrConfig)
 	}
 	if _, err := consumer.ParseGuarantee(string(o.Guarantee)); err != nil {
 		return o, fmt.Errorf("%w: %w", err, ErrConfig)

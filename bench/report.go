@@ -67,6 +67,12 @@ type Config struct {
 	MaxDelay       string  `json:"max_delay,omitempty"`
 	KillBroker     bool    `json:"kill_broker,omitempty"`
 	KillInterval   string  `json:"kill_interval,omitempty"`
+	// Work, Slow and SlowTasks are the handler-time profile (process and
+	// e2e), absent when none: Work as a duration, Slow as "P%:D", and how
+	// many distinct tasks are slow.
+	Work      string `json:"work,omitempty"`
+	Slow      string `json:"slow,omitempty"`
+	SlowTasks int    `json:"slow_tasks,omitempty"`
 }
 
 // RunResult is one measured run: the system under test or a baseline.
@@ -84,6 +90,18 @@ type RunResult struct {
 	Latency *Distribution `json:"latency,omitempty"`
 	// Lateness is the delay scenario's publish time minus due time.
 	Lateness *Distribution `json:"lateness,omitempty"`
+	// OfferedPerSec, KeptUp, TailSeconds and AllowedTailSeconds are the
+	// e2e scenario's, absent elsewhere. OfferedPerSec is the submissions
+	// over the submission span (first submission to last acknowledgment):
+	// about Config.Rate when the producer keeps the pace, how fast it went
+	// flat out. TailSeconds is from the last acknowledgment to the last
+	// handler's finish (absent when 0). KeptUp is true when TailSeconds is
+	// at most AllowedTailSeconds (see keptUpSlack): the workers ran the
+	// tasks as fast as they came.
+	OfferedPerSec      float64 `json:"offered_per_sec,omitempty"`
+	KeptUp             *bool   `json:"kept_up,omitempty"`
+	TailSeconds        float64 `json:"tail_seconds,omitempty"`
+	AllowedTailSeconds float64 `json:"allowed_tail_seconds,omitempty"`
 	// Timeline is the throughput over time, sampled every 500ms.
 	Timeline     []Point       `json:"timeline,omitempty"`
 	Verification *Verification `json:"verification,omitempty"`
@@ -137,6 +155,12 @@ func newReport(o *Options, started time.Time) *Report {
 		Config: Config{Tasks: o.Tasks, Size: o.Size, Partitions: o.Partitions, Workers: o.Workers, Concurrency: o.Concurrency,
 			CommitInterval: o.CommitInterval.String(), Guarantee: string(o.Guarantee), Duplicates: o.Duplicates, Rate: o.Rate},
 	}
+	if o.Work != 0 {
+		r.Config.Work = o.Work.String()
+	}
+	if o.Slow != (Slow{}) {
+		r.Config.Slow, r.Config.SlowTasks = o.Slow.String(), o.Slow.tasks(o.Tasks)
+	}
 	switch o.Scenario {
 	case Delay:
 		r.Config.MaxDelay = o.MaxDelay.String()
@@ -183,6 +207,29 @@ func newRun(name string, baseline bool, records, size int, took time.Duration) R
 	s := max(took.Seconds(), 1e-9)
 	return RunResult{Name: name, Baseline: baseline, Records: records, Seconds: round3(took.Seconds()),
 		TasksPerSec: float64(int64(float64(records) / s)), MBPerSec: round3(float64(records) * float64(size) / 1e6 / s)}
+}
+
+// keptUpSlack is how long after the last submission the last task of a
+// run that kept up may finish: a twentieth of the submission span, at
+// least a second (a task waits for a fetch, its partition's turn and a
+// commit interval even on an idle worker), plus the longest sleep of the
+// profile, which a slow task submitted last needs by itself. A worker
+// that falls behind builds a backlog that grows with the span, so its tail
+// outgrows the twentieth however long the run.
+func keptUpSlack(span, longestWork time.Duration) time.Duration {
+	return max(time.Second, span/20) + longestWork
+}
+
+// setPace fills in an e2e run's offered rate and whether its workers kept
+// up: submissions ran from start to submitted (the last acknowledgment),
+// and the last handler finished at finished.
+func (r *RunResult) setPace(start, submitted, finished time.Time, longestWork time.Duration) {
+	span := submitted.Sub(start)
+	tail := max(finished.Sub(submitted), 0)
+	allowed := keptUpSlack(span, longestWork)
+	kept := tail <= allowed
+	r.OfferedPerSec = float64(int64(float64(r.Records) / max(span.Seconds(), 1e-9)))
+	r.KeptUp, r.TailSeconds, r.AllowedTailSeconds = &kept, round3(tail.Seconds()), round3(allowed.Seconds())
 }
 
 // WriteJSON writes the report as indented JSON.
@@ -244,7 +291,8 @@ func (r *Report) check() error {
 		return errors.New("negative duration or count")
 	}
 	for i, run := range r.Runs {
-		if run.Records < 0 || run.Seconds < 0 || run.TasksPerSec < 0 || run.MBPerSec < 0 {
+		if run.Records < 0 || run.Seconds < 0 || run.TasksPerSec < 0 || run.MBPerSec < 0 || run.OfferedPerSec < 0 ||
+			run.TailSeconds < 0 || run.AllowedTailSeconds < 0 {
 			return fmt.Errorf("run %d: negative count or rate", i)
 		}
 		if v := run.Verification; v != nil && (v.Expected < 0 || v.Records < 0 || v.Missing < 0 || v.Duplicates < 0) {

@@ -192,20 +192,23 @@ func runProcess(ctx context.Context, e *env, l *load) ([]RunResult, error) {
 // drain runs workers with guarantee g over in, into the topic named
 // outName, until they committed everything submitted. With submit set
 // (e2e) it starts submitting once the workers joined, and the run's time
-// starts then; otherwise (process) it starts at the first handler start.
-// lat, if not nil, records submission to handler start.
+// starts then; the run then also says whether the workers kept up with
+// the submissions (RunResult.KeptUp). Otherwise (process) the run's time
+// starts at the first handler start. lat, if not nil, records submission
+// to handler start.
 func (e *env) drain(ctx context.Context, l *load, g consumer.Guarantee, baseline bool, in, outName string, submit func() error, lat *recorder) (RunResult, error) {
 	out, group := e.name(outName), e.name(outName+"-group")
 	if err := e.createTopics(ctx, out); err != nil {
 		return RunResult{}, err
 	}
-	w, err := e.startWorkers(ctx, group, in, out, g, lat)
+	w, err := e.startWorkers(ctx, l, group, in, out, g, lat)
 	if err != nil {
 		return RunResult{}, err
 	}
 	name := workerRunName(g)
 	submitted := make(chan struct{})
 	var start time.Time
+	var submitEnd atomic.Int64 // unix nanoseconds of the last acknowledgment
 	var submitErr atomic.Pointer[error]
 	failed := func() error {
 		if p := submitErr.Load(); p != nil {
@@ -226,6 +229,7 @@ func (e *env) drain(ctx context.Context, l *load, g consumer.Guarantee, baseline
 				submitErr.Store(&err)
 				return
 			}
+			submitEnd.Store(time.Now().UnixNano())
 			close(submitted)
 		}()
 	}
@@ -248,6 +252,9 @@ func (e *env) drain(ctx context.Context, l *load, g consumer.Guarantee, baseline
 	}
 	run := newRun(name, baseline, len(l.order), l.size, doneAt.Sub(start))
 	run.Timeline, run.Latency = timeline, lat.summary()
+	if submit != nil {
+		run.setPace(start, time.Unix(0, submitEnd.Load()), w.lastFinish(), l.longestWork())
+	}
 	run.Verification, err = e.verify(ctx, out, expectation{l: l, once: true, runs: g == consumer.ExactlyOnce, allowDups: g == consumer.AtLeastOnce})
 	return run, err
 }
@@ -276,8 +283,10 @@ func (e *env) copyRun(ctx context.Context, in string, total int) (RunResult, err
 
 // runE2E submits at the offered rate while workers run the tasks, then
 // the same with at-least-once workers as the baseline of an exactly-once
-// run. Latency is submission to handler start; the run's time is from the
-// first submission to the commit of the last task.
+// run; both run the same tasks with the same handler-time profile (the
+// same slow tasks). Latency is submission to handler start; the run's time
+// is from the first submission to the commit of the last task, and each
+// run says whether its workers kept up with the offered rate.
 func runE2E(ctx context.Context, e *env, l *load) ([]RunResult, error) {
 	one := func(g consumer.Guarantee, baseline bool, prefix string) (RunResult, error) {
 		in := e.name(prefix + "in")

@@ -3,6 +3,7 @@ package bench
 import (
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"text/tabwriter"
 )
@@ -20,11 +21,22 @@ func (r *Report) WriteTable(w io.Writer) error {
 	if c.MaxDelay != "" {
 		fmt.Fprintf(&b, ", delays up to %s", c.MaxDelay)
 	}
+	if c.Work != "" {
+		fmt.Fprintf(&b, ", work %s", c.Work)
+	}
+	if c.Slow != "" {
+		fmt.Fprintf(&b, ", slow %s (%d tasks)", c.Slow, c.SlowTasks)
+	}
 	m := r.Machine
 	fmt.Fprintf(&b, "\nbroker %s; %s/%s, %d CPUs, %.1f GiB, %s; seed %d; %.1fs\n\n",
 		r.Broker, m.OS, m.Arch, m.CPUs, float64(m.MemoryBytes)/(1<<30), m.Go, r.Seed, r.Seconds)
+	paced := slices.ContainsFunc(r.Runs, func(run RunResult) bool { return run.KeptUp != nil })
 	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "run\ttasks/s\tMB/s\tp50 ms\tp95 ms\tp99 ms\tmax ms\tseconds")
+	fmt.Fprint(tw, "run\ttasks/s\tMB/s\tp50 ms\tp95 ms\tp99 ms\tmax ms\tseconds")
+	if paced {
+		fmt.Fprint(tw, "\tkept up")
+	}
+	fmt.Fprintln(tw)
 	for _, run := range r.Runs {
 		name := run.Name
 		if run.Baseline {
@@ -34,15 +46,30 @@ func (r *Report) WriteTable(w io.Writer) error {
 		if run.Lateness != nil {
 			d = run.Lateness
 		}
-		fmt.Fprintf(tw, "%s\t%.0f\t%.2f\t%s\t%s\t%s\t%s\t%.2f\n", name, run.TasksPerSec, run.MBPerSec,
+		fmt.Fprintf(tw, "%s\t%.0f\t%.2f\t%s\t%s\t%s\t%s\t%.2f", name, run.TasksPerSec, run.MBPerSec,
 			ms(d, func(d *Distribution) float64 { return d.P50 }), ms(d, func(d *Distribution) float64 { return d.P95 }),
 			ms(d, func(d *Distribution) float64 { return d.P99 }), ms(d, func(d *Distribution) float64 { return d.Max }), run.Seconds)
+		if paced {
+			fmt.Fprintf(tw, "\t%s", yesNo(run.KeptUp))
+		}
+		fmt.Fprintln(tw)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
 	if len(r.Runs) > 0 {
 		b.WriteString(latencyNote(r.Scenario))
+	}
+	for _, run := range r.Runs {
+		if run.KeptUp == nil {
+			continue
+		}
+		verdict := "kept up"
+		if !*run.KeptUp {
+			verdict = "fell behind"
+		}
+		fmt.Fprintf(&b, "%s: %s: offered %.0f/s, achieved %.0f/s; the last task finished %.2fs after the last submission (allowed %.2fs)\n",
+			run.Name, verdict, run.OfferedPerSec, run.TasksPerSec, run.TailSeconds, run.AllowedTailSeconds)
 	}
 	for _, x := range r.Ratios {
 		fmt.Fprintf(&b, "ratio %s: %.2f\n", x.Name, x.Value)
@@ -74,6 +101,16 @@ func (r *Report) WriteTable(w io.Writer) error {
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+func yesNo(b *bool) string {
+	switch {
+	case b == nil:
+		return "-"
+	case *b:
+		return "yes"
+	}
+	return "no"
 }
 
 func ms(d *Distribution, f func(*Distribution) float64) string {

@@ -21,18 +21,20 @@ type workers struct {
 	errs   chan error
 	n      int
 	first  atomic.Int64 // unix nanoseconds of the first handler start
+	last   atomic.Int64 // unix nanoseconds of the last handler finish
 	m      *meter
 }
 
 // startWorkers runs o.Workers workers of group over queue in, each task
 // emitted to out. Exactly-once workers count each ID's runs in their state
 // and carry the count in RunsHeader, as the worker's count: handler does;
-// at-least-once workers have no state and copy. lat, if not nil, records
-// the time from submission to handler start.
-func (e *env) startWorkers(ctx context.Context, group, in, out string, g consumer.Guarantee, lat *recorder) (*workers, error) {
+// at-least-once workers have no state and copy. Each handler run first
+// sleeps as l's handler-time profile says. lat, if not nil, records the
+// time from submission to handler start.
+func (e *env) startWorkers(ctx context.Context, l *load, group, in, out string, g consumer.Guarantee, lat *recorder) (*workers, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	w := &workers{group: group, cancel: cancel, errs: make(chan error, e.o.Workers), n: e.o.Workers, m: startMeter()}
-	h := w.handler(out, g == consumer.ExactlyOnce, lat)
+	h := w.handler(out, g == consumer.ExactlyOnce, lat, l.workFor)
 	for i := range e.o.Workers {
 		cw, err := consumer.New(consumer.Conn(e.conn), consumer.Group(group), consumer.Queues(in),
 			consumer.CheckpointDir(e.dir(fmt.Sprintf("%s-w%d", group, i))), consumer.WithHandler(h),
@@ -47,13 +49,22 @@ func (e *env) startWorkers(ctx context.Context, group, in, out string, g consume
 	return w, nil
 }
 
-func (w *workers) handler(out string, count bool, lat *recorder) consumer.Handler {
-	return consumer.HandlerFunc(func(_ context.Context, t *consumer.Task) error {
+// handler is the bench's handler: it sleeps work(t.ID), the task's share
+// of the profile, and emits the task to out, with its run count if count.
+// A run whose context ends while it sleeps returns the context's error, as
+// a handler that honours its time-to-run does.
+func (w *workers) handler(out string, count bool, lat *recorder, work func(id string) time.Duration) consumer.Handler {
+	return consumer.HandlerFunc(func(ctx context.Context, t *consumer.Task) error {
 		now := time.Now()
 		w.first.CompareAndSwap(0, now.UnixNano())
 		w.m.add(1)
 		if at, ok := stamped(t.Payload); ok && lat != nil {
 			lat.record(now.Sub(at))
+		}
+		if d := work(t.ID); d > 0 {
+			if err := sleep(ctx, d); err != nil {
+				return err
+			}
 		}
 		o := onceq.Task{ID: t.ID, Queue: out, Key: t.Key, Payload: t.Payload}
 		if count {
@@ -63,8 +74,31 @@ func (w *workers) handler(out string, count bool, lat *recorder) consumer.Handle
 			}
 			o.Headers = []onceq.Header{{Key: RunsHeader, Value: strconv.AppendInt(nil, n, 10)}}
 		}
-		return t.Emit(o)
+		if err := t.Emit(o); err != nil {
+			return err
+		}
+		w.finished(time.Now())
+		return nil
 	})
+}
+
+// finished records a handler's finish at now, if it is the last so far.
+func (w *workers) finished(now time.Time) {
+	ns := now.UnixNano()
+	for {
+		last := w.last.Load()
+		if ns <= last || w.last.CompareAndSwap(last, ns) {
+			return
+		}
+	}
+}
+
+// lastFinish is the time the last handler finished, or zero.
+func (w *workers) lastFinish() time.Time {
+	if ns := w.last.Load(); ns != 0 {
+		return time.Unix(0, ns)
+	}
+	return time.Time{}
 }
 
 // started is the time of the first handler start, or zero.

@@ -35,6 +35,8 @@ type benchFlags struct {
 	killInterval   time.Duration
 	baselines      bool
 	binary         string
+	work           string
+	slow           string
 }
 
 // benchTestHook, when set by a test, adjusts the options before the run:
@@ -66,6 +68,14 @@ Scenarios (--scenario):
            with fewer than 3 kills fails. Without --rate the tasks are
            submitted over 6 kill intervals, so the kills land while they flow
 
+The handler-time profile (process and e2e) makes the bench's handlers work:
+--work D sleeps D in every handler run before it emits its output, and
+--slow P%:D makes P percent of the tasks (picked with --seed, the same in the
+exactly-once run and its at-least-once baseline) sleep D instead. An e2e run
+says whether its workers kept up with the offered rate: the last task must
+finish within max(1s, 5% of the submission span) plus the longest sleep
+after the last submission.
+
 Without --brokers (flag or ONCEQ_BROKERS) the bench starts its own embedded
 broker on a temporary data dir (for --kill-broker an "onceq broker" process).
 Against your brokers it creates topics named bench-<random>-* and deletes them
@@ -94,6 +104,8 @@ at the end.`,
 	fl.DurationVar(&f.killInterval, "kill-interval", bench.DefaultKillInterval, "chaos: mean time between kills")
 	fl.BoolVar(&f.baselines, "baselines", true, "run the baselines and print the ratios")
 	fl.StringVar(&f.binary, "binary", "", "chaos: the onceq binary to run workers and the broker with (default: this one)")
+	fl.StringVar(&f.work, "work", "0s", fmt.Sprintf("process, e2e: each handler run sleeps this before it emits its output, 0 to %v, for example 20ms", bench.MaxWork))
+	fl.StringVar(&f.slow, "slow", "none", "process, e2e: P%:D, P percent of the tasks (picked with --seed) sleep D instead of --work, for example 1%:1s")
 	return cmd
 }
 
@@ -153,10 +165,20 @@ func benchOptions(cmd *cobra.Command, g *globals, f benchFlags) (bench.Options, 
 		"kill-broker":     {bench.Chaos},
 		"kill-interval":   {bench.Chaos},
 		"binary":          {bench.Chaos},
+		"work":            bench.ProfileScenarios,
+		"slow":            bench.ProfileScenarios,
 	} {
 		if changed(flag) && !slices.Contains(scenarios, sc) {
-			return bench.Options{}, usagef("--%s does not apply to --scenario %s", flag, sc)
+			return bench.Options{}, usagef("--%s does not apply to --scenario %s: it applies to %s", flag, sc, scenarioList(scenarios))
 		}
+	}
+	work, err := bench.ParseWork(f.work)
+	if err != nil {
+		return bench.Options{}, usageError{fmt.Errorf("--work: %w", err)}
+	}
+	slow, err := bench.ParseSlow(f.slow)
+	if err != nil {
+		return bench.Options{}, usageError{fmt.Errorf("--slow: %w", err)}
 	}
 	guarantee, err := consumer.ParseGuarantee(f.guarantee)
 	if err != nil {
@@ -197,7 +219,7 @@ func benchOptions(cmd *cobra.Command, g *globals, f benchFlags) (bench.Options, 
 		Scenario: sc, Tasks: f.tasks, Size: f.size, Partitions: f.partitions, Workers: f.workers, Concurrency: f.concurrency,
 		CommitInterval: f.commitInterval, Guarantee: guarantee, Duplicates: f.duplicates, Rate: f.rate, Seed: f.seed,
 		MaxDelay: f.maxDelay, KillBroker: f.killBroker, KillInterval: f.killInterval, NoBaselines: !f.baselines,
-		Binary: f.binary, Progress: bench.NewProgress(g.stderr, isTerminal(g.stderr)), Logger: g.log,
+		Binary: f.binary, Work: work, Slow: slow, Progress: bench.NewProgress(g.stderr, isTerminal(g.stderr)), Logger: g.log,
 	}
 	if changed("brokers") || os.Getenv("ONCEQ_BROKERS") != "" {
 		if f.killBroker {
@@ -223,4 +245,16 @@ func benchOptions(cmd *cobra.Command, g *globals, f benchFlags) (bench.Options, 
 		}
 	}
 	return o, nil
+}
+
+// scenarioList names scenarios for a message: "process and e2e".
+func scenarioList(scs []bench.Scenario) string {
+	names := make([]string, len(scs))
+	for i, sc := range scs {
+		names[i] = string(sc)
+	}
+	if len(names) < 2 {
+		return strings.Join(names, "")
+	}
+	return strings.Join(names[:len(names)-1], ", ") + " and " + names[len(names)-1]
 }

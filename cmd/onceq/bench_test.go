@@ -49,6 +49,64 @@ func TestBenchUsageErrorsExit2(t *testing.T) {
 	}
 }
 
+// TestBenchProfileUsageErrorsExit2: a bad --work or --slow, or one given
+// to a scenario whose handlers the bench does not run, exits 2 with a
+// message that names the flag and, for a bad value, shows a good one.
+func TestBenchProfileUsageErrorsExit2(t *testing.T) {
+	t.Setenv("ONCEQ_BROKERS", "")
+	for _, tc := range []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"--slow", "5"}, []string{`--slow: bench: slow "5": want P%:D`, "for example 1%:1s"}},
+		{[]string{"--slow", "1%"}, []string{`--slow: bench: slow "1%": want P%:D`, "for example 1%:1s"}},
+		{[]string{"--slow", "101%:1s"}, []string{"--slow: bench: slow 101%:1s: percentage 101: want 0 to 100", "for example 1%:1s"}},
+		{[]string{"--slow", "1%:-1s"}, []string{"--slow: bench: slow 1%:-1s: duration -1s: want 0 to 20s", "for example 1%:1s"}},
+		{[]string{"--slow", "x%:1s"}, []string{"--slow: ", `percentage "x" is not a number`, "for example 1%:1s"}},
+		{[]string{"--scenario", "process", "--slow", "1%:1m"}, []string{"--slow: ", "duration 1m0s: want 0 to 20s"}},
+		{[]string{"--work", "fast"}, []string{`--work: bench: work "fast": want a duration from 0 to 20s, for example 20ms`}},
+		{[]string{"--work", "-20ms"}, []string{"--work: bench: work -20ms: want a duration from 0 to 20s", "for example 20ms"}},
+		{[]string{"--scenario", "chaos", "--slow", "1%:1s"}, []string{"--slow does not apply to --scenario chaos: it applies to process and e2e"}},
+		{[]string{"--scenario", "produce", "--work", "20ms"}, []string{"--work does not apply to --scenario produce: it applies to process and e2e"}},
+		{[]string{"--scenario", "delay", "--slow", "1%:1s"}, []string{"--slow does not apply to --scenario delay"}},
+	} {
+		code, _, stderr := runCLI(t, "", append([]string{"bench"}, tc.args...)...)
+		for _, want := range tc.want {
+			if code != exitUsage || !strings.Contains(stderr, want) {
+				t.Errorf("onceq bench %s: exit %d, stderr %q; want exit 2 and %q", strings.Join(tc.args, " "), code, stderr, want)
+			}
+		}
+	}
+}
+
+// TestBenchE2EWorkProfile runs e2e with handlers that work, a few of them
+// long: both runs report the same profile, whether they kept up with the
+// offered rate, and verify.
+func TestBenchE2EWorkProfile(t *testing.T) {
+	t.Setenv("ONCEQ_BROKERS", "")
+	out := filepath.Join(t.TempDir(), "r.json")
+	code, stdout, stderr := runCLI(t, "", "bench", "--scenario", "e2e", "--tasks", "1000", "--rate", "500", "--work", "5ms",
+		"--slow", "1%:300ms", "--concurrency", "64", "--seed", "7", "--json", out)
+	if code != 0 {
+		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
+	}
+	r := readReport(t, out)
+	if !r.OK || r.Config.Work != "5ms" || r.Config.Slow != "1%:300ms" || r.Config.SlowTasks != 10 || len(r.Runs) != 2 {
+		t.Fatalf("ok %v, config %+v, %d runs\n%s", r.OK, r.Config, len(r.Runs), stdout)
+	}
+	for _, run := range r.Runs {
+		if run.KeptUp == nil || run.OfferedPerSec <= 0 || run.AllowedTailSeconds < 1.3 || run.Latency == nil {
+			t.Fatalf("%s: kept up %v, offered %v/s, allowed tail %vs, latency %+v", run.Name, run.KeptUp, run.OfferedPerSec, run.AllowedTailSeconds, run.Latency)
+		}
+	}
+	for _, want := range []string{"work 5ms, slow 1%:300ms (10 tasks)", "kept up", "offered "} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("table lacks %q:\n%s", want, stdout)
+		}
+	}
+	t.Logf("%s", stdout)
+}
+
 // TestBenchVerificationFailsExit1 drops one output record before the
 // verifier sees it: the verification must fail and the CLI exit 1.
 func TestBenchVerificationFailsExit1(t *testing.T) {
