@@ -53,31 +53,40 @@ func FuzzFromRecord(f *testing.F) {
 	})
 }
 
-// FuzzRoundTrip builds tasks from fuzzed fields: every valid one survives
-// encoding and decoding.
+// FuzzRoundTrip builds tasks from fuzzed fields, out-of-range ones
+// included (times before 1970 or after 9999, attempt counts past 2^31-1,
+// sub-millisecond timeouts, onceq- headers): every task Validate accepts
+// is written, resolved as a producer resolves it, as a record the decoder
+// accepts and reads back unchanged. Validate and FromRecord share their
+// limits, so a producer never writes what a worker dead-letters as
+// malformed.
 func FuzzRoundTrip(f *testing.F) {
-	f.Add("id-1", "emails", []byte("k"), []byte("p"), int64(1_800_000_000_000), int64(0), 3, 2, int64(1500), "err", "h", []byte("v"))
-	f.Add("x", "q", []byte(nil), []byte(nil), int64(0), int64(5), 0, 0, int64(0), "", "", []byte(nil))
-	f.Fuzz(func(t *testing.T, id, queue string, key, payload []byte, due, expires int64, maxAttempts, attempt int, timeoutMS int64, lastErr, hk string, hv []byte) {
-		task := Task{ID: id, Queue: queue, Key: key, Payload: payload, MaxAttempts: maxAttempts, Attempt: attempt, LastError: CutError(lastErr)}
-		if due > 0 && due < maxUnixMilli {
-			task.Due = time.UnixMilli(due)
+	f.Add("id-1", "emails", []byte("k"), []byte("p"), int64(1_800_000_000_000), int64(0), int64(0), int64(3), int64(2), int64(1500_000_000), "err", "h", []byte("v"), "")
+	f.Add("x", "q", []byte(nil), []byte(nil), int64(0), int64(5), int64(0), int64(0), int64(0), int64(0), "", "", []byte(nil), "")
+	f.Add("x", "q", []byte(nil), []byte(nil), int64(-1), int64(0), int64(0), int64(1<<31), int64(0), int64(0), "", "", []byte(nil), "")   // before 1970; max attempts 2^31
+	f.Add("x", "q", []byte(nil), []byte(nil), int64(0), int64(0), int64(-5), int64(0), int64(1<<31), int64(500), "", "", []byte(nil), "") // enqueued before 1970; attempt 2^31; 500ns
+	f.Add("x", "q", []byte(nil), []byte(nil), int64(MaxUnixMilli+1), int64(0), int64(0), int64(0), int64(0), int64(0), "", "onceq-delay", []byte("5s"), "0/1")
+	f.Fuzz(func(t *testing.T, id, queue string, key, payload []byte, due, expires, enqueued, maxAttempts, attempt, timeout int64, lastErr, hk string, hv []byte, requeued string) {
+		task := Task{ID: id, Queue: queue, Key: key, Payload: payload, MaxAttempts: int(maxAttempts), Attempt: int(attempt),
+			LastError: lastErr, Timeout: time.Duration(timeout), Requeued: requeued}
+		ms := func(v int64) time.Time {
+			if v == 0 {
+				return time.Time{}
+			}
+			return time.UnixMilli(v)
 		}
-		if expires > 0 && expires < maxUnixMilli {
-			task.Expires = time.UnixMilli(expires)
-		}
-		if timeoutMS > 0 && timeoutMS < 1<<40 {
-			task.Timeout = time.Duration(timeoutMS) * time.Millisecond
-		}
+		task.Due, task.Expires, task.Enqueued = ms(due), ms(expires), ms(enqueued)
 		if hk != "" {
 			task.Headers = []Header{{Key: hk, Value: hv}}
 		}
 		if task.Validate(0) != nil || task.ID == "" {
 			return
 		}
+		task.Resolve(time.UnixMilli(1_800_000_000_000))
+		task.LastError = CutError(task.LastError) // as the encoder writes it
 		got, err := FromRecord(task.Record("onceq-delay-1s"))
 		if err != nil {
-			t.Fatalf("decoding a valid task: %v\ntask %+v", err, task)
+			t.Fatalf("a task Validate accepts does not decode: %v\ntask %+v", err, task)
 		}
 		if !equalTasks(task, got) {
 			t.Fatalf("decode(encode(t)) != t\n got %+v\nwant %+v", got, task)

@@ -22,10 +22,11 @@ const (
 	HeaderRequeued    = "onceq-requeued"
 )
 
-// headerPrefix marks the headers that belong to onceq. Headers with this
-// prefix that onceq does not know are refused on submission so that a typo
-// (onceq-delay instead of onceq-due) is not silently ignored.
-const headerPrefix = "onceq-"
+// HeaderPrefix marks the headers that belong to onceq's wire format. A
+// header with this prefix that onceq does not know is malformed, on
+// submission (Validate) and when a worker reads it (FromRecord), so that a
+// typo (onceq-delay for onceq-due) is never silently ignored.
+const HeaderPrefix = "onceq-"
 
 // Limits of the wire format.
 const (
@@ -38,6 +39,14 @@ const (
 	DefaultMaxMessageBytes = 1 << 20
 	// MaxErrorLen bounds the onceq-error header: longer texts are cut.
 	MaxErrorLen = 1024
+	// MaxAttemptCount is the largest attempt number and max attempts the
+	// wire format carries (2^31-1): a Kafka client in any language reads
+	// it as a 32-bit integer.
+	MaxAttemptCount = 1<<31 - 1
+	// MaxUnixMilli is the latest time the wire format carries, the end of
+	// the year 9999 in unix milliseconds. The earliest is the unix epoch
+	// (0): times are unsigned.
+	MaxUnixMilli = 253402300799999
 )
 
 // Header is a record header that onceq passes through untouched.

@@ -66,9 +66,17 @@ func ValidateID(id string) error {
 
 func printable(c byte) bool { return c > ' ' && c < 0x7f }
 
-// Validate checks a task before submission. maxMessageBytes is the largest
-// record the broker accepts; zero or less means DefaultMaxMessageBytes.
-// An empty ID is allowed here: the producer assigns one.
+// Validate checks a task before submission, against the same limits the
+// decoder (FromRecord) applies to every header: a task Validate accepts is
+// written as a record a worker reads back unchanged, never dead-lettered as
+// malformed. maxMessageBytes is the largest record the broker accepts; zero
+// or less means DefaultMaxMessageBytes. An empty ID is allowed here: the
+// producer assigns one.
+//
+// Errors are *Error values whose Field names the task's field as the JSON
+// lines of Spec do: "queue", "id", "delay", "due", "expires", "enqueued",
+// "failed", "max_attempts", "attempt", "timeout", "backoff", "requeued",
+// "header" and "payload".
 func (t *Task) Validate(maxMessageBytes int) error {
 	if err := ValidateQueue(t.Queue); err != nil {
 		return err
@@ -84,6 +92,14 @@ func (t *Task) Validate(maxMessageBytes int) error {
 	if t.Delay > 0 && !t.Due.IsZero() {
 		return invalid(ErrInvalidTask, "delay", t.Delay.String(), "set Due or Delay, not both")
 	}
+	for _, tm := range []struct {
+		field string
+		t     time.Time
+	}{{"due", t.Due}, {"expires", t.Expires}, {"enqueued", t.Enqueued}, {"failed", t.Failed}} {
+		if err := checkTime(tm.field, tm.t); err != nil {
+			return err
+		}
+	}
 	if !t.Expires.IsZero() {
 		due := t.Due
 		if due.IsZero() && t.Delay > 0 {
@@ -94,23 +110,33 @@ func (t *Task) Validate(maxMessageBytes int) error {
 				"the task would expire before it is due at %s: move the expiry after the due time", due.UTC().Format(time.RFC3339Nano))
 		}
 	}
-	if t.MaxAttempts < 0 {
-		return invalid(ErrInvalidTask, "max attempts", itoa(int64(t.MaxAttempts)), "zero (the worker's default) or positive")
+	if err := checkCount("max_attempts", t.MaxAttempts, "zero (the worker's default)"); err != nil {
+		return err
 	}
-	if t.Attempt < 0 {
-		return invalid(ErrInvalidTask, "attempt", itoa(int64(t.Attempt)), "zero (first run) or positive")
+	if err := checkCount("attempt", t.Attempt, "zero (a first run)"); err != nil {
+		return err
 	}
 	if !t.Backoff.IsZero() {
 		if _, err := ParseBackoff(FormatBackoff(t.Backoff)); err != nil || t.Backoff.Base%time.Millisecond != 0 || t.Backoff.Max%time.Millisecond != 0 {
-			return invalid(ErrInvalidTask, "backoff", FormatBackoff(t.Backoff), "base and max are positive whole milliseconds with max >= base, and the factor is from 1 to 100")
+			return invalid(ErrInvalidTask, "backoff", FormatBackoff(t.Backoff), "base and max are positive whole milliseconds up to a year with max >= base, and the factor is from 1 to 100")
 		}
 	}
-	if t.Timeout < 0 {
-		return invalid(ErrInvalidTask, "timeout", t.Timeout.String(), "zero (the worker's default) or positive")
+	if t.Timeout < 0 || t.Timeout > 0 && t.Timeout < time.Millisecond {
+		// A timeout under a millisecond would be written as none: the
+		// worker's default.
+		return invalid(ErrInvalidTask, "timeout", t.Timeout.String(), "zero (the worker's default) or at least 1ms: the wire format counts milliseconds")
+	}
+	if t.Requeued != "" {
+		if err := ValidateID(t.Requeued); err != nil {
+			return invalid(ErrInvalidTask, "requeued", t.Requeued, "want <partition>/<offset> of a dead letter")
+		}
 	}
 	for _, h := range t.Headers {
-		if strings.HasPrefix(h.Key, headerPrefix) {
-			return invalid(ErrMalformedHeader, "header", h.Key, "headers starting with %q belong to onceq: set the Task field instead", headerPrefix)
+		if strings.HasPrefix(h.Key, HeaderPrefix) {
+			if headerBit(h.Key) == 0 {
+				return unknownHeader(h.Key)
+			}
+			return invalid(ErrMalformedHeader, "header", h.Key, "the header is written from the task's %s field: set that instead", headerField(h.Key))
 		}
 	}
 	if maxMessageBytes <= 0 {
@@ -120,6 +146,59 @@ func (t *Task) Validate(maxMessageBytes int) error {
 		return invalid(ErrTooLarge, "payload", "", "the record is %d bytes with key and headers, over the broker's limit of %d: make the payload smaller or raise the broker's message.max.bytes", size, maxMessageBytes)
 	}
 	return nil
+}
+
+// checkTime checks a time field against the wire format's range: unset
+// (zero), or from the unix epoch to MaxUnixMilli.
+func checkTime(field string, t time.Time) error {
+	if t.IsZero() {
+		return nil
+	}
+	if ms := t.UnixMilli(); ms < 0 || ms > MaxUnixMilli {
+		return invalid(ErrInvalidTask, field, t.UTC().Format(time.RFC3339Nano), "want a time from %s to %s (unix milliseconds 0 to %d)",
+			time.UnixMilli(0).UTC().Format(time.RFC3339), time.UnixMilli(MaxUnixMilli).UTC().Format(time.RFC3339Nano), MaxUnixMilli)
+	}
+	return nil
+}
+
+// checkCount checks an attempt count: zero (unset) to MaxAttemptCount.
+func checkCount(field string, n int, zero string) error {
+	if n < 0 || n > MaxAttemptCount {
+		return invalid(ErrInvalidTask, field, itoa(int64(n)), "want %s or 1 to %d", zero, MaxAttemptCount)
+	}
+	return nil
+}
+
+// headerField names the Task field a header of the wire format is written
+// from.
+func headerField(key string) string {
+	switch key {
+	case HeaderID:
+		return "ID"
+	case HeaderQueue:
+		return "Queue"
+	case HeaderDue:
+		return "Due (or Delay)"
+	case HeaderExpires:
+		return "Expires"
+	case HeaderAttempt:
+		return "Attempt"
+	case HeaderMaxAttempts:
+		return "MaxAttempts"
+	case HeaderTimeout:
+		return "Timeout"
+	case HeaderEnqueued:
+		return "Enqueued"
+	case HeaderError:
+		return "LastError"
+	case HeaderFailed:
+		return "Failed"
+	case HeaderBackoff:
+		return "Backoff"
+	case HeaderRequeued:
+		return "Requeued"
+	}
+	return key
 }
 
 // wireSize estimates the record's size in a batch, overhead included.

@@ -75,7 +75,7 @@ func TestTaskValidate(t *testing.T) {
 		{"expires before due", func(t *Task) { t.Due = now.Add(time.Hour); t.Expires = now }, ErrExpiryBeforeDue, "expires"},
 		{"expires before delay", func(t *Task) { t.Delay = time.Hour; t.Expires = now.Add(time.Minute) }, ErrExpiryBeforeDue, "expires"},
 		{"expires after due", func(t *Task) { t.Due = now; t.Expires = now.Add(time.Hour) }, nil, ""},
-		{"negative max attempts", func(t *Task) { t.MaxAttempts = -1 }, ErrInvalidTask, "max attempts"},
+		{"negative max attempts", func(t *Task) { t.MaxAttempts = -1 }, ErrInvalidTask, "max_attempts"},
 		{"negative timeout", func(t *Task) { t.Timeout = -1 }, ErrInvalidTask, "timeout"},
 		{"onceq header", func(t *Task) { t.Headers = []Header{{Key: "onceq-due", Value: []byte("1")}} }, ErrMalformedHeader, "header"},
 		{"too large", func(t *Task) { t.Payload = make([]byte, DefaultMaxMessageBytes) }, ErrTooLarge, "payload"},
@@ -98,6 +98,57 @@ func TestTaskValidate(t *testing.T) {
 				t.Fatalf("error %v: want field %q and a hint", err, tc.field)
 			}
 		})
+	}
+}
+
+// TestValidateSharesTheDecodersLimits pins issue 17, bug 6: the producer
+// acknowledged tasks with headers its own worker refuses (max attempts
+// 2^31, a due time before 1970) and the worker dead-lettered them as
+// malformed. Each task here is refused by Validate, naming the field and
+// the limit, and its record is refused by FromRecord: one set of limits.
+func TestValidateSharesTheDecodersLimits(t *testing.T) {
+	before1970 := time.Date(1969, 12, 31, 23, 59, 59, 0, time.UTC)
+	after9999 := time.UnixMilli(MaxUnixMilli + 1)
+	for _, tc := range []struct {
+		name   string
+		mutate func(*Task)
+		field  string
+		limit  string
+	}{
+		{"max attempts 2^31", func(t *Task) { t.MaxAttempts = 1 << 31 }, "max_attempts", "2147483647"},
+		{"attempt 2^31", func(t *Task) { t.Attempt = 1 << 31 }, "attempt", "2147483647"},
+		{"due before 1970", func(t *Task) { t.Due = before1970 }, "due", "1970-01-01T00:00:00Z"},
+		{"due after 9999", func(t *Task) { t.Due = after9999 }, "due", "9999-12-31T23:59:59.999Z"},
+		{"expires before 1970", func(t *Task) { t.Expires = before1970 }, "expires", "1970-01-01T00:00:00Z"},
+		{"enqueued before 1970", func(t *Task) { t.Enqueued = before1970 }, "enqueued", "1970-01-01T00:00:00Z"},
+		{"failed after 9999", func(t *Task) { t.Failed = after9999 }, "failed", "253402300799999"},
+		{"timeout under 1ms", func(t *Task) { t.Timeout = 500 * time.Microsecond }, "timeout", "1ms"},
+		{"requeued with a space", func(t *Task) { t.Requeued = "0 1" }, "requeued", "<partition>/<offset>"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			task := Task{Queue: "q", ID: "id-1"}
+			tc.mutate(&task)
+			err := task.Validate(0)
+			var e *Error
+			if !errors.As(err, &e) || e.Field != tc.field || !strings.Contains(err.Error(), tc.limit) {
+				t.Fatalf("Validate: got %v, want an error for field %q naming the limit %s", err, tc.field, tc.limit)
+			}
+			if tc.field == "timeout" {
+				return // written as no timeout at all: decodes, but as the worker's default
+			}
+			if _, err := FromRecord(task.Record("q")); !errors.Is(err, ErrMalformedHeader) {
+				t.Fatalf("FromRecord of the same task: got %v, want it refused too", err)
+			}
+		})
+	}
+	// The limits themselves are accepted by both.
+	task := Task{Queue: "q", ID: "id-1", MaxAttempts: MaxAttemptCount, Attempt: MaxAttemptCount,
+		Due: time.UnixMilli(MaxUnixMilli), Expires: time.UnixMilli(MaxUnixMilli), Enqueued: time.UnixMilli(0), Timeout: time.Millisecond}
+	if err := task.Validate(0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := FromRecord(task.Record("q")); err != nil {
+		t.Fatal(err)
 	}
 }
 

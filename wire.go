@@ -172,8 +172,10 @@ func CutError(s string) string {
 // FromRecord decodes a task from a Kafka record. The queue is the
 // onceq-queue header or, without one, the record's topic. A record without
 // onceq-id gets the ID "<topic>/<partition>/<offset>", so plain Kafka records
-// run once too. Malformed onceq headers are an error naming the header;
-// other headers, unknown onceq-* ones included, pass through in order.
+// run once too. Malformed onceq headers are an error naming the header, and
+// so is a header with the onceq- prefix that is not one of the wire format's
+// (a typo such as onceq-delay would otherwise run the task at once); other
+// headers pass through in order.
 func FromRecord(r *kgo.Record) (Task, error) {
 	t := Task{
 		Queue:   r.Topic,
@@ -185,6 +187,9 @@ func FromRecord(r *kgo.Record) (Task, error) {
 	for _, h := range r.Headers {
 		bit := headerBit(h.Key)
 		if bit == 0 {
+			if strings.HasPrefix(h.Key, HeaderPrefix) {
+				return Task{}, unknownHeader(h.Key)
+			}
 			t.Headers = append(t.Headers, Header{Key: h.Key, Value: h.Value})
 			continue
 		}
@@ -218,11 +223,22 @@ func RecordID(topic string, partition int32, offset int64) string {
 	return topic + suffix
 }
 
+// unknownHeader is the error for a header with onceq's prefix that is not
+// one of its wire format's.
+func unknownHeader(key string) *Error {
+	return invalid(ErrMalformedHeader, "header", key, "not a header of onceq's wire format (%s): drop the %q prefix from headers of your own",
+		strings.Join(headerNames[:], ", "), HeaderPrefix)
+}
+
+// headerNames are the headers of the wire format.
+var headerNames = [...]string{HeaderID, HeaderQueue, HeaderDue, HeaderExpires, HeaderAttempt, HeaderMaxAttempts, HeaderTimeout,
+	HeaderEnqueued, HeaderError, HeaderFailed, HeaderBackoff, HeaderRequeued}
+
 // headerBit numbers the onceq headers FromRecord decodes, for finding
 // repeats; 0 for any other header. A switch, not a map: every header of
 // every record goes through it.
 func headerBit(key string) uint16 {
-	if !strings.HasPrefix(key, "onceq-") {
+	if !strings.HasPrefix(key, HeaderPrefix) {
 		return 0
 	}
 	switch key {
@@ -288,15 +304,12 @@ func (t *Task) setHeader(key string, v []byte) error {
 	return nil
 }
 
-// maxUnixMilli is the year 9999: later times are certainly a mistake.
-const maxUnixMilli = 253402300799999
-
 // setNumber decodes the headers whose values are decimal numbers, without
 // copying them.
 func (t *Task) setNumber(key string, v []byte) error {
 	switch key {
 	case HeaderAttempt, HeaderMaxAttempts:
-		n, err := parseUint(key, v, 1<<31-1)
+		n, err := parseUint(key, v, MaxAttemptCount)
 		if err != nil {
 			return err
 		}
@@ -315,7 +328,7 @@ func (t *Task) setNumber(key string, v []byte) error {
 		}
 		t.Timeout = time.Duration(n) * time.Millisecond
 	default: // the four times
-		n, err := parseUint(key, v, maxUnixMilli)
+		n, err := parseUint(key, v, MaxUnixMilli)
 		if err != nil {
 			return err
 		}
@@ -409,7 +422,7 @@ func DedupKeyOf(r *kgo.Record) string {
 		case HeaderRequeued:
 			t.Requeued = string(h.Value)
 		case HeaderAttempt:
-			if n, err := parseUint(h.Key, h.Value, 1<<31-1); err == nil && n > 0 {
+			if n, err := parseUint(h.Key, h.Value, MaxAttemptCount); err == nil && n > 0 {
 				t.Attempt = int(n)
 			}
 		}

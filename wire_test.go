@@ -156,11 +156,28 @@ func TestFromRecordLargestNumbers(t *testing.T) {
 	}
 }
 
-func TestUnknownOnceqHeaderPassesThrough(t *testing.T) {
-	r := &kgo.Record{Topic: "q", Headers: []kgo.RecordHeader{{Key: "onceq-future", Value: []byte("1")}}}
+// TestUnknownOnceqHeaderIsMalformed pins issue 17, bug 10: a header with
+// onceq's prefix that the wire format does not define (a typo of
+// onceq-due, say) is malformed, so a worker dead-letters the record at once
+// instead of running it early or failing its handler's emits five times.
+func TestUnknownOnceqHeaderIsMalformed(t *testing.T) {
+	r := &kgo.Record{Topic: "q", Headers: []kgo.RecordHeader{{Key: "trace", Value: []byte("t")}, {Key: "onceq-delay", Value: []byte("5s")}}}
+	_, err := FromRecord(r)
+	var e *Error
+	if !errors.As(err, &e) || !errors.Is(err, ErrMalformedHeader) || e.Field != "header" || e.Value != "onceq-delay" ||
+		!strings.Contains(err.Error(), HeaderDue) {
+		t.Fatalf("got %v, want a malformed-header error naming onceq-delay and listing the headers", err)
+	}
+	// Validate refuses it the same way.
+	task := Task{Queue: "q", Headers: []Header{{Key: "onceq-delay", Value: []byte("5s")}}}
+	if err := task.Validate(0); !errors.Is(err, ErrMalformedHeader) || !strings.Contains(err.Error(), "not a header of onceq's wire format") {
+		t.Fatalf("Validate: got %v", err)
+	}
+	// Other headers pass through, in order.
+	r = &kgo.Record{Topic: "q", Headers: []kgo.RecordHeader{{Key: "b", Value: []byte("1")}, {Key: "onceq", Value: []byte("2")}, {Key: "Onceq-Id", Value: []byte("3")}}}
 	got, err := FromRecord(r)
-	if err != nil || len(got.Headers) != 1 || got.Headers[0].Key != "onceq-future" {
-		t.Fatalf("got %+v, %v", got, err)
+	if err != nil || len(got.Headers) != 3 || got.Headers[0].Key != "b" || got.Headers[2].Key != "Onceq-Id" {
+		t.Fatalf("got %+v, %v", got.Headers, err)
 	}
 }
 

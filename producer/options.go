@@ -113,12 +113,13 @@ func MaxBufferedRecords(n int) Opt {
 	})
 }
 
-// DefaultMaxAttempts is stamped on tasks that have no MaxAttempts. Default
-// zero: such tasks carry none and the worker's default applies.
+// DefaultMaxAttempts is stamped on tasks that have no MaxAttempts: zero
+// (the worker's default) or 1 to onceq.MaxAttemptCount. Default zero: such
+// tasks carry none and the worker's default applies.
 func DefaultMaxAttempts(n int) Opt {
 	return optFunc(func(cfg *config) {
-		if n < 0 {
-			cfg.bad("DefaultMaxAttempts %d: want zero (the worker's default) or positive", n)
+		if n < 0 || n > onceq.MaxAttemptCount {
+			cfg.bad("DefaultMaxAttempts %d: want zero (the worker's default) or 1 to %d", n, onceq.MaxAttemptCount)
 		}
 		cfg.defaultMaxAttempts = n
 	})

@@ -188,6 +188,11 @@ func TestSubmitInvalid(t *testing.T) {
 		{"negative timeout", onceq.Task{Queue: "jobs", Timeout: -time.Second}, onceq.ErrInvalidTask},
 		{"onceq header", onceq.Task{Queue: "jobs", Headers: []onceq.Header{{Key: "onceq-due", Value: []byte("1")}}}, onceq.ErrMalformedHeader},
 		{"too large", onceq.Task{Queue: "jobs", Payload: make([]byte, 5000)}, onceq.ErrTooLarge},
+		// Issue 17, bug 6: what the worker's decoder refuses is refused
+		// here, not acknowledged and then dead-lettered as malformed.
+		{"max attempts 2^31", onceq.Task{Queue: "jobs", MaxAttempts: 1 << 31}, onceq.ErrInvalidTask},
+		{"due before 1970", onceq.Task{Queue: "jobs", Due: time.Date(1969, 7, 20, 20, 17, 0, 0, time.UTC)}, onceq.ErrInvalidTask},
+		{"unknown onceq header", onceq.Task{Queue: "jobs", Headers: []onceq.Header{{Key: "onceq-delay", Value: []byte("5s")}}}, onceq.ErrMalformedHeader},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			rc, err := p.Submit(ctx, tc.task)
@@ -211,8 +216,8 @@ func TestSubmitInvalid(t *testing.T) {
 	if got := readTasks(t, conn, "jobs"); len(got) != 0 {
 		t.Fatalf("invalid tasks were written: %+v", got)
 	}
-	if got := metric(t, reg, "onceq_submit_errors_total", map[string]string{"queue": "jobs", "reason": "invalid"}); got != 2*9 {
-		t.Errorf("onceq_submit_errors_total{queue=jobs,reason=invalid} = %v, want 18", got)
+	if got := metric(t, reg, "onceq_submit_errors_total", map[string]string{"queue": "jobs", "reason": "invalid"}); got != 2*12 {
+		t.Errorf("onceq_submit_errors_total{queue=jobs,reason=invalid} = %v, want 24", got)
 	}
 	if got := metric(t, reg, "onceq_submit_errors_total", map[string]string{"queue": "", "reason": "invalid"}); got != 2*3 {
 		t.Errorf("onceq_submit_errors_total{queue=\"\",reason=invalid} = %v, want 6 (invalid names are not labels)", got)
@@ -396,6 +401,7 @@ func TestOptionErrors(t *testing.T) {
 		{producer.Linger(-1), "Linger -1ns"},
 		{producer.MaxBufferedRecords(0), "MaxBufferedRecords 0"},
 		{producer.DefaultMaxAttempts(-1), "DefaultMaxAttempts -1"},
+		{producer.DefaultMaxAttempts(1 << 31), "DefaultMaxAttempts 2147483648: want zero (the worker's default) or 1 to 2147483647"},
 		{producer.DefaultTimeout(1500 * time.Microsecond), "DefaultTimeout 1.5ms"},
 		{producer.CreateQueues(-2), "CreateQueues -2"},
 		{producer.Buckets(time.Second, time.Second), "bucket 1s appears twice"},
