@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -93,7 +94,7 @@ func (w *Worker) commit(ctx context.Context) error {
 
 	w.hook(BeforeKafkaCommit)
 	start := time.Now()
-	committed, err := w.kafka.commit(ctx, recs, offsets)
+	committed, refused, err := w.kafka.commit(ctx, recs, offsets)
 	w.metrics.commit.WithLabelValues("kafka").Observe(time.Since(start).Seconds())
 	if err != nil {
 		return fmt.Errorf("consumer: committing: %w", err)
@@ -102,6 +103,7 @@ func (w *Worker) commit(ctx context.Context) error {
 		w.metrics.aborts.Inc()
 		w.cfg.log.Info("commit aborted (a rebalance or a refused write): the next commit takes its finished tasks, the next owners run those of revoked partitions",
 			"tasks", countResults(parts))
+		w.deadLetterRefused(refused, recs, parts)
 		for _, p := range parts {
 			p.ps.putBack(p.results)
 		}
@@ -134,6 +136,51 @@ func (w *Worker) commit(ctx context.Context) error {
 	return nil
 }
 
+// deadLetterRefused turns the results that wrote records the brokers
+// refused as too large into dead letters, so that the next commit can take
+// them and their partitions go on.
+func (w *Worker) deadLetterRefused(refused []refusal, recs []*kgo.Record, parts []pending) {
+	for _, rf := range refused {
+		i := slices.Index(recs, rf.rec)
+		for _, p := range parts {
+			if res := p.owner(i, recs); res != nil && res.src != nil {
+				w.refuseTooLarge(p.ps, res, rf.rec, rf.err)
+				break
+			}
+		}
+	}
+}
+
+// owner returns the result that wrote recs[i], if this partition's share
+// holds it: its outputs come first, in result order, then its changelog
+// records, a mark and its state writes per result.
+func (p *pending) owner(i int, recs []*kgo.Record) *result {
+	if i < 0 {
+		return nil
+	}
+	if i >= p.logStart && i < p.logEnd {
+		j := p.logStart
+		for _, r := range p.results {
+			if r.noMark {
+				continue
+			}
+			j += 1 + len(r.writes)
+			if i < j {
+				return r
+			}
+		}
+		return nil
+	}
+	j := p.logStart
+	for k := len(p.results) - 1; k >= 0; k-- {
+		j -= len(p.results[k].outputs)
+		if i >= j && i < j+len(p.results[k].outputs) {
+			return p.results[k]
+		}
+	}
+	return nil
+}
+
 // appendChangelog adds a partition's changelog records: a mark for each
 // task that ran and its state writes.
 func (w *Worker) appendChangelog(recs []*kgo.Record, tp checkpoint.TP, res []*result) []*kgo.Record {
@@ -142,7 +189,7 @@ func (w *Worker) appendChangelog(recs []*kgo.Record, tp checkpoint.TP, res []*re
 		recs = append(recs, &kgo.Record{Topic: topic, Partition: tp.Partition, Key: k, Value: v})
 	}
 	for _, r := range res {
-		if r.dup {
+		if r.noMark {
 			continue
 		}
 		add(checkpoint.EncodeMark(r.id, r.at))
@@ -191,7 +238,7 @@ func (w *Worker) checkpoint(recs []*kgo.Record, parts []pending) error {
 	for _, p := range parts {
 		tp := p.ps.tp
 		for _, r := range p.results {
-			if r.dup {
+			if r.noMark {
 				continue
 			}
 			if err := b.MarkProcessed(tp, r.id, r.at); err != nil {

@@ -58,39 +58,60 @@ func runCrash(t *testing.T, dupFraction float64) {
 	if testing.Short() && dupFraction > 0 {
 		t.Skip("the duplicate variant runs in the full suite")
 	}
+	rng := seededRand(t)
+	all := ids(crashTasks())
+	submitted := make([]onceq.Task, 0, len(all))
+	for _, id := range all {
+		submitted = append(submitted, onceq.Task{ID: id, Payload: []byte("payload-" + id)})
+	}
+	for _, task := range submitted[:len(all)] {
+		if rng.Float64() < dupFraction {
+			submitted = append(submitted, task)
+		}
+	}
+	rng.Shuffle(len(submitted), func(i, j int) { submitted[i], submitted[j] = submitted[j], submitted[i] })
+	crashRun(t, rng, submitted, all)
+}
+
+// seededRand returns the random source of a test, from the clock or from
+// ONCEQ_SEED, and logs its seed.
+func seededRand(t *testing.T) *rand.Rand {
 	seed := uint64(time.Now().UnixNano())
 	if s := os.Getenv("ONCEQ_SEED"); s != "" {
-		seed, _ = strconv.ParseUint(s, 10, 64)
+		var err error
+		if seed, err = strconv.ParseUint(s, 10, 64); err != nil {
+			t.Fatalf("ONCEQ_SEED=%q: want an unsigned integer", s)
+		}
 	}
 	t.Logf("seed %d (replay with ONCEQ_SEED=%d)", seed, seed)
-	rng := rand.New(rand.NewPCG(seed, 0))
+	return rand.New(rand.NewPCG(seed, 0))
+}
 
+// crashRun submits tasks to the queue "in" of a fresh broker, spread over
+// about 15 s, while three "onceq worker" processes of one group (with the
+// count:out handler and the extra flags) run them and one of them, chosen
+// by rng, is SIGKILLed and restarted every 1-3 s. A fresh read_committed
+// reader must then see every ID of want exactly once in "out", and the
+// per-ID run counters in the changelog must each be 1.
+func crashRun(t *testing.T, rng *rand.Rand, tasks []onceq.Task, want []string, extra ...string) {
 	_, conn := testutil.StartBroker(t, "")
 	addr := conn.Brokers[0]
 	testutil.CreateTopic(t, conn, "in", 8)
 	testutil.CreateTopic(t, conn, "out", 8)
-	n := crashTasks()
-	all := ids(n)
-	submitted := append([]string{}, all...)
-	for _, id := range all {
-		if rng.Float64() < dupFraction {
-			submitted = append(submitted, id)
-		}
-	}
-	rng.Shuffle(len(submitted), func(i, j int) { submitted[i], submitted[j] = submitted[j], submitted[i] })
+	n := len(want)
 
 	const group = "crash"
 	slots := make([]*workerProc, 3)
 	for i := range slots {
 		dir := filepath.Join(t.TempDir(), fmt.Sprintf("w%d", i))
-		slots[i] = &workerProc{dir: dir, proc: startWorker(t, addr, group, dir)}
+		slots[i] = &workerProc{dir: dir, proc: startWorker(t, addr, group, dir, extra...)}
 	}
 	// Submit while the workers run, spread over about 15 s, so that many
 	// kills land in the middle of the work.
 	go func() {
-		wave := max(len(submitted)/100, 1)
-		for i := 0; i < len(submitted); i += wave {
-			produceTasksQuiet(conn, "in", submitted[i:min(i+wave, len(submitted))])
+		wave := max(len(tasks)/100, 1)
+		for i := 0; i < len(tasks); i += wave {
+			produceQuiet(conn, "in", tasks[i:min(i+wave, len(tasks))])
 			time.Sleep(150 * time.Millisecond)
 		}
 	}()
@@ -116,7 +137,7 @@ func runCrash(t *testing.T, dupFraction float64) {
 			t.Fatal(err)
 		}
 		kills++
-		s.proc = startWorker(t, addr, group, s.dir)
+		s.proc = startWorker(t, addr, group, s.dir, extra...)
 	}
 	time.Sleep(time.Second) // a duplicate would land after the originals
 	for _, s := range slots {
@@ -127,12 +148,12 @@ func runCrash(t *testing.T, dupFraction float64) {
 			t.Errorf("worker exit %d (%v):\n%s", code, err, tail(s.proc.Output(), 2000))
 		}
 	}
-	t.Logf("%d tasks (%d submitted), %d kills", n, len(submitted), kills)
+	t.Logf("%d tasks (%d submitted), %d kills", n, len(tasks), kills)
 	if kills < 3 {
 		t.Fatalf("only %d kills: the run was too short to test crashes", kills)
 	}
-	checkExactlyOnce(t, testutil.ReadCommitted(t, conn, time.Minute, "out"), all)
-	checkRunCounters(t, conn, broker.ChangelogTopic(group, "in"), all)
+	checkExactlyOnce(t, testutil.ReadCommitted(t, conn, time.Minute, "out"), want)
+	checkRunCounters(t, conn, broker.ChangelogTopic(group, "in"), want)
 }
 
 // checkRunCounters reads the changelog as any reader would and checks
@@ -165,15 +186,26 @@ func checkRunCounters(t *testing.T, conn broker.Conn, changelog string, want []s
 	}
 }
 
+// produceTasksQuiet writes a task for each ID to queue, ignoring errors.
 func produceTasksQuiet(conn broker.Conn, queue string, ids []string) {
+	tasks := make([]onceq.Task, len(ids))
+	for i, id := range ids {
+		tasks[i] = onceq.Task{ID: id, Payload: []byte("payload-" + id)}
+	}
+	produceQuiet(conn, queue, tasks)
+}
+
+// produceQuiet writes tasks to queue, enqueued now, ignoring errors: the
+// checks that follow count what arrived.
+func produceQuiet(conn broker.Conn, queue string, tasks []onceq.Task) {
 	cl, err := conn.NewClient()
 	if err != nil {
 		return
 	}
 	defer cl.Close()
 	ctx := context.Background()
-	for _, id := range ids {
-		task := onceq.Task{ID: id, Queue: queue, Payload: []byte("payload-" + id)}
+	for _, task := range tasks {
+		task.Queue = queue
 		task.Resolve(time.Now())
 		cl.Produce(ctx, task.Record(queue), nil)
 	}

@@ -27,6 +27,11 @@ var errAbandoned = errors.New("abandoned: the handler ignored its canceled conte
 // worker stops. takenOver means the watchdog abandoned the handler and
 // another goroutine now runs the slot: this one must exit.
 func (w *Worker) execute(sl *slot, it *item, quit <-chan struct{}) (res *result, takenOver bool) {
+	defer func() {
+		if res != nil {
+			res.src = it.rec
+		}
+	}()
 	res = w.retryInPlace(it, quit, func() (*result, error) {
 		res, err := w.attempt(sl, it)
 		switch {
@@ -66,7 +71,8 @@ func (w *Worker) retryInPlace(it *item, quit <-chan struct{}, fn func() (*result
 	}
 }
 
-// attempt decodes, deduplicates, checks expiry and handles a record once.
+// attempt decodes, deduplicates, checks expiry and the due time, and
+// handles a record once.
 func (w *Worker) attempt(sl *slot, it *item) (*result, error) {
 	r := it.rec
 	task, err := onceq.FromRecord(r)
@@ -76,12 +82,15 @@ func (w *Worker) attempt(sl *slot, it *item) (*result, error) {
 	}
 	key := task.DedupKey()
 	if w.cfg.guarantee == ExactlyOnce {
+		if res, err := w.forwardHome(r, &task); res != nil || err != nil {
+			return res, err
+		}
 		dup, err := it.ps.duplicate(it, key)
 		if err != nil {
 			return nil, err
 		}
 		if dup {
-			return &result{id: key, dup: true, outcome: outcomeDuplicate}, nil
+			return &result{id: key, noMark: true, outcome: outcomeDuplicate}, nil
 		}
 	}
 	now := time.Now()
@@ -94,6 +103,19 @@ func (w *Worker) attempt(sl *slot, it *item) (*result, error) {
 			res.outcome = outcomeExpired
 		}
 		return res, err
+	}
+	if task.DelayedAt(now) {
+		// Written straight to the queue with a due time ahead (any
+		// client can): never early, so it waits, here if briefly, or
+		// through the delay buckets.
+		if wait := task.Due.Sub(now); wait <= maxWaitInPlace {
+			if !sleep(wait, w.sched.quit) {
+				return nil, errCanceledRun
+			}
+			now = time.Now()
+		} else {
+			return w.hold(&task, key, now)
+		}
 	}
 	it.ps.latency.Observe(sinceDue(&task, now).Seconds())
 	t := &Task{Task: task, Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, w: w, state: State{ps: it.ps}}
@@ -109,6 +131,22 @@ func (w *Worker) attempt(sl *slot, it *item) (*result, error) {
 		return w.failure(&task, key, herr)
 	}
 	return w.success(t, key)
+}
+
+// maxWaitInPlace is the longest a task due ahead waits in its slot; one
+// due later goes through the delay buckets.
+const maxWaitInPlace = 250 * time.Millisecond
+
+// sleep waits d, or until quit is closed; it reports whether d passed.
+func sleep(d time.Duration, quit <-chan struct{}) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-quit:
+		return false
+	}
 }
 
 // runHandler calls the handler on the slot's goroutine with the task's

@@ -78,6 +78,9 @@ func (t *Task) Emit(out onceq.Task) error {
 // values, overlaid by the writes of tasks completed but not yet committed,
 // overlaid by this task's own writes.
 //
+// Under AtLeastOnce there is no checkpoint: State lives in memory only,
+// per partition, and starts empty whenever the partition is assigned.
+//
 // State is scoped to the partition. Tasks of different keys in one
 // partition run concurrently: derive state keys from the task's key (or ID)
 // so that concurrent tasks never write the same state key.
@@ -100,6 +103,10 @@ func (s *State) Get(key []byte) ([]byte, bool, error) {
 	}
 	if v, ok, found := s.ps.overlayGet(key); found {
 		return v, ok, nil
+	}
+	if s.ps.store == nil {
+		// At-least-once: the overlay is the partition's whole state.
+		return nil, false, nil
 	}
 	return s.ps.store.Get(s.ps.tp, key)
 }

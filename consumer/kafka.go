@@ -3,6 +3,7 @@ package consumer
 import (
 	"cmp"
 	"context"
+	"errors"
 	"maps"
 	"slices"
 	"strings"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
@@ -23,8 +25,9 @@ type kafkaSide interface {
 	poll(ctx context.Context, max int) kgo.Fetches
 	// commit writes recs and commits offsets, atomically for the
 	// transactional side. committed false with a nil error means the
-	// commit was aborted (a rebalance, a refused write).
-	commit(ctx context.Context, recs []*kgo.Record, offsets map[string]map[int32]kgo.EpochOffset) (committed bool, err error)
+	// commit was aborted (a rebalance, a refused write); refused holds the
+	// records the brokers refused as too large, which no retry would take.
+	commit(ctx context.Context, recs []*kgo.Record, offsets map[string]map[int32]kgo.EpochOffset) (committed bool, refused []refusal, err error)
 	client() *kgo.Client
 	pause(tp checkpoint.TP)
 	resume(tp checkpoint.TP)
@@ -73,7 +76,9 @@ func newKafkaSide(w *Worker) (kafkaSide, error) {
 		opts = append(opts, kgo.InstanceID(w.instanceID), kgo.Balancers(kgo.CooperativeStickyBalancer()))
 	}
 	if w.cfg.guarantee == AtLeastOnce {
-		opts = append(opts, kgo.AutoCommitInterval(w.cfg.commitInterval))
+		// The worker commits its marks every commit interval itself; the
+		// client's own autocommit (100ms at least) is a backstop.
+		opts = append(opts, kgo.AutoCommitInterval(max(w.cfg.commitInterval, 100*time.Millisecond)))
 		cl, err := w.cfg.conn.NewClient(opts...)
 		if err != nil {
 			return nil, err
@@ -136,25 +141,29 @@ func (s *txnSide) poll(ctx context.Context, max int) kgo.Fetches {
 	return s.sess.PollRecords(ctx, max)
 }
 
-func (s *txnSide) commit(ctx context.Context, recs []*kgo.Record, offsets map[string]map[int32]kgo.EpochOffset) (bool, error) {
+func (s *txnSide) commit(ctx context.Context, recs []*kgo.Record, offsets map[string]map[int32]kgo.EpochOffset) (bool, []refusal, error) {
 	if err := s.sess.Begin(); err != nil {
-		return false, err
+		return false, nil, err
 	}
 	var (
 		mu      sync.Mutex
 		failure error
+		refused []refusal
 	)
 	for _, r := range recs {
-		s.sess.Produce(ctx, r, func(_ *kgo.Record, err error) {
+		s.sess.Produce(ctx, r, func(r *kgo.Record, err error) {
 			if err != nil {
 				mu.Lock()
 				failure = cmp.Or(failure, err)
+				if tooLarge(err) {
+					refused = append(refused, refusal{r, err})
+				}
 				mu.Unlock()
 			}
 		})
 	}
 	if err := s.cl.Flush(ctx); err != nil {
-		return false, err
+		return false, nil, err
 	}
 	mu.Lock()
 	try := kgo.TransactionEndTry(failure == nil)
@@ -172,7 +181,20 @@ func (s *txnSide) commit(ctx context.Context, recs []*kgo.Record, offsets map[st
 		setTxnOffsets(req, offsets)
 		return nil
 	})
-	return s.sess.End(ctx, try)
+	committed, err := s.sess.End(ctx, try)
+	return committed, refused, err
+}
+
+// refusal is a record the brokers refused as too large.
+type refusal struct {
+	rec *kgo.Record
+	err error
+}
+
+// tooLarge reports a produce error that writing the record again cannot
+// fix.
+func tooLarge(err error) bool {
+	return errors.Is(err, kerr.MessageTooLarge) || errors.Is(err, kerr.RecordListTooLarge)
 }
 
 // setTxnOffsets makes req commit exactly offsets, keeping the topic IDs the
@@ -205,12 +227,22 @@ type plainSide struct{ baseSide }
 
 func (s *plainSide) poll(ctx context.Context, max int) kgo.Fetches { return s.cl.PollRecords(ctx, max) }
 
-func (s *plainSide) commit(ctx context.Context, recs []*kgo.Record, offsets map[string]map[int32]kgo.EpochOffset) (bool, error) {
-	if err := s.cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
-		return false, err
+func (s *plainSide) commit(ctx context.Context, recs []*kgo.Record, offsets map[string]map[int32]kgo.EpochOffset) (bool, []refusal, error) {
+	var refused []refusal
+	for _, pr := range s.cl.ProduceSync(ctx, recs...) {
+		switch {
+		case pr.Err == nil:
+		case tooLarge(pr.Err):
+			refused = append(refused, refusal{pr.Record, pr.Err})
+		default:
+			return false, nil, pr.Err
+		}
+	}
+	if len(refused) > 0 {
+		return false, refused, nil
 	}
 	s.cl.MarkCommitOffsets(offsets)
-	return true, s.cl.CommitMarkedOffsets(ctx)
+	return true, nil, s.cl.CommitMarkedOffsets(ctx)
 }
 
 func (s *plainSide) close() { s.cl.Close() }

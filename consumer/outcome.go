@@ -1,9 +1,11 @@
 package consumer
 
 import (
+	"cmp"
 	"fmt"
 	"math/rand/v2"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -19,6 +21,7 @@ const (
 	outcomeRetried   = "retried"
 	outcomeDead      = "dead"
 	outcomeExpired   = "expired"
+	outcomeForwarded = "forwarded" // to its home partition, or to the delay buckets
 )
 
 // Reasons of dead letters, as counted in onceq_dead_letters_total.
@@ -27,13 +30,14 @@ const (
 	reasonMaxAttempts = "max_attempts" // failed on its last attempt
 	reasonExpired     = "expired"
 	reasonMalformed   = "malformed"
+	reasonTooLarge    = "too_large" // an output, retry or dead letter the brokers refused as too large
 )
 
 // success turns a handled task into its result: outputs as records, state
 // writes, the processed-ID mark.
 func (w *Worker) success(t *Task, key string) (*result, error) {
 	now := time.Now()
-	res := &result{id: key, at: now, writes: t.state.writes, outcome: outcomeSuccess}
+	res := &result{id: key, at: now, writes: t.state.writes, outcome: outcomeSuccess, queue: t.Queue}
 	for i := range t.emits {
 		out := &t.emits[i]
 		out.Resolve(now)
@@ -92,8 +96,8 @@ func (w *Worker) failure(task *onceq.Task, key string, herr error) (*result, err
 	if err != nil {
 		return nil, err
 	}
-	w.cfg.log.Debug("task failed; retry scheduled", "id", task.ID, "attempt", task.Attempt, "retry_in", delay, "err", herr)
-	return &result{id: key, at: now, outcome: outcomeRetried, outputs: []*kgo.Record{rec}}, nil
+	w.cfg.log.Info("task failed; retry scheduled", "id", task.ID, "queue", task.Queue, "attempt", task.Attempt, "retry_in", delay, "err", herr)
+	return &result{id: key, at: now, outcome: outcomeRetried, outputs: []*kgo.Record{rec}, queue: task.Queue}, nil
 }
 
 // deadLetter writes the task to its queue's dead letters with every
@@ -108,7 +112,7 @@ func (w *Worker) deadLetter(task *onceq.Task, key, reason, text string, now time
 	dead.LastError = onceq.CutError(reason + ": " + text)
 	dead.Failed = now
 	w.metrics.dead.WithLabelValues(task.Queue, reason).Inc()
-	return &result{id: key, at: now, outcome: outcomeDead, outputs: []*kgo.Record{dead.Record(dlq)}}, nil
+	return &result{id: key, at: now, outcome: outcomeDead, outputs: []*kgo.Record{dead.Record(dlq)}, queue: task.Queue}, nil
 }
 
 // deadLetterRaw dead-letters a record whose onceq headers cannot be
@@ -129,5 +133,102 @@ func (w *Worker) deadLetterRaw(r *kgo.Record, id string, cause error) (*result, 
 		kgo.RecordHeader{Key: onceq.HeaderError, Value: []byte(onceq.CutError(reasonMalformed + ": " + cause.Error()))},
 		kgo.RecordHeader{Key: onceq.HeaderFailed, Value: []byte(strconv.FormatInt(now.UnixMilli(), 10))})
 	w.metrics.dead.WithLabelValues(r.Topic, reasonMalformed).Inc()
-	return &result{id: id, at: now, outcome: outcomeDead, outputs: []*kgo.Record{{Topic: dlq, Key: r.Key, Value: r.Value, Headers: hs}}}, nil
+	return &result{id: id, at: now, outcome: outcomeDead, outputs: []*kgo.Record{{Topic: dlq, Key: r.Key, Value: r.Value, Headers: hs}}, queue: r.Topic}, nil
+}
+
+// hold sends a task due later on to the delay buckets, as it is: it leaves
+// no mark, so that it runs when it comes back due.
+func (w *Worker) hold(task *onceq.Task, key string, now time.Time) (*result, error) {
+	rec, err := w.route(task, now)
+	if err != nil {
+		return nil, err
+	}
+	w.cfg.log.Debug("task due later: sent to the delay buckets", "id", task.ID, "due", task.Due)
+	return &result{id: key, noMark: true, outcome: outcomeForwarded, outputs: []*kgo.Record{rec}, queue: task.Queue}, nil
+}
+
+// maxRefusals bounds the commits that refuse one result's records.
+const maxRefusals = 3
+
+// homePartitioner is Kafka's default partitioner of keyed records
+// (murmur2), which the onceq producer uses; it is safe for concurrent use
+// with keys.
+var homePartitioner = kgo.StickyKeyPartitioner(nil).ForTopic("")
+
+// forwardHome moves a task with a client-chosen ID found in a partition
+// other than the one its key maps to (a producer whose partitioner is not
+// Kafka's default, such as librdkafka's) to that partition, without running
+// it, in the transaction of its offset: duplicates of an ID are found
+// there, whichever client wrote them. A record without onceq-id is never
+// moved: its ID is its offset. nil, nil: the record is home.
+func (w *Worker) forwardHome(r *kgo.Record, task *onceq.Task) (*result, error) {
+	if task.ID == onceq.RecordID(r.Topic, r.Partition, r.Offset) {
+		return nil, nil
+	}
+	key := r.Key
+	if len(key) == 0 {
+		key = []byte(task.ID)
+	}
+	n, err := w.topics.partitions(r.Topic)
+	if err != nil {
+		return nil, err
+	}
+	home := homePartitioner.Partition(&kgo.Record{Key: key}, int(n))
+	if int32(home) == r.Partition {
+		return nil, nil
+	}
+	if !w.topics.confirmPartitions(r.Topic, n) {
+		// The partition count just changed: ask again on the next run.
+		return nil, fmt.Errorf("consumer: partition count of %s changed", r.Topic)
+	}
+	w.cfg.log.Debug("task outside its key's partition: forwarded", "id", task.ID, "topic", r.Topic, "partition", r.Partition, "home", home)
+	fwd := &kgo.Record{Topic: r.Topic, Key: key, Value: r.Value, Headers: r.Headers}
+	return &result{id: task.DedupKey(), noMark: true, outcome: outcomeForwarded, outputs: []*kgo.Record{fwd}, queue: task.Queue}, nil
+}
+
+// refuseTooLarge turns a result whose output (a task it emitted, its retry
+// or its dead letter) or state write the brokers refused as too large into
+// a dead letter with reason too_large: the source record's key and headers
+// without its payload, the refused record named in onceq-error. Its state
+// writes are dropped. After a second refusal the dead letter keeps only the
+// onceq headers.
+func (w *Worker) refuseTooLarge(ps *partState, res *result, refused *kgo.Record, cause error) {
+	res.refused++
+	ps.retract(res)
+	if res.refused > maxRefusals {
+		// Not even a bare dead letter fits: the task ends with nothing
+		// written but its mark, and says so.
+		w.cfg.log.Error("task dropped: even its bare dead letter was refused as too large", "topic", res.src.Topic,
+			"partition", res.src.Partition, "offset", res.src.Offset, "err", cause)
+		res.outcome, res.outputs = outcomeDead, nil
+		return
+	}
+	src := res.src
+	queue := cmp.Or(res.queue, src.Topic)
+	dlq := broker.DLQTopic(queue)
+	if err := w.topics.ensure(dlq); err != nil {
+		// The next commit fails on the missing topic and asks again.
+		w.cfg.log.Warn("creating dead-letter topic", "topic", dlq, "err", err)
+	}
+	text := fmt.Sprintf("%s: %d-byte record to %s refused (%v); payload dropped, the task was %s/%d@%d",
+		reasonTooLarge, len(refused.Key)+len(refused.Value), refused.Topic, cause, src.Topic, src.Partition, src.Offset)
+	now := time.Now()
+	hs := make([]kgo.RecordHeader, 0, len(src.Headers)+2)
+	for _, h := range src.Headers {
+		if h.Key == onceq.HeaderError || h.Key == onceq.HeaderFailed || res.refused > 1 && !strings.HasPrefix(h.Key, "onceq-") {
+			continue
+		}
+		hs = append(hs, h)
+	}
+	hs = append(hs,
+		kgo.RecordHeader{Key: onceq.HeaderError, Value: []byte(onceq.CutError(text))},
+		kgo.RecordHeader{Key: onceq.HeaderFailed, Value: []byte(strconv.FormatInt(now.UnixMilli(), 10))})
+	key := src.Key
+	if res.refused > 1 {
+		key = nil
+	}
+	w.cfg.log.Warn("task dead-lettered: a record it writes is too large", "queue", queue, "topic", src.Topic, "partition", src.Partition,
+		"offset", src.Offset, "refused_topic", refused.Topic, "err", cause)
+	w.metrics.dead.WithLabelValues(queue, reasonTooLarge).Inc()
+	res.outcome, res.outputs = outcomeDead, []*kgo.Record{{Topic: dlq, Key: key, Headers: hs}}
 }

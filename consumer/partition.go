@@ -61,11 +61,14 @@ type overlayVal struct {
 type result struct {
 	seq     uint64
 	id      string // the dedup key the result marks processed
-	outcome string // success, duplicate, retried, dead, expired
-	dup     bool
+	outcome string // success, duplicate, retried, dead, expired, forwarded
+	noMark  bool   // leaves no processed-ID mark (a duplicate, a forwarded record)
 	at      time.Time
 	writes  []stateWrite
 	outputs []*kgo.Record
+	src     *kgo.Record // the record that ran
+	queue   string      // its queue, for a dead letter
+	refused int         // commits that refused an output as too large
 }
 
 func newPartState(tp checkpoint.TP, store *checkpoint.Store) *partState {
@@ -101,7 +104,7 @@ func (p *partState) complete(it *item, res *result) (ready []*item) {
 	p.offsets.done(it.rec.Offset)
 	p.seq++
 	res.seq = p.seq
-	if !res.dup {
+	if !res.noMark {
 		// Without a checkpoint (at-least-once) nothing deduplicates
 		// and no commit clears ids: keeping them would hold every
 		// task ID the partition ever ran.
@@ -127,6 +130,19 @@ func (p *partState) complete(it *item, res *result) (ready []*item) {
 		}
 	}
 	return ready
+}
+
+// retract removes a result's state writes from the overlay, where they
+// were visible to other tasks: the result is committed without them.
+func (p *partState) retract(res *result) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, w := range res.writes {
+		if v, ok := p.overlay[string(w.key)]; ok && v.seq == res.seq {
+			delete(p.overlay, string(w.key))
+		}
+	}
+	res.writes = nil
 }
 
 // overlayGet looks key up among the completed, uncommitted writes.

@@ -18,9 +18,62 @@ import (
 type topicCache struct {
 	adm *broker.Admin
 	ok  sync.Map // topic -> struct{}
+
+	mu     sync.Mutex
+	counts map[string]partitionCount
 }
 
-func newTopicCache(adm *broker.Admin) *topicCache { return &topicCache{adm: adm} }
+type partitionCount struct {
+	n    int32
+	seen time.Time
+}
+
+// partitionsTTL is how long a topic's partition count is trusted.
+const partitionsTTL = 30 * time.Second
+
+func newTopicCache(adm *broker.Admin) *topicCache {
+	return &topicCache{adm: adm, counts: map[string]partitionCount{}}
+}
+
+// partitions returns how many partitions topic has, asking the brokers at
+// most every partitionsTTL.
+func (c *topicCache) partitions(topic string) (int32, error) {
+	c.mu.Lock()
+	pc, ok := c.counts[topic]
+	c.mu.Unlock()
+	if ok && time.Since(pc.seen) < partitionsTTL {
+		return pc.n, nil
+	}
+	return c.refreshPartitions(topic)
+}
+
+// confirmPartitions asks the brokers again, unless the count was fetched
+// in the last second, and reports whether it is still n: a record is
+// forwarded only on a count the brokers just confirmed.
+func (c *topicCache) confirmPartitions(topic string, n int32) bool {
+	c.mu.Lock()
+	pc := c.counts[topic]
+	c.mu.Unlock()
+	if time.Since(pc.seen) < time.Second {
+		return pc.n == n
+	}
+	got, err := c.refreshPartitions(topic)
+	return err == nil && got == n
+}
+
+func (c *topicCache) refreshPartitions(topic string) (int32, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	info, err := c.adm.DescribeTopic(ctx, topic)
+	if err != nil {
+		return 0, fmt.Errorf("consumer: partitions of %s: %w", topic, err)
+	}
+	n := int32(len(info.Partitions))
+	c.mu.Lock()
+	c.counts[topic] = partitionCount{n: n, seen: time.Now()}
+	c.mu.Unlock()
+	return n, nil
+}
 
 func (c *topicCache) known(topic string) { c.ok.Store(topic, struct{}{}) }
 
