@@ -32,8 +32,13 @@ const HeaderPrefix = "onceq-"
 const (
 	// MaxIDLen is the longest task ID, in bytes.
 	MaxIDLen = 256
-	// MaxQueueLen is the longest queue name Kafka accepts.
-	MaxQueueLen = 249
+	// MaxTopicLen is the longest topic name Kafka accepts.
+	MaxTopicLen = 249
+	// MaxQueueLen is the longest queue name: its dead-letter topic,
+	// onceq-dlq-<queue>, must fit MaxTopicLen. (A worker's group and queue
+	// together must also fit their changelog topic: see
+	// broker.ValidateChangelog.)
+	MaxQueueLen = MaxTopicLen - len("onceq-dlq-")
 	// DefaultMaxMessageBytes is the default largest record the broker
 	// accepts (Kafka's message.max.bytes, 1 MiB).
 	DefaultMaxMessageBytes = 1 << 20

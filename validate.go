@@ -18,7 +18,8 @@ func ValidateQueue(name string) error {
 	case name == "." || name == "..":
 		return invalid(ErrInvalidQueue, "queue", name, "\".\" and \"..\" are not allowed by Kafka")
 	case len(name) > MaxQueueLen:
-		return invalid(ErrInvalidQueue, "queue", name, "at most %d bytes", MaxQueueLen)
+		return invalid(ErrInvalidQueue, "queue", name, "%d bytes: at most %d, so that its dead-letter topic onceq-dlq-<queue> fits Kafka's limit of %d on topic names",
+			len(name), MaxQueueLen, MaxTopicLen)
 	case strings.HasPrefix(name, "onceq-"), strings.HasPrefix(name, "__"):
 		return invalid(ErrReservedQueue, "queue", name, "names starting with \"onceq-\" or \"__\" are reserved for onceq and Kafka: choose another name")
 	}
@@ -33,8 +34,8 @@ func ValidateQueue(name string) error {
 // ValidateTopic checks any topic name, reserved or not, against Kafka's
 // rules. Internal topics (delay buckets, dead letters, changelogs) use it.
 func ValidateTopic(name string) error {
-	if name == "" || name == "." || name == ".." || len(name) > MaxQueueLen {
-		return invalid(ErrInvalidQueue, "topic", name, "a topic name has 1 to %d bytes and is not \".\" or \"..\"", MaxQueueLen)
+	if name == "" || name == "." || name == ".." || len(name) > MaxTopicLen {
+		return invalid(ErrInvalidQueue, "topic", name, "a topic name has 1 to %d bytes and is not \".\" or \"..\"", MaxTopicLen)
 	}
 	for i := 0; i < len(name); i++ {
 		if !queueByte(name[i]) {
