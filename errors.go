@@ -16,12 +16,15 @@ var (
 	ErrTooLarge        = errors.New("record too large")
 	ErrMalformedHeader = errors.New("malformed header")
 	ErrInvalidTask     = errors.New("invalid task")
+	// ErrInvalidLine is a JSON line of tasks (ParseLine) that is not one
+	// JSON object of the line format.
+	ErrInvalidLine = errors.New("invalid JSON line")
 )
 
 // Error is an invalid value: which field, what it was, what kind of error
 // (one of the Err variables, reachable through errors.Is) and how to fix it.
 type Error struct {
-	Field string // "queue", "id", "header onceq-due", ...
+	Field string // "queue", "id", "header onceq-due", ...; empty: the whole input
 	Value string // the offending value, cut to a readable length
 	Kind  error  // one of the Err variables of this package
 	Hint  string // how to fix it
@@ -32,7 +35,10 @@ func (e *Error) Error() string {
 	if e.Value != "" {
 		msg += " " + quoteCut(e.Value)
 	}
-	msg += ": " + e.Kind.Error()
+	if e.Field != "" || e.Value != "" {
+		msg += ": "
+	}
+	msg += e.Kind.Error()
 	if e.Hint != "" {
 		msg += ": " + e.Hint
 	}

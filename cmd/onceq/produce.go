@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -110,8 +109,8 @@ func (f *produceFlags) check(cmd *cobra.Command, args []string) error {
 	if f.createQueues < 0 {
 		return usagef("--create-queues %d: want 0 (refuse missing queues) or a partition count", f.createQueues)
 	}
-	if f.maxAttempts < 0 {
-		return usagef("--max-attempts %d: want 0 (the worker's default) or more", f.maxAttempts)
+	if f.maxAttempts < 0 || f.maxAttempts > onceq.MaxAttemptCount {
+		return usagef("--max-attempts %d: want 0 (the worker's default) or 1 to %d", f.maxAttempts, onceq.MaxAttemptCount)
 	}
 	if f.queue != "" {
 		if err := onceq.ValidateQueue(f.queue); err != nil {
@@ -140,8 +139,6 @@ func (f *produceFlags) producerOpts(g *globals) ([]producer.Opt, error) {
 	}, nil
 }
 
-func flagName(field string) string { return "--" + strings.ReplaceAll(field, "_", "-") }
-
 func (f *produceFlags) run(ctx context.Context, g *globals, args []string) error {
 	opts, err := f.producerOpts(g)
 	if err != nil {
@@ -161,25 +158,25 @@ func (f *produceFlags) run(ctx context.Context, g *globals, args []string) error
 }
 
 func (f *produceFlags) runOne(ctx context.Context, g *globals, opts []producer.Opt, args []string, out *receipts) error {
-	s := taskSpec{queue: f.queue, id: f.id, key: f.key, delay: f.delay, at: f.at, ttl: f.ttl}
+	s := onceq.Spec{Queue: f.queue, ID: f.id, Key: f.key, Delay: f.delay, At: f.at, TTL: f.ttl}
 	switch {
 	case f.stdinPayload:
 		b, err := io.ReadAll(g.stdin)
 		if err != nil {
 			return fmt.Errorf("reading the payload from stdin: %w", err)
 		}
-		s.payload = b
+		s.Payload = b
 	case len(args) == 1:
-		s.payload = []byte(args[0])
+		s.Payload = []byte(args[0])
 	}
 	for _, h := range f.headers {
 		hd, err := parseHeader(h)
 		if err != nil {
 			return err
 		}
-		s.headers = append(s.headers, hd)
+		s.Headers = append(s.Headers, hd)
 	}
-	task, err := s.task(time.Now(), flagName)
+	task, err := s.Task(time.Now(), flagName)
 	if err != nil {
 		return err
 	}
