@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -16,10 +18,15 @@ import (
 // ErrTopicNotFound is returned for operations on a topic that does not exist.
 var ErrTopicNotFound = errors.New("topic not found")
 
+// ErrLegacyChangelog is returned for a group's changelog that still has the
+// ambiguous name earlier onceq versions gave it (LegacyChangelogTopic).
+var ErrLegacyChangelog = errors.New("changelog under its old, ambiguous name")
+
 // Admin manages topics and reads consumer-group lag.
 type Admin struct {
-	cl  *kgo.Client
-	adm *kadm.Client
+	conn Conn
+	cl   *kgo.Client
+	adm  *kadm.Client
 }
 
 // NewAdmin connects an admin client. Close releases it.
@@ -28,7 +35,7 @@ func NewAdmin(c Conn) (*Admin, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Admin{cl: cl, adm: kadm.NewClient(cl)}, nil
+	return &Admin{conn: c, cl: cl, adm: kadm.NewClient(cl)}, nil
 }
 
 // Close releases the connection.
@@ -65,9 +72,22 @@ func (t TopicInfo) Records() int64 {
 }
 
 // CreateTopic creates a topic, failing if it exists. configs may be nil.
+// The name, the partition count (1 to MaxPartitions) and the configs
+// (ValidateTopicConfigs) are checked before anything is sent: bad ones
+// wrap ErrConfig. A refusal by the brokers wraps their error code
+// (kerr.InvalidPartitions, kerr.InvalidConfig, ...) and carries their
+// message.
 func (a *Admin) CreateTopic(ctx context.Context, name string, partitions int32, configs map[string]string) error {
-	if partitions < 1 {
-		return configErr("topic %q: %d partitions: want 1 or more", name, partitions)
+	if p := topicNameProblem(name); p != "" {
+		return topicErr("topic %q: %s", name, p)
+	}
+	if partitions < 1 || partitions > MaxPartitions {
+		return topicErr("topic %q: %d partitions: want 1 to %d", name, partitions, MaxPartitions)
+	}
+	for _, k := range slices.Sorted(maps.Keys(configs)) {
+		if p := topicConfigProblem(k, configs[k]); p != "" {
+			return topicErr("topic %q: %s", name, p)
+		}
 	}
 	resp, err := a.adm.CreateTopic(ctx, partitions, -1, ptrConfigs(configs), name)
 	if err == nil {
@@ -77,14 +97,26 @@ func (a *Admin) CreateTopic(ctx context.Context, name string, partitions int32, 
 		if resp.ErrMessage != "" {
 			return fmt.Errorf("broker: creating topic %q: %w (%s)", name, err, resp.ErrMessage)
 		}
-		return fmt.Errorf("broker: creating topic %q: %w", name, err)
+		return fmt.Errorf("broker: creating topic %q: %w", name, a.conn.explain(err))
 	}
 	return nil
 }
 
 // EnsureTopic creates a topic unless it exists. An existing topic is left
 // as it is, whatever its partitions and configs.
+//
+// For a changelog (a name ChangelogTopic made) it first looks for the
+// group's changelog under the name earlier onceq versions gave it
+// (LegacyChangelogTopic), and refuses with ErrLegacyChangelog if it exists:
+// that topic may hold another group's records, and a worker that started
+// on a new, empty changelog would forget what the old one recorded. The
+// error says how to move on.
 func (a *Admin) EnsureTopic(ctx context.Context, name string, partitions int32, configs map[string]string) error {
+	if group, queue, ok := ParseChangelogTopic(name); ok {
+		if err := a.checkLegacyChangelog(ctx, group, queue); err != nil {
+			return err
+		}
+	}
 	err := a.CreateTopic(ctx, name, partitions, configs)
 	if errors.Is(err, kerr.TopicAlreadyExists) {
 		return nil
@@ -92,12 +124,50 @@ func (a *Admin) EnsureTopic(ctx context.Context, name string, partitions int32, 
 	return err
 }
 
+// checkLegacyChangelog refuses a group and queue whose changelog still has
+// its legacy name.
+func (a *Admin) checkLegacyChangelog(ctx context.Context, group, queue string) error {
+	legacy := LegacyChangelogTopic(group, queue)
+	if len(legacy) > MaxTopicLen {
+		return nil // no broker could have made it
+	}
+	details, err := a.adm.ListTopicsWithInternal(ctx, legacy)
+	if err != nil {
+		return fmt.Errorf("broker: looking for the old changelog %s: %w", legacy, a.conn.explain(err))
+	}
+	if d, ok := details[legacy]; !ok || d.Err != nil {
+		return nil
+	}
+	return fmt.Errorf("broker: group %q, queue %q: its changelog is %s, the name onceq gave changelogs before it named them %s; "+
+		"that name is ambiguous (%s), so the topic may hold other groups' records. "+
+		"Stop every worker of the groups that share it and delete it ('onceq topics delete %s --internal'); the workers then start %s. "+
+		"They keep their committed offsets, so no task runs again, but the processed IDs and task state the old changelog held are dropped: "+
+		"a later duplicate of a task that already ran runs again, and State starts empty: %w",
+		group, queue, legacy, ChangelogPrefix+"<group length>-<group>-<queue>", ownersText(legacy, group, queue),
+		legacy, ChangelogTopic(group, queue), ErrLegacyChangelog)
+}
+
+// ownersText lists the other groups and queues a legacy changelog name
+// stands for.
+func ownersText(legacy, group, queue string) string {
+	var others []string
+	for _, o := range LegacyChangelogOwners(legacy) {
+		if o.Group != group || o.Queue != queue {
+			others = append(others, fmt.Sprintf("group %q with queue %q", o.Group, o.Queue))
+		}
+	}
+	if len(others) == 0 {
+		return "any group and queue whose names join with '-' to the same string share it"
+	}
+	return strings.Join(others, ", ") + " share it"
+}
+
 // ListTopics returns topic names, sorted. Internal topics (onceq's own and
 // Kafka's) are included only when internal is true.
 func (a *Admin) ListTopics(ctx context.Context, internal bool) ([]string, error) {
 	details, err := a.adm.ListTopicsWithInternal(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("broker: listing topics: %w", err)
+		return nil, fmt.Errorf("broker: listing topics: %w", a.conn.explain(err))
 	}
 	var names []string
 	for _, n := range details.Names() {
@@ -134,7 +204,7 @@ func (a *Admin) DescribeTopic(ctx context.Context, name string) (TopicInfo, erro
 func (a *Admin) describeTopic(ctx context.Context, name string) (TopicInfo, error) {
 	details, err := a.adm.ListTopicsWithInternal(ctx, name)
 	if err != nil {
-		return TopicInfo{}, fmt.Errorf("broker: describing topic %q: %w", name, err)
+		return TopicInfo{}, fmt.Errorf("broker: describing topic %q: %w", name, a.conn.explain(err))
 	}
 	d, ok := details[name]
 	if !ok || errors.Is(d.Err, kerr.UnknownTopicOrPartition) {
@@ -199,7 +269,7 @@ func (a *Admin) DeleteTopic(ctx context.Context, name string) error {
 		return fmt.Errorf("broker: topic %q: %w", name, ErrTopicNotFound)
 	}
 	if err != nil {
-		return fmt.Errorf("broker: deleting topic %q: %w", name, err)
+		return fmt.Errorf("broker: deleting topic %q: %w", name, a.conn.explain(err))
 	}
 	return nil
 }
@@ -218,7 +288,7 @@ type PartitionLag struct {
 func (a *Admin) GroupLag(ctx context.Context, group string) ([]PartitionLag, error) {
 	lags, err := a.adm.Lag(ctx, group)
 	if err != nil {
-		return nil, fmt.Errorf("broker: lag of group %q: %w", group, err)
+		return nil, fmt.Errorf("broker: lag of group %q: %w", group, a.conn.explain(err))
 	}
 	gl, ok := lags[group]
 	if !ok {
@@ -251,15 +321,22 @@ func ptrConfigs(m map[string]string) map[string]*string {
 	return out
 }
 
-// ParseConfigs reads "key=value" pairs into a config map.
+// ParseConfigs reads "key=value" pairs into a config map and checks them
+// with ValidateTopicConfigs. A key given twice is refused.
 func ParseConfigs(pairs []string) (map[string]string, error) {
 	out := map[string]string{}
 	for _, p := range pairs {
 		k, v, ok := strings.Cut(p, "=")
 		if !ok || k == "" {
-			return nil, configErr("topic config %q: want key=value, for example retention.ms=86400000", p)
+			return nil, topicErr("topic config %q: want key=value, for example retention.ms=86400000", p)
+		}
+		if prev, dup := out[k]; dup {
+			return nil, topicErr("topic config %s is given twice (%q and %q): give it once", k, prev, v)
 		}
 		out[k] = v
+	}
+	if err := ValidateTopicConfigs(out); err != nil {
+		return nil, err
 	}
 	return out, nil
 }

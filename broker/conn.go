@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/sasl/plain"
@@ -17,7 +18,9 @@ import (
 // DefaultBrokers is where clients look when nothing else is configured.
 const DefaultBrokers = "127.0.0.1:9092"
 
-// ErrConfig is wrapped by every invalid connection setting.
+// ErrConfig is wrapped by every setting this package refuses before it
+// sends anything: a connection setting, and a topic's name, partition
+// count or configs.
 var ErrConfig = errors.New("invalid connection setting")
 
 // Conn is how to reach a Kafka cluster. The zero value with Brokers set is a
@@ -59,6 +62,18 @@ type SASL struct {
 func configErr(format string, args ...any) error {
 	return fmt.Errorf("broker: %s: %w", fmt.Sprintf(format, args...), ErrConfig)
 }
+
+// topicErr is an invalid topic setting (a name, a partition count, a
+// config). It matches ErrConfig without ErrConfig's text, which speaks of
+// connections.
+func topicErr(format string, args ...any) error {
+	return settingError("broker: " + fmt.Sprintf(format, args...))
+}
+
+type settingError string
+
+func (e settingError) Error() string        { return string(e) }
+func (e settingError) Is(target error) bool { return target == ErrConfig }
 
 // ParseBrokers splits a comma-separated broker list and checks every entry.
 func ParseBrokers(s string) ([]string, error) {
@@ -183,3 +198,44 @@ func (c Conn) NewClient(extra ...kgo.Opt) (*kgo.Client, error) {
 	}
 	return cl, nil
 }
+
+// ErrUnreachable is wrapped by the errors of requests that failed because
+// no broker could be reached.
+var ErrUnreachable = errors.New("brokers unreachable")
+
+// explain rewrites franz-go's guess for a connection that a broker closed
+// right after a request ("is SASL missing?", "is TLS misconfigured?")
+// when the guess is wrong: the broker stopped or crashed. If no seed
+// broker accepts a new TCP connection, the error says the brokers are
+// unreachable, wraps ErrUnreachable and still unwraps to franz-go's
+// error; otherwise (a broker that answers and then hangs up may indeed
+// want TLS or SASL) err is returned as it is.
+func (c Conn) explain(err error) error {
+	var eof *kgo.ErrFirstReadEOF
+	if err == nil || !errors.As(err, &eof) {
+		return err
+	}
+	brokers := c.Brokers
+	if len(brokers) == 0 {
+		brokers = []string{DefaultBrokers}
+	}
+	for _, b := range brokers {
+		if conn, derr := net.DialTimeout("tcp", b, time.Second); derr == nil {
+			conn.Close()
+			return err
+		}
+	}
+	return &unreachableError{brokers: brokers, err: err}
+}
+
+type unreachableError struct {
+	brokers []string
+	err     error
+}
+
+func (e *unreachableError) Error() string {
+	return fmt.Sprintf("broker %s unreachable: the connection closed during the request and a new one is refused: is the broker running?",
+		strings.Join(e.brokers, ","))
+}
+
+func (e *unreachableError) Unwrap() []error { return []error{ErrUnreachable, e.err} }

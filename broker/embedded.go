@@ -34,9 +34,16 @@ type EmbeddedConfig struct {
 	// Sync fsyncs every produced batch. Off by default, like Kafka: the OS
 	// page cache holds writes until a segment rolls or the broker stops.
 	Sync bool
-	// Partitions is the default partition count for topics created without
-	// one. Default 8.
+	// Partitions is the partition count of topics created without one and
+	// of auto-created topics: 1 to MaxPartitions. Default 8.
 	Partitions int
+	// NoAutoCreate turns off the creation of topics on first use. By
+	// default a topic that a client asks for in a metadata request that
+	// allows auto-creation (as producers such as kcat and librdkafka do)
+	// is created with Partitions partitions, as Kafka's
+	// auto.create.topics.enable does. franz-go clients, and so onceq
+	// itself, ask for it only with kgo.AllowAutoTopicCreation.
+	NoAutoCreate bool
 	// Logger receives the broker's warnings and errors. Default: discarded.
 	Logger *slog.Logger
 	// Configs are extra broker-level configs (message.max.bytes,
@@ -69,8 +76,8 @@ func StartEmbedded(cfg EmbeddedConfig) (*Embedded, error) {
 	if cfg.Partitions == 0 {
 		cfg.Partitions = 8
 	}
-	if cfg.Partitions < 0 {
-		return nil, configErr("default partitions %d: want 1 or more", cfg.Partitions)
+	if cfg.Partitions < 0 || cfg.Partitions > MaxPartitions {
+		return nil, configErr("default partitions %d: want 1 to %d", cfg.Partitions, MaxPartitions)
 	}
 	e := &Embedded{clusterID: "onceq-embedded"}
 	opts := []kfake.Opt{
@@ -80,6 +87,9 @@ func StartEmbedded(cfg EmbeddedConfig) (*Embedded, error) {
 			return net.Listen(network, net.JoinHostPort(host, strconv.Itoa(port)))
 		}),
 		kfake.DefaultNumPartitions(cfg.Partitions),
+	}
+	if !cfg.NoAutoCreate {
+		opts = append(opts, kfake.AllowAutoTopicCreation())
 	}
 	if cfg.DataDir != "" {
 		if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
@@ -99,6 +109,10 @@ func StartEmbedded(cfg EmbeddedConfig) (*Embedded, error) {
 				cfg.Logger.Warn("broker data dir was not closed cleanly: completed its open transactions",
 					"data_dir", cfg.DataDir, "commit_markers", rec.Committed, "abort_markers", rec.Aborted, "producers_fenced", rec.Producers)
 			}
+		}
+		if err := dropUnstorableTopics(cfg.DataDir, cfg.Logger); err != nil {
+			e.unlock()
+			return nil, err
 		}
 		if e.clusterID, err = loadClusterID(cfg.DataDir); err != nil {
 			e.unlock()
@@ -124,6 +138,7 @@ func StartEmbedded(cfg EmbeddedConfig) (*Embedded, error) {
 		}
 		return nil, fmt.Errorf("broker: starting embedded broker: %w", err)
 	}
+	installGuards(e.cluster)
 	e.addr = e.cluster.ListenAddrs()[0]
 	return e, nil
 }

@@ -7,11 +7,32 @@ import (
 	"time"
 )
 
+// Kafka's limits on topics, which the edges (topic admin, the worker's and
+// the producer's options, the CLI) check before anything is created, and
+// which the embedded broker enforces itself for any client.
+const (
+	// MaxTopicLen is the longest topic name Kafka accepts, in bytes.
+	MaxTopicLen = 249
+	// MaxPartitions is the most partitions onceq creates in one topic. Kafka
+	// sets no hard limit, but every partition costs the brokers memory and
+	// file handles: a topic of 999,999,999 partitions takes a broker down.
+	// 10,000 is far above what a queue needs and keeps the embedded
+	// broker's partition directories (<topic>-<partition>) within the 255
+	// bytes a file name may have.
+	MaxPartitions = 10_000
+)
+
 // Prefixes of onceq's internal topics. Queue names may not use "onceq-".
 const (
-	DelayPrefix     = "onceq-delay-"
-	DLQPrefix       = "onceq-dlq-"
-	ChangelogPrefix = "onceq-changelog-"
+	DelayPrefix = "onceq-delay-"
+	DLQPrefix   = "onceq-dlq-"
+	// ChangelogPrefix starts the name of every checkpoint changelog (see
+	// ChangelogTopic).
+	ChangelogPrefix = "onceq-checkpoint-"
+	// LegacyChangelogPrefix started the changelog names of earlier onceq
+	// versions, onceq-changelog-<group>-<queue>, which were ambiguous (see
+	// LegacyChangelogTopic).
+	LegacyChangelogPrefix = "onceq-changelog-"
 )
 
 // DelayTopic names the delay bucket topic for d: onceq-delay-1s,
@@ -48,12 +69,115 @@ func ParseBucket(s string) (time.Duration, error) {
 	return d, nil
 }
 
-// DLQTopic names the dead-letter topic of a queue.
+// DLQTopic names the dead-letter topic of a queue. The root package's
+// ValidateQueue keeps queue names short enough for it to fit MaxTopicLen.
 func DLQTopic(queue string) string { return DLQPrefix + queue }
 
 // ChangelogTopic names the compacted checkpoint changelog of a group's
-// consumption of a queue.
-func ChangelogTopic(group, queue string) string { return ChangelogPrefix + group + "-" + queue }
+// consumption of a queue: onceq-checkpoint-<length of group>-<group>-<queue>,
+// for example onceq-checkpoint-6-mailer-emails.
+//
+// The group's length makes the name injective: group and queue names may
+// both contain every character Kafka allows in a topic name (letters,
+// digits, '.', '_' and '-'), so no separator alone can tell where the group
+// ends. The name before it, onceq-changelog-<group>-<queue>, gave group
+// "a-b" with queue "c" and group "a" with queue "b-c" one topic, and the
+// second group restored the first one's processed IDs and skipped its own
+// tasks. Reading the length first, ParseChangelogTopic finds the one group
+// and queue a name stands for. The new prefix keeps every new name apart
+// from every old one, so an old changelog is recognised (see
+// Admin.EnsureTopic). A hash would be injective too, but nobody could read
+// it, and Kafka refuses unknown topic configs that could have held the
+// names.
+//
+// A name must fit MaxTopicLen: check with ValidateChangelog first.
+func ChangelogTopic(group, queue string) string {
+	return ChangelogPrefix + strconv.Itoa(len(group)) + "-" + group + "-" + queue
+}
+
+// ParseChangelogTopic returns the group and queue a changelog topic name
+// (ChangelogTopic) stands for; ok is false for any other name.
+func ParseChangelogTopic(topic string) (group, queue string, ok bool) {
+	rest, ok := strings.CutPrefix(topic, ChangelogPrefix)
+	if !ok {
+		return "", "", false
+	}
+	digits, rest, ok := strings.Cut(rest, "-")
+	n, err := strconv.Atoi(digits)
+	if !ok || err != nil || n < 1 || digits != strconv.Itoa(n) || len(rest) < n+2 || rest[n] != '-' {
+		return "", "", false
+	}
+	return rest[:n], rest[n+1:], true
+}
+
+// LegacyChangelogTopic is the name earlier onceq versions gave the
+// changelog of group and queue, onceq-changelog-<group>-<queue>. Several
+// pairs share a name; LegacyChangelogOwners lists them.
+func LegacyChangelogTopic(group, queue string) string {
+	return LegacyChangelogPrefix + group + "-" + queue
+}
+
+// GroupQueue is a consumer group's consumption of a queue.
+type GroupQueue struct {
+	Group, Queue string
+}
+
+// LegacyChangelogOwners returns every group and queue whose legacy
+// changelog name (LegacyChangelogTopic) is topic, in order of group length:
+// one for each '-' the name can be split at.
+func LegacyChangelogOwners(topic string) []GroupQueue {
+	rest, ok := strings.CutPrefix(topic, LegacyChangelogPrefix)
+	if !ok {
+		return nil
+	}
+	var out []GroupQueue
+	for i := 1; i < len(rest)-1; i++ {
+		if rest[i] == '-' {
+			out = append(out, GroupQueue{rest[:i], rest[i+1:]})
+		}
+	}
+	return out
+}
+
+// ValidateChangelog checks that the changelog topic of group and each queue
+// fits Kafka's limit on topic names, MaxTopicLen: group and queue together
+// may have MaxTopicLen less the prefix, the digits of the group's length
+// and two dashes (227 bytes for a group of 10 to 99 bytes). The error wraps
+// ErrConfig and names the limit.
+func ValidateChangelog(group string, queues ...string) error {
+	for _, q := range queues {
+		n := len(ChangelogTopic(group, q))
+		if n <= MaxTopicLen {
+			continue
+		}
+		room := MaxTopicLen - (n - len(group) - len(q))
+		return topicErr("group %q (%d bytes) with queue %q (%d bytes): their changelog topic %s<%d>-<group>-<queue> would have %d bytes, "+
+			"over Kafka's limit of %d on topic names: shorten the group or the queue name to at most %d bytes together",
+			group, len(group), q, len(q), ChangelogPrefix, len(group), n, MaxTopicLen, room)
+	}
+	return nil
+}
+
+// topicNameProblem checks a topic name against Kafka's rules: 1 to
+// MaxTopicLen bytes of letters, digits, '.', '_' and '-', and not "." or
+// "..". It returns "" for a valid name and what is wrong otherwise.
+func topicNameProblem(name string) string {
+	switch {
+	case name == "":
+		return "a topic name may not be empty"
+	case name == "." || name == "..":
+		return `"." and ".." are not topic names`
+	case len(name) > MaxTopicLen:
+		return fmt.Sprintf("the name has %d bytes, over Kafka's limit of %d on topic names", len(name), MaxTopicLen)
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
+			return fmt.Sprintf("byte %d (%q) is not allowed in a topic name: use letters, digits, '.', '_' or '-'", i, c)
+		}
+	}
+	return ""
+}
 
 // IsInternal reports whether a topic belongs to onceq or Kafka itself.
 func IsInternal(topic string) bool {

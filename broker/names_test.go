@@ -2,8 +2,11 @@ package broker
 
 import (
 	"errors"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/onceq/onceq"
 )
 
 func TestBucketNames(t *testing.T) {
@@ -28,8 +31,74 @@ func TestBucketNames(t *testing.T) {
 			t.Errorf("ParseBucket(%q) accepted", bad)
 		}
 	}
-	if DelayTopic(time.Minute*2) != "onceq-delay-2m" || DLQTopic("q") != "onceq-dlq-q" || ChangelogTopic("g", "q") != "onceq-changelog-g-q" {
+	if DelayTopic(time.Minute*2) != "onceq-delay-2m" || DLQTopic("q") != "onceq-dlq-q" || ChangelogTopic("g", "q") != "onceq-checkpoint-1-g-q" {
 		t.Fatal("topic names")
+	}
+}
+
+// TestChangelogNamesInjective pins bug 1 of issue 17: the changelog names
+// onceq-changelog-<group>-<queue> gave group "a-b" with queue "c" and group
+// "a" with queue "b-c" one topic, and the second group restored the first
+// one's processed IDs and skipped its own tasks.
+func TestChangelogNamesInjective(t *testing.T) {
+	pairs := []GroupQueue{
+		{"a-b", "c"}, {"a", "b-c"}, {"a", "b"}, {"a-", "b"}, {"a", "-b"}, {"1", "1-a-b"}, {"1-a", "b"},
+		{"10", "x"}, {"1", "0-x"}, {"mailer", "emails"}, {"g.x_y", "q.z"}, {strings.Repeat("g", 120), strings.Repeat("q", 100)},
+	}
+	seen := map[string]GroupQueue{}
+	for _, p := range pairs {
+		name := ChangelogTopic(p.Group, p.Queue)
+		if prev, dup := seen[name]; dup {
+			t.Errorf("%+v and %+v share the changelog %s", prev, p, name)
+		}
+		seen[name] = p
+		g, q, ok := ParseChangelogTopic(name)
+		if !ok || g != p.Group || q != p.Queue {
+			t.Errorf("ParseChangelogTopic(%s) = %q, %q, %v; want %q, %q", name, g, q, ok, p.Group, p.Queue)
+		}
+		if strings.HasPrefix(name, LegacyChangelogPrefix) {
+			t.Errorf("%s could be an old name", name)
+		}
+	}
+	if ChangelogTopic("mailer", "emails") != "onceq-checkpoint-6-mailer-emails" {
+		t.Errorf("ChangelogTopic(mailer, emails) = %s", ChangelogTopic("mailer", "emails"))
+	}
+	for _, bad := range []string{"onceq-checkpoint-", "onceq-checkpoint-0--q", "onceq-checkpoint-01-a-q", "onceq-checkpoint-2-a-q",
+		"onceq-checkpoint-1-a", "onceq-checkpoint-1-a-", "onceq-checkpoint-x-a-q", "onceq-changelog-a-b", "emails"} {
+		if g, q, ok := ParseChangelogTopic(bad); ok {
+			t.Errorf("ParseChangelogTopic(%s) = %q, %q", bad, g, q)
+		}
+	}
+	owners := LegacyChangelogOwners(LegacyChangelogTopic("a", "b-c"))
+	if len(owners) != 2 || owners[0] != (GroupQueue{"a", "b-c"}) || owners[1] != (GroupQueue{"a-b", "c"}) {
+		t.Errorf("owners of onceq-changelog-a-b-c: %+v", owners)
+	}
+}
+
+// TestValidateChangelogLength pins bug 2 of issue 17: a 200-byte group with
+// a 100-byte queue named a 317-byte changelog, which the worker could never
+// create. The limit is Kafka's 249 bytes, and the error says so.
+func TestValidateChangelogLength(t *testing.T) {
+	err := ValidateChangelog(strings.Repeat("g", 200), "ok", strings.Repeat("q", 100))
+	if !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), "over Kafka's limit of 249") || !strings.Contains(err.Error(), "(100 bytes)") {
+		t.Fatalf("200-byte group, 100-byte queue: %v", err)
+	}
+	if strings.Contains(err.Error(), "connection") {
+		t.Errorf("a topic name error speaks of connections: %v", err)
+	}
+	// The longest names that fit, for groups of one and three digits of
+	// length.
+	for _, g := range []string{"g", strings.Repeat("g", 100)} {
+		room := MaxTopicLen - len(ChangelogTopic(g, ""))
+		if err := ValidateChangelog(g, strings.Repeat("q", room)); err != nil {
+			t.Errorf("group of %d bytes with a queue of %d: %v", len(g), room, err)
+		}
+		if err := ValidateChangelog(g, strings.Repeat("q", room+1)); err == nil {
+			t.Errorf("group of %d bytes with a queue of %d accepted", len(g), room+1)
+		}
+	}
+	if len(DLQTopic(strings.Repeat("q", onceq.MaxQueueLen))) != MaxTopicLen {
+		t.Errorf("the dead-letter topic of the longest queue does not fill Kafka's limit exactly")
 	}
 }
 

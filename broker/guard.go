@@ -1,0 +1,338 @@
+package broker
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// The embedded broker's guards. kfake takes any topic a client asks for: a
+// name of any length and any bytes, any number of partitions, any configs.
+// A name it cannot store as a partition directory (<topic>-<partition>, at
+// most 255 bytes) broke the whole data dir on the next start ("file name
+// too long"), and 999,999,999 partitions took 22 GB before the process was
+// killed. So the broker checks every request that makes topics or
+// partitions or sets topic configs, as a Kafka broker does, and answers
+// a bad one with Kafka's error code and a message naming the limit:
+//
+//   - CreateTopics: INVALID_TOPIC_EXCEPTION for a name Kafka refuses
+//     (longer than MaxTopicLen, or bytes other than letters, digits, '.',
+//     '_' and '-'), INVALID_PARTITIONS for more than MaxPartitions,
+//     INVALID_CONFIG for a config the embedded broker does not act on or a
+//     malformed value.
+//   - CreatePartitions: INVALID_PARTITIONS above MaxPartitions.
+//   - AlterConfigs, IncrementalAlterConfigs on a topic: INVALID_CONFIG.
+//   - Metadata that would auto-create a topic with a bad name: the topic is
+//     not created (UNKNOWN_TOPIC_OR_PARTITION).
+//
+// A request that creates several topics (or partitions, or configs) is
+// answered whole when one of them is refused: the others are refused with
+// INVALID_REQUEST, naming the one that was bad. kfake's control hooks can
+// answer a request or pass it on, not both.
+func installGuards(c *kfake.Cluster) {
+	guard := func(key kmsg.Key, fn func(kmsg.Request) kmsg.Response) {
+		c.ControlKey(int16(key), func(req kmsg.Request) (kmsg.Response, error, bool) {
+			c.KeepControl()
+			if resp := fn(req); resp != nil {
+				return resp, nil, true
+			}
+			return nil, nil, false
+		})
+	}
+	guard(kmsg.CreateTopics, guardCreateTopics)
+	guard(kmsg.CreatePartitions, guardCreatePartitions)
+	guard(kmsg.AlterConfigs, guardAlterConfigs)
+	guard(kmsg.IncrementalAlterConfigs, guardIncrementalAlterConfigs)
+	guard(kmsg.Metadata, guardMetadata)
+}
+
+// refusal is why one entry of a request is refused.
+type refusal struct {
+	code int16
+	msg  string
+}
+
+// refuseAll answers every entry of a request of which bad are refused: bad
+// ones with their own refusal, the rest with INVALID_REQUEST naming the
+// first bad one. first is the name of that entry.
+func refuseAll(names []string, bad map[string]refusal, first string) []refusal {
+	out := make([]refusal, len(names))
+	for i, n := range names {
+		if r, ok := bad[n]; ok {
+			out[i] = r
+			continue
+		}
+		out[i] = refusal{kerr.InvalidRequest.Code, fmt.Sprintf("not done: %s in the same request was refused (%s); send it alone", first, bad[first].msg)}
+	}
+	return out
+}
+
+func guardCreateTopics(kreq kmsg.Request) kmsg.Response {
+	req := kreq.(*kmsg.CreateTopicsRequest)
+	bad := map[string]refusal{}
+	var names []string
+	first := ""
+	for _, t := range req.Topics {
+		names = append(names, t.Topic)
+		r, ok := checkNewTopic(t)
+		if !ok {
+			continue
+		}
+		if first == "" {
+			first = t.Topic
+		}
+		bad[t.Topic] = r
+	}
+	if first == "" {
+		return nil
+	}
+	resp := req.ResponseKind().(*kmsg.CreateTopicsResponse)
+	for i, r := range refuseAll(names, bad, first) {
+		st := kmsg.NewCreateTopicsResponseTopic()
+		st.Topic = names[i]
+		st.ErrorCode = r.code
+		st.ErrorMessage = &r.msg
+		st.NumPartitions = -1
+		st.ReplicationFactor = -1
+		resp.Topics = append(resp.Topics, st)
+	}
+	return resp
+}
+
+// checkNewTopic returns why the embedded broker refuses to create t, and
+// false if it creates it.
+func checkNewTopic(t kmsg.CreateTopicsRequestTopic) (refusal, bool) {
+	if p := topicNameProblem(t.Topic); p != "" {
+		return refusal{kerr.InvalidTopicException.Code, fmt.Sprintf("topic %q: %s", t.Topic, p)}, true
+	}
+	n := int64(t.NumPartitions)
+	if len(t.ReplicaAssignment) > 0 {
+		n = int64(len(t.ReplicaAssignment))
+	}
+	if n > MaxPartitions {
+		return refusal{kerr.InvalidPartitions.Code, fmt.Sprintf("topic %q: %d partitions is over the embedded broker's limit of %d", t.Topic, n, MaxPartitions)}, true
+	}
+	for _, c := range t.Configs {
+		if p := embeddedTopicConfigProblem(c.Name, c.Value); p != "" {
+			return refusal{kerr.InvalidConfig.Code, fmt.Sprintf("topic %q: %s", t.Topic, p)}, true
+		}
+	}
+	return refusal{}, false
+}
+
+func guardCreatePartitions(kreq kmsg.Request) kmsg.Response {
+	req := kreq.(*kmsg.CreatePartitionsRequest)
+	bad := map[string]refusal{}
+	var names []string
+	first := ""
+	for _, t := range req.Topics {
+		names = append(names, t.Topic)
+		if t.Count <= MaxPartitions {
+			continue
+		}
+		if first == "" {
+			first = t.Topic
+		}
+		bad[t.Topic] = refusal{kerr.InvalidPartitions.Code, fmt.Sprintf("topic %q: %d partitions is over the embedded broker's limit of %d", t.Topic, t.Count, MaxPartitions)}
+	}
+	if first == "" {
+		return nil
+	}
+	resp := req.ResponseKind().(*kmsg.CreatePartitionsResponse)
+	for i, r := range refuseAll(names, bad, first) {
+		st := kmsg.NewCreatePartitionsResponseTopic()
+		st.Topic = names[i]
+		st.ErrorCode = r.code
+		st.ErrorMessage = &r.msg
+		resp.Topics = append(resp.Topics, st)
+	}
+	return resp
+}
+
+// topicConfigRefusals checks the topic configs of AlterConfigs and
+// IncrementalAlterConfigs resources. values is a resource's config names
+// and values (nil for a config being deleted).
+func topicConfigRefusals(names []string, types []kmsg.ConfigResourceType, values []map[string]*string) []refusal {
+	bad := map[string]refusal{}
+	first := ""
+	for i, n := range names {
+		if types[i] != kmsg.ConfigResourceTypeTopic {
+			continue
+		}
+		for k, v := range values[i] {
+			if p := embeddedTopicConfigProblem(k, v); p != "" {
+				if first == "" {
+					first = n
+				}
+				bad[n] = refusal{kerr.InvalidConfig.Code, fmt.Sprintf("topic %q: %s", n, p)}
+				break
+			}
+		}
+	}
+	if first == "" {
+		return nil
+	}
+	return refuseAll(names, bad, first)
+}
+
+func guardAlterConfigs(kreq kmsg.Request) kmsg.Response {
+	req := kreq.(*kmsg.AlterConfigsRequest)
+	var (
+		names  []string
+		types  []kmsg.ConfigResourceType
+		values []map[string]*string
+	)
+	for _, r := range req.Resources {
+		names, types = append(names, r.ResourceName), append(types, r.ResourceType)
+		m := map[string]*string{}
+		for _, c := range r.Configs {
+			m[c.Name] = c.Value
+		}
+		values = append(values, m)
+	}
+	refused := topicConfigRefusals(names, types, values)
+	if refused == nil {
+		return nil
+	}
+	resp := req.ResponseKind().(*kmsg.AlterConfigsResponse)
+	for i, r := range refused {
+		rr := kmsg.NewAlterConfigsResponseResource()
+		rr.ResourceName, rr.ResourceType = names[i], types[i]
+		rr.ErrorCode = r.code
+		rr.ErrorMessage = &r.msg
+		resp.Resources = append(resp.Resources, rr)
+	}
+	return resp
+}
+
+func guardIncrementalAlterConfigs(kreq kmsg.Request) kmsg.Response {
+	req := kreq.(*kmsg.IncrementalAlterConfigsRequest)
+	var (
+		names  []string
+		types  []kmsg.ConfigResourceType
+		values []map[string]*string
+	)
+	for _, r := range req.Resources {
+		names, types = append(names, r.ResourceName), append(types, r.ResourceType)
+		m := map[string]*string{}
+		for _, c := range r.Configs {
+			if c.Op == kmsg.IncrementalAlterConfigOpSet {
+				m[c.Name] = c.Value
+			} else {
+				m[c.Name] = nil // a delete, an append or a subtract: the name is checked
+			}
+		}
+		values = append(values, m)
+	}
+	refused := topicConfigRefusals(names, types, values)
+	if refused == nil {
+		return nil
+	}
+	resp := req.ResponseKind().(*kmsg.IncrementalAlterConfigsResponse)
+	for i, r := range refused {
+		rr := kmsg.NewIncrementalAlterConfigsResponseResource()
+		rr.ResourceName, rr.ResourceType = names[i], types[i]
+		rr.ErrorCode = r.code
+		rr.ErrorMessage = &r.msg
+		resp.Resources = append(resp.Resources, rr)
+	}
+	return resp
+}
+
+// guardMetadata keeps a metadata request from auto-creating a topic with a
+// bad name: such a request auto-creates none of its topics (the client
+// asks again without the bad one, or fails on it). The request is passed
+// on, changed, and never answered here.
+func guardMetadata(kreq kmsg.Request) kmsg.Response {
+	req := kreq.(*kmsg.MetadataRequest)
+	if !req.AllowAutoTopicCreation {
+		return nil
+	}
+	for _, t := range req.Topics {
+		if t.Topic != nil && topicNameProblem(*t.Topic) != "" {
+			req.AllowAutoTopicCreation = false
+			break
+		}
+	}
+	return nil
+}
+
+// dropUnstorableTopics repairs a data dir that an embedded broker without
+// the guards poisoned: a topic whose name cannot be a partition directory
+// made every later start fail ("file name too long"). Such a topic never
+// had a directory, so nothing of it was stored: it is removed from
+// topics.json and a warning names it. Everything else in the file is kept
+// as it is.
+func dropUnstorableTopics(dir string, log *slog.Logger) error {
+	path := filepath.Join(dir, "topics.json")
+	raw, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("broker: reading %s: %w", path, err)
+	}
+	var doc map[string]json.RawMessage
+	var topics []map[string]json.RawMessage
+	if json.Unmarshal(raw, &doc) != nil || json.Unmarshal(doc["topics"], &topics) != nil {
+		return nil // not ours to judge: kfake reports it
+	}
+	kept := topics[:0]
+	var dropped []string
+	for _, t := range topics {
+		var name string
+		if json.Unmarshal(t["name"], &name) == nil && topicNameProblem(name) != "" {
+			dropped = append(dropped, name)
+			continue
+		}
+		kept = append(kept, t)
+	}
+	if len(dropped) == 0 {
+		return nil
+	}
+	if doc["topics"], err = json.Marshal(kept); err != nil {
+		return err
+	}
+	out, err := json.Marshal(doc)
+	if err != nil {
+		return err
+	}
+	if err := writeFileSync(path, out); err != nil {
+		return fmt.Errorf("broker: repairing %s: %w", path, err)
+	}
+	if log != nil {
+		for _, name := range dropped {
+			log.Warn("dropped a topic whose name the data dir cannot store (it held no records)",
+				"topic", name, "bytes", len(name), "limit", MaxTopicLen, "data_dir", dir)
+		}
+	}
+	return nil
+}
+
+// writeFileSync replaces path with data atomically and durably.
+func writeFileSync(path string, data []byte) error {
+	tmp := path + ".onceq-tmp"
+	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
