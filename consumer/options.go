@@ -109,7 +109,10 @@ func defaults() config {
 func Conn(c broker.Conn) Opt { return optFunc(func(cfg *config) { cfg.conn = c }) }
 
 // Group sets the consumer group. Workers of one group share the queues'
-// partitions. Default "onceq".
+// partitions. Default "onceq". Under ExactlyOnce the group and each queue
+// name the queue's changelog topic (broker.ChangelogTopic), which must fit
+// Kafka's limit of 249 bytes on topic names: New refuses a group and queue
+// longer than about 227 bytes together (broker.ValidateChangelog).
 func Group(g string) Opt { return optFunc(func(c *config) { c.group = g }) }
 
 // Queues sets the queues to run. Required.
@@ -297,6 +300,15 @@ func (c *config) validate() error {
 	}
 	if err := onceq.ValidateTopic(c.group); err != nil {
 		return bad("group %q: use letters, digits, '.', '_' or '-'", c.group)
+	}
+	if c.guarantee == ExactlyOnce {
+		// The changelog topic of each queue must fit Kafka's limit on
+		// topic names: a longer one cannot be created (or, on the
+		// embedded broker before it refused such names, broke its data
+		// dir), and the worker could never commit.
+		if err := broker.ValidateChangelog(c.group, c.queues...); err != nil {
+			return fmt.Errorf("consumer: %w: %w", err, ErrConfig)
+		}
 	}
 	if c.checkpointDir == "" && c.guarantee == ExactlyOnce {
 		return bad("no checkpoint dir: pass consumer.CheckpointDir")
