@@ -12,13 +12,16 @@ import (
 	"github.com/onceq/onceq"
 	"github.com/onceq/onceq/broker"
 	"github.com/onceq/onceq/delay"
+	"github.com/onceq/onceq/dlq"
 	"github.com/onceq/onceq/internal/testutil"
 )
 
 // TestBadRecordsAreDeadLettered writes records that are not valid delayed
 // tasks straight into a bucket, as any Kafka client could. Each ends in a
-// dead-letter topic with the reason, and the valid one next to them is
-// published as usual.
+// dead-letter topic, encoded as a worker's dead letters are (issue 17, bug
+// 10: the delay service wrote "delay: ..." without onceq-failed): a reason
+// dlq.Decode knows, the text, and the failure time. The valid one next to
+// them is published as usual.
 func TestBadRecordsAreDeadLettered(t *testing.T) {
 	_, conn := testutil.StartBroker(t, "")
 	p := shortLadder(t)
@@ -41,6 +44,9 @@ func TestBadRecordsAreDeadLettered(t *testing.T) {
 		{Key: []byte("bad-due"), Headers: h(onceq.HeaderID, "bad-due", onceq.HeaderQueue, "q", onceq.HeaderDue, "soon")},
 		{Key: []byte("bad-attempt"), Headers: h(onceq.HeaderID, "bad-attempt", onceq.HeaderQueue, "q", onceq.HeaderDue, due, onceq.HeaderAttempt, "0")},
 		{Key: []byte("no-such-queue"), Headers: h(onceq.HeaderID, "no-such-queue", onceq.HeaderQueue, "nosuchq", onceq.HeaderDue, due)},
+		{Key: []byte("typo"), Headers: h(onceq.HeaderID, "typo", onceq.HeaderQueue, "q", onceq.HeaderDue, due, "onceq-delay", "5s")},
+		{Key: []byte("old-error"), Headers: h(onceq.HeaderID, "old-error", onceq.HeaderQueue, "q", onceq.HeaderDue, due, onceq.HeaderAttempt, "x",
+			onceq.HeaderError, "max_attempts: earlier", onceq.HeaderFailed, "1")},
 		{Key: []byte("good"), Value: []byte("payload"), Headers: h(onceq.HeaderID, "good", onceq.HeaderQueue, "q", onceq.HeaderDue, due, "trace", "t1")},
 	}
 	cl, err := conn.NewClient(kgo.DefaultProduceTopic(bucket))
@@ -52,14 +58,17 @@ func TestBadRecordsAreDeadLettered(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	want := map[string]struct{ topic, reason string }{
-		"no-queue":      {"onceq-dlq-" + bucket, "no onceq-queue header"},
-		"no-due":        {"onceq-dlq-q", "onceq-due"},
-		"bad-due":       {"onceq-dlq-q", "onceq-due"},
-		"bad-attempt":   {"onceq-dlq-q", "onceq-attempt"},
-		"no-such-queue": {"onceq-dlq-nosuchq", `queue "nosuchq" does not exist`},
-		"good":          {"q", ""},
+	want := map[string]struct{ topic, reason, text string }{
+		"no-queue":      {"onceq-dlq-" + bucket, dlq.ReasonMalformed, "no onceq-queue header"},
+		"no-due":        {"onceq-dlq-q", dlq.ReasonMalformed, "onceq-due"},
+		"bad-due":       {"onceq-dlq-q", dlq.ReasonMalformed, "onceq-due"},
+		"bad-attempt":   {"onceq-dlq-q", dlq.ReasonMalformed, "onceq-attempt"},
+		"no-such-queue": {"onceq-dlq-nosuchq", dlq.ReasonNoQueue, `queue "nosuchq" does not exist`},
+		"typo":          {"onceq-dlq-q", dlq.ReasonMalformed, `header "onceq-delay": malformed header`},
+		"old-error":     {"onceq-dlq-q", dlq.ReasonMalformed, "onceq-attempt"},
+		"good":          {"q", "", ""},
 	}
+	start := time.Now()
 	topics := []string{"q", "onceq-dlq-q", "onceq-dlq-" + bucket, "onceq-dlq-nosuchq"}
 	var got []*kgo.Record
 	deadline := time.Now().Add(30 * time.Second)
@@ -98,8 +107,19 @@ func TestBadRecordsAreDeadLettered(t *testing.T) {
 			}
 			continue
 		}
-		if !strings.Contains(reason, w.reason) {
-			t.Errorf("dead letter %s: onceq-error %q, want it to mention %q", id, reason, w.reason)
+		l := dlq.Decode(r, "q")
+		if l.Reason != w.reason || !strings.Contains(l.Error, w.text) || l.Failed.Before(start.Truncate(time.Millisecond)) || l.Failed.After(time.Now()) {
+			t.Errorf("dead letter %s: reason %q, error %q, failed %v; want reason %q, an error mentioning %q and the failure time",
+				id, l.Reason, l.Error, l.Failed, w.reason, w.text)
+		}
+		n := 0
+		for _, hd := range r.Headers {
+			if hd.Key == onceq.HeaderError || hd.Key == onceq.HeaderFailed {
+				n++
+			}
+		}
+		if n != 2 {
+			t.Errorf("dead letter %s has %d onceq-error and onceq-failed headers, want one each", id, n)
 		}
 	}
 }

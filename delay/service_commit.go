@@ -11,6 +11,7 @@ import (
 
 	"github.com/onceq/onceq"
 	"github.com/onceq/onceq/broker"
+	"github.com/onceq/onceq/dlq"
 )
 
 // move is one partition's share of a transaction.
@@ -194,9 +195,9 @@ func (s *Service) route(ctx context.Context, r *kgo.Record, now time.Time) (outp
 	due, ok := dueMillis(r)
 	switch {
 	case qerr != "":
-		return s.deadLetter(ctx, r, "", qerr)
+		return s.deadLetter(ctx, r, "", dlq.ReasonMalformed, qerr, now)
 	case !ok:
-		return s.deadLetter(ctx, r, queue, "no valid onceq-due header: a record in a delay bucket must carry exactly one due time, in unix milliseconds")
+		return s.deadLetter(ctx, r, queue, dlq.ReasonMalformed, "no valid onceq-due header: a record in a delay bucket must carry exactly one due time, in unix milliseconds", now)
 	}
 	hop := s.cfg.planner.Route(now, time.UnixMilli(due))
 	if hop.Kind == ToBucket {
@@ -206,12 +207,12 @@ func (s *Service) route(ctx context.Context, r *kgo.Record, now time.Time) (outp
 	// the due time is at or before now.
 	t, err := onceq.FromRecord(r)
 	if err != nil {
-		return s.deadLetter(ctx, r, queue, onceq.CutError(err.Error()))
+		return s.deadLetter(ctx, r, queue, dlq.ReasonMalformed, err.Error(), now)
 	}
 	if ok, err := s.topics.queue(ctx, t.Queue); err != nil {
 		return output{}, err
 	} else if !ok {
-		return s.deadLetter(ctx, r, t.Queue, fmt.Sprintf("queue %q does not exist: create it with 'onceq topics create %s'", t.Queue, t.Queue))
+		return s.deadLetter(ctx, r, t.Queue, dlq.ReasonNoQueue, fmt.Sprintf("queue %q does not exist: create it with 'onceq topics create %s'", t.Queue, t.Queue), now)
 	}
 	return output{rec: t.Record(t.Queue), to: "queue", due: t.Due, queue: true}, nil
 }
@@ -228,7 +229,7 @@ func queueHeader(r *kgo.Record) (queue, problem string) {
 		}
 		queue = string(h.Value)
 		if err := onceq.ValidateTopic(queue); err != nil {
-			return "", onceq.CutError(err.Error())
+			return "", err.Error()
 		}
 	}
 	if queue == "" {
@@ -237,9 +238,11 @@ func queueHeader(r *kgo.Record) (queue, problem string) {
 	return queue, ""
 }
 
-// deadLetter copies r to onceq-dlq-<queue>, or onceq-dlq-<bucket topic>
-// when the queue is unknown, with the reason in onceq-error.
-func (s *Service) deadLetter(ctx context.Context, r *kgo.Record, queue, reason string) (output, error) {
+// deadLetter writes r as it is to onceq-dlq-<queue>, or to
+// onceq-dlq-<bucket topic> when the queue is unknown, encoded as every
+// dead letter is (dlq.EncodeRecord): the reason and text in onceq-error,
+// the time in onceq-failed.
+func (s *Service) deadLetter(ctx context.Context, r *kgo.Record, queue, reason, text string, now time.Time) (output, error) {
 	topic := broker.DLQTopic(r.Topic)
 	if queue == "" {
 		queue = rawQueue(r)
@@ -250,15 +253,9 @@ func (s *Service) deadLetter(ctx context.Context, r *kgo.Record, queue, reason s
 	if err := s.topics.deadLetters(ctx, topic); err != nil {
 		return output{}, fmt.Errorf("delay: dead-letter topic %s: %w", topic, err)
 	}
-	hs := make([]kgo.RecordHeader, 0, len(r.Headers)+1)
-	for _, h := range r.Headers {
-		if h.Key != onceq.HeaderError {
-			hs = append(hs, h)
-		}
-	}
-	hs = append(hs, kgo.RecordHeader{Key: onceq.HeaderError, Value: []byte(onceq.CutError("delay: " + reason))})
-	s.cfg.log.Warn("dead-lettering a record from a delay bucket", "topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "to", topic, "reason", reason)
-	return output{rec: &kgo.Record{Topic: topic, Key: r.Key, Value: r.Value, Headers: hs}, to: "dlq"}, nil
+	s.cfg.log.Warn("dead-lettering a record from a delay bucket", "topic", r.Topic, "partition", r.Partition, "offset", r.Offset,
+		"to", topic, "reason", reason, "err", text)
+	return output{rec: dlq.EncodeRecord(r, topic, reason, text, now), to: "dlq"}, nil
 }
 
 // rawQueue is the record's onceq-queue header if it names a valid queue.

@@ -1,7 +1,9 @@
-// Package dlq reads, counts and requeues dead letters: the tasks a worker
-// gave up on, kept in the dead-letter topic onceq-dlq-<queue> of their
-// queue with every original header, the reason and error text in
-// onceq-error ("<reason>: <text>") and the failure time in onceq-failed.
+// Package dlq encodes, reads, counts and requeues dead letters: the tasks
+// a worker or the delay service gave up on, kept in the dead-letter topic
+// onceq-dlq-<queue> of their queue with every original header, the reason
+// and error text in onceq-error ("<reason>: <text>") and the failure time
+// in onceq-failed. Every writer encodes them with EncodeTask or
+// EncodeRecord, so Decode reads them all alike.
 //
 // A Reader sees a dead-letter topic the way any read_committed Kafka
 // consumer does, from its start to its last stable offset at the time of
@@ -40,7 +42,8 @@
 //
 // Choose picks, for each ID, its newest dead letter: older ones of the
 // same ID are earlier incarnations. Write submits the chosen tasks in one
-// producer transaction: all of them become visible to workers, or none.
+// transaction of a Submitter (a *producer.Producer): all of them become
+// visible to workers, or none.
 // A malformed dead letter (one whose onceq headers do not decode) cannot
 // be requeued; fix it and submit it again.
 package dlq

@@ -9,12 +9,15 @@ import (
 	"github.com/onceq/onceq"
 )
 
-// Reasons a worker dead-letters a task: the prefix of onceq-error.
+// Reasons a worker or the delay service dead-letters a task: the prefix
+// of onceq-error.
 const (
 	ReasonFailed      = "failed"       // the handler asked for no retry (SkipRetry)
 	ReasonMaxAttempts = "max_attempts" // the last attempt failed
 	ReasonExpired     = "expired"      // past onceq-expires when it would start
 	ReasonMalformed   = "malformed"    // its onceq headers do not decode
+	ReasonTooLarge    = "too_large"    // the brokers refused a record it writes (output, retry) as too large
+	ReasonNoQueue     = "no_queue"     // its queue does not exist when it is due
 	// ReasonUnknown is a dead letter whose onceq-error has no reason
 	// prefix, such as one written by another tool.
 	ReasonUnknown = "unknown"

@@ -94,6 +94,9 @@ func TestReadStopsAtLastStableOffset(t *testing.T) {
 	}
 }
 
+// A producer submits requeued tasks.
+var _ dlq.Submitter = (*producer.Producer)(nil)
+
 // TestWriteAllOrNothing: when one requeued task is refused, none is
 // written.
 func TestWriteAllOrNothing(t *testing.T) {
@@ -110,15 +113,14 @@ func TestWriteAllOrNothing(t *testing.T) {
 		{Task: onceq.Task{ID: "a", Queue: "jobs", Requeued: "0/0"}},
 		{Task: onceq.Task{ID: "b", Queue: "gone", Requeued: "0/1"}},
 	}
-	if _, err := dlq.Write(ctx, p, rs); err == nil || !strings.Contains(err.Error(), "nothing requeued") {
+	if err := dlq.Write(ctx, p, rs); err == nil || !strings.Contains(err.Error(), "nothing requeued") {
 		t.Fatalf("Write with a missing queue: %v", err)
 	}
 	if recs := testutil.ReadCommitted(t, conn, 10*time.Second, "jobs"); len(recs) != 0 {
 		t.Fatalf("%d records visible after an aborted requeue", len(recs))
 	}
-	rcs, err := dlq.Write(ctx, p, rs[:1])
-	if err != nil || len(rcs) != 1 || rcs[0].Topic != "jobs" {
-		t.Fatalf("Write: %v, %v", rcs, err)
+	if err := dlq.Write(ctx, p, rs[:1]); err != nil {
+		t.Fatalf("Write: %v", err)
 	}
 	recs := testutil.ReadCommitted(t, conn, 10*time.Second, "jobs")
 	if len(recs) != 1 {

@@ -11,7 +11,6 @@ import (
 
 	"github.com/onceq/onceq"
 	"github.com/onceq/onceq/broker"
-	"github.com/onceq/onceq/producer"
 )
 
 // Kinds of the problems Choose reports.
@@ -144,26 +143,27 @@ func compareAt(a, b *Letter) int {
 	return cmp.Compare(a.Offset, b.Offset)
 }
 
+// A Submitter writes tasks in one transaction: every one of them becomes
+// visible to workers, or none. *producer.Producer is one (SubmitAll); the
+// package takes the interface so that it stays below the producer, which
+// routes delayed tasks through the delay package, whose service writes
+// dead letters with this package's encoder.
+type Submitter interface {
+	SubmitAll(ctx context.Context, tasks []onceq.Task) error
+}
+
 // Write submits the requeued tasks in one transaction of p: every one of
-// them becomes visible to workers, or none. The receipts are in the order
-// of rs.
-func Write(ctx context.Context, p *producer.Producer, rs []Requeue) ([]producer.Receipt, error) {
+// them becomes visible to workers, or none.
+func Write(ctx context.Context, p Submitter, rs []Requeue) error {
 	if len(rs) == 0 {
-		return nil, nil
+		return nil
 	}
-	var rcs []producer.Receipt
-	err := p.Tx(ctx, func(tx *producer.Tx) error {
-		for i := range rs {
-			if err := tx.Submit(rs[i].Task); err != nil {
-				return err
-			}
-		}
-		var err error
-		rcs, err = tx.Receipts(ctx)
-		return err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("dlq: nothing requeued: %w", err)
+	tasks := make([]onceq.Task, len(rs))
+	for i := range rs {
+		tasks[i] = rs[i].Task
 	}
-	return rcs, nil
+	if err := p.SubmitAll(ctx, tasks); err != nil {
+		return fmt.Errorf("dlq: nothing requeued: %w", err)
+	}
+	return nil
 }

@@ -72,6 +72,21 @@ func (p *Producer) Tx(ctx context.Context, fn func(*Tx) error) (err error) {
 	}
 }
 
+// SubmitAll submits tasks in one transaction (see Tx): every one of them
+// becomes visible to workers when it commits, or none ever does. It
+// returns once the transaction committed; use Tx for the receipts.
+func (p *Producer) SubmitAll(ctx context.Context, tasks []onceq.Task) error {
+	return p.Tx(ctx, func(tx *Tx) error {
+		for i := range tasks {
+			if err := tx.Submit(tasks[i]); err != nil {
+				return err
+			}
+		}
+		_, err := tx.Receipts(ctx)
+		return err
+	})
+}
+
 // txTries bounds the runs of one Tx.
 const txTries = 3
 

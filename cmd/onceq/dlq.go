@@ -277,7 +277,7 @@ func requeue(ctx context.Context, g *globals, queue string, rs []dlq.Requeue, pr
 			return err
 		}
 		defer p.Close()
-		if _, err := dlq.Write(ctx, p, rs); err != nil {
+		if err := dlq.Write(ctx, p, rs); err != nil {
 			return err
 		}
 	}
