@@ -20,8 +20,12 @@ type skipRetry struct{ err error }
 func (e *skipRetry) Error() string { return e.err.Error() }
 func (e *skipRetry) Unwrap() error { return e.err }
 
-// RetryAfter asks for the task to run again no sooner than d from now.
-// It still matches after wrapping.
+// RetryAfter asks for the task to run again no sooner than d from now,
+// instead of after its backoff. The worker caps d at the longest backoff
+// (the task's onceq-backoff max, or the worker's Backoff max; see
+// CapRetryDelay), so a handler, or the server behind it with its
+// Retry-After, cannot park a task for longer than a retry may wait. It
+// still matches after wrapping.
 func RetryAfter(d time.Duration, err error) error {
 	if err == nil {
 		err = errors.New("retry after " + d.String())
@@ -44,11 +48,26 @@ func IsSkipRetry(err error) bool {
 	return errors.As(err, &s)
 }
 
-// RetryDelay returns the delay a RetryAfter error in err's chain asks for.
+// RetryDelay returns the delay a RetryAfter error in err's chain asks for,
+// as asked: not capped (see CapRetryDelay).
 func RetryDelay(err error) (time.Duration, bool) {
 	var r *retryAfter
 	if errors.As(err, &r) {
 		return r.d, true
 	}
 	return 0, false
+}
+
+// CapRetryDelay bounds a delay asked for with RetryAfter to what a retry
+// may wait: from zero to max, the longest backoff (the task's
+// onceq-backoff max, or the worker's Backoff max). A max of zero or less
+// leaves d uncapped, but never negative.
+func CapRetryDelay(d, max time.Duration) time.Duration {
+	if d < 0 {
+		return 0
+	}
+	if max > 0 && d > max {
+		return max
+	}
+	return d
 }
