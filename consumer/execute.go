@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/onceq/onceq"
+	"github.com/onceq/onceq/dlq"
 )
 
 // errTakenOver ends a slot goroutine whose handler the watchdog abandoned.
@@ -98,7 +99,7 @@ func (w *Worker) attempt(sl *slot, it *item) (*result, error) {
 		if w.cfg.dropExpired {
 			return &result{id: key, at: now, outcome: outcomeExpired}, nil
 		}
-		res, err := w.deadLetter(&task, key, reasonExpired, "expired at "+task.Expires.UTC().Format(time.RFC3339Nano), now)
+		res, err := w.deadLetter(&task, key, dlq.ReasonExpired, "expired at "+task.Expires.UTC().Format(time.RFC3339Nano), now)
 		if res != nil {
 			res.outcome = outcomeExpired
 		}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/onceq/onceq"
 	"github.com/onceq/onceq/broker"
+	"github.com/onceq/onceq/dlq"
 )
 
 // Outcomes of a task, as counted in onceq_tasks_processed_total.
@@ -22,15 +23,6 @@ const (
 	outcomeDead      = "dead"
 	outcomeExpired   = "expired"
 	outcomeForwarded = "forwarded" // to its home partition, or to the delay buckets
-)
-
-// Reasons of dead letters, as counted in onceq_dead_letters_total.
-const (
-	reasonFailed      = "failed"       // SkipRetry
-	reasonMaxAttempts = "max_attempts" // failed on its last attempt
-	reasonExpired     = "expired"
-	reasonMalformed   = "malformed"
-	reasonTooLarge    = "too_large" // an output, retry or dead letter the brokers refused as too large
 )
 
 // success turns a handled task into its result: outputs as records, state
@@ -70,21 +62,23 @@ func (w *Worker) failure(task *onceq.Task, key string, herr error) (*result, err
 	w.metrics.failed.WithLabelValues(task.Queue).Inc()
 	now := time.Now()
 	if IsSkipRetry(herr) {
-		return w.deadLetter(task, key, reasonFailed, herr.Error(), now)
+		return w.deadLetter(task, key, dlq.ReasonFailed, herr.Error(), now)
 	}
 	maxAttempts := task.MaxAttempts
 	if maxAttempts <= 0 {
 		maxAttempts = w.cfg.maxAttempts
 	}
 	if task.Attempt >= maxAttempts {
-		return w.deadLetter(task, key, reasonMaxAttempts, "attempt "+strconv.Itoa(task.Attempt)+" of "+strconv.Itoa(maxAttempts)+": "+herr.Error(), now)
+		return w.deadLetter(task, key, dlq.ReasonMaxAttempts, "attempt "+strconv.Itoa(task.Attempt)+" of "+strconv.Itoa(maxAttempts)+": "+herr.Error(), now)
+	}
+	b := task.Backoff
+	if b.IsZero() {
+		b = w.cfg.backoff
 	}
 	delay, asked := RetryDelay(herr)
-	if !asked {
-		b := task.Backoff
-		if b.IsZero() {
-			b = w.cfg.backoff
-		}
+	if asked {
+		delay = CapRetryDelay(delay, b.Max)
+	} else {
 		delay = b.Delay(task.Attempt)
 		delay += time.Duration(rand.Float64() * w.cfg.jitter * float64(delay))
 	}
@@ -104,36 +98,31 @@ func (w *Worker) failure(task *onceq.Task, key string, herr error) (*result, err
 // original header, the reason in onceq-error and the failure time in
 // onceq-failed; the result marks the run processed.
 func (w *Worker) deadLetter(task *onceq.Task, key, reason, text string, now time.Time) (*result, error) {
-	dlq := broker.DLQTopic(task.Queue)
-	if err := w.topics.ensure(dlq); err != nil {
-		return nil, fmt.Errorf("consumer: creating dead-letter topic %s: %w", dlq, err)
+	if err := w.ensureDLQ(task.Queue); err != nil {
+		return nil, err
 	}
-	dead := task.Clone()
-	dead.LastError = onceq.CutError(reason + ": " + text)
-	dead.Failed = now
 	w.metrics.dead.WithLabelValues(task.Queue, reason).Inc()
-	return &result{id: key, at: now, outcome: outcomeDead, outputs: []*kgo.Record{dead.Record(dlq)}, queue: task.Queue}, nil
+	return &result{id: key, at: now, outcome: outcomeDead, outputs: []*kgo.Record{dlq.EncodeTask(task, reason, text, now)}, queue: task.Queue}, nil
+}
+
+func (w *Worker) ensureDLQ(queue string) error {
+	topic := broker.DLQTopic(queue)
+	if err := w.topics.ensure(topic); err != nil {
+		return fmt.Errorf("consumer: creating dead-letter topic %s: %w", topic, err)
+	}
+	return nil
 }
 
 // deadLetterRaw dead-letters a record whose onceq headers cannot be
 // decoded, as it is, with the reason added.
 func (w *Worker) deadLetterRaw(r *kgo.Record, id string, cause error) (*result, error) {
-	dlq := broker.DLQTopic(r.Topic)
-	if err := w.topics.ensure(dlq); err != nil {
-		return nil, fmt.Errorf("consumer: creating dead-letter topic %s: %w", dlq, err)
-	}
-	hs := make([]kgo.RecordHeader, 0, len(r.Headers)+2)
-	for _, h := range r.Headers {
-		if h.Key != onceq.HeaderError && h.Key != onceq.HeaderFailed {
-			hs = append(hs, h)
-		}
+	if err := w.ensureDLQ(r.Topic); err != nil {
+		return nil, err
 	}
 	now := time.Now()
-	hs = append(hs,
-		kgo.RecordHeader{Key: onceq.HeaderError, Value: []byte(onceq.CutError(reasonMalformed + ": " + cause.Error()))},
-		kgo.RecordHeader{Key: onceq.HeaderFailed, Value: []byte(strconv.FormatInt(now.UnixMilli(), 10))})
-	w.metrics.dead.WithLabelValues(r.Topic, reasonMalformed).Inc()
-	return &result{id: id, at: now, outcome: outcomeDead, outputs: []*kgo.Record{{Topic: dlq, Key: r.Key, Value: r.Value, Headers: hs}}, queue: r.Topic}, nil
+	w.metrics.dead.WithLabelValues(r.Topic, dlq.ReasonMalformed).Inc()
+	dead := dlq.EncodeRecord(r, broker.DLQTopic(r.Topic), dlq.ReasonMalformed, cause.Error(), now)
+	return &result{id: id, at: now, outcome: outcomeDead, outputs: []*kgo.Record{dead}, queue: r.Topic}, nil
 }
 
 // hold sends a task due later on to the delay buckets, as it is: it leaves
@@ -205,30 +194,23 @@ func (w *Worker) refuseTooLarge(ps *partState, res *result, refused *kgo.Record,
 	}
 	src := res.src
 	queue := cmp.Or(res.queue, src.Topic)
-	dlq := broker.DLQTopic(queue)
-	if err := w.topics.ensure(dlq); err != nil {
+	if err := w.ensureDLQ(queue); err != nil {
 		// The next commit fails on the missing topic and asks again.
-		w.cfg.log.Warn("creating dead-letter topic", "topic", dlq, "err", err)
+		w.cfg.log.Warn("creating dead-letter topic", "queue", queue, "err", err)
 	}
-	text := fmt.Sprintf("%s: %d-byte record to %s refused (%v); payload dropped, the task was %s/%d@%d",
-		reasonTooLarge, len(refused.Key)+len(refused.Value), refused.Topic, cause, src.Topic, src.Partition, src.Offset)
-	now := time.Now()
-	hs := make([]kgo.RecordHeader, 0, len(src.Headers)+2)
+	text := fmt.Sprintf("%d-byte record to %s refused (%v); payload dropped, the task was %s/%d@%d",
+		len(refused.Key)+len(refused.Value), refused.Topic, cause, src.Topic, src.Partition, src.Offset)
+	bare := &kgo.Record{Key: src.Key}
 	for _, h := range src.Headers {
-		if h.Key == onceq.HeaderError || h.Key == onceq.HeaderFailed || res.refused > 1 && !strings.HasPrefix(h.Key, "onceq-") {
-			continue
+		if res.refused == 1 || strings.HasPrefix(h.Key, "onceq-") {
+			bare.Headers = append(bare.Headers, h)
 		}
-		hs = append(hs, h)
 	}
-	hs = append(hs,
-		kgo.RecordHeader{Key: onceq.HeaderError, Value: []byte(onceq.CutError(text))},
-		kgo.RecordHeader{Key: onceq.HeaderFailed, Value: []byte(strconv.FormatInt(now.UnixMilli(), 10))})
-	key := src.Key
 	if res.refused > 1 {
-		key = nil
+		bare.Key = nil
 	}
 	w.cfg.log.Warn("task dead-lettered: a record it writes is too large", "queue", queue, "topic", src.Topic, "partition", src.Partition,
 		"offset", src.Offset, "refused_topic", refused.Topic, "err", cause)
-	w.metrics.dead.WithLabelValues(queue, reasonTooLarge).Inc()
-	res.outcome, res.outputs = outcomeDead, []*kgo.Record{{Topic: dlq, Key: key, Headers: hs}}
+	w.metrics.dead.WithLabelValues(queue, dlq.ReasonTooLarge).Inc()
+	res.outcome, res.outputs = outcomeDead, []*kgo.Record{dlq.EncodeRecord(bare, broker.DLQTopic(queue), dlq.ReasonTooLarge, text, time.Now())}
 }

@@ -161,3 +161,34 @@ func TestAbandonedHandlerIsRetried(t *testing.T) {
 	}
 	checkExactlyOnce(t, testutil.ReadCommitted(t, conn, 10*time.Second, "out"), []string{"stuck"})
 }
+
+// TestRetryAfterIsCapped pins a parked task: a handler (or the server
+// behind it, with Retry-After) asked for a retry in three years, and the
+// task waited that long, past the longest backoff. The delay is capped at
+// the backoff's max.
+func TestRetryAfterIsCapped(t *testing.T) {
+	_, conn := testutil.StartBroker(t, "")
+	testutil.CreateTopic(t, conn, "in", 1)
+	testutil.CreateTopic(t, conn, "out", 1)
+	produceTasks(t, conn, "in", []string{"parked"})
+	var runs runTimes
+	h := consumer.HandlerFunc(func(ctx context.Context, task *consumer.Task) error {
+		if runs.add(task.ID) == 1 {
+			return consumer.RetryAfter(3*365*24*time.Hour, errors.New("come back in three years"))
+		}
+		return copyCounting("out").Handle(ctx, task)
+	})
+	stop := runWorker(t, consumer.Conn(conn), consumer.Group("gp"), consumer.Queues("in"), consumer.CheckpointDir(t.TempDir()),
+		consumer.WithHandler(h), consumer.Backoff(100*time.Millisecond, 2, time.Second))
+	waitOutputs(t, conn, "out", 1, 30*time.Second)
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	at := runs.get("parked")
+	if len(at) != 2 {
+		t.Fatalf("ran %d times, want 2", len(at))
+	}
+	if gap := at[1].Sub(at[0]); gap < time.Second || gap > 10*time.Second {
+		t.Fatalf("retried %v after the first run; want the backoff max, 1s (and the delay ladder's lateness)", gap)
+	}
+}
