@@ -1,5 +1,8 @@
 // Package ops serves what every long-running onceq command exposes to
-// operators: Prometheus metrics on /metrics and a health check on /healthz.
+// operators: Prometheus metrics on /metrics, liveness on /healthz and
+// readiness on /readyz, from the health of the components a command
+// registers (Health, Checker); and BrokerHealth, which tells from a
+// franz-go client's hooks whether it reaches its brokers and its group.
 package ops
 
 import (
@@ -9,11 +12,24 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strconv"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+var (
+	// ErrAddress is a listen address that is not host:port with a port
+	// from 0 to 65535: bad input.
+	ErrAddress = errors.New("invalid listen address")
+	// ErrListen is a valid address that cannot be listened on (the port
+	// is taken, the host is not this machine's): the command fails, the
+	// input is not at fault.
+	ErrListen = errors.New("cannot listen")
 )
 
 // NewRegistry returns a registry with the Go runtime and process collectors.
@@ -23,30 +39,117 @@ func NewRegistry() *prometheus.Registry {
 	return r
 }
 
-// Server serves /metrics and /healthz.
+// A Checker is a component whose health a command reports: a worker, a
+// delay service.
+type Checker interface {
+	// Healthy returns nil while the component works: it runs, reaches
+	// its brokers and is a member of its group. /healthz answers 503
+	// while any component is unhealthy.
+	Healthy() error
+	// Ready returns nil once the component does its job: it joined its
+	// group and restored what it needs (a worker's checkpoint, the delay
+	// service's cursors). /readyz answers 503 until every component is.
+	Ready() error
+}
+
+// CheckerFuncs is a Checker made of two functions; a nil one reports nil.
+type CheckerFuncs struct {
+	HealthyFunc, ReadyFunc func() error
+}
+
+// Healthy calls HealthyFunc.
+func (c CheckerFuncs) Healthy() error { return call(c.HealthyFunc) }
+
+// Ready calls ReadyFunc.
+func (c CheckerFuncs) Ready() error { return call(c.ReadyFunc) }
+
+func call(f func() error) error {
+	if f == nil {
+		return nil
+	}
+	return f()
+}
+
+// Health is the set of components a server reports on. Register them
+// before or after Listen. The zero value has none and reports ok; a nil
+// *Health too. It is safe for concurrent use.
+type Health struct {
+	mu    sync.Mutex
+	names []string
+	comps []Checker
+}
+
+// Register adds a component under a name ("worker", "delay").
+func (h *Health) Register(name string, c Checker) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.names = append(h.names, name)
+	h.comps = append(h.comps, c)
+}
+
+// Healthy returns the problems of every unhealthy component, each
+// prefixed with its name; nil when all are healthy.
+func (h *Health) Healthy() error { return h.check(Checker.Healthy) }
+
+// Ready returns why components are not ready; nil when all are.
+func (h *Health) Ready() error { return h.check(Checker.Ready) }
+
+func (h *Health) check(f func(Checker) error) error {
+	if h == nil {
+		return nil
+	}
+	h.mu.Lock()
+	names, comps := h.names, h.comps
+	h.mu.Unlock()
+	var errs []error
+	for i, c := range comps {
+		if err := f(c); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", names[i], err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Server serves /metrics, /healthz and /readyz.
 type Server struct {
 	ln  net.Listener
 	srv *http.Server
 }
 
-// Listen binds addr and starts serving in the background. health reports
-// nil while the process is healthy; nil health always reports ok.
-func Listen(addr string, reg *prometheus.Registry, health func() error, log *slog.Logger) (*Server, error) {
+// CheckAddr checks a listen address without listening: host:port with a
+// port from 0 (any free port) to 65535; the host may be empty (every
+// interface). The error wraps ErrAddress.
+func CheckAddr(addr string) error {
+	_, port, err := net.SplitHostPort(addr)
+	if err == nil {
+		if n, perr := strconv.Atoi(port); perr != nil || n < 0 || n > 65535 {
+			err = errors.New("the port is a number from 0 to 65535")
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("ops: --metrics-addr %q: %w: want host:port, for example 127.0.0.1:9464 (%v)", addr, ErrAddress, err)
+	}
+	return nil
+}
+
+// Listen binds addr and starts serving in the background: /metrics from
+// reg, /healthz and /readyz from health (nil: always ok). A malformed addr
+// is an error wrapping ErrAddress; one that cannot be bound, ErrListen.
+//
+// /healthz and /readyz answer 200 "ok", or 503 with one line per
+// component that is not healthy (ready), naming it.
+func Listen(addr string, reg *prometheus.Registry, health *Health, log *slog.Logger) (*Server, error) {
+	if err := CheckAddr(addr); err != nil {
+		return nil, err
+	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
-		return nil, fmt.Errorf("ops: --metrics-addr %s: %w", addr, err)
+		return nil, fmt.Errorf("ops: --metrics-addr %s: %w: %w", addr, ErrListen, err)
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
-		if health != nil {
-			if err := health(); err != nil {
-				http.Error(w, err.Error(), http.StatusServiceUnavailable)
-				return
-			}
-		}
-		fmt.Fprintln(w, "ok")
-	})
+	mux.HandleFunc("/healthz", probe(health.Healthy))
+	mux.HandleFunc("/readyz", probe(health.Ready))
 	s := &Server{ln: ln, srv: &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}}
 	go func() {
 		if err := s.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
@@ -55,6 +158,18 @@ func Listen(addr string, reg *prometheus.Registry, health func() error, log *slo
 	}()
 	log.Info("serving metrics", "url", "http://"+ln.Addr().String()+"/metrics")
 	return s, nil
+}
+
+func probe(check func() error) http.HandlerFunc {
+	return func(w http.ResponseWriter, _ *http.Request) {
+		if err := check(); err != nil {
+			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+			w.WriteHeader(http.StatusServiceUnavailable)
+			fmt.Fprintln(w, strings.TrimSpace(err.Error()))
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	}
 }
 
 // Addr is the bound address.
