@@ -359,7 +359,7 @@ func benchRSS(b *testing.B, n int) {
 	proc.WaitOutput(b, `partitions assigned`, time.Minute)
 	time.Sleep(20 * time.Second)
 	hwm, rss := procMem(b, proc.Cmd.Process.Pid)
-	st, err := delay.Stats(context.Background(), adm, p, delay.DefaultGroup)
+	st, err := delay.Stats(context.Background(), conn, p, delay.DefaultGroup)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -25,6 +26,11 @@ var ErrLadder = errors.New("invalid bucket ladder")
 func BucketTopicConfigs() map[string]string {
 	return map[string]string{"message.timestamp.type": "LogAppendTime"}
 }
+
+// MaxBucket is the longest bucket of a ladder, 365 days. A record waits a
+// whole bucket in its topic, so the topic's retention must be longer than
+// its bucket.
+const MaxBucket = 365 * 24 * time.Hour
 
 // DefaultBucketPartitions is the partition count of a bucket topic onceq
 // creates. Several delay service instances share a bucket's partitions.
@@ -95,8 +101,8 @@ type Planner struct {
 }
 
 // NewPlanner checks a ladder and returns its planner. The buckets may come
-// in any order; they must be positive, whole milliseconds (the wire
-// format's precision) and distinct.
+// in any order; they must be positive, at most MaxBucket, whole
+// milliseconds (the wire format's precision) and distinct.
 func NewPlanner(buckets []time.Duration) (*Planner, error) {
 	if len(buckets) == 0 {
 		return nil, ladderErr("no buckets: give at least one, for example %s", FormatLadder(DefaultBuckets))
@@ -107,6 +113,8 @@ func NewPlanner(buckets []time.Duration) (*Planner, error) {
 		switch {
 		case b <= 0:
 			return nil, ladderErr("bucket %v: want a positive duration", b)
+		case b > MaxBucket:
+			return nil, ladderErr("bucket %v: at most %s (MaxBucket)", b, broker.FormatBucket(MaxBucket))
 		case b%time.Millisecond != 0:
 			return nil, ladderErr("bucket %v: want whole milliseconds, such as %v", b, b.Truncate(time.Millisecond)+time.Millisecond)
 		case i > 0 && bs[i-1] == b:
@@ -138,13 +146,43 @@ func ladderErr(format string, args ...any) error {
 func ParseLadder(s string) (*Planner, error) {
 	var bs []time.Duration
 	for _, f := range strings.FieldsFunc(s, func(r rune) bool { return r == ',' || r == ' ' }) {
-		b, err := broker.ParseBucket(f)
+		b, err := parseBucket(f)
 		if err != nil {
-			return nil, ladderErr("bucket %q: want a positive whole number of milliseconds such as 100ms, 5s, 2m, 6h or 1d", f)
+			return nil, err
 		}
 		bs = append(bs, b)
 	}
 	return NewPlanner(bs)
+}
+
+// parseBucket reads one bucket of a ladder: a number of days ("1d") or a
+// Go duration, positive, whole milliseconds and at most MaxBucket. Days
+// are counted here, so that too many of them are refused instead of
+// overflowing into a negative (or any) duration.
+func parseBucket(f string) (time.Duration, error) {
+	const day = 24 * time.Hour
+	tooLong := func() error {
+		return ladderErr("bucket %q: at most %s (MaxBucket)", f, broker.FormatBucket(MaxBucket))
+	}
+	if n, ok := strings.CutSuffix(f, "d"); ok && n != "" && strings.Trim(n, "0123456789") == "" {
+		days, err := strconv.ParseUint(n, 10, 64)
+		switch {
+		case err != nil || days > uint64(MaxBucket/day): // digits only: out of range
+			return 0, tooLong()
+		case days > 0:
+			return time.Duration(days) * day, nil
+		}
+	}
+	b, err := time.ParseDuration(f)
+	switch {
+	case err != nil && strings.Contains(err.Error(), "invalid duration") && strings.Trim(f, "0123456789.nsuµmh") == "":
+		return 0, tooLong() // digits and units only: out of range
+	case err != nil || b <= 0 || b%time.Millisecond != 0:
+		return 0, ladderErr("bucket %q: want a positive whole number of milliseconds such as 100ms, 5s, 2m, 6h or 1d", f)
+	case b > MaxBucket:
+		return 0, tooLong()
+	}
+	return b, nil
 }
 
 // FormatLadder writes buckets as ParseLadder reads them: "1s 5s 30s".

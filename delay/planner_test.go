@@ -3,6 +3,7 @@ package delay
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -178,6 +179,37 @@ func TestNewPlannerErrors(t *testing.T) {
 	}
 }
 
+// TestParseLadderErrors pins issue 17's "--buckets 1000000d": the days
+// overflowed into a negative duration, shown in the message. A bucket
+// longer than MaxBucket is refused naming the limit, however long.
+func TestParseLadderErrors(t *testing.T) {
+	for _, tc := range []struct{ ladder, want string }{
+		{"1000000d", `bucket "1000000d": at most 365d`},
+		{"106752d", `bucket "106752d": at most 365d`}, // the first count of days past time.Duration
+		{"99999999999999999999999d", "at most 365d"},
+		{"366d", "at most 365d"},
+		{"8761h", "at most 365d"},
+		{"9999999999999999999h", "at most 365d"},
+		{"0d", `bucket "0d": want a positive whole number of milliseconds`},
+		{"-1d", `bucket "-1d": want a positive`},
+		{"1.5ms", `bucket "1.5ms": want a positive whole number of milliseconds`},
+		{"soon", `bucket "soon": want a positive`},
+		{"1s,1s", "bucket 1s appears twice"},
+		{"", "no buckets"},
+	} {
+		_, err := ParseLadder(tc.ladder)
+		if !errors.Is(err, ErrLadder) || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), "-") && !strings.Contains(tc.ladder, "-") {
+			t.Errorf("ParseLadder(%q) = %v, want an ErrLadder containing %q", tc.ladder, err, tc.want)
+		}
+	}
+	if _, err := NewPlanner([]time.Duration{MaxBucket + time.Millisecond}); !errors.Is(err, ErrLadder) || !strings.Contains(err.Error(), "at most 365d") {
+		t.Errorf("NewPlanner past MaxBucket: %v", err)
+	}
+	if p, err := ParseLadder("1s 365d"); err != nil || p.Buckets()[1] != MaxBucket {
+		t.Errorf("ParseLadder(\"1s 365d\"): %v, %v", p, err)
+	}
+}
+
 func TestPlannerDoesNotAliasLadder(t *testing.T) {
 	in := []time.Duration{5 * time.Second, time.Second}
 	p, err := NewPlanner(in)
@@ -229,4 +261,31 @@ func TestNeverEarly(t *testing.T) {
 			}
 		}
 	}
+}
+
+// FuzzParseLadder: parsing never panics; an accepted ladder has positive,
+// whole-millisecond buckets of at most MaxBucket, and FormatLadder writes
+// it back as a ladder that parses to the same buckets.
+func FuzzParseLadder(f *testing.F) {
+	for _, s := range []string{"1s 5s 30s 2m 10m 1h 6h 1d", "100ms,500ms,2s", "1000000d", "365d", "1h30m", "0.5s", "9223372036854775807ns", "1d 24h", ""} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		p, err := ParseLadder(s)
+		if err != nil {
+			if !errors.Is(err, ErrLadder) {
+				t.Fatalf("error %v does not wrap ErrLadder", err)
+			}
+			return
+		}
+		for _, b := range p.Buckets() {
+			if b <= 0 || b > MaxBucket || b%time.Millisecond != 0 {
+				t.Fatalf("ParseLadder(%q) accepted bucket %v", s, b)
+			}
+		}
+		again, err := ParseLadder(FormatLadder(p.Buckets()))
+		if err != nil || !slices.Equal(again.Buckets(), p.Buckets()) {
+			t.Fatalf("round trip of %q: %v, %v", s, again, err)
+		}
+	})
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/onceq/onceq/broker"
+	"github.com/onceq/onceq/internal/ops"
 )
 
 // maxPoll bounds the records one poll returns.
@@ -45,6 +46,14 @@ type Service struct {
 	m        *serviceMetrics
 	smallest time.Duration
 	started  atomic.Bool
+
+	// health tracks the client's brokers and group; phase is where Run
+	// is (notStarted, running, stopped), runErr why it stopped, ready
+	// whether the loop took over an assignment. See Healthy and Ready.
+	health *ops.BrokerHealth
+	phase  atomic.Int32
+	runErr atomic.Pointer[error]
+	ready  atomic.Bool
 
 	instanceID string
 	sess       *kgo.GroupTransactSession
@@ -82,7 +91,51 @@ func NewService(opts ...ServiceOpt) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Service{cfg: cfg, m: m, smallest: cfg.planner.Smallest(), parts: map[tp]*part{}, view: map[tp]*part{}}, nil
+	return &Service{cfg: cfg, m: m, smallest: cfg.planner.Smallest(), parts: map[tp]*part{}, view: map[tp]*part{},
+		health: ops.NewBrokerHealth(cfg.sessionTimeout)}, nil
+}
+
+// Phases of Run.
+const (
+	notStarted int32 = iota
+	running
+	stopped
+)
+
+// Healthy returns nil while the service works: before Run, and while Run
+// reaches the brokers and is a member of its group. It reports a service
+// that heard from no broker for its session timeout, whose group session
+// broke and was not joined again, or whose Run returned. It implements
+// the health check of the command's /healthz.
+func (s *Service) Healthy() error {
+	switch s.phase.Load() {
+	case notStarted:
+		return nil
+	case stopped:
+		if err := s.runErr.Load(); err != nil && *err != nil {
+			return fmt.Errorf("delay: stopped: %w", *err)
+		}
+		return errors.New("delay: stopped")
+	}
+	if err := s.health.Healthy(); err != nil {
+		return fmt.Errorf("delay: %w", err)
+	}
+	return nil
+}
+
+// Ready returns nil once Run joined the group and loaded the committed
+// cursors of its partitions, until it returns: the service moves records.
+// It implements the readiness check of the command's /readyz.
+func (s *Service) Ready() error {
+	switch {
+	case s.phase.Load() == notStarted:
+		return errors.New("delay: not started")
+	case s.phase.Load() == stopped:
+		return errors.New("delay: stopped")
+	case !s.ready.Load():
+		return errors.New("delay: joining the group " + s.cfg.group)
+	}
+	return nil
 }
 
 // InstanceID is the instance ID Run uses, once Run has started.
@@ -92,10 +145,16 @@ func (s *Service) InstanceID() string { return s.instanceID }
 // error. On ctx done it commits what is released, leaves the group and
 // returns nil. Records held in memory and not yet released stay in their
 // bucket for the next owner. Run may be called once.
-func (s *Service) Run(ctx context.Context) error {
+func (s *Service) Run(ctx context.Context) (err error) {
 	if !s.started.CompareAndSwap(false, true) {
 		return errors.New("delay: Run called twice: create another Service")
 	}
+	s.health.Start()
+	s.phase.Store(running)
+	defer func() {
+		s.runErr.Store(&err)
+		s.phase.Store(stopped)
+	}()
 	if err := s.start(ctx); err != nil {
 		s.close()
 		if ctx.Err() != nil {
@@ -180,12 +239,16 @@ func (s *Service) start(ctx context.Context) error {
 		kgo.ConsumeTopics(topics...),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
 		kgo.SessionTimeout(s.cfg.sessionTimeout),
+		// Three heartbeats fit in a session (franz-go's default is 3s,
+		// refused with a session of 3s or less).
+		kgo.HeartbeatInterval(min(3*time.Second, s.cfg.sessionTimeout/3)),
 		kgo.InstanceID(s.instanceID),
 		kgo.TransactionalID("onceq-"+s.cfg.group+"-"+s.instanceID),
 		kgo.TransactionTimeout(s.cfg.txnTimeout),
 		kgo.OnPartitionsAssigned(s.assigned),
 		kgo.OnPartitionsRevoked(s.revoked),
-		kgo.OnPartitionsLost(s.revoked),
+		kgo.OnPartitionsLost(s.lost),
+		kgo.WithHooks(s.health),
 		kgo.RecordPartitioner(kgo.StickyKeyPartitioner(nil)),
 		kgo.ProducerLinger(0),
 		// A resumed partition joins the next fetch request: a short wait
@@ -221,7 +284,14 @@ func (s *Service) assigned(_ context.Context, _ *kgo.Client, m map[string][]int3
 	}
 	s.mu.Unlock()
 	s.gen.Add(1)
+	s.health.Joined()
 	s.cfg.log.Info("partitions assigned", "partitions", m)
+}
+
+// lost is revoked for partitions lost with the group session.
+func (s *Service) lost(ctx context.Context, cl *kgo.Client, m map[string][]int32) {
+	s.health.Lost()
+	s.revoked(ctx, cl, m)
 }
 
 func (s *Service) revoked(_ context.Context, _ *kgo.Client, m map[string][]int32) {
@@ -269,7 +339,13 @@ func (s *Service) refreshView(ctx context.Context) error {
 	}
 	s.cl.ResumeFetchPartitions(resume)
 	s.view, s.viewGen = view, gen
-	return s.loadCursors(ctx, fresh)
+	if err := s.loadCursors(ctx, fresh); err != nil {
+		return err
+	}
+	if s.health.HasJoined() {
+		s.ready.Store(true)
+	}
+	return nil
 }
 
 // loadCursors reads the committed offsets and cursors of new partitions.

@@ -8,6 +8,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/onceq/onceq/broker"
 )
@@ -22,22 +23,49 @@ var Horizons = []struct {
 type BucketStats struct {
 	Bucket string `json:"bucket"`
 	Topic  string `json:"topic"`
-	// Waiting counts the bucket's offsets past the group's committed
-	// offsets: the records not yet moved on, plus at most one transaction
-	// marker per partition, and records the service moved out of offset
-	// order whose partition's offset has not passed them yet.
+	// Waiting counts the tasks in the bucket that have not moved on: the
+	// records past the group's committed offsets, less the records the
+	// service moved out of offset order (its cursors say which),
+	// transaction markers and aborted records, which take offsets and are
+	// no tasks. See Exact.
 	Waiting int64 `json:"waiting"`
+	// Exact is false when a partition had more offsets to read than
+	// Stats reads (StatsSampleOffsets, StatsSampleBytes) and its count is
+	// estimated from the ones it read.
+	Exact bool `json:"exact"`
 	// DueWithin estimates how many of them fall due within each horizon
 	// ("1m", "1h", "1d"); see Planner.DueWithin.
 	DueWithin map[string]int64 `json:"due_within"`
 }
 
+// What Stats reads of a bucket partition: at most this many offsets and
+// bytes past its committed offset; a partition with more waiting is
+// counted from what was read, scaled to its offsets.
+const (
+	StatsSampleOffsets = 2_000
+	StatsSampleBytes   = 4 << 20
+)
+
+// statsReadTimeout bounds the reading of one Stats call; partitions not
+// read by then are counted by their offsets, and not exact.
+const statsReadTimeout = 10 * time.Second
+
 // Stats reads what waits in each bucket of the ladder for a delay service
-// group: its committed offsets against the buckets' end offsets. Buckets
-// that do not exist yet wait for nothing.
-func Stats(ctx context.Context, adm *broker.Admin, p *Planner, group string) ([]BucketStats, error) {
+// group. The offsets between a partition's committed offset and its last
+// stable offset are not all tasks: each transaction that wrote to the
+// partition left a marker, an aborted one left records no reader sees, and
+// the service moves records out of offset order. So Stats reads those
+// offsets as a read_committed consumer, at most StatsSampleOffsets and
+// StatsSampleBytes of each partition, and counts the records that are
+// tasks not yet moved. Buckets that do not exist yet wait for nothing.
+func Stats(ctx context.Context, conn broker.Conn, p *Planner, group string) ([]BucketStats, error) {
+	adm, err := broker.NewAdmin(conn)
+	if err != nil {
+		return nil, fmt.Errorf("delay: %w", err)
+	}
+	defer adm.Close()
 	topics := p.Topics()
-	ends, err := adm.Kadm().ListEndOffsets(ctx, topics...)
+	ends, err := adm.Kadm().ListCommittedOffsets(ctx, topics...)
 	if err != nil {
 		return nil, fmt.Errorf("delay: end offsets of the buckets: %w", err)
 	}
@@ -52,21 +80,42 @@ func Stats(ctx context.Context, adm *broker.Admin, p *Planner, group string) ([]
 	if err != nil {
 		return nil, fmt.Errorf("delay: committed offsets of group %s: %w", group, err)
 	}
-	out := make([]BucketStats, 0, len(topics))
+	var spans []*span
+	byTopic := map[string][]*span{}
 	for i, b := range p.Buckets() {
-		st := BucketStats{Bucket: bucketLabel(b), Topic: topics[i], DueWithin: map[string]int64{}}
 		for _, end := range ends[topics[i]] {
 			if end.Err != nil {
 				continue
 			}
-			from := int64(0)
+			sp := &span{topic: end.Topic, partition: end.Partition, bucket: b, end: end.Offset, cur: cursor{Offset: -1, High: -1}}
 			if s, ok := starts.Lookup(end.Topic, end.Partition); ok && s.Err == nil {
-				from = s.Offset
+				sp.from = s.Offset
 			}
-			if c, ok := committed.Lookup(end.Topic, end.Partition); ok && c.Err == nil && c.At > from {
-				from = c.At
+			if c, ok := committed.Lookup(end.Topic, end.Partition); ok && c.Err == nil && c.At >= 0 {
+				if cur, err := parseCursor(c.At, c.Metadata); err == nil {
+					sp.cur = cur
+				} else {
+					sp.cur = cursor{Offset: c.At, High: c.At}
+				}
+				sp.from = max(sp.from, c.At)
 			}
-			st.Waiting += max(0, end.Offset-from)
+			sp.to = sp.end
+			if sp.end > sp.from {
+				spans = append(spans, sp)
+			}
+			byTopic[end.Topic] = append(byTopic[end.Topic], sp)
+		}
+	}
+	if err := countSpans(ctx, conn, spans); err != nil {
+		return nil, err
+	}
+	out := make([]BucketStats, 0, len(topics))
+	for i, b := range p.Buckets() {
+		st := BucketStats{Bucket: bucketLabel(b), Topic: topics[i], Exact: true, DueWithin: map[string]int64{}}
+		for _, sp := range byTopic[topics[i]] {
+			n, exact := sp.waiting()
+			st.Waiting += n
+			st.Exact = st.Exact && exact
 		}
 		for _, h := range Horizons {
 			st.DueWithin[h.Name] = int64(float64(st.Waiting)*p.DueWithin(b, h.D) + 0.5)
@@ -74,6 +123,95 @@ func Stats(ctx context.Context, adm *broker.Admin, p *Planner, group string) ([]
 		out = append(out, st)
 	}
 	return out, nil
+}
+
+// span is the offsets of a bucket partition that Stats looks at: from
+// the committed offset (or the log start) to the last stable offset.
+type span struct {
+	topic     string
+	partition int32
+	bucket    time.Duration
+	cur       cursor // the committed cursor: which records above the offset moved
+	from, end int64
+
+	to    int64 // reading stops here: end, or less to sample
+	next  int64 // offset after the last one read
+	bytes int
+	tasks int64 // records read that wait
+	done  bool
+}
+
+// waiting returns the span's count of waiting tasks and whether it is
+// exact: read to its end, or scaled from what was read.
+func (s *span) waiting() (int64, bool) {
+	if s.end <= s.from {
+		return 0, true
+	}
+	if s.done && s.next >= s.end {
+		return s.tasks, true
+	}
+	read := s.next - s.from
+	if read <= 0 {
+		return s.end - s.from, false // nothing read: the offsets are all there is
+	}
+	return int64(float64(s.tasks)*float64(s.end-s.from)/float64(read) + 0.5), false
+}
+
+// countSpans reads the spans with a read_committed consumer that keeps
+// the transaction markers (so that a span ending in one is seen to end),
+// counting the records that are tasks not yet moved.
+func countSpans(ctx context.Context, conn broker.Conn, spans []*span) error {
+	if len(spans) == 0 {
+		return nil
+	}
+	offsets := map[string]map[int32]kgo.Offset{}
+	open := map[string]map[int32]*span{}
+	for _, sp := range spans {
+		sp.next, sp.to = sp.from, min(sp.end, sp.from+StatsSampleOffsets)
+		if offsets[sp.topic] == nil {
+			offsets[sp.topic], open[sp.topic] = map[int32]kgo.Offset{}, map[int32]*span{}
+		}
+		offsets[sp.topic][sp.partition] = kgo.NewOffset().At(sp.from)
+		open[sp.topic][sp.partition] = sp
+	}
+	cl, err := conn.NewClient(
+		kgo.ConsumePartitions(offsets),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.KeepControlRecords(),
+		kgo.FetchMaxPartitionBytes(1<<20),
+	)
+	if err != nil {
+		return fmt.Errorf("delay: reading the buckets: %w", err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(ctx, statsReadTimeout)
+	defer cancel()
+	left := len(spans)
+	for left > 0 {
+		fs := cl.PollFetches(ctx)
+		if ctx.Err() != nil {
+			return nil // the partitions not read to their end are estimated
+		}
+		fs.EachRecord(func(r *kgo.Record) {
+			sp := open[r.Topic][r.Partition]
+			if sp == nil || sp.done || r.Offset < sp.next {
+				return
+			}
+			sp.next = r.Offset + 1
+			if !r.Attrs.IsControl() {
+				sp.bytes += len(r.Key) + len(r.Value)
+				release := func(sm time.Duration) int64 { return releaseOf(r, sp.bucket, sm) }
+				if !sp.cur.moved(r.Offset, release) {
+					sp.tasks++
+				}
+			}
+			if sp.next >= sp.to || sp.bytes >= StatsSampleBytes {
+				sp.done = true
+				left--
+			}
+		})
+	}
+	return nil
 }
 
 type serviceMetrics struct {
@@ -134,7 +272,7 @@ func (s *Service) refreshStats(ctx context.Context) {
 	t := time.NewTicker(s.cfg.statsInterval)
 	defer t.Stop()
 	for {
-		if st, err := Stats(ctx, s.adm, s.cfg.planner, s.cfg.group); err == nil {
+		if st, err := Stats(ctx, s.cfg.conn, s.cfg.planner, s.cfg.group); err == nil {
 			due := map[string]int64{}
 			for _, b := range st {
 				s.m.waiting.WithLabelValues(b.Bucket).Set(float64(b.Waiting))
