@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"net"
 	"strings"
 	"testing"
 )
@@ -20,12 +21,16 @@ func TestUsageErrorsExit2(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"topics", "create", "q", "--partitions", "0"}, "--partitions 0: want 1 or more"},
+		{[]string{"topics", "create", "q", "--partitions", "0"}, "--partitions 0: want 1 to 10000"},
 		{[]string{"topics", "create", "a b"}, `queue "a b": invalid queue name`},
 		{[]string{"topics", "create", "onceq-x"}, "reserved queue name"},
 		{[]string{"topics", "create"}, "want one queue name"},
 		{[]string{"topics", "create", "q", "--config", "novalue"}, "want key=value"},
 		{[]string{"topics", "list", "--brokers", "nohostport"}, "want host:port"},
+		// Issue 17: a port out of range was dialed, and the command exited 1.
+		{[]string{"topics", "list", "--brokers", "127.0.0.1:99999"}, `--brokers: broker address "127.0.0.1:99999": the port is a number from 1 to 65535`},
+		{[]string{"produce", "--queue", "q", "--brokers", "localhost:kafka", "x"}, "the port is a number from 1 to 65535"},
+		{[]string{"dlq", "stats", "--brokers", "127.0.0.1:9092,127.0.0.1:0"}, `"127.0.0.1:0": the port is a number`},
 		{[]string{"topics", "list", "--sasl-mechanism", "GSSAPI", "--sasl-user", "u"}, "not supported"},
 		{[]string{"topics", "list", "--tls-cert", "/x"}, "go together"},
 		{[]string{"--log-level", "loud", "version"}, "--log-level"},
@@ -47,5 +52,24 @@ func TestVersion(t *testing.T) {
 	code, out, _ := runCLI(t, "", "version")
 	if code != 0 || !strings.HasPrefix(out, "onceq ") {
 		t.Fatalf("exit %d, %q", code, out)
+	}
+}
+
+// TestBusyMetricsPortExits1 pins issue 17's exit codes for a command that
+// wraps every --metrics-addr error as bad input: a taken port is a
+// failure, exit 1; a malformed address is bad input, exit 2.
+func TestBusyMetricsPortExits1(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	code, _, stderr := runCLI(t, "", "broker", "--listen", "127.0.0.1:0", "--data-dir", "", "--metrics-addr", ln.Addr().String())
+	if code != exitFailure || !strings.Contains(stderr, "cannot listen") {
+		t.Fatalf("a taken port: exit %d, stderr %q; want exit 1", code, stderr)
+	}
+	code, _, stderr = runCLI(t, "", "broker", "--listen", "127.0.0.1:0", "--data-dir", "", "--metrics-addr", "127.0.0.1:99999")
+	if code != exitUsage || !strings.Contains(stderr, "invalid listen address") {
+		t.Fatalf("a port out of range: exit %d, stderr %q; want exit 2", code, stderr)
 	}
 }

@@ -8,7 +8,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/onceq/onceq/broker"
 	"github.com/onceq/onceq/delay"
 	"github.com/onceq/onceq/internal/ops"
 )
@@ -48,13 +47,25 @@ the next bucket or, when it is due, to its queue: never early, each move
 exactly once, in a Kafka transaction with the offset commit. Instances with
 the same --group share the buckets; each needs its own --state-dir.
 
-It serves /metrics and /healthz on --metrics-addr and stops cleanly on SIGINT or
-SIGTERM. "onceq delay stats" shows what waits.`,
+It serves /metrics, /healthz (503 while the brokers do not answer or the group
+session is broken) and /readyz (200 once it joined its group) on --metrics-addr
+and stops cleanly on SIGINT or SIGTERM. "onceq delay stats" shows what waits.`,
 		Args: exactArgs(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			p, err := f.planner()
 			if err != nil {
 				return err
+			}
+			if stateDir == "" {
+				// Without one the instance ID, and so the transactional
+				// ID, is new on every start: a restart cannot fence its
+				// predecessor's open transaction.
+				return usagef("--state-dir is empty: give a directory to keep this instance's ID in, one per instance, for example ./onceq-data/delay")
+			}
+			if metricsAddr != "" {
+				if err := ops.CheckAddr(metricsAddr); err != nil {
+					return err
+				}
 			}
 			conn, err := g.conn()
 			if err != nil {
@@ -69,9 +80,11 @@ SIGTERM. "onceq delay stats" shows what waits.`,
 				return usageError{err}
 			}
 			if metricsAddr != "" {
-				srv, err := ops.Listen(metricsAddr, reg, nil, g.log)
+				health := &ops.Health{}
+				health.Register("delay", svc)
+				srv, err := ops.Listen(metricsAddr, reg, health, g.log)
 				if err != nil {
-					return usageError{err}
+					return err
 				}
 				defer srv.Close()
 			}
@@ -82,7 +95,7 @@ SIGTERM. "onceq delay stats" shows what waits.`,
 	pf.StringVar(&f.buckets, "buckets", delay.FormatLadder(delay.DefaultBuckets), "the bucket ladder, as the producers use it: durations such as 100ms, 5s, 2m, 6h, 1d, separated by commas or spaces")
 	pf.StringVar(&f.group, "group", delay.DefaultGroup, "consumer group; instances of one group share the buckets")
 	fl := cmd.Flags()
-	fl.StringVar(&metricsAddr, "metrics-addr", "127.0.0.1:0", "serve /metrics and /healthz here (port 0: any free port, logged; empty: off)")
+	fl.StringVar(&metricsAddr, "metrics-addr", "127.0.0.1:0", "serve /metrics, /healthz and /readyz here (port 0: any free port, logged; empty: off)")
 	fl.StringVar(&stateDir, "state-dir", "./onceq-data/delay", "directory keeping this instance's ID (one per instance)")
 	fl.DurationVar(&commitInterval, "commit-interval", delay.DefaultCommitInterval, "shortest time between transactions: bounds the lateness the service adds")
 	fl.IntVar(&maxHeld, "max-held", delay.DefaultMaxHeld, "records held in memory ahead of their move, at most (bounds memory)")
@@ -97,6 +110,7 @@ type delayStatsOutput struct {
 	Group     string              `json:"group"`
 	Buckets   []delay.BucketStats `json:"buckets"`
 	Waiting   int64               `json:"waiting"`
+	Exact     bool                `json:"exact"`
 	DueWithin map[string]int64    `json:"due_within"`
 }
 
@@ -105,9 +119,11 @@ func newDelayStatsCmd(g *globals, f *delayFlags) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "stats",
 		Short: "Show the tasks waiting in each delay bucket and how many fall due soon",
-		Long: `Show, per bucket of the ladder, the tasks waiting (the bucket's end offsets minus
-the delay group's committed offsets) and an estimate of how many fall due
-within the next minute, hour and day. The estimate assumes delays spread
+		Long: `Show, per bucket of the ladder, the tasks waiting (the records past the delay
+group's committed offsets that are tasks not yet moved: transaction markers and
+aborted records are not counted; a partition with more than 2,000 records
+waiting is estimated from its first 2,000, shown with "~") and an estimate of
+how many fall due within the next minute, hour and day. The estimate assumes delays spread
 evenly: a task in a bucket entered it with a remaining delay between that
 bucket and the next larger one, and has waited for part of the bucket.`,
 		Args: exactArgs(0, "no arguments"),
@@ -116,34 +132,47 @@ bucket and the next larger one, and has waited for part of the bucket.`,
 			if err != nil {
 				return err
 			}
-			return withAdmin(g, func(a *broker.Admin) error {
-				st, err := delay.Stats(cmd.Context(), a, p, f.group)
-				if err != nil {
-					return err
+			conn, err := g.conn()
+			if err != nil {
+				return err
+			}
+			st, err := delay.Stats(cmd.Context(), conn, p, f.group)
+			if err != nil {
+				return err
+			}
+			out := delayStatsOutput{Group: f.group, Buckets: st, Exact: true, DueWithin: map[string]int64{}}
+			for _, b := range st {
+				out.Waiting += b.Waiting
+				out.Exact = out.Exact && b.Exact
+				for h, n := range b.DueWithin {
+					out.DueWithin[h] += n
 				}
-				out := delayStatsOutput{Group: f.group, Buckets: st, DueWithin: map[string]int64{}}
-				for _, b := range st {
-					out.Waiting += b.Waiting
-					for h, n := range b.DueWithin {
-						out.DueWithin[h] += n
-					}
+			}
+			if asJSON {
+				enc := json.NewEncoder(g.stdout)
+				enc.SetIndent("", "  ")
+				return enc.Encode(out)
+			}
+			tw := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', tabwriter.AlignRight)
+			fmt.Fprintln(tw, "BUCKET\tWAITING\tDUE IN 1M\tDUE IN 1H\tDUE IN 1D\t")
+			row := func(name string, waiting int64, exact bool, due map[string]int64) {
+				approx := ""
+				if !exact {
+					approx = "~"
 				}
-				if asJSON {
-					enc := json.NewEncoder(g.stdout)
-					enc.SetIndent("", "  ")
-					return enc.Encode(out)
-				}
-				tw := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', tabwriter.AlignRight)
-				fmt.Fprintln(tw, "BUCKET\tWAITING\tDUE IN 1M\tDUE IN 1H\tDUE IN 1D\t")
-				row := func(name string, waiting int64, due map[string]int64) {
-					fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t\n", name, waiting, due["1m"], due["1h"], due["1d"])
-				}
-				for _, b := range st {
-					row(b.Bucket, b.Waiting, b.DueWithin)
-				}
-				row("total", out.Waiting, out.DueWithin)
-				return tw.Flush()
-			})
+				fmt.Fprintf(tw, "%s\t%s%d\t%d\t%d\t%d\t\n", name, approx, waiting, due["1m"], due["1h"], due["1d"])
+			}
+			for _, b := range st {
+				row(b.Bucket, b.Waiting, b.Exact, b.DueWithin)
+			}
+			row("total", out.Waiting, out.Exact, out.DueWithin)
+			if err := tw.Flush(); err != nil {
+				return err
+			}
+			if !out.Exact {
+				fmt.Fprintf(g.stdout, "~ estimated from the first %d records of each partition\n", delay.StatsSampleOffsets)
+			}
+			return nil
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")

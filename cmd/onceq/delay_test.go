@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"net"
 	"strings"
 	"testing"
 	"time"
@@ -28,11 +29,32 @@ func TestDelayUsageErrors(t *testing.T) {
 		{[]string{"delay", "--max-held", "0"}, "max held"},
 		{[]string{"delay", "--group", "a b"}, `group "a b"`},
 		{[]string{"delay", "--transaction-timeout", "20s"}, "below the session timeout"},
+		// Issue 17: the days overflowed into a negative duration.
+		{[]string{"delay", "--buckets", "1s,1000000d"}, `--buckets: delay: bucket "1000000d": at most 365d`},
+		{[]string{"delay", "stats", "--buckets", "99999999999999999999d"}, "at most 365d"},
+		// Issue 17: an empty state dir took a new instance ID on every run.
+		{[]string{"delay", "--state-dir", ""}, "--state-dir is empty: give a directory"},
+		{[]string{"delay", "--metrics-addr", "nope"}, `--metrics-addr "nope": invalid listen address`},
+		{[]string{"delay", "--metrics-addr", "127.0.0.1:70000"}, "the port is a number from 0 to 65535"},
 	} {
 		code, _, stderr := runCLI(t, "", tc.args...)
 		if code != exitUsage || !strings.Contains(stderr, tc.want) {
 			t.Errorf("onceq %s: exit %d, stderr %q; want exit 2 and %q", strings.Join(tc.args, " "), code, stderr, tc.want)
 		}
+	}
+}
+
+// TestDelayBusyMetricsPortExits1 pins issue 17's "a busy metrics port
+// exits 2": the address is well formed, the command fails: exit 1.
+func TestDelayBusyMetricsPortExits1(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	code, _, stderr := runCLI(t, "", "delay", "--state-dir", t.TempDir(), "--metrics-addr", ln.Addr().String())
+	if code != exitFailure || !strings.Contains(stderr, "cannot listen") || strings.Contains(stderr, "--help") {
+		t.Fatalf("exit %d, stderr %q; want exit 1 and \"cannot listen\"", code, stderr)
 	}
 }
 

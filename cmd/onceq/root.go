@@ -6,13 +6,18 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
+	"strconv"
 	"strings"
 
 	"github.com/spf13/cobra"
 
 	"github.com/onceq/onceq"
 	"github.com/onceq/onceq/broker"
+	"github.com/onceq/onceq/delay"
+	"github.com/onceq/onceq/internal/ops"
+	"github.com/onceq/onceq/producer"
 )
 
 // Exit codes.
@@ -33,14 +38,19 @@ func usagef(format string, args ...any) error {
 }
 
 // exitCode maps an error to the process exit code: bad input of any kind
-// (flags, values, task fields, connection settings) is 2, the rest 1.
+// (flags, values, task fields, connection settings, option values) is 2,
+// the rest 1. A metrics address that cannot be bound (the port is taken)
+// is a failure however it was wrapped: the flag's value is well formed.
 func exitCode(err error) int {
 	var ue usageError
 	var ve *onceq.Error
 	switch {
 	case err == nil:
 		return exitOK
-	case errors.As(err, &ue), errors.As(err, &ve), errors.Is(err, broker.ErrConfig):
+	case errors.Is(err, ops.ErrListen):
+		return exitFailure
+	case errors.As(err, &ue), errors.As(err, &ve), errors.Is(err, broker.ErrConfig), errors.Is(err, producer.ErrConfig),
+		errors.Is(err, delay.ErrServiceConfig), errors.Is(err, delay.ErrLadder), errors.Is(err, ops.ErrAddress):
 		return exitUsage
 	}
 	return exitFailure
@@ -64,6 +74,14 @@ func (g *globals) conn() (broker.Conn, error) {
 	brokers, err := broker.ParseBrokers(g.brokers)
 	if err != nil {
 		return broker.Conn{}, usageError{fmt.Errorf("--brokers: %w", err)}
+	}
+	for _, b := range brokers {
+		// A port out of range was taken as an address to dial, and the
+		// command failed later as if the brokers were down.
+		_, port, _ := net.SplitHostPort(b) // ParseBrokers checked the form
+		if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+			return broker.Conn{}, usagef("--brokers: broker address %q: the port is a number from 1 to 65535, for example 127.0.0.1:9092", b)
+		}
 	}
 	c := broker.Conn{Brokers: brokers, TLS: g.tls, SASL: g.sasl}
 	if err := c.Validate(); err != nil {
