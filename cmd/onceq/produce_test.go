@@ -13,6 +13,7 @@ import (
 
 	"github.com/onceq/onceq"
 	"github.com/onceq/onceq/broker"
+	"github.com/onceq/onceq/delay"
 	"github.com/onceq/onceq/internal/testutil"
 )
 
@@ -115,7 +116,7 @@ func TestProduceBadLine(t *testing.T) {
 {"id":"never"}
 `
 	code, out, stderr := runCLI(t, input, "--brokers", addr, "produce", "--queue", "jobs", "--file", "-", "--tx")
-	if code != exitUsage || !strings.Contains(stderr, `line 3: delay "soon": want a duration`) || !strings.Contains(stderr, "nothing of the file was submitted") || out != "" {
+	if code != exitUsage || !strings.Contains(stderr, `line 3: delay "soon": invalid task: want a duration`) || !strings.Contains(stderr, "nothing of the file was submitted") || out != "" {
 		t.Fatalf("--tx: exit %d, stdout %q, stderr %q", code, out, stderr)
 	}
 	if got := readJobs(t, conn, "jobs"); len(got) != 0 {
@@ -328,4 +329,70 @@ func FuzzDecodeLine(f *testing.F) {
 			t.Fatalf("round trip changed the task:\n%+v\n%+v", task, again)
 		}
 	})
+}
+
+// TestBadInputExits2NothingWritten is issue 17's acceptance for onceq
+// produce: against a real broker (the embedded one, over TCP), every bad
+// flag and JSON line exits 2 with a message naming it, and nothing reaches
+// the queue or a delay bucket. The first cases are bug 6: values the
+// worker's decoder refuses were acknowledged, then dead-lettered as
+// malformed.
+func TestBadInputExits2NothingWritten(t *testing.T) {
+	addr, conn := produceBroker(t)
+	flags := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--max-attempts", "2147483648"}, "--max-attempts 2147483648: want 0 (the worker's default) or 1 to 2147483647"},
+		{[]string{"--at", "1969-12-31T23:59:59Z"}, `--at "1969-12-31T23:59:59Z": invalid task: want a time from 1970-01-01T00:00:00Z to 9999-12-31T23:59:59.999Z`},
+		{[]string{"--at", "1969-07-20T20:17:00Z", "--tx"}, `--at "1969-07-20T20:17:00Z"`},
+		{[]string{"--header", "onceq-id=x"}, `--header "onceq-id": malformed header: the header is onceq's own: set --id instead`},
+		{[]string{"--header", "onceq-due=1"}, "set --delay or --at instead"},
+		{[]string{"--header", "onceq-delay=5s"}, `--header "onceq-delay": malformed header: not a header of onceq's wire format`},
+		{[]string{"--timeout", "500us"}, "--timeout 500us: want a positive whole number of milliseconds"},
+		{[]string{"--delay", "soon"}, `--delay "soon": invalid task: want a duration`},
+		{[]string{"--ttl", "-1h"}, `--ttl "-1h": invalid task: want a positive duration`},
+		{[]string{"--delay", "2h", "--ttl", "1h"}, `--ttl "1h": expiry before due time`},
+		{[]string{"--id", "a b"}, `--id "a b": invalid task ID`},
+	}
+	for _, tc := range flags {
+		args := append([]string{"--brokers", addr, "produce", "--queue", "jobs"}, tc.args...)
+		args = append(args, "payload")
+		code, out, stderr := runCLI(t, "", args...)
+		if code != exitUsage || out != "" || !strings.Contains(stderr, tc.want) {
+			t.Errorf("onceq %s: exit %d, stdout %q, stderr %q; want exit 2 and %q", strings.Join(args, " "), code, out, cut(stderr), tc.want)
+		}
+	}
+	lines := []struct{ line, want string }{
+		{`{"id":"a","max_attempts":2147483648}`, `line 1: max_attempts "2147483648": invalid task: want zero (the worker's default) or 1 to 2147483647`},
+		{`{"id":"a","at":"1969-07-20T20:17:00Z"}`, `line 1: at "1969-07-20T20:17:00Z": invalid task: want a time from 1970-01-01T00:00:00Z`},
+		{`null`, "line 1: invalid JSON line: got null, want an object"},
+		{`{"id":"a","id":"b"}`, "line 1: id: invalid JSON line: the field appears twice"},
+		{`{"id":"a","headers":{"h":"1","h":"2"}}`, `line 1: headers: invalid JSON line: header "h" appears twice`},
+		{`{"ID":"a"}`, `line 1: invalid JSON line: unknown field "ID"`},
+		{"\uFEFF{\"id\":\"a\"}", "line 1: invalid JSON line: the line starts with a byte order mark"},
+		{"{\"id\":\"a\",\"payload\":\"caf\xe9\"}", "line 1: invalid JSON line: byte 24 (0xe9) is not UTF-8"},
+		{`{"id":"a","payload":"\ud83d"}`, `line 1: invalid JSON line: byte 21: \ud83d is half a UTF-16 surrogate pair`},
+		{`{"id":"a","headers":{"onceq-id":"b"}}`, `line 1: header "onceq-id": malformed header: the header is onceq's own: set id instead`},
+		{`{"id":"a","headers":{"onceq-delay":"5s"}}`, `not a header of onceq's wire format`},
+		{`{"id":"a","timeout":"500us"}`, `line 1: timeout "500µs": invalid task: zero (the worker's default) or at least 1ms`},
+		{`{"id":"a","delay":"90s","at":"2030-01-01T00:00:00Z"}`, "give delay or at, not both"},
+	}
+	for _, tc := range lines {
+		for _, tx := range []bool{false, true} {
+			args := []string{"--brokers", addr, "produce", "--queue", "jobs", "--file", "-"}
+			if tx {
+				args = append(args, "--tx")
+			}
+			input := tc.line + "\n" + `{"id":"never"}` + "\n"
+			code, out, stderr := runCLI(t, input, args...)
+			if code != exitUsage || out != "" || !strings.Contains(stderr, tc.want) {
+				t.Errorf("line %q (--tx %v): exit %d, stdout %q, stderr %q; want exit 2 and %q", tc.line, tx, code, out, cut(stderr), tc.want)
+			}
+		}
+	}
+	topics := append([]string{"jobs"}, delay.DefaultPlanner().Topics()...)
+	if recs := testutil.ReadCommitted(t, conn, 20*time.Second, topics...); len(recs) != 0 {
+		t.Fatalf("bad input wrote %d records, first %s/%d@%d", len(recs), recs[0].Topic, recs[0].Partition, recs[0].Offset)
+	}
 }
