@@ -18,6 +18,14 @@
 //		// onceq: queue "onceq-internal": reserved queue name: ...
 //	}
 //
+// Validate and FromRecord share the wire format's limits (MaxIDLen,
+// MaxAttemptCount, MaxUnixMilli): a task Validate accepts is a record
+// every worker decodes. A header with the onceq- prefix that the wire
+// format does not define is malformed on both sides.
+//
+// People write tasks as a Spec, from flags or from a JSON line
+// (ParseLine); Spec.Task checks it and builds the Task.
+//
 // The producer, consumer and delay packages build on this one; see their
 // documentation for submitting and running tasks.
 package onceq

@@ -45,7 +45,10 @@ Fields: queue (default --queue), id (default: a UUIDv7), key (default: the id),
 payload (a JSON string is its text, any other JSON value its compact JSON) or
 payload_base64, delay or at (RFC 3339), ttl (not run later than this after
 submission), max_attempts, timeout, headers. Durations are Go durations such as
-500ms, 90s or 1h30m. Blank lines are skipped; unknown fields are errors.
+500ms, 90s or 1h30m. Blank lines are skipped. A line that is not one JSON object
+(null, an array), an unknown field (names are lower case), a field or header given
+twice, a byte order mark and text that is not UTF-8 are errors: give bytes that
+are not text as payload_base64.
 
 Each task is acknowledged by the brokers (acks=all, idempotent) and printed as
 "ID TOPIC/PARTITION@OFFSET", with "delayed" when it went to a delay bucket, in
