@@ -29,6 +29,7 @@ func TestBadRecordsAreDeadLettered(t *testing.T) {
 	runService(t, delay.WithConn(conn), delay.WithPlanner(p), delay.WithLogger(testLogger()))
 	waitForTopic(t, conn, p.Topics()[0])
 
+	start := time.Now()
 	due := strconv.FormatInt(time.Now().Add(300*time.Millisecond).UnixMilli(), 10)
 	h := func(kv ...string) []kgo.RecordHeader {
 		var hs []kgo.RecordHeader
@@ -68,7 +69,6 @@ func TestBadRecordsAreDeadLettered(t *testing.T) {
 		"old-error":     {"onceq-dlq-q", dlq.ReasonMalformed, "onceq-attempt"},
 		"good":          {"q", "", ""},
 	}
-	start := time.Now()
 	topics := []string{"q", "onceq-dlq-q", "onceq-dlq-" + bucket, "onceq-dlq-nosuchq"}
 	var got []*kgo.Record
 	deadline := time.Now().Add(30 * time.Second)
