@@ -207,3 +207,53 @@ func TestShutdownCancelsTasksPastTheTimeout(t *testing.T) {
 	}
 	checkExactlyOnce(t, testutil.ReadCommitted(t, conn, 10*time.Second, "out"), []string{"before", "long", "after"})
 }
+
+// TestWorkerHealth: a worker is healthy before Run and while it reaches
+// its brokers, ready once it joined and restored its partitions, and
+// unhealthy when the brokers go away (its /healthz used to answer ok
+// regardless).
+func TestWorkerHealth(t *testing.T) {
+	emb, conn := testutil.StartBroker(t, "")
+	testutil.CreateTopic(t, conn, "in", 2)
+	w, err := consumer.New(consumer.Conn(conn), consumer.Group("gh"), consumer.Queues("in"), consumer.CheckpointDir(t.TempDir()),
+		consumer.WithHandler(consumer.HandlerFunc(func(context.Context, *consumer.Task) error { return nil })),
+		consumer.SessionTimeout(6*time.Second), consumer.TransactionTimeout(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w.Healthy() != nil || w.Ready() == nil {
+		t.Fatalf("before Run: healthy %v, ready %v; want nil and an error", w.Healthy(), w.Ready())
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	produceTasks(t, conn, "in", ids(10)) // a partition restores on its first record
+	deadline := time.Now().Add(30 * time.Second)
+	for w.Ready() != nil {
+		if time.Now().After(deadline) {
+			t.Fatalf("not ready after 30s: %v", w.Ready())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err := w.Healthy(); err != nil {
+		t.Fatalf("ready but unhealthy: %v", err)
+	}
+	emb.Close()
+	for w.Healthy() == nil {
+		if time.Now().After(deadline.Add(30 * time.Second)) {
+			t.Fatal("still healthy with the broker gone")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Logf("with the broker gone: %v", w.Healthy())
+	cancel()
+	select {
+	case <-done:
+	case <-time.After(60 * time.Second):
+		t.Fatal("Run did not return")
+	}
+	if w.Healthy() == nil {
+		t.Fatal("healthy after Run returned")
+	}
+}

@@ -48,9 +48,12 @@ func newKafkaSide(w *Worker) (kafkaSide, error) {
 		kgo.ConsumeTopics(w.cfg.queues...),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
 		kgo.SessionTimeout(w.cfg.sessionTimeout),
+		// franz-go's default heartbeat (3s) must fit well in the session.
+		kgo.HeartbeatInterval(min(3*time.Second, w.cfg.sessionTimeout/3)),
 		kgo.OnPartitionsAssigned(w.assigned),
 		kgo.OnPartitionsRevoked(w.revoked),
-		kgo.OnPartitionsLost(w.revoked),
+		kgo.OnPartitionsLost(w.lost),
+		kgo.WithHooks(w.health),
 		kgo.AutoCommitMarks(),
 		kgo.ProducerLinger(0),
 		kgo.RecordPartitioner(outPartitioner{kgo.StickyKeyPartitioner(nil)}),

@@ -311,7 +311,7 @@ func (c *config) validate() error {
 		}
 	}
 	if c.checkpointDir == "" && c.guarantee == ExactlyOnce {
-		return bad("no checkpoint dir: pass consumer.CheckpointDir")
+		return bad("checkpoint dir is empty: an exactly-once worker keeps its checkpoint and instance ID in a directory")
 	}
 	switch {
 	case c.concurrency < 1:

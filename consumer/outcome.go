@@ -102,6 +102,7 @@ func (w *Worker) deadLetter(task *onceq.Task, key, reason, text string, now time
 		return nil, err
 	}
 	w.metrics.dead.WithLabelValues(task.Queue, reason).Inc()
+	w.cfg.log.Info("task dead-lettered", "id", task.ID, "queue", task.Queue, "attempt", task.Attempt, "reason", reason, "err", text)
 	return &result{id: key, at: now, outcome: outcomeDead, outputs: []*kgo.Record{dlq.EncodeTask(task, reason, text, now)}, queue: task.Queue}, nil
 }
 

@@ -32,6 +32,7 @@ import (
 
 	"github.com/onceq/onceq/broker"
 	"github.com/onceq/onceq/checkpoint"
+	"github.com/onceq/onceq/internal/ops"
 )
 
 // Worker runs handlers over the partitions a consumer group assigns it.
@@ -54,6 +55,8 @@ type Worker struct {
 	wake       chan struct{}
 	instanceID string
 	stopping   atomic.Bool
+	phase      atomic.Int32 // phaseNotStarted, phaseRunning, phaseStopped
+	health     *ops.BrokerHealth
 	restarts   int // session restarts since the last successful commit
 	lastExpire time.Time
 	ckpt       ckptWriter
@@ -69,7 +72,8 @@ func New(opts ...Opt) (*Worker, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	w := &Worker{cfg: cfg, parts: map[checkpoint.TP]*partState{}, wake: make(chan struct{}, 1)}
+	w := &Worker{cfg: cfg, parts: map[checkpoint.TP]*partState{}, wake: make(chan struct{}, 1),
+		health: ops.NewBrokerHealth(cfg.sessionTimeout)}
 	m, err := newMetrics(cfg.registerer, w)
 	if err != nil {
 		return nil, err
@@ -89,6 +93,11 @@ var ErrTasksCanceled = errors.New("consumer: tasks canceled at the shutdown time
 // to the shutdown timeout while it goes on committing, cancels those still
 // running then, commits what finished and leaves the group.
 func (w *Worker) Run(ctx context.Context) (err error) {
+	if !w.phase.CompareAndSwap(phaseNotStarted, phaseRunning) {
+		return errors.New("consumer: Run called twice: create another Worker")
+	}
+	defer w.phase.Store(phaseStopped)
+	w.health.Start()
 	if err := w.start(ctx); err != nil {
 		w.close()
 		if ctx.Err() != nil {
@@ -112,7 +121,10 @@ func (w *Worker) Run(ctx context.Context) (err error) {
 			return fmt.Errorf("%w: %w", errCheckpoint, err)
 		}
 		if time.Now().After(next) || w.completed.Load() >= int64(w.cfg.maxPerCommit) {
-			if err := w.commitOrRestart(ctx, context.WithoutCancel(ctx)); err != nil {
+			if err := w.commitOrRestart(ctx); err != nil {
+				if errors.Is(err, errStopped) {
+					return nil // stopped while restarting: nothing is left to commit
+				}
 				return err
 			}
 			next = time.Now().Add(w.cfg.commitInterval)
@@ -138,8 +150,8 @@ func (w *Worker) Run(ctx context.Context) (err error) {
 // commitOrRestart commits; a commit that failed in an unknown state
 // restarts the Kafka session, and only a failed checkpoint or too many
 // restarts in a row stop the worker.
-func (w *Worker) commitOrRestart(runCtx, ctx context.Context) error {
-	err := w.commit(ctx)
+func (w *Worker) commitOrRestart(runCtx context.Context) error {
+	err := w.commitWithin(runCtx)
 	if err == nil {
 		return nil
 	}
@@ -148,6 +160,19 @@ func (w *Worker) commitOrRestart(runCtx, ctx context.Context) error {
 	}
 	return w.restartSession(runCtx, err)
 }
+
+// commitWithin commits, giving up after the transaction timeout (the
+// brokers abort the transaction then anyway): a commit with the brokers
+// gone must not hold the worker, its shutdown included. Stopping does not
+// cancel it.
+func (w *Worker) commitWithin(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.cfg.txnTimeout)
+	defer cancel()
+	return w.commit(ctx)
+}
+
+// errStopped ends a session restart that Run's context interrupted.
+var errStopped = errors.New("consumer: stopped while restarting the Kafka session")
 
 // maxSessionRestarts bounds the session restarts in a row, without a
 // successful commit between them, before Run gives up.
@@ -176,7 +201,7 @@ func (w *Worker) restartSession(ctx context.Context, cause error) error {
 	select {
 	case <-time.After(time.Duration(w.restarts) * 200 * time.Millisecond):
 	case <-ctx.Done():
-		return nil
+		return errStopped
 	}
 	var err error
 	w.kafka, err = newKafkaSide(w)
@@ -201,7 +226,7 @@ func (w *Worker) shutdown() error {
 			until = deadline
 		}
 		w.waitWake(bg, until)
-		err = w.commit(bg)
+		err = w.commitWithin(bg)
 	}
 	canceled := 0
 	if err == nil && w.sched.busy() > 0 {
@@ -214,11 +239,11 @@ func (w *Worker) shutdown() error {
 		}
 		w.cfg.log.Warn("canceled tasks still running at the shutdown timeout: they run again on the partitions' next owners", "count", canceled)
 	}
+	if err == nil {
+		err = w.commitWithin(bg)
+	}
 	ctx, cancel := context.WithTimeout(bg, w.cfg.txnTimeout)
 	defer cancel()
-	if err == nil {
-		err = w.commit(ctx)
-	}
 	if cerr := w.ckpt.wait(); cerr != nil && err == nil {
 		err = fmt.Errorf("%w: %w", errCheckpoint, cerr)
 	}
@@ -296,6 +321,7 @@ func (w *Worker) release(ps *partState) {
 // not: whatever they finish is dropped, and the session aborts the commit
 // in progress, so the next owner runs them from the committed offset.
 func (w *Worker) assigned(_ context.Context, _ *kgo.Client, m map[string][]int32) {
+	w.health.Joined() // franz-go calls this after every join
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for topic, ps := range m {
@@ -313,6 +339,13 @@ func (w *Worker) assigned(_ context.Context, _ *kgo.Client, m map[string][]int32
 		}
 	}
 	w.cfg.log.Info("partitions assigned", "partitions", m)
+}
+
+// lost is revoked for partitions the group took away (the session
+// expired): the worker is not a member until it joins again.
+func (w *Worker) lost(ctx context.Context, cl *kgo.Client, m map[string][]int32) {
+	w.health.Lost()
+	w.revoked(ctx, cl, m)
 }
 
 func (w *Worker) revoked(_ context.Context, _ *kgo.Client, m map[string][]int32) {
