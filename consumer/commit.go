@@ -101,8 +101,12 @@ func (w *Worker) commit(ctx context.Context) error {
 	}
 	if !committed {
 		w.metrics.aborts.Inc()
-		w.cfg.log.Info("commit aborted (a rebalance or a refused write): the next commit takes its finished tasks, the next owners run those of revoked partitions",
-			"tasks", countResults(parts))
+		why := "the group rebalanced, or the offset commit or a write failed"
+		if len(refused) > 0 {
+			why = "the brokers refused a record as too large: its task is dead-lettered instead"
+		}
+		w.cfg.log.Info("commit aborted: the next commit takes its finished tasks, the next owners run those of revoked partitions",
+			"why", why, "tasks", countResults(parts))
 		w.deadLetterRefused(refused, recs, parts)
 		for _, p := range parts {
 			p.ps.putBack(p.results)

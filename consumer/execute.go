@@ -59,6 +59,11 @@ func (w *Worker) retryInPlace(it *item, quit <-chan struct{}, fn func() (*result
 		if err == nil {
 			return res
 		}
+		if w.storeFailed() != nil {
+			// The worker stops on a failed checkpoint and says why once;
+			// a warning per task in flight says nothing more.
+			return nil
+		}
 		w.cfg.log.Warn("running a task failed for a reason outside its handler; trying again after a pause", "topic", it.rec.Topic,
 			"partition", it.rec.Partition, "offset", it.rec.Offset, "run", run, "err", err, "pause", w.cfg.retryPause)
 		select {
