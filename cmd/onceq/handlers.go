@@ -28,7 +28,11 @@ count:QUEUE     like copy, and count each ID's runs in the partition state; the
 flaky:QUEUE     like count, but a task fails while its attempt is at most its
                 "fail" header (a number, or "always"); "skip" fails it without
                 retry, "timeout" makes its first attempt wait out its
-                time-to-run: for trying out retries and dead letters
+                time-to-run: for trying out retries and dead letters.
+                Both count: and flaky: first sleep for a task's "sleep" header,
+                a Go duration such as 1500ms, on every run: a slow task. Its
+                context ending (time-to-run, shutdown, a moved partition) ends
+                the sleep and fails the run; a bad value fails it without retry.
 exec:COMMAND    run COMMAND with sh -c, the payload on stdin and ONCEQ_TASK_ID,
                 ONCEQ_QUEUE, ONCEQ_ATTEMPT in the environment; exit 0 succeeds,
                 anything else fails with the tail of stderr
@@ -53,6 +57,9 @@ func parseHandler(spec string) (consumer.Handler, []string, error) {
 		h := copyHandler(arg, kind != "copy")
 		if kind == "flaky" {
 			h = flaky(h)
+		}
+		if kind != "copy" {
+			h = sleepy(h)
 		}
 		return h, []string{arg}, nil
 	case "exec":
@@ -120,6 +127,38 @@ func flaky(next consumer.Handler) consumer.Handler {
 			if n, err := strconv.Atoi(string(h.Value)); err == nil && t.Attempt <= n {
 				return fmt.Errorf("flaky: task %s fails attempt %d of the first %d", t.ID, t.Attempt, n)
 			}
+		}
+		return next.Handle(ctx, t)
+	})
+}
+
+// SleepHeader tells a count: or flaky: handler how long to sleep before
+// its work, on every run: a Go duration such as "1500ms".
+const SleepHeader = "sleep"
+
+// sleepy sleeps for the task's "sleep" header before next runs, or until
+// the task's context ends (its time-to-run, a revoked partition, the
+// shutdown timeout), which fails the run with the context's error. A value
+// that is not a duration, or a negative one, fails the task without retry.
+func sleepy(next consumer.Handler) consumer.Handler {
+	return consumer.HandlerFunc(func(ctx context.Context, t *consumer.Task) error {
+		for _, h := range t.Headers {
+			if h.Key != SleepHeader {
+				continue
+			}
+			d, err := time.ParseDuration(string(h.Value))
+			if err != nil || d < 0 {
+				return consumer.SkipRetry(fmt.Errorf("task %s: header %q is %q: want a duration of 0 or more, such as 1500ms",
+					t.ID, SleepHeader, h.Value))
+			}
+			timer := time.NewTimer(d)
+			select {
+			case <-timer.C:
+			case <-ctx.Done():
+				timer.Stop()
+				return fmt.Errorf("task %s: sleeping %v for its %q header: %w", t.ID, d, SleepHeader, ctx.Err())
+			}
+			break
 		}
 		return next.Handle(ctx, t)
 	})

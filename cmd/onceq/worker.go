@@ -71,7 +71,9 @@ Handler kinds (--handler):
 
 It serves /metrics and /healthz on --metrics-addr and stops cleanly on SIGINT or
 SIGTERM: it stops fetching, lets in-flight tasks finish (up to
---shutdown-timeout), commits and leaves the group.`,
+--shutdown-timeout), commits and leaves the group. Tasks still running then are
+canceled and nothing of theirs is committed: they run again on restart, and the
+exit code is 1.`,
 		Args: exactArgs(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return runWorker(cmd.Context(), g, f)
@@ -181,7 +183,12 @@ func runWorker(ctx context.Context, g *globals, f workerFlags) error {
 		}
 		defer srv.Close()
 	}
-	return runTogether(ctx, w.Run, svc)
+	err = runTogether(ctx, w.Run, svc)
+	if errors.Is(err, consumer.ErrTasksCanceled) {
+		return fmt.Errorf("%w, nothing of theirs committed: they run again on restart, or on the worker of group %q "+
+			"that takes their partitions (a longer --shutdown-timeout lets them finish)", err, f.group)
+	}
+	return err
 }
 
 // runTogether runs the worker and, if there is one, the delay service,
