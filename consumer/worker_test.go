@@ -54,14 +54,21 @@ func ids(n int) []string {
 }
 
 // copyCounting emits each task to out and counts its runs in state.
-func copyCounting(out string) consumer.Handler {
+func copyCounting(out string) consumer.Handler { return copyCountingAs(out, "") }
+
+// copyCountingAs is copyCounting naming the worker that ran the task, when
+// it is not empty, in its output's "worker" header.
+func copyCountingAs(out, worker string) consumer.Handler {
 	return consumer.HandlerFunc(func(ctx context.Context, t *consumer.Task) error {
 		n, err := t.State().Counter([]byte("runs/"+t.ID), 1)
 		if err != nil {
 			return err
 		}
-		return t.Emit(onceq.Task{ID: t.ID, Queue: out, Key: t.Key, Payload: t.Payload,
-			Headers: []onceq.Header{{Key: "runs", Value: []byte(strconv.FormatInt(n, 10))}}})
+		hs := []onceq.Header{{Key: "runs", Value: []byte(strconv.FormatInt(n, 10))}}
+		if worker != "" {
+			hs = append(hs, onceq.Header{Key: "worker", Value: []byte(worker)})
+		}
+		return t.Emit(onceq.Task{ID: t.ID, Queue: out, Key: t.Key, Payload: t.Payload, Headers: hs})
 	})
 }
 
