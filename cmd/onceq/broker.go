@@ -11,6 +11,7 @@ func newBrokerCmd(g *globals) *cobra.Command {
 	var (
 		cfg         broker.EmbeddedConfig
 		metricsAddr string
+		autoCreate  bool
 	)
 	cmd := &cobra.Command{
 		Use:   "broker",
@@ -19,12 +20,20 @@ func newBrokerCmd(g *globals) *cobra.Command {
 protocol over TCP, persisted to --data-dir. Any Kafka client can use it.
 Production runs on a Kafka or Redpanda cluster instead (--brokers).
 
+Like Kafka by default, it creates a topic on first use when a client asks
+for it (kcat and librdkafka producers do; --auto-create=false turns that
+off), with --partitions partitions. It refuses what a Kafka broker refuses
+and what its data dir could not store: topic names over 249 bytes or with
+bytes other than letters, digits, '.', '_' and '-', more than 10,000
+partitions, and topic configs it does not act on or that are malformed.
+
 It stops cleanly on SIGINT or SIGTERM, flushing its data dir.`,
 		Args: exactArgs(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if cfg.Partitions < 1 {
-				return usagef("--partitions %d: want 1 or more", cfg.Partitions)
+			if cfg.Partitions < 1 || cfg.Partitions > broker.MaxPartitions {
+				return usagef("--partitions %d: want 1 to %d", cfg.Partitions, broker.MaxPartitions)
 			}
+			cfg.NoAutoCreate = !autoCreate
 			cfg.Logger = g.log
 			emb, err := broker.StartEmbedded(cfg)
 			if err != nil {
@@ -47,7 +56,8 @@ It stops cleanly on SIGINT or SIGTERM, flushing its data dir.`,
 	f := cmd.Flags()
 	f.StringVar(&cfg.Listen, "listen", "127.0.0.1:9092", "address to listen on and advertise, host:port (port 0: any free port)")
 	f.StringVar(&cfg.DataDir, "data-dir", "./onceq-data/broker", "directory persisting the log, groups and transactions (empty: memory only)")
-	f.IntVar(&cfg.Partitions, "partitions", 8, "default partitions of topics created without a count")
+	f.IntVar(&cfg.Partitions, "partitions", 8, "partitions of topics created without a count and of auto-created topics")
+	f.BoolVar(&autoCreate, "auto-create", true, "create a topic on first use when a client asks for it, as Kafka does")
 	f.BoolVar(&cfg.Sync, "sync", false, "fsync every produced batch (slower; survives power loss)")
 	f.StringVar(&metricsAddr, "metrics-addr", "", "serve /metrics and /healthz on this address (empty: off)")
 	return cmd

@@ -2,11 +2,14 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sort"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
+	"github.com/twmb/franz-go/pkg/kerr"
 
 	"github.com/onceq/onceq"
 	"github.com/onceq/onceq/broker"
@@ -54,15 +57,18 @@ func newTopicsCreateCmd(g *globals) *cobra.Command {
 			if err := check(name); err != nil {
 				return usageError{err}
 			}
-			if partitions < 1 {
-				return usagef("--partitions %d: want 1 or more", partitions)
+			if partitions < 1 || partitions > broker.MaxPartitions {
+				return usagef("--partitions %d: want 1 to %d", partitions, broker.MaxPartitions)
 			}
 			cfg, err := broker.ParseConfigs(configs)
 			if err != nil {
-				return usageError{err}
+				return usagef("--config: %w", err)
 			}
 			return withAdmin(g, func(a *broker.Admin) error {
 				if err := a.CreateTopic(cmd.Context(), name, partitions, cfg); err != nil {
+					if refusedInput(err) {
+						return usageError{err}
+					}
 					return err
 				}
 				fmt.Fprintf(g.stdout, "created %s with %d partitions\n", name, partitions)
@@ -70,7 +76,7 @@ func newTopicsCreateCmd(g *globals) *cobra.Command {
 			})
 		},
 	}
-	cmd.Flags().Int32Var(&partitions, "partitions", 8, "number of partitions (1 or more)")
+	cmd.Flags().Int32Var(&partitions, "partitions", 8, fmt.Sprintf("number of partitions (1 to %d)", broker.MaxPartitions))
 	cmd.Flags().StringArrayVar(&configs, "config", nil, "topic config key=value (repeatable), for example retention.ms=604800000")
 	cmd.Flags().BoolVar(&internal, "internal", false, "allow onceq's reserved names (onceq-...): for repairs")
 	return cmd
@@ -143,21 +149,62 @@ func newTopicsDescribeCmd(g *globals) *cobra.Command {
 }
 
 func newTopicsDeleteCmd(g *globals) *cobra.Command {
-	return &cobra.Command{
+	var internal bool
+	cmd := &cobra.Command{
 		Use:   "delete QUEUE",
 		Short: "Delete a queue and its records",
-		Args:  exactArgs(1, "one queue name"),
+		Long: `Delete a queue and its records.
+
+Internal topics (onceq's delay buckets, dead letters and checkpoint
+changelogs, which start with "onceq-", and Kafka's own, which start with
+"__") are refused without --internal: deleting a changelog, for one, makes
+the workers forget which tasks they ran.`,
+		Args: exactArgs(1, "one queue name"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := onceq.ValidateTopic(args[0]); err != nil {
+			name := args[0]
+			if err := onceq.ValidateTopic(name); err != nil {
 				return usageError{err}
 			}
+			if broker.IsInternal(name) && !internal {
+				return usagef("topic %q is internal (%s): deleting it loses what it records; "+
+					"add --internal if that is what you want (stop the workers first)", name, internalKind(name))
+			}
 			return withAdmin(g, func(a *broker.Admin) error {
-				if err := a.DeleteTopic(cmd.Context(), args[0]); err != nil {
+				if err := a.DeleteTopic(cmd.Context(), name); err != nil {
 					return err
 				}
-				fmt.Fprintf(g.stdout, "deleted %s\n", args[0])
+				fmt.Fprintf(g.stdout, "deleted %s\n", name)
 				return nil
 			})
 		},
 	}
+	cmd.Flags().BoolVar(&internal, "internal", false, "allow deleting an internal topic (onceq-... or __...): for repairs")
+	return cmd
+}
+
+// internalKind says what an internal topic holds.
+func internalKind(name string) string {
+	switch {
+	case strings.HasPrefix(name, broker.ChangelogPrefix), strings.HasPrefix(name, broker.LegacyChangelogPrefix):
+		return "a checkpoint changelog: the processed task IDs and task state of a group's workers"
+	case strings.HasPrefix(name, broker.DLQPrefix):
+		return "a dead-letter topic"
+	case strings.HasPrefix(name, broker.DelayPrefix):
+		return "a delay bucket: the delayed tasks and retries waiting in it"
+	case strings.HasPrefix(name, "__"):
+		return "one of Kafka's own topics"
+	}
+	return "onceq's names start with onceq-"
+}
+
+// refusedInput reports a broker's refusal of a topic request for its
+// content: the request was bad input, not a failure.
+func refusedInput(err error) bool {
+	for _, code := range []error{kerr.InvalidTopicException, kerr.InvalidPartitions, kerr.InvalidReplicationFactor,
+		kerr.InvalidReplicaAssignment, kerr.InvalidConfig, kerr.PolicyViolation} {
+		if errors.Is(err, code) {
+			return true
+		}
+	}
+	return false
 }
