@@ -177,7 +177,12 @@ func runWorker(ctx context.Context, g *globals, f workerFlags) error {
 		return err
 	}
 	if f.metricsAddr != "" {
-		srv, err := ops.Listen(f.metricsAddr, reg, nil, g.log)
+		health := &ops.Health{}
+		health.Register("worker", w)
+		if svc != nil {
+			health.Register("delay", svc)
+		}
+		srv, err := ops.Listen(f.metricsAddr, reg, health, g.log)
 		if err != nil {
 			return usageError{err}
 		}
@@ -237,7 +242,7 @@ func flagNames(err error) error {
 		"concurrency ", "--concurrency ", "commit interval", "--commit-interval", "max records per commit", "--max-records-per-commit",
 		"max buffered records", "--max-buffered", "dedup window", "--dedup-window", "default timeout", "--timeout",
 		"transaction timeout", "--transaction-timeout", "shutdown timeout", "--shutdown-timeout", "retry pause", "--retry-pause",
-		"group ", "--group ", "max attempts", "--max-attempts", "abandon grace", "--abandon-grace", "backoff ", "--backoff-base/--backoff-factor/--backoff-max ",
+		"checkpoint dir", "--checkpoint-dir", "group ", "--group ", "max attempts", "--max-attempts", "abandon grace", "--abandon-grace", "backoff ", "--backoff-base/--backoff-factor/--backoff-max ",
 	)
 	return errors.New(r.Replace(err.Error()))
 }

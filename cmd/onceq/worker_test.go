@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -171,4 +172,49 @@ func taskIDs(t *testing.T, recs []*kgo.Record) []string {
 		out = append(out, task.ID)
 	}
 	return out
+}
+
+// TestWorkerProbes: a worker's /readyz answers 200 once it joined and
+// restored its partitions, its /healthz 200 while it reaches the broker
+// and 503 once the broker is gone (it answered ok regardless).
+func TestWorkerProbes(t *testing.T) {
+	emb, conn := testutil.StartBroker(t, "")
+	testutil.CreateTopic(t, conn, "in", 1)
+	testutil.CreateTopic(t, conn, "out", 1)
+	addr := testutil.FreeAddr(t)
+	w := testutil.Start(t, "worker", "--brokers", conn.Brokers[0], "--group", "probes", "--queue", "in", "--handler", "copy:out",
+		"--checkpoint-dir", filepath.Join(t.TempDir(), "w"), "--metrics-addr", addr, "--log-level", "error",
+		"--session-timeout", "6s", "--transaction-timeout", "5s")
+	defer w.Kill()
+	status := func(path string) int {
+		resp, err := http.Get("http://" + addr + path)
+		if err != nil {
+			return 0
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	cl, err := conn.NewClient()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	task := onceq.Task{ID: "t", Queue: "in"}
+	if err := cl.ProduceSync(t.Context(), task.Record("in")).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	waitStatus := func(path string, want int) {
+		t.Helper()
+		deadline := time.Now().Add(60 * time.Second)
+		for status(path) != want {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s answers %d, want %d\n%s", path, status(path), want, w.Output())
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	waitStatus("/readyz", http.StatusOK)
+	waitStatus("/healthz", http.StatusOK)
+	emb.Close()
+	waitStatus("/healthz", http.StatusServiceUnavailable)
 }
