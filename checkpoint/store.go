@@ -120,8 +120,10 @@ func Open(dir string, opts Options) (*Store, error) {
 	}
 	if opts.ReadOnly {
 		// Look before locking: the lock would leave a LOCK file behind.
-		if _, err := fs.Stat(dir); errors.Is(err, os.ErrNotExist) {
+		if fi, err := fs.Stat(dir); errors.Is(err, os.ErrNotExist) {
 			return nil, errorf(ErrNotFound, err, "dir %s does not exist", dir)
+		} else if err == nil && !fi.IsDir() {
+			return nil, errorf(ErrNotFound, nil, "%s is a file, not a checkpoint store's directory: give the store's directory (<checkpoint dir>/store)", dir)
 		}
 		if desc, err := pebble.Peek(dir, fs); err == nil && !desc.Exists {
 			return nil, errorf(ErrNotFound, nil, "dir %s holds no checkpoint store", dir)
@@ -130,7 +132,12 @@ func Open(dir string, opts Options) (*Store, error) {
 		return nil, ioError(err, "create dir %s", dir)
 	}
 	lock, err := pebble.LockDirectory(dir, fs)
-	if err != nil {
+	switch {
+	case err != nil && opts.ReadOnly && unwritable(err):
+		if lock, err = readOnlyLock(dir, fs); err != nil {
+			return nil, err
+		}
+	case err != nil:
 		return nil, lockError(dir, opts.FS, err)
 	}
 	s, err := open(dir, fs, lock, opts)

@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -160,5 +162,149 @@ func TestCheckpointVerify(t *testing.T) {
 	code, _, stderr = runCLI(t, "", "checkpoint", "verify", dir, "--group", "other", "--brokers", conn.Brokers[0])
 	if code != exitUsage || !strings.Contains(stderr, `belongs to group "g"`) {
 		t.Errorf("other group: exit %d, %q", code, stderr)
+	}
+}
+
+// writeChangelog writes n marks to partition 0 of topic in one transaction
+// (n data records and a commit marker), as a worker does.
+func writeChangelog(t *testing.T, conn broker.Conn, topic string, n int) {
+	t.Helper()
+	cl, err := conn.NewClient(kgo.TransactionalID("changelog-writer-"+topic), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx := context.Background()
+	if err := cl.BeginTransaction(); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < n; i++ {
+		k, v := checkpoint.EncodeMark(fmt.Sprintf("task-%d", i), time.Now())
+		if err := cl.ProduceSync(ctx, &kgo.Record{Topic: topic, Partition: 0, Key: k, Value: v}).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := cl.EndTransaction(ctx, kgo.TryCommit); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// commitGroup commits offset at on partition 0 of topic for group.
+func commitGroup(t *testing.T, conn broker.Conn, group, topic string, at int64) {
+	t.Helper()
+	adm, err := broker.NewAdmin(conn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer adm.Close()
+	offs := kadm.Offsets{}
+	offs.Add(kadm.Offset{Topic: topic, Partition: 0, At: at, LeaderEpoch: -1})
+	if err := adm.Kadm().CommitAllOffsets(context.Background(), group, offs); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestCheckpointVerifyChangelogBehindStore pins the second half of bug 7
+// of issue 17: after "topics delete" removed a changelog (and a worker
+// made a new, empty one), verify still said "in sync", and 100 resubmitted
+// IDs ran again. A changelog that ends before the store's offset, or that
+// is missing, is drift.
+func TestCheckpointVerifyChangelogBehindStore(t *testing.T) {
+	emb, conn := testutil.StartBroker(t, "")
+	changelog := broker.ChangelogTopic("g", "jobs")
+	testutil.CreateTopic(t, conn, "jobs", 1)
+	commitGroup(t, conn, "g", "jobs", 7)
+	dir := writeStore(t, emb.ClusterID(), 7, 101) // 100 marks and a commit marker
+	args := []string{"checkpoint", "verify", dir, "--group", "g", "--brokers", conn.Brokers[0]}
+
+	code, out, stderr := runCLI(t, "", args...)
+	t.Logf("changelog missing:\n%s%s", out, stderr)
+	if code != exitFailure || !strings.Contains(out, "drift: the changelog "+changelog+" does not exist") {
+		t.Errorf("changelog missing: exit %d\n%s%s", code, out, stderr)
+	}
+
+	testutil.CreateTopic(t, conn, changelog, 1)
+	writeChangelog(t, conn, changelog, 3) // recreated: offsets 0-2, marker at 3
+	code, out, stderr = runCLI(t, "", append(args, "--json")...)
+	t.Logf("changelog recreated:\n%s%s", out, stderr)
+	var d checkpoint.Drift
+	if err := json.Unmarshal([]byte(out), &d); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	if code != exitFailure || d.ChangelogOffset != 101 || d.ChangelogEnd != 4 || len(d.Problems) != 1 ||
+		!strings.Contains(d.Problems[0], "the changelog is behind the store: it ends at 4, before the store's offset 101") {
+		t.Errorf("changelog behind the store: exit %d, %+v", code, d)
+	}
+}
+
+// TestCheckpointVerifySharedLegacyChangelog pins the verify half of bug 1
+// of issue 17: group "a" with queue "b-c" and group "a-b" with queue "c"
+// shared the changelog onceq-changelog-a-b-c, group a restored group
+// a-b's records and skipped its own tasks, and verify said "in sync".
+func TestCheckpointVerifySharedLegacyChangelog(t *testing.T) {
+	emb, conn := testutil.StartBroker(t, "")
+	legacy := broker.LegacyChangelogTopic("a", "b-c")
+	if legacy != broker.LegacyChangelogTopic("a-b", "c") {
+		t.Fatal("the pair does not collide under the old names")
+	}
+	for _, q := range []string{"c", "b-c", legacy} {
+		testutil.CreateTopic(t, conn, q, 1)
+	}
+	writeChangelog(t, conn, legacy, 3) // offsets 0-2, marker at 3
+	commitGroup(t, conn, "a-b", "c", 3)
+	commitGroup(t, conn, "a", "b-c", 3)
+	dir := filepath.Join(t.TempDir(), "cp")
+	s, err := checkpoint.Open(dir, checkpoint.Options{ClusterID: emb.ClusterID(), Group: "a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tp := checkpoint.TP{Topic: "b-c", Partition: 0}
+	b := s.NewBatch()
+	if err := b.SetOffsets(tp, checkpoint.Offsets{Source: 3, Changelog: 4}); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	b.Close()
+	s.Close()
+
+	code, out, stderr := runCLI(t, "", "checkpoint", "verify", dir, "--group", "a", "--brokers", conn.Brokers[0])
+	t.Logf("onceq checkpoint verify:\n%s%s", out, stderr)
+	if code != exitFailure || !strings.Contains(out, `drift: the changelog onceq-changelog-a-b-c holds another group's records: group "a-b" (queue "c")`) {
+		t.Errorf("shared changelog: exit %d\n%s%s", code, out, stderr)
+	}
+	// Alone under its old name, it is still reported: workers refuse it.
+	if code, _, stderr := runCLI(t, "", "topics", "delete", "c", "--brokers", conn.Brokers[0]); code != 0 {
+		t.Fatal(stderr)
+	}
+	code, out, _ = runCLI(t, "", "checkpoint", "verify", dir, "--group", "a", "--brokers", conn.Brokers[0])
+	if code != exitFailure || !strings.Contains(out, "still has its old, ambiguous name onceq-changelog-a-b-c") {
+		t.Errorf("old name alone: exit %d\n%s", code, out)
+	}
+}
+
+// TestCheckpointInspectReadOnlyCopy: "checkpoint inspect" reads a copy of a
+// store in a directory it cannot write (it failed creating Pebble's LOCK
+// file), and a file instead of a directory is bad input.
+func TestCheckpointInspectReadOnlyCopy(t *testing.T) {
+	dir := writeStore(t, "c1", 7, 3)
+	file := filepath.Join(t.TempDir(), "store.txt")
+	if err := os.WriteFile(file, []byte("not a store"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if code, _, stderr := runCLI(t, "", "checkpoint", "inspect", file); code != exitUsage || !strings.Contains(stderr, "is a file") {
+		t.Errorf("inspect a file: exit %d, %q", code, stderr)
+	}
+	if os.Geteuid() == 0 {
+		t.Skip("root writes to read-only directories; checkpoint.TestReadOnlyCopy covers this with a read-only filesystem")
+	}
+	if err := os.Chmod(dir, 0o555); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.Chmod(dir, 0o755) })
+	code, out, stderr := runCLI(t, "", "checkpoint", "inspect", dir)
+	if code != 0 || !strings.Contains(out, "group g") {
+		t.Fatalf("inspect a read-only copy: exit %d\n%s%s", code, out, stderr)
 	}
 }
