@@ -28,11 +28,6 @@ var errAbandoned = errors.New("abandoned: the handler ignored its canceled conte
 // worker stops. takenOver means the watchdog abandoned the handler and
 // another goroutine now runs the slot: this one must exit.
 func (w *Worker) execute(sl *slot, it *item, quit <-chan struct{}) (res *result, takenOver bool) {
-	defer func() {
-		if res != nil {
-			res.src = it.rec
-		}
-	}()
 	res = w.retryInPlace(it, quit, func() (*result, error) {
 		res, err := w.attempt(sl, it)
 		switch {
@@ -44,6 +39,9 @@ func (w *Worker) execute(sl *slot, it *item, quit <-chan struct{}) (res *result,
 		}
 		return res, err
 	})
+	if res != nil {
+		res.src = it.rec
+	}
 	return res, takenOver
 }
 

@@ -152,18 +152,18 @@ var homePartitioner = kgo.StickyKeyPartitioner(nil).ForTopic("")
 // there, whichever client wrote them. A record without onceq-id is never
 // moved: its ID is its offset. nil, nil: the record is home.
 func (w *Worker) forwardHome(r *kgo.Record, task *onceq.Task) (*result, error) {
-	if task.ID == onceq.RecordID(r.Topic, r.Partition, r.Offset) {
+	if !hasID(r) {
 		return nil, nil
 	}
-	key := r.Key
-	if len(key) == 0 {
-		key = []byte(task.ID)
+	keyed := r // partitioned by its key, or by its ID when it has none
+	if len(r.Key) == 0 {
+		keyed = &kgo.Record{Key: []byte(task.ID)}
 	}
 	n, err := w.topics.partitions(r.Topic)
 	if err != nil {
 		return nil, err
 	}
-	home := homePartitioner.Partition(&kgo.Record{Key: key}, int(n))
+	home := homePartitioner.Partition(keyed, int(n))
 	if int32(home) == r.Partition {
 		return nil, nil
 	}
@@ -172,8 +172,19 @@ func (w *Worker) forwardHome(r *kgo.Record, task *onceq.Task) (*result, error) {
 		return nil, fmt.Errorf("consumer: partition count of %s changed", r.Topic)
 	}
 	w.cfg.log.Debug("task outside its key's partition: forwarded", "id", task.ID, "topic", r.Topic, "partition", r.Partition, "home", home)
-	fwd := &kgo.Record{Topic: r.Topic, Key: key, Value: r.Value, Headers: r.Headers}
+	fwd := &kgo.Record{Topic: r.Topic, Key: keyed.Key, Value: r.Value, Headers: r.Headers}
 	return &result{id: task.DedupKey(), noMark: true, outcome: outcomeForwarded, outputs: []*kgo.Record{fwd}, queue: task.Queue}, nil
+}
+
+// hasID reports whether the record carries onceq-id: a client chose its
+// ID.
+func hasID(r *kgo.Record) bool {
+	for _, h := range r.Headers {
+		if h.Key == onceq.HeaderID {
+			return true
+		}
+	}
+	return false
 }
 
 // refuseTooLarge turns a result whose output (a task it emitted, its retry

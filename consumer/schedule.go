@@ -271,6 +271,9 @@ func (s *scheduler) takeOver(sl *slot, r *handlerRun) {
 	res := w.retryInPlace(r.it, s.quit, func() (*result, error) {
 		return w.failure(r.task, r.key, errAbandoned)
 	})
+	if res != nil {
+		res.src = r.it.rec
+	}
 	w.finish(r.it, res)
 	s.loop(sl) // loop's deferred Done pairs with this goroutine's Add
 }
