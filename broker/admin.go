@@ -97,7 +97,7 @@ func (a *Admin) CreateTopic(ctx context.Context, name string, partitions int32, 
 		if resp.ErrMessage != "" {
 			return fmt.Errorf("broker: creating topic %q: %w (%s)", name, err, resp.ErrMessage)
 		}
-		return fmt.Errorf("broker: creating topic %q: %w", name, a.conn.explain(err))
+		return fmt.Errorf("broker: creating topic %q: %w", name, a.conn.Explain(err))
 	}
 	return nil
 }
@@ -133,7 +133,7 @@ func (a *Admin) checkLegacyChangelog(ctx context.Context, group, queue string) e
 	}
 	details, err := a.adm.ListTopicsWithInternal(ctx, legacy)
 	if err != nil {
-		return fmt.Errorf("broker: looking for the old changelog %s: %w", legacy, a.conn.explain(err))
+		return fmt.Errorf("broker: looking for the old changelog %s: %w", legacy, a.conn.Explain(err))
 	}
 	if d, ok := details[legacy]; !ok || d.Err != nil {
 		return nil
@@ -167,7 +167,7 @@ func ownersText(legacy, group, queue string) string {
 func (a *Admin) ListTopics(ctx context.Context, internal bool) ([]string, error) {
 	details, err := a.adm.ListTopicsWithInternal(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("broker: listing topics: %w", a.conn.explain(err))
+		return nil, fmt.Errorf("broker: listing topics: %w", a.conn.Explain(err))
 	}
 	var names []string
 	for _, n := range details.Names() {
@@ -204,7 +204,7 @@ func (a *Admin) DescribeTopic(ctx context.Context, name string) (TopicInfo, erro
 func (a *Admin) describeTopic(ctx context.Context, name string) (TopicInfo, error) {
 	details, err := a.adm.ListTopicsWithInternal(ctx, name)
 	if err != nil {
-		return TopicInfo{}, fmt.Errorf("broker: describing topic %q: %w", name, a.conn.explain(err))
+		return TopicInfo{}, fmt.Errorf("broker: describing topic %q: %w", name, a.conn.Explain(err))
 	}
 	d, ok := details[name]
 	if !ok || errors.Is(d.Err, kerr.UnknownTopicOrPartition) {
@@ -269,7 +269,7 @@ func (a *Admin) DeleteTopic(ctx context.Context, name string) error {
 		return fmt.Errorf("broker: topic %q: %w", name, ErrTopicNotFound)
 	}
 	if err != nil {
-		return fmt.Errorf("broker: deleting topic %q: %w", name, a.conn.explain(err))
+		return fmt.Errorf("broker: deleting topic %q: %w", name, a.conn.Explain(err))
 	}
 	return nil
 }
@@ -288,7 +288,7 @@ type PartitionLag struct {
 func (a *Admin) GroupLag(ctx context.Context, group string) ([]PartitionLag, error) {
 	lags, err := a.adm.Lag(ctx, group)
 	if err != nil {
-		return nil, fmt.Errorf("broker: lag of group %q: %w", group, a.conn.explain(err))
+		return nil, fmt.Errorf("broker: lag of group %q: %w", group, a.conn.Explain(err))
 	}
 	gl, ok := lags[group]
 	if !ok {

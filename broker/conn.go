@@ -203,14 +203,16 @@ func (c Conn) NewClient(extra ...kgo.Opt) (*kgo.Client, error) {
 // no broker could be reached.
 var ErrUnreachable = errors.New("brokers unreachable")
 
-// explain rewrites franz-go's guess for a connection that a broker closed
+// Explain rewrites franz-go's guess for a connection that a broker closed
 // right after a request ("is SASL missing?", "is TLS misconfigured?")
 // when the guess is wrong: the broker stopped or crashed. If no seed
 // broker accepts a new TCP connection, the error says the brokers are
 // unreachable, wraps ErrUnreachable and still unwraps to franz-go's
 // error; otherwise (a broker that answers and then hangs up may indeed
-// want TLS or SASL) err is returned as it is.
-func (c Conn) explain(err error) error {
+// want TLS or SASL) err is returned as it is, as is any other error.
+// Admin's methods explain their errors; a caller of franz-go clients made
+// with NewClient can do the same with the errors it returns.
+func (c Conn) Explain(err error) error {
 	var eof *kgo.ErrFirstReadEOF
 	if err == nil || !errors.As(err, &eof) {
 		return err
