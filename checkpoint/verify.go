@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/onceq/onceq/broker"
@@ -221,6 +222,9 @@ func (v *verifier) sharers(legacy, queue string) ([]string, error) {
 			continue
 		}
 		offs, err := v.adm.Kadm().FetchOffsets(v.ctx, o.Group)
+		if errors.Is(err, kerr.GroupIDNotFound) {
+			continue
+		}
 		if err != nil {
 			return nil, fmt.Errorf("checkpoint: committed offsets of group %q: %w", o.Group, err)
 		}
