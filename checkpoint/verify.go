@@ -71,6 +71,9 @@ func Verify(ctx context.Context, s *Store, conn broker.Conn, group string) ([]Dr
 	}
 	defer adm.Close()
 	committed, err := adm.Kadm().FetchOffsets(ctx, group)
+	if errors.Is(err, kerr.GroupIDNotFound) {
+		committed, err = nil, nil // nothing committed
+	}
 	if err != nil {
 		return nil, fmt.Errorf("checkpoint: committed offsets of group %q: %w", group, err)
 	}
