@@ -104,7 +104,8 @@ func (e *env) close() {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			names, _ := e.adm.ListTopics(ctx, true)
 			for _, n := range names {
-				if strings.HasPrefix(n, e.prefix) || strings.HasPrefix(n, broker.ChangelogPrefix+e.prefix) {
+				group, _, changelog := broker.ParseChangelogTopic(n)
+				if strings.HasPrefix(n, e.prefix) || changelog && strings.HasPrefix(group, e.prefix) {
 					_ = e.adm.DeleteTopic(ctx, n)
 				}
 			}

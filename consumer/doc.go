@@ -69,7 +69,8 @@
 // a restarted worker fences its predecessor's open transaction at once and
 // takes back its partitions without a rebalance. A partition that arrives
 // from another worker is first caught up from its changelog topic
-// (onceq-changelog-<group>-<queue>), so no processed ID runs again.
+// (onceq-checkpoint-<length of group>-<group>-<queue>, see
+// broker.ChangelogTopic), so no processed ID runs again.
 //
 // When the group rebalances, a revoked partition is released at once: its
 // running handlers are canceled, whatever they finish is dropped, and the
