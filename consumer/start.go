@@ -23,7 +23,7 @@ func (w *Worker) start(ctx context.Context) error {
 	}
 	meta, err := w.admin.Kadm().Metadata(ctx)
 	if err != nil {
-		return fmt.Errorf("consumer: reaching the brokers %v: %w", w.cfg.conn.Brokers, err)
+		return fmt.Errorf("consumer: reaching the brokers %v: %w", w.cfg.conn.Brokers, w.cfg.conn.Explain(err))
 	}
 	partitions := map[string]int32{}
 	for _, q := range w.cfg.queues {

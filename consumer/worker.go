@@ -137,7 +137,7 @@ func (w *Worker) Run(ctx context.Context) (err error) {
 			fs := w.kafka.poll(pctx, room)
 			cancel()
 			if err := broker.FetchErr(fs); err != nil {
-				return err
+				return w.cfg.conn.Explain(err)
 			}
 			w.dispatch(fs)
 		} else {
@@ -187,7 +187,7 @@ const maxSessionRestarts = 5
 func (w *Worker) restartSession(ctx context.Context, cause error) error {
 	w.restarts++
 	if w.restarts > maxSessionRestarts {
-		return fmt.Errorf("consumer: %d session restarts in a row, giving up: %w", maxSessionRestarts, cause)
+		return fmt.Errorf("consumer: %d session restarts in a row, giving up: %w", maxSessionRestarts, w.cfg.conn.Explain(cause))
 	}
 	w.metrics.aborts.Inc()
 	w.cfg.log.Warn("commit failed: restarting the Kafka session; uncommitted tasks run again", "err", cause, "restart", w.restarts)
