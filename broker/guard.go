@@ -319,19 +319,7 @@ func dropUnstorableTopics(dir string, log *slog.Logger) error {
 // writeFileSync replaces path with data atomically and durably.
 func writeFileSync(path string, data []byte) error {
 	tmp := path + ".onceq-tmp"
-	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
-	if err != nil {
-		return err
-	}
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
+	if err := writeSynced(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, data); err != nil {
 		return err
 	}
 	return os.Rename(tmp, path)

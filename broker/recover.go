@@ -370,7 +370,12 @@ func encodeBatch(b kmsg.RecordBatch) []byte {
 }
 
 func appendSync(path string, data []byte) error {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	return writeSynced(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, data)
+}
+
+// writeSynced opens path with flag, writes data, syncs and closes it.
+func writeSynced(path string, flag int, data []byte) error {
+	f, err := os.OpenFile(path, flag, 0o644)
 	if err != nil {
 		return err
 	}
