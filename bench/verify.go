@@ -1,7 +1,6 @@
 package bench
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"strconv"
@@ -157,7 +156,8 @@ func (c *checker) result() *Verification {
 // verify reads topic with a fresh read_committed consumer and checks it.
 func (e *env) verify(ctx context.Context, topic string, x expectation) (*Verification, error) {
 	c := newChecker(x, topic)
-	err := readCommitted(ctx, e.conn, topic, func(recs []*kgo.Record) {
+	err := readCommitted(ctx, e.conn, topic, func(r *kgo.Record) {
+		recs := []*kgo.Record{r}
 		if e.o.Tamper != nil {
 			recs = e.o.Tamper(recs)
 		}
@@ -176,14 +176,11 @@ func (e *env) verify(ctx context.Context, topic string, x expectation) (*Verific
 const fenceHeader = "bench-fence"
 
 // readCommitted reads every committed record of topic with a fresh
-// read_committed consumer, passing them to each batch by batch, up to a
+// read_committed consumer, passing them to each one by one, up to a
 // fence: a record it writes to the end of every partition first and
-// stops at. Reading up to the last stable offset instead is not enough:
-// a broker that restarts after a crash aborts the transactions that were
-// open without writing abort markers, so when such a transaction ends a
-// partition, no record at the last stable offset minus one ever reaches a
-// read_committed consumer.
-func readCommitted(ctx context.Context, conn broker.Conn, topic string, each func([]*kgo.Record)) error {
+// stops at (broker.ReadPartitions says why not the last stable offset).
+// The fences of earlier reads are skipped.
+func readCommitted(ctx context.Context, conn broker.Conn, topic string, each func(*kgo.Record)) error {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
 	adm, err := broker.NewAdmin(conn)
@@ -196,59 +193,43 @@ func readCommitted(ctx context.Context, conn broker.Conn, topic string, each fun
 		return err
 	}
 	nonce := []byte(strconv.FormatInt(time.Now().UnixNano(), 36))
-	pending := map[int32]bool{}
-	w, err := conn.NewClient(kgo.RecordPartitioner(kgo.ManualPartitioner()))
-	if err != nil {
-		return err
-	}
-	var fences []*kgo.Record
+	var parts []int32
 	for _, p := range info.Partitions {
-		pending[p.Partition] = true
-		fences = append(fences, &kgo.Record{Topic: topic, Partition: p.Partition, Headers: []kgo.RecordHeader{{Key: fenceHeader, Value: nonce}}})
+		parts = append(parts, p.Partition)
 	}
-	err = w.ProduceSync(ctx, fences...).FirstErr()
-	w.Close()
+	fences, err := broker.WriteFences(ctx, conn, topic, parts, func(int32) *kgo.Record {
+		return &kgo.Record{Headers: []kgo.RecordHeader{{Key: fenceHeader, Value: nonce}}}
+	})
 	if err != nil {
 		return fmt.Errorf("bench: writing the end fences of %s: %w", topic, err)
 	}
-	cl, err := conn.NewClient(kgo.ConsumeTopics(topic), kgo.FetchIsolationLevel(kgo.ReadCommitted()),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
-	if err != nil {
-		return err
+	from := make(map[int32]int64, len(parts))
+	for _, p := range parts {
+		from[p] = 0
 	}
-	defer cl.Close()
-	var batch []*kgo.Record
-	for len(pending) > 0 {
-		fs := cl.PollFetches(ctx)
-		if err := ctx.Err(); err != nil {
-			return fmt.Errorf("bench: reading %s: %d partitions unfinished: %w", topic, len(pending), err)
+	err = broker.ReadPartitions(ctx, conn, topic, from, func(r *kgo.Record) (bool, error) {
+		if r.Offset >= fences[r.Partition] {
+			return true, nil
 		}
-		batch = batch[:0]
-		fs.EachRecord(func(r *kgo.Record) {
-			if !pending[r.Partition] {
-				return // past this partition's fence
-			}
-			if f, ok := fence(r); ok {
-				if bytes.Equal(f, nonce) {
-					delete(pending, r.Partition)
-				}
-				return
-			}
-			batch = append(batch, r)
-		})
-		each(batch)
+		if !isFence(r) {
+			each(r)
+		}
+		return false, nil
+	})
+	if err != nil {
+		return fmt.Errorf("bench: %w", err)
 	}
 	return nil
 }
 
-// fence returns the nonce of a fence record.
-func fence(r *kgo.Record) ([]byte, bool) {
+// isFence reports whether r is a fence that readCommitted wrote.
+func isFence(r *kgo.Record) bool {
 	for _, h := range r.Headers {
 		if h.Key == fenceHeader {
-			return h.Value, true
+			return true
 		}
 	}
-	return nil, false
+	return false
 }
 
 // tailer reads a topic as a read_committed consumer while a run goes on,

@@ -48,10 +48,8 @@ func TestReadCommittedAfterCrashAbortedTail(t *testing.T) {
 	rctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	var got []string
-	if err := readCommitted(rctx, conn, "t", func(recs []*kgo.Record) {
-		for _, r := range recs {
-			got = append(got, string(r.Value))
-		}
+	if err := readCommitted(rctx, conn, "t", func(r *kgo.Record) {
+		got = append(got, string(r.Value))
 	}); err != nil {
 		t.Fatal(err)
 	}

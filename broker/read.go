@@ -25,32 +25,74 @@ func ReadCommitted(ctx context.Context, c Conn, topic string, fn func(*kgo.Recor
 	if err != nil {
 		return err
 	}
-	starts := map[int32]kgo.Offset{}
+	from := map[int32]int64{}
 	ends := map[int32]int64{} // partitions not read to their end yet
 	for _, p := range info.Partitions {
 		if p.Stable > p.Start {
-			starts[p.Partition] = kgo.NewOffset().At(p.Start)
+			from[p.Partition] = p.Start
 			ends[p.Partition] = p.Stable
 		}
 	}
-	if len(ends) == 0 {
+	if len(from) == 0 {
 		return nil
 	}
-	cl, err := c.NewClient(
-		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: starts}),
-		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+	return ReadPartitions(ctx, c, topic, from, func(rec *kgo.Record) (bool, error) {
+		end := ends[rec.Partition]
+		if rec.Offset >= end {
+			return true, nil
+		}
+		if !rec.Attrs.IsControl() {
+			if err := fn(rec); err != nil {
+				return true, err
+			}
+		}
+		return rec.Offset >= end-1, nil
+	},
 		// Transaction markers are delivered so that a partition whose
 		// last stable offset follows a marker is seen to be finished.
 		kgo.KeepControlRecords(),
 	)
+}
+
+// ReadPartitions reads partitions of topic with a fresh read_committed
+// consumer, each from its offset in from, and calls fn with every record
+// in offset order within a partition (partitions interleave) until fn
+// reports that record's partition done: its later records are not passed.
+// It returns nil once every partition is done, fn's first error, or an
+// error when ctx ends first. A partition whose offset is out of range is
+// read from its start. opts add to the consumer's options (kgo.KeepControlRecords
+// passes transaction markers to fn, for example).
+//
+// This is the one loop that reads a partition "to its end", whatever the
+// end is: the last stable offset (ReadCommitted), or a fence record the
+// caller wrote and whose offset it knows (a changelog restore, a
+// verifier). A fence serves where the last stable offset does not: a
+// broker that restarts after a crash may abort the transactions that were
+// open without writing their markers, so no record at the last stable
+// offset minus one ever reaches a read_committed reader.
+func ReadPartitions(ctx context.Context, c Conn, topic string, from map[int32]int64, fn func(*kgo.Record) (done bool, err error), opts ...kgo.Opt) error {
+	if len(from) == 0 {
+		return nil
+	}
+	starts := make(map[int32]kgo.Offset, len(from))
+	pending := make(map[int32]bool, len(from))
+	for p, o := range from {
+		starts[p] = kgo.NewOffset().At(o)
+		pending[p] = true
+	}
+	cl, err := c.NewClient(append([]kgo.Opt{
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: starts}),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+	}, opts...)...)
 	if err != nil {
 		return err
 	}
 	defer cl.Close()
-	for len(ends) > 0 {
+	for len(pending) > 0 {
 		fs := cl.PollFetches(ctx)
 		if err := ctx.Err(); err != nil {
-			return fmt.Errorf("broker: reading %s: %w", topic, err)
+			return fmt.Errorf("broker: reading %s: %d partitions unfinished: %w", topic, len(pending), err)
 		}
 		var ferr error
 		fs.EachError(func(_ string, p int32, err error) {
@@ -63,22 +105,46 @@ func ReadCommitted(ctx context.Context, c Conn, topic string, fn func(*kgo.Recor
 		}
 		for it := fs.RecordIter(); !it.Done(); {
 			rec := it.Next()
-			end, ok := ends[rec.Partition]
-			if !ok || rec.Offset >= end {
+			if !pending[rec.Partition] {
 				continue
 			}
-			if rec.Offset >= end-1 {
-				delete(ends, rec.Partition)
-			}
-			if rec.Attrs.IsControl() {
-				continue
-			}
-			if err := fn(rec); err != nil {
+			done, err := fn(rec)
+			if err != nil {
 				return err
+			}
+			if done {
+				delete(pending, rec.Partition)
 			}
 		}
 	}
 	return nil
+}
+
+// WriteFences appends one fence record to each partition of topic in
+// partitions, made by mk, and returns each fence's offset: reading a
+// partition with ReadPartitions until that offset reads everything
+// committed before it.
+func WriteFences(ctx context.Context, c Conn, topic string, partitions []int32, mk func(partition int32) *kgo.Record) (map[int32]int64, error) {
+	cl, err := c.NewClient(kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err != nil {
+		return nil, err
+	}
+	defer cl.Close()
+	recs := make([]*kgo.Record, 0, len(partitions))
+	for _, p := range partitions {
+		r := mk(p)
+		r.Topic, r.Partition = topic, p
+		recs = append(recs, r)
+	}
+	res := cl.ProduceSync(ctx, recs...)
+	if err := res.FirstErr(); err != nil {
+		return nil, fmt.Errorf("broker: writing the fences of %s: %w", topic, err)
+	}
+	offs := make(map[int32]int64, len(res))
+	for _, r := range res {
+		offs[r.Record.Partition] = r.Record.Offset
+	}
+	return offs, nil
 }
 
 // KgoLogger passes franz-go's warnings and errors to l.

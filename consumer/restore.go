@@ -57,73 +57,53 @@ func (w *Worker) replayChangelog(tp checkpoint.TP) (int, error) {
 		}
 		from = 0
 	}
-	cl, err := w.cfg.conn.NewClient(
-		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: {tp.Partition: kgo.NewOffset().At(from)}}),
-		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
-		kgo.FetchMaxBytes(32<<20),
-	)
-	if err != nil {
-		return 0, err
-	}
-	defer cl.Close()
 	var (
 		entries []checkpoint.Entry
 		applied int
-		done    bool
+		fnErr   error // an error of the callback, returned as it is
 	)
-	for !done {
-		fs := cl.PollFetches(ctx)
-		if err := ctx.Err(); err != nil {
-			return applied, fmt.Errorf("reading changelog %s/%d: %w", topic, tp.Partition, err)
+	apply := func(next int64) error {
+		if err := w.store.Apply(tp, entries, next); err != nil {
+			return err
 		}
-		var decodeErr error
-		fs.EachRecord(func(rec *kgo.Record) {
-			if done || decodeErr != nil || rec.Offset >= end {
-				return
-			}
-			if rec.Offset == fence {
-				done = true
-				return
-			}
-			e, err := checkpoint.DecodeChangelog(rec.Key, rec.Value)
-			if err != nil {
-				decodeErr = fmt.Errorf("changelog %s/%d offset %d: %w", topic, tp.Partition, rec.Offset, err)
-				return
-			}
-			e.Offset = rec.Offset
-			entries = append(entries, e)
-		})
-		if decodeErr != nil {
-			return applied, decodeErr
-		}
-		if len(entries) >= restoreChunk || done {
-			next := end
-			if !done {
-				next = entries[len(entries)-1].Offset + 1
-			}
-			if err := w.store.Apply(tp, entries, next); err != nil {
-				return applied, err
-			}
-			applied += len(entries)
-			entries = entries[:0]
-		}
+		applied += len(entries)
+		entries = entries[:0]
+		return nil
 	}
-	return applied, nil
+	err = broker.ReadPartitions(ctx, w.cfg.conn, topic, map[int32]int64{tp.Partition: from}, func(rec *kgo.Record) (bool, error) {
+		if rec.Offset >= fence {
+			return true, nil
+		}
+		e, err := checkpoint.DecodeChangelog(rec.Key, rec.Value)
+		if err != nil {
+			fnErr = fmt.Errorf("changelog %s/%d offset %d: %w", topic, tp.Partition, rec.Offset, err)
+			return true, fnErr
+		}
+		e.Offset = rec.Offset
+		entries = append(entries, e)
+		if len(entries) >= restoreChunk {
+			fnErr = apply(rec.Offset + 1)
+		}
+		return false, fnErr
+	}, kgo.FetchMaxBytes(32<<20))
+	if fnErr != nil {
+		return applied, fnErr
+	}
+	if err != nil {
+		return applied, fmt.Errorf("reading changelog %s/%d: %w", topic, tp.Partition, err)
+	}
+	return applied, apply(end)
 }
 
 // writeFence appends a fence record to a changelog partition and returns
 // its offset.
 func (w *Worker) writeFence(ctx context.Context, topic string, partition int32) (int64, error) {
-	cl, err := w.cfg.conn.NewClient(kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	offs, err := broker.WriteFences(ctx, w.cfg.conn, topic, []int32{partition}, func(int32) *kgo.Record {
+		k, v := checkpoint.EncodeFence()
+		return &kgo.Record{Key: k, Value: v}
+	})
 	if err != nil {
-		return 0, err
-	}
-	defer cl.Close()
-	k, v := checkpoint.EncodeFence()
-	res := cl.ProduceSync(ctx, &kgo.Record{Topic: topic, Partition: partition, Key: k, Value: v})
-	if err := res.FirstErr(); err != nil {
 		return 0, fmt.Errorf("writing the changelog fence of %s/%d: %w", topic, partition, err)
 	}
-	return res[0].Record.Offset, nil
+	return offs[partition], nil
 }
