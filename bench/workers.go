@@ -4,14 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 
-	"github.com/onceq/onceq"
 	"github.com/onceq/onceq/consumer"
+	"github.com/onceq/onceq/handlers"
 )
 
 // workers are consumer.Workers of one group in the bench's process.
@@ -27,7 +26,7 @@ type workers struct {
 
 // startWorkers runs o.Workers workers of group over queue in, each task
 // emitted to out. Exactly-once workers count each ID's runs in their state
-// and carry the count in RunsHeader, as the worker's count: handler does;
+// and carry the count in RunsHeader: the worker's count: handler;
 // at-least-once workers have no state and copy. Each handler run first
 // sleeps as l's handler-time profile says. lat, if not nil, records the
 // time from submission to handler start.
@@ -50,10 +49,16 @@ func (e *env) startWorkers(ctx context.Context, l *load, group, in, out string, 
 }
 
 // handler is the bench's handler: it sleeps work(t.ID), the task's share
-// of the profile, and emits the task to out, with its run count if count.
-// A run whose context ends while it sleeps returns the context's error, as
-// a handler that honours its time-to-run does.
+// of the profile, and runs the worker's count: handler (handlers.Count,
+// which counts the ID's runs and writes RunsHeader) if count, else its
+// copy: handler, both emitting to out. A run whose context ends while it
+// sleeps returns the context's error, as a handler that honours its
+// time-to-run does.
 func (w *workers) handler(out string, count bool, lat *recorder, work func(id string) time.Duration) consumer.Handler {
+	next := handlers.Copy(out)
+	if count {
+		next = handlers.Count(out)
+	}
 	return consumer.HandlerFunc(func(ctx context.Context, t *consumer.Task) error {
 		now := time.Now()
 		w.first.CompareAndSwap(0, now.UnixNano())
@@ -66,15 +71,7 @@ func (w *workers) handler(out string, count bool, lat *recorder, work func(id st
 				return err
 			}
 		}
-		o := onceq.Task{ID: t.ID, Queue: out, Key: t.Key, Payload: t.Payload}
-		if count {
-			n, err := t.State().Counter([]byte("runs/"+t.ID), 1)
-			if err != nil {
-				return err
-			}
-			o.Headers = []onceq.Header{{Key: RunsHeader, Value: strconv.AppendInt(nil, n, 10)}}
-		}
-		if err := t.Emit(o); err != nil {
+		if err := next.Handle(ctx, t); err != nil {
 			return err
 		}
 		w.finished(time.Now())

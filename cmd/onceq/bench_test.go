@@ -9,6 +9,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/onceq/onceq/bench"
+	"github.com/onceq/onceq/handlers"
 	"github.com/onceq/onceq/internal/testutil"
 )
 
@@ -251,7 +252,7 @@ func TestBenchChaosKillBroker(t *testing.T) {
 // TestBenchRunsHeader: the chaos verifier reads the run counter that the
 // worker's count: handler writes.
 func TestBenchRunsHeader(t *testing.T) {
-	if bench.RunsHeader != RunsHeader {
-		t.Fatalf("bench reads %q, the count: handler writes %q", bench.RunsHeader, RunsHeader)
+	if bench.RunsHeader != handlers.RunsHeader {
+		t.Fatalf("bench reads %q, the count: handler writes %q", bench.RunsHeader, handlers.RunsHeader)
 	}
 }

@@ -19,6 +19,7 @@ import (
 
 	"github.com/onceq/onceq"
 	"github.com/onceq/onceq/broker"
+	"github.com/onceq/onceq/handlers"
 	"github.com/onceq/onceq/producer"
 )
 
@@ -256,12 +257,12 @@ func (d *demoRun) submit(ctx context.Context, mix demoMix) error {
 	for i := 0; i < mix.flaky; i++ {
 		id := fmt.Sprintf("flaky-%d", i)
 		d.ok = append(d.ok, id)
-		add(onceq.Task{ID: id, Queue: demoQueue, Headers: []onceq.Header{{Key: FailHeader, Value: []byte("2")}}})
+		add(onceq.Task{ID: id, Queue: demoQueue, Headers: []onceq.Header{{Key: handlers.FailHeader, Value: []byte("2")}}})
 	}
 	for i := 0; i < mix.doomed; i++ {
 		id := fmt.Sprintf("doomed-%d", i)
 		d.dead = append(d.dead, id)
-		add(onceq.Task{ID: id, Queue: demoQueue, Headers: []onceq.Header{{Key: FailHeader, Value: []byte("always")}}})
+		add(onceq.Task{ID: id, Queue: demoQueue, Headers: []onceq.Header{{Key: handlers.FailHeader, Value: []byte("always")}}})
 	}
 	if err := p.Flush(ctx); err != nil {
 		return err
@@ -363,9 +364,9 @@ func (d *demoRun) report(mix demoMix) int {
 			switch h.Key {
 			case demoDueHdr:
 				due, _ = strconv.ParseInt(string(h.Value), 10, 64)
-			case StartedHeader:
+			case handlers.StartedHeader:
 				started, _ = strconv.ParseInt(string(h.Value), 10, 64)
-			case RunsHeader:
+			case handlers.RunsHeader:
 				if string(h.Value) != "1" {
 					runsAbove1++
 				}

@@ -22,6 +22,7 @@ import (
 	"github.com/onceq/onceq/broker"
 	"github.com/onceq/onceq/consumer"
 	"github.com/onceq/onceq/delay"
+	"github.com/onceq/onceq/handlers"
 	"github.com/onceq/onceq/internal/ops"
 )
 
@@ -67,7 +68,7 @@ the same --group: they share the queues' partitions. Each needs its own
 commit exactly once across crashes and rebalances.
 
 Handler kinds (--handler):
-` + handlerKinds + `
+` + handlers.Kinds + `
 
 It serves /metrics and /healthz on --metrics-addr and stops cleanly on SIGINT or
 SIGTERM: it stops fetching, lets in-flight tasks finish (up to
@@ -123,9 +124,13 @@ func runWorker(ctx context.Context, g *globals, f workerFlags) error {
 		}
 	}
 	if f.handler == "" {
-		return usagef("--handler is required; one of:\n%s", handlerKinds)
+		return usagef("--handler is required; one of:\n%s", handlers.Kinds)
 	}
-	h, outputs, err := parseHandler(f.handler)
+	h, outputs, err := handlers.Parse(f.handler)
+	var se *handlers.SpecError
+	if errors.As(err, &se) {
+		return usagef("--handler %q: %s", se.Spec, se.Reason)
+	}
 	if err != nil {
 		return err
 	}

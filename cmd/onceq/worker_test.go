@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/http"
 	"path/filepath"
@@ -18,51 +17,9 @@ import (
 	"github.com/onceq/onceq/broker"
 	"github.com/onceq/onceq/consumer"
 	"github.com/onceq/onceq/delay"
+	"github.com/onceq/onceq/handlers"
 	"github.com/onceq/onceq/internal/testutil"
 )
-
-// TestSleepHeader: the count: and flaky: handlers sleep for a task's
-// "sleep" header before their work, a canceled context ends the sleep and
-// fails the run with the context's error, and a value that is not a
-// duration of 0 or more fails the task without retry, naming the header.
-func TestSleepHeader(t *testing.T) {
-	task := func(sleep string) *consumer.Task {
-		return &consumer.Task{Task: onceq.Task{ID: "t1", Headers: []onceq.Header{{Key: SleepHeader, Value: []byte(sleep)}}}}
-	}
-	for _, spec := range []string{"count:out", "flaky:out"} {
-		h, _, err := parseHandler(spec)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, bad := range []string{"soon", "-1s", "1500", ""} {
-			err := h.Handle(context.Background(), task(bad))
-			if !consumer.IsSkipRetry(err) || !strings.Contains(err.Error(), `header "sleep"`) {
-				t.Errorf("%s, sleep %q: %v; want a SkipRetry error naming the header", spec, bad, err)
-			}
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
-		start := time.Now()
-		err = h.Handle(ctx, task("1h"))
-		cancel()
-		if !errors.Is(err, context.DeadlineExceeded) || consumer.IsSkipRetry(err) || time.Since(start) > 5*time.Second {
-			t.Errorf("%s, sleep 1h, context ended after 50ms: %v after %v; want the context's error at once", spec, err, time.Since(start))
-		}
-	}
-
-	var ran time.Duration
-	start := time.Now()
-	h := sleepy(consumer.HandlerFunc(func(context.Context, *consumer.Task) error {
-		ran = time.Since(start)
-		return nil
-	}))
-	if err := h.Handle(context.Background(), task("150ms")); err != nil || ran < 150*time.Millisecond {
-		t.Fatalf("sleep 150ms: %v, the work ran after %v", err, ran)
-	}
-	start = time.Now()
-	if err := h.Handle(context.Background(), &consumer.Task{Task: onceq.Task{ID: "t2"}}); err != nil || ran > 100*time.Millisecond {
-		t.Fatalf("no sleep header: %v, the work ran after %v", err, ran)
-	}
-}
 
 // TestWorkerShutdownCancelsSlowTask: an "onceq worker" process with
 // --shutdown-timeout 2s gets SIGTERM while a task sleeps for 30 s (its
@@ -82,7 +39,7 @@ func TestWorkerShutdownCancelsSlowTask(t *testing.T) {
 	}
 	defer cl.Close()
 	for _, task := range []onceq.Task{
-		{ID: "slow", Queue: "in", Headers: []onceq.Header{{Key: SleepHeader, Value: []byte("30s")}}},
+		{ID: "slow", Queue: "in", Headers: []onceq.Header{{Key: handlers.SleepHeader, Value: []byte("30s")}}},
 		{ID: "fast", Queue: "in"},
 	} {
 		task.Resolve(time.Now())
@@ -127,7 +84,7 @@ func TestWorkerShutdownCancelsSlowTask(t *testing.T) {
 	}
 
 	w, err := consumer.New(consumer.Conn(conn), consumer.Group("stop"), consumer.Queues("in"), consumer.CheckpointDir(dir),
-		consumer.WithHandler(copyHandler("out", true)), consumer.CommitInterval(50*time.Millisecond))
+		consumer.WithHandler(handlers.Count("out")), consumer.CommitInterval(50*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -150,7 +107,7 @@ func TestWorkerShutdownCancelsSlowTask(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, h := range task.Headers {
-			if h.Key == RunsHeader {
+			if h.Key == handlers.RunsHeader {
 				runs = append(runs, task.ID+"="+string(h.Value))
 			}
 		}

@@ -1,0 +1,102 @@
+package handlers
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/onceq/onceq/consumer"
+)
+
+// stderrTail is how much of a failed command's stderr (or a failed HTTP
+// answer's body) its error carries.
+const stderrTail = 512
+
+func execHandler(command string) consumer.Handler {
+	return consumer.HandlerFunc(func(ctx context.Context, t *consumer.Task) error {
+		cmd := exec.CommandContext(ctx, "sh", "-c", command)
+		cmd.Stdin = bytes.NewReader(t.Payload)
+		cmd.Env = append(os.Environ(), "ONCEQ_TASK_ID="+t.ID, "ONCEQ_QUEUE="+t.Queue, "ONCEQ_ATTEMPT="+strconv.Itoa(t.Attempt))
+		var stderr tailBuffer
+		cmd.Stderr = &stderr
+		cmd.Stdout = io.Discard
+		// Kill the whole process group on timeout, not only sh.
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+		cmd.WaitDelay = time.Second
+		err := cmd.Run()
+		if err == nil {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("exec: %q: %w", command, ctx.Err())
+		}
+		return fmt.Errorf("exec: %q: %v: %s", command, err, strings.TrimSpace(stderr.String()))
+	})
+}
+
+// tailBuffer keeps the last stderrTail bytes written to it.
+type tailBuffer struct{ b []byte }
+
+func (t *tailBuffer) Write(p []byte) (int, error) {
+	t.b = append(t.b, p...)
+	if len(t.b) > stderrTail {
+		t.b = append(t.b[:0], t.b[len(t.b)-stderrTail:]...)
+	}
+	return len(p), nil
+}
+
+func (t *tailBuffer) String() string { return string(t.b) }
+
+func httpHandler(target string, client *http.Client) consumer.Handler {
+	return consumer.HandlerFunc(func(ctx context.Context, t *consumer.Task) error {
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, target, bytes.NewReader(t.Payload))
+		if err != nil {
+			return consumer.SkipRetry(err)
+		}
+		req.Header.Set("Content-Type", "application/octet-stream")
+		req.Header.Set("Onceq-Id", t.ID)
+		req.Header.Set("Onceq-Queue", t.Queue)
+		req.Header.Set("Onceq-Attempt", strconv.Itoa(t.Attempt))
+		resp, err := client.Do(req)
+		if err != nil {
+			return fmt.Errorf("http: POST %s: %w", target, err)
+		}
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, stderrTail))
+		resp.Body.Close()
+		if resp.StatusCode >= 200 && resp.StatusCode < 300 {
+			return nil
+		}
+		err = fmt.Errorf("http: POST %s: %s: %s", target, resp.Status, strings.TrimSpace(string(body)))
+		switch {
+		case resp.StatusCode >= 400 && resp.StatusCode < 500 && resp.StatusCode != http.StatusRequestTimeout && resp.StatusCode != http.StatusTooManyRequests:
+			return consumer.SkipRetry(err)
+		}
+		if d, ok := parseRetryAfter(resp.Header.Get("Retry-After"), time.Now()); ok {
+			return consumer.RetryAfter(d, err)
+		}
+		return err
+	})
+}
+
+// parseRetryAfter reads a Retry-After header: delay seconds or an HTTP date.
+func parseRetryAfter(v string, now time.Time) (time.Duration, bool) {
+	if v == "" {
+		return 0, false
+	}
+	if secs, err := strconv.Atoi(v); err == nil && secs >= 0 {
+		return time.Duration(secs) * time.Second, true
+	}
+	if at, err := http.ParseTime(v); err == nil {
+		return max(at.Sub(now), 0), true
+	}
+	return 0, false
+}
