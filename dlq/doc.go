@@ -19,6 +19,13 @@
 //		return nil
 //	})
 //
+// List, QueueStats and Requeues are the reads `onceq dlq` makes; WriteJSON
+// and WriteTable (WriteStatsJSON and WriteStatsTable for counts) print
+// what they return. Letter.MarshalJSON is the JSON shape of a dead letter
+// that every interface shows: id, queue, partition, offset, attempt,
+// failed, reason, error, requeued, headers (in order), key_base64 and
+// payload_base64.
+//
 // # Requeueing
 //
 // A dead-lettered task's run is marked processed, so writing it back with

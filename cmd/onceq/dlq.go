@@ -2,16 +2,10 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"maps"
 	"slices"
-	"sort"
-	"strconv"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -20,9 +14,6 @@ import (
 	"github.com/onceq/onceq/dlq"
 	"github.com/onceq/onceq/producer"
 )
-
-// listErrorWidth is where "onceq dlq list" cuts error texts.
-const listErrorWidth = 80
 
 func newDLQCmd(g *globals) *cobra.Command {
 	var timeout time.Duration
@@ -83,30 +74,14 @@ has it whole, with the headers and the payload).`,
 			}
 			queue := args[0]
 			return withReader(cmd, g, *timeout, args, func(ctx context.Context, r *dlq.Reader) error {
-				// Partitions interleave: keep each one's first limit
-				// letters, then the first limit of all in order.
-				var letters []dlq.Letter
-				perPartition := map[int32]int{}
-				total := 0
-				err := r.Read(ctx, queue, func(l dlq.Letter) error {
-					total++
-					if limit == 0 || perPartition[l.Partition] < limit {
-						perPartition[l.Partition]++
-						letters = append(letters, l)
-					}
-					return nil
-				})
+				letters, total, err := r.List(ctx, queue, limit)
 				if err != nil {
 					return err
 				}
-				sort.SliceStable(letters, func(i, j int) bool { return letters[i].Partition < letters[j].Partition })
-				if limit > 0 && len(letters) > limit {
-					letters = letters[:limit]
-				}
 				if asJSON {
-					err = listJSON(g.stdout, letters)
+					err = dlq.WriteJSON(g.stdout, letters)
 				} else {
-					err = listTable(g.stdout, letters)
+					err = dlq.WriteTable(g.stdout, letters)
 				}
 				if err == nil && len(letters) < total {
 					fmt.Fprintf(g.stderr, "%d of %d dead letters shown: --limit 0 shows all\n", len(letters), total)
@@ -118,77 +93,6 @@ has it whole, with the headers and the payload).`,
 	cmd.Flags().IntVar(&limit, "limit", 100, "show at most this many dead letters (0: all)")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print one JSON object per dead letter")
 	return cmd
-}
-
-func listTable(w io.Writer, letters []dlq.Letter) error {
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "PARTITION/OFFSET\tID\tATTEMPT\tFAILED\tREASON\tSIZE\tERROR")
-	for i := range letters {
-		l := &letters[i]
-		id := l.Task.ID
-		if id == "" {
-			id = "-"
-		}
-		text := l.Error
-		if len(text) > listErrorWidth {
-			text = text[:listErrorWidth-3] + "..."
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\n", dlq.Coordinates(l), id, strconv.Itoa(l.Task.Attempt), formatFailed(l.Failed), l.Reason, l.Size(), text)
-	}
-	return tw.Flush()
-}
-
-// letterJSON is a line of "onceq dlq list --json".
-type letterJSON struct {
-	ID            string      `json:"id"`
-	Queue         string      `json:"queue"`
-	Partition     int32       `json:"partition"`
-	Offset        int64       `json:"offset"`
-	Attempt       int         `json:"attempt"`
-	Failed        string      `json:"failed,omitempty"`
-	Reason        string      `json:"reason"`
-	Error         string      `json:"error"`
-	Requeued      string      `json:"requeued,omitempty"`
-	Headers       headersJSON `json:"headers"`
-	KeyBase64     []byte      `json:"key_base64,omitempty"`
-	PayloadBase64 []byte      `json:"payload_base64"`
-}
-
-// headersJSON writes headers as a JSON object in their order, repeated
-// keys included.
-type headersJSON []onceq.Header
-
-func (hs headersJSON) MarshalJSON() ([]byte, error) {
-	b := []byte{'{'}
-	for i, h := range hs {
-		if i > 0 {
-			b = append(b, ',')
-		}
-		k, _ := json.Marshal(h.Key)
-		v, _ := json.Marshal(string(h.Value))
-		b = append(append(append(b, k...), ':'), v...)
-	}
-	return append(b, '}'), nil
-}
-
-func listJSON(w io.Writer, letters []dlq.Letter) error {
-	enc := json.NewEncoder(w)
-	for i := range letters {
-		l := &letters[i]
-		out := letterJSON{ID: l.Task.ID, Queue: l.Task.Queue, Partition: l.Partition, Offset: l.Offset, Attempt: l.Task.Attempt,
-			Reason: l.Reason, Error: l.Error, Requeued: l.Task.Requeued, Headers: l.Task.Headers,
-			KeyBase64: l.Task.Key, PayloadBase64: l.Task.Payload}
-		if !l.Failed.IsZero() {
-			out.Failed = l.Failed.UTC().Format(time.RFC3339Nano)
-		}
-		if out.PayloadBase64 == nil {
-			out.PayloadBase64 = []byte{}
-		}
-		if err := enc.Encode(out); err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 func newDLQRequeueCmd(g *globals, timeout *time.Duration) *cobra.Command {
@@ -229,21 +133,10 @@ requeued).`,
 			ids = slices.Compact(slices.Sorted(slices.Values(ids)))
 			queue := args[0]
 			return withReader(cmd, g, *timeout, args, func(ctx context.Context, r *dlq.Reader) error {
-				want := map[string]bool{}
-				for _, id := range ids {
-					want[id] = true
-				}
-				var letters []dlq.Letter
-				err := r.Read(ctx, queue, func(l dlq.Letter) error {
-					if all || want[l.Task.ID] {
-						letters = append(letters, l)
-					}
-					return nil
-				})
+				rs, problems, err := r.Requeues(ctx, queue, ids, reset, time.Now())
 				if err != nil {
 					return err
 				}
-				rs, problems := dlq.Choose(queue, letters, ids, reset, time.Now())
 				return requeue(ctx, g, queue, rs, problems, all, dryRun)
 			})
 		},
@@ -291,20 +184,6 @@ func requeue(ctx context.Context, g *globals, queue string, rs []dlq.Requeue, pr
 	return nil
 }
 
-// statsJSON is a line of "onceq dlq stats --json".
-type statsJSON struct {
-	Queue       string         `json:"queue"`
-	DeadLetters int            `json:"dead_letters"`
-	ByReason    map[string]int `json:"by_reason"`
-	Oldest      string         `json:"oldest,omitempty"`
-	Newest      string         `json:"newest,omitempty"`
-}
-
-type queueStats struct {
-	queue string
-	dlq.Stats
-}
-
 func newDLQStatsCmd(g *globals, timeout *time.Duration) *cobra.Command {
 	var asJSON bool
 	cmd := &cobra.Command{
@@ -314,70 +193,17 @@ func newDLQStatsCmd(g *globals, timeout *time.Duration) *cobra.Command {
 failure time. Without a queue, every queue that has a dead-letter topic.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return withReader(cmd, g, *timeout, args, func(ctx context.Context, r *dlq.Reader) error {
-				queues := args
-				if len(queues) == 0 {
-					var err error
-					if queues, err = r.Queues(ctx); err != nil {
-						return err
-					}
-				}
-				var stats []queueStats
-				for _, q := range queues {
-					s := queueStats{queue: q}
-					if err := r.Read(ctx, q, func(l dlq.Letter) error { s.Add(l); return nil }); err != nil {
-						return err
-					}
-					stats = append(stats, s)
+				stats, err := r.QueueStats(ctx, args...)
+				if err != nil {
+					return err
 				}
 				if asJSON {
-					return statsJSONLines(g.stdout, stats)
+					return dlq.WriteStatsJSON(g.stdout, stats)
 				}
-				return statsTable(g.stdout, stats)
+				return dlq.WriteStatsTable(g.stdout, stats)
 			})
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print one JSON object per queue")
 	return cmd
-}
-
-func statsJSONLines(w io.Writer, stats []queueStats) error {
-	enc := json.NewEncoder(w)
-	for _, s := range stats {
-		out := statsJSON{Queue: s.queue, DeadLetters: s.DeadLetters, ByReason: s.ByReason}
-		if out.ByReason == nil {
-			out.ByReason = map[string]int{}
-		}
-		if !s.Oldest.IsZero() {
-			out.Oldest, out.Newest = s.Oldest.UTC().Format(time.RFC3339Nano), s.Newest.UTC().Format(time.RFC3339Nano)
-		}
-		if err := enc.Encode(out); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-func statsTable(w io.Writer, stats []queueStats) error {
-	if len(stats) == 0 {
-		_, err := fmt.Fprintln(w, "no dead-letter topics")
-		return err
-	}
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "QUEUE\tDEAD\tOLDEST\tNEWEST\tBY REASON")
-	for _, s := range stats {
-		var reasons []string
-		for _, r := range slices.Sorted(maps.Keys(s.ByReason)) {
-			reasons = append(reasons, r+"="+strconv.Itoa(s.ByReason[r]))
-		}
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\n", s.queue, s.DeadLetters, formatFailed(s.Oldest), formatFailed(s.Newest), strings.Join(reasons, " "))
-	}
-	return tw.Flush()
-}
-
-// formatFailed writes a failure time for a table: UTC, to the second.
-func formatFailed(t time.Time) string {
-	if t.IsZero() {
-		return "-"
-	}
-	return t.UTC().Format(time.RFC3339)
 }
