@@ -2,16 +2,13 @@ package consumer
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
-	"strings"
 
 	"github.com/onceq/onceq/broker"
 	"github.com/onceq/onceq/checkpoint"
+	"github.com/onceq/onceq/internal/instance"
 )
 
 // start connects, checks the queues, makes the changelog topics, opens the
@@ -75,32 +72,11 @@ func (w *Worker) loadInstanceID() (string, error) {
 		return w.cfg.instanceID, nil
 	}
 	if w.cfg.checkpointDir == "" {
-		return "onceq-" + randomHex(), nil
+		return instance.New("onceq-"), nil
 	}
-	if err := os.MkdirAll(w.cfg.checkpointDir, 0o755); err != nil {
-		return "", fmt.Errorf("consumer: checkpoint dir: %w", err)
-	}
-	path := filepath.Join(w.cfg.checkpointDir, "instance-id")
-	b, err := os.ReadFile(path)
-	if err == nil && strings.TrimSpace(string(b)) != "" {
-		return strings.TrimSpace(string(b)), nil
-	}
-	if err != nil && !errors.Is(err, os.ErrNotExist) {
-		return "", fmt.Errorf("consumer: reading instance ID: %w", err)
-	}
-	id := "w-" + randomHex()
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, []byte(id+"\n"), 0o644); err != nil {
-		return "", fmt.Errorf("consumer: writing instance ID: %w", err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return "", fmt.Errorf("consumer: writing instance ID: %w", err)
+	id, err := instance.Load(w.cfg.checkpointDir, "instance-id", "w-")
+	if err != nil {
+		return "", fmt.Errorf("consumer: %w", err)
 	}
 	return id, nil
-}
-
-func randomHex() string {
-	var b [8]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
 }

@@ -2,18 +2,14 @@ package delay
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
-	"strings"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 
 	"github.com/onceq/onceq/broker"
+	"github.com/onceq/onceq/internal/instance"
 )
 
 // missingRecheck is how long a queue found missing is taken as missing
@@ -86,34 +82,13 @@ func loadInstanceID(dir, fixed string) (string, error) {
 		return fixed, nil
 	}
 	if dir == "" {
-		return "d-" + randomHex(), nil
+		return instance.New("d-"), nil
 	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", fmt.Errorf("delay: state dir: %w", err)
-	}
-	path := filepath.Join(dir, instanceIDFile)
-	b, err := os.ReadFile(path)
-	if id := strings.TrimSpace(string(b)); err == nil && id != "" {
-		return id, nil
-	}
-	if err != nil && !errors.Is(err, os.ErrNotExist) {
-		return "", fmt.Errorf("delay: reading the instance ID: %w", err)
-	}
-	id := "d-" + randomHex()
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, []byte(id+"\n"), 0o644); err != nil {
-		return "", fmt.Errorf("delay: writing the instance ID: %w", err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return "", fmt.Errorf("delay: writing the instance ID: %w", err)
+	id, err := instance.Load(dir, instanceIDFile, "d-")
+	if err != nil {
+		return "", fmt.Errorf("delay: %w", err)
 	}
 	return id, nil
-}
-
-func randomHex() string {
-	var b [8]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
 }
 
 func bucketLabel(b time.Duration) string { return broker.FormatBucket(b) }
