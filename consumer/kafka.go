@@ -1,13 +1,11 @@
 package consumer
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"maps"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -145,47 +143,29 @@ func (s *txnSide) poll(ctx context.Context, max int) kgo.Fetches {
 }
 
 func (s *txnSide) commit(ctx context.Context, recs []*kgo.Record, offsets map[string]map[int32]kgo.EpochOffset) (bool, []refusal, error) {
-	if err := s.sess.Begin(); err != nil {
-		return false, nil, err
-	}
-	var (
-		mu      sync.Mutex
-		failure error
-		refused []refusal
-	)
-	for _, r := range recs {
-		s.sess.Produce(ctx, r, func(r *kgo.Record, err error) {
-			if err != nil {
-				mu.Lock()
-				failure = cmp.Or(failure, err)
-				if tooLarge(err) {
-					refused = append(refused, refusal{r, err})
-				}
-				mu.Unlock()
-			}
-		})
-	}
-	if err := s.cl.Flush(ctx); err != nil {
-		return false, nil, err
-	}
-	mu.Lock()
-	try := kgo.TransactionEndTry(failure == nil)
-	mu.Unlock()
-	if !try {
-		s.w.cfg.log.Warn("aborting commit: writing a record failed", "err", failure)
-	}
 	// The session would commit the position of everything polled. The
 	// worker commits, per partition, the offset of its first unfinished
 	// record instead: the session calls this hook with the request it
 	// built, fenced by the group's generation and member (KIP-447), and
 	// still aborts on a revocation, which is what keeps the guarantee
 	// across rebalances.
-	ctx = kgo.PreTxnCommitFnContext(ctx, func(req *kmsg.TxnOffsetCommitRequest) error {
+	setOffsets := func(req *kmsg.TxnOffsetCommitRequest) error {
 		setTxnOffsets(req, offsets)
 		return nil
+	}
+	t, err := broker.RunTxn(ctx, s.sess, recs, setOffsets, func(first error) {
+		s.w.cfg.log.Warn("aborting commit: writing a record failed", "err", first)
 	})
-	committed, err := s.sess.End(ctx, try)
-	return committed, refused, err
+	if err != nil {
+		return false, nil, err
+	}
+	var refused []refusal
+	for _, f := range t.Failed {
+		if tooLarge(f.Err) {
+			refused = append(refused, refusal{f.Rec, f.Err})
+		}
+	}
+	return t.Committed, refused, nil
 }
 
 // refusal is a record the brokers refused as too large.

@@ -3,7 +3,6 @@ package delay
 import (
 	"context"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -73,42 +72,21 @@ func (s *Service) commit(ctx context.Context) error {
 		mv.to = cursor{Offset: mv.p.firstUnmoved(), High: mv.p.next, Time: nowMS, Smallest: mv.p.smallest.Milliseconds()}
 	}
 
-	if err := s.sess.Begin(); err != nil {
-		return fmt.Errorf("delay: beginning a transaction: %w", err)
-	}
-	var (
-		mu      sync.Mutex
-		failure error
-	)
+	recs := make([]*kgo.Record, 0, n)
 	for _, mv := range moves {
 		for _, o := range mv.outs {
-			s.sess.Produce(ctx, o.rec, func(_ *kgo.Record, err error) {
-				if err != nil {
-					mu.Lock()
-					if failure == nil {
-						failure = err
-					}
-					mu.Unlock()
-				}
-			})
+			recs = append(recs, o.rec)
 		}
 	}
-	if err := s.cl.Flush(ctx); err != nil {
-		return fmt.Errorf("delay: writing moved records: %w", err)
-	}
-	mu.Lock()
-	try := kgo.TransactionEndTry(failure == nil)
-	mu.Unlock()
-	if !try {
-		s.cfg.log.Warn("aborting a transaction: writing a moved record failed; its records move again", "err", failure)
-	}
-	committed, err := s.sess.End(kgo.PreTxnCommitFnContext(ctx, s.offsetsHook(moves)), try)
+	t, err := broker.RunTxn(ctx, s.sess, recs, s.offsetsHook(moves), func(first error) {
+		s.cfg.log.Warn("aborting a transaction: writing a moved record failed; its records move again", "err", first)
+	})
 	done := time.Now()
 	s.m.commit.Observe(done.Sub(now).Seconds())
 	if err != nil {
-		return fmt.Errorf("delay: committing a transaction: %w", err)
+		return fmt.Errorf("delay: moving records: %w", err)
 	}
-	if !committed {
+	if !t.Committed {
 		s.m.aborts.Inc()
 		s.cfg.log.Info("transaction aborted (group rebalanced or a write failed): its records move again", "records", n)
 		s.resetAll()
