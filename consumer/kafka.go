@@ -26,7 +26,6 @@ type kafkaSide interface {
 	// commit was aborted (a rebalance, a refused write); refused holds the
 	// records the brokers refused as too large, which no retry would take.
 	commit(ctx context.Context, recs []*kgo.Record, offsets map[string]map[int32]kgo.EpochOffset) (committed bool, refused []refusal, err error)
-	client() *kgo.Client
 	pause(tp checkpoint.TP)
 	resume(tp checkpoint.TP)
 	leave(ctx context.Context)
@@ -106,7 +105,6 @@ type baseSide struct {
 	w  *Worker
 }
 
-func (b *baseSide) client() *kgo.Client { return b.cl }
 func (b *baseSide) pause(tp checkpoint.TP) {
 	b.cl.PauseFetchPartitions(map[string][]int32{tp.Topic: {tp.Partition}})
 }

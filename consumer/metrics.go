@@ -29,7 +29,7 @@ type metrics struct {
 func newMetrics(reg prometheus.Registerer, w *Worker) (*metrics, error) {
 	m := &metrics{
 		processed: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "onceq_tasks_processed_total",
-			Help: "Tasks processed, by queue and outcome (success, duplicate, retried, dead, expired)."}, []string{"queue", "outcome"}),
+			Help: "Tasks processed, by queue and outcome (success, duplicate, retried, dead, expired, forwarded)."}, []string{"queue", "outcome"}),
 		handler: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "onceq_handler_duration_seconds",
 			Help: "Time in the handler per run.", Buckets: prometheus.ExponentialBuckets(0.0001, 4, 12)}),
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "onceq_task_latency_seconds",
@@ -48,7 +48,7 @@ func newMetrics(reg prometheus.Registerer, w *Worker) (*metrics, error) {
 		failed: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "onceq_handler_failures_total",
 			Help: "Handler runs that failed (each then retried or dead-lettered), by queue."}, []string{"queue"}),
 		dead: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "onceq_dead_letters_total",
-			Help: "Tasks dead-lettered, by queue and reason (failed, max_attempts, expired, malformed)."}, []string{"queue", "reason"}),
+			Help: "Tasks dead-lettered, by queue and reason (failed, max_attempts, expired, malformed, too_large)."}, []string{"queue", "reason"}),
 		abandoned: prometheus.NewCounter(prometheus.CounterOpts{Name: "onceq_abandoned_handlers",
 			Help: "Handlers that ignored their canceled context past their time-to-run and grace."}),
 		canceled: prometheus.NewCounter(prometheus.CounterOpts{Name: "onceq_shutdown_canceled_tasks_total",

@@ -70,7 +70,7 @@ type Service struct {
 
 	view       map[tp]*part
 	viewGen    uint64
-	held       int
+	held       int // records read and not moved yet, in every partition; at most cfg.maxHeld
 	lastCommit time.Time
 	statsDone  chan struct{}
 }
@@ -326,7 +326,7 @@ func (s *Service) refreshView(ctx context.Context) error {
 	s.mu.Unlock()
 	for k, p := range s.view {
 		if view[k] != p {
-			s.held -= p.held()
+			s.held -= p.unmoved()
 		}
 	}
 	var fresh []*part

@@ -181,14 +181,14 @@ func dueMillis(r *kgo.Record) (int64, bool) {
 func (p *part) push(r *kgo.Record, release int64) {
 	e := &entry{rec: r}
 	p.fifo = append(p.fifo, e)
-	heap.Push(&p.byRelease, held{release: release, offset: r.Offset, e: e})
+	heap.Push(&p.byRelease, releaseItem{release: release, offset: r.Offset, e: e})
 }
 
 // due pops the entries released at or before t (unix ms), marking them
 // moved.
 func (p *part) due(t int64, out []*entry) []*entry {
 	for len(p.byRelease) > 0 && p.byRelease[0].release <= t {
-		h := heap.Pop(&p.byRelease).(held)
+		h := heap.Pop(&p.byRelease).(releaseItem)
 		h.e.moved = true
 		out = append(out, h.e)
 	}
@@ -222,10 +222,11 @@ func (p *part) committable(now int64) bool {
 	return p.loaded && !p.revoked.Load() && p.next >= p.committed.High && now >= p.committed.Time
 }
 
-// held is the number of entries not moved.
-func (p *part) held() int { return len(p.byRelease) }
+// unmoved is the number of entries read and not moved yet: this
+// partition's share of the service's held records.
+func (p *part) unmoved() int { return len(p.byRelease) }
 
-// nextRelease is the earliest release among the held entries.
+// nextRelease is the earliest release among the unmoved entries.
 func (p *part) nextRelease() (int64, bool) {
 	if len(p.byRelease) == 0 {
 		return 0, false
@@ -241,16 +242,16 @@ func (p *part) reset() {
 	p.next = p.committed.Offset
 }
 
-// held is an entry in the release heap; the keys are copied in so that
-// the heap never follows a pointer to compare.
-type held struct {
+// releaseItem is an entry in the release heap; the keys are copied in so
+// that the heap never follows a pointer to compare.
+type releaseItem struct {
 	release int64
 	offset  int64
 	e       *entry
 }
 
 // byRelease is a min-heap of entries by release time, then offset.
-type byRelease []held
+type byRelease []releaseItem
 
 func (h byRelease) Len() int { return len(h) }
 func (h byRelease) Less(i, j int) bool {
@@ -260,11 +261,11 @@ func (h byRelease) Less(i, j int) bool {
 	return h[i].offset < h[j].offset
 }
 func (h byRelease) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
-func (h *byRelease) Push(x any)   { *h = append(*h, x.(held)) }
+func (h *byRelease) Push(x any)   { *h = append(*h, x.(releaseItem)) }
 func (h *byRelease) Pop() any {
 	old := *h
 	e := old[len(old)-1]
-	old[len(old)-1] = held{}
+	old[len(old)-1] = releaseItem{}
 	*h = old[:len(old)-1]
 	return e
 }
