@@ -53,6 +53,9 @@ type scheduler struct {
 	// draining stops records from starting: on shutdown the records not
 	// started stay uncommitted and run on the partitions' next owners.
 	draining atomic.Bool
+	// active counts the records taken by a slot and not yet finished: a
+	// handler that returned is active until its result is recorded.
+	active atomic.Int64
 }
 
 // slot is one place to run a handler; cur is the run in it.
@@ -170,11 +173,13 @@ func (s *scheduler) loop(sl *slot) {
 				s.w.finish(it, nil)
 				continue
 			}
+			s.active.Add(1)
 			res, takenOver := s.w.execute(sl, it, s.quit)
 			if takenOver {
-				return // the watchdog gave this slot to another goroutine
+				return // the watchdog gave this slot, and the record, to another goroutine
 			}
 			s.w.finish(it, res)
+			s.active.Add(-1)
 		case <-s.quit:
 			return
 		}
@@ -203,12 +208,9 @@ func (s *scheduler) running(fn func(*handlerRun)) {
 	}
 }
 
-// busy is how many handlers run now.
-func (s *scheduler) busy() int {
-	n := 0
-	s.running(func(*handlerRun) { n++ })
-	return n
-}
+// busy is how many records slots are working on: running their handlers
+// or recording their results.
+func (s *scheduler) busy() int { return int(s.active.Load()) }
 
 // cancelAll cancels the handlers still running at the shutdown timeout;
 // their results are dropped, so their records stay uncommitted and run
@@ -275,7 +277,8 @@ func (s *scheduler) takeOver(sl *slot, r *handlerRun) {
 		res.src = r.it.rec
 	}
 	w.finish(r.it, res)
-	s.loop(sl) // loop's deferred Done pairs with this goroutine's Add
+	s.active.Add(-1) // taken over from the abandoned goroutine
+	s.loop(sl)       // loop's deferred Done pairs with this goroutine's Add
 }
 
 // taskCtx is a handler's context: its deadline is its time-to-run, which
