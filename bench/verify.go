@@ -10,13 +10,14 @@ import (
 
 	"github.com/onceq/onceq"
 	"github.com/onceq/onceq/broker"
+	"github.com/onceq/onceq/handlers"
 )
 
 // RunsHeader is the header in which a counting handler carries its per-ID
 // run counter (the state counter runs/<id>, incremented in the same
-// transaction as the output). The worker's count:QUEUE handler writes the
-// same header; every value must be 1.
-const RunsHeader = "runs"
+// transaction as the output): the count:QUEUE handler's. Every value must
+// be 1.
+const RunsHeader = handlers.RunsHeader
 
 // Verification is what an independent reader found in a run's output: a
 // fresh read_committed consumer of the topic, which sees only committed

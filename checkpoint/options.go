@@ -10,6 +10,8 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/bloom"
 	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/onceq/onceq"
 )
 
 // Defaults of Options.
@@ -34,12 +36,12 @@ const (
 // Kafka record, so the limits keep records well below the broker's default
 // 1 MiB message size.
 const (
-	MaxIDLen       = 256       // bytes of a task ID
-	MaxKeyLen      = 4 << 10   // bytes of a state key
-	MaxValueLen    = 512 << 10 // bytes of a state value
-	maxNameLen     = 255       // bytes of a cluster ID or group
-	maxTopicLen    = 249       // Kafka's limit
-	formatVersion  = 1         // the key layout in keys.go
+	MaxIDLen       = onceq.MaxIDLen // bytes of a task ID
+	MaxKeyLen      = 4 << 10        // bytes of a state key
+	MaxValueLen    = 512 << 10      // bytes of a state value
+	maxNameLen     = 255            // bytes of a cluster ID or group
+	maxTopicLen    = 249            // Kafka's limit
+	formatVersion  = 1              // the key layout in keys.go
 	defaultLogName = "checkpoint"
 )
 
