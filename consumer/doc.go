@@ -41,6 +41,19 @@
 //	if err != nil { ... }
 //	err = w.Run(ctx) // until ctx is done; then lets running tasks finish, commits and leaves
 //
+// Handlers compose: Chain wraps one in Middleware; a Mux routes each task
+// to the Handler of its queue (a queue with none fails with SkipRetry);
+// JSON decodes the payload into a typed value once, before the handler
+// runs, and sends a payload that does not decode to the dead letters:
+//
+//	mux := consumer.NewMux()
+//	mux.Route("emails", consumer.JSON(func(ctx context.Context, t *consumer.Task, e Email) error {
+//		return send(ctx, t.ID, e.To)
+//	}))
+//
+// Package consumer/consumertest runs a handler in a unit test, without a
+// broker, and reports what it emitted, wrote to State and returned.
+//
 // Ordering and concurrency: records with the same key run one at a time in
 // offset order; different keys run concurrently, up to Concurrency, and a
 // record waits only for the earlier records of its own key (records

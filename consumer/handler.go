@@ -49,6 +49,9 @@ type Task struct {
 	state State
 	emits []onceq.Task
 	w     *Worker
+	// kitMaxBytes is Emit's size limit of a Task built by NewKitTask,
+	// which has no Worker.
+	kitMaxBytes int
 }
 
 // State returns the task's view of its partition's state. Writes are
@@ -61,7 +64,11 @@ func (t *Task) State() *State { return &t.state }
 // downstream deduplication holds across retries. A task with a Due or
 // Delay in the future goes through the delay buckets.
 func (t *Task) Emit(out onceq.Task) error {
-	if err := out.Validate(t.w.cfg.maxMessageBytes); err != nil {
+	maxBytes := t.kitMaxBytes
+	if t.w != nil {
+		maxBytes = t.w.cfg.maxMessageBytes
+	}
+	if err := out.Validate(maxBytes); err != nil {
 		return fmt.Errorf("consumer: emit from task %q: %w", t.ID, err)
 	}
 	if out.ID == "" {
@@ -88,6 +95,11 @@ type State struct {
 	ps     *partState
 	writes []stateWrite
 	byKey  map[string]int
+
+	// kitBase and kitOnWrite serve a Task built by NewKitTask, which has
+	// no partition: the committed values, and a hook told of each write.
+	kitBase    map[string][]byte
+	kitOnWrite func(key, value []byte)
 }
 
 type stateWrite struct {
@@ -100,6 +112,13 @@ func (s *State) Get(key []byte) ([]byte, bool, error) {
 	if i, ok := s.byKey[string(key)]; ok {
 		v := s.writes[i].value
 		return v, v != nil, nil
+	}
+	if s.ps == nil {
+		v, ok := s.kitBase[string(key)]
+		if ok {
+			v = append([]byte{}, v...) // the kit's caller owns its map
+		}
+		return v, ok, nil
 	}
 	if v, ok, found := s.ps.overlayGet(key); found {
 		return v, ok, nil
@@ -127,6 +146,9 @@ func (s *State) put(key, value []byte) {
 	var v []byte
 	if value != nil {
 		v = append([]byte{}, value...)
+	}
+	if s.kitOnWrite != nil {
+		s.kitOnWrite(k, v)
 	}
 	if s.byKey == nil {
 		s.byKey = map[string]int{}
