@@ -143,15 +143,32 @@ func (w *Worker) commit(ctx context.Context) error {
 // deadLetterRefused turns the results that wrote records the brokers
 // refused as too large into dead letters, so that the next commit can take
 // them and their partitions go on.
+//
+// The owners are all found first: turning a result into a dead letter
+// drops its state writes, which moves the changelog indexes owner counts.
+// A result with several refused records is turned once.
 func (w *Worker) deadLetterRefused(refused []refusal, recs []*kgo.Record, parts []pending) {
+	type owned struct {
+		ps *partState
+		rf refusal
+	}
+	owners := map[*result]owned{}
+	var order []*result
 	for _, rf := range refused {
 		i := slices.Index(recs, rf.rec)
 		for _, p := range parts {
 			if res := p.owner(i, recs); res != nil && res.src != nil {
-				w.refuseTooLarge(p.ps, res, rf.rec, rf.err)
+				if _, seen := owners[res]; !seen {
+					owners[res] = owned{p.ps, rf}
+					order = append(order, res)
+				}
 				break
 			}
 		}
+	}
+	for _, res := range order {
+		o := owners[res]
+		w.refuseTooLarge(o.ps, res, o.rf.rec, o.rf.err)
 	}
 }
 

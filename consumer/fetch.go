@@ -99,9 +99,3 @@ func (w *Worker) restore(ps *partState) {
 	}
 	w.kafka.resume(ps.tp)
 }
-
-func (p *partState) isRevoked() bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.revoked
-}

@@ -230,8 +230,10 @@ func (p *partState) revoke() int {
 }
 
 // stale reports whether the item's partition was revoked.
-func (it *item) stale() bool {
-	it.ps.mu.Lock()
-	defer it.ps.mu.Unlock()
-	return it.ps.revoked
+func (it *item) stale() bool { return it.ps.isRevoked() }
+
+func (p *partState) isRevoked() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.revoked
 }

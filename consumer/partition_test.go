@@ -1,8 +1,12 @@
 package consumer
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"testing"
+
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/onceq/onceq"
 	"github.com/onceq/onceq/checkpoint"
@@ -156,5 +160,38 @@ func TestCommitStopsBelowAnOpenRecord(t *testing.T) {
 	ps.committedTo(to.Offset)
 	if _, _, moved, _ = ps.collect(); moved {
 		t.Fatal("the offset moved again with nothing new")
+	}
+}
+
+// TestRefusedRecordsFindTheirTasks pins the mapping of records the brokers
+// refused back to the tasks that wrote them: turning a task into a dead
+// letter drops its state writes, which shifted the changelog indexes of
+// the refusals after it, so a second refusal in one commit was charged to
+// the wrong task (or none).
+func TestRefusedRecordsFindTheirTasks(t *testing.T) {
+	w, err := New(Queues("q"), CheckpointDir(t.TempDir()), WithHandler(HandlerFunc(func(context.Context, *Task) error { return nil })))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.topics = newTopicCache(nil)
+	w.topics.known("onceq-dlq-q")
+	ps := newPartState(checkpoint.TP{Topic: "q", Partition: 0}, nil)
+	src := func(id string) *kgo.Record { task := onceq.Task{ID: id, Queue: "q"}; return task.Record("q") }
+	a := &result{id: "a", queue: "q", src: src("a"), writes: []stateWrite{{key: []byte("k1"), value: []byte("v")}, {key: []byte("k2"), value: []byte("v")}},
+		outputs: []*kgo.Record{{Topic: "out"}}}
+	b := &result{id: "b", queue: "q", src: src("b"), outputs: []*kgo.Record{{Topic: "out"}}}
+	recs := append([]*kgo.Record{}, a.outputs[0], b.outputs[0])
+	p := pending{ps: ps, results: []*result{a, b}, logStart: len(recs)}
+	recs = w.appendChangelog(recs, ps.tp, p.results)
+	p.logEnd = len(recs)
+	// a's output and both its state writes (recs: a's output, b's
+	// output, a's mark, a's two writes, b's mark).
+	refused := []refusal{{a.outputs[0], errors.New("too large")}, {recs[3], errors.New("too large")}, {recs[4], errors.New("too large")}}
+	w.deadLetterRefused(refused, recs, []pending{p})
+	if a.outcome != outcomeDead || a.refused != 1 || len(a.outputs) != 1 || a.outputs[0].Topic != "onceq-dlq-q" {
+		t.Errorf("a: outcome %q, refused %d times, outputs %d; want dead once, to onceq-dlq-q", a.outcome, a.refused, len(a.outputs))
+	}
+	if b.refused != 0 || b.outputs[0].Topic != "out" {
+		t.Errorf("b: refused %d times, output to %s; want untouched: none of its records was refused", b.refused, b.outputs[0].Topic)
 	}
 }
