@@ -69,6 +69,8 @@ func formatValue(v any) string {
 		return quoteCut(v)
 	case time.Duration:
 		return v.String()
+	case Backoff:
+		return fmt.Sprintf("(base %v, factor %v, max %v)", v.Base, v.Factor, v.Max)
 	}
 	return fmt.Sprint(v)
 }

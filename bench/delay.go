@@ -33,8 +33,8 @@ func runDelay(ctx context.Context, e *env, l *load, seed uint64) ([]RunResult, e
 	sctx, stopServices := context.WithCancel(ctx)
 	errs := make(chan error, e.o.Workers)
 	for i := range e.o.Workers {
-		svc, err := delay.NewService(delay.WithConn(e.conn), delay.WithLogger(e.o.Logger),
-			delay.WithStateDir(e.dir(fmt.Sprintf("delay-%d", i))))
+		svc, err := delay.NewService(delay.Conn(e.conn), delay.Logger(e.o.Logger),
+			delay.StateDir(e.dir(fmt.Sprintf("delay-%d", i))))
 		if err != nil {
 			stopServices()
 			return nil, err

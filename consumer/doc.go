@@ -63,7 +63,7 @@
 // once whatever its key: records of one ID run one at a time too.
 //
 // Long tasks: a task may run as long as its time-to-run (onceq-timeout, or
-// DefaultTimeout) allows. Its context is canceled at that deadline; the
+// TaskTimeout) allows. Its context is canceled at that deadline; the
 // worker's commits, transactions and group heartbeats go on meanwhile.
 //
 // Shutdown: when Run's context is done the worker starts no more tasks,

@@ -160,7 +160,7 @@ func sleep(d time.Duration, quit <-chan struct{}) bool {
 func (w *Worker) runHandler(sl *slot, it *item, t *Task, key string, now time.Time) (err error) {
 	timeout := t.Timeout
 	if timeout <= 0 {
-		timeout = w.cfg.defaultTimeout
+		timeout = w.cfg.taskTimeout
 	}
 	r := &handlerRun{it: it, task: &t.Task, key: key, started: now, abandonAt: now.Add(timeout + w.cfg.abandonGrace)}
 	r.ctx.deadline, r.ctx.timeout = now.Add(timeout), timeout

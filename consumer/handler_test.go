@@ -56,7 +56,7 @@ func TestHandlerTimeoutCancelsContext(t *testing.T) {
 		return copyCounting("out").Handle(ctx, task)
 	})
 	stop := runWorker(t, consumer.Conn(conn), consumer.Group("gt"), consumer.Queues("in"), consumer.CheckpointDir(t.TempDir()),
-		consumer.WithHandler(h), consumer.DefaultTimeout(200*time.Millisecond), consumer.RetryPause(10*time.Millisecond))
+		consumer.WithHandler(h), consumer.TaskTimeout(200*time.Millisecond), consumer.RetryPause(10*time.Millisecond))
 	waitOutputs(t, conn, "out", 1, 30*time.Second)
 	if err := stop(); err != nil {
 		t.Fatal(err)

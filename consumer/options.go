@@ -38,10 +38,35 @@ func ParseGuarantee(s string) (Guarantee, error) {
 	return "", fmt.Errorf("consumer: guarantee %q: use exactly-once or at-least-once", s)
 }
 
-// ErrConfig is wrapped by every invalid option.
+// ErrConfig is wrapped by every option New refuses; each is an
+// *onceq.OptionError naming the option.
 var ErrConfig = errors.New("invalid worker option")
 
-// Opt configures a Worker.
+// Defaults of the options.
+const (
+	DefaultGroup               = "onceq"
+	DefaultConcurrency         = 32
+	DefaultCommitInterval      = 100 * time.Millisecond
+	DefaultMaxRecordsPerCommit = 20_000
+	DefaultDedupWindow         = 7 * 24 * time.Hour
+	DefaultMaxBufferedRecords  = 50_000
+	DefaultTaskTimeout         = 30 * time.Second
+	DefaultGuarantee           = ExactlyOnce
+	DefaultSessionTimeout      = 10 * time.Second
+	DefaultTransactionTimeout  = 8 * time.Second
+	DefaultShutdownTimeout     = 30 * time.Second
+	DefaultRetryPause          = time.Second
+	DefaultMaxAttempts         = 5
+	DefaultBackoffBase         = time.Second
+	DefaultBackoffFactor       = 2.0
+	DefaultBackoffMax          = time.Hour
+	DefaultJitter              = 0.2
+	DefaultAbandonGrace        = 5 * time.Second
+	DefaultGroupProtocol       = ClassicGroup
+)
+
+// An Opt configures a Worker. Options are applied in order over the
+// defaults; New checks the result once and reports every refused option.
 type Opt interface{ apply(*config) }
 
 type optFunc func(*config)
@@ -59,7 +84,7 @@ type config struct {
 	maxPerCommit    int
 	dedupWindow     time.Duration
 	maxBuffered     int
-	defaultTimeout  time.Duration
+	taskTimeout     time.Duration
 	guarantee       Guarantee
 	registerer      prometheus.Registerer
 	log             *slog.Logger
@@ -84,22 +109,23 @@ type config struct {
 func defaults() config {
 	return config{
 		conn:            broker.Conn{Brokers: []string{broker.DefaultBrokers}},
-		group:           "onceq",
-		concurrency:     32,
-		commitInterval:  100 * time.Millisecond,
-		maxPerCommit:    20_000,
-		dedupWindow:     7 * 24 * time.Hour,
-		maxBuffered:     50_000,
-		defaultTimeout:  30 * time.Second,
-		guarantee:       ExactlyOnce,
-		sessionTimeout:  10 * time.Second,
-		txnTimeout:      8 * time.Second,
-		shutdownTimeout: 30 * time.Second,
-		retryPause:      time.Second,
-		maxAttempts:     5,
-		backoff:         onceq.Backoff{Base: time.Second, Factor: 2, Max: time.Hour},
-		jitter:          0.2,
-		abandonGrace:    5 * time.Second,
+		group:           DefaultGroup,
+		concurrency:     DefaultConcurrency,
+		commitInterval:  DefaultCommitInterval,
+		maxPerCommit:    DefaultMaxRecordsPerCommit,
+		dedupWindow:     DefaultDedupWindow,
+		maxBuffered:     DefaultMaxBufferedRecords,
+		taskTimeout:     DefaultTaskTimeout,
+		guarantee:       DefaultGuarantee,
+		sessionTimeout:  DefaultSessionTimeout,
+		txnTimeout:      DefaultTransactionTimeout,
+		shutdownTimeout: DefaultShutdownTimeout,
+		retryPause:      DefaultRetryPause,
+		maxAttempts:     DefaultMaxAttempts,
+		backoff:         onceq.Backoff{Base: DefaultBackoffBase, Factor: DefaultBackoffFactor, Max: DefaultBackoffMax},
+		jitter:          DefaultJitter,
+		abandonGrace:    DefaultAbandonGrace,
+		groupProtocol:   DefaultGroupProtocol,
 		maxMessageBytes: onceq.DefaultMaxMessageBytes,
 		log:             slog.New(slog.DiscardHandler),
 	}
@@ -109,7 +135,7 @@ func defaults() config {
 func Conn(c broker.Conn) Opt { return optFunc(func(cfg *config) { cfg.conn = c }) }
 
 // Group sets the consumer group. Workers of one group share the queues'
-// partitions. Default "onceq". Under ExactlyOnce the group and each queue
+// partitions. Default DefaultGroup ("onceq"). Under ExactlyOnce the group and each queue
 // name the queue's changelog topic (broker.ChangelogTopic), which must fit
 // Kafka's limit of 249 bytes on topic names: New refuses a group and queue
 // longer than about 227 bytes together (broker.ValidateChangelog).
@@ -129,31 +155,35 @@ func CheckpointDir(dir string) Opt { return optFunc(func(c *config) { c.checkpoi
 func WithHandler(h Handler) Opt { return optFunc(func(c *config) { c.handler = h }) }
 
 // Concurrency bounds the handlers in flight. Records with the same key run
-// one at a time in offset order; different keys run concurrently. Default 32.
+// one at a time in offset order; different keys run concurrently. Default
+// DefaultConcurrency (32).
 func Concurrency(n int) Opt { return optFunc(func(c *config) { c.concurrency = n }) }
 
 // CommitInterval is how often completed tasks are committed. Shorter
 // lowers latency to visibility and the work redone after a crash; longer
-// raises throughput. Default 100ms.
+// raises throughput. Default DefaultCommitInterval (100ms).
 func CommitInterval(d time.Duration) Opt { return optFunc(func(c *config) { c.commitInterval = d }) }
 
 // MaxRecordsPerCommit commits early once this many tasks completed.
-// Default 20,000.
+// Default DefaultMaxRecordsPerCommit (20,000).
 func MaxRecordsPerCommit(n int) Opt { return optFunc(func(c *config) { c.maxPerCommit = n }) }
 
 // DedupWindow is how long processed IDs are remembered. A duplicate
-// submitted later than this after the original runs again. Default 7 days.
+// submitted later than this after the original runs again. Default
+// DefaultDedupWindow (7 days).
 func DedupWindow(d time.Duration) Opt { return optFunc(func(c *config) { c.dedupWindow = d }) }
 
 // MaxBufferedRecords bounds the records fetched but not yet committed, and
-// so the worker's memory. Default 50,000.
+// so the worker's memory. It must be at least Concurrency. Default
+// DefaultMaxBufferedRecords (50,000).
 func MaxBufferedRecords(n int) Opt { return optFunc(func(c *config) { c.maxBuffered = n }) }
 
-// DefaultTimeout is the time-to-run of a task without onceq-timeout: its
-// handler's context is canceled after it. Default 30s.
-func DefaultTimeout(d time.Duration) Opt { return optFunc(func(c *config) { c.defaultTimeout = d }) }
+// TaskTimeout is the time-to-run of a task without onceq-timeout: its
+// handler's context is canceled after it. Default DefaultTaskTimeout (30s).
+func TaskTimeout(d time.Duration) Opt { return optFunc(func(c *config) { c.taskTimeout = d }) }
 
-// WithGuarantee sets ExactlyOnce (the default) or AtLeastOnce.
+// WithGuarantee sets ExactlyOnce or AtLeastOnce. Default DefaultGuarantee
+// (ExactlyOnce).
 func WithGuarantee(g Guarantee) Opt { return optFunc(func(c *config) { c.guarantee = g }) }
 
 // Registerer registers the worker's metrics. Default: none.
@@ -170,36 +200,38 @@ func Logger(l *slog.Logger) Opt { return optFunc(func(c *config) { c.log = l }) 
 func InstanceID(id string) Opt { return optFunc(func(c *config) { c.instanceID = id }) }
 
 // SessionTimeout is the group session timeout: how long a silent worker
-// keeps its partitions. Default 10s.
+// keeps its partitions. Default DefaultSessionTimeout (10s).
 func SessionTimeout(d time.Duration) Opt { return optFunc(func(c *config) { c.sessionTimeout = d }) }
 
 // TransactionTimeout bounds an open transaction; the broker aborts it
-// after that. It must be below SessionTimeout. Default 8s.
+// after that. It must be below SessionTimeout. Default
+// DefaultTransactionTimeout (8s).
 func TransactionTimeout(d time.Duration) Opt { return optFunc(func(c *config) { c.txnTimeout = d }) }
 
 // ShutdownTimeout bounds the wait for in-flight handlers on shutdown;
 // handlers still running after it are abandoned and their tasks run again
-// elsewhere. Default 30s.
+// elsewhere. Default DefaultShutdownTimeout (30s).
 func ShutdownTimeout(d time.Duration) Opt { return optFunc(func(c *config) { c.shutdownTimeout = d }) }
 
 // RetryPause is the wait before a task runs again in place after an
 // infrastructure error (the checkpoint or the brokers failed, not the
-// handler). Default 1s.
+// handler). Default DefaultRetryPause (1s).
 func RetryPause(d time.Duration) Opt { return optFunc(func(c *config) { c.retryPause = d }) }
 
 // MaxAttempts is how many times a task without onceq-max-attempts runs
-// before it goes to its dead letters. Default 5.
+// before it goes to its dead letters. Default DefaultMaxAttempts (5).
 func MaxAttempts(n int) Opt { return optFunc(func(c *config) { c.maxAttempts = n }) }
 
 // Backoff sets the retry backoff of tasks without onceq-backoff: attempt n
-// waits base*factor^(n-1), at most max, plus jitter. Default 1s, 2, 1h.
+// waits base*factor^(n-1), at most max, plus jitter. Default
+// DefaultBackoffBase, DefaultBackoffFactor, DefaultBackoffMax (1s, 2, 1h).
 func Backoff(base time.Duration, factor float64, maxDelay time.Duration) Opt {
 	return optFunc(func(c *config) { c.backoff = onceq.Backoff{Base: base, Factor: factor, Max: maxDelay} })
 }
 
 // Jitter adds up to this fraction of the backoff, at random, so that
 // tasks that failed together do not retry together. It only adds: a retry
-// never comes before its backoff. Default 0.2.
+// never comes before its backoff. Default DefaultJitter (0.2).
 func Jitter(f float64) Opt { return optFunc(func(c *config) { c.jitter = f }) }
 
 // DropExpired, when true, drops tasks past onceq-expires (counted as
@@ -210,14 +242,15 @@ func DropExpired(drop bool) Opt { return optFunc(func(c *config) { c.dropExpired
 // AbandonGrace is how long a handler may run past its time-to-run, with
 // its context canceled, before the worker stops waiting for it: its result
 // is then discarded, the run counts as a retryable failure and
-// onceq_abandoned_handlers counts it. Default 5s.
+// onceq_abandoned_handlers counts it. Default DefaultAbandonGrace (5s).
 func AbandonGrace(d time.Duration) Opt { return optFunc(func(c *config) { c.abandonGrace = d }) }
 
 // Planner sets the delay planner for emitted delayed tasks. Default: the
 // default bucket ladder.
 func Planner(p *delay.Planner) Opt { return optFunc(func(c *config) { c.planner = p }) }
 
-// MaxMessageBytes is the largest record the brokers accept. Default 1 MiB.
+// MaxMessageBytes is the largest record the brokers accept. Default
+// onceq.DefaultMaxMessageBytes (1 MiB).
 func MaxMessageBytes(n int) Opt { return optFunc(func(c *config) { c.maxMessageBytes = n }) }
 
 // NoSync stops syncing the checkpoint on every commit. The changelog is
@@ -239,7 +272,8 @@ const (
 	ConsumerGroup = "consumer"
 )
 
-// GroupProtocol selects ClassicGroup (the default) or ConsumerGroup. With
+// GroupProtocol selects ClassicGroup or ConsumerGroup. Default
+// DefaultGroupProtocol (ClassicGroup). With
 // ClassicGroup a worker is a static member (its instance ID): a restart
 // takes its partitions back without a rebalance. With ConsumerGroup it is a
 // dynamic member: a clean stop hands its partitions over at once, a crashed
@@ -283,79 +317,84 @@ func ParseCommitPoint(s string) (CommitPoint, error) {
 // there. Default none.
 func CommitHook(fn func(CommitPoint)) Opt { return optFunc(func(c *config) { c.commitHook = fn }) }
 
+// validate checks the options and fills in what derives from them; it
+// reports every refused option at once.
 func (c *config) validate() error {
-	bad := func(format string, args ...any) error {
-		return fmt.Errorf("consumer: %s: %w", fmt.Sprintf(format, args...), ErrConfig)
-	}
+	errs := onceq.OptionErrors{Pkg: "consumer", Kind: ErrConfig}
 	if c.handler == nil {
-		return bad("no handler: pass consumer.WithHandler")
+		errs.Missing("WithHandler", "no handler: pass consumer.WithHandler")
 	}
 	if len(c.queues) == 0 {
-		return bad("no queues: pass consumer.Queues")
+		errs.Missing("Queues", "no queues: pass consumer.Queues")
 	}
 	for _, q := range c.queues {
 		if err := onceq.ValidateQueue(q); err != nil {
-			return fmt.Errorf("consumer: %w", err)
+			errs.Bad("Queues", q, "%v", err)
 		}
 	}
-	if err := onceq.ValidateTopic(c.group); err != nil {
-		return bad("group %q: use letters, digits, '.', '_' or '-'", c.group)
+	if _, err := ParseGuarantee(string(c.guarantee)); err != nil {
+		errs.Bad("WithGuarantee", string(c.guarantee), "use exactly-once or at-least-once")
 	}
-	if c.guarantee == ExactlyOnce {
+	if err := onceq.ValidateTopic(c.group); err != nil {
+		errs.Bad("Group", c.group, "use letters, digits, '.', '_' or '-'")
+	} else if c.guarantee == ExactlyOnce {
 		// The changelog topic of each queue must fit Kafka's limit on
 		// topic names: a longer one cannot be created (or, on the
 		// embedded broker before it refused such names, broke its data
 		// dir), and the worker could never commit.
-		if err := broker.ValidateChangelog(c.group, c.queues...); err != nil {
-			return fmt.Errorf("consumer: %w: %w", err, ErrConfig)
-		}
+		errs.Add(broker.ValidateChangelog(c.group, c.queues...))
 	}
 	if c.checkpointDir == "" && c.guarantee == ExactlyOnce {
-		return bad("checkpoint dir is empty: an exactly-once worker keeps its checkpoint and instance ID in a directory")
+		errs.Missing("CheckpointDir", "empty: an exactly-once worker keeps its checkpoint and instance ID in a directory")
 	}
-	switch {
-	case c.concurrency < 1:
-		return bad("concurrency %d: want 1 or more", c.concurrency)
-	case c.commitInterval < time.Millisecond:
-		return bad("commit interval %v: want 1ms or more", c.commitInterval)
-	case c.maxPerCommit < 1:
-		return bad("max records per commit %d: want 1 or more", c.maxPerCommit)
-	case c.maxBuffered < c.concurrency:
-		return bad("max buffered records %d: want at least the concurrency (%d)", c.maxBuffered, c.concurrency)
-	case c.dedupWindow < time.Minute:
-		return bad("dedup window %v: want 1m or more", c.dedupWindow)
-	case c.defaultTimeout <= 0:
-		return bad("default timeout %v: want more than 0", c.defaultTimeout)
-	case c.txnTimeout < time.Second || c.txnTimeout >= c.sessionTimeout:
-		return bad("transaction timeout %v: want 1s or more and below the session timeout %v", c.txnTimeout, c.sessionTimeout)
-	case c.shutdownTimeout < 0:
-		return bad("shutdown timeout %v: want 0 or more", c.shutdownTimeout)
-	case c.retryPause < 0:
-		return bad("retry pause %v: want 0 or more", c.retryPause)
-	case c.maxAttempts < 1:
-		return bad("max attempts %d: want 1 or more", c.maxAttempts)
-	case c.jitter < 0 || c.jitter > 1:
-		return bad("jitter %v: want 0 to 1", c.jitter)
-	case c.abandonGrace < 0:
-		return bad("abandon grace %v: want 0 or more", c.abandonGrace)
-	case c.groupProtocol != "" && c.groupProtocol != ClassicGroup && c.groupProtocol != ConsumerGroup:
-		return bad("group protocol %q: use classic or consumer", c.groupProtocol)
+	if c.concurrency < 1 {
+		errs.Bad("Concurrency", c.concurrency, "want 1 or more")
+	}
+	if c.commitInterval < time.Millisecond {
+		errs.Bad("CommitInterval", c.commitInterval, "want 1ms or more")
+	}
+	if c.maxPerCommit < 1 {
+		errs.Bad("MaxRecordsPerCommit", c.maxPerCommit, "want 1 or more")
+	}
+	if c.maxBuffered < max(c.concurrency, 1) {
+		errs.Bad("MaxBufferedRecords", c.maxBuffered, "want at least the concurrency (%d)", c.concurrency)
+	}
+	if c.dedupWindow < time.Minute {
+		errs.Bad("DedupWindow", c.dedupWindow, "want 1m or more")
+	}
+	if c.taskTimeout <= 0 {
+		errs.Bad("TaskTimeout", c.taskTimeout, "want more than 0")
+	}
+	if c.txnTimeout < time.Second || c.txnTimeout >= c.sessionTimeout {
+		errs.Bad("TransactionTimeout", c.txnTimeout, "want 1s or more and below the session timeout (%v)", c.sessionTimeout)
+	}
+	if c.shutdownTimeout < 0 {
+		errs.Bad("ShutdownTimeout", c.shutdownTimeout, "want 0 or more")
+	}
+	if c.retryPause < 0 {
+		errs.Bad("RetryPause", c.retryPause, "want 0 or more")
+	}
+	if c.maxAttempts < 1 {
+		errs.Bad("MaxAttempts", c.maxAttempts, "want 1 or more")
+	}
+	if c.jitter < 0 || c.jitter > 1 {
+		errs.Bad("Jitter", c.jitter, "want 0 to 1")
+	}
+	if c.abandonGrace < 0 {
+		errs.Bad("AbandonGrace", c.abandonGrace, "want 0 or more")
+	}
+	if c.groupProtocol != ClassicGroup && c.groupProtocol != ConsumerGroup {
+		errs.Bad("GroupProtocol", c.groupProtocol, "use classic or consumer")
 	}
 	if _, err := onceq.ParseBackoff(onceq.FormatBackoff(c.backoff)); err != nil || c.backoff.Base%time.Millisecond != 0 || c.backoff.Max%time.Millisecond != 0 {
-		return bad("backoff %v, %v, %v: want whole milliseconds with max >= base > 0 and a factor from 1 to 100", c.backoff.Base, c.backoff.Factor, c.backoff.Max)
+		errs.Bad("Backoff", c.backoff, "want whole milliseconds with max >= base > 0 and a factor from 1 to 100")
 	}
-	if _, err := ParseGuarantee(string(c.guarantee)); err != nil {
-		return fmt.Errorf("%w: %w", err, ErrConfig)
+	if c.maxMessageBytes < 1 {
+		errs.Bad("MaxMessageBytes", c.maxMessageBytes, "want 1 or more")
 	}
-	if err := c.conn.Validate(); err != nil {
-		return err
-	}
+	errs.Add(c.conn.Validate())
 	if c.planner == nil {
-		p, err := delay.NewPlanner(delay.DefaultBuckets)
-		if err != nil {
-			return err
-		}
-		c.planner = p
+		c.planner = delay.DefaultPlanner()
 	}
-	return nil
+	return errs.Err()
 }

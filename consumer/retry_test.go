@@ -151,7 +151,7 @@ func TestAbandonedHandlerIsRetried(t *testing.T) {
 		return copyCounting("out").Handle(ctx, task)
 	})
 	stop := runWorker(t, consumer.Conn(conn), consumer.Group("gab"), consumer.Queues("in"), consumer.CheckpointDir(t.TempDir()),
-		consumer.WithHandler(h), consumer.DefaultTimeout(200*time.Millisecond), consumer.AbandonGrace(200*time.Millisecond))
+		consumer.WithHandler(h), consumer.TaskTimeout(200*time.Millisecond), consumer.AbandonGrace(200*time.Millisecond))
 	waitOutputs(t, conn, "out", 1, 30*time.Second)
 	if err := stop(); err != nil {
 		t.Fatal(err)

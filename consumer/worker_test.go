@@ -94,8 +94,8 @@ func runWorker(t *testing.T, opts ...consumer.Opt) (stop func() error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 2)
 	go func() { done <- w.Run(ctx) }()
-	svc, err := delay.NewService(delay.WithConn(w.Conn()), delay.WithPlanner(testLadder), delay.WithStateDir(t.TempDir()),
-		delay.WithCommitInterval(20*time.Millisecond))
+	svc, err := delay.NewService(delay.Conn(w.Conn()), delay.WithPlanner(testLadder), delay.StateDir(t.TempDir()),
+		delay.CommitInterval(20*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -64,7 +64,7 @@ func benchMove(b *testing.B, n int, spread time.Duration) {
 	createQueue(b, conn, "bench", 8)
 	v := newVerifier(b, conn, "bench", n)
 	reg := prometheus.NewRegistry()
-	runService(b, delay.WithConn(conn), delay.WithRegisterer(reg), delay.WithLogger(testLogger()))
+	runService(b, delay.Conn(conn), delay.Registerer(reg), delay.Logger(testLogger()))
 	peak := sampleMoves(b, reg)
 
 	prod, err := producer.New(producer.Conn(conn))
@@ -123,7 +123,7 @@ func benchBacklog(b *testing.B, n int) {
 	time.Sleep(time.Until(due))
 	reg := prometheus.NewRegistry()
 	start := time.Now()
-	runService(b, delay.WithConn(conn), delay.WithRegisterer(reg), delay.WithLogger(testLogger()))
+	runService(b, delay.Conn(conn), delay.Registerer(reg), delay.Logger(testLogger()))
 	peak := sampleMoves(b, reg)
 	v.wait(b, 5*time.Minute)
 	took := time.Since(start)

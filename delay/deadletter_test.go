@@ -26,7 +26,7 @@ func TestBadRecordsAreDeadLettered(t *testing.T) {
 	_, conn := testutil.StartBroker(t, "")
 	p := shortLadder(t)
 	createQueue(t, conn, "q", 1)
-	runService(t, delay.WithConn(conn), delay.WithPlanner(p), delay.WithLogger(testLogger()))
+	runService(t, delay.Conn(conn), delay.WithPlanner(p), delay.Logger(testLogger()))
 	waitForTopic(t, conn, p.Topics()[0])
 
 	start := time.Now()

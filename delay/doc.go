@@ -36,12 +36,12 @@
 // with options and run until its context ends:
 //
 //	svc, err := delay.NewService(
-//		delay.WithConn(conn),             // the brokers
+//		delay.Conn(conn),             // the brokers
 //		delay.WithPlanner(planner),       // the ladder the producers use
-//		delay.WithGroup("onceq-delay"),   // instances of a group share the buckets
-//		delay.WithStateDir(dir),          // keeps the instance ID across restarts
-//		delay.WithRegisterer(registry),   // Prometheus metrics
-//		delay.WithLogger(logger),
+//		delay.Group("onceq-delay"),   // instances of a group share the buckets
+//		delay.StateDir(dir),          // keeps the instance ID across restarts
+//		delay.Registerer(registry),   // Prometheus metrics
+//		delay.Logger(logger),
 //	)
 //	if err != nil { ... }                // a bad option; nothing connected yet
 //	err = svc.Run(ctx)                   // nil after ctx ends and a clean leave
@@ -53,8 +53,8 @@
 // release (Planner.ReadAhead: the smallest bucket, twice that in the
 // smallest bucket) and held in memory until then; a partition whose next
 // record is further off is paused until it comes into reach. Memory is
-// bounded by what is released within the read-ahead (and by WithMaxHeld),
-// however many tasks wait. Every commit interval (WithCommitInterval,
+// bounded by what is released within the read-ahead (and by MaxHeld),
+// however many tasks wait. Every commit interval (CommitInterval,
 // default 10ms) the released records move in one Kafka transaction: due
 // ones to their queue, written as Task.Record writes them (without
 // onceq-queue), the others unchanged to the bucket Planner.Route picks.
@@ -86,7 +86,7 @@
 // # Metrics
 //
 // onceq_delayed_tasks{bucket} counts what waits (end offsets minus the
-// group's committed offsets, refreshed every WithStatsInterval);
+// group's committed offsets, refreshed every StatsInterval);
 // onceq_delay_due_within{horizon="1m|1h|1d"} estimates how many of them
 // fall due within the horizon (Planner.DueWithin: delays assumed spread
 // evenly between a bucket and the next); onceq_delay_lateness_seconds is

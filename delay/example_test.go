@@ -35,10 +35,10 @@ func ExampleNewService() {
 		log.Fatal(err)
 	}
 	svc, err := delay.NewService(
-		delay.WithConn(broker.Conn{Brokers: []string{"127.0.0.1:9092"}}),
+		delay.Conn(broker.Conn{Brokers: []string{"127.0.0.1:9092"}}),
 		delay.WithPlanner(planner),
-		delay.WithStateDir("./onceq-data/delay"),
-		delay.WithLogger(slog.Default()),
+		delay.StateDir("./onceq-data/delay"),
+		delay.Logger(slog.Default()),
 	)
 	if err != nil {
 		log.Fatal(err) // an invalid option

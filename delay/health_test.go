@@ -26,8 +26,8 @@ func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool)
 // once it stopped.
 func TestServiceHealth(t *testing.T) {
 	emb, conn := testutil.StartBroker(t, "")
-	svc, err := delay.NewService(delay.WithConn(conn), delay.WithPlanner(shortLadder(t)), delay.WithStateDir(t.TempDir()),
-		delay.WithSessionTimeout(6*time.Second), delay.WithTransactionTimeout(2*time.Second), delay.WithLogger(testLogger()))
+	svc, err := delay.NewService(delay.Conn(conn), delay.WithPlanner(shortLadder(t)), delay.StateDir(t.TempDir()),
+		delay.SessionTimeout(6*time.Second), delay.TransactionTimeout(2*time.Second), delay.Logger(testLogger()))
 	if err != nil {
 		t.Fatal(err)
 	}

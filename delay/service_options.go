@@ -2,7 +2,6 @@ package delay
 
 import (
 	"errors"
-	"fmt"
 	"log/slog"
 	"time"
 
@@ -20,9 +19,9 @@ const (
 	// DefaultGroup is the consumer group of the delay service.
 	DefaultGroup = "onceq-delay"
 	// DefaultCommitInterval is the shortest time between two
-	// transactions. See WithCommitInterval.
+	// transactions. See CommitInterval.
 	DefaultCommitInterval = 10 * time.Millisecond
-	// DefaultMaxHeld bounds the records held in memory. See WithMaxHeld.
+	// DefaultMaxHeld bounds the records held in memory. See MaxHeld.
 	DefaultMaxHeld = 200_000
 	// DefaultSessionTimeout is the group session timeout.
 	DefaultSessionTimeout = 10 * time.Second
@@ -53,7 +52,6 @@ type serviceConfig struct {
 	sessionTimeout time.Duration
 	txnTimeout     time.Duration
 	statsInterval  time.Duration
-	errs           []error
 }
 
 func defaultServiceConfig() serviceConfig {
@@ -68,13 +66,9 @@ func defaultServiceConfig() serviceConfig {
 	}
 }
 
-func (c *serviceConfig) bad(format string, args ...any) {
-	c.errs = append(c.errs, fmt.Errorf("delay: %s: %w", fmt.Sprintf(format, args...), ErrServiceConfig))
-}
-
-// WithConn sets how to reach the brokers. Default broker.Conn{}: plaintext
+// Conn sets how to reach the brokers. Default broker.Conn{}: plaintext
 // to broker.DefaultBrokers.
-func WithConn(c broker.Conn) ServiceOpt {
+func Conn(c broker.Conn) ServiceOpt {
 	return serviceOptFunc(func(cfg *serviceConfig) { cfg.conn = c })
 }
 
@@ -84,22 +78,17 @@ func WithConn(c broker.Conn) ServiceOpt {
 // gain buckets at any time; a bucket taken off the ladder is no longer
 // read, so keep it until "onceq delay stats" shows it empty.
 func WithPlanner(p *Planner) ServiceOpt {
-	return serviceOptFunc(func(cfg *serviceConfig) {
-		if p == nil {
-			cfg.bad("WithPlanner: nil planner")
-		}
-		cfg.planner = p
-	})
+	return serviceOptFunc(func(cfg *serviceConfig) { cfg.planner = p })
 }
 
-// WithGroup sets the consumer group. Instances of one group share the
+// Group sets the consumer group. Instances of one group share the
 // bucket partitions. Default DefaultGroup ("onceq-delay").
-func WithGroup(g string) ServiceOpt {
+func Group(g string) ServiceOpt {
 	return serviceOptFunc(func(cfg *serviceConfig) { cfg.group = g })
 }
 
-// WithLogger receives the service's logs. Default: discarded.
-func WithLogger(l *slog.Logger) ServiceOpt {
+// Logger receives the service's logs. Default: discarded.
+func Logger(l *slog.Logger) ServiceOpt {
 	return serviceOptFunc(func(cfg *serviceConfig) {
 		if l == nil {
 			l = slog.New(slog.DiscardHandler)
@@ -108,106 +97,98 @@ func WithLogger(l *slog.Logger) ServiceOpt {
 	})
 }
 
-// WithRegisterer registers the service's metrics: onceq_delayed_tasks,
+// Registerer registers the service's metrics: onceq_delayed_tasks,
 // onceq_delay_lateness_seconds, onceq_delay_moves_total,
 // onceq_delay_due_within and onceq_delay_held_tasks. One service per
 // registerer. Default none: the metrics are kept but not exported.
-func WithRegisterer(r prometheus.Registerer) ServiceOpt {
+func Registerer(r prometheus.Registerer) ServiceOpt {
 	return serviceOptFunc(func(cfg *serviceConfig) { cfg.registerer = r })
 }
 
-// WithStateDir sets the directory that keeps the instance ID (file
+// StateDir sets the directory that keeps the instance ID (file
 // delay-instance-id), created on first start. A worker may pass its own
 // checkpoint dir. Default none: a new instance ID on every start, so a
 // restarted instance cannot fence its predecessor's open transaction and
 // read_committed readers of the buckets wait for the broker to time it out.
-func WithStateDir(dir string) ServiceOpt {
+func StateDir(dir string) ServiceOpt {
 	return serviceOptFunc(func(cfg *serviceConfig) { cfg.stateDir = dir })
 }
 
-// WithInstanceID fixes the instance ID, from which the transactional ID
+// InstanceID fixes the instance ID, from which the transactional ID
 // and the static group membership derive. Two live instances of one group
-// must never share it. Default: kept in the state dir (WithStateDir).
-func WithInstanceID(id string) ServiceOpt {
-	return serviceOptFunc(func(cfg *serviceConfig) {
-		if id == "" {
-			cfg.bad("WithInstanceID: empty: leave it unset to keep one in the state dir")
-		}
-		cfg.instanceID = id
-	})
+// must never share it. Default (or empty): kept in the state dir
+// (StateDir).
+func InstanceID(id string) ServiceOpt {
+	return serviceOptFunc(func(cfg *serviceConfig) { cfg.instanceID = id })
 }
 
-// WithCommitInterval is the shortest time between two transactions. A
+// CommitInterval is the shortest time between two transactions. A
 // released record waits at most this long for its transaction, so it
 // bounds the lateness the service adds; shorter costs more transactions
-// per second. Default 10ms.
-func WithCommitInterval(d time.Duration) ServiceOpt {
-	return serviceOptFunc(func(cfg *serviceConfig) {
-		if d < time.Millisecond || d > time.Minute {
-			cfg.bad("commit interval %v: want 1ms to 1m", d)
-		}
-		cfg.commitInterval = d
-	})
+// per second. Default DefaultCommitInterval (10ms).
+func CommitInterval(d time.Duration) ServiceOpt {
+	return serviceOptFunc(func(cfg *serviceConfig) { cfg.commitInterval = d })
 }
 
-// WithMaxHeld bounds the records held in memory: read ahead of their
+// MaxHeld bounds the records held in memory: read ahead of their
 // release (see Planner.ReadAhead) and not yet moved. When it is reached the
 // service reads no further until records move on, so memory stays bounded
 // however many tasks wait; records released meanwhile may be late. Default
-// 200,000.
-func WithMaxHeld(n int) ServiceOpt {
-	return serviceOptFunc(func(cfg *serviceConfig) {
-		if n < 1 {
-			cfg.bad("max held %d: want 1 or more", n)
-		}
-		cfg.maxHeld = n
-	})
+// DefaultMaxHeld (200,000).
+func MaxHeld(n int) ServiceOpt {
+	return serviceOptFunc(func(cfg *serviceConfig) { cfg.maxHeld = n })
 }
 
-// WithSessionTimeout is the group session timeout: how long a silent
-// instance keeps its partitions. Default 10s.
-func WithSessionTimeout(d time.Duration) ServiceOpt {
+// SessionTimeout is the group session timeout: how long a silent
+// instance keeps its partitions. Default DefaultSessionTimeout (10s).
+func SessionTimeout(d time.Duration) ServiceOpt {
 	return serviceOptFunc(func(cfg *serviceConfig) { cfg.sessionTimeout = d })
 }
 
-// WithTransactionTimeout bounds an open transaction; the broker aborts it
-// after that. It must be below the session timeout. Default 8s.
-func WithTransactionTimeout(d time.Duration) ServiceOpt {
+// TransactionTimeout bounds an open transaction; the broker aborts it
+// after that. It must be below the session timeout. Default
+// DefaultTransactionTimeout (8s).
+func TransactionTimeout(d time.Duration) ServiceOpt {
 	return serviceOptFunc(func(cfg *serviceConfig) { cfg.txnTimeout = d })
 }
 
-// WithStatsInterval is how often onceq_delayed_tasks and
-// onceq_delay_due_within are refreshed from the brokers. Default 5s.
-func WithStatsInterval(d time.Duration) ServiceOpt {
-	return serviceOptFunc(func(cfg *serviceConfig) {
-		if d < 100*time.Millisecond {
-			cfg.bad("stats interval %v: want 100ms or more", d)
-		}
-		cfg.statsInterval = d
-	})
+// StatsInterval is how often onceq_delayed_tasks and
+// onceq_delay_due_within are refreshed from the brokers. Default
+// DefaultStatsInterval (5s).
+func StatsInterval(d time.Duration) ServiceOpt {
+	return serviceOptFunc(func(cfg *serviceConfig) { cfg.statsInterval = d })
 }
 
-// buildService applies opts and checks the result.
+// buildService applies opts over the defaults and checks the result,
+// reporting every refused option at once.
 func buildService(opts []ServiceOpt) (serviceConfig, error) {
 	c := defaultServiceConfig()
+	errs := onceq.OptionErrors{Pkg: "delay", Kind: ErrServiceConfig}
 	for _, o := range opts {
 		if o == nil {
-			c.bad("nil option")
+			errs.Add(errors.New("delay: a nil option"))
 			continue
 		}
 		o.apply(&c)
-	}
-	if err := c.conn.Validate(); err != nil {
-		c.errs = append(c.errs, fmt.Errorf("delay: %w", err))
 	}
 	if c.planner == nil {
 		c.planner = DefaultPlanner()
 	}
 	if err := onceq.ValidateTopic(c.group); err != nil {
-		c.bad("group %q: use letters, digits, '.', '_' or '-'", c.group)
+		errs.Bad("Group", c.group, "use letters, digits, '.', '_' or '-'")
+	}
+	if c.commitInterval < time.Millisecond || c.commitInterval > time.Minute {
+		errs.Bad("CommitInterval", c.commitInterval, "want 1ms to 1m")
+	}
+	if c.maxHeld < 1 {
+		errs.Bad("MaxHeld", c.maxHeld, "want 1 or more")
 	}
 	if c.txnTimeout < time.Second || c.txnTimeout >= c.sessionTimeout {
-		c.bad("transaction timeout %v: want 1s or more and below the session timeout %v", c.txnTimeout, c.sessionTimeout)
+		errs.Bad("TransactionTimeout", c.txnTimeout, "want 1s or more and below the session timeout (%v)", c.sessionTimeout)
 	}
-	return c, errors.Join(c.errs...)
+	if c.statsInterval < 100*time.Millisecond {
+		errs.Bad("StatsInterval", c.statsInterval, "want 100ms or more")
+	}
+	errs.Add(c.conn.Validate())
+	return c, errs.Err()
 }

@@ -44,7 +44,7 @@ func TestExactlyOnceNeverEarly(t *testing.T) {
 	p := shortLadder(t)
 	createQueue(t, conn, "q", 4)
 	pub := watchQueue(t, conn, "q")
-	runService(t, delay.WithConn(conn), delay.WithPlanner(p), delay.WithLogger(testLogger()))
+	runService(t, delay.Conn(conn), delay.WithPlanner(p), delay.Logger(testLogger()))
 	start := time.Now()
 	dues := submitSpread(t, conn, p, "q", n, 5*time.Second, seeded(t))
 	t.Logf("submitted %d tasks in %v", n, time.Since(start).Round(time.Millisecond))
@@ -70,8 +70,8 @@ func TestRebalance(t *testing.T) {
 	pub := watchQueue(t, conn, "q")
 	rng := seeded(t)
 	opts := func(id string) []delay.ServiceOpt {
-		return []delay.ServiceOpt{delay.WithConn(conn), delay.WithPlanner(p), delay.WithLogger(testLogger()), delay.WithInstanceID(id),
-			delay.WithSessionTimeout(6 * time.Second), delay.WithTransactionTimeout(4 * time.Second)}
+		return []delay.ServiceOpt{delay.Conn(conn), delay.WithPlanner(p), delay.Logger(testLogger()), delay.InstanceID(id),
+			delay.SessionTimeout(6 * time.Second), delay.TransactionTimeout(4 * time.Second)}
 	}
 	stopA := runService(t, opts("a")...)
 	dues := submitSpread(t, conn, p, "q", n, 6*time.Second, rng)
@@ -106,12 +106,12 @@ func TestLadderChange(t *testing.T) {
 	createQueue(t, conn, "q", 4)
 	pub := watchQueue(t, conn, "q")
 	rng := seeded(t)
-	stop := runService(t, delay.WithConn(conn), delay.WithPlanner(p), delay.WithLogger(testLogger()), delay.WithInstanceID("a"))
+	stop := runService(t, delay.Conn(conn), delay.WithPlanner(p), delay.Logger(testLogger()), delay.InstanceID("a"))
 	dues := submitSpread(t, conn, p, "q", n, 4*time.Second, rng)
 	time.Sleep(time.Duration(500+rng.IntN(1000)) * time.Millisecond)
 	stop()
 	t.Logf("stopped the first ladder; %d published", pub.published())
-	runService(t, delay.WithConn(conn), delay.WithPlanner(wider), delay.WithLogger(testLogger()), delay.WithInstanceID("b"))
+	runService(t, delay.Conn(conn), delay.WithPlanner(wider), delay.Logger(testLogger()), delay.InstanceID("b"))
 	pub.wait(t, len(dues), time.Minute)
 	time.Sleep(500 * time.Millisecond)
 	late := pub.verify(t, dues)
@@ -124,8 +124,8 @@ func TestStopDuringStartup(t *testing.T) {
 	_, conn := testutil.StartBroker(t, "")
 	for _, after := range []time.Duration{0, time.Millisecond, 3 * time.Millisecond, 10 * time.Millisecond, 30 * time.Millisecond,
 		60 * time.Millisecond, 100 * time.Millisecond, 200 * time.Millisecond} {
-		svc, err := delay.NewService(delay.WithConn(conn), delay.WithPlanner(shortLadder(t)), delay.WithStateDir(t.TempDir()),
-			delay.WithLogger(testLogger()))
+		svc, err := delay.NewService(delay.Conn(conn), delay.WithPlanner(shortLadder(t)), delay.StateDir(t.TempDir()),
+			delay.Logger(testLogger()))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -167,8 +167,8 @@ func TestStopWhileWaitingForCommittedOffsets(t *testing.T) {
 		resp.ErrorCode = kerr.UnstableOffsetCommit.Code
 		return resp, nil, true
 	})
-	svc, err := delay.NewService(delay.WithConn(conn), delay.WithPlanner(p), delay.WithStateDir(t.TempDir()),
-		delay.WithLogger(testLogger()))
+	svc, err := delay.NewService(delay.Conn(conn), delay.WithPlanner(p), delay.StateDir(t.TempDir()),
+		delay.Logger(testLogger()))
 	if err != nil {
 		t.Fatal(err)
 	}

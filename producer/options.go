@@ -2,7 +2,6 @@ package producer
 
 import (
 	"errors"
-	"fmt"
 	"log/slog"
 	"time"
 
@@ -54,11 +53,12 @@ type config struct {
 	realClock          bool // now is time.Now: one clock read per task
 	txnID              string
 	txTimeout          time.Duration
-	errs               []error
+	errs               onceq.OptionErrors
 }
 
 func defaultConfig() config {
 	return config{
+		errs:            onceq.OptionErrors{Pkg: "producer", Kind: ErrConfig},
 		linger:          DefaultLinger,
 		maxBuffered:     DefaultMaxBufferedRecords,
 		maxMessageBytes: onceq.DefaultMaxMessageBytes,
@@ -69,8 +69,8 @@ func defaultConfig() config {
 	}
 }
 
-func (c *config) bad(format string, args ...any) {
-	c.errs = append(c.errs, fmt.Errorf("producer: %s: %w", fmt.Sprintf(format, args...), ErrConfig))
+func (c *config) bad(option string, value any, want string, args ...any) {
+	c.errs.Bad(option, value, want, args...)
 }
 
 // Conn sets how to reach the brokers: seeds, TLS and SASL. Default
@@ -95,7 +95,7 @@ func ClientID(id string) Opt { return optFunc(func(cfg *config) { cfg.clientID =
 func Linger(d time.Duration) Opt {
 	return optFunc(func(cfg *config) {
 		if d < 0 {
-			cfg.bad("Linger %v: want zero or positive", d)
+			cfg.bad("Linger", d, "want zero or positive")
 		}
 		cfg.linger = d
 	})
@@ -107,30 +107,30 @@ func Linger(d time.Duration) Opt {
 func MaxBufferedRecords(n int) Opt {
 	return optFunc(func(cfg *config) {
 		if n < 1 {
-			cfg.bad("MaxBufferedRecords %d: want 1 or more", n)
+			cfg.bad("MaxBufferedRecords", n, "want 1 or more")
 		}
 		cfg.maxBuffered = n
 	})
 }
 
-// DefaultMaxAttempts is stamped on tasks that have no MaxAttempts: zero
+// TaskMaxAttempts is stamped on tasks that have no MaxAttempts: zero
 // (the worker's default) or 1 to onceq.MaxAttemptCount. Default zero: such
 // tasks carry none and the worker's default applies.
-func DefaultMaxAttempts(n int) Opt {
+func TaskMaxAttempts(n int) Opt {
 	return optFunc(func(cfg *config) {
 		if n < 0 || n > onceq.MaxAttemptCount {
-			cfg.bad("DefaultMaxAttempts %d: want zero (the worker's default) or 1 to %d", n, onceq.MaxAttemptCount)
+			cfg.bad("TaskMaxAttempts", n, "want zero (the worker's default) or 1 to %d", onceq.MaxAttemptCount)
 		}
 		cfg.defaultMaxAttempts = n
 	})
 }
 
-// DefaultTimeout is stamped on tasks that have no Timeout (time-to-run of
+// TaskTimeout is stamped on tasks that have no Timeout (time-to-run of
 // one attempt). Default zero: the worker's default applies.
-func DefaultTimeout(d time.Duration) Opt {
+func TaskTimeout(d time.Duration) Opt {
 	return optFunc(func(cfg *config) {
 		if d < 0 || d%time.Millisecond != 0 {
-			cfg.bad("DefaultTimeout %v: want zero or a positive whole number of milliseconds", d)
+			cfg.bad("TaskTimeout", d, "want zero or a positive whole number of milliseconds")
 		}
 		cfg.defaultTimeout = d
 	})
@@ -145,7 +145,7 @@ func DefaultTimeout(d time.Duration) Opt {
 func CreateQueues(partitions int32) Opt {
 	return optFunc(func(cfg *config) {
 		if partitions < 0 {
-			cfg.bad("CreateQueues %d: want zero (refuse missing queues) or a partition count", partitions)
+			cfg.bad("CreateQueues", partitions, "want zero (refuse missing queues) or a partition count")
 		}
 		cfg.createPartitions = partitions
 	})
@@ -157,7 +157,7 @@ func CreateQueues(partitions int32) Opt {
 func Planner(p *delay.Planner) Opt {
 	return optFunc(func(cfg *config) {
 		if p == nil {
-			cfg.bad("Planner: nil planner")
+			cfg.bad("Planner", nil, "nil planner: leave it unset for delay.DefaultPlanner()")
 		}
 		cfg.planner, cfg.buckets = p, nil
 	})
@@ -175,7 +175,7 @@ func Buckets(buckets ...time.Duration) Opt {
 func MaxMessageBytes(n int) Opt {
 	return optFunc(func(cfg *config) {
 		if n < 1024 || n > 1<<30 {
-			cfg.bad("MaxMessageBytes %d: want 1024 to %d", n, 1<<30)
+			cfg.bad("MaxMessageBytes", n, "want 1024 to %d", 1<<30)
 		}
 		cfg.maxMessageBytes = n
 	})
@@ -205,7 +205,7 @@ func Logger(l *slog.Logger) Opt {
 func Now(now func() time.Time) Opt {
 	return optFunc(func(cfg *config) {
 		if now == nil {
-			cfg.bad("Now: nil clock")
+			cfg.bad("Now", nil, "nil clock: leave it unset for time.Now")
 		}
 		cfg.now, cfg.realClock = now, false
 	})
@@ -222,7 +222,7 @@ func Now(now func() time.Time) Opt {
 func TransactionalID(id string) Opt {
 	return optFunc(func(cfg *config) {
 		if id == "" {
-			cfg.bad("TransactionalID: empty: leave it unset to have one generated")
+			cfg.bad("TransactionalID", nil, "empty: leave it unset to have one generated")
 		}
 		cfg.txnID = id
 	})
@@ -236,7 +236,7 @@ func TransactionalID(id string) Opt {
 func TxTimeout(d time.Duration) Opt {
 	return optFunc(func(cfg *config) {
 		if d < time.Second {
-			cfg.bad("TxTimeout %v: want 1s or more", d)
+			cfg.bad("TxTimeout", d, "want 1s or more")
 		}
 		cfg.txTimeout = d
 	})
@@ -247,7 +247,7 @@ func build(opts []Opt) (config, error) {
 	c := defaultConfig()
 	for _, o := range opts {
 		if o == nil {
-			c.bad("nil option")
+			c.errs.Add(errors.New("producer: a nil option"))
 			continue
 		}
 		o.apply(&c)
@@ -255,14 +255,12 @@ func build(opts []Opt) (config, error) {
 	if c.clientID != "" {
 		c.conn.ClientID = c.clientID
 	}
-	if err := c.conn.Validate(); err != nil {
-		c.errs = append(c.errs, fmt.Errorf("producer: %w", err))
-	}
+	c.errs.Add(c.conn.Validate())
 	if c.planner == nil {
 		if c.buckets == nil {
 			c.planner = delay.DefaultPlanner()
 		} else if p, err := delay.NewPlanner(c.buckets); err != nil {
-			c.bad("Buckets: %v", err)
+			c.bad("Buckets", delay.FormatLadder(c.buckets), "%v", err)
 		} else {
 			c.planner = p
 		}
@@ -270,8 +268,5 @@ func build(opts []Opt) (config, error) {
 	if c.txnID == "" {
 		c.txnID = "onceq-producer-" + uuid.NewString()
 	}
-	if err := errors.Join(c.errs...); err != nil {
-		return c, err
-	}
-	return c, nil
+	return c, c.errs.Err()
 }

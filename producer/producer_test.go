@@ -68,7 +68,7 @@ func header(r *kgo.Record, key string) (string, bool) {
 func TestSubmit(t *testing.T) {
 	now := time.UnixMilli(1_900_000_000_123)
 	conn, p := setup(t, []string{"jobs"},
-		producer.DefaultMaxAttempts(5), producer.DefaultTimeout(time.Minute),
+		producer.TaskMaxAttempts(5), producer.TaskTimeout(time.Minute),
 		producer.Now(func() time.Time { return now }))
 	ctx := ctxT(t)
 	rc, err := p.Submit(ctx, onceq.Task{Queue: "jobs", Payload: []byte("hello"), Headers: []onceq.Header{{Key: "trace", Value: []byte("t1")}}})
@@ -400,9 +400,9 @@ func TestOptionErrors(t *testing.T) {
 	}{
 		{producer.Linger(-1), "Linger -1ns"},
 		{producer.MaxBufferedRecords(0), "MaxBufferedRecords 0"},
-		{producer.DefaultMaxAttempts(-1), "DefaultMaxAttempts -1"},
-		{producer.DefaultMaxAttempts(1 << 31), "DefaultMaxAttempts 2147483648: want zero (the worker's default) or 1 to 2147483647"},
-		{producer.DefaultTimeout(1500 * time.Microsecond), "DefaultTimeout 1.5ms"},
+		{producer.TaskMaxAttempts(-1), "TaskMaxAttempts -1"},
+		{producer.TaskMaxAttempts(1 << 31), "TaskMaxAttempts 2147483648: want zero (the worker's default) or 1 to 2147483647"},
+		{producer.TaskTimeout(1500 * time.Microsecond), "TaskTimeout 1.5ms"},
 		{producer.CreateQueues(-2), "CreateQueues -2"},
 		{producer.Buckets(time.Second, time.Second), "bucket 1s appears twice"},
 		{producer.Planner(nil), "nil planner"},
@@ -416,6 +416,15 @@ func TestOptionErrors(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.HasPrefix(err.Error(), "producer: ") {
 			t.Errorf("New with a bad option: %v, want an error containing %q", err, tc.want)
 		}
+	}
+	// Every refused option is reported at once, each by its name.
+	_, err := producer.New(producer.Linger(-1), producer.MaxBufferedRecords(0), producer.TxTimeout(0))
+	var names []string
+	for _, oe := range onceq.Options(err) {
+		names = append(names, oe.Option)
+	}
+	if got := strings.Join(names, ","); got != "Linger,MaxBufferedRecords,TxTimeout" {
+		t.Errorf("three bad options: reported %q (%v), want all three", got, err)
 	}
 	if _, err := producer.New(producer.Linger(-1)); !errors.Is(err, producer.ErrConfig) {
 		t.Errorf("bad option error %v does not match ErrConfig", err)

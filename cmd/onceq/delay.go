@@ -72,12 +72,12 @@ and stops cleanly on SIGINT or SIGTERM. "onceq delay stats" shows what waits.`,
 				return err
 			}
 			reg := ops.NewRegistry()
-			svc, err := delay.NewService(delay.WithConn(conn), delay.WithPlanner(p), delay.WithGroup(f.group),
-				delay.WithStateDir(stateDir), delay.WithCommitInterval(commitInterval), delay.WithMaxHeld(maxHeld),
-				delay.WithSessionTimeout(sessionTimeout), delay.WithTransactionTimeout(txnTimeout),
-				delay.WithRegisterer(reg), delay.WithLogger(g.log))
+			svc, err := delay.NewService(delay.Conn(conn), delay.WithPlanner(p), delay.Group(f.group),
+				delay.StateDir(stateDir), delay.CommitInterval(commitInterval), delay.MaxHeld(maxHeld),
+				delay.SessionTimeout(sessionTimeout), delay.TransactionTimeout(txnTimeout),
+				delay.Registerer(reg), delay.Logger(g.log))
 			if err != nil {
-				return usageError{err}
+				return flagError(cmd.Flags(), err)
 			}
 			if metricsAddr != "" {
 				health := &ops.Health{}

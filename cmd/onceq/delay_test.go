@@ -25,9 +25,10 @@ func TestDelayUsageErrors(t *testing.T) {
 		{[]string{"delay", "--buckets", "1s,1s"}, "appears twice"},
 		{[]string{"delay", "stats", "--buckets", "0s"}, "--buckets"},
 		{[]string{"delay", "extra"}, "no arguments"},
-		{[]string{"delay", "--commit-interval", "0s"}, "commit interval"},
-		{[]string{"delay", "--max-held", "0"}, "max held"},
-		{[]string{"delay", "--group", "a b"}, `group "a b"`},
+		{[]string{"delay", "--commit-interval", "0s"}, "--commit-interval 0s: want 1ms to 1m"},
+		{[]string{"delay", "--max-held", "0"}, "--max-held 0: want 1 or more"},
+		{[]string{"delay", "--group", "a b"}, `--group "a b": use letters`},
+		{[]string{"delay", "--max-held", "0", "--commit-interval", "0s"}, "--commit-interval 0s: want 1ms to 1m\n--max-held 0: want 1 or more"},
 		{[]string{"delay", "--transaction-timeout", "20s"}, "below the session timeout"},
 		// Issue 17: the days overflowed into a negative duration.
 		{[]string{"delay", "--buckets", "1s,1000000d"}, `--buckets: delay: bucket "1000000d": at most 365d`},

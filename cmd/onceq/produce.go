@@ -135,7 +135,7 @@ func (f *produceFlags) producerOpts(g *globals) ([]producer.Opt, error) {
 	}
 	return []producer.Opt{
 		producer.Conn(conn), producer.Logger(g.log), producer.CreateQueues(f.createQueues),
-		producer.DefaultMaxAttempts(f.maxAttempts), producer.DefaultTimeout(timeout),
+		producer.TaskMaxAttempts(f.maxAttempts), producer.TaskTimeout(timeout),
 	}, nil
 }
 

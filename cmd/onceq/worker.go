@@ -67,44 +67,50 @@ canceled and nothing of theirs is committed: they run again on restart, and the
 exit code is 1.`,
 		Args: exactArgs(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return runWorker(cmd.Context(), g, f)
+			return runWorker(cmd, g, f)
 		},
 	}
 	fl := cmd.Flags()
 	fl.StringSliceVar(&f.queues, "queue", nil, "queues to run, Q[,Q2...] (required)")
-	fl.StringVar(&f.group, "group", "onceq", "consumer group; workers of one group share the queues")
+	fl.StringVar(&f.group, "group", consumer.DefaultGroup, "consumer group; workers of one group share the queues")
 	fl.StringVar(&f.checkpointDir, "checkpoint-dir", "./onceq-data/worker", "this worker's checkpoint directory (one per worker process)")
 	fl.StringVar(&f.handler, "handler", "", "what to run for each task (required): noop, copy:QUEUE, count:QUEUE, exec:COMMAND, http:URL")
-	fl.IntVar(&f.concurrency, "concurrency", 32, "handlers in flight; one key runs one at a time, in order")
-	fl.DurationVar(&f.commitInterval, "commit-interval", 100*time.Millisecond, "how often completed tasks are committed")
-	fl.IntVar(&f.maxPerCommit, "max-records-per-commit", 20_000, "commit early after this many completed tasks")
-	fl.StringVar(&f.guarantee, "guarantee", string(consumer.ExactlyOnce), "exactly-once or at-least-once (no transactions, no dedup)")
+	fl.IntVar(&f.concurrency, "concurrency", consumer.DefaultConcurrency, "handlers in flight; one key runs one at a time, in order")
+	fl.DurationVar(&f.commitInterval, "commit-interval", consumer.DefaultCommitInterval, "how often completed tasks are committed")
+	fl.IntVar(&f.maxPerCommit, "max-records-per-commit", consumer.DefaultMaxRecordsPerCommit, "commit early after this many completed tasks")
+	fl.StringVar(&f.guarantee, "guarantee", string(consumer.DefaultGuarantee), "exactly-once or at-least-once (no transactions, no dedup)")
 	fl.StringVar(&f.metricsAddr, "metrics-addr", "127.0.0.1:0", "serve /metrics and /healthz here (port 0: any free port, logged; empty: off)")
-	fl.DurationVar(&f.shutdownTimeout, "shutdown-timeout", 30*time.Second, "on shutdown, wait this long for in-flight tasks")
-	fl.DurationVar(&f.timeout, "timeout", 30*time.Second, "time-to-run of tasks without onceq-timeout")
-	fl.DurationVar(&f.dedupWindow, "dedup-window", 7*24*time.Hour, "how long processed task IDs are remembered")
-	fl.IntVar(&f.maxBuffered, "max-buffered", 50_000, "records fetched and not yet committed, at most (bounds memory)")
-	fl.DurationVar(&f.sessionTimeout, "session-timeout", 10*time.Second, "group session timeout: how long a silent worker keeps its partitions")
-	fl.DurationVar(&f.txnTimeout, "transaction-timeout", 8*time.Second, "transaction timeout, below --session-timeout")
-	fl.DurationVar(&f.retryPause, "retry-pause", time.Second, "pause before a task runs again after an infrastructure error (not a handler failure)")
-	fl.IntVar(&f.maxAttempts, "max-attempts", 5, "runs of a task without onceq-max-attempts before it is dead-lettered")
-	fl.DurationVar(&f.backoffBase, "backoff-base", time.Second, "retry backoff of the first failure (tasks without onceq-backoff)")
-	fl.Float64Var(&f.backoffFactor, "backoff-factor", 2, "retry backoff growth per failure, 1 to 100")
-	fl.DurationVar(&f.backoffMax, "backoff-max", time.Hour, "longest retry backoff")
+	fl.DurationVar(&f.shutdownTimeout, "shutdown-timeout", consumer.DefaultShutdownTimeout, "on shutdown, wait this long for in-flight tasks")
+	fl.DurationVar(&f.timeout, "timeout", consumer.DefaultTaskTimeout, "time-to-run of tasks without onceq-timeout")
+	fl.DurationVar(&f.dedupWindow, "dedup-window", consumer.DefaultDedupWindow, "how long processed task IDs are remembered")
+	fl.IntVar(&f.maxBuffered, "max-buffered", consumer.DefaultMaxBufferedRecords, "records fetched and not yet committed, at most (bounds memory)")
+	fl.DurationVar(&f.sessionTimeout, "session-timeout", consumer.DefaultSessionTimeout, "group session timeout: how long a silent worker keeps its partitions")
+	fl.DurationVar(&f.txnTimeout, "transaction-timeout", consumer.DefaultTransactionTimeout, "transaction timeout, below --session-timeout")
+	fl.DurationVar(&f.retryPause, "retry-pause", consumer.DefaultRetryPause, "pause before a task runs again after an infrastructure error (not a handler failure)")
+	fl.IntVar(&f.maxAttempts, "max-attempts", consumer.DefaultMaxAttempts, "runs of a task without onceq-max-attempts before it is dead-lettered")
+	fl.DurationVar(&f.backoffBase, "backoff-base", consumer.DefaultBackoffBase, "retry backoff of the first failure (tasks without onceq-backoff)")
+	fl.Float64Var(&f.backoffFactor, "backoff-factor", consumer.DefaultBackoffFactor, "retry backoff growth per failure, 1 to 100")
+	fl.DurationVar(&f.backoffMax, "backoff-max", consumer.DefaultBackoffMax, "longest retry backoff")
 	fl.BoolVar(&f.dropExpired, "drop-expired", false, "drop tasks past onceq-expires instead of dead-lettering them")
-	fl.DurationVar(&f.abandonGrace, "abandon-grace", 5*time.Second, "how long a handler may run past its time-to-run before it is abandoned")
+	fl.DurationVar(&f.abandonGrace, "abandon-grace", consumer.DefaultAbandonGrace, "how long a handler may run past its time-to-run before it is abandoned")
 	fl.BoolVar(&f.delayService, "delay-service", true, "also run the delay service (moves delayed tasks and retries on); off when it runs apart (onceq delay)")
 	fl.StringVar(&f.buckets, "buckets", delay.FormatLadder(delay.DefaultBuckets), "the delay bucket ladder, the same for every producer, worker and delay service")
-	fl.StringVar(&f.groupProtocol, "group-protocol", consumer.ClassicGroup, "classic (cooperative-sticky, static membership) or consumer (KIP-848, Kafka 4.0+)")
+	fl.StringVar(&f.groupProtocol, "group-protocol", consumer.DefaultGroupProtocol, "classic (cooperative-sticky, static membership) or consumer (KIP-848, Kafka 4.0+)")
 	fl.StringVar(&f.memoryLimit, "memory-limit", "256MiB", "soft limit of the process's memory (Go's GOMEMLIMIT, which wins when set): the garbage collector works harder near it; 0 for none")
 	fl.StringVar(&f.crashAt, "crash-at", "", "fault injection: POINT:N kills this process (SIGKILL) at commit point POINT (before-kafka, between, after) of its Nth commit")
 	_ = fl.MarkHidden("crash-at")
 	fl.StringVar(&f.faultDisk, "fault-disk", "", "fault injection: OP:N fails the Nth write or sync (OP write or sync) of the checkpoint's write-ahead log, once")
 	_ = fl.MarkHidden("fault-disk")
+	setsOption(fl, "Queues", "queue")
+	setsOption(fl, "WithHandler", "handler")
+	setsOption(fl, "TaskTimeout", "timeout")
+	setsOption(fl, "MaxBufferedRecords", "max-buffered")
+	setsOption(fl, "Backoff", "backoff-base", "backoff-factor", "backoff-max")
 	return cmd
 }
 
-func runWorker(ctx context.Context, g *globals, f workerFlags) error {
+func runWorker(cmd *cobra.Command, g *globals, f workerFlags) error {
+	ctx := cmd.Context()
 	if len(f.queues) == 0 {
 		return usagef("--queue is required: name the queue(s) to run, for example --queue emails")
 	}
@@ -152,20 +158,20 @@ func runWorker(ctx context.Context, g *globals, f workerFlags) error {
 		consumer.Conn(conn), consumer.Group(f.group), consumer.Queues(f.queues...), consumer.CheckpointDir(f.checkpointDir),
 		consumer.WithHandler(h), consumer.Concurrency(f.concurrency), consumer.CommitInterval(f.commitInterval),
 		consumer.MaxRecordsPerCommit(f.maxPerCommit), consumer.WithGuarantee(guarantee), consumer.ShutdownTimeout(f.shutdownTimeout),
-		consumer.DefaultTimeout(f.timeout), consumer.DedupWindow(f.dedupWindow), consumer.MaxBufferedRecords(f.maxBuffered),
+		consumer.TaskTimeout(f.timeout), consumer.DedupWindow(f.dedupWindow), consumer.MaxBufferedRecords(f.maxBuffered),
 		consumer.SessionTimeout(f.sessionTimeout), consumer.TransactionTimeout(f.txnTimeout), consumer.RetryPause(f.retryPause),
 		consumer.MaxAttempts(f.maxAttempts), consumer.Backoff(f.backoffBase, f.backoffFactor, f.backoffMax),
 		consumer.AbandonGrace(f.abandonGrace), consumer.Planner(planner), consumer.DropExpired(f.dropExpired), consumer.CommitHook(hook), consumer.GroupProtocol(f.groupProtocol), consumer.CheckpointFS(diskFS), consumer.Registerer(reg), consumer.Logger(g.log),
 	)
 	if err != nil {
-		return usageError{flagNames(err)}
+		return flagError(cmd.Flags(), err)
 	}
 	var svc *delay.Service
 	if f.delayService {
-		svc, err = delay.NewService(delay.WithConn(conn), delay.WithPlanner(planner), delay.WithRegisterer(reg),
-			delay.WithStateDir(filepath.Join(f.checkpointDir, "delay")), delay.WithLogger(g.log.With("component", "delay")))
+		svc, err = delay.NewService(delay.Conn(conn), delay.WithPlanner(planner), delay.Registerer(reg),
+			delay.StateDir(filepath.Join(f.checkpointDir, "delay")), delay.Logger(g.log.With("component", "delay")))
 		if err != nil {
-			return usageError{err}
+			return flagError(cmd.Flags(), err)
 		}
 	}
 	if err := checkQueuesExist(ctx, conn, outputs); err != nil {

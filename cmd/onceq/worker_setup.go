@@ -40,19 +40,6 @@ func checkQueuesExist(ctx context.Context, conn broker.Conn, queues []string) er
 	return nil
 }
 
-// flagNames rewrites the library's option names in an error to the CLI's
-// flag names, so the message says which flag to fix.
-func flagNames(err error) error {
-	r := strings.NewReplacer(
-		"group protocol", "--group-protocol",
-		"concurrency ", "--concurrency ", "commit interval", "--commit-interval", "max records per commit", "--max-records-per-commit",
-		"max buffered records", "--max-buffered", "dedup window", "--dedup-window", "default timeout", "--timeout",
-		"transaction timeout", "--transaction-timeout", "shutdown timeout", "--shutdown-timeout", "retry pause", "--retry-pause",
-		"checkpoint dir", "--checkpoint-dir", "group ", "--group ", "max attempts", "--max-attempts", "abandon grace", "--abandon-grace", "backoff ", "--backoff-base/--backoff-factor/--backoff-max ",
-	)
-	return errors.New(r.Replace(err.Error()))
-}
-
 // crashHook parses --crash-at POINT:N into a commit hook that SIGKILLs the
 // process at that point of its Nth commit.
 func crashHook(spec string) (func(consumer.CommitPoint), error) {
