@@ -59,10 +59,28 @@ type refusal struct {
 	msg  string
 }
 
-// refuseAll answers every entry of a request of which bad are refused: bad
-// ones with their own refusal, the rest with INVALID_REQUEST naming the
-// first bad one. first is the name of that entry.
-func refuseAll(names []string, bad map[string]refusal, first string) []refusal {
+// refusals checks the entries of a request, named by names: check(i)
+// returns why entry i is refused, and true if it is. It returns nil when
+// none is refused, and otherwise the answer to every entry, as the request
+// is refused whole: the bad ones with their own refusal, the rest with
+// INVALID_REQUEST naming the first bad one. Entries are told apart by
+// name: one that shares a bad entry's name shares its refusal.
+func refusals(names []string, check func(i int) (refusal, bool)) []refusal {
+	bad := map[string]refusal{}
+	first := ""
+	for i, n := range names {
+		r, ok := check(i)
+		if !ok {
+			continue
+		}
+		if first == "" {
+			first = n
+		}
+		bad[n] = r
+	}
+	if first == "" {
+		return nil
+	}
 	out := make([]refusal, len(names))
 	for i, n := range names {
 		if r, ok := bad[n]; ok {
@@ -76,31 +94,20 @@ func refuseAll(names []string, bad map[string]refusal, first string) []refusal {
 
 func guardCreateTopics(kreq kmsg.Request) kmsg.Response {
 	req := kreq.(*kmsg.CreateTopicsRequest)
-	bad := map[string]refusal{}
-	var names []string
-	first := ""
-	for _, t := range req.Topics {
-		names = append(names, t.Topic)
-		r, ok := checkNewTopic(t)
-		if !ok {
-			continue
-		}
-		if first == "" {
-			first = t.Topic
-		}
-		bad[t.Topic] = r
+	names := make([]string, len(req.Topics))
+	for i, t := range req.Topics {
+		names[i] = t.Topic
 	}
-	if first == "" {
+	refused := refusals(names, func(i int) (refusal, bool) { return checkNewTopic(req.Topics[i]) })
+	if refused == nil {
 		return nil
 	}
 	resp := req.ResponseKind().(*kmsg.CreateTopicsResponse)
-	for i, r := range refuseAll(names, bad, first) {
+	for i, r := range refused {
 		st := kmsg.NewCreateTopicsResponseTopic()
 		st.Topic = names[i]
-		st.ErrorCode = r.code
-		st.ErrorMessage = &r.msg
-		st.NumPartitions = -1
-		st.ReplicationFactor = -1
+		st.ErrorCode, st.ErrorMessage = r.code, &r.msg
+		st.NumPartitions, st.ReplicationFactor = -1, -1
 		resp.Topics = append(resp.Topics, st)
 	}
 	return resp
@@ -117,7 +124,7 @@ func checkNewTopic(t kmsg.CreateTopicsRequestTopic) (refusal, bool) {
 		n = int64(len(t.ReplicaAssignment))
 	}
 	if n > MaxPartitions {
-		return refusal{kerr.InvalidPartitions.Code, fmt.Sprintf("topic %q: %d partitions is over the embedded broker's limit of %d", t.Topic, n, MaxPartitions)}, true
+		return tooManyPartitions(t.Topic, n), true
 	}
 	for _, c := range t.Configs {
 		if p := embeddedTopicConfigProblem(c.Name, c.Value); p != "" {
@@ -127,86 +134,84 @@ func checkNewTopic(t kmsg.CreateTopicsRequestTopic) (refusal, bool) {
 	return refusal{}, false
 }
 
+// tooManyPartitions refuses n partitions for topic, n over MaxPartitions.
+func tooManyPartitions(topic string, n int64) refusal {
+	return refusal{kerr.InvalidPartitions.Code, fmt.Sprintf("topic %q: %d partitions is over the embedded broker's limit of %d", topic, n, MaxPartitions)}
+}
+
 func guardCreatePartitions(kreq kmsg.Request) kmsg.Response {
 	req := kreq.(*kmsg.CreatePartitionsRequest)
-	bad := map[string]refusal{}
-	var names []string
-	first := ""
-	for _, t := range req.Topics {
-		names = append(names, t.Topic)
-		if t.Count <= MaxPartitions {
-			continue
-		}
-		if first == "" {
-			first = t.Topic
-		}
-		bad[t.Topic] = refusal{kerr.InvalidPartitions.Code, fmt.Sprintf("topic %q: %d partitions is over the embedded broker's limit of %d", t.Topic, t.Count, MaxPartitions)}
+	names := make([]string, len(req.Topics))
+	for i, t := range req.Topics {
+		names[i] = t.Topic
 	}
-	if first == "" {
+	refused := refusals(names, func(i int) (refusal, bool) {
+		if t := req.Topics[i]; t.Count > MaxPartitions {
+			return tooManyPartitions(t.Topic, int64(t.Count)), true
+		}
+		return refusal{}, false
+	})
+	if refused == nil {
 		return nil
 	}
 	resp := req.ResponseKind().(*kmsg.CreatePartitionsResponse)
-	for i, r := range refuseAll(names, bad, first) {
+	for i, r := range refused {
 		st := kmsg.NewCreatePartitionsResponseTopic()
 		st.Topic = names[i]
-		st.ErrorCode = r.code
-		st.ErrorMessage = &r.msg
+		st.ErrorCode, st.ErrorMessage = r.code, &r.msg
 		resp.Topics = append(resp.Topics, st)
 	}
 	return resp
 }
 
-// topicConfigRefusals checks the topic configs of AlterConfigs and
-// IncrementalAlterConfigs resources. values is a resource's config names
-// and values (nil for a config being deleted).
-func topicConfigRefusals(names []string, types []kmsg.ConfigResourceType, values []map[string]*string) []refusal {
-	bad := map[string]refusal{}
-	first := ""
-	for i, n := range names {
-		if types[i] != kmsg.ConfigResourceTypeTopic {
-			continue
+// configResource is a resource of AlterConfigs or IncrementalAlterConfigs:
+// its name and type, and the value each of its configs is set to (nil for
+// a config being deleted, appended to or subtracted from: its name is
+// checked).
+type configResource struct {
+	name   string
+	typ    kmsg.ConfigResourceType
+	values map[string]*string
+}
+
+// configRefusals checks the configs of the topics among rs; nil if none
+// is refused (see refusals).
+func configRefusals(rs []configResource) []refusal {
+	names := make([]string, len(rs))
+	for i, r := range rs {
+		names[i] = r.name
+	}
+	return refusals(names, func(i int) (refusal, bool) {
+		if rs[i].typ != kmsg.ConfigResourceTypeTopic {
+			return refusal{}, false
 		}
-		for k, v := range values[i] {
+		for k, v := range rs[i].values {
 			if p := embeddedTopicConfigProblem(k, v); p != "" {
-				if first == "" {
-					first = n
-				}
-				bad[n] = refusal{kerr.InvalidConfig.Code, fmt.Sprintf("topic %q: %s", n, p)}
-				break
+				return refusal{kerr.InvalidConfig.Code, fmt.Sprintf("topic %q: %s", rs[i].name, p)}, true
 			}
 		}
-	}
-	if first == "" {
-		return nil
-	}
-	return refuseAll(names, bad, first)
+		return refusal{}, false
+	})
 }
 
 func guardAlterConfigs(kreq kmsg.Request) kmsg.Response {
 	req := kreq.(*kmsg.AlterConfigsRequest)
-	var (
-		names  []string
-		types  []kmsg.ConfigResourceType
-		values []map[string]*string
-	)
-	for _, r := range req.Resources {
-		names, types = append(names, r.ResourceName), append(types, r.ResourceType)
-		m := map[string]*string{}
+	rs := make([]configResource, len(req.Resources))
+	for i, r := range req.Resources {
+		rs[i] = configResource{r.ResourceName, r.ResourceType, map[string]*string{}}
 		for _, c := range r.Configs {
-			m[c.Name] = c.Value
+			rs[i].values[c.Name] = c.Value
 		}
-		values = append(values, m)
 	}
-	refused := topicConfigRefusals(names, types, values)
+	refused := configRefusals(rs)
 	if refused == nil {
 		return nil
 	}
 	resp := req.ResponseKind().(*kmsg.AlterConfigsResponse)
 	for i, r := range refused {
 		rr := kmsg.NewAlterConfigsResponseResource()
-		rr.ResourceName, rr.ResourceType = names[i], types[i]
-		rr.ErrorCode = r.code
-		rr.ErrorMessage = &r.msg
+		rr.ResourceName, rr.ResourceType = rs[i].name, rs[i].typ
+		rr.ErrorCode, rr.ErrorMessage = r.code, &r.msg
 		resp.Resources = append(resp.Resources, rr)
 	}
 	return resp
@@ -214,33 +219,26 @@ func guardAlterConfigs(kreq kmsg.Request) kmsg.Response {
 
 func guardIncrementalAlterConfigs(kreq kmsg.Request) kmsg.Response {
 	req := kreq.(*kmsg.IncrementalAlterConfigsRequest)
-	var (
-		names  []string
-		types  []kmsg.ConfigResourceType
-		values []map[string]*string
-	)
-	for _, r := range req.Resources {
-		names, types = append(names, r.ResourceName), append(types, r.ResourceType)
-		m := map[string]*string{}
+	rs := make([]configResource, len(req.Resources))
+	for i, r := range req.Resources {
+		rs[i] = configResource{r.ResourceName, r.ResourceType, map[string]*string{}}
 		for _, c := range r.Configs {
+			var v *string // a delete, an append or a subtract: the name is checked
 			if c.Op == kmsg.IncrementalAlterConfigOpSet {
-				m[c.Name] = c.Value
-			} else {
-				m[c.Name] = nil // a delete, an append or a subtract: the name is checked
+				v = c.Value
 			}
+			rs[i].values[c.Name] = v
 		}
-		values = append(values, m)
 	}
-	refused := topicConfigRefusals(names, types, values)
+	refused := configRefusals(rs)
 	if refused == nil {
 		return nil
 	}
 	resp := req.ResponseKind().(*kmsg.IncrementalAlterConfigsResponse)
 	for i, r := range refused {
 		rr := kmsg.NewIncrementalAlterConfigsResponseResource()
-		rr.ResourceName, rr.ResourceType = names[i], types[i]
-		rr.ErrorCode = r.code
-		rr.ErrorMessage = &r.msg
+		rr.ResourceName, rr.ResourceType = rs[i].name, rs[i].typ
+		rr.ErrorCode, rr.ErrorMessage = r.code, &r.msg
 		resp.Resources = append(resp.Resources, rr)
 	}
 	return resp
