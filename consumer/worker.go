@@ -57,6 +57,10 @@ type Worker struct {
 	stopping   atomic.Bool
 	phase      atomic.Int32 // phaseNotStarted, phaseRunning, phaseStopped
 	health     *ops.BrokerHealth
+	// lost is the group's OnPartitionsLost (the session expired): the
+	// worker is not a member until it joins again, and gives the
+	// partitions up as revoked ones.
+	lost       func(context.Context, *kgo.Client, map[string][]int32)
 	restarts   int // session restarts since the last successful commit
 	lastExpire time.Time
 	ckpt       ckptWriter
@@ -74,6 +78,7 @@ func New(opts ...Opt) (*Worker, error) {
 	}
 	w := &Worker{cfg: cfg, parts: map[checkpoint.TP]*partState{}, wake: make(chan struct{}, 1),
 		health: ops.NewBrokerHealth(cfg.sessionTimeout)}
+	w.lost = w.health.OnLost(w.revoked)
 	m, err := newMetrics(cfg.registerer, w)
 	if err != nil {
 		return nil, err
@@ -339,13 +344,6 @@ func (w *Worker) assigned(_ context.Context, _ *kgo.Client, m map[string][]int32
 		}
 	}
 	w.cfg.log.Info("partitions assigned", "partitions", m)
-}
-
-// lost is revoked for partitions the group took away (the session
-// expired): the worker is not a member until it joins again.
-func (w *Worker) lost(ctx context.Context, cl *kgo.Client, m map[string][]int32) {
-	w.health.Lost()
-	w.revoked(ctx, cl, m)
 }
 
 func (w *Worker) revoked(_ context.Context, _ *kgo.Client, m map[string][]int32) {

@@ -247,7 +247,7 @@ func (s *Service) start(ctx context.Context) error {
 		kgo.TransactionTimeout(s.cfg.txnTimeout),
 		kgo.OnPartitionsAssigned(s.assigned),
 		kgo.OnPartitionsRevoked(s.revoked),
-		kgo.OnPartitionsLost(s.lost),
+		kgo.OnPartitionsLost(s.health.OnLost(s.revoked)),
 		kgo.WithHooks(s.health),
 		kgo.RecordPartitioner(kgo.StickyKeyPartitioner(nil)),
 		kgo.ProducerLinger(0),
@@ -265,8 +265,9 @@ func (s *Service) start(ctx context.Context) error {
 	return nil
 }
 
-// assigned and revoked are the group's callbacks. They run while the
-// session holds its lock and must not wait for the loop.
+// assigned and revoked are the group's callbacks; revoked is also called
+// for partitions lost with the group session. They run while the session
+// holds its lock and must not wait for the loop.
 func (s *Service) assigned(_ context.Context, _ *kgo.Client, m map[string][]int32) {
 	s.mu.Lock()
 	for topic, ps := range m {
@@ -286,12 +287,6 @@ func (s *Service) assigned(_ context.Context, _ *kgo.Client, m map[string][]int3
 	s.gen.Add(1)
 	s.health.Joined()
 	s.cfg.log.Info("partitions assigned", "partitions", m)
-}
-
-// lost is revoked for partitions lost with the group session.
-func (s *Service) lost(ctx context.Context, cl *kgo.Client, m map[string][]int32) {
-	s.health.Lost()
-	s.revoked(ctx, cl, m)
 }
 
 func (s *Service) revoked(_ context.Context, _ *kgo.Client, m map[string][]int32) {

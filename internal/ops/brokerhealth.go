@@ -1,6 +1,7 @@
 package ops
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -14,7 +15,7 @@ import (
 // a member of its consumer group, for a component's Checker. Give it to
 // the client as kgo.WithHooks(h); call Joined from the group's
 // OnPartitionsAssigned (franz-go calls it after every join, with nothing
-// new assigned too) and Lost from OnPartitionsLost.
+// new assigned too), and make the group's OnPartitionsLost with OnLost.
 //
 // It is unhealthy when no response came from any broker for longer than
 // its window (since Start, before the first), or when the group session
@@ -100,6 +101,16 @@ func (h *BrokerHealth) Lost() {
 	defer h.mu.Unlock()
 	if h.groupErr == nil {
 		h.groupErr = errors.New("partitions lost: the group session expired")
+	}
+}
+
+// OnLost returns a group's OnPartitionsLost callback: it records Lost,
+// then passes the lost partitions to revoked, the group's
+// OnPartitionsRevoked, which gives them up as it gives up revoked ones.
+func (h *BrokerHealth) OnLost(revoked func(context.Context, *kgo.Client, map[string][]int32)) func(context.Context, *kgo.Client, map[string][]int32) {
+	return func(ctx context.Context, cl *kgo.Client, m map[string][]int32) {
+		h.Lost()
+		revoked(ctx, cl, m)
 	}
 }
 

@@ -1,6 +1,7 @@
 package ops
 
 import (
+	"context"
 	"errors"
 	"io"
 	"log/slog"
@@ -122,8 +123,13 @@ func TestBrokerHealth(t *testing.T) {
 	if err := h.Healthy(); err != nil || !h.HasJoined() {
 		t.Fatalf("joined again: %v", err)
 	}
-	h.Lost()
+	var revoked map[string][]int32
+	lost := h.OnLost(func(_ context.Context, _ *kgo.Client, m map[string][]int32) { revoked = m })
+	lost(context.Background(), nil, map[string][]int32{"q": {1}})
 	if err := h.Healthy(); err == nil || !strings.Contains(err.Error(), "session expired") {
 		t.Fatalf("lost: %v", err)
+	}
+	if len(revoked["q"]) != 1 {
+		t.Fatalf("lost partitions not passed to revoked: %v", revoked)
 	}
 }
