@@ -172,50 +172,26 @@ func (e *env) verify(ctx context.Context, topic string, x expectation) (*Verific
 	return c.result(), nil
 }
 
-// fenceHeader marks the records readCommitted writes to find the end of
+// fenceHeader marks the fences readCommitted writes to find the end of
 // each partition.
 const fenceHeader = "bench-fence"
 
 // readCommitted reads every committed record of topic with a fresh
 // read_committed consumer, passing them to each one by one, up to a
-// fence: a record it writes to the end of every partition first and
-// stops at (broker.ReadPartitions says why not the last stable offset).
-// The fences of earlier reads are skipped.
+// fence it writes to the end of every partition first (broker.ReadFenced;
+// broker.ReadPartitions says why not the last stable offset). The fences
+// of earlier reads are skipped.
 func readCommitted(ctx context.Context, conn broker.Conn, topic string, each func(*kgo.Record)) error {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
-	adm, err := broker.NewAdmin(conn)
-	if err != nil {
-		return err
-	}
-	info, err := adm.DescribeTopic(ctx, topic)
-	adm.Close()
-	if err != nil {
-		return err
-	}
 	nonce := []byte(strconv.FormatInt(time.Now().UnixNano(), 36))
-	var parts []int32
-	for _, p := range info.Partitions {
-		parts = append(parts, p.Partition)
-	}
-	fences, err := broker.WriteFences(ctx, conn, topic, parts, func(int32) *kgo.Record {
+	err := broker.ReadFenced(ctx, conn, topic, func(int32) *kgo.Record {
 		return &kgo.Record{Headers: []kgo.RecordHeader{{Key: fenceHeader, Value: nonce}}}
-	})
-	if err != nil {
-		return fmt.Errorf("bench: writing the end fences of %s: %w", topic, err)
-	}
-	from := make(map[int32]int64, len(parts))
-	for _, p := range parts {
-		from[p] = 0
-	}
-	err = broker.ReadPartitions(ctx, conn, topic, from, func(r *kgo.Record) (bool, error) {
-		if r.Offset >= fences[r.Partition] {
-			return true, nil
-		}
+	}, func(r *kgo.Record) error {
 		if !isFence(r) {
 			each(r)
 		}
-		return false, nil
+		return nil
 	})
 	if err != nil {
 		return fmt.Errorf("bench: %w", err)

@@ -16,12 +16,7 @@ import (
 // not waited for. An error from fn stops the read and is returned; a
 // missing topic is an error wrapping ErrTopicNotFound.
 func ReadCommitted(ctx context.Context, c Conn, topic string, fn func(*kgo.Record) error) error {
-	adm, err := NewAdmin(c)
-	if err != nil {
-		return err
-	}
-	info, err := adm.DescribeTopic(ctx, topic)
-	adm.Close()
+	info, err := describeTopic(ctx, c, topic)
 	if err != nil {
 		return err
 	}
@@ -54,6 +49,49 @@ func ReadCommitted(ctx context.Context, c Conn, topic string, fn func(*kgo.Recor
 	)
 }
 
+// ReadFenced calls fn with every record of topic that a fresh
+// read_committed consumer sees before a fence: a record, made by mk, that
+// ReadFenced first appends to each partition (WriteFences). That is every
+// record committed by then, and those of the transactions open then once
+// they end, in offset order within a partition (partitions interleave);
+// fn does not see the fences. Unlike ReadCommitted it reads to the end
+// after a broker crash too (ReadPartitions says why). The fences of
+// earlier reads are records like any other: mark them in mk to tell them
+// apart. An error from fn stops the read and is returned; a missing topic
+// is an error wrapping ErrTopicNotFound.
+func ReadFenced(ctx context.Context, c Conn, topic string, mk func(partition int32) *kgo.Record, fn func(*kgo.Record) error) error {
+	info, err := describeTopic(ctx, c, topic)
+	if err != nil {
+		return err
+	}
+	parts := make([]int32, 0, len(info.Partitions))
+	from := make(map[int32]int64, len(info.Partitions))
+	for _, p := range info.Partitions {
+		parts = append(parts, p.Partition)
+		from[p.Partition] = p.Start
+	}
+	fences, err := WriteFences(ctx, c, topic, parts, mk)
+	if err != nil {
+		return err
+	}
+	return ReadPartitions(ctx, c, topic, from, func(rec *kgo.Record) (bool, error) {
+		if rec.Offset >= fences[rec.Partition] {
+			return true, nil
+		}
+		return false, fn(rec)
+	})
+}
+
+// describeTopic describes topic with an admin client of its own.
+func describeTopic(ctx context.Context, c Conn, topic string) (TopicInfo, error) {
+	adm, err := NewAdmin(c)
+	if err != nil {
+		return TopicInfo{}, err
+	}
+	defer adm.Close()
+	return adm.DescribeTopic(ctx, topic)
+}
+
 // ReadPartitions reads partitions of topic with a fresh read_committed
 // consumer, each from its offset in from, and calls fn with every record
 // in offset order within a partition (partitions interleave) until fn
@@ -64,9 +102,9 @@ func ReadCommitted(ctx context.Context, c Conn, topic string, fn func(*kgo.Recor
 // passes transaction markers to fn, for example).
 //
 // This is the one loop that reads a partition "to its end", whatever the
-// end is: the last stable offset (ReadCommitted), or a fence record the
-// caller wrote and whose offset it knows (a changelog restore, a
-// verifier). A fence serves where the last stable offset does not: a
+// end is: the last stable offset (ReadCommitted), or a fence record whose
+// offset the caller knows because it wrote it (ReadFenced, a changelog
+// restore). A fence serves where the last stable offset does not: a
 // broker that restarts after a crash may abort the transactions that were
 // open without writing their markers, so no record at the last stable
 // offset minus one ever reaches a read_committed reader.
