@@ -78,28 +78,25 @@ func decodeLoose(r *kgo.Record) onceq.Task {
 		t.Key = nil
 	}
 	for _, h := range r.Headers {
-		one, err := onceq.FromRecord(&kgo.Record{Topic: r.Topic, Headers: []kgo.RecordHeader{h}})
-		switch {
-		case err != nil:
-		case h.Key == onceq.HeaderID:
-			t.ID = one.ID
-			continue
-		case h.Key == onceq.HeaderQueue:
-			t.Queue = one.Queue
-			continue
-		case h.Key == onceq.HeaderAttempt:
-			t.Attempt = one.Attempt
-			continue
-		case h.Key == onceq.HeaderError:
-			t.LastError = one.LastError
-			continue
-		case h.Key == onceq.HeaderFailed:
-			t.Failed = one.Failed
-			continue
+		if keep, ok := looseKept[h.Key]; ok {
+			if one, err := onceq.FromRecord(&kgo.Record{Topic: r.Topic, Headers: []kgo.RecordHeader{h}}); err == nil {
+				keep(&t, one)
+				continue
+			}
 		}
 		t.Headers = append(t.Headers, onceq.Header{Key: h.Key, Value: h.Value})
 	}
 	return t
+}
+
+// looseKept are the headers decodeLoose keeps when valid, each with how it
+// copies its field from the task decoded from that header alone.
+var looseKept = map[string]func(t *onceq.Task, one onceq.Task){
+	onceq.HeaderID:      func(t *onceq.Task, one onceq.Task) { t.ID = one.ID },
+	onceq.HeaderQueue:   func(t *onceq.Task, one onceq.Task) { t.Queue = one.Queue },
+	onceq.HeaderAttempt: func(t *onceq.Task, one onceq.Task) { t.Attempt = one.Attempt },
+	onceq.HeaderError:   func(t *onceq.Task, one onceq.Task) { t.LastError = one.LastError },
+	onceq.HeaderFailed:  func(t *onceq.Task, one onceq.Task) { t.Failed = one.Failed },
 }
 
 // ParseError splits an onceq-error value "<reason>: <text>" into its
