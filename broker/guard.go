@@ -73,12 +73,12 @@ func refusals(names []string, check func(i int) (refusal, bool)) []refusal {
 		if !ok {
 			continue
 		}
-		if first == "" {
+		if len(bad) == 0 {
 			first = n
 		}
 		bad[n] = r
 	}
-	if first == "" {
+	if len(bad) == 0 {
 		return nil
 	}
 	out := make([]refusal, len(names))
