@@ -132,7 +132,8 @@ func (b *Batch) SetOffsets(tp TP, o Offsets) error {
 // Empty reports whether the batch holds no writes.
 func (b *Batch) Empty() bool { return b.pb.Empty() }
 
-// Commit applies the batch atomically, synced to disk unless Options.NoSync.
+// Commit applies the batch atomically, synced to disk unless the store was
+// opened with NoSync.
 // A batch commits at most once. Commit fails with ErrInvalid if a partition
 // it writes to was dropped after the batch first wrote to it.
 func (b *Batch) Commit() error {
@@ -150,7 +151,7 @@ func (b *Batch) Commit() error {
 		return err
 	}
 	defer s.release()
-	if s.opts.ReadOnly {
+	if s.cfg.readOnly {
 		return invalidf("store %s is open read-only", s.dir)
 	}
 	s.gate.RLock()
@@ -224,7 +225,7 @@ func (s *Store) DropPartition(tp TP) error {
 		return err
 	}
 	defer s.release()
-	if s.opts.ReadOnly {
+	if s.cfg.readOnly {
 		return invalidf("store %s is open read-only", s.dir)
 	}
 	s.gate.Lock()

@@ -116,16 +116,16 @@ func sharedStore(b *testing.B) (*Store, int) {
 		if shared.err != nil {
 			return
 		}
-		opts := Options{ClusterID: "bench", Group: "bench"}
+		opts := []Opt{ClusterID("bench"), Group("bench")}
 		if v := os.Getenv("ONCEQ_BENCH_CACHE_MB"); v != "" {
 			mb, err := strconv.Atoi(v)
 			if err != nil {
 				b.Fatalf("ONCEQ_BENCH_CACHE_MB=%q: %v", v, err)
 			}
-			opts.CacheSize = int64(mb) << 20
+			opts = append(opts, CacheSize(int64(mb)<<20))
 		}
 		names, _ := os.ReadDir(shared.dir)
-		if shared.s, shared.err = Open(shared.dir, opts); shared.err != nil || len(names) > 0 {
+		if shared.s, shared.err = Open(shared.dir, opts...); shared.err != nil || len(names) > 0 {
 			return // reused: built by an earlier run with the same ONCEQ_BENCH_IDS
 		}
 		start := time.Now()
@@ -189,7 +189,7 @@ func (l *latencies) report(b *testing.B) {
 func BenchmarkCommit(b *testing.B) {
 	for _, every := range []time.Duration{0, 10 * time.Millisecond} {
 		b.Run(fmt.Sprintf("every=%v", every), func(b *testing.B) {
-			s, err := Open(b.TempDir(), Options{ClusterID: "bench", Group: "bench"})
+			s, err := Open(b.TempDir(), ClusterID("bench"), Group("bench"))
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -387,7 +387,7 @@ func BenchmarkRestore(b *testing.B) {
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		b.StopTimer()
-		s, err := Open(filepath.Join(b.TempDir(), strconv.Itoa(i)), Options{ClusterID: "bench", Group: "bench"})
+		s, err := Open(filepath.Join(b.TempDir(), strconv.Itoa(i)), ClusterID("bench"), Group("bench"))
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -434,13 +434,13 @@ func benchCommitDuringExpiry(b *testing.B, every time.Duration) {
 	for i := 0; i < b.N; i++ {
 		b.StopTimer()
 		dir := filepath.Join(b.TempDir(), strconv.Itoa(i))
-		s, err := Open(dir, Options{ClusterID: "bench", Group: "bench", NoSync: true, DedupWindow: window})
+		s, err := Open(dir, ClusterID("bench"), Group("bench"), NoSync(), DedupWindow(window))
 		if err != nil {
 			b.Fatal(err)
 		}
 		fill(b, s, 0, expired, benchID, func(int) time.Time { return benchEpoch })
 		s.Close()
-		if s, err = Open(dir, Options{ClusterID: "bench", Group: "bench", DedupWindow: window}); err != nil {
+		if s, err = Open(dir, ClusterID("bench"), Group("bench"), DedupWindow(window)); err != nil {
 			b.Fatal(err)
 		}
 		b.StartTimer()

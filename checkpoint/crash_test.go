@@ -54,8 +54,11 @@ func TestCrashCommits(t *testing.T) {
 
 func crashCommitsRound(t *testing.T, rng *rand.Rand, noSync bool) {
 	fs := vfs.NewCrashableMem()
-	opts := Options{ClusterID: "c1", Group: "g1", FS: fs, NoSync: noSync, MemTableSize: 1 << 20, Logger: testLogger(t)}
-	s, err := Open("/s", opts)
+	opts := []Opt{ClusterID("c1"), Group("g1"), MemTableSize(1 << 20), Logger(testLogger(t))}
+	if noSync {
+		opts = append(opts, NoSync())
+	}
+	s, err := Open("/s", append(opts, FS(fs))...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -97,8 +100,7 @@ func crashCommitsRound(t *testing.T, rng *rand.Rand, noSync bool) {
 		t.Fatal(err)
 	}
 
-	opts.FS = clone
-	s, err = Open("/s", opts)
+	s, err = Open("/s", append(opts, FS(clone))...)
 	if err != nil {
 		t.Fatalf("open after crash (unsynced %d%%): %v", unsynced, err)
 	}
@@ -168,8 +170,8 @@ func TestCrashApply(t *testing.T) {
 	rng := rand.New(rand.NewPCG(testSeed(t), 0))
 	for round := 0; round < *roundsFlag; round++ {
 		fs := vfs.NewCrashableMem()
-		opts := Options{ClusterID: "c1", Group: "g1", FS: fs, MemTableSize: 1 << 20, Logger: testLogger(t)}
-		s, err := Open("/s", opts)
+		opts := []Opt{ClusterID("c1"), Group("g1"), MemTableSize(1 << 20), Logger(testLogger(t))}
+		s, err := Open("/s", append(opts, FS(fs))...)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -196,8 +198,7 @@ func TestCrashApply(t *testing.T) {
 		}
 		s.Close()
 
-		opts.FS = clone
-		s, err = Open("/s", opts)
+		s, err = Open("/s", append(opts, FS(clone))...)
 		if err != nil {
 			t.Fatal(err)
 		}

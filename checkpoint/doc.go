@@ -10,15 +10,24 @@
 // both on first use and refuses a directory of another cluster or group, one
 // held by another process, or one that is not a checkpoint store:
 //
-//	s, err := checkpoint.Open("/var/lib/onceq/billing", checkpoint.Options{
-//		ClusterID: clusterID, // from the broker's metadata
-//		Group:     "billing",
-//	})
+//	s, err := checkpoint.Open("/var/lib/onceq/billing",
+//		checkpoint.ClusterID(clusterID), // from the broker's metadata
+//		checkpoint.Group("billing"),
+//	)
 //	if errors.Is(err, checkpoint.ErrInUse) { ... } // also ErrMismatch, ErrCorrupt, ErrVersion
 //	defer s.Close()
 //
-// Options documents the defaults: a 7-day dedup window, synced commits, and
-// 96 MiB of memory for memtables (32 MiB each) and cached blocks.
+// The other options (DedupWindow, NoSync, CacheSize, MemTableSize, ReadOnly,
+// FS, Logger) each document their default: a 7-day dedup window, synced
+// commits, and 96 MiB of memory for memtables (32 MiB each) and cached
+// blocks. Open checks the options before it touches the directory and
+// refuses them with ErrInvalid, naming every wrong one at once; each is an
+// *onceq.OptionError, listed by onceq.Options:
+//
+//	_, err := checkpoint.Open(dir, checkpoint.CacheSize(1000), checkpoint.DedupWindow(0))
+//	for _, oe := range onceq.Options(err) {
+//		fmt.Println(oe) // checkpoint: ClusterID: none: ..., checkpoint: DedupWindow 0s: want 1s or more, ...
+//	}
 //
 // # The commit cycle
 //
@@ -30,7 +39,7 @@
 //	b.MarkProcessed(tp, taskID, time.Now())          // once per completed task
 //	b.Set(tp, []byte("balance/alice"), []byte("42")) // task state
 //	b.SetOffsets(tp, checkpoint.Offsets{Source: next, Changelog: changelogNext})
-//	err := b.Commit() // atomic across partitions; synced unless Options.NoSync
+//	err := b.Commit() // atomic across partitions; synced unless NoSync
 //
 // A crash leaves either all of a committed batch or none of it. Before
 // running a record, the worker asks whether its task ID was processed:

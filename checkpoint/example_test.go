@@ -17,7 +17,7 @@ func Example() {
 	}
 	defer os.RemoveAll(dir)
 
-	s, err := checkpoint.Open(dir, checkpoint.Options{ClusterID: "cluster-1", Group: "billing"})
+	s, err := checkpoint.Open(dir, checkpoint.ClusterID("cluster-1"), checkpoint.Group("billing"))
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -129,7 +129,7 @@ func (s *Store) ExpireProcessed(ctx context.Context, now time.Time, limit int) (
 		return nil, err
 	}
 	defer s.release()
-	if s.opts.ReadOnly {
+	if s.cfg.readOnly {
 		return nil, invalidf("store %s is open read-only", s.dir)
 	}
 	s.expireMu.Lock()
@@ -137,7 +137,7 @@ func (s *Store) ExpireProcessed(ctx context.Context, now time.Time, limit int) (
 	if limit <= 0 {
 		limit = int(^uint(0) >> 1)
 	}
-	cutoff := millis(now.Add(-s.opts.DedupWindow))
+	cutoff := millis(now.Add(-s.cfg.dedupWindow))
 	// Start where the last call stopped, so that a partition with a long
 	// backlog does not starve the others.
 	var ps []*partition

@@ -18,7 +18,7 @@ import (
 // returned once.
 func TestExpireKeepsRemarked(t *testing.T) {
 	rng := rand.New(rand.NewPCG(testSeed(t), 0))
-	s := mustOpen(t, "/s", Options{ClusterID: "c1", Group: "g1", FS: vfs.NewMem(), DedupWindow: time.Hour, NoSync: true})
+	s := mustOpen(t, "/s", ClusterID("c1"), Group("g1"), FS(vfs.NewMem()), DedupWindow(time.Hour), NoSync())
 	tps := []TP{{"a", 0}, {"a", 1}}
 	now := time.Unix(1_700_000_000, 0)
 	const n = 20_000

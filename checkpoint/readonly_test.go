@@ -45,7 +45,7 @@ func (r readOnlyFS) Unwrap() vfs.FS { return r.FS }
 // store, and writes nothing.
 func TestReadOnlyCopy(t *testing.T) {
 	dir := t.TempDir()
-	s := mustOpen(t, dir, Options{ClusterID: "c1", Group: "g1", Logger: testLogger(t)})
+	s := mustOpen(t, dir, ClusterID("c1"), Group("g1"), Logger(testLogger(t)))
 	tp := TP{"jobs", 3}
 	b := s.NewBatch()
 	for _, err := range []error{b.MarkProcessed(tp, "task-1", time.Now()), b.SetOffsets(tp, Offsets{Source: 7, Changelog: 4}), b.Commit()} {
@@ -55,7 +55,7 @@ func TestReadOnlyCopy(t *testing.T) {
 	}
 	s.Close()
 
-	ro, err := Open(dir, Options{ReadOnly: true, FS: readOnlyFS{vfs.Default}, Logger: testLogger(t)})
+	ro, err := Open(dir, ReadOnly(), FS(readOnlyFS{vfs.Default}), Logger(testLogger(t)))
 	if err != nil {
 		t.Fatalf("read-only open of a read-only directory: %v", err)
 	}
@@ -69,7 +69,7 @@ func TestReadOnlyCopy(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A writable open still needs the lock, and says why it failed.
-	if _, err := Open(dir, Options{ClusterID: "c1", Group: "g1", FS: readOnlyFS{vfs.Default}}); err == nil || !errors.Is(err, syscall.EROFS) {
+	if _, err := Open(dir, ClusterID("c1"), Group("g1"), FS(readOnlyFS{vfs.Default})); err == nil || !errors.Is(err, syscall.EROFS) {
 		t.Errorf("writable open of a read-only directory: %v", err)
 	}
 
@@ -89,7 +89,7 @@ func TestReadOnlyCopy(t *testing.T) {
 	if line, err := bufio.NewReader(stdout).ReadString('\n'); err != nil || line != "ready\n" {
 		t.Fatalf("helper process said %q, %v", line, err)
 	}
-	if _, err := Open(dir, Options{ReadOnly: true, FS: readOnlyFS{vfs.Default}}); !errors.Is(err, ErrInUse) {
+	if _, err := Open(dir, ReadOnly(), FS(readOnlyFS{vfs.Default})); !errors.Is(err, ErrInUse) {
 		t.Errorf("read-only open of a store in use: %v, want ErrInUse", err)
 	}
 }

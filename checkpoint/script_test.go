@@ -27,19 +27,19 @@ func TestBatchSemantics(t *testing.T) {
 	runDataDriven(t, "testdata/batch", func(t *testing.T, c *ddCase) string {
 		switch c.name() {
 		case "open":
-			opts := Options{ClusterID: "c1", Group: "g1", FS: fs, Logger: testLogger(t)}
+			opts := []Opt{ClusterID("c1"), Group("g1"), FS(fs), Logger(testLogger(t))}
 			if v, ok := c.args["window"]; ok {
 				d, err := time.ParseDuration(v)
 				if err != nil {
 					t.Fatal(err)
 				}
-				opts.DedupWindow = d
+				opts = append(opts, DedupWindow(d))
 			}
 			if v, ok := c.args["group"]; ok {
-				opts.Group = v
+				opts = append(opts, Group(v))
 			}
 			var err error
-			if s, err = Open("/store", opts); err != nil {
+			if s, err = Open("/store", opts...); err != nil {
 				s = nil
 				return "error: " + err.Error()
 			}

@@ -63,7 +63,7 @@ type Store struct {
 	fs   vfs.FS
 	lock *pebble.Lock
 	dir  string
-	opts Options
+	cfg  config
 	meta meta
 	wo   *pebble.WriteOptions
 	log  *slog.Logger
@@ -102,23 +102,25 @@ type partitions struct {
 }
 
 // Open opens the checkpoint store in dir, creating it if needed (unless
-// opts.ReadOnly). It fails with ErrInUse if another process holds dir, with
+// ReadOnly). It refuses options with ErrInvalid, naming every refused
+// option at once (see onceq.Options), before it touches dir. It fails
+// with ErrInUse if another process holds dir, with
 // ErrMismatch if dir belongs to another cluster or group, with ErrCorrupt if
 // dir holds something else, and with ErrVersion if dir was written in an
 // unknown format. Close the store when done.
-func Open(dir string, opts Options) (*Store, error) {
-	opts, err := opts.withDefaults()
+func Open(dir string, opts ...Opt) (*Store, error) {
+	cfg, err := build(opts)
 	if err != nil {
 		return nil, err
 	}
 	if dir == "" {
 		return nil, invalidf("empty directory name")
 	}
-	fs := opts.FS
+	fs := cfg.fs
 	if fs == nil {
 		fs = vfs.Default
 	}
-	if opts.ReadOnly {
+	if cfg.readOnly {
 		// Look before locking: the lock would leave a LOCK file behind.
 		if fi, err := fs.Stat(dir); errors.Is(err, os.ErrNotExist) {
 			return nil, errorf(ErrNotFound, err, "dir %s does not exist", dir)
@@ -133,14 +135,14 @@ func Open(dir string, opts Options) (*Store, error) {
 	}
 	lock, err := pebble.LockDirectory(dir, fs)
 	switch {
-	case err != nil && opts.ReadOnly && unwritable(err):
+	case err != nil && cfg.readOnly && unwritable(err):
 		if lock, err = readOnlyLock(dir, fs); err != nil {
 			return nil, err
 		}
 	case err != nil:
-		return nil, lockError(dir, opts.FS, err)
+		return nil, lockError(dir, cfg.fs, err)
 	}
-	s, err := open(dir, fs, lock, opts)
+	s, err := open(dir, fs, lock, &cfg)
 	if err != nil {
 		_ = lock.Close()
 		return nil, err
@@ -148,22 +150,22 @@ func Open(dir string, opts Options) (*Store, error) {
 	return s, nil
 }
 
-func open(dir string, fs vfs.FS, lock *pebble.Lock, opts Options) (*Store, error) {
+func open(dir string, fs vfs.FS, lock *pebble.Lock, cfg *config) (*Store, error) {
 	desc, err := pebble.Peek(dir, fs)
 	if err != nil {
 		return nil, errorf(ErrCorrupt, err, "dir %s: cannot read the store's format (%v): move the directory away", dir, err)
 	}
 	if !desc.Exists {
-		if opts.ReadOnly {
+		if cfg.readOnly {
 			return nil, errorf(ErrNotFound, nil, "dir %s holds no checkpoint store", dir)
 		}
 		if err := checkEmpty(dir, fs); err != nil {
 			return nil, err
 		}
 	}
-	cache := pebble.NewCache(opts.CacheSize)
+	cache := pebble.NewCache(cfg.cacheSize)
 	defer cache.Unref()
-	db, err := pebble.Open(dir, opts.pebbleOptions(cache, lock))
+	db, err := pebble.Open(dir, cfg.pebbleOptions(cache, lock))
 	if err != nil {
 		if pebble.IsCorruptionError(err) {
 			return nil, errorf(ErrCorrupt, err, "dir %s: %v", dir, err)
@@ -175,12 +177,12 @@ func open(dir string, fs vfs.FS, lock *pebble.Lock, opts Options) (*Store, error
 		fs:    fs,
 		lock:  lock,
 		dir:   dir,
-		opts:  opts,
+		cfg:   *cfg,
 		wo:    pebble.Sync,
 		watch: newWatch(),
-		log:   opts.Logger.With("dir", dir),
+		log:   cfg.log.With("dir", dir),
 	}
-	if opts.NoSync {
+	if cfg.noSync {
 		s.wo = pebble.NoSync
 	}
 	if err := s.checkMeta(); err != nil {
@@ -241,9 +243,9 @@ func (s *Store) checkMeta() error {
 		return errorf(ErrVersion, nil, "dir %s has checkpoint format version %d; this onceq reads version %d: use the onceq release that wrote it, or another directory",
 			s.dir, m.Format, formatVersion)
 	}
-	if (s.opts.ClusterID != "" && m.Cluster != s.opts.ClusterID) || (s.opts.Group != "" && m.Group != s.opts.Group) {
+	if (s.cfg.clusterID != "" && m.Cluster != s.cfg.clusterID) || (s.cfg.group != "" && m.Group != s.cfg.group) {
 		return errorf(ErrMismatch, nil, "dir %s belongs to group %q of cluster %q, not group %q of cluster %q: use another --checkpoint-dir or the right --group",
-			s.dir, m.Group, m.Cluster, s.opts.Group, s.opts.ClusterID)
+			s.dir, m.Group, m.Cluster, s.cfg.group, s.cfg.clusterID)
 	}
 	s.meta = m
 	return nil
@@ -263,10 +265,10 @@ func (s *Store) createMeta() error {
 	switch {
 	case !empty:
 		return errorf(ErrCorrupt, nil, "dir %s holds a Pebble store without onceq meta: move it away", s.dir)
-	case s.opts.ReadOnly:
+	case s.cfg.readOnly:
 		return errorf(ErrNotFound, nil, "dir %s holds an empty checkpoint store", s.dir)
 	}
-	s.meta = meta{Format: formatVersion, Cluster: s.opts.ClusterID, Group: s.opts.Group}
+	s.meta = meta{Format: formatVersion, Cluster: s.cfg.clusterID, Group: s.cfg.group}
 	if err := s.db.Set(metaKey(), encodeMeta(s.meta), pebble.Sync); err != nil {
 		return ioError(err, "dir %s: write meta", s.dir)
 	}

@@ -17,15 +17,17 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/onceq/onceq"
 )
 
-func testOptions(t testing.TB, fs vfs.FS) Options {
-	return Options{ClusterID: "c1", Group: "g1", FS: fs, Logger: testLogger(t)}
+func testOptions(t testing.TB, fs vfs.FS) []Opt {
+	return []Opt{ClusterID("c1"), Group("g1"), FS(fs), Logger(testLogger(t))}
 }
 
-func mustOpen(t testing.TB, dir string, opts Options) *Store {
+func mustOpen(t testing.TB, dir string, opts ...Opt) *Store {
 	t.Helper()
-	s, err := Open(dir, opts)
+	s, err := Open(dir, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,19 +54,19 @@ func TestOpenRefuses(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
 		prepare func(t *testing.T, fs vfs.FS)
-		opts    func(o *Options)
+		opts    []Opt // after testOptions
 		kind    error
 		msg     string
 	}{
 		{
 			name: "other group",
-			opts: func(o *Options) { o.Group = "g2" },
+			opts: []Opt{Group("g2")},
 			kind: ErrMismatch,
 			msg:  `checkpoint: dir /s belongs to group "g1" of cluster "c1", not group "g2" of cluster "c1": use another --checkpoint-dir or the right --group`,
 		},
 		{
 			name: "other cluster",
-			opts: func(o *Options) { o.ClusterID = "c2" },
+			opts: []Opt{ClusterID("c2")},
 			kind: ErrMismatch,
 			msg:  `not group "g1" of cluster "c2"`,
 		},
@@ -85,7 +87,6 @@ func TestOpenRefuses(t *testing.T) {
 			prepare: func(t *testing.T, fs vfs.FS) {
 				writeRaw(t, fs, "/other", []byte("hello"), []byte("world"))
 			},
-			opts: func(o *Options) {},
 			kind: ErrCorrupt,
 			msg:  "checkpoint: dir /other holds a Pebble store without onceq meta: move it away",
 		},
@@ -103,47 +104,43 @@ func TestOpenRefuses(t *testing.T) {
 		},
 		{
 			name: "read-only without a store",
-			opts: func(o *Options) { o.ReadOnly = true },
+			opts: []Opt{ReadOnly()},
 			kind: ErrNotFound,
 			msg:  "checkpoint: dir /other does not exist",
 		},
 		{
 			name: "no group",
-			opts: func(o *Options) { o.Group = "" },
+			opts: []Opt{Group("")},
 			kind: ErrInvalid,
-			msg:  "checkpoint: empty group in Options",
+			msg:  "checkpoint: Group: none: pass checkpoint.Group",
 		},
 		{
 			name: "cache all memtables",
-			opts: func(o *Options) { o.CacheSize = 64 << 20 },
+			opts: []Opt{CacheSize(64 << 20)},
 			kind: ErrInvalid,
-			msg:  "checkpoint: cache size 67108864: memtables of 33554432 bytes take it all; use a cache of at least 3 memtables",
+			msg:  "checkpoint: CacheSize 67108864: memtables of 33554432 bytes (MemTableSize) take it all: want at least 3 memtables",
 		},
 		{
 			name: "tiny window",
-			opts: func(o *Options) { o.DedupWindow = time.Millisecond },
+			opts: []Opt{DedupWindow(time.Millisecond)},
 			kind: ErrInvalid,
-			msg:  "checkpoint: dedup window 1ms: use at least 1s",
+			msg:  "checkpoint: DedupWindow 1ms: want 1s or more",
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			fs := vfs.NewMem()
-			mustOpen(t, "/s", testOptions(t, fs)).Close()
+			mustOpen(t, "/s", testOptions(t, fs)...).Close()
 			if tc.prepare != nil {
 				if err := fs.MkdirAll("/other", 0o755); err != nil && tc.name == "directory with other files" {
 					t.Fatal(err)
 				}
 				tc.prepare(t, fs)
 			}
-			opts := testOptions(t, fs)
 			dir := "/s"
 			if strings.Contains(tc.msg, "/other") {
 				dir = "/other"
 			}
-			if tc.opts != nil {
-				tc.opts(&opts)
-			}
-			s, err := Open(dir, opts)
+			s, err := Open(dir, append(testOptions(t, fs), tc.opts...)...)
 			if err == nil {
 				s.Close()
 				t.Fatal("Open succeeded")
@@ -158,15 +155,65 @@ func TestOpenRefuses(t *testing.T) {
 	}
 }
 
+// TestOpenReportsEveryBadOption: Open refuses all the options that are
+// wrong in one error, each an *onceq.OptionError matching ErrInvalid, and
+// creates nothing before it has checked them.
+func TestOpenReportsEveryBadOption(t *testing.T) {
+	fs := vfs.NewMem()
+	_, err := Open("/s", FS(fs), Group(strings.Repeat("g", maxNameLen+1)), DedupWindow(time.Millisecond),
+		CacheSize(1000), MemTableSize(2<<30), nil)
+	if !errors.Is(err, ErrInvalid) {
+		t.Fatalf("Open: %v, want ErrInvalid", err)
+	}
+	var got []string
+	for _, oe := range onceq.Options(err) {
+		got = append(got, oe.Option)
+		if oe.Pkg != "checkpoint" || !errors.Is(oe, ErrInvalid) {
+			t.Errorf("%v: package %q, errors.Is(ErrInvalid) %v; want checkpoint, true", oe, oe.Pkg, errors.Is(oe, ErrInvalid))
+		}
+	}
+	want := []string{"ClusterID", "Group", "DedupWindow", "CacheSize", "MemTableSize"}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("refused options %v, want %v in\n%v", got, want, err)
+	}
+	for _, msg := range []string{
+		"checkpoint: ClusterID: none: pass checkpoint.ClusterID",
+		"checkpoint: Group \"gggg",
+		"longer than 255 bytes",
+		"checkpoint: CacheSize 1000: want at least 1 MiB",
+		"checkpoint: MemTableSize 2147483648: want 1 MiB to 1 GiB",
+		"checkpoint: a nil option",
+	} {
+		if !strings.Contains(err.Error(), msg) {
+			t.Errorf("error %q does not contain %q", err, msg)
+		}
+	}
+	if names, err := fs.List("/"); err != nil || len(names) != 0 {
+		t.Errorf("after the refused Open the filesystem holds %v (%v); want nothing", names, err)
+	}
+
+	// Read-only, the cluster ID and group may be left out, but one given
+	// is still checked; later options replace earlier ones.
+	_, err = Open("/s", FS(fs), ReadOnly(), Group("g"), Group("\xff"), CacheSize(64<<20))
+	got = got[:0]
+	for _, oe := range onceq.Options(err) {
+		got = append(got, oe.Describe(oe.Option))
+	}
+	want = []string{`Group "\xff": not UTF-8`, "CacheSize 67108864: memtables of 33554432 bytes (MemTableSize) take it all: want at least 3 memtables, 100663296, or smaller memtables"}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("read-only: refused %q, want %q", got, want)
+	}
+}
+
 func TestOpenTwiceInProcess(t *testing.T) {
 	fs := vfs.NewMem()
-	s := mustOpen(t, "/s", testOptions(t, fs))
-	_, err := Open("/s", testOptions(t, fs))
+	s := mustOpen(t, "/s", testOptions(t, fs)...)
+	_, err := Open("/s", testOptions(t, fs)...)
 	if !errors.Is(err, ErrInUse) {
 		t.Fatalf("second Open: %v, want ErrInUse", err)
 	}
 	s.Close()
-	mustOpen(t, "/s", testOptions(t, fs))
+	mustOpen(t, "/s", testOptions(t, fs)...)
 }
 
 const helperEnv = "ONCEQ_CHECKPOINT_HELPER_DIR"
@@ -179,7 +226,7 @@ func TestHelperProcess(t *testing.T) {
 	if dir == "" {
 		t.Skip("helper process for TestOpenInUseByOtherProcess")
 	}
-	s, err := Open(dir, Options{ClusterID: "c1", Group: "g1"})
+	s, err := Open(dir, ClusterID("c1"), Group("g1"))
 	if err != nil {
 		fmt.Println("error:", err)
 		os.Exit(1)
@@ -215,7 +262,7 @@ func TestOpenInUseByOtherProcess(t *testing.T) {
 	if err != nil || line != "ready\n" {
 		t.Fatalf("helper process said %q, %v", line, err)
 	}
-	_, err = Open(dir, Options{ClusterID: "c1", Group: "g1"})
+	_, err = Open(dir, ClusterID("c1"), Group("g1"))
 	if !errors.Is(err, ErrInUse) {
 		t.Fatalf("Open: %v, want ErrInUse", err)
 	}
@@ -224,14 +271,14 @@ func TestOpenInUseByOtherProcess(t *testing.T) {
 		t.Errorf("error:\n%s\nwant:\n%s", err, want)
 	}
 	// Read-only opens take the lock too.
-	if _, err := Open(dir, Options{ReadOnly: true}); !errors.Is(err, ErrInUse) {
+	if _, err := Open(dir, ReadOnly()); !errors.Is(err, ErrInUse) {
 		t.Errorf("read-only Open: %v, want ErrInUse", err)
 	}
 }
 
 func TestReadOnly(t *testing.T) {
 	fs := vfs.NewMem()
-	s := mustOpen(t, "/s", testOptions(t, fs))
+	s := mustOpen(t, "/s", testOptions(t, fs)...)
 	tp := TP{"t", 0}
 	b := s.NewBatch()
 	if err := b.SetOffsets(tp, Offsets{Source: 5, Changelog: 2}); err != nil {
@@ -241,7 +288,7 @@ func TestReadOnly(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.Close()
-	ro := mustOpen(t, "/s", Options{FS: fs, ReadOnly: true, Logger: testLogger(t)})
+	ro := mustOpen(t, "/s", FS(fs), ReadOnly(), Logger(testLogger(t)))
 	if c, g := ro.Identity(); c != "c1" || g != "g1" {
 		t.Errorf("Identity() = %q, %q", c, g)
 	}
@@ -259,7 +306,7 @@ func TestReadOnly(t *testing.T) {
 }
 
 func TestClosed(t *testing.T) {
-	s := mustOpen(t, "/s", testOptions(t, vfs.NewMem()))
+	s := mustOpen(t, "/s", testOptions(t, vfs.NewMem())...)
 	tp := TP{"t", 0}
 	b := s.NewBatch()
 	_ = b.MarkProcessed(tp, "a", time.Now())
@@ -287,7 +334,7 @@ func second[A any](_ A, err error) error        { return err }
 func third[A, B any](_ A, _ B, err error) error { return err }
 
 func TestInvalidArguments(t *testing.T) {
-	s := mustOpen(t, "/s", testOptions(t, vfs.NewMem()))
+	s := mustOpen(t, "/s", testOptions(t, vfs.NewMem())...)
 	tp := TP{"t", 0}
 	b := s.NewBatch()
 	defer b.Close()
@@ -319,7 +366,7 @@ func TestHasMany(t *testing.T) {
 	seed := rand.Uint64()
 	t.Logf("seed %d", seed)
 	rng := rand.New(rand.NewPCG(seed, 0))
-	s := mustOpen(t, "/s", testOptions(t, vfs.NewMem()))
+	s := mustOpen(t, "/s", testOptions(t, vfs.NewMem())...)
 	tps := []TP{{"a", 0}, {"a", 1}, {"b", 0}}
 	want := map[TP]map[string]bool{}
 	for round := 0; round < 4; round++ {
@@ -367,7 +414,7 @@ func TestHasMany(t *testing.T) {
 // TestConcurrentUse runs commits, lookups, expiry and drops at once, for the
 // race detector, then checks that no ID marked within the window was lost.
 func TestConcurrentUse(t *testing.T) {
-	s := mustOpen(t, "/s", Options{ClusterID: "c1", Group: "g1", FS: vfs.NewMem(), DedupWindow: time.Hour, NoSync: true})
+	s := mustOpen(t, "/s", ClusterID("c1"), Group("g1"), FS(vfs.NewMem()), DedupWindow(time.Hour), NoSync())
 	base := time.Unix(1_700_000_000, 0)
 	old, fresh := base.Add(-2*time.Hour), base
 	var wg sync.WaitGroup
@@ -442,7 +489,7 @@ func TestConcurrentUse(t *testing.T) {
 // TestDropPartitionFailsOpenBatch pins that a batch built before its
 // partition was dropped does not resurrect it.
 func TestDropPartitionFailsOpenBatch(t *testing.T) {
-	s := mustOpen(t, "/s", testOptions(t, vfs.NewMem()))
+	s := mustOpen(t, "/s", testOptions(t, vfs.NewMem())...)
 	tp := TP{"t", 0}
 	b := s.NewBatch()
 	_ = b.MarkProcessed(tp, "a", time.Now())
@@ -464,21 +511,21 @@ func TestDropPartitionFailsOpenBatch(t *testing.T) {
 
 func TestStoreOnDisk(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "cp")
-	s := mustOpen(t, dir, Options{ClusterID: "c1", Group: "g1"})
+	s := mustOpen(t, dir, ClusterID("c1"), Group("g1"))
 	b := s.NewBatch()
 	_ = b.MarkProcessed(TP{"t", 0}, "a", time.Now())
 	if err := b.Commit(); err != nil {
 		t.Fatal(err)
 	}
 	s.Close()
-	s = mustOpen(t, dir, Options{ClusterID: "c1", Group: "g1"})
+	s = mustOpen(t, dir, ClusterID("c1"), Group("g1"))
 	if ok, err := s.Has(TP{"t", 0}, "a"); !ok || err != nil {
 		t.Fatalf("Has after reopen: %v, %v", ok, err)
 	}
 }
 
 func TestStats(t *testing.T) {
-	s := mustOpen(t, "/s", testOptions(t, vfs.NewMem()))
+	s := mustOpen(t, "/s", testOptions(t, vfs.NewMem())...)
 	b := s.NewBatch()
 	for i := 0; i < 10; i++ {
 		_ = b.MarkProcessed(TP{"a", 0}, strconv.Itoa(i), time.Now())

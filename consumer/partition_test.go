@@ -26,7 +26,7 @@ func admitted(t *testing.T, ps *partState, id string, off int64) *item {
 
 func openStore(t *testing.T) *checkpoint.Store {
 	t.Helper()
-	store, err := checkpoint.Open(t.TempDir(), checkpoint.Options{ClusterID: "c", Group: "g", NoSync: true})
+	store, err := checkpoint.Open(t.TempDir(), checkpoint.ClusterID("c"), checkpoint.Group("g"), checkpoint.NoSync())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -51,10 +51,14 @@ func (w *Worker) start(ctx context.Context) error {
 				return fmt.Errorf("consumer: changelog %s has %d partitions but queue %s has %d: each queue partition needs its changelog partition; add partitions to the changelog", name, len(info.Partitions), q, n)
 			}
 		}
-		if w.store, err = checkpoint.Open(filepath.Join(w.cfg.checkpointDir, "store"), checkpoint.Options{
-			ClusterID: meta.Cluster, Group: w.cfg.group, DedupWindow: w.cfg.dedupWindow,
-			NoSync: w.cfg.noSync, Logger: w.cfg.log, FS: w.cfg.checkpointFS,
-		}); err != nil {
+		opts := []checkpoint.Opt{
+			checkpoint.ClusterID(meta.Cluster), checkpoint.Group(w.cfg.group), checkpoint.DedupWindow(w.cfg.dedupWindow),
+			checkpoint.Logger(w.cfg.log), checkpoint.FS(w.cfg.checkpointFS),
+		}
+		if w.cfg.noSync {
+			opts = append(opts, checkpoint.NoSync())
+		}
+		if w.store, err = checkpoint.Open(filepath.Join(w.cfg.checkpointDir, "store"), opts...); err != nil {
 			return fmt.Errorf("consumer: %w", err)
 		}
 	}

@@ -232,7 +232,7 @@ func TestWorkerPartitionMovesToEmptyCheckpoint(t *testing.T) {
 		t.Fatalf("the second worker ran %d tasks, want only the %d fresh ones", n, len(fresh))
 	}
 	checkExactlyOnce(t, testutil.ReadCommitted(t, conn, 30*time.Second, "out"), append(first, fresh...))
-	st, err := checkpoint.Open(filepath.Join(dir, "store"), checkpoint.Options{ReadOnly: true})
+	st, err := checkpoint.Open(filepath.Join(dir, "store"), checkpoint.ReadOnly())
 	if err != nil {
 		t.Fatal(err)
 	}

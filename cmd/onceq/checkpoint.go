@@ -29,7 +29,7 @@ must be stopped.`,
 // openCheckpoint opens the store in dir read-only. A missing store or one of
 // another group is bad input (exit 2); one in use or damaged is a failure.
 func openCheckpoint(g *globals, dir, clusterID, group string) (*checkpoint.Store, error) {
-	s, err := checkpoint.Open(dir, checkpoint.Options{ReadOnly: true, ClusterID: clusterID, Group: group, Logger: g.log})
+	s, err := checkpoint.Open(dir, checkpoint.ReadOnly(), checkpoint.ClusterID(clusterID), checkpoint.Group(group), checkpoint.Logger(g.log))
 	if errors.Is(err, checkpoint.ErrNotFound) || errors.Is(err, checkpoint.ErrMismatch) || errors.Is(err, checkpoint.ErrInvalid) {
 		return nil, usageError{err}
 	}

@@ -23,7 +23,7 @@ import (
 func writeStore(t *testing.T, clusterID string, source, changelog int64) string {
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), "cp")
-	s, err := checkpoint.Open(dir, checkpoint.Options{ClusterID: clusterID, Group: "g"})
+	s, err := checkpoint.Open(dir, checkpoint.ClusterID(clusterID), checkpoint.Group("g"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,7 +77,7 @@ func TestCheckpointInspect(t *testing.T) {
 
 func TestCheckpointInspectRefuses(t *testing.T) {
 	dir := writeStore(t, "c1", 7, 3)
-	s, err := checkpoint.Open(dir, checkpoint.Options{ClusterID: "c1", Group: "g"})
+	s, err := checkpoint.Open(dir, checkpoint.ClusterID("c1"), checkpoint.Group("g"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -254,7 +254,7 @@ func TestCheckpointVerifySharedLegacyChangelog(t *testing.T) {
 	commitGroup(t, conn, "a-b", "c", 3)
 	commitGroup(t, conn, "a", "b-c", 3)
 	dir := filepath.Join(t.TempDir(), "cp")
-	s, err := checkpoint.Open(dir, checkpoint.Options{ClusterID: emb.ClusterID(), Group: "a"})
+	s, err := checkpoint.Open(dir, checkpoint.ClusterID(emb.ClusterID()), checkpoint.Group("a"))
 	if err != nil {
 		t.Fatal(err)
 	}
