@@ -28,6 +28,8 @@ func FuzzFromRecord(f *testing.F) {
 	f.Add("onceq-delay-5s", []byte(nil), []byte(nil), "onceq-queue=emails\nonceq-timeout=1500\nonceq-max-attempts=3")
 	f.Add("q", []byte(""), []byte("p"), "onceq-expires=0\nonceq-enqueued=1\nonceq-error=boom\nonceq-x=y")
 	f.Add("q", []byte("k"), []byte("p"), "onceq-failed=5\nonceq-backoff=1000:2:60000\nonceq-requeued=0/9")
+	f.Add("q", []byte("k"), []byte("p"), "onceq-id=0195f0e2-7c4a-7000-8000-000000000000\nonceq-id-generated=1")
+	f.Add("q", []byte("k"), []byte("p"), "onceq-id-generated=1")
 	f.Fuzz(func(t *testing.T, topic string, key, value []byte, headers string) {
 		if ValidateTopic(topic) != nil {
 			return // records come from topics with valid names
@@ -40,8 +42,8 @@ func FuzzFromRecord(f *testing.F) {
 			}
 			return
 		}
-		if k := DedupKeyOf(r); k != task.DedupKey() {
-			t.Fatalf("DedupKeyOf %q, DedupKey %q", k, task.DedupKey())
+		if k, idem := DedupKeyOf(r); k != task.DedupKey() || idem != task.IdempotencyKey() {
+			t.Fatalf("DedupKeyOf %q %v, DedupKey %q, IdempotencyKey %v", k, idem, task.DedupKey(), task.IdempotencyKey())
 		}
 		again, err := FromRecord(task.Record(topic))
 		if err != nil {
@@ -68,7 +70,7 @@ func FuzzRoundTrip(f *testing.F) {
 	f.Add("x", "q", []byte(nil), []byte(nil), int64(MaxUnixMilli+1), int64(0), int64(0), int64(0), int64(0), int64(0), "", "onceq-delay", []byte("5s"), "0/1")
 	f.Fuzz(func(t *testing.T, id, queue string, key, payload []byte, due, expires, enqueued, maxAttempts, attempt, timeout int64, lastErr, hk string, hv []byte, requeued string) {
 		task := Task{ID: id, Queue: queue, Key: key, Payload: payload, MaxAttempts: int(maxAttempts), Attempt: int(attempt),
-			LastError: lastErr, Timeout: time.Duration(timeout), Requeued: requeued}
+			LastError: lastErr, Timeout: time.Duration(timeout), Requeued: requeued, GeneratedID: len(id)%2 == 1}
 		ms := func(v int64) time.Time {
 			if v == 0 {
 				return time.Time{}

@@ -20,6 +20,7 @@ const (
 	HeaderFailed      = "onceq-failed"
 	HeaderBackoff     = "onceq-backoff"
 	HeaderRequeued    = "onceq-requeued"
+	HeaderGeneratedID = "onceq-id-generated"
 )
 
 // HeaderPrefix marks the headers that belong to onceq's wire format. A
@@ -67,8 +68,16 @@ type Header struct {
 type Task struct {
 	// ID identifies the task: duplicates of one ID execute once. 1 to 256
 	// printable ASCII bytes. Empty on submission: the producer assigns a
-	// time-ordered unique ID.
+	// time-ordered unique ID and sets GeneratedID.
 	ID string
+	// GeneratedID says that onceq generated the ID (the producer, or a
+	// handler's Emit, for a task submitted without one). Such an ID is
+	// unique by construction and no client knew it before it was written,
+	// so it is not an idempotency key: workers keep no mark of it once its
+	// run is committed. An ID you choose is one (leave GeneratedID false):
+	// workers remember it for their dedup window, and a duplicate
+	// submitted within it runs once.
+	GeneratedID bool
 	// Queue is the topic the task runs from.
 	Queue string
 	// Key is the partition key. Empty: the ID, so duplicates of one ID
@@ -128,6 +137,15 @@ func (b Backoff) Delay(attempt int) time.Duration {
 		d *= b.Factor
 	}
 	return min(time.Duration(d), b.Max)
+}
+
+// IdempotencyKey reports whether the task's DedupKey is an idempotency key:
+// the first attempt of an ID a client chose, or of a requeued incarnation
+// (a dead letter may be requeued twice). Those a worker remembers for its
+// dedup window. The rest reach their queue once by construction: a
+// generated ID, and a retry, which a worker's transaction writes once.
+func (t *Task) IdempotencyKey() bool {
+	return t.Attempt <= 1 && (!t.GeneratedID || t.Requeued != "")
 }
 
 // DedupKey is what a worker remembers a processed run of the task by: the

@@ -41,6 +41,9 @@ func (t *Task) Record(topic string) *kgo.Record {
 	if t.ID != "" {
 		addString(HeaderID, t.ID)
 	}
+	if t.GeneratedID && t.ID != "" {
+		hs = append(hs, kgo.RecordHeader{Key: HeaderGeneratedID, Value: generatedValue})
+	}
 	if len(t.Key) > 0 {
 		r.Key = t.Key
 	} else if t.ID != "" {
@@ -89,11 +92,15 @@ func (t *Task) Record(topic string) *kgo.Record {
 }
 
 // recordAlloc is a record with room for the headers of a plain task: its
-// ID and enqueue time.
+// ID, whether it was generated, and its enqueue time.
 type recordAlloc struct {
 	rec     kgo.Record
-	headers [2]kgo.RecordHeader
+	headers [3]kgo.RecordHeader
 }
+
+// generatedValue is the value of onceq-id-generated, shared by every
+// record: headers are never changed.
+var generatedValue = []byte("1")
 
 // headerValues counts the headers Record writes before the task's own, and the
 // bytes of their values.
@@ -111,6 +118,9 @@ func (t *Task) headerValues(topic string) (headers, size int) {
 		}
 	}
 	str(t.ID)
+	if t.GeneratedID && t.ID != "" {
+		headers++
+	}
 	if topic != t.Queue {
 		str(t.Queue)
 	}
@@ -202,7 +212,12 @@ func FromRecord(r *kgo.Record) (Task, error) {
 		}
 	}
 	if t.ID == "" {
+		if t.GeneratedID {
+			return Task{}, invalid(ErrMalformedHeader, "header "+HeaderGeneratedID, "1", "it describes onceq-id, and the record has none")
+		}
 		t.ID = RecordID(r.Topic, r.Partition, r.Offset)
+		// An ID taken from the offset is unique, like a generated one.
+		t.GeneratedID = true
 	}
 	if len(t.Key) == 0 {
 		t.Key = nil
@@ -232,7 +247,7 @@ func unknownHeader(key string) *Error {
 
 // headerNames are the headers of the wire format.
 var headerNames = [...]string{HeaderID, HeaderQueue, HeaderDue, HeaderExpires, HeaderAttempt, HeaderMaxAttempts, HeaderTimeout,
-	HeaderEnqueued, HeaderError, HeaderFailed, HeaderBackoff, HeaderRequeued}
+	HeaderEnqueued, HeaderError, HeaderFailed, HeaderBackoff, HeaderRequeued, HeaderGeneratedID}
 
 // headerBit numbers the onceq headers FromRecord decodes, for finding
 // repeats; 0 for any other header. A switch, not a map: every header of
@@ -266,6 +281,8 @@ func headerBit(key string) uint16 {
 		return 1 << 10
 	case HeaderRequeued:
 		return 1 << 11
+	case HeaderGeneratedID:
+		return 1 << 12
 	}
 	return 0
 }
@@ -300,6 +317,11 @@ func (t *Task) setHeader(key string, v []byte) error {
 			return invalid(ErrMalformedHeader, "header "+key, s, "want <partition>/<offset> of a dead letter")
 		}
 		t.Requeued = s
+	case HeaderGeneratedID:
+		if s != "1" {
+			return invalid(ErrMalformedHeader, "header "+key, s, "want 1, or no header for an ID a client chose")
+		}
+		t.GeneratedID = true
 	}
 	return nil
 }
@@ -410,10 +432,10 @@ func ParseBackoff(s string) (Backoff, error) {
 	return b, nil
 }
 
-// DedupKeyOf returns the DedupKey of the task a record holds, reading only
-// the headers it needs; it equals FromRecord(r).DedupKey() for every record
-// FromRecord accepts.
-func DedupKeyOf(r *kgo.Record) string {
+// DedupKeyOf returns the DedupKey of the task a record holds and whether
+// it is an idempotency key (Task.IdempotencyKey), reading only the headers
+// it needs; both equal FromRecord's for every record FromRecord accepts.
+func DedupKeyOf(r *kgo.Record) (key string, idempotent bool) {
 	t := Task{Attempt: 1}
 	for _, h := range r.Headers {
 		switch h.Key {
@@ -421,6 +443,8 @@ func DedupKeyOf(r *kgo.Record) string {
 			t.ID = string(h.Value)
 		case HeaderRequeued:
 			t.Requeued = string(h.Value)
+		case HeaderGeneratedID:
+			t.GeneratedID = true
 		case HeaderAttempt:
 			if n, err := parseUint(h.Key, h.Value, MaxAttemptCount); err == nil && n > 0 {
 				t.Attempt = int(n)
@@ -429,6 +453,7 @@ func DedupKeyOf(r *kgo.Record) string {
 	}
 	if t.ID == "" {
 		t.ID = RecordID(r.Topic, r.Partition, r.Offset)
+		t.GeneratedID = true
 	}
-	return t.DedupKey()
+	return t.DedupKey(), t.IdempotencyKey()
 }

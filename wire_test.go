@@ -54,7 +54,7 @@ func equalTasks(a, b Task) bool {
 		ms(a.Due) == ms(b.Due) && ms(a.Expires) == ms(b.Expires) && ms(a.Enqueued) == ms(b.Enqueued) &&
 		a.MaxAttempts == b.MaxAttempts && a.Timeout == b.Timeout && max(a.Attempt, 1) == max(b.Attempt, 1) &&
 		a.LastError == b.LastError && a.Delay == b.Delay && ms(a.Failed) == ms(b.Failed) &&
-		a.Backoff == b.Backoff && a.Requeued == b.Requeued
+		a.Backoff == b.Backoff && a.Requeued == b.Requeued && a.GeneratedID == b.GeneratedID
 }
 
 func TestRecordRoundTrip(t *testing.T) {
@@ -227,6 +227,44 @@ func TestBackoffDelay(t *testing.T) {
 	for attempt, want := range map[int]time.Duration{1: time.Second, 2: 2 * time.Second, 3: 4 * time.Second, 4: 8 * time.Second, 5: 10 * time.Second, 60: 10 * time.Second} {
 		if got := b.Delay(attempt); got != want {
 			t.Errorf("Delay(%d) = %v, want %v", attempt, got, want)
+		}
+	}
+}
+
+// TestIdempotencyKey pins which runs a worker must remember for its dedup
+// window: first attempts of IDs a client chose, and requeued incarnations.
+func TestIdempotencyKey(t *testing.T) {
+	rec := func(hs ...string) *kgo.Record {
+		r := &kgo.Record{Topic: "q", Partition: 2, Offset: 9}
+		for i := 0; i < len(hs); i += 2 {
+			r.Headers = append(r.Headers, kgo.RecordHeader{Key: hs[i], Value: []byte(hs[i+1])})
+		}
+		return r
+	}
+	for _, tc := range []struct {
+		name string
+		rec  *kgo.Record
+		key  string
+		idem bool
+	}{
+		{"chosen ID", rec(HeaderID, "order-7"), "order-7", true},
+		{"generated ID", rec(HeaderID, "0195f0e2", HeaderGeneratedID, "1"), "0195f0e2", false},
+		{"no onceq-id: the offset", rec(), "q/2/9", false},
+		{"retry of a chosen ID", rec(HeaderID, "order-7", HeaderAttempt, "2"), "order-7#2", false},
+		{"requeued generated ID", rec(HeaderID, "0195f0e2", HeaderGeneratedID, "1", HeaderRequeued, "0/4"), "0195f0e2@0/4", true},
+	} {
+		task, err := FromRecord(tc.rec)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		key, idem := DedupKeyOf(tc.rec)
+		if key != tc.key || idem != tc.idem || task.IdempotencyKey() != tc.idem {
+			t.Errorf("%s: DedupKeyOf = %q, %v; Task.IdempotencyKey %v; want %q, %v", tc.name, key, idem, task.IdempotencyKey(), tc.key, tc.idem)
+		}
+	}
+	for _, hs := range [][]string{{HeaderGeneratedID, "1"}, {HeaderID, "a", HeaderGeneratedID, "yes"}} {
+		if _, err := FromRecord(rec(hs...)); !errors.Is(err, ErrMalformedHeader) || !strings.Contains(err.Error(), HeaderGeneratedID) {
+			t.Errorf("headers %q: %v, want a malformed %s", hs, err, HeaderGeneratedID)
 		}
 	}
 }

@@ -12,10 +12,12 @@ import (
 // is about, and compaction keeps the latest record per key.
 //
 //	key:   byte 0 = changelog version << 4 | kind, then the ID (KindMark) or
-//	       the state key (KindState)
+//	       the state key (KindState); nothing more for KindFence and
+//	       KindFinished, of which compaction keeps the latest
 //	value: byte 0 = changelog version, then uvarint unix milliseconds
-//	       (KindMark) or the state value (KindState); empty or null: a
-//	       tombstone, the ID or key is deleted
+//	       (KindMark), the state value (KindState) or the finished ranges
+//	       (KindFinished); empty or null: a tombstone, the ID or key is
+//	       deleted
 //
 // A live value is never empty, so a client that turns a null value into an
 // empty one (or back) cannot change what a record means.
@@ -29,6 +31,9 @@ const (
 	KindMark  Kind = 1 // a processed ID
 	KindState Kind = 2 // a state key
 	KindFence Kind = 3 // a restore's fence: nothing to apply
+	// KindFinished lists the records finished above the partition's
+	// committed offset as of the transaction that wrote it (Offsets.Finished).
+	KindFinished Kind = 4
 )
 
 func (k Kind) String() string {
@@ -39,6 +44,8 @@ func (k Kind) String() string {
 		return "state"
 	case KindFence:
 		return "fence"
+	case KindFinished:
+		return "finished"
 	}
 	return fmt.Sprintf("kind(%d)", uint8(k))
 }
@@ -60,6 +67,8 @@ type Entry struct {
 	Key []byte
 	// Value is the state value (KindState, not Delete).
 	Value []byte
+	// Finished are the finished ranges (KindFinished).
+	Finished Ranges
 }
 
 // Encode returns the Kafka record key and value of e (value nil for a
@@ -72,6 +81,8 @@ func (e Entry) Encode() (key, value []byte) {
 		return EncodeMark(e.ID, e.At)
 	case e.Kind == KindFence:
 		return EncodeFence()
+	case e.Kind == KindFinished:
+		return EncodeFinished(e.Finished)
 	case e.Delete:
 		return EncodeStateTombstone(e.Key), nil
 	}
@@ -112,6 +123,13 @@ func EncodeStateTombstone(key []byte) []byte { return changelogKey(KindState, ke
 // keeps one.
 func EncodeFence() (key, value []byte) {
 	return changelogKey(KindFence, nil), []byte{changelogVersion}
+}
+
+// EncodeFinished returns the changelog record of a partition's records
+// finished above its committed offset. All share one key: compaction, and
+// a replay, keep the latest.
+func EncodeFinished(rs Ranges) (key, value []byte) {
+	return changelogKey(KindFinished, nil), appendRanges([]byte{changelogVersion}, rs)
 }
 
 // DecodeChangelog decodes a changelog record. It fails with ErrCorrupt on
@@ -161,6 +179,15 @@ func DecodeChangelog(key, value []byte) (Entry, error) {
 		if len(payload) != 0 || e.Delete || len(value) != 1 {
 			return bad("malformed fence")
 		}
+	case KindFinished:
+		if len(payload) != 0 || e.Delete {
+			return bad("malformed finished ranges")
+		}
+		fin, rest, err := readRanges(value[1:])
+		if err != nil || len(rest) != 0 {
+			return bad("malformed finished ranges %.40x", value)
+		}
+		e.Finished = fin
 	default:
 		return bad("unknown kind %d", e.Kind)
 	}
@@ -200,6 +227,10 @@ func (s *Store) Apply(tp TP, entries []Entry, next int64) error {
 	defer b.Close()
 	for _, e := range entries {
 		if e.Offset < cur.Changelog {
+			continue
+		}
+		if e.Kind == KindFinished {
+			cur.Finished = e.Finished
 			continue
 		}
 		if err := b.apply(tp, e); err != nil {

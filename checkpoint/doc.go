@@ -36,10 +36,15 @@
 //
 //	b := s.NewBatch()
 //	defer b.Close()
-//	b.MarkProcessed(tp, taskID, time.Now())          // once per completed task
+//	b.MarkProcessed(tp, taskID, time.Now())          // once per idempotency key
 //	b.Set(tp, []byte("balance/alice"), []byte("42")) // task state
-//	b.SetOffsets(tp, checkpoint.Offsets{Source: next, Changelog: changelogNext})
+//	b.SetOffsets(tp, checkpoint.Offsets{Source: next, Changelog: changelogNext,
+//		Finished: finished}) // records finished above next, as offset ranges
 //	err := b.Commit() // atomic across partitions; synced unless NoSync
+//
+// Only idempotency keys, IDs a client chose, are marked: the other records
+// reach their queue once, and need remembering only while they sit above
+// the committed offset, which Offsets.Finished does in a few ranges.
 //
 // A crash leaves either all of a committed batch or none of it. Before
 // running a record, the worker asks whether its task ID was processed:
@@ -51,8 +56,8 @@
 // # The changelog
 //
 // Kafka is the source of truth. In the same transaction as its outputs the
-// worker writes changelog records, encoded by EncodeMark, EncodeState and
-// the tombstone encoders, to a compacted topic with one partition per source
+// worker writes changelog records, encoded by EncodeMark, EncodeState,
+// EncodeFinished and the tombstone encoders, to a compacted topic with one partition per source
 // partition. A worker that takes over a partition, or that crashed between
 // its transaction and its batch, replays the changelog from the recorded
 // offset:

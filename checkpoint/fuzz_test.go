@@ -3,6 +3,7 @@ package checkpoint
 import (
 	"bytes"
 	"reflect"
+	"slices"
 	"testing"
 	"time"
 )
@@ -18,6 +19,8 @@ func FuzzDecodeChangelog(f *testing.F) {
 		{Kind: KindState, Key: []byte("balance"), Value: []byte("42")},
 		{Kind: KindState, Key: []byte{0}, Value: []byte{}},
 		{Kind: KindState, Key: []byte("k"), Delete: true},
+		{Kind: KindFinished, Finished: Ranges{{7, 9}, {12, 40}}},
+		{Kind: KindFinished},
 	} {
 		k, v := e.Encode()
 		f.Add(k, v)
@@ -81,7 +84,7 @@ func FuzzChangelogRoundTrip(f *testing.F) {
 
 func entriesEqual(a, b Entry) bool {
 	return a.Offset == b.Offset && a.Kind == b.Kind && a.Delete == b.Delete && a.ID == b.ID &&
-		a.At.Equal(b.At) && bytes.Equal(a.Key, b.Key) && bytes.Equal(a.Value, b.Value)
+		a.At.Equal(b.At) && bytes.Equal(a.Key, b.Key) && bytes.Equal(a.Value, b.Value) && slices.Equal(a.Finished, b.Finished)
 }
 
 func FuzzDecodeMeta(f *testing.F) {
@@ -105,6 +108,7 @@ func FuzzDecodeOffsets(f *testing.F) {
 	f.Add(encodeOffsets(Offsets{Source: 1<<63 - 1, Changelog: 0}))
 	f.Add([]byte{0x03, 0x03})
 	f.Add([]byte{0x80})
+	f.Add(encodeOffsets(Offsets{Source: 10, Changelog: 4, Finished: Ranges{{12, 14}, {20, 21}}}))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		o, err := decodeOffsets(b)
 		if err != nil {
@@ -113,7 +117,7 @@ func FuzzDecodeOffsets(f *testing.F) {
 		if o.validate(TP{"t", 0}) != nil {
 			t.Fatalf("decoded invalid offsets %+v", o)
 		}
-		if o2, err := decodeOffsets(encodeOffsets(o)); err != nil || o2 != o {
+		if o2, err := decodeOffsets(encodeOffsets(o)); err != nil || !reflect.DeepEqual(o2, o) {
 			t.Fatalf("decode(encode(%+v)) = %+v, %v", o, o2, err)
 		}
 	})
@@ -205,6 +209,50 @@ func FuzzDecodeExpiryRecord(f *testing.F) {
 		var again []expiryEntry
 		if err := decodeExpiryRecord(at, re, func(e expiryEntry) { again = append(again, e) }); err != nil || !reflect.DeepEqual(again, entries) {
 			t.Fatalf("decode(encode(%v)) = %v, %v", entries, again, err)
+		}
+	})
+}
+
+// FuzzRangesMerge checks Merge against a set of offsets: the result holds
+// exactly the offsets of the ranges and the added ones at or above from,
+// as sorted, disjoint, non-adjacent ranges that survive encode and decode.
+func FuzzRangesMerge(f *testing.F) {
+	f.Add([]byte{1, 2, 5, 9, 9, 3}, uint8(0))
+	f.Add([]byte{200, 1, 2, 3, 4}, uint8(3))
+	f.Fuzz(func(t *testing.T, raw []byte, from uint8) {
+		var rs Ranges
+		set := map[int64]bool{}
+		half := len(raw) / 2
+		for _, b := range raw[:half] {
+			rs = rs.Merge([]int64{int64(b)}, 0)
+			set[int64(b)] = true
+		}
+		var offs []int64
+		for _, b := range raw[half:] {
+			offs = append(offs, int64(b))
+			set[int64(b)] = true
+		}
+		got := rs.Merge(offs, int64(from))
+		var n int64
+		for off := range set {
+			if off >= int64(from) {
+				n++
+				if !got.Contains(off) {
+					t.Fatalf("%v lacks %d", got, off)
+				}
+			}
+		}
+		if got.Len() != n {
+			t.Fatalf("%v holds %d offsets, want %d", got, got.Len(), n)
+		}
+		for i, r := range got {
+			if r.From >= r.To || (i > 0 && r.From <= got[i-1].To) {
+				t.Fatalf("%v: range %d overlaps, touches or is empty", got, i)
+			}
+		}
+		back, rest, err := readRanges(appendRanges(nil, got))
+		if err != nil || len(rest) != 0 || !slices.Equal(back, got) {
+			t.Fatalf("decode(encode(%v)) = %v, %v", got, back, err)
 		}
 	})
 }

@@ -248,9 +248,14 @@ func decodeMeta(b []byte) (meta, error) {
 	return m, nil
 }
 
-// The offsets value: two signed varints, source then changelog.
+// The offsets value: two signed varints, source then changelog, then the
+// finished ranges (appendRanges) if there are any.
 func encodeOffsets(o Offsets) []byte {
-	return binary.AppendVarint(binary.AppendVarint(make([]byte, 0, 2*binary.MaxVarintLen64), o.Source), o.Changelog)
+	b := binary.AppendVarint(binary.AppendVarint(make([]byte, 0, 2*binary.MaxVarintLen64), o.Source), o.Changelog)
+	if len(o.Finished) > 0 {
+		b = appendRanges(b, o.Finished)
+	}
+	return b
 }
 
 func decodeOffsets(b []byte) (Offsets, error) {
@@ -262,8 +267,19 @@ func decodeOffsets(b []byte) (Offsets, error) {
 	if o.Changelog, n2 = binary.Varint(b[n1:]); n2 <= 0 {
 		return Offsets{}, fmt.Errorf("offsets value %x: bad changelog offset", b)
 	}
-	if len(b) != n1+n2 {
-		return Offsets{}, fmt.Errorf("offsets value %x: %d trailing bytes", b, len(b)-n1-n2)
+	if rest := b[n1+n2:]; len(rest) > 0 {
+		fin, rest, err := readRanges(rest)
+		if err != nil {
+			return Offsets{}, fmt.Errorf("offsets value %.40x: %w", b, err)
+		}
+		if len(fin) == 0 {
+			// Written only when there are some.
+			return Offsets{}, fmt.Errorf("offsets value %.40x: %d trailing bytes", b, len(b)-n1-n2)
+		}
+		if len(rest) != 0 {
+			return Offsets{}, fmt.Errorf("offsets value %.40x: %d trailing bytes", b, len(rest))
+		}
+		o.Finished = fin
 	}
 	if o.Source < -1 || o.Changelog < -1 {
 		return Offsets{}, fmt.Errorf("offsets value %x: offset below -1", b)

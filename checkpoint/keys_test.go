@@ -108,6 +108,18 @@ func TestKeyLayout(t *testing.T) {
 				e = Entry{Kind: KindState, Key: []byte(c.arg(t, "key")), Value: []byte(c.args["value"])}
 			case "unset":
 				e = Entry{Kind: KindState, Key: []byte(c.arg(t, "key")), Delete: true}
+			case "finished":
+				// ranges=FROM-TO,FROM-TO (half-open)
+				for _, r := range strings.Split(c.args["ranges"], ",") {
+					if r == "" {
+						continue
+					}
+					from, to, _ := strings.Cut(r, "-")
+					f, _ := strconv.ParseInt(from, 10, 64)
+					u, _ := strconv.ParseInt(to, 10, 64)
+					e.Finished = append(e.Finished, OffsetRange{f, u})
+				}
+				e.Kind = KindFinished
 			}
 			k, v := e.Encode()
 			d, err := DecodeChangelog(k, v)
@@ -151,6 +163,8 @@ func showEntry(e Entry, err error) string {
 		return fmt.Sprintf("mark %q at %s", e.ID, e.At.UTC().Format(time.RFC3339Nano))
 	case e.Kind == KindFence:
 		return "fence"
+	case e.Kind == KindFinished:
+		return "finished " + e.Finished.String()
 	case e.Delete:
 		return fmt.Sprintf("unset %q", e.Key)
 	}

@@ -47,6 +47,17 @@ type Offsets struct {
 	Source int64
 	// Changelog is the next offset of the partition's changelog to replay.
 	Changelog int64
+	// Finished are records above Source whose results are committed: a
+	// worker acknowledges them without running them again.
+	Finished Ranges
+}
+
+func (o Offsets) String() string {
+	s := fmt.Sprintf("{Source:%d Changelog:%d", o.Source, o.Changelog)
+	if len(o.Finished) > 0 {
+		s += " Finished:" + o.Finished.String()
+	}
+	return s + "}"
 }
 
 func (o Offsets) validate(tp TP) error {

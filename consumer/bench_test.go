@@ -31,8 +31,9 @@ func benchTasks() int {
 	return 1_000_000
 }
 
-// preload writes n 100-byte tasks to an 8-partition queue.
-func preload(b *testing.B, conn broker.Conn, queue string, n int) {
+// preload writes n 100-byte tasks to an 8-partition queue; generated says
+// whether their IDs are onceq's (onceq.Task.GeneratedID) or a client's.
+func preload(b *testing.B, conn broker.Conn, queue string, n int, generated bool) {
 	b.Helper()
 	testutil.CreateTopic(b, conn, queue, 8)
 	cl, err := conn.NewClient(kgo.ProducerLinger(5*time.Millisecond), kgo.MaxBufferedRecords(1<<20))
@@ -44,7 +45,7 @@ func preload(b *testing.B, conn broker.Conn, queue string, n int) {
 	payload := []byte(strings.Repeat("x", 100))
 	now := time.Now()
 	for i := 0; i < n; i++ {
-		t := onceq.Task{ID: "t-" + strconv.Itoa(i), Queue: queue, Payload: payload}
+		t := onceq.Task{ID: "t-" + strconv.Itoa(i), GeneratedID: generated, Queue: queue, Payload: payload}
 		t.Resolve(now)
 		cl.Produce(ctx, t.Record(queue), nil)
 	}
@@ -119,24 +120,30 @@ func txnCopyLoop(b *testing.B, conn broker.Conn, queue, out string, n int) time.
 	return took
 }
 
-// BenchmarkWorkerThroughput drains one pre-loaded queue of 100-byte tasks
-// (8 partitions) four ways, side by side: franz-go's GroupTransactSession
-// copy loop, the worker exactly-once with a noop handler, and the worker
-// at-least-once. It reports each rate and the ratios.
+// BenchmarkWorkerThroughput drains pre-loaded queues of 100-byte tasks (8
+// partitions) side by side: franz-go's GroupTransactSession copy loop, the
+// worker exactly-once with a noop handler over tasks with generated IDs
+// (no idempotency marks) and over tasks with IDs a client chose (a mark
+// each), and the worker at-least-once. It reports each rate and the
+// ratios.
 func BenchmarkWorkerThroughput(b *testing.B) {
 	n := benchTasks()
 	_, conn := testutil.StartBroker(b, "")
-	preload(b, conn, "bench", n)
+	preload(b, conn, "bench", n, true)
+	preload(b, conn, "bench-keys", n, false)
 	for i := 0; b.Loop(); i++ {
 		loop := txnCopyLoop(b, conn, "bench", fmt.Sprintf("bench-copy-%d", i), n)
 		eos := drainWorker(b, conn, "bench", fmt.Sprintf("eos-%d", i), n, consumer.ExactlyOnce)
+		keys := drainWorker(b, conn, "bench-keys", fmt.Sprintf("eos-keys-%d", i), n, consumer.ExactlyOnce)
 		alo := drainWorker(b, conn, "bench", fmt.Sprintf("alo-%d", i), n, consumer.AtLeastOnce)
 		rate := func(d time.Duration) float64 { return float64(n) / d.Seconds() }
 		b.ReportMetric(rate(eos), "eos-tasks/s")
+		b.ReportMetric(rate(keys), "eos-keys-tasks/s")
 		b.ReportMetric(rate(loop), "txnloop-tasks/s")
 		b.ReportMetric(rate(alo), "alo-tasks/s")
 		b.ReportMetric(rate(eos)/rate(loop), "eos/txnloop")
 		b.ReportMetric(rate(eos)/rate(alo), "eos/alo")
+		b.ReportMetric(rate(keys)/rate(alo), "eos-keys/alo")
 	}
 }
 
@@ -207,7 +214,7 @@ func BenchmarkWorkerLatency(b *testing.B) {
 func BenchmarkWorkerRSS(b *testing.B) {
 	n := benchTasks()
 	_, conn := testutil.StartBroker(b, "")
-	preload(b, conn, "rss", n)
+	preload(b, conn, "rss", n, false)
 	for i := 0; b.Loop(); i++ {
 		group := fmt.Sprintf("rss-%d", i)
 		start := time.Now()

@@ -29,6 +29,8 @@ type pending struct {
 	results  []*result
 	to       kgo.EpochOffset // the partition's first open record
 	moved    bool            // to is past the last committed offset
+	finished checkpoint.Ranges
+	newFin   bool // finished differs from the last commit's
 	upTo     uint64
 	logStart int // index of the partition's first changelog record in recs
 	logEnd   int
@@ -38,9 +40,10 @@ type pending struct {
 // tasks' outputs, their changelog records and, per partition, the offset
 // of its first open record; then, if it committed, one synced Pebble batch
 // with the same marks, state and offsets. It never waits for a running
-// task: the offset stops below it, and the tasks finished above it are
-// covered by their marks, so a restart or the partition's next owner
-// acknowledges them without running them.
+// task: the offset stops below it, and the records finished above it are
+// listed with the offsets (checkpoint.Ranges), in the changelog and the
+// checkpoint, so a restart or the partition's next owner acknowledges them
+// without running them.
 //
 // A crash before the transaction commits aborts it and the records run
 // again. A crash between the two steps leaves the checkpoint behind the
@@ -68,16 +71,25 @@ func (w *Worker) commit(ctx context.Context) error {
 	}
 	for _, ps := range w.snapshotParts() {
 		res, to, moved, upTo := ps.collect()
-		if len(res) == 0 && !moved {
+		var fin checkpoint.Ranges
+		var newFin bool
+		if eos {
+			fin, newFin = ps.finishedAfter(res, to.Offset)
+		}
+		if len(res) == 0 && !moved && !newFin {
 			continue
 		}
-		p := pending{ps: ps, results: res, to: to, moved: moved, upTo: upTo}
+		p := pending{ps: ps, results: res, to: to, moved: moved, finished: fin, newFin: newFin, upTo: upTo}
 		for _, r := range res {
 			recs = append(recs, r.outputs...)
 		}
 		p.logStart = len(recs)
 		if eos {
 			recs = w.appendChangelog(recs, ps.tp, res)
+			if newFin {
+				k, v := checkpoint.EncodeFinished(fin)
+				recs = append(recs, &kgo.Record{Topic: broker.ChangelogTopic(w.cfg.group, ps.tp.Topic), Partition: ps.tp.Partition, Key: k, Value: v})
+			}
 		}
 		p.logEnd = len(recs)
 		if moved {
@@ -116,8 +128,8 @@ func (w *Worker) commit(ctx context.Context) error {
 	w.hook(BetweenCommits)
 	w.restarts = 0
 	for _, p := range parts {
-		if p.moved {
-			p.ps.committedTo(p.to.Offset)
+		if p.moved || p.newFin {
+			p.ps.committedTo(p.to.Offset, p.finished, p.newFin)
 		}
 	}
 	w.countOutcomes(parts)
@@ -174,7 +186,8 @@ func (w *Worker) deadLetterRefused(refused []refusal, recs []*kgo.Record, parts 
 
 // owner returns the result that wrote recs[i], if this partition's share
 // holds it: its outputs come first, in result order, then its changelog
-// records, a mark and its state writes per result.
+// records, a mark (of an idempotency key) and its state writes per
+// result, then the finished ranges, which no result owns.
 func (p *pending) owner(i int, recs []*kgo.Record) *result {
 	if i < 0 {
 		return nil
@@ -185,7 +198,10 @@ func (p *pending) owner(i int, recs []*kgo.Record) *result {
 			if r.noMark {
 				continue
 			}
-			j += 1 + len(r.writes)
+			j += len(r.writes)
+			if r.idem {
+				j++
+			}
 			if i < j {
 				return r
 			}
@@ -203,7 +219,7 @@ func (p *pending) owner(i int, recs []*kgo.Record) *result {
 }
 
 // appendChangelog adds a partition's changelog records: a mark for each
-// task that ran and its state writes.
+// idempotency key that ran and every run's state writes.
 func (w *Worker) appendChangelog(recs []*kgo.Record, tp checkpoint.TP, res []*result) []*kgo.Record {
 	topic := broker.ChangelogTopic(w.cfg.group, tp.Topic)
 	add := func(k, v []byte) {
@@ -213,7 +229,9 @@ func (w *Worker) appendChangelog(recs []*kgo.Record, tp checkpoint.TP, res []*re
 		if r.noMark {
 			continue
 		}
-		add(checkpoint.EncodeMark(r.id, r.at))
+		if r.idem {
+			add(checkpoint.EncodeMark(r.id, r.at))
+		}
 		for _, sw := range r.writes {
 			if sw.value == nil {
 				add(checkpoint.EncodeStateTombstone(sw.key), nil)
@@ -262,8 +280,10 @@ func (w *Worker) checkpoint(recs []*kgo.Record, parts []pending) error {
 			if r.noMark {
 				continue
 			}
-			if err := b.MarkProcessed(tp, r.id, r.at); err != nil {
-				return fmt.Errorf("consumer: checkpoint: %w", err)
+			if r.idem {
+				if err := b.MarkProcessed(tp, r.id, r.at); err != nil {
+					return fmt.Errorf("consumer: checkpoint: %w", err)
+				}
 			}
 			for _, sw := range r.writes {
 				var err error
@@ -286,6 +306,9 @@ func (w *Worker) checkpoint(recs []*kgo.Record, parts []pending) error {
 		}
 		if p.moved {
 			cur.Source = p.to.Offset
+		}
+		if p.newFin {
+			cur.Finished = p.finished
 		}
 		if p.logEnd > p.logStart {
 			cur.Changelog = recs[p.logEnd-1].Offset + 1

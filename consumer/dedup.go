@@ -5,6 +5,14 @@ import "github.com/onceq/onceq"
 // The dedup decision has one owner, partState.duplicate, and one helper
 // that prepares it in bulk, partState.lookup.
 //
+// Two things make a record already processed. Its offset may be among the
+// partition's records finished above its committed offset, whose results
+// a previous commit already made durable (finished.go): that covers every
+// record, whatever its ID. And its dedup key may be an idempotency key
+// (onceq.Task.IdempotencyKey: an ID a client chose) that a run committed
+// within the dedup window. Only idempotency keys are looked up and marked:
+// the other records reach the queue once by construction.
+//
 // A key is processed if a result for it finished in this partition: until
 // the checkpoint write of its commit lands it is in ids, and from then on
 // in the checkpoint; checkpointed clears ids only after the write, so a
@@ -17,16 +25,23 @@ import "github.com/onceq/onceq"
 // checkpoint write cleared from ids a result that finished after it: until
 // then a result for the key finished since would still be in ids.
 func (p *partState) lookup(items []*item) error {
-	keys := make([]string, len(items))
-	for i, it := range items {
-		keys[i] = onceq.DedupKeyOf(it.rec)
-		it.dedupKey = keys[i] // the scheduler orders by it even if the lookup fails
+	var (
+		keys []string
+		idem []*item
+	)
+	for _, it := range items {
+		// The scheduler orders by the key even if the lookup fails.
+		it.dedupKey, it.idem = onceq.DedupKeyOf(it.rec)
+		if it.idem {
+			keys = append(keys, it.dedupKey)
+			idem = append(idem, it)
+		}
 	}
-	if p.store == nil || len(items) == 0 {
+	if p.store == nil || len(idem) == 0 {
 		return nil
 	}
 	// ids before the checkpoint: see above.
-	pending := make([]bool, len(items))
+	pending := make([]bool, len(idem))
 	p.mu.Lock()
 	for i, k := range keys {
 		_, pending[i] = p.ids[k]
@@ -37,16 +52,25 @@ func (p *partState) lookup(items []*item) error {
 	if err != nil {
 		return err
 	}
-	for i, it := range items {
+	for i, it := range idem {
 		it.known, it.looked, it.lookSeq = found[i] || pending[i], true, seq
 	}
 	return nil
 }
 
-// duplicate reports whether key is processed in this partition, as the
-// record it is about to start sees it.
-func (p *partState) duplicate(it *item, key string) (bool, error) {
+// duplicate reports whether the record is processed in this partition,
+// as it sees it about to start: key is its dedup key and idem whether that
+// is an idempotency key.
+func (p *partState) duplicate(it *item, key string, idem bool) (bool, error) {
 	p.mu.Lock()
+	if p.finished.Contains(it.rec.Offset) {
+		p.mu.Unlock()
+		return true, nil
+	}
+	if !idem {
+		p.mu.Unlock()
+		return false, nil
+	}
 	_, ok := p.ids[key]
 	stands := it.looked && it.dedupKey == key && p.cleared <= it.lookSeq
 	p.mu.Unlock()

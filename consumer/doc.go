@@ -15,10 +15,12 @@
 // once.
 //
 // Tasks that finished above their partition's committed offset (behind a
-// slow one) are covered by their processed-ID marks, committed in the same
-// transaction as their outputs: after a crash or a move, the partition's
-// next owner fetches them again from the committed offset and acknowledges
-// them without running them. franz-go's GroupTransactSession would commit
+// slow one) are listed, as ranges of offsets, in the same transaction as
+// their outputs: after a crash or a move, the partition's next owner
+// fetches them again from the committed offset and acknowledges them
+// without running them. Processed-ID marks are kept only for idempotency
+// keys, the IDs a client chose (onceq.Task.IdempotencyKey): the rest reach
+// the queue once. franz-go's GroupTransactSession would commit
 // the position of everything polled; the worker keeps the session (it
 // aborts a transaction across a revocation, which is what keeps the
 // guarantee when a member is slow) and rewrites the offsets of its

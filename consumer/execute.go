@@ -89,7 +89,7 @@ func (w *Worker) attempt(sl *slot, it *item) (*result, error) {
 		if res, err := w.forwardHome(r, &task); res != nil || err != nil {
 			return res, err
 		}
-		dup, err := it.ps.duplicate(it, key)
+		dup, err := it.ps.duplicate(it, key, task.IdempotencyKey())
 		if err != nil {
 			return nil, err
 		}

@@ -73,6 +73,9 @@ func (w *Worker) holdIfRestoring(ps *partState, items []*item) bool {
 func (w *Worker) restore(ps *partState) {
 	start := time.Now()
 	n, err := w.replayChangelog(ps.tp)
+	if err == nil {
+		err = w.restoreFinished(ps)
+	}
 	if err != nil {
 		w.cfg.log.Error("restoring partition from changelog failed; retrying", "topic", ps.tp.Topic, "partition", ps.tp.Partition, "err", err)
 		time.Sleep(time.Second)
@@ -98,4 +101,21 @@ func (w *Worker) restore(ps *partState) {
 		w.schedule(ps, held)
 	}
 	w.kafka.resume(ps.tp)
+}
+
+// restoreFinished takes from the restored checkpoint the records finished
+// above the partition's committed offset: they are acknowledged without
+// running.
+func (w *Worker) restoreFinished(ps *partState) error {
+	if w.store == nil {
+		return nil
+	}
+	cur, ok, err := w.store.Checkpoint(ps.tp)
+	if err != nil || !ok {
+		return err
+	}
+	ps.mu.Lock()
+	ps.finished = cur.Finished
+	ps.mu.Unlock()
+	return nil
 }

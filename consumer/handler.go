@@ -76,6 +76,10 @@ func (t *Task) Emit(out onceq.Task) error {
 		if len(out.ID) > onceq.MaxIDLen {
 			return fmt.Errorf("consumer: emit from task %q: derived ID is over %d bytes: give the emitted task an ID", t.ID, onceq.MaxIDLen)
 		}
+		// Under exactly-once the commit writes it once: no client can
+		// submit it again, so it needs no idempotency mark downstream.
+		// At-least-once may write it twice after a crash.
+		out.GeneratedID = t.w == nil || t.w.cfg.guarantee == ExactlyOnce
 	}
 	t.emits = append(t.emits, out.Clone())
 	return nil

@@ -49,7 +49,7 @@ func newKafkaSide(w *Worker) (kafkaSide, error) {
 		kgo.HeartbeatInterval(min(3*time.Second, w.cfg.sessionTimeout/3)),
 		kgo.OnPartitionsAssigned(w.assigned),
 		kgo.OnPartitionsRevoked(w.revoked),
-		kgo.OnPartitionsLost(w.lost),
+		kgo.OnPartitionsLost(w.health.OnLost(w.revoked)),
 		kgo.WithHooks(w.health),
 		kgo.AutoCommitMarks(),
 		kgo.ProducerLinger(0),

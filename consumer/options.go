@@ -318,9 +318,12 @@ func ParseCommitPoint(s string) (CommitPoint, error) {
 func CommitHook(fn func(CommitPoint)) Opt { return optFunc(func(c *config) { c.commitHook = fn }) }
 
 // validate checks the options and fills in what derives from them; it
-// reports every refused option at once.
-func (c *config) validate() error {
+// reports every refused option at once, and nils nil options.
+func (c *config) validate(nils int) error {
 	errs := onceq.OptionErrors{Pkg: "consumer", Kind: ErrConfig}
+	if nils > 0 {
+		errs.Add(fmt.Errorf("consumer: %d nil options", nils))
+	}
 	if c.handler == nil {
 		errs.Missing("WithHandler", "no handler: pass consumer.WithHandler")
 	}

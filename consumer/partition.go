@@ -1,6 +1,7 @@
 package consumer
 
 import (
+	"slices"
 	"sync"
 	"time"
 
@@ -35,6 +36,9 @@ type partState struct {
 	leaderEpoch int32
 	committed   int64 // where the last commit moved the partition; -1 none yet
 	results     []*result
+	// finished are the records above the committed offset whose results
+	// are committed: as of the last commit, or of the checkpoint restored.
+	finished checkpoint.Ranges
 
 	// keys orders the records that share a key or a dedup key: a key is
 	// present while a record holding it is in flight, with the records
@@ -60,9 +64,11 @@ type overlayVal struct {
 // result is what a finished task leaves for the commit.
 type result struct {
 	seq     uint64
-	id      string // the dedup key the result marks processed
+	id      string // the dedup key of the run
+	offset  int64  // of the record that ran
+	idem    bool   // id is an idempotency key: the result marks it processed
 	outcome string // success, duplicate, retried, dead, expired, forwarded
-	noMark  bool   // leaves no processed-ID mark (a duplicate, a forwarded record)
+	noMark  bool   // leaves no mark and no state (a duplicate, a forwarded record)
 	at      time.Time
 	writes  []stateWrite
 	outputs []*kgo.Record
@@ -103,12 +109,13 @@ func (p *partState) complete(it *item, res *result) (ready []*item) {
 	}
 	p.offsets.done(it.rec.Offset)
 	p.seq++
-	res.seq = p.seq
+	res.seq, res.offset = p.seq, it.rec.Offset
+	res.idem = it.idem && res.id == it.dedupKey
 	if !res.noMark {
 		// Without a checkpoint (at-least-once) nothing deduplicates
 		// and no commit clears ids: keeping them would hold every
 		// task ID the partition ever ran.
-		if p.store != nil {
+		if p.store != nil && res.idem {
 			p.ids[res.id] = res.seq
 		}
 		for _, w := range res.writes {
@@ -162,17 +169,45 @@ func (p *partState) overlayGet(key []byte) (value []byte, ok, found bool) {
 func (p *partState) collect() (res []*result, to kgo.EpochOffset, moved bool, upTo uint64) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if !p.restored {
+		// Its records are held, and what it finished before lies in
+		// the changelog the restore is reading: nothing to commit yet.
+		return nil, kgo.EpochOffset{Offset: -1}, false, p.seq
+	}
 	res, p.results = p.results, nil
 	at := p.offsets.prefix()
 	moved = at >= 0 && at > p.committed
 	return res, kgo.EpochOffset{Epoch: p.leaderEpoch, Offset: at}, moved, p.seq
 }
 
-// committedTo records where a successful commit moved the partition.
-func (p *partState) committedTo(at int64) {
+// finishedAfter returns the records finished above to once res commits
+// with the partition at to, and whether that differs from what the last
+// commit recorded.
+func (p *partState) finishedAfter(res []*result, to int64) (checkpoint.Ranges, bool) {
+	offs := make([]int64, 0, len(res))
+	for _, r := range res {
+		if r.offset >= to {
+			offs = append(offs, r.offset)
+		}
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(offs) == 0 && (len(p.finished) == 0 || p.finished[0].From >= to) {
+		return p.finished, false
+	}
+	fin := p.finished.Merge(offs, to)
+	return fin, !slices.Equal(fin, p.finished)
+}
+
+// committedTo records where a successful commit moved the partition and,
+// if it wrote them (newFin), the records above that it finished.
+func (p *partState) committedTo(at int64, finished checkpoint.Ranges, newFin bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.committed = max(p.committed, at)
+	if newFin {
+		p.finished = finished
+	}
 }
 
 // putBack returns the results of an aborted commit: they are still

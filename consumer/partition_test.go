@@ -21,7 +21,9 @@ func admitted(t *testing.T, ps *partState, id string, off int64) *item {
 	if !ps.admit(rec) {
 		t.Fatalf("offset %d not admitted", off)
 	}
-	return &item{ps: ps, rec: rec}
+	it := &item{ps: ps, rec: rec}
+	it.dedupKey, it.idem = onceq.DedupKeyOf(rec)
+	return it
 }
 
 func openStore(t *testing.T) *checkpoint.Store {
@@ -40,7 +42,7 @@ func openStore(t *testing.T) *checkpoint.Store {
 // answer holds after the write lands and clears the overlay.
 func TestLookupSeesCheckpointWritesInFlight(t *testing.T) {
 	tp := checkpoint.TP{Topic: "q", Partition: 0}
-	ps := newPartState(tp, openStore(t))
+	ps := restoredPart(tp, openStore(t))
 
 	// "done" ran and its commit went to Kafka; its checkpoint write is in
 	// flight, so the store does not have it.
@@ -58,7 +60,7 @@ func TestLookupSeesCheckpointWritesInFlight(t *testing.T) {
 
 	ps.checkpointed(upTo) // the write landed: the overlay lets go of "done"
 	for i, want := range []bool{true, false} {
-		got, err := ps.duplicate(items[i], items[i].dedupKey)
+		got, err := ps.duplicate(items[i], items[i].dedupKey, true)
 		if err != nil || got != want {
 			t.Errorf("duplicate(%s) = %v, %v; want %v", items[i].dedupKey, got, err, want)
 		}
@@ -74,7 +76,7 @@ func TestLookupSeesCheckpointWritesInFlight(t *testing.T) {
 func TestDuplicateAfterItsTwinsCheckpoint(t *testing.T) {
 	tp := checkpoint.TP{Topic: "q", Partition: 0}
 	store := openStore(t)
-	ps := newPartState(tp, store)
+	ps := restoredPart(tp, store)
 	first := admitted(t, ps, "a", 0)
 	twin := admitted(t, ps, "a", 1)
 	if err := ps.lookup([]*item{first, twin}); err != nil {
@@ -93,7 +95,7 @@ func TestDuplicateAfterItsTwinsCheckpoint(t *testing.T) {
 		t.Fatal(err)
 	}
 	ps.checkpointed(upTo)
-	dup, err := ps.duplicate(twin, "a")
+	dup, err := ps.duplicate(twin, "a", true)
 	if err != nil || !dup {
 		t.Fatalf("duplicate(twin) = %v, %v; want true: it would run a second time", dup, err)
 	}
@@ -111,7 +113,7 @@ func TestAtLeastOnceKeepsNoIDs(t *testing.T) {
 		store *checkpoint.Store
 		want  int
 	}{{"at-least-once", nil, 0}, {"exactly-once", store, 1000}} {
-		ps := newPartState(tp, tc.store)
+		ps := restoredPart(tp, tc.store)
 		for i := range 1000 {
 			res := &result{id: fmt.Sprint("t-", i), outcome: outcomeSuccess,
 				writes: []stateWrite{{key: []byte("k"), value: []byte(fmt.Sprint(i))}}}
@@ -136,7 +138,7 @@ func TestAtLeastOnceKeepsNoIDs(t *testing.T) {
 // same, and it moves past the record once it finishes. An aborted commit's
 // results come back for the next one.
 func TestCommitStopsBelowAnOpenRecord(t *testing.T) {
-	ps := newPartState(checkpoint.TP{Topic: "q", Partition: 0}, nil)
+	ps := restoredPart(checkpoint.TP{Topic: "q", Partition: 0}, nil)
 	var items []*item
 	for i := range 5 {
 		items = append(items, admitted(t, ps, fmt.Sprint("t-", i), int64(10+i)))
@@ -157,7 +159,7 @@ func TestCommitStopsBelowAnOpenRecord(t *testing.T) {
 	if len(res) != 5 || !moved || to.Offset != 15 {
 		t.Fatalf("after the abort and the slow record: %d results, offset %d, moved %v; want 5, 15, true", len(res), to.Offset, moved)
 	}
-	ps.committedTo(to.Offset)
+	ps.committedTo(to.Offset, nil, false)
 	if _, _, moved, _ = ps.collect(); moved {
 		t.Fatal("the offset moved again with nothing new")
 	}
@@ -175,11 +177,11 @@ func TestRefusedRecordsFindTheirTasks(t *testing.T) {
 	}
 	w.topics = newTopicCache(nil)
 	w.topics.known("onceq-dlq-q")
-	ps := newPartState(checkpoint.TP{Topic: "q", Partition: 0}, nil)
+	ps := restoredPart(checkpoint.TP{Topic: "q", Partition: 0}, nil)
 	src := func(id string) *kgo.Record { task := onceq.Task{ID: id, Queue: "q"}; return task.Record("q") }
-	a := &result{id: "a", queue: "q", src: src("a"), writes: []stateWrite{{key: []byte("k1"), value: []byte("v")}, {key: []byte("k2"), value: []byte("v")}},
+	a := &result{id: "a", idem: true, queue: "q", src: src("a"), writes: []stateWrite{{key: []byte("k1"), value: []byte("v")}, {key: []byte("k2"), value: []byte("v")}},
 		outputs: []*kgo.Record{{Topic: "out"}}}
-	b := &result{id: "b", queue: "q", src: src("b"), outputs: []*kgo.Record{{Topic: "out"}}}
+	b := &result{id: "b", idem: true, queue: "q", src: src("b"), outputs: []*kgo.Record{{Topic: "out"}}}
 	recs := append([]*kgo.Record{}, a.outputs[0], b.outputs[0])
 	p := pending{ps: ps, results: []*result{a, b}, logStart: len(recs)}
 	recs = w.appendChangelog(recs, ps.tp, p.results)
@@ -193,5 +195,92 @@ func TestRefusedRecordsFindTheirTasks(t *testing.T) {
 	}
 	if b.refused != 0 || b.outputs[0].Topic != "out" {
 		t.Errorf("b: refused %d times, output to %s; want untouched: none of its records was refused", b.refused, b.outputs[0].Topic)
+	}
+}
+
+// TestFinishedAboveTheOffset pins how records finished above a
+// partition's committed offset are remembered: as offset ranges, for every
+// record, and as processed IDs only for idempotency keys. A restarted
+// worker acknowledges them by their offsets, whatever their IDs.
+func TestFinishedAboveTheOffset(t *testing.T) {
+	ps := restoredPart(checkpoint.TP{Topic: "q", Partition: 0}, openStore(t))
+	generated := func(off int64) *item {
+		task := onceq.Task{ID: fmt.Sprint("g-", off), GeneratedID: true, Queue: "q"}
+		rec := task.Record("q")
+		rec.Offset = off
+		if !ps.admit(rec) {
+			t.Fatalf("offset %d not admitted", off)
+		}
+		it := &item{ps: ps, rec: rec}
+		it.dedupKey, it.idem = onceq.DedupKeyOf(rec)
+		return it
+	}
+	var items []*item
+	for off := int64(100); off < 110; off++ {
+		if off == 105 {
+			items = append(items, admitted(t, ps, "chosen", off))
+			continue
+		}
+		items = append(items, generated(off))
+	}
+	for i, it := range items {
+		if i == 2 || i == 7 { // offsets 102 and 107 still run
+			continue
+		}
+		ps.complete(it, &result{id: it.dedupKey, outcome: outcomeSuccess})
+	}
+	if len(ps.ids) != 1 {
+		t.Fatalf("%d IDs in the overlay, want 1: only the idempotency key", len(ps.ids))
+	}
+	res, to, _, _ := ps.collect()
+	fin, changed := ps.finishedAfter(res, to.Offset)
+	want := checkpoint.Ranges{{From: 103, To: 107}, {From: 108, To: 110}}
+	if to.Offset != 102 || !changed || fmt.Sprint(fin) != fmt.Sprint(want) {
+		t.Fatalf("offset %d, finished %v (changed %v); want 102, %v", to.Offset, fin, changed, want)
+	}
+	ps.committedTo(to.Offset, fin, changed)
+	for off, want := range map[int64]bool{101: false, 102: false, 103: true, 105: true, 107: false, 109: true} {
+		it := &item{ps: ps, rec: &kgo.Record{Offset: off}}
+		if dup, err := ps.duplicate(it, "x", false); err != nil || dup != want {
+			t.Errorf("offset %d: duplicate %v, %v; want %v", off, dup, err, want)
+		}
+	}
+	// 102 finishes: the offset moves to 107, and the ranges below it go.
+	ps.complete(items[2], &result{id: items[2].dedupKey, outcome: outcomeSuccess})
+	res, to, _, _ = ps.collect()
+	fin, changed = ps.finishedAfter(res, to.Offset)
+	if want := (checkpoint.Ranges{{From: 108, To: 110}}); to.Offset != 107 || !changed || fmt.Sprint(fin) != fmt.Sprint(want) {
+		t.Fatalf("after 102: offset %d, finished %v (changed %v); want 107, %v", to.Offset, fin, changed, want)
+	}
+	ps.committedTo(to.Offset, fin, changed)
+	// Nothing new: nothing to write.
+	if _, changed := ps.finishedAfter(nil, to.Offset); changed {
+		t.Error("finished ranges changed with no result")
+	}
+}
+
+// restoredPart is a partition state whose restore is done, as the commit
+// requires.
+func restoredPart(tp checkpoint.TP, store *checkpoint.Store) *partState {
+	ps := newPartState(tp, store)
+	ps.restored = true
+	return ps
+}
+
+// TestCommitWaitsForTheRestore pins a lost protection: a commit that ran
+// while a partition restored recorded its (still empty) finished ranges
+// after the restore had set them, so the records finished above the
+// committed offset ran a second time.
+func TestCommitWaitsForTheRestore(t *testing.T) {
+	ps := newPartState(checkpoint.TP{Topic: "q", Partition: 0}, openStore(t))
+	admitted(t, ps, "held", 10) // fetched, held until the restore ends
+	if res, _, moved, _ := ps.collect(); len(res) != 0 || moved {
+		t.Fatalf("collect before the restore: %d results, moved %v; want nothing", len(res), moved)
+	}
+	ps.finished = checkpoint.Ranges{{From: 11, To: 20}} // the restore
+	ps.restored = true
+	ps.committedTo(10, nil, false) // a commit that wrote no ranges
+	if !ps.finished.Contains(15) {
+		t.Fatalf("finished %v after a commit that wrote none, want the restored ranges", ps.finished)
 	}
 }

@@ -16,11 +16,13 @@ type item struct {
 	ps  *partState
 	rec *kgo.Record
 
-	// dedupKey is the record's dedup key; known is whether the checkpoint
-	// (or the overlay of writes in flight) had it when the record was
-	// admitted, looked whether that lookup happened, and lookSeq the
-	// partition's result sequence then (see dedup.go).
+	// dedupKey is the record's dedup key and idem whether it is an
+	// idempotency key; known is whether the checkpoint (or the overlay of
+	// writes in flight) had it when the record was admitted, looked
+	// whether that lookup happened, and lookSeq the partition's result
+	// sequence then (see dedup.go).
 	dedupKey string
+	idem     bool
 	known    bool
 	looked   bool
 	lookSeq  uint64
@@ -138,15 +140,15 @@ func (s *scheduler) submit(ps *partState, items []*item) {
 }
 
 // setKeys sets what orders the record: its key, if it has one, and under
-// exactly-once its dedup key, so that a duplicate runs after the record it
-// duplicates and finds it processed. Records without a key are ordered
-// only by their IDs.
+// exactly-once its idempotency key, so that a duplicate runs after the
+// record it duplicates and finds it processed. Records without a key are
+// ordered only by their idempotency keys, if any.
 func (it *item) setKeys(eos bool) {
 	it.nkeys = 0
 	if len(it.rec.Key) > 0 {
 		it.keys[0], it.nkeys = string(it.rec.Key), 1
 	}
-	if eos && (it.nkeys == 0 || it.keys[0] != it.dedupKey) {
+	if eos && it.idem && (it.nkeys == 0 || it.keys[0] != it.dedupKey) {
 		it.keys[it.nkeys] = it.dedupKey
 		it.nkeys++
 	}

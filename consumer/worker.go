@@ -5,14 +5,16 @@ package consumer
 //  1. fetch.go: Run polls the group's partitions; dispatch admits each new
 //     record into its partition's offset set (offsets.go) and holds it while
 //     the partition restores from its changelog (restore.go).
-//  2. dedup.go: the record's dedup key is looked up in the checkpoint, in
-//     one batch per fetch.
+//  2. dedup.go: the record's idempotency key, if it has one (an ID a
+//     client chose), is looked up in the checkpoint, in one batch per
+//     fetch.
 //  3. schedule.go: the scheduler queues the record behind any earlier,
 //     unfinished record of its partition with the same key or dedup key,
 //     and runs it on the first free slot.
 //  4. execute.go: decode, the dedup decision, expiry, the handler under its
 //     time-to-run; outcome.go turns the run into a result: outputs, state
-//     writes and a mark, a retry through the delay buckets, or a dead letter.
+//     writes and, for an idempotency key, a mark; a retry through the
+//     delay buckets; or a dead letter.
 //  5. partition.go: the result waits in its partition for the next commit;
 //     the record leaves the offset set's open records.
 //  6. commit.go: every commit interval, whatever is still running, one
@@ -57,10 +59,6 @@ type Worker struct {
 	stopping   atomic.Bool
 	phase      atomic.Int32 // phaseNotStarted, phaseRunning, phaseStopped
 	health     *ops.BrokerHealth
-	// lost is the group's OnPartitionsLost (the session expired): the
-	// worker is not a member until it joins again, and gives the
-	// partitions up as revoked ones.
-	lost       func(context.Context, *kgo.Client, map[string][]int32)
 	restarts   int // session restarts since the last successful commit
 	lastExpire time.Time
 	ckpt       ckptWriter
@@ -70,15 +68,19 @@ type Worker struct {
 // does.
 func New(opts ...Opt) (*Worker, error) {
 	cfg := defaults()
+	nils := 0
 	for _, o := range opts {
+		if o == nil {
+			nils++
+			continue
+		}
 		o.apply(&cfg)
 	}
-	if err := cfg.validate(); err != nil {
+	if err := cfg.validate(nils); err != nil {
 		return nil, err
 	}
 	w := &Worker{cfg: cfg, parts: map[checkpoint.TP]*partState{}, wake: make(chan struct{}, 1),
 		health: ops.NewBrokerHealth(cfg.sessionTimeout)}
-	w.lost = w.health.OnLost(w.revoked)
 	m, err := newMetrics(cfg.registerer, w)
 	if err != nil {
 		return nil, err
@@ -188,7 +190,8 @@ const maxSessionRestarts = 5
 // starts a new session, whose InitProducerID fences the old transactional
 // producer and aborts its open transaction. The group gives the instance
 // its partitions back (static membership) and they run again from their
-// committed offsets; records finished above those are found by their marks.
+// committed offsets; records finished above those are found in the
+// finished ranges committed with them.
 func (w *Worker) restartSession(ctx context.Context, cause error) error {
 	w.restarts++
 	if w.restarts > maxSessionRestarts {

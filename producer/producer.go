@@ -99,8 +99,11 @@ func clientOpts(cfg config) []kgo.Opt {
 // Invalid tasks are refused before anything is sent, with an error that
 // wraps the onceq error kind: errors.Is(err, onceq.ErrInvalidQueue). If ctx
 // ends before the acknowledgment, Submit returns ctx's error and the task
-// may still be written: resubmit it with the receipt's ID; duplicates of
-// one ID run once.
+// may still be written. A task with an ID of your own can then be
+// submitted again: duplicates of one ID run once. An ID the producer
+// generated is not an idempotency key (onceq.Task.GeneratedID): workers
+// keep no mark of it, so a task that must survive such a retry without a
+// second run needs an ID of your own.
 func (p *Producer) Submit(ctx context.Context, task onceq.Task) (Receipt, error) {
 	type result struct {
 		rc  Receipt
@@ -118,6 +121,10 @@ func (p *Producer) Submit(ctx context.Context, task onceq.Task) (Receipt, error)
 		default:
 		}
 		// The outcome still reaches the metrics when it comes.
+		if task.ID == "" {
+			return Receipt{ID: id}, fmt.Errorf("producer: task %s: %w: it may still be written; its ID was generated, so a resubmission "+
+				"may run a second time: give tasks IDs of your own to resubmit them safely", id, ctx.Err())
+		}
 		return Receipt{ID: id}, fmt.Errorf("producer: task %s: %w: it may still be written; resubmit it with this ID, duplicates run once", id, ctx.Err())
 	}
 }
@@ -197,7 +204,7 @@ func (p *Producer) prepare(ctx context.Context, t *onceq.Task, now time.Time) (r
 		if err != nil {
 			return nil, nil, nil, fmt.Errorf("generating a task ID: %w", err)
 		}
-		t.ID = id
+		t.ID, t.GeneratedID = id, true
 	}
 	if t.MaxAttempts == 0 {
 		t.MaxAttempts = p.cfg.defaultMaxAttempts
