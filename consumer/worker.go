@@ -105,13 +105,7 @@ func (w *Worker) Run(ctx context.Context) (err error) {
 	}
 	defer w.phase.Store(phaseStopped)
 	w.health.Start()
-	if err := w.start(ctx); err != nil {
-		w.close()
-		if ctx.Err() != nil {
-			// Stopped while starting: nothing ran, nothing to commit.
-			w.cfg.log.Info("worker stopped while starting", "err", err)
-			return nil
-		}
+	if ok, err := ops.Start(ctx, w.cfg.log, w.start, w.close); !ok {
 		return err
 	}
 	defer w.close()

@@ -155,13 +155,7 @@ func (s *Service) Run(ctx context.Context) (err error) {
 		s.runErr.Store(&err)
 		s.phase.Store(stopped)
 	}()
-	if err := s.start(ctx); err != nil {
-		s.close()
-		if ctx.Err() != nil {
-			// Stopped while starting: nothing moved, nothing to commit.
-			s.cfg.log.Info("delay service stopped while starting", "err", err)
-			return nil
-		}
+	if ok, err := ops.Start(ctx, s.cfg.log, s.start, s.close); !ok {
 		return err
 	}
 	defer s.close()

@@ -181,3 +181,19 @@ func (s *Server) Close() {
 	defer cancel()
 	_ = s.srv.Shutdown(ctx)
 }
+
+// Start runs start, the connecting step of a component's Run. On failure
+// it runs closeAll, and a failure caused by ctx ending (a stop while
+// starting) is no error: nothing ran, nothing is left to commit. ok says
+// whether Run goes on.
+func Start(ctx context.Context, log *slog.Logger, start func(context.Context) error, closeAll func()) (ok bool, err error) {
+	if err := start(ctx); err != nil {
+		closeAll()
+		if ctx.Err() != nil {
+			log.Info("stopped while starting", "err", err)
+			return false, nil
+		}
+		return false, err
+	}
+	return true, nil
+}
