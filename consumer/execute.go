@@ -183,8 +183,10 @@ func (w *Worker) runHandler(sl *slot, it *item, t *Task, key string, now time.Ti
 			}
 			return
 		}
-		w.metrics.handler.Observe(time.Since(now).Seconds())
-		if err == nil && time.Now().After(r.ctx.deadline) {
+		// One clock read serves the metric, the deadline and the result.
+		t.ended = time.Now()
+		w.metrics.handler.Observe(t.ended.Sub(now).Seconds())
+		if err == nil && t.ended.After(r.ctx.deadline) {
 			err = fmt.Errorf("task %q exceeded its time-to-run of %v", t.ID, timeout)
 		}
 	}()

@@ -49,6 +49,8 @@ type Task struct {
 	state State
 	emits []onceq.Task
 	w     *Worker
+	// ended is when its handler returned: the time its result carries.
+	ended time.Time
 	// kitMaxBytes is Emit's size limit of a Task built by NewKitTask,
 	// which has no Worker.
 	kitMaxBytes int

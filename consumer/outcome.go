@@ -28,7 +28,10 @@ const (
 // success turns a handled task into its result: outputs as records, state
 // writes, the processed-ID mark.
 func (w *Worker) success(t *Task, key string) (*result, error) {
-	now := time.Now()
+	now := t.ended
+	if now.IsZero() {
+		now = time.Now()
+	}
 	res := &result{id: key, at: now, writes: t.state.writes, outcome: outcomeSuccess, queue: t.Queue}
 	for i := range t.emits {
 		out := &t.emits[i]
