@@ -121,9 +121,12 @@ func stamped(payload []byte) (time.Time, bool) {
 	return time.Unix(0, int64(binary.BigEndian.Uint64(payload))), true
 }
 
-// task returns the task of index i for queue, stamped with now.
+// task returns the task of index i for queue, stamped with now. A task
+// submitted once stands for one submitted without an ID: its ID is marked
+// generated, as the producer marks its own. One submitted twice carries
+// an ID the client chose, an idempotency key.
 func (l *load) task(i int32, queue string, now time.Time) onceq.Task {
-	return onceq.Task{ID: l.id(i), Queue: queue, Payload: l.payload(now)}
+	return onceq.Task{ID: l.id(i), GeneratedID: l.want[i] == 1, Queue: queue, Payload: l.payload(now)}
 }
 
 // pacer spaces submissions at rate per second; rate 0 does not wait.

@@ -203,6 +203,8 @@ type Options struct {
 	// Chaos runs exactly-once only.
 	Guarantee consumer.Guarantee
 	// Duplicates is the fraction of IDs submitted a second time, 0 to 1.
+	// Those carry IDs a client chose (idempotency keys, which workers
+	// remember); the others are marked generated, as the producer's own.
 	Duplicates float64
 	// Rate is the offered load in tasks per second for E2E, Delay and
 	// Chaos. Default 0: flat out, except for Chaos, whose default spreads
