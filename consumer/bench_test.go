@@ -141,7 +141,9 @@ func BenchmarkWorkerThroughput(b *testing.B) {
 		// order would bias the ratios. Run -benchtime 3x for every order.
 		drains := []func(){
 			func() { eos += drainWorker(b, conn, "bench", fmt.Sprintf("eos-%d", i), n, consumer.ExactlyOnce) },
-			func() { keys += drainWorker(b, conn, "bench-keys", fmt.Sprintf("eos-keys-%d", i), n, consumer.ExactlyOnce) },
+			func() {
+				keys += drainWorker(b, conn, "bench-keys", fmt.Sprintf("eos-keys-%d", i), n, consumer.ExactlyOnce)
+			},
 			func() { alo += drainWorker(b, conn, "bench", fmt.Sprintf("alo-%d", i), n, consumer.AtLeastOnce) },
 		}
 		for j := range drains {
