@@ -12,6 +12,7 @@ import (
 
 	"github.com/onceq/onceq"
 	"github.com/onceq/onceq/broker"
+	"github.com/onceq/onceq/checkpoint"
 	"github.com/onceq/onceq/delay"
 )
 
@@ -48,7 +49,7 @@ const (
 	DefaultConcurrency         = 32
 	DefaultCommitInterval      = 100 * time.Millisecond
 	DefaultMaxRecordsPerCommit = 20_000
-	DefaultDedupWindow         = 7 * 24 * time.Hour
+	DefaultDedupWindow         = checkpoint.DefaultDedupWindow
 	DefaultMaxBufferedRecords  = 50_000
 	DefaultTaskTimeout         = 30 * time.Second
 	DefaultGuarantee           = ExactlyOnce

@@ -87,7 +87,7 @@ func Brokers(addrs ...string) Opt {
 func ClientID(id string) Opt { return optFunc(func(cfg *config) { cfg.clientID = id }) }
 
 // Linger sets how long a partition's batch waits for more tasks before it
-// is sent. Default 5ms: under load SubmitAsync fills bigger batches, which
+// is sent. Default DefaultLinger (5ms): under load SubmitAsync fills bigger batches, which
 // raised throughput by a third or more over no linger on the embedded
 // broker, at the cost of up to 5ms more latency for SubmitAsync's
 // callbacks. Submit does not wait for it: it sends its partition's batch
@@ -103,7 +103,8 @@ func Linger(d time.Duration) Opt {
 
 // MaxBufferedRecords bounds the tasks submitted and not yet acknowledged.
 // When it is reached, Submit and SubmitAsync block until tasks are
-// acknowledged or their context ends. Default 100,000.
+// acknowledged or their context ends. Default
+// DefaultMaxBufferedRecords (100,000).
 func MaxBufferedRecords(n int) Opt {
 	return optFunc(func(cfg *config) {
 		if n < 1 {
@@ -229,7 +230,8 @@ func TransactionalID(id string) Opt {
 }
 
 // TxTimeout is how long one Tx may stay open on the broker, from its first
-// task to its commit, before the broker aborts it. Default 20s: long
+// task to its commit, before the broker aborts it. Default DefaultTxTimeout
+// (20s): long
 // enough for a million small tasks, short enough that a crashed producer
 // does not hold back read_committed readers for long (see
 // TransactionalID). The broker caps it (transaction.max.timeout.ms).
