@@ -25,6 +25,7 @@ type Batch struct {
 	pb    *pebble.Batch
 	parts []*partition             // partitions written to
 	marks map[handle][]expiryEntry // IDs marked per partition, for the expiry records
+	keys  map[*partition][]uint64  // hashes of the state keys set, for the filters
 	key   []byte                   // scratch
 	done  bool
 }
@@ -101,7 +102,14 @@ func (b *Batch) Set(tp TP, key, value []byte) error {
 		return err
 	}
 	b.key = appendStateKey(b.key[:0], p.h, key)
-	return b.pb.Set(b.key, value, nil)
+	if err := b.pb.Set(b.key, value, nil); err != nil {
+		return err
+	}
+	if b.keys == nil {
+		b.keys = map[*partition][]uint64{}
+	}
+	b.keys[p] = append(b.keys[p], keyHash(key))
+	return nil
 }
 
 // Delete deletes the state value of key in tp.
@@ -160,6 +168,11 @@ func (b *Batch) Commit() error {
 		if p.dropped.Load() {
 			return invalidf("partition %s was dropped after the batch wrote to it", p.tp)
 		}
+	}
+	// The keys join the filters before Pebble has them: a Get never
+	// finds a committed key missing from its partition's filter.
+	for p, hashes := range b.keys {
+		p.addKeys(hashes)
 	}
 	seq := s.watch.begin(b.marks)
 	err := s.apply(b.pb, s.wo)

@@ -105,6 +105,11 @@ type partition struct {
 	h         handle
 	persisted atomic.Bool // its registry key is committed
 	dropped   atomic.Bool
+
+	// The Bloom filter of its state keys (filter.go): the one in use,
+	// and the one being built from Pebble, by one builder at a time.
+	filter, building atomic.Pointer[keyFilter]
+	filterMu         sync.Mutex
 }
 
 type partitions struct {
@@ -492,7 +497,22 @@ func (s *Store) Get(tp TP, key []byte) ([]byte, bool, error) {
 	if err := validateKey(key); err != nil {
 		return nil, false, err
 	}
-	return s.get(tp, func(h handle) []byte { return appendStateKey(nil, h, key) })
+	if err := s.acquire(); err != nil {
+		return nil, false, err
+	}
+	defer s.release()
+	p := s.lookup(tp)
+	if p == nil {
+		return nil, false, nil
+	}
+	f, err := s.stateFilter(p)
+	if err != nil {
+		return nil, false, err
+	}
+	if !f.mayContain(keyHash(key)) {
+		return nil, false, nil
+	}
+	return s.getLocked(p, appendStateKey(nil, p.h, key))
 }
 
 // get reads the value of a key of tp built by key; it returns a copy.
@@ -505,12 +525,17 @@ func (s *Store) get(tp TP, key func(handle) []byte) ([]byte, bool, error) {
 	if p == nil {
 		return nil, false, nil
 	}
-	v, closer, err := s.db.Get(key(p.h))
+	return s.getLocked(p, key(p.h))
+}
+
+// getLocked reads a key of p; the caller acquired the store.
+func (s *Store) getLocked(p *partition, key []byte) ([]byte, bool, error) {
+	v, closer, err := s.db.Get(key)
 	if errors.Is(err, pebble.ErrNotFound) {
 		return nil, false, nil
 	}
 	if err != nil {
-		return nil, false, ioError(err, "read %s", tp)
+		return nil, false, ioError(err, "read %s", p.tp)
 	}
 	v = bytes.Clone(v)
 	_ = closer.Close()
