@@ -21,9 +21,10 @@ import "github.com/onceq/onceq"
 // so a duplicate asks only after the record it duplicates finished.
 
 // lookup asks the checkpoint, in one batch, which of the items' dedup keys
-// are processed, when they are admitted. The answer stands as long as no
-// checkpoint write cleared from ids a result that finished after it: until
-// then a result for the key finished since would still be in ids.
+// are processed, when they are admitted. A result for the key can finish
+// after that only for a twin that was running then: refresh catches one
+// that finished before the item was queued, settled one the item queued
+// behind. Otherwise the answer stands until the item starts.
 func (p *partState) lookup(items []*item) error {
 	var (
 		keys []string
@@ -58,6 +59,34 @@ func (p *partState) lookup(items []*item) error {
 	return nil
 }
 
+// refresh brings an item's admission-time answer up to the moment it is
+// queued; the caller holds p.mu. A twin that finished since the lookup
+// left its key in ids, where it stays until a checkpoint write clears it;
+// if one did clear something since, the answer is asked again when the
+// item starts (the restore queues held records on its own goroutine, while
+// commits go on).
+func (p *partState) refresh(it *item) {
+	if !it.idem || !it.looked || it.known {
+		return
+	}
+	if s, ok := p.ids[it.dedupKey]; ok && s > it.lookSeq {
+		it.known = true
+	} else if p.cleared > it.lookSeq {
+		it.looked = false
+	}
+}
+
+// settled tells the items waiting behind a finished run, for its key, that
+// the key is processed: they were admitted while it ran, so their answers
+// predate it. The caller holds p.mu.
+func settled(waiters []*item, key string) {
+	for _, w := range waiters {
+		if w.idem && w.dedupKey == key {
+			w.known = true
+		}
+	}
+}
+
 // duplicate reports whether the record is processed in this partition,
 // as it sees it about to start: key is its dedup key and idem whether that
 // is an idempotency key.
@@ -71,14 +100,17 @@ func (p *partState) duplicate(it *item, key string, idem bool) (bool, error) {
 		p.mu.Unlock()
 		return false, nil
 	}
+	if it.looked && it.dedupKey == key {
+		// The admission-time answer, kept current by refresh and
+		// settled.
+		known := it.known
+		p.mu.Unlock()
+		return known, nil
+	}
 	_, ok := p.ids[key]
-	stands := it.looked && it.dedupKey == key && p.cleared <= it.lookSeq
 	p.mu.Unlock()
 	if ok {
 		return true, nil
-	}
-	if stands {
-		return it.known, nil
 	}
 	return p.store.Has(p.tp, key)
 }

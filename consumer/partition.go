@@ -123,8 +123,12 @@ func (p *partState) complete(it *item, res *result) (ready []*item) {
 		}
 	}
 	p.results = append(p.results, res)
+	settle := p.store != nil && res.idem && !res.noMark
 	for _, k := range it.keys[:it.nkeys] {
 		waiters := p.keys[k]
+		if settle && k == res.id {
+			settled(waiters, k)
+		}
 		if len(waiters) == 0 {
 			delete(p.keys, k)
 			continue

@@ -85,6 +85,9 @@ func TestDuplicateAfterItsTwinsCheckpoint(t *testing.T) {
 	if twin.known {
 		t.Fatal("the twin was known before its first record ran")
 	}
+	// The scheduler queues it behind the first.
+	first.setKeys(true)
+	ps.keys["a"] = []*item{twin}
 	ps.complete(first, &result{id: "a", outcome: outcomeSuccess})
 	_, _, _, upTo := ps.collect()
 	b := store.NewBatch()
@@ -282,5 +285,41 @@ func TestCommitWaitsForTheRestore(t *testing.T) {
 	ps.committedTo(10, nil, false) // a commit that wrote no ranges
 	if !ps.finished.Contains(15) {
 		t.Fatalf("finished %v after a commit that wrote none, want the restored ranges", ps.finished)
+	}
+}
+
+// TestTwinFinishedBeforeItWasQueued pins refresh: a twin that finished
+// between an item's lookup and its queueing left its key in ids, so the
+// item is known processed; if a checkpoint write cleared ids meanwhile
+// (only possible off the worker's loop, in a restore), the item asks the
+// store again when it starts.
+func TestTwinFinishedBeforeItWasQueued(t *testing.T) {
+	store := openStore(t)
+	tp := checkpoint.TP{Topic: "q", Partition: 0}
+	for _, cleared := range []bool{false, true} {
+		ps := restoredPart(tp, store)
+		first := admitted(t, ps, "b", 0)
+		twin := admitted(t, ps, "b", 1)
+		if err := ps.lookup([]*item{twin}); err != nil || twin.known {
+			t.Fatalf("lookup: known %v, %v; want not known", twin.known, err)
+		}
+		ps.complete(first, &result{id: "b", outcome: outcomeSuccess})
+		if cleared {
+			_, _, _, upTo := ps.collect()
+			b := store.NewBatch()
+			if err := b.MarkProcessed(tp, "b", first.rec.Timestamp); err != nil {
+				t.Fatal(err)
+			}
+			if err := b.Commit(); err != nil {
+				t.Fatal(err)
+			}
+			ps.checkpointed(upTo)
+		}
+		ps.mu.Lock()
+		ps.refresh(twin)
+		ps.mu.Unlock()
+		if dup, err := ps.duplicate(twin, "b", true); err != nil || !dup {
+			t.Fatalf("cleared %v: duplicate(twin) = %v, %v; want true", cleared, dup, err)
+		}
 	}
 }

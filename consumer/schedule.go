@@ -121,6 +121,7 @@ func (s *scheduler) submit(ps *partState, items []*item) {
 	}
 	for _, it := range items {
 		it.setKeys(eos)
+		ps.refresh(it)
 		for _, k := range it.keys[:it.nkeys] {
 			if waiters, held := ps.keys[k]; held {
 				ps.keys[k] = append(waiters, it)
