@@ -21,15 +21,15 @@ type idSource struct {
 	seq    uint16 // rand_a, 12 bits
 	pool   [4096]byte
 	off    int
-	now    func() time.Time
 }
 
 func newIDSource() *idSource {
-	return &idSource{off: 4096, now: time.Now}
+	return &idSource{off: 4096}
 }
 
-// next returns a new ID, or an error if the system's random source fails.
-func (s *idSource) next() (string, error) {
+// next returns a new ID for a task submitted at now (the submission's own
+// clock read), or an error if the system's random source fails.
+func (s *idSource) next(now time.Time) (string, error) {
 	var u [16]byte
 	s.mu.Lock()
 	if s.off+10 > len(s.pool) {
@@ -41,7 +41,7 @@ func (s *idSource) next() (string, error) {
 	}
 	copy(u[6:], s.pool[s.off:s.off+10])
 	s.off += 10
-	ms := s.now().UnixMilli()
+	ms := now.UnixMilli()
 	switch {
 	case ms > s.lastMS:
 		s.lastMS = ms

@@ -16,13 +16,12 @@ import (
 func TestIDSource(t *testing.T) {
 	s := newIDSource()
 	clock := time.UnixMilli(1_700_000_000_000)
-	s.now = func() time.Time { return clock }
 	var prev string
 	for i := 0; i < 10_000; i++ {
 		if i == 7000 {
 			clock = clock.Add(-time.Second)
 		}
-		id, err := s.next()
+		id, err := s.next(clock)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -47,7 +46,7 @@ func TestIDSource(t *testing.T) {
 	for g := 0; g < 4; g++ {
 		wg.Go(func() {
 			for i := 0; i < 20_000; i++ {
-				id, err := s.next()
+				id, err := s.next(time.Now())
 				if err != nil {
 					t.Error(err)
 					return

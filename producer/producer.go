@@ -199,8 +199,11 @@ func (p *Producer) prepare(ctx context.Context, t *onceq.Task, now time.Time) (r
 	if err := t.Validate(p.cfg.maxMessageBytes); err != nil {
 		return nil, nil, nil, err
 	}
+	if !p.cfg.realClock {
+		now = p.cfg.now()
+	}
 	if t.ID == "" {
-		id, err := p.ids.next()
+		id, err := p.ids.next(now)
 		if err != nil {
 			return nil, nil, nil, fmt.Errorf("generating a task ID: %w", err)
 		}
@@ -211,9 +214,6 @@ func (p *Producer) prepare(ctx context.Context, t *onceq.Task, now time.Time) (r
 	}
 	if t.Timeout == 0 {
 		t.Timeout = p.cfg.defaultTimeout
-	}
-	if !p.cfg.realClock {
-		now = p.cfg.now()
 	}
 	t.Resolve(now)
 	if dest, q, err = p.route(ctx, t, now); err != nil {
