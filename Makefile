@@ -35,6 +35,13 @@ demo: build
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem -count 3 -timeout 60m ./...
 
+## bench-watermill: the exactly-once worker against Watermill's Kafka subscriber,
+## side by side (bench/watermill, a module of its own: onceq depends on neither
+## Watermill nor Sarama)
+.PHONY: bench-watermill
+bench-watermill:
+	cd bench/watermill && $(GO) test -run '^$$' -bench . -benchtime 2x -timeout 30m
+
 ## fuzz: every fuzz target for FUZZTIME each
 fuzz:
 	@set -e; for pkg in $$($(GO) list ./...); do \

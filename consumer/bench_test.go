@@ -7,12 +7,9 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/onceq/onceq"
 	"github.com/onceq/onceq/bench"
@@ -22,34 +19,12 @@ import (
 	"github.com/onceq/onceq/producer"
 )
 
-// benchTasks is the queue size of the throughput benchmarks: 1,000,000, or
-// ONCEQ_BENCH_TASKS.
-func benchTasks() int {
-	if n, err := strconv.Atoi(os.Getenv("ONCEQ_BENCH_TASKS")); err == nil && n > 0 {
-		return n
-	}
-	return 1_000_000
-}
-
-// preload writes n 100-byte tasks to an 8-partition queue; generated says
-// whether their IDs are onceq's (onceq.Task.GeneratedID) or a client's.
+// preload writes n 100-byte tasks to a new queue of 8 partitions;
+// generated says whether their IDs are onceq's or a client's.
 func preload(b *testing.B, conn broker.Conn, queue string, n int, generated bool) {
 	b.Helper()
 	testutil.CreateTopic(b, conn, queue, 8)
-	cl, err := conn.NewClient(kgo.ProducerLinger(5*time.Millisecond), kgo.MaxBufferedRecords(1<<20))
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer cl.Close()
-	ctx := context.Background()
-	payload := []byte(strings.Repeat("x", 100))
-	now := time.Now()
-	for i := 0; i < n; i++ {
-		t := onceq.Task{ID: "t-" + strconv.Itoa(i), GeneratedID: generated, Queue: queue, Payload: payload}
-		t.Resolve(now)
-		cl.Produce(ctx, t.Record(queue), nil)
-	}
-	if err := cl.Flush(ctx); err != nil {
+	if err := bench.Preload(context.Background(), conn, queue, n, generated); err != nil {
 		b.Fatal(err)
 	}
 }
@@ -58,53 +33,22 @@ func preload(b *testing.B, conn broker.Conn, queue string, n int, generated bool
 // handled n tasks and committed them, and returns the time it took.
 func drainWorker(b *testing.B, conn broker.Conn, queue, group string, n int, g consumer.Guarantee) time.Duration {
 	b.Helper()
-	var handled atomic.Int64
-	h := consumer.HandlerFunc(func(context.Context, *consumer.Task) error { handled.Add(1); return nil })
-	w, err := consumer.New(consumer.Conn(conn), consumer.Group(group), consumer.Queues(queue), consumer.CheckpointDir(b.TempDir()),
-		consumer.WithHandler(h), consumer.WithGuarantee(g), consumer.NoSync())
+	took, err := bench.Drain(context.Background(), conn, queue, group, b.TempDir(), n, consumer.WithGuarantee(g))
 	if err != nil {
 		b.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	start := time.Now()
-	go func() { done <- w.Run(ctx) }()
-	waitCommitted(b, conn, group, int64(n))
-	took := time.Since(start)
-	cancel()
-	if err := <-done; err != nil {
-		b.Fatal(err)
-	}
-	if handled.Load() < int64(n) {
-		b.Fatalf("handled %d of %d", handled.Load(), n)
 	}
 	return took
 }
 
-// waitCommitted waits until the group's committed offsets cover n records.
+// waitCommitted waits, at most 10 minutes, until the group's committed
+// offsets cover n records.
 func waitCommitted(b *testing.B, conn broker.Conn, group string, n int64) {
 	b.Helper()
-	adm, err := broker.NewAdmin(conn)
-	if err != nil {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	if err := bench.WaitCommitted(ctx, conn, group, n); err != nil {
 		b.Fatal(err)
 	}
-	defer adm.Close()
-	deadline := time.Now().Add(10 * time.Minute)
-	for time.Now().Before(deadline) {
-		if lags, err := adm.GroupLag(context.Background(), group); err == nil {
-			var done int64
-			for _, l := range lags {
-				if l.Committed > 0 {
-					done += l.Committed
-				}
-			}
-			if done >= n {
-				return
-			}
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	b.Fatalf("group %s did not commit %d records in time", group, n)
 }
 
 // txnCopyLoop is franz-go's own exactly-once copy loop (the
@@ -127,7 +71,7 @@ func txnCopyLoop(b *testing.B, conn broker.Conn, queue, out string, n int) time.
 // each), and the worker at-least-once. It reports each rate and the
 // ratios.
 func BenchmarkWorkerThroughput(b *testing.B) {
-	n := benchTasks()
+	n := bench.EnvTasks()
 	_, conn := testutil.StartBroker(b, "")
 	preload(b, conn, "bench", n, true)
 	preload(b, conn, "bench-keys", n, false)
@@ -226,7 +170,7 @@ func BenchmarkWorkerLatency(b *testing.B) {
 // process (noop handler, exactly-once) and reports its peak resident memory
 // (VmHWM) and its rate. ONCEQ_BENCH_WORKER_FLAGS adds worker flags.
 func BenchmarkWorkerRSS(b *testing.B) {
-	n := benchTasks()
+	n := bench.EnvTasks()
 	_, conn := testutil.StartBroker(b, "")
 	preload(b, conn, "rss", n, false)
 	for i := 0; b.Loop(); i++ {

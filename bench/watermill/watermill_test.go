@@ -1,0 +1,128 @@
+package watermill_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/IBM/sarama"
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill-kafka/v3/pkg/kafka"
+
+	"github.com/onceq/onceq/bench"
+	"github.com/onceq/onceq/broker"
+)
+
+// BenchmarkWorkerVsWatermill drains one pre-loaded queue of 100-byte tasks
+// (8 partitions, IDs onceq generated) with onceq's exactly-once worker and
+// a noop handler, and with Watermill's Kafka subscriber in a consumer group
+// that acknowledges every message and does nothing else. The two take
+// turns at going first; run -benchtime 2x for both orders.
+func BenchmarkWorkerVsWatermill(b *testing.B) {
+	n := bench.EnvTasks()
+	emb, err := broker.StartEmbedded(broker.EmbeddedConfig{Listen: "127.0.0.1:0"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer emb.Close()
+	conn := broker.Conn{Brokers: []string{emb.Addr()}}
+	preload(b, conn, "bench", n)
+	var onceqTook, wmTook time.Duration
+	runs := 0
+	for i := 0; b.Loop(); i++ {
+		drains := []func(){
+			func() {
+				took, err := bench.Drain(context.Background(), conn, "bench", fmt.Sprintf("onceq-%d", i), b.TempDir(), n)
+				if err != nil {
+					b.Fatal(err)
+				}
+				onceqTook += took
+			},
+			func() { wmTook += drainWatermill(b, conn, "bench", fmt.Sprintf("watermill-%d", i), n) },
+		}
+		for j := range drains {
+			drains[(i+j)%len(drains)]()
+		}
+		runs++
+	}
+	rate := func(d time.Duration) float64 { return float64(n*runs) / d.Seconds() }
+	b.ReportMetric(rate(onceqTook), "eos-tasks/s")
+	b.ReportMetric(rate(wmTook), "watermill-tasks/s")
+	b.ReportMetric(rate(onceqTook)/rate(wmTook), "eos/watermill")
+}
+
+// preload writes n tasks with generated IDs to a new queue of 8
+// partitions.
+func preload(b *testing.B, conn broker.Conn, queue string, n int) {
+	b.Helper()
+	adm, err := broker.NewAdmin(conn)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer adm.Close()
+	ctx := context.Background()
+	if err := adm.CreateTopic(ctx, queue, 8, nil); err != nil {
+		b.Fatal(err)
+	}
+	if err := bench.Preload(ctx, conn, queue, n, true); err != nil {
+		b.Fatal(err)
+	}
+}
+
+// drainWatermill subscribes to queue with Watermill's Kafka subscriber in
+// group, acknowledges n messages and returns the time it took, from the
+// subscription to the last acknowledgment's commit.
+func drainWatermill(b *testing.B, conn broker.Conn, queue, group string, n int) time.Duration {
+	b.Helper()
+	sc := kafka.DefaultSaramaSubscriberConfig()
+	sc.Consumer.Offsets.Initial = sarama.OffsetOldest
+	// Sarama fails to decode some responses of franz-go's kfake at the
+	// newer protocol versions ("invalid byteslice length"); 2.1 works.
+	sc.Version = sarama.V2_1_0_0
+	sub, err := kafka.NewSubscriber(kafka.SubscriberConfig{
+		Brokers:               conn.Brokers,
+		Unmarshaler:           kafka.DefaultMarshaler{},
+		OverwriteSaramaConfig: sc,
+		ConsumerGroup:         group,
+	}, logger())
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	start := time.Now()
+	msgs, err := sub.Subscribe(ctx, queue)
+	if err != nil {
+		b.Fatal(err)
+	}
+	deadline := time.After(10 * time.Minute)
+	for got := 0; got < n; got++ {
+		select {
+		case m := <-msgs:
+			m.Ack()
+		case <-deadline:
+			b.Fatalf("watermill: %d of %d messages in 10 minutes", got, n)
+		}
+	}
+	wait, stop := context.WithTimeout(ctx, 10*time.Minute)
+	defer stop()
+	if err := bench.WaitCommitted(wait, conn, group, int64(n)); err != nil {
+		b.Fatal(err)
+	}
+	took := time.Since(start)
+	if err := sub.Close(); err != nil {
+		b.Fatal(err)
+	}
+	return took
+}
+
+// logger is Watermill's logger: none, or with ONCEQ_BENCH_WATERMILL_DEBUG
+// set, its debug log on stderr.
+func logger() watermill.LoggerAdapter {
+	if os.Getenv("ONCEQ_BENCH_WATERMILL_DEBUG") == "" {
+		return watermill.NopLogger{}
+	}
+	return watermill.NewStdLogger(true, false)
+}
