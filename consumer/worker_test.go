@@ -23,9 +23,8 @@ import (
 	"github.com/onceq/onceq/internal/testutil"
 )
 
-// produceTasks writes tasks with IDs id-0..id-(n-1) to queue, plus dups
-// resubmissions of existing IDs, in one transaction per 1,000.
-func produceTasks(t *testing.T, conn broker.Conn, queue string, ids []string) {
+// produceTasks writes a task for each ID to queue, each edited by the edits.
+func produceTasks(t *testing.T, conn broker.Conn, queue string, ids []string, edits ...func(*onceq.Task)) {
 	t.Helper()
 	cl, err := conn.NewClient()
 	if err != nil {
@@ -37,6 +36,9 @@ func produceTasks(t *testing.T, conn broker.Conn, queue string, ids []string) {
 	recs := make([]*kgo.Record, 0, len(ids))
 	for _, id := range ids {
 		task := onceq.Task{ID: id, Queue: queue, Payload: []byte("payload-" + id)}
+		for _, edit := range edits {
+			edit(&task)
+		}
 		task.Resolve(time.Now())
 		recs = append(recs, task.Record(queue))
 	}
