@@ -481,7 +481,7 @@ func compareTP(a, b TP) int {
 
 // Checkpoint returns the offsets of tp; false if none were recorded.
 func (s *Store) Checkpoint(tp TP) (Offsets, bool, error) {
-	v, ok, err := s.get(tp, func(h handle) []byte { return checkpointKey(h) })
+	v, ok, err := s.get(tp, func(p *partition) ([]byte, error) { return checkpointKey(p.h), nil })
 	if err != nil || !ok {
 		return Offsets{}, false, err
 	}
@@ -497,6 +497,18 @@ func (s *Store) Get(tp TP, key []byte) ([]byte, bool, error) {
 	if err := validateKey(key); err != nil {
 		return nil, false, err
 	}
+	return s.get(tp, func(p *partition) ([]byte, error) {
+		f, err := s.stateFilter(p)
+		if err != nil || !f.mayContain(keyHash(key)) {
+			return nil, err // never set: no need to ask Pebble
+		}
+		return appendStateKey(nil, p.h, key), nil
+	})
+}
+
+// get reads the value of a key of tp that key builds (nil: there is none
+// to read); it returns a copy.
+func (s *Store) get(tp TP, key func(*partition) ([]byte, error)) ([]byte, bool, error) {
 	if err := s.acquire(); err != nil {
 		return nil, false, err
 	}
@@ -505,32 +517,11 @@ func (s *Store) Get(tp TP, key []byte) ([]byte, bool, error) {
 	if p == nil {
 		return nil, false, nil
 	}
-	f, err := s.stateFilter(p)
-	if err != nil {
+	k, err := key(p)
+	if err != nil || k == nil {
 		return nil, false, err
 	}
-	if !f.mayContain(keyHash(key)) {
-		return nil, false, nil
-	}
-	return s.getLocked(p, appendStateKey(nil, p.h, key))
-}
-
-// get reads the value of a key of tp built by key; it returns a copy.
-func (s *Store) get(tp TP, key func(handle) []byte) ([]byte, bool, error) {
-	if err := s.acquire(); err != nil {
-		return nil, false, err
-	}
-	defer s.release()
-	p := s.lookup(tp)
-	if p == nil {
-		return nil, false, nil
-	}
-	return s.getLocked(p, key(p.h))
-}
-
-// getLocked reads a key of p; the caller acquired the store.
-func (s *Store) getLocked(p *partition, key []byte) ([]byte, bool, error) {
-	v, closer, err := s.db.Get(key)
+	v, closer, err := s.db.Get(k)
 	if errors.Is(err, pebble.ErrNotFound) {
 		return nil, false, nil
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -15,7 +16,12 @@ import (
 // admitted returns an item for a task record at offset off, admitted in ps.
 func admitted(t *testing.T, ps *partState, id string, off int64) *item {
 	t.Helper()
-	task := onceq.Task{ID: id, Queue: "q"}
+	return admittedTask(t, ps, onceq.Task{ID: id, Queue: "q"}, off)
+}
+
+// admittedTask is admitted for any task of queue q.
+func admittedTask(t *testing.T, ps *partState, task onceq.Task, off int64) *item {
+	t.Helper()
 	rec := task.Record("q")
 	rec.Offset = off
 	if !ps.admit(rec) {
@@ -89,15 +95,7 @@ func TestDuplicateAfterItsTwinsCheckpoint(t *testing.T) {
 	first.setKeys(true)
 	ps.keys["a"] = []*item{twin}
 	ps.complete(first, &result{id: "a", outcome: outcomeSuccess})
-	_, _, _, upTo := ps.collect()
-	b := store.NewBatch()
-	if err := b.MarkProcessed(tp, "a", first.rec.Timestamp); err != nil {
-		t.Fatal(err)
-	}
-	if err := b.Commit(); err != nil {
-		t.Fatal(err)
-	}
-	ps.checkpointed(upTo)
+	landCheckpoint(t, ps, "a")
 	dup, err := ps.duplicate(twin, "a", true)
 	if err != nil || !dup {
 		t.Fatalf("duplicate(twin) = %v, %v; want true: it would run a second time", dup, err)
@@ -208,15 +206,7 @@ func TestRefusedRecordsFindTheirTasks(t *testing.T) {
 func TestFinishedAboveTheOffset(t *testing.T) {
 	ps := restoredPart(checkpoint.TP{Topic: "q", Partition: 0}, openStore(t))
 	generated := func(off int64) *item {
-		task := onceq.Task{ID: fmt.Sprint("g-", off), GeneratedID: true, Queue: "q"}
-		rec := task.Record("q")
-		rec.Offset = off
-		if !ps.admit(rec) {
-			t.Fatalf("offset %d not admitted", off)
-		}
-		it := &item{ps: ps, rec: rec}
-		it.dedupKey, it.idem = onceq.DedupKeyOf(rec)
-		return it
+		return admittedTask(t, ps, onceq.Task{ID: fmt.Sprint("g-", off), GeneratedID: true, Queue: "q"}, off)
 	}
 	var items []*item
 	for off := int64(100); off < 110; off++ {
@@ -305,15 +295,7 @@ func TestTwinFinishedBeforeItWasQueued(t *testing.T) {
 		}
 		ps.complete(first, &result{id: "b", outcome: outcomeSuccess})
 		if cleared {
-			_, _, _, upTo := ps.collect()
-			b := store.NewBatch()
-			if err := b.MarkProcessed(tp, "b", first.rec.Timestamp); err != nil {
-				t.Fatal(err)
-			}
-			if err := b.Commit(); err != nil {
-				t.Fatal(err)
-			}
-			ps.checkpointed(upTo)
+			landCheckpoint(t, ps, "b")
 		}
 		ps.mu.Lock()
 		ps.refresh(twin)
@@ -322,4 +304,20 @@ func TestTwinFinishedBeforeItWasQueued(t *testing.T) {
 			t.Fatalf("cleared %v: duplicate(twin) = %v, %v; want true", cleared, dup, err)
 		}
 	}
+}
+
+// landCheckpoint commits what ps finished, as the worker's commit does:
+// its results are collected, the mark of id lands in the store, and the
+// write clears the overlay.
+func landCheckpoint(t *testing.T, ps *partState, id string) {
+	t.Helper()
+	_, _, _, upTo := ps.collect()
+	b := ps.store.NewBatch()
+	if err := b.MarkProcessed(ps.tp, id, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	ps.checkpointed(upTo)
 }
