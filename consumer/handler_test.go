@@ -208,6 +208,35 @@ func TestShutdownCancelsTasksPastTheTimeout(t *testing.T) {
 	checkExactlyOnce(t, testutil.ReadCommitted(t, conn, 10*time.Second, "out"), []string{"before", "long", "after"})
 }
 
+// TestWorkerReadyWithAnIdlePartition: a partition restores on its first
+// record, so one that never gets any was never restored, and the worker
+// was never ready.
+func TestWorkerReadyWithAnIdlePartition(t *testing.T) {
+	_, conn := testutil.StartBroker(t, "")
+	testutil.CreateTopic(t, conn, "in", 2)
+	w, err := consumer.New(consumer.Conn(conn), consumer.Group("idle"), consumer.Queues("in"), consumer.CheckpointDir(t.TempDir()),
+		consumer.WithHandler(consumer.HandlerFunc(func(context.Context, *consumer.Task) error { return nil })),
+		consumer.SessionTimeout(6*time.Second), consumer.TransactionTimeout(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	produceTasks(t, conn, "in", ids(1)) // one partition gets a record, the other none
+	deadline := time.Now().Add(30 * time.Second)
+	for w.Ready() != nil {
+		if time.Now().After(deadline) {
+			t.Fatalf("not ready after 30s with one partition idle: %v", w.Ready())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestWorkerHealth: a worker is healthy before Run and while it reaches
 // its brokers, ready once it joined and restored its partitions, and
 // unhealthy when the brokers go away (its /healthz used to answer ok

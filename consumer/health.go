@@ -33,8 +33,9 @@ func (w *Worker) Healthy() error {
 }
 
 // Ready returns nil once Run joined the group and every partition it owns
-// caught up with its changelog, until Run returns: the worker runs tasks.
-// It is what a readiness probe (/readyz) asks.
+// that has records caught up with its changelog, until Run returns: the
+// worker runs tasks. A partition restores on its first record, so an idle
+// one holds nothing back. It is what a readiness probe (/readyz) asks.
 func (w *Worker) Ready() error {
 	switch {
 	case w.phase.Load() == phaseNotStarted:
@@ -46,9 +47,9 @@ func (w *Worker) Ready() error {
 	}
 	for _, ps := range w.snapshotParts() {
 		ps.mu.Lock()
-		restored := ps.restored
+		restoring := ps.restoring && !ps.restored
 		ps.mu.Unlock()
-		if !restored {
+		if restoring {
 			return fmt.Errorf("consumer: restoring %s from its changelog", ps.tp)
 		}
 	}
