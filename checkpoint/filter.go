@@ -16,7 +16,8 @@ import (
 // Bloom filter of the state keys it holds: a Get of a key the filter has
 // never seen is answered without Pebble.
 //
-// The filter is built from Pebble on the partition's first Get and then
+// The filter is built from Pebble on the partition's first Get (or by
+// WarmState) and then
 // kept up to date by the commits, which add their keys before their batch
 // is applied, under the gate, so that a key is in the filter before it is
 // in Pebble. A deleted key stays in the filter: a false positive costs the
@@ -85,6 +86,22 @@ func (p *partition) addKeys(hashes []uint64) {
 			f.add(h)
 		}
 	}
+}
+
+// WarmState builds tp's state filter now, rather than on its first Get: a
+// worker calls it when it restores a partition, while the partition's
+// records wait anyway.
+func (s *Store) WarmState(tp TP) error {
+	if err := s.acquire(); err != nil {
+		return err
+	}
+	defer s.release()
+	p := s.lookup(tp)
+	if p == nil {
+		return nil
+	}
+	_, err := s.stateFilter(p)
+	return err
 }
 
 // stateFilter returns p's filter, building it from Pebble first if it has

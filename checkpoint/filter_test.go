@@ -83,7 +83,8 @@ func TestStateFilterNeverHidesAKey(t *testing.T) {
 	}
 }
 
-// TestStateFilterAfterReopen builds the filter from what the store holds.
+// TestStateFilterAfterReopen builds the filter from what the store holds,
+// ahead of the first Get.
 func TestStateFilterAfterReopen(t *testing.T) {
 	fs := vfs.NewMem()
 	s, err := Open("/s", testOptions(t, fs)...)
@@ -102,6 +103,12 @@ func TestStateFilterAfterReopen(t *testing.T) {
 	}
 	s.Close()
 	s = mustOpen(t, "/s", testOptions(t, fs)...)
+	if err := s.WarmState(tp); err != nil {
+		t.Fatal(err)
+	}
+	if f := s.lookup(tp).filter.Load(); f == nil || f.added.Load() != 100 {
+		t.Fatalf("filter after WarmState: %+v, want one with the 100 keys", f)
+	}
 	for i := range 100 {
 		if _, ok, err := s.Get(tp, []byte(fmt.Sprint("k", i))); err != nil || !ok {
 			t.Fatalf("k%d after reopening: %v, %v", i, ok, err)

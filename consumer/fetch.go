@@ -104,11 +104,15 @@ func (w *Worker) restore(ps *partState) {
 }
 
 // restoreFinished takes from the restored checkpoint the records finished
-// above the partition's committed offset: they are acknowledged without
-// running.
+// above the partition's committed offset (they are acknowledged without
+// running), and builds the filter of its state keys, while its records
+// wait.
 func (w *Worker) restoreFinished(ps *partState) error {
 	if w.store == nil {
 		return nil
+	}
+	if err := w.store.WarmState(ps.tp); err != nil {
+		return err
 	}
 	cur, ok, err := w.store.Checkpoint(ps.tp)
 	if err != nil || !ok {
