@@ -2,7 +2,6 @@ package bench
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"strconv"
@@ -74,13 +73,23 @@ func Drain(ctx context.Context, conn broker.Conn, queue, group, dir string, n in
 		return 0, err
 	}
 	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	// A worker that stops early (it failed) ends the wait too.
+	waitCtx, stopWait := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	start := time.Now()
-	go func() { done <- w.Run(ctx) }()
-	err = WaitCommitted(ctx, conn, group, int64(n))
+	go func() {
+		err := w.Run(ctx)
+		stopWait()
+		done <- err
+	}()
+	err = WaitCommitted(waitCtx, conn, group, int64(n))
 	took := time.Since(start)
 	cancel()
-	if err = errors.Join(err, <-done); err != nil {
+	if runErr := <-done; runErr != nil {
+		return 0, runErr
+	}
+	if err != nil {
 		return 0, err
 	}
 	if handled.Load() < int64(n) {

@@ -52,15 +52,6 @@ func (rs Ranges) String() string {
 	return b.String()
 }
 
-// Len is the number of offsets in the ranges.
-func (rs Ranges) Len() int64 {
-	var n int64
-	for _, r := range rs {
-		n += r.To - r.From
-	}
-	return n
-}
-
 // Merge returns the ranges with offs added (in any order) and everything
 // below from dropped. rs is not changed.
 func (rs Ranges) Merge(offs []int64, from int64) Ranges {
