@@ -321,3 +321,25 @@ func landCheckpoint(t *testing.T, ps *partState, id string) {
 	}
 	ps.checkpointed(upTo)
 }
+
+// TestEmitMarksDerivedIDsGenerated pins which emitted tasks downstream
+// workers may leave unmarked: a derived ID under exactly-once (the commit
+// writes it once), never under at-least-once (a crash may write it
+// twice), and never an ID the handler chose.
+func TestEmitMarksDerivedIDsGenerated(t *testing.T) {
+	for _, tc := range []struct {
+		g    Guarantee
+		id   string
+		want bool
+	}{{ExactlyOnce, "", true}, {AtLeastOnce, "", false}, {ExactlyOnce, "chosen", false}} {
+		w := &Worker{cfg: defaults()}
+		w.cfg.guarantee = tc.g
+		task := &Task{Task: onceq.Task{ID: "parent", Queue: "q"}, w: w}
+		if err := task.Emit(onceq.Task{ID: tc.id, Queue: "out", Payload: []byte("x")}); err != nil {
+			t.Fatal(err)
+		}
+		if got := task.emits[0].GeneratedID; got != tc.want {
+			t.Errorf("%s, ID %q: emitted GeneratedID %v, want %v", tc.g, tc.id, got, tc.want)
+		}
+	}
+}
