@@ -30,9 +30,11 @@ const (
 	filterHashes     = 7
 )
 
-// filterMinKeys sizes a new filter: 1.25 MiB a partition. A variable for
-// the tests, which make it small to see rebuilds.
-var filterMinKeys int64 = 1 << 20
+// filterMinKeys sizes a new filter: 256Ki keys, 320 KiB a partition, so
+// that a worker of a hundred partitions spends 32 MiB on them, and a
+// partition rebuilds its filter only past half a million keys. A variable
+// for the tests, which make it small to see rebuilds.
+var filterMinKeys int64 = 1 << 18
 
 // keyFilter is a Bloom filter safe for concurrent adds and lookups.
 type keyFilter struct {
