@@ -103,11 +103,12 @@ func StartEmbedded(cfg EmbeddedConfig) (*Embedded, error) {
 			rec, err := recoverOpenTxns(cfg.DataDir)
 			if err != nil {
 				e.unlock()
-				return nil, fmt.Errorf("broker: data dir %s was not closed cleanly and completing its open transactions failed: %w", cfg.DataDir, err)
+				return nil, fmt.Errorf("broker: data dir %s was not closed cleanly and recovering it failed: %w", cfg.DataDir, err)
 			}
 			if cfg.Logger != nil && rec != (recovery{}) {
-				cfg.Logger.Warn("broker data dir was not closed cleanly: completed its open transactions",
-					"data_dir", cfg.DataDir, "commit_markers", rec.Committed, "abort_markers", rec.Aborted, "producers_fenced", rec.Producers)
+				cfg.Logger.Warn("broker data dir was not closed cleanly: completed its open transactions and restored its producers' sequences",
+					"data_dir", cfg.DataDir, "commit_markers", rec.Committed, "abort_markers", rec.Aborted, "producers_fenced", rec.Producers,
+					"sequences_restored", rec.Sequences)
 			}
 		}
 		if err := dropUnstorableTopics(cfg.DataDir, cfg.Logger); err != nil {

@@ -54,6 +54,10 @@ import (
 // the old epoch is fenced instead of going on with a transaction that is
 // gone.
 //
+// The same pass restores the idempotent producers' sequence windows
+// (restoreSequences, recover_seq.go), which a Kafka broker rebuilds from
+// its log and the embedded broker would otherwise lose with the process.
+//
 // It writes the broker's own on-disk formats: segment files of Kafka
 // RecordBatches, their 15-byte index entries, and the framed JSON entries
 // of pids.log. TestKilledBrokerFinishesOpenTransactions and
@@ -88,8 +92,9 @@ type partLog struct {
 	lastBase    int64 // base offset of the last segment, -1 if none
 	next        int64 // offset the next batch gets
 	leaderEpoch int32
-	open        map[int64]int16 // producer ID -> epoch of its unmarked data
-	marked      map[txnKey]bool // transactions with a marker here
+	open        map[int64]int16      // producer ID -> epoch of its unmarked data
+	marked      map[txnKey]bool      // transactions with a marker here
+	seqs        map[int64]*seqWindow // producer ID -> its sequence window
 }
 
 // recovery reports what recoverOpenTxns did.
@@ -97,6 +102,7 @@ type recovery struct {
 	Committed int // partition markers written for decided commits
 	Aborted   int // partition markers written for open transactions
 	Producers int // producers fenced by an epoch bump
+	Sequences int // producer sequence windows restored (restoreSequences)
 }
 
 // recoverOpenTxns completes the open transactions of the broker data dir
@@ -113,7 +119,7 @@ func recoverOpenTxns(dir string) (recovery, error) {
 	if err != nil {
 		return rec, err
 	}
-	var logs []*partLog
+	var logs, sequenced []*partLog
 	committed := map[txnKey]bool{} // transactions with a commit marker
 	ambiguous := map[txnKey]bool{} // epochs that carried several transactions
 	for _, e := range entries {
@@ -129,6 +135,9 @@ func recoverOpenTxns(dir string) (recovery, error) {
 		}
 		if len(pl.open) > 0 {
 			logs = append(logs, pl)
+		}
+		if len(pl.seqs) > 0 {
+			sequenced = append(sequenced, pl)
 		}
 	}
 	ends := map[int64]txnEnd{} // producer ID -> the transaction to fence it past
@@ -149,13 +158,15 @@ func recoverOpenTxns(dir string) (recovery, error) {
 			}
 		}
 	}
-	if len(ends) == 0 {
-		return rec, nil
+	if len(ends) > 0 {
+		if err := fenceProducers(dir, ends); err != nil {
+			return rec, fmt.Errorf("pids.log: %w", err)
+		}
+		rec.Producers = len(ends)
 	}
-	if err := fenceProducers(dir, ends); err != nil {
-		return rec, fmt.Errorf("pids.log: %w", err)
+	if rec.Sequences, err = restoreSequences(dir, sequenced); err != nil {
+		return rec, fmt.Errorf("seq_windows.json: %w", err)
 	}
-	rec.Producers = len(ends)
 	return rec, nil
 }
 
@@ -254,6 +265,9 @@ func (pl *partLog) scanSegment(base int64, committed, ambiguous map[txnKey]bool)
 			k := txnKey{b.ProducerID, b.ProducerEpoch}
 			ambiguous[k] = ambiguous[k] || pl.marked[k] // data after its own marker
 			pl.open[k.pid] = k.epoch
+		}
+		if !control {
+			pl.sequenced(b)
 		}
 		pl.next = b.FirstOffset + int64(b.LastOffsetDelta) + 1
 		pos += size
