@@ -118,6 +118,7 @@ func runChaos(ctx context.Context, e *env, l *load, seed uint64) ([]RunResult, *
 	run.Verification, err = e.verify(ctx, out, expectation{l: l, once: true, runs: true})
 	if err == nil {
 		c.enough(run.Verification)
+		err = e.blameInput(ctx, in, l, run.Verification)
 	}
 	return []RunResult{run}, c.stats, err
 }
@@ -333,4 +334,21 @@ func (e *env) diagnose(ctx context.Context, l *load, group, in, out string) stri
 		}
 	}
 	return b.String()
+}
+
+// blameInput says, when the output holds duplicates, whether the input
+// held them already: a task the producer wrote more often than it was
+// submitted, which only an idempotency key would have caught.
+func (e *env) blameInput(ctx context.Context, in string, l *load, v *Verification) error {
+	if v.Duplicates == 0 {
+		return nil
+	}
+	iv, err := e.verify(ctx, in, expectation{l: l})
+	if err != nil {
+		return err
+	}
+	if iv.Duplicates > 0 {
+		v.Problems = append(v.Problems, fmt.Sprintf("the input %s holds %d tasks more often than they were submitted", in, iv.Duplicates))
+	}
+	return nil
 }
