@@ -3,13 +3,17 @@ package consumer_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/onceq/onceq"
 	"github.com/onceq/onceq/bench"
@@ -207,4 +211,101 @@ func peakRSS(pid int) (int64, error) {
 		}
 	}
 	return 0, fmt.Errorf("no VmHWM in /proc/%d/status", pid)
+}
+
+// BenchmarkRestoreChangelog measures what a worker that lost its
+// checkpoint dir pays to get back: a worker drains n tasks with IDs a
+// client chose (an idempotency mark each in the changelog), then, in each
+// iteration, a worker of the same group on an empty checkpoint dir
+// restores all 8 partitions from the changelog through the broker, when
+// one more task arrives in each. It reports the changelog records
+// restored, the slowest partition's restore (the 8 run at once, so this is
+// the wall time) and marks restored per second of it.
+func BenchmarkRestoreChangelog(b *testing.B) {
+	n := bench.EnvTasks()
+	_, conn := testutil.StartBroker(b, "")
+	preload(b, conn, "restore", n, false)
+	const group = "restore"
+	drainWorker(b, conn, "restore", group, n, consumer.ExactlyOnce)
+	cl, err := conn.NewClient(kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer cl.Close()
+	var records int
+	var slowest time.Duration
+	committed := n
+	for i := 0; b.Loop(); i++ {
+		for p := range int32(8) {
+			t := onceq.Task{ID: fmt.Sprintf("more-%d-%d", i, p), Queue: "restore"}
+			t.Resolve(time.Now())
+			r := t.Record("restore")
+			r.Partition = p
+			if err := cl.ProduceSync(context.Background(), r).FirstErr(); err != nil {
+				b.Fatal(err)
+			}
+		}
+		committed += 8
+		var logs restoreLog
+		ctx, cancel := context.WithCancel(context.Background())
+		w, err := consumer.New(consumer.Conn(conn), consumer.Group(group), consumer.Queues("restore"), consumer.CheckpointDir(b.TempDir()),
+			consumer.NoSync(), consumer.Logger(slog.New(&logs)), consumer.WithHandler(consumer.HandlerFunc(func(context.Context, *consumer.Task) error { return nil })))
+		if err != nil {
+			b.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() { done <- w.Run(ctx) }()
+		waitCommitted(b, conn, group, int64(committed))
+		cancel()
+		if err := <-done; err != nil {
+			b.Fatal(err)
+		}
+		got, took, parts := logs.restored()
+		if parts != 8 {
+			b.Fatalf("%d partitions restored, want 8", parts)
+		}
+		records += got
+		slowest += took
+	}
+	b.ReportMetric(float64(records)/float64(b.N), "records")
+	b.ReportMetric(slowest.Seconds()/float64(b.N), "restore-s")
+	b.ReportMetric(float64(records)/slowest.Seconds(), "records/s")
+}
+
+// restoreLog is a slog.Handler that keeps what the worker's "partition
+// restored" lines say.
+type restoreLog struct {
+	mu      sync.Mutex
+	records int
+	slowest time.Duration
+	parts   int
+}
+
+func (l *restoreLog) Enabled(context.Context, slog.Level) bool { return true }
+func (l *restoreLog) WithAttrs([]slog.Attr) slog.Handler       { return l }
+func (l *restoreLog) WithGroup(string) slog.Handler            { return l }
+
+func (l *restoreLog) Handle(_ context.Context, r slog.Record) error {
+	if r.Message != "partition restored" {
+		return nil
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.parts++
+	r.Attrs(func(a slog.Attr) bool {
+		switch a.Key {
+		case "changelog_records":
+			l.records += int(a.Value.Int64())
+		case "took":
+			l.slowest = max(l.slowest, a.Value.Duration())
+		}
+		return true
+	})
+	return nil
+}
+
+func (l *restoreLog) restored() (records int, slowest time.Duration, parts int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.records, l.slowest, l.parts
 }
