@@ -1,11 +1,13 @@
 package consumer
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -274,27 +276,48 @@ func (w *Worker) appendExpired(ctx context.Context, recs []*kgo.Record) []*kgo.R
 func (w *Worker) checkpoint(recs []*kgo.Record, parts []pending) error {
 	b := w.store.NewBatch()
 	defer b.Close()
+	type write struct {
+		stateWrite
+		seq int // order of the write: of two to one key, the later wins
+	}
+	var (
+		marks  []*result
+		writes []write
+	)
 	for _, p := range parts {
 		tp := p.ps.tp
+		// Pebble inserts keys in order at a fraction of the cost of
+		// random ones (its skiplist starts each search where the last
+		// ended). Of two writes of one key the later stays last, and
+		// wins.
+		marks, writes = marks[:0], writes[:0]
 		for _, r := range p.results {
 			if r.noMark {
 				continue
 			}
 			if r.idem {
-				if err := b.MarkProcessed(tp, r.id, r.at); err != nil {
-					return fmt.Errorf("consumer: checkpoint: %w", err)
-				}
+				marks = append(marks, r)
 			}
 			for _, sw := range r.writes {
-				var err error
-				if sw.value == nil {
-					err = b.Delete(tp, sw.key)
-				} else {
-					err = b.Set(tp, sw.key, sw.value)
-				}
-				if err != nil {
-					return fmt.Errorf("consumer: checkpoint: %w", err)
-				}
+				writes = append(writes, write{sw, len(writes)})
+			}
+		}
+		slices.SortFunc(marks, func(a, b *result) int { return cmp.Or(strings.Compare(a.id, b.id), cmp.Compare(a.seq, b.seq)) })
+		slices.SortFunc(writes, func(a, b write) int { return cmp.Or(bytes.Compare(a.key, b.key), cmp.Compare(a.seq, b.seq)) })
+		for _, r := range marks {
+			if err := b.MarkProcessed(tp, r.id, r.at); err != nil {
+				return fmt.Errorf("consumer: checkpoint: %w", err)
+			}
+		}
+		for _, sw := range writes {
+			var err error
+			if sw.value == nil {
+				err = b.Delete(tp, sw.key)
+			} else {
+				err = b.Set(tp, sw.key, sw.value)
+			}
+			if err != nil {
+				return fmt.Errorf("consumer: checkpoint: %w", err)
 			}
 		}
 		cur, ok, err := w.store.Checkpoint(tp)

@@ -1,6 +1,7 @@
 package consumer
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"strconv"
@@ -100,7 +101,7 @@ func (t *Task) Emit(out onceq.Task) error {
 type State struct {
 	ps     *partState
 	writes []stateWrite
-	byKey  map[string]int
+	byKey  map[string]int // indexes writes once there are many
 
 	// kitBase and kitOnWrite serve a Task built by NewKitTask, which has
 	// no partition: the committed values, and a hook told of each write.
@@ -115,7 +116,7 @@ type stateWrite struct {
 
 // Get returns the value of key.
 func (s *State) Get(key []byte) ([]byte, bool, error) {
-	if i, ok := s.byKey[string(key)]; ok {
+	if i := s.written(key); i >= 0 {
 		v := s.writes[i].value
 		return v, v != nil, nil
 	}
@@ -156,15 +157,41 @@ func (s *State) put(key, value []byte) {
 	if s.kitOnWrite != nil {
 		s.kitOnWrite(k, v)
 	}
-	if s.byKey == nil {
-		s.byKey = map[string]int{}
-	}
-	if i, ok := s.byKey[string(k)]; ok {
+	if i := s.written(k); i >= 0 {
 		s.writes[i].value = v
 		return
 	}
-	s.byKey[string(k)] = len(s.writes)
 	s.writes = append(s.writes, stateWrite{key: k, value: v})
+	switch n := len(s.writes); {
+	case n > maxScannedWrites && s.byKey == nil:
+		s.byKey = make(map[string]int, 2*n)
+		for i, w := range s.writes {
+			s.byKey[string(w.key)] = i
+		}
+	case s.byKey != nil:
+		s.byKey[string(k)] = n - 1
+	}
+}
+
+// maxScannedWrites is how many writes of a task State looks through
+// before it indexes them: most tasks write a key or two, and a map for
+// those cost more than the scan.
+const maxScannedWrites = 8
+
+// written returns the index of key's write by this task, or -1.
+func (s *State) written(key []byte) int {
+	if s.byKey != nil {
+		if i, ok := s.byKey[string(key)]; ok {
+			return i
+		}
+		return -1
+	}
+	for i, w := range s.writes {
+		if bytes.Equal(w.key, key) {
+			return i
+		}
+	}
+	return -1
 }
 
 // Counter is a helper over State: it reads key as a decimal counter, adds

@@ -1,6 +1,7 @@
 package consumer_test
 
 import (
+	"strconv"
 	"testing"
 
 	"github.com/onceq/onceq"
@@ -36,5 +37,39 @@ func TestKitTaskStateAndEmit(t *testing.T) {
 	}
 	if len(seed) != 1 || string(seed["n"]) != "4" {
 		t.Fatalf("seed changed: %q", seed)
+	}
+}
+
+// TestStateManyWrites: a task's own writes read back, overwritten and
+// deleted, below and past the number where State starts indexing them.
+func TestStateManyWrites(t *testing.T) {
+	tk := consumer.NewKitTask(onceq.Task{ID: "in", Queue: "q"}, consumer.KitConfig{Topic: "q", State: map[string][]byte{"k3": []byte("seed")}})
+	s := tk.State()
+	key := func(i int) []byte { return []byte("k" + strconv.Itoa(i)) }
+	for i := range 40 {
+		s.Set(key(i), []byte(strconv.Itoa(i)))
+		if i%3 == 0 {
+			s.Set(key(i/2), []byte("again"+strconv.Itoa(i)))
+		}
+		if i%7 == 0 {
+			s.Delete(key(i / 3))
+		}
+	}
+	want := map[int]string{}
+	for i := range 40 {
+		want[i] = strconv.Itoa(i)
+		if i%3 == 0 {
+			want[i/2] = "again" + strconv.Itoa(i)
+		}
+		if i%7 == 0 {
+			delete(want, i/3)
+		}
+	}
+	for i := range 40 {
+		v, ok, err := s.Get(key(i))
+		w, wok := want[i]
+		if err != nil || ok != wok || string(v) != w {
+			t.Errorf("%s: %q %v %v, want %q %v", key(i), v, ok, err, w, wok)
+		}
 	}
 }
