@@ -25,14 +25,17 @@ type Batch struct {
 	pb    *pebble.Batch
 	parts []*partition             // partitions written to
 	marks map[handle][]expiryEntry // IDs marked per partition, for the expiry records
-	keys  map[*partition][]uint64  // hashes of the state keys set, for the filters
-	key   []byte                   // scratch
-	done  bool
+	// logged are the IDs of mark records (MarkRecord), which bring their
+	// expiry records with them.
+	logged map[handle][]expiryEntry
+	keys   map[*partition][]uint64 // hashes of the state keys set, for the filters
+	key    []byte                  // scratch
+	done   bool
 }
 
 // NewBatch returns an empty batch.
 func (s *Store) NewBatch() *Batch {
-	return &Batch{s: s, pb: s.db.NewBatch(), marks: map[handle][]expiryEntry{}}
+	return &Batch{s: s, pb: s.db.NewBatch(), marks: map[handle][]expiryEntry{}, logged: map[handle][]expiryEntry{}}
 }
 
 // partition returns tp's partition, registering it in the batch.
@@ -60,7 +63,9 @@ func (b *Batch) partition(tp TP) (*partition, error) {
 
 // MarkProcessed records that the task id of tp was processed at the time at.
 // Has reports it until ExpireProcessed removes it, once at is older than the
-// dedup window. Marking an ID again replaces its time.
+// dedup window. Marking an ID again replaces its time. A worker marks the
+// IDs it logs in the changelog with MarkRecord instead, so that they expire
+// a record at a time.
 func (b *Batch) MarkProcessed(tp TP, id string, at time.Time) error {
 	if err := validateID(id); err != nil {
 		return err
@@ -153,6 +158,10 @@ func (b *Batch) Commit() error {
 		if err := writeExpiryRecords(b.pb, h, entries); err != nil {
 			return err
 		}
+	}
+	// Expiry watches for every ID the batch marks, however recorded.
+	for h, entries := range b.logged {
+		b.marks[h] = append(b.marks[h], entries...)
 	}
 	s := b.s
 	if err := s.acquire(); err != nil {

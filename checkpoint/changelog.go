@@ -11,13 +11,16 @@ import (
 // partition, so its records carry no partition: a record's key names what it
 // is about, and compaction keeps the latest record per key.
 //
-//	key:   byte 0 = changelog version << 4 | kind, then the ID (KindMark) or
-//	       the state key (KindState); nothing more for KindFence and
-//	       KindFinished, of which compaction keeps the latest
+//	key:   byte 0 = changelog version << 4 | kind, then the ID (KindMark),
+//	       the state key (KindState) or the record's time and checksum,
+//	       8 bytes each, big-endian (KindMarks); nothing more for KindFence
+//	       and KindFinished, of which compaction keeps the latest
 //	value: byte 0 = changelog version, then uvarint unix milliseconds
-//	       (KindMark), the state value (KindState) or the finished ranges
-//	       (KindFinished); empty or null: a tombstone, the ID or key is
-//	       deleted
+//	       (KindMark), the state value (KindState), the finished ranges
+//	       (KindFinished) or the IDs and their times (KindMarks, as the
+//	       checkpoint's expiry record: per ID, uvarint record time minus
+//	       its time, then the uvarint-length-prefixed ID); empty or null: a
+//	       tombstone, the ID, key or record is deleted
 //
 // A live value is never empty, so a client that turns a null value into an
 // empty one (or back) cannot change what a record means.
@@ -28,12 +31,18 @@ type Kind uint8
 
 // The kinds of changelog records.
 const (
-	KindMark  Kind = 1 // a processed ID
+	// KindMark is one processed ID. Workers write KindMarks now; records of
+	// this kind are still read.
+	KindMark  Kind = 1
 	KindState Kind = 2 // a state key
 	KindFence Kind = 3 // a restore's fence: nothing to apply
 	// KindFinished lists the records finished above the partition's
 	// committed offset as of the transaction that wrote it (Offsets.Finished).
 	KindFinished Kind = 4
+	// KindMarks lists the processed IDs of one commit in one partition
+	// within a second (MarkRecords), removed by one tombstone when they
+	// expire.
+	KindMarks Kind = 5
 )
 
 func (k Kind) String() string {
@@ -46,6 +55,8 @@ func (k Kind) String() string {
 		return "fence"
 	case KindFinished:
 		return "finished"
+	case KindMarks:
+		return "marks"
 	}
 	return fmt.Sprintf("kind(%d)", uint8(k))
 }
@@ -69,6 +80,12 @@ type Entry struct {
 	Value []byte
 	// Finished are the finished ranges (KindFinished).
 	Finished Ranges
+	// Marks are the processed IDs of a mark record (KindMarks, not
+	// Delete).
+	Marks []Mark
+	// Record names the mark record a KindMarks tombstone deletes (its
+	// time and checksum); Encode of a live record ignores it.
+	Record []byte
 }
 
 // Encode returns the Kafka record key and value of e (value nil for a
@@ -83,6 +100,10 @@ func (e Entry) Encode() (key, value []byte) {
 		return EncodeFence()
 	case e.Kind == KindFinished:
 		return EncodeFinished(e.Finished)
+	case e.Kind == KindMarks && e.Delete:
+		return changelogKey(KindMarks, e.Record), nil
+	case e.Kind == KindMarks:
+		return EncodeMarks(e.Marks)
 	case e.Delete:
 		return EncodeStateTombstone(e.Key), nil
 	}
@@ -179,6 +200,12 @@ func DecodeChangelog(key, value []byte) (Entry, error) {
 		if len(payload) != 0 || e.Delete || len(value) != 1 {
 			return bad("malformed fence")
 		}
+	case KindMarks:
+		marks, err := decodeMarks(payload, value[min(1, len(value)):], e.Delete)
+		if err != nil {
+			return bad("%v", err)
+		}
+		e.Marks, e.Record = marks, payload
 	case KindFinished:
 		if len(payload) != 0 || e.Delete {
 			return bad("malformed finished ranges")
@@ -254,6 +281,13 @@ func (b *Batch) apply(tp TP, e Entry) error {
 		return b.unmark(tp, e.ID)
 	case e.Kind == KindMark:
 		return b.MarkProcessed(tp, e.ID, e.At)
+	case e.Kind == KindMarks && e.Delete:
+		// Written when the record's IDs expired: the record, if the
+		// replay restored it, holds IDs past the window, which the next
+		// expiry removes.
+		return nil
+	case e.Kind == KindMarks:
+		return b.MarkRecord(tp, e.Marks)
 	case e.Kind == KindState && e.Delete:
 		return b.Delete(tp, e.Key)
 	case e.Kind == KindState:

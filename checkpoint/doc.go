@@ -34,9 +34,12 @@
 // After its Kafka transaction commits, the worker writes what the
 // transaction made durable in one batch, for all its partitions at once:
 //
+//	marks := checkpoint.MarkRecords(idempotencyKeys) // []checkpoint.Mark: IDs and times
 //	b := s.NewBatch()
 //	defer b.Close()
-//	b.MarkProcessed(tp, taskID, time.Now())          // once per idempotency key
+//	for _, e := range marks {
+//		b.MarkRecord(tp, e.Marks) // the records the changelog got
+//	}
 //	b.Set(tp, []byte("balance/alice"), []byte("42")) // task state
 //	b.SetOffsets(tp, checkpoint.Offsets{Source: next, Changelog: changelogNext,
 //		Finished: finished}) // records finished above next, as offset ranges
@@ -56,8 +59,10 @@
 // # The changelog
 //
 // Kafka is the source of truth. In the same transaction as its outputs the
-// worker writes changelog records, encoded by EncodeMark, EncodeState,
-// EncodeFinished and the tombstone encoders, to a compacted topic with one partition per source
+// worker writes changelog records, encoded by Entry.Encode (the mark
+// records of MarkRecords, one per partition and commit unless its IDs span
+// more than a second or 4,096 IDs), EncodeState, EncodeFinished and the
+// tombstone encoders, to a compacted topic with one partition per source
 // partition. A worker that takes over a partition, or that crashed between
 // its transaction and its batch, replays the changelog from the recorded
 // offset:
@@ -77,9 +82,11 @@
 // # The dedup window
 //
 // Every so often the worker calls ExpireProcessed, which removes the IDs
-// processed longer ago than the window and returns them; the worker then
-// writes their changelog tombstones (EncodeMarkTombstone), so that the
-// compacted changelog forgets them too:
+// processed longer ago than the window and returns what it removed; the
+// worker then writes the changelog tombstones (Removed.Tombstone: one per
+// mark record, one per ID marked by MarkProcessed or restored from a
+// version 1 KindMark record), so that the compacted changelog forgets them
+// too:
 //
 //	removed, err := s.ExpireProcessed(ctx, time.Now(), 10000)
 //

@@ -101,18 +101,24 @@ func (c *chunkWatch) remarked(h handle) map[string]struct{} {
 	return ids
 }
 
-// Removed is a processed ID that ExpireProcessed removed.
+// Removed is what ExpireProcessed removed from a partition: a mark record
+// whose IDs are all gone, or one processed ID that has a changelog record
+// of its own (a KindMark, or an ID kept alive past its first record).
 type Removed struct {
 	TP TP
+	// ID is the processed ID removed; empty for a mark record.
 	ID string
+	// Tombstone is the key of the changelog tombstone that removes it.
+	Tombstone []byte
 }
 
 // ExpireProcessed removes the processed IDs marked at or before now minus
-// the dedup window, at most limit of them (limit <= 0: all), and returns
-// them so that the caller can write their changelog tombstones. Fewer than
-// limit removed means it went through everything that was due. It works in
-// chunks of about a thousand IDs, resting between them, and never blocks
-// commits.
+// the dedup window, until it has returned limit removals (limit <= 0: no
+// limit), and returns what it removed so that the caller can write the
+// changelog tombstones: one per mark record whose IDs are all gone, one per
+// ID that has a record of its own. Fewer than limit removals means it went
+// through everything that was due. It works in chunks of about a thousand
+// IDs, resting between them, and never blocks commits.
 //
 // A batch that marks an ID again while ExpireProcessed removes it keeps its
 // mark, and the ID is not returned; but an ID marked again after
@@ -179,11 +185,11 @@ func (s *Store) expirePartition(ctx context.Context, p *partition, cutoff uint64
 	}
 	defer it.Close()
 	var (
-		cands      []expiryEntry
-		finished   [][]byte      // keys of the records the chunk takes the last IDs of
-		pending    []expiryEntry // IDs of the current record not yet taken
-		pendingKey []byte
-		ok         = it.First()
+		cands    []expiryEntry
+		finished []expiryRecord // the records the chunk takes the last IDs of
+		pending  []expiryEntry  // IDs of the current record not yet taken
+		current  expiryRecord
+		ok       = it.First()
 	)
 	for len(removed) < limit {
 		if err := ctx.Err(); err != nil {
@@ -197,19 +203,23 @@ func (s *Store) expirePartition(ctx context.Context, p *partition, cutoff uint64
 					break
 				}
 				k, err := decodeKey(it.Key())
+				logged := err == nil && isLogged(k.sum, it.Value())
 				if err == nil {
-					err = decodeExpiryRecord(k.at, it.Value(), func(e expiryEntry) { pending = append(pending, e) })
+					err = decodeExpiryRecord(k.at, it.Value(), func(e expiryEntry) {
+						e.logged = logged
+						pending = append(pending, e)
+					})
 				}
 				if err != nil {
 					return removed, errorf(ErrCorrupt, err, "dir %s: partition %s: %v", s.dir, p.tp, err)
 				}
-				pendingKey = bytes.Clone(it.Key())
+				current = expiryRecord{key: bytes.Clone(it.Key()), at: k.at, sum: k.sum, logged: logged}
 				ok = it.Next()
 			}
 			n := min(len(pending), room-len(cands))
 			cands = append(cands, pending[:n]...)
 			if pending = pending[n:]; len(pending) == 0 {
-				finished = append(finished, pendingKey)
+				finished = append(finished, current)
 			}
 		}
 		if len(cands) == 0 && len(finished) == 0 {
@@ -231,9 +241,16 @@ func (s *Store) expirePartition(ctx context.Context, p *partition, cutoff uint64
 	return removed, nil
 }
 
+// expiryRecord is an expiry record a chunk finishes.
+type expiryRecord struct {
+	key     []byte
+	at, sum uint64
+	logged  bool // a mark record the changelog holds
+}
+
 // expireChunk deletes the candidates whose ID is still marked at or before
 // cutoff, and the records the chunk finished.
-func (s *Store) expireChunk(p *partition, cutoff uint64, cands []expiryEntry, finished [][]byte, removed []Removed) ([]Removed, error) {
+func (s *Store) expireChunk(p *partition, cutoff uint64, cands []expiryEntry, finished []expiryRecord, removed []Removed) ([]Removed, error) {
 	slices.SortFunc(cands, func(a, b expiryEntry) int { return strings.Compare(a.ID, b.ID) })
 	w := s.watch.startChunk()
 	defer s.watch.endChunk(w)
@@ -272,8 +289,8 @@ func (s *Store) expireChunk(p *partition, cutoff uint64, cands []expiryEntry, fi
 
 	pb := s.db.NewBatch()
 	defer pb.Close()
-	for _, k := range finished {
-		if err := pb.Delete(k, nil); err != nil {
+	for _, r := range finished {
+		if err := pb.Delete(r.key, nil); err != nil {
 			return removed, err
 		}
 	}
@@ -295,7 +312,16 @@ func (s *Store) expireChunk(p *partition, cutoff uint64, cands []expiryEntry, fi
 		if err := pb.Delete(d.key, nil); err != nil {
 			return removed[:n], err
 		}
-		removed = append(removed, Removed{TP: p.tp, ID: d.e.ID})
+		if !d.e.logged {
+			removed = append(removed, Removed{TP: p.tp, ID: d.e.ID, Tombstone: EncodeMarkTombstone(d.e.ID)})
+		}
+	}
+	// A mark record goes from the changelog whole, even if some of its IDs
+	// were marked again: their later records hold them.
+	for _, r := range finished {
+		if r.logged {
+			removed = append(removed, Removed{TP: p.tp, Tombstone: changelogKey(KindMarks, markRecordKey(r.at, r.sum))})
+		}
 	}
 	if err := writeExpiryRecords(pb, p.h, kept); err != nil {
 		return removed[:n], err

@@ -58,7 +58,11 @@ func TestExpireKeepsRemarked(t *testing.T) {
 			}
 		}
 	}()
-	remarks := map[Removed][]span{}
+	type tpID struct {
+		tp TP
+		id string
+	}
+	remarks := map[tpID][]span{}
 	for round := 0; round < 50; round++ {
 		b := s.NewBatch()
 		var ids []Removed
@@ -73,28 +77,29 @@ func TestExpireKeepsRemarked(t *testing.T) {
 		}
 		sp.end = clock.Add(1)
 		for _, r := range ids {
-			remarks[r] = append(remarks[r], sp)
+			remarks[tpID{r.TP, r.ID}] = append(remarks[tpID{r.TP, r.ID}], sp)
 		}
 	}
 	wg.Wait()
-	returned := map[Removed]bool{}
+	returned := map[tpID]bool{}
 	for _, c := range calls {
 		for _, r := range c.removed {
-			for _, m := range remarks[r] {
+			k := tpID{r.TP, r.ID}
+			for _, m := range remarks[k] {
 				if m.end < c.start {
-					t.Errorf("%v marked again in %v, returned by the call in %v", r, m, c.span)
+					t.Errorf("%v marked again in %v, returned by the call in %v", k, m, c.span)
 				}
 			}
-			if returned[r] {
-				t.Errorf("%v returned twice", r)
+			if returned[k] {
+				t.Errorf("%v returned twice", k)
 			}
-			returned[r] = true
+			returned[k] = true
 		}
 	}
 	for _, tp := range tps {
 		for i := 0; i < n; i++ {
-			r := Removed{TP: tp, ID: id(i)}
-			ok, err := s.Has(tp, r.ID)
+			r := tpID{tp, id(i)}
+			ok, err := s.Has(tp, r.id)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -21,6 +21,8 @@ func FuzzDecodeChangelog(f *testing.F) {
 		{Kind: KindState, Key: []byte("k"), Delete: true},
 		{Kind: KindFinished, Finished: Ranges{{7, 9}, {12, 40}}},
 		{Kind: KindFinished},
+		{Kind: KindMarks, Marks: []Mark{{"0190b6e4-7d2a-7cc1-9a3e-5f2b8c1d4e6f", time.UnixMilli(1_700_000_000_100)}, {"b", time.UnixMilli(1_700_000_000_123)}}},
+		{Kind: KindMarks, Delete: true, Record: make([]byte, 16)},
 	} {
 		k, v := e.Encode()
 		f.Add(k, v)
@@ -84,7 +86,9 @@ func FuzzChangelogRoundTrip(f *testing.F) {
 
 func entriesEqual(a, b Entry) bool {
 	return a.Offset == b.Offset && a.Kind == b.Kind && a.Delete == b.Delete && a.ID == b.ID &&
-		a.At.Equal(b.At) && bytes.Equal(a.Key, b.Key) && bytes.Equal(a.Value, b.Value) && slices.Equal(a.Finished, b.Finished)
+		a.At.Equal(b.At) && bytes.Equal(a.Key, b.Key) && bytes.Equal(a.Value, b.Value) && slices.Equal(a.Finished, b.Finished) &&
+		slices.EqualFunc(a.Marks, b.Marks, func(x, y Mark) bool { return x.ID == y.ID && x.At.Equal(y.At) }) &&
+		(a.Kind != KindMarks || bytes.Equal(a.Record, b.Record))
 }
 
 func FuzzDecodeMeta(f *testing.F) {
@@ -189,7 +193,7 @@ func FuzzDecodeIDValue(f *testing.F) {
 
 func FuzzDecodeExpiryRecord(f *testing.F) {
 	var v []byte
-	for _, e := range []expiryEntry{{"a", 1000}, {"b", 1500}, {"c", 999}} {
+	for _, e := range []expiryEntry{{ID: "a", At: 1000}, {ID: "b", At: 1500}, {ID: "c", At: 999}} {
 		v = appendExpiryEntry(v, 1500, e)
 	}
 	f.Add(uint64(1500), v)

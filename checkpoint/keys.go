@@ -318,8 +318,9 @@ func decodeIDValue(b []byte) (uint64, error) {
 // An expiry record lists IDs with their times: per ID, uvarint (record time
 // minus ID time), then the uvarint-length-prefixed ID.
 type expiryEntry struct {
-	ID string
-	At uint64
+	ID     string
+	At     uint64
+	logged bool // read from a mark record (expiry's own note, not stored)
 }
 
 func appendExpiryEntry(dst []byte, recordAt uint64, e expiryEntry) []byte {

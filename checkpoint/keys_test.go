@@ -108,6 +108,14 @@ func TestKeyLayout(t *testing.T) {
 				e = Entry{Kind: KindState, Key: []byte(c.arg(t, "key")), Value: []byte(c.args["value"])}
 			case "unset":
 				e = Entry{Kind: KindState, Key: []byte(c.arg(t, "key")), Delete: true}
+			case "marks":
+				// ids=ID@MS,ID@MS
+				e.Kind = KindMarks
+				for _, m := range strings.Split(c.args["ids"], ",") {
+					id, ms, _ := strings.Cut(m, "@")
+					n, _ := strconv.ParseInt(ms, 10, 64)
+					e.Marks = append(e.Marks, Mark{ID: id, At: time.UnixMilli(n)})
+				}
 			case "finished":
 				// ranges=FROM-TO,FROM-TO (half-open)
 				for _, r := range strings.Split(c.args["ranges"], ",") {
@@ -165,6 +173,14 @@ func showEntry(e Entry, err error) string {
 		return "fence"
 	case e.Kind == KindFinished:
 		return "finished " + e.Finished.String()
+	case e.Kind == KindMarks && e.Delete:
+		return fmt.Sprintf("unmarks record %x", e.Record)
+	case e.Kind == KindMarks:
+		var ms []string
+		for _, m := range e.Marks {
+			ms = append(ms, fmt.Sprintf("%s@%d", m.ID, m.At.UnixMilli()))
+		}
+		return fmt.Sprintf("marks record %x: %s", e.Record, strings.Join(ms, " "))
 	case e.Delete:
 		return fmt.Sprintf("unset %q", e.Key)
 	}

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -36,6 +35,7 @@ type pending struct {
 	upTo     uint64
 	logStart int // index of the partition's first changelog record in recs
 	logEnd   int
+	marks    []checkpoint.Entry // the idempotency keys marked, as mark records
 }
 
 // commit runs the commit cycle: one Kafka transaction with the finished
@@ -87,7 +87,8 @@ func (w *Worker) commit(ctx context.Context) error {
 		}
 		p.logStart = len(recs)
 		if eos {
-			recs = w.appendChangelog(recs, ps.tp, res)
+			p.marks = markRecords(res)
+			recs = w.appendChangelog(recs, ps.tp, p.marks, res)
 			if newFin {
 				k, v := checkpoint.EncodeFinished(fin)
 				recs = append(recs, &kgo.Record{Topic: broker.ChangelogTopic(w.cfg.group, ps.tp.Topic), Partition: ps.tp.Partition, Key: k, Value: v})
@@ -188,23 +189,22 @@ func (w *Worker) deadLetterRefused(refused []refusal, recs []*kgo.Record, parts 
 
 // owner returns the result that wrote recs[i], if this partition's share
 // holds it: its outputs come first, in result order, then its changelog
-// records, a mark (of an idempotency key) and its state writes per
-// result, then the finished ranges, which no result owns.
+// records: the mark records, which no one result owns, the state writes
+// per result, and the finished ranges, which no result owns either.
 func (p *pending) owner(i int, recs []*kgo.Record) *result {
 	if i < 0 {
 		return nil
 	}
 	if i >= p.logStart && i < p.logEnd {
-		j := p.logStart
+		j := p.logStart + len(p.marks)
+		if i < j {
+			return nil
+		}
 		for _, r := range p.results {
 			if r.noMark {
 				continue
 			}
-			j += len(r.writes)
-			if r.idem {
-				j++
-			}
-			if i < j {
+			if j += len(r.writes); i < j {
 				return r
 			}
 		}
@@ -220,19 +220,35 @@ func (p *pending) owner(i int, recs []*kgo.Record) *result {
 	return nil
 }
 
-// appendChangelog adds a partition's changelog records: a mark for each
-// idempotency key that ran and every run's state writes.
-func (w *Worker) appendChangelog(recs []*kgo.Record, tp checkpoint.TP, res []*result) []*kgo.Record {
+// markRecords groups the idempotency keys that ran into mark records, one
+// for the commit's partition unless its IDs span more than a second or
+// 4,096 of them: the changelog and the checkpoint get the same records.
+func markRecords(res []*result) []checkpoint.Entry {
+	var marks []checkpoint.Mark
+	for _, r := range res {
+		if r.idem && !r.noMark {
+			marks = append(marks, checkpoint.Mark{ID: r.id, At: r.at})
+		}
+	}
+	if len(marks) == 0 {
+		return nil
+	}
+	return checkpoint.MarkRecords(marks)
+}
+
+// appendChangelog adds a partition's changelog records: its mark records
+// and every run's state writes.
+func (w *Worker) appendChangelog(recs []*kgo.Record, tp checkpoint.TP, marks []checkpoint.Entry, res []*result) []*kgo.Record {
 	topic := broker.ChangelogTopic(w.cfg.group, tp.Topic)
 	add := func(k, v []byte) {
 		recs = append(recs, &kgo.Record{Topic: topic, Partition: tp.Partition, Key: k, Value: v})
 	}
+	for _, e := range marks {
+		add(e.Encode())
+	}
 	for _, r := range res {
 		if r.noMark {
 			continue
-		}
-		if r.idem {
-			add(checkpoint.EncodeMark(r.id, r.at))
 		}
 		for _, sw := range r.writes {
 			if sw.value == nil {
@@ -262,10 +278,10 @@ func (w *Worker) appendExpired(ctx context.Context, recs []*kgo.Record) []*kgo.R
 			continue
 		}
 		recs = append(recs, &kgo.Record{Topic: broker.ChangelogTopic(w.cfg.group, r.TP.Topic), Partition: r.TP.Partition,
-			Key: checkpoint.EncodeMarkTombstone(r.ID)})
+			Key: r.Tombstone})
 	}
 	if len(removed) > 0 {
-		w.cfg.log.Debug("expired processed IDs", "count", len(removed))
+		w.cfg.log.Debug("expired processed IDs", "tombstones", len(removed))
 	}
 	return recs
 }
@@ -280,35 +296,28 @@ func (w *Worker) checkpoint(recs []*kgo.Record, parts []pending) error {
 		stateWrite
 		seq int // order of the write: of two to one key, the later wins
 	}
-	var (
-		marks  []*result
-		writes []write
-	)
+	var writes []write
 	for _, p := range parts {
 		tp := p.ps.tp
+		for _, e := range p.marks {
+			if err := b.MarkRecord(tp, e.Marks); err != nil {
+				return fmt.Errorf("consumer: checkpoint: %w", err)
+			}
+		}
 		// Pebble inserts keys in order at a fraction of the cost of
 		// random ones (its skiplist starts each search where the last
 		// ended). Of two writes of one key the later stays last, and
 		// wins.
-		marks, writes = marks[:0], writes[:0]
+		writes = writes[:0]
 		for _, r := range p.results {
 			if r.noMark {
 				continue
-			}
-			if r.idem {
-				marks = append(marks, r)
 			}
 			for _, sw := range r.writes {
 				writes = append(writes, write{sw, len(writes)})
 			}
 		}
-		slices.SortFunc(marks, func(a, b *result) int { return cmp.Or(strings.Compare(a.id, b.id), cmp.Compare(a.seq, b.seq)) })
 		slices.SortFunc(writes, func(a, b write) int { return cmp.Or(bytes.Compare(a.key, b.key), cmp.Compare(a.seq, b.seq)) })
-		for _, r := range marks {
-			if err := b.MarkProcessed(tp, r.id, r.at); err != nil {
-				return fmt.Errorf("consumer: checkpoint: %w", err)
-			}
-		}
 		for _, sw := range writes {
 			var err error
 			if sw.value == nil {

@@ -184,11 +184,11 @@ func TestRefusedRecordsFindTheirTasks(t *testing.T) {
 		outputs: []*kgo.Record{{Topic: "out"}}}
 	b := &result{id: "b", idem: true, queue: "q", src: src("b"), outputs: []*kgo.Record{{Topic: "out"}}}
 	recs := append([]*kgo.Record{}, a.outputs[0], b.outputs[0])
-	p := pending{ps: ps, results: []*result{a, b}, logStart: len(recs)}
-	recs = w.appendChangelog(recs, ps.tp, p.results)
+	p := pending{ps: ps, results: []*result{a, b}, logStart: len(recs), marks: markRecords([]*result{a, b})}
+	recs = w.appendChangelog(recs, ps.tp, p.marks, p.results)
 	p.logEnd = len(recs)
 	// a's output and both its state writes (recs: a's output, b's
-	// output, a's mark, a's two writes, b's mark).
+	// output, the mark record of a and b, a's two writes).
 	refused := []refusal{{a.outputs[0], errors.New("too large")}, {recs[3], errors.New("too large")}, {recs[4], errors.New("too large")}}
 	w.deadLetterRefused(refused, recs, []pending{p})
 	if a.outcome != outcomeDead || a.refused != 1 || len(a.outputs) != 1 || a.outputs[0].Topic != "onceq-dlq-q" {

@@ -194,6 +194,40 @@ func TestWorkerCopiesExactlyOnceWithDuplicates(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkExactlyOnce(t, testutil.ReadCommitted(t, conn, 30*time.Second, "out"), all)
+	checkMarkRecords(t, conn, broker.ChangelogTopic("g1", "in"), all)
+}
+
+// checkMarkRecords reads a changelog and checks that it marks the IDs
+// want, each once, in records of many IDs (one per partition and commit),
+// not one record per ID.
+func checkMarkRecords(t *testing.T, conn broker.Conn, changelog string, want []string) {
+	t.Helper()
+	seen := map[string]int{}
+	records := 0
+	for _, r := range testutil.ReadCommitted(t, conn, time.Minute, changelog) {
+		e, err := checkpoint.DecodeChangelog(r.Key, r.Value)
+		if err != nil {
+			t.Fatalf("changelog offset %d: %v", r.Offset, err)
+		}
+		switch e.Kind {
+		case checkpoint.KindMark:
+			t.Fatalf("changelog offset %d: a record of one ID (%s)", r.Offset, e.ID)
+		case checkpoint.KindMarks:
+			records++
+			for _, m := range e.Marks {
+				seen[m.ID]++
+			}
+		}
+	}
+	for _, id := range want {
+		if seen[id] != 1 {
+			t.Fatalf("%s marked %d times in the changelog, want once", id, seen[id])
+		}
+	}
+	if records == 0 || records > len(want)/10 {
+		t.Fatalf("%d mark records for %d IDs: want records of many IDs each", records, len(want))
+	}
+	t.Logf("%d IDs in %d mark records", len(want), records)
 }
 
 // TestWorkerPartitionMovesToEmptyCheckpoint pins the bug where changelog

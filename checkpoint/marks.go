@@ -1,0 +1,164 @@
+package checkpoint
+
+import (
+	"cmp"
+	"encoding/binary"
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/cespare/xxhash/v2"
+)
+
+// Mark records, the changelog's form of processed IDs.
+//
+// A commit marks its idempotency keys in one changelog record per
+// partition (KindMarks), not one per ID: the record is the partition's
+// expiry record of those IDs (see keys.go), under the same time and
+// checksum. Restoring the record writes the same expiry record, and
+// expiring it removes the whole changelog record with one tombstone. The
+// changelog's version 1 KindMark records, one per ID, are still read; the
+// IDs they restore expire with a tombstone each, as before.
+//
+// The checksum of a logged expiry record is its value's xxhash with
+// loggedSum mixed in, so expiry tells a record the changelog holds from one
+// it grouped itself (restored from KindMark records, or rewritten by
+// expiry), whose IDs have records of their own.
+const loggedSum = 0x6f6e6365712d6d6b // "onceq-mk"
+
+// Mark is one processed ID of a mark record.
+type Mark struct {
+	ID string
+	At time.Time // to the millisecond
+}
+
+// maxMarkRecordBytes bounds a mark record's value, far below the size a
+// broker takes in one record (1 MiB by default): 4,096 IDs of 256 bytes
+// would be past it.
+const maxMarkRecordBytes = 128 << 10
+
+// MarkRecords groups the IDs one commit marked in one partition into
+// changelog entries of KindMarks, as the checkpoint groups them in expiry
+// records: by time, at most maxRecordIDs IDs within recordSpan each, and
+// at most 128 KiB of them. Write the entries to the changelog and commit
+// them with Batch.MarkRecord (or Apply them), so that both hold the same
+// records.
+func MarkRecords(marks []Mark) []Entry {
+	es := make([]expiryEntry, len(marks))
+	for i, m := range marks {
+		es[i] = expiryEntry{ID: m.ID, At: millis(m.At)}
+	}
+	slices.SortStableFunc(es, func(a, b expiryEntry) int { return cmp.Compare(a.At, b.At) })
+	var out []Entry
+	for len(es) > 0 {
+		n, size := 1, len(es[0].ID)+8
+		for n < len(es) && n < maxRecordIDs && es[n].At-es[0].At < recordSpan && size+len(es[n].ID)+8 <= maxMarkRecordBytes {
+			size += len(es[n].ID) + 8
+			n++
+		}
+		e := Entry{Kind: KindMarks, Marks: make([]Mark, n)}
+		for i, x := range es[:n] {
+			e.Marks[i] = Mark{ID: x.ID, At: fromMillis(x.At)}
+		}
+		out = append(out, e)
+		es = es[n:]
+	}
+	return out
+}
+
+// markRecord encodes marks as an expiry record: its time, the value and
+// the logged checksum.
+func markRecord(marks []Mark) (at uint64, value []byte, sum uint64) {
+	size := 0
+	for _, m := range marks {
+		at = max(at, millis(m.At))
+		size += len(m.ID) + 4
+	}
+	value = make([]byte, 0, size)
+	for _, m := range marks {
+		value = appendExpiryEntry(value, at, expiryEntry{ID: m.ID, At: millis(m.At)})
+	}
+	return at, value, xxhash.Sum64(value) ^ loggedSum
+}
+
+// markRecordKey is the changelog key payload of a mark record: its time
+// and checksum, as in its expiry key.
+func markRecordKey(at, sum uint64) []byte {
+	return binary.BigEndian.AppendUint64(binary.BigEndian.AppendUint64(make([]byte, 0, 16), at), sum)
+}
+
+// EncodeMarks returns the changelog record of marks, a KindMarks entry's
+// IDs.
+func EncodeMarks(marks []Mark) (key, value []byte) {
+	at, v, sum := markRecord(marks)
+	return changelogKey(KindMarks, markRecordKey(at, sum)), append([]byte{changelogVersion}, v...)
+}
+
+// decodeMarks decodes a mark record's key payload and value (after the
+// version byte); payload alone for a tombstone.
+func decodeMarks(payload, value []byte, tombstone bool) ([]Mark, error) {
+	if len(payload) != 16 {
+		return nil, fmt.Errorf("mark record key of %d bytes, want 16", len(payload))
+	}
+	if tombstone {
+		return nil, nil
+	}
+	at, sum := binary.BigEndian.Uint64(payload), binary.BigEndian.Uint64(payload[8:])
+	if at > math.MaxInt64 {
+		return nil, fmt.Errorf("mark record time %d out of range", at)
+	}
+	if xxhash.Sum64(value)^loggedSum != sum {
+		return nil, fmt.Errorf("mark record checksum %016x does not match its value", sum)
+	}
+	var marks []Mark
+	var latest uint64
+	err := decodeExpiryRecord(at, value, func(e expiryEntry) {
+		marks = append(marks, Mark{ID: e.ID, At: fromMillis(e.At)})
+		latest = max(latest, e.At)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("mark record: %w", err)
+	}
+	if len(marks) == 0 || latest != at {
+		return nil, fmt.Errorf("mark record of %d IDs, the latest at %d, keyed %d", len(marks), latest, at)
+	}
+	return marks, nil
+}
+
+// MarkRecord marks the IDs of a KindMarks entry processed in tp, writing
+// the expiry record the changelog holds, so that expiring it yields the
+// record's tombstone.
+func (b *Batch) MarkRecord(tp TP, marks []Mark) error {
+	if len(marks) == 0 {
+		return invalidf("mark record without IDs")
+	}
+	for _, m := range marks {
+		if err := validateID(m.ID); err != nil {
+			return err
+		}
+	}
+	p, err := b.partition(tp)
+	if err != nil {
+		return err
+	}
+	at, v, sum := markRecord(marks)
+	// The ID keys go in in order: Pebble inserts sorted keys at a third
+	// of the cost of random ones.
+	byID := slices.SortedFunc(slices.Values(marks), func(a, b Mark) int { return strings.Compare(a.ID, b.ID) })
+	var iv [10]byte
+	for _, m := range byID {
+		ms := millis(m.At)
+		b.key = appendIDKey(b.key[:0], p.h, m.ID)
+		if err := b.pb.Set(b.key, encodeIDValue(iv[:0], ms), nil); err != nil {
+			return err
+		}
+		b.logged[p.h] = append(b.logged[p.h], expiryEntry{ID: m.ID, At: ms})
+	}
+	return b.pb.Set(expiryKey(p.h, at, sum), v, nil)
+}
+
+// isLogged reports whether an expiry record is a mark record the changelog
+// holds.
+func isLogged(sum uint64, value []byte) bool { return xxhash.Sum64(value)^loggedSum == sum }

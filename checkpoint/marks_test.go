@@ -1,0 +1,108 @@
+package checkpoint
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+)
+
+// TestMarkRecordsExpireWhole: the IDs of a commit's mark records are
+// marked, restore through Apply to the same expiry records, and expire
+// with one tombstone per record, keyed as the changelog record was; IDs
+// marked one by one (a version 1 changelog) still expire one by one.
+func TestMarkRecordsExpireWhole(t *testing.T) {
+	now := time.UnixMilli(1_700_000_000_000)
+	var marks []Mark
+	for i := range 5000 { // more than one record holds
+		marks = append(marks, Mark{ID: fmt.Sprintf("id-%05d", i), At: now.Add(time.Duration(i%3) * time.Millisecond)})
+	}
+	marks = append(marks, Mark{ID: "late", At: now.Add(2 * time.Second)})
+	entries := MarkRecords(marks)
+	if len(entries) != 3 {
+		t.Fatalf("%d records for 5000 IDs within 3 ms and one 2 s later, want 3 (4096 IDs at most each, a second apart)", len(entries))
+	}
+	var keys [][]byte
+	for _, e := range entries {
+		k, _ := e.Encode()
+		keys = append(keys, k)
+	}
+	tp := TP{Topic: "q", Partition: 1}
+	check := func(name string, s *Store) {
+		t.Helper()
+		for _, m := range []string{"id-00000", "id-04999", "late"} {
+			if ok, err := s.Has(tp, m); err != nil || !ok {
+				t.Fatalf("%s: %s not marked (%v)", name, m, err)
+			}
+		}
+		removed, err := s.ExpireProcessed(context.Background(), now.Add(time.Hour+3*time.Second), 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got [][]byte
+		for _, r := range removed {
+			if r.ID != "" || r.TP != tp {
+				t.Errorf("%s: removed %+v: want whole records of %v", name, r, tp)
+			}
+			got = append(got, r.Tombstone)
+		}
+		slices.SortFunc(got, bytes.Compare)
+		want := slices.SortedFunc(slices.Values(keys), bytes.Compare)
+		if !slices.EqualFunc(got, want, bytes.Equal) {
+			t.Errorf("%s: tombstones %x, want the records' keys %x", name, got, want)
+		}
+		if ok, _ := s.Has(tp, "id-02000"); ok {
+			t.Errorf("%s: an expired ID is still marked", name)
+		}
+	}
+
+	s := mustOpen(t, "/a", ClusterID("c"), Group("g"), FS(vfs.NewMem()), DedupWindow(time.Hour), NoSync())
+	b := s.NewBatch()
+	for _, e := range entries {
+		if err := b.MarkRecord(tp, e.Marks); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := b.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	check("committed", s)
+
+	// A restore from the changelog: the records, and a version 1 mark.
+	r := mustOpen(t, "/b", ClusterID("c"), Group("g"), FS(vfs.NewMem()), DedupWindow(time.Hour), NoSync())
+	var log []Entry
+	for i, k := range keys {
+		e, err := DecodeChangelog(k, mustValue(t, entries[i]))
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.Offset = int64(i)
+		log = append(log, e)
+	}
+	if err := r.Apply(tp, log, int64(len(log))); err != nil {
+		t.Fatal(err)
+	}
+	check("restored", r)
+
+	old := mustOpen(t, "/c", ClusterID("c"), Group("g"), FS(vfs.NewMem()), DedupWindow(time.Hour), NoSync())
+	if err := old.Apply(tp, []Entry{{Kind: KindMark, ID: "v1", At: now}}, 1); err != nil {
+		t.Fatal(err)
+	}
+	removed, err := old.ExpireProcessed(context.Background(), now.Add(2*time.Hour), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(removed) != 1 || removed[0].ID != "v1" || !bytes.Equal(removed[0].Tombstone, EncodeMarkTombstone("v1")) {
+		t.Errorf("a version 1 mark expired as %+v, want its own tombstone", removed)
+	}
+}
+
+func mustValue(t *testing.T, e Entry) []byte {
+	t.Helper()
+	_, v := e.Encode()
+	return v
+}
