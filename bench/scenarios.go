@@ -111,10 +111,13 @@ func runProduce(ctx context.Context, e *env, l *load) ([]RunResult, error) {
 // rawRecord is the record the producer writes for task i, built by hand.
 func rawRecord(l *load, i int32, topic string, now time.Time) *kgo.Record {
 	id := l.id(i)
-	return &kgo.Record{Topic: topic, Key: []byte(id), Value: l.payload(now), Headers: []kgo.RecordHeader{
-		{Key: onceq.HeaderID, Value: []byte(id)},
-		{Key: onceq.HeaderEnqueued, Value: strconv.AppendInt(nil, now.UnixMilli(), 10)},
-	}}
+	hs := make([]kgo.RecordHeader, 0, 3)
+	hs = append(hs, kgo.RecordHeader{Key: onceq.HeaderID, Value: []byte(id)})
+	if l.want[i] == 1 {
+		hs = append(hs, kgo.RecordHeader{Key: onceq.HeaderGeneratedID, Value: []byte("1")})
+	}
+	hs = append(hs, kgo.RecordHeader{Key: onceq.HeaderEnqueued, Value: strconv.AppendInt(nil, now.UnixMilli(), 10)})
+	return &kgo.Record{Topic: topic, Key: []byte(id), Value: l.payload(now), Headers: hs}
 }
 
 // produceRaw produces the tasks of part with cl and waits for them.

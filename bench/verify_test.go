@@ -180,3 +180,29 @@ func TestLoad(t *testing.T) {
 		t.Fatalf("payload stamp %v, %v, %d bytes", got, ok, len(p))
 	}
 }
+
+// TestRawRecordIsTheProducers: the produce scenario's baseline writes the
+// records the producer writes, byte for byte, for tasks submitted once
+// (generated IDs) and twice (IDs a client chose).
+func TestRawRecordIsTheProducers(t *testing.T) {
+	l := testLoad(t, 50, 0.5)
+	now := time.UnixMilli(1_700_000_000_123)
+	kinds := map[uint8]bool{}
+	for i := range int32(50) {
+		task := l.task(i, "q", now)
+		task.Resolve(now)
+		want, got := task.Record("q"), rawRecord(l, i, "q", now)
+		if string(want.Key) != string(got.Key) || string(want.Value) != string(got.Value) || len(want.Headers) != len(got.Headers) {
+			t.Fatalf("task %d: raw record %+v, the producer's %+v", i, got, want)
+		}
+		for j, h := range want.Headers {
+			if g := got.Headers[j]; g.Key != h.Key || string(g.Value) != string(h.Value) {
+				t.Fatalf("task %d header %d: raw %s=%q, the producer's %s=%q", i, j, g.Key, g.Value, h.Key, h.Value)
+			}
+		}
+		kinds[l.want[i]] = true
+	}
+	if !kinds[1] || !kinds[2] {
+		t.Fatalf("the load has tasks submitted %v times: want once and twice", kinds)
+	}
+}
