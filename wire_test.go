@@ -3,7 +3,9 @@ package onceq
 import (
 	"bytes"
 	"errors"
+	"math"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -265,6 +267,23 @@ func TestIdempotencyKey(t *testing.T) {
 	for _, hs := range [][]string{{HeaderGeneratedID, "1"}, {HeaderID, "a", HeaderGeneratedID, "yes"}} {
 		if _, err := FromRecord(rec(hs...)); !errors.Is(err, ErrMalformedHeader) || !strings.Contains(err.Error(), HeaderGeneratedID) {
 			t.Errorf("headers %q: %v, want a malformed %s", hs, err, HeaderGeneratedID)
+		}
+	}
+}
+
+// TestDecLen: decLen is the length strconv writes, at every power of ten,
+// either side of it, and at the ends of int64.
+func TestDecLen(t *testing.T) {
+	ns := []int64{0, math.MaxInt64, math.MinInt64, math.MinInt64 + 1}
+	for p := int64(1); p > 0 && p <= math.MaxInt64/10*10; p *= 10 {
+		ns = append(ns, p-1, p, p+1, -p, -p+1, -p-1)
+		if p > math.MaxInt64/10 {
+			break
+		}
+	}
+	for _, n := range ns {
+		if got, want := decLen(n), len(strconv.FormatInt(n, 10)); got != want {
+			t.Errorf("decLen(%d) = %d, want %d", n, got, want)
 		}
 	}
 }

@@ -72,7 +72,9 @@
 // With Registerer set: onceq_tasks_submitted_total{queue},
 // onceq_submit_errors_total{queue,reason} (reason invalid, no_queue,
 // canceled, closed, broker or aborted) and
-// onceq_submit_duration_seconds{queue}.
+// onceq_submit_duration_seconds{queue}, the time from submission to
+// acknowledgment of a queue's first task and one in 16 after it: a
+// sample, which keeps the acknowledgment path cheap.
 //
 // # Command line
 //

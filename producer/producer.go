@@ -42,7 +42,7 @@ type Producer struct {
 	cl     *kgo.Client // idempotent, acks=all
 	topics sync.Map    // topic name -> *topicState
 	m      *metrics
-	slots  chan struct{} // admission: one slot per task not yet acknowledged
+	slots  *admission // one slot per task not yet acknowledged
 	closed atomic.Bool
 	ids    *idSource // IDs for tasks without one
 
@@ -68,7 +68,7 @@ func New(opts ...Opt) (*Producer, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &Producer{cfg: cfg, m: m, slots: make(chan struct{}, cfg.maxBuffered), ids: newIDSource()}
+	p := &Producer{cfg: cfg, m: m, slots: newAdmission(cfg.maxBuffered), ids: newIDSource()}
 	if p.cl, err = cfg.conn.NewClient(clientOpts(cfg)...); err != nil {
 		return nil, fmt.Errorf("producer: %w", err)
 	}
@@ -83,7 +83,7 @@ func clientOpts(cfg config) []kgo.Opt {
 		// spelled out, and no option here disables idempotence.
 		kgo.RequiredAcks(kgo.AllISRAcks()),
 		kgo.ProducerLinger(cfg.linger),
-		// Admission control is the slots channel, which honours the
+		// Admission control is the slots semaphore, which honours the
 		// caller's context. The client's own limit sits above it so that
 		// Produce never blocks.
 		kgo.MaxBufferedRecords(2 * cfg.maxBuffered),
@@ -154,7 +154,7 @@ func (p *Producer) submit(ctx context.Context, task onceq.Task, fn func(Receipt,
 	start := time.Now()
 	rec, dest, q, err := p.prepare(ctx, &task, start)
 	if err == nil {
-		err = p.acquire(ctx)
+		err = p.slots.acquire(ctx)
 	}
 	if err != nil {
 		err = p.wrap(&Receipt{ID: task.ID}, err)
@@ -165,7 +165,7 @@ func (p *Producer) submit(ctx context.Context, task onceq.Task, fn func(Receipt,
 	id := task.ID
 	rec.Timestamp = start // saves the client a clock read
 	done := func(r *kgo.Record, err error) {
-		<-p.slots
+		p.slots.release()
 		rc := Receipt{ID: id, Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, Delayed: dest != q}
 		if err != nil {
 			dest.noteError(err)
@@ -176,7 +176,9 @@ func (p *Producer) submit(ctx context.Context, task onceq.Task, fn func(Receipt,
 			return
 		}
 		q.submitted.Inc()
-		q.duration.Observe(time.Since(start).Seconds())
+		if q.acks.Add(1)%latencySample == 1 {
+			q.duration.Observe(time.Since(start).Seconds())
+		}
 		fn(rc, nil)
 	}
 	if sync && p.cfg.linger > 0 {
@@ -220,22 +222,6 @@ func (p *Producer) prepare(ctx context.Context, t *onceq.Task, now time.Time) (r
 		return nil, nil, nil, err
 	}
 	return t.Record(dest.name), dest, q, nil
-}
-
-// acquire takes an admission slot, waiting while MaxBufferedRecords tasks
-// are unacknowledged.
-func (p *Producer) acquire(ctx context.Context) error {
-	select {
-	case p.slots <- struct{}{}:
-		return nil
-	default:
-	}
-	select {
-	case p.slots <- struct{}{}:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }
 
 // Flush waits until every task submitted so far is acknowledged or

@@ -39,6 +39,7 @@ type topicState struct {
 	// Queues only: the queue's metrics.
 	submitted prometheus.Counter
 	duration  prometheus.Observer
+	acks      atomic.Uint64 // acknowledged tasks, to sample duration
 }
 
 // noteError forgets that the topic exists when the broker says it does

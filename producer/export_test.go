@@ -1,0 +1,4 @@
+package producer
+
+// LatencySample is latencySample, for the metrics test.
+const LatencySample = latencySample
