@@ -50,7 +50,7 @@ const (
 	DefaultCommitInterval      = 100 * time.Millisecond
 	DefaultMaxRecordsPerCommit = 20_000
 	DefaultDedupWindow         = checkpoint.DefaultDedupWindow
-	DefaultMaxBufferedRecords  = 50_000
+	DefaultMaxBufferedRecords  = 30_000
 	DefaultTaskTimeout         = 30 * time.Second
 	DefaultGuarantee           = ExactlyOnce
 	DefaultSessionTimeout      = 10 * time.Second
@@ -176,7 +176,7 @@ func DedupWindow(d time.Duration) Opt { return optFunc(func(c *config) { c.dedup
 
 // MaxBufferedRecords bounds the records fetched but not yet committed, and
 // so the worker's memory. It must be at least Concurrency. Default
-// DefaultMaxBufferedRecords (50,000).
+// DefaultMaxBufferedRecords (30,000).
 func MaxBufferedRecords(n int) Opt { return optFunc(func(c *config) { c.maxBuffered = n }) }
 
 // TaskTimeout is the time-to-run of a task without onceq-timeout: its
