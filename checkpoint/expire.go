@@ -113,12 +113,12 @@ type Removed struct {
 }
 
 // ExpireProcessed removes the processed IDs marked at or before now minus
-// the dedup window, until it has returned limit removals (limit <= 0: no
-// limit), and returns what it removed so that the caller can write the
-// changelog tombstones: one per mark record whose IDs are all gone, one per
-// ID that has a record of its own. Fewer than limit removals means it went
-// through everything that was due. It works in chunks of about a thousand
-// IDs, resting between them, and never blocks commits.
+// the dedup window, examining at most limit IDs (limit <= 0: no limit), so
+// that one call's work stays bounded, and returns what it removed so that
+// the caller can write the changelog tombstones: one per mark record whose
+// IDs are all gone (a call that stops inside a record returns it from a
+// later call), one per ID that has a record of its own. It works in chunks
+// of about a thousand IDs, resting between them, and never blocks commits.
 //
 // A batch that marks an ID again while ExpireProcessed removes it keeps its
 // mark, and the ID is not returned; but an ID marked again after
@@ -156,13 +156,14 @@ func (s *Store) ExpireProcessed(ctx context.Context, now time.Time, limit int) (
 	ps = slices.Concat(ps[i:], ps[:i])
 
 	var removed []Removed
+	taken := 0 // IDs examined
 	for _, p := range ps {
 		var err error
-		removed, err = s.expirePartition(ctx, p, cutoff, limit, removed)
+		removed, err = s.expirePartition(ctx, p, cutoff, limit, &taken, removed)
 		if err != nil {
 			return removed, err
 		}
-		if len(removed) >= limit {
+		if taken >= limit {
 			s.expireNext.Store(uint32(p.h))
 			return removed, nil
 		}
@@ -171,13 +172,13 @@ func (s *Store) ExpireProcessed(ctx context.Context, now time.Time, limit int) (
 	return removed, nil
 }
 
-// expirePartition removes p's expired IDs, appending them to removed, until
-// len(removed) reaches limit.
+// expirePartition removes p's expired IDs, appending what it removed to
+// removed, until *taken, the IDs examined, reaches limit.
 //
 // An expiry record is deleted by the chunk that takes its last ID. When the
 // call stops inside a record, the record stays whole: the next call examines
 // its IDs again and skips those already removed.
-func (s *Store) expirePartition(ctx context.Context, p *partition, cutoff uint64, limit int, removed []Removed) ([]Removed, error) {
+func (s *Store) expirePartition(ctx context.Context, p *partition, cutoff uint64, limit int, taken *int, removed []Removed) ([]Removed, error) {
 	lower, _ := familyBounds(p.h, familyExpiry)
 	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: expiryUpper(p.h, cutoff)})
 	if err != nil {
@@ -191,12 +192,12 @@ func (s *Store) expirePartition(ctx context.Context, p *partition, cutoff uint64
 		current  expiryRecord
 		ok       = it.First()
 	)
-	for len(removed) < limit {
+	for *taken < limit {
 		if err := ctx.Err(); err != nil {
 			return removed, err
 		}
 		cands, finished = cands[:0], finished[:0]
-		room := min(expireChunk, limit-len(removed))
+		room := min(expireChunk, limit-*taken)
 		for len(cands) < room {
 			if len(pending) == 0 {
 				if !ok {
@@ -227,9 +228,11 @@ func (s *Store) expirePartition(ctx context.Context, p *partition, cutoff uint64
 		}
 		start := time.Now()
 		var err error
-		if removed, err = s.expireChunk(p, cutoff, cands, finished, removed); err != nil {
+		var deleted int
+		if removed, deleted, err = s.expireChunk(p, cutoff, cands, finished, removed); err != nil {
 			return removed, err
 		}
+		*taken += deleted
 		// Rest as long as the chunk took: expiry is background work, and
 		// the compactions its deletions cause compete with commits for the
 		// disk. This halves its peak load.
@@ -249,15 +252,16 @@ type expiryRecord struct {
 }
 
 // expireChunk deletes the candidates whose ID is still marked at or before
-// cutoff, and the records the chunk finished.
-func (s *Store) expireChunk(p *partition, cutoff uint64, cands []expiryEntry, finished []expiryRecord, removed []Removed) ([]Removed, error) {
+// cutoff, and the records the chunk finished; it returns how many IDs it
+// deleted.
+func (s *Store) expireChunk(p *partition, cutoff uint64, cands []expiryEntry, finished []expiryRecord, removed []Removed) ([]Removed, int, error) {
 	slices.SortFunc(cands, func(a, b expiryEntry) int { return strings.Compare(a.ID, b.ID) })
 	w := s.watch.startChunk()
 	defer s.watch.endChunk(w)
 	lower, upper := familyBounds(p.h, familyID)
 	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
 	if err != nil {
-		return removed, ioError(err, "expire %s", p.tp)
+		return removed, 0, ioError(err, "expire %s", p.tp)
 	}
 	type due struct {
 		key []byte
@@ -277,29 +281,29 @@ func (s *Store) expireChunk(p *partition, cutoff uint64, cands []expiryEntry, fi
 		at, err := decodeIDValue(it.Value())
 		if err != nil {
 			_ = it.Close()
-			return removed, errorf(ErrCorrupt, err, "dir %s: partition %s: %v", s.dir, p.tp, err)
+			return removed, 0, errorf(ErrCorrupt, err, "dir %s: partition %s: %v", s.dir, p.tp, err)
 		}
 		if at <= cutoff { // else marked again since: its newer record expires it
 			dues = append(dues, due{key, c})
 		}
 	}
 	if err := errors.Join(it.Error(), it.Close()); err != nil {
-		return removed, ioError(err, "expire %s", p.tp)
+		return removed, 0, ioError(err, "expire %s", p.tp)
 	}
 
 	pb := s.db.NewBatch()
 	defer pb.Close()
 	for _, r := range finished {
 		if err := pb.Delete(r.key, nil); err != nil {
-			return removed, err
+			return removed, 0, err
 		}
 	}
 	s.watch.mu.Lock()
 	defer s.watch.mu.Unlock()
 	if p.dropped.Load() {
-		return removed, nil
+		return removed, 0, nil
 	}
-	n := len(removed)
+	n, deleted := len(removed), 0
 	var kept []expiryEntry
 	remarked := w.remarked(p.h)
 	for _, d := range dues {
@@ -310,8 +314,9 @@ func (s *Store) expireChunk(p *partition, cutoff uint64, cands []expiryEntry, fi
 			continue
 		}
 		if err := pb.Delete(d.key, nil); err != nil {
-			return removed[:n], err
+			return removed[:n], 0, err
 		}
+		deleted++
 		if !d.e.logged {
 			removed = append(removed, Removed{TP: p.tp, ID: d.e.ID, Tombstone: EncodeMarkTombstone(d.e.ID)})
 		}
@@ -324,10 +329,10 @@ func (s *Store) expireChunk(p *partition, cutoff uint64, cands []expiryEntry, fi
 		}
 	}
 	if err := writeExpiryRecords(pb, p.h, kept); err != nil {
-		return removed[:n], err
+		return removed[:n], 0, err
 	}
 	if err := s.apply(pb, pebble.NoSync); err != nil {
-		return removed[:n], ioError(err, "expire %s", p.tp)
+		return removed[:n], 0, ioError(err, "expire %s", p.tp)
 	}
-	return removed, nil
+	return removed, deleted, nil
 }

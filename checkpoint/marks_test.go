@@ -88,6 +88,33 @@ func TestMarkRecordsExpireWhole(t *testing.T) {
 	}
 	check("restored", r)
 
+	// A limit bounds the IDs one call examines: a record is returned by
+	// the call that takes its last ID.
+	l := mustOpen(t, "/l", ClusterID("c"), Group("g"), FS(vfs.NewMem()), DedupWindow(time.Hour), NoSync())
+	b = l.NewBatch()
+	for _, e := range entries {
+		if err := b.MarkRecord(tp, e.Marks); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := b.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	var calls, tombstones int
+	for ; calls < 10; calls++ {
+		r, err := l.ExpireProcessed(context.Background(), now.Add(time.Hour+3*time.Second), 1500)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tombstones += len(r)
+		if ok, _ := l.Has(tp, "late"); !ok {
+			break
+		}
+	}
+	if calls+1 < 4 || tombstones != len(entries) {
+		t.Errorf("%d calls of 1,500 IDs for %d IDs, %d tombstones: want at least 4 calls and %d tombstones", calls+1, len(marks), tombstones, len(entries))
+	}
+
 	old := mustOpen(t, "/c", ClusterID("c"), Group("g"), FS(vfs.NewMem()), DedupWindow(time.Hour), NoSync())
 	if err := old.Apply(tp, []Entry{{Kind: KindMark, ID: "v1", At: now}}, 1); err != nil {
 		t.Fatal(err)
