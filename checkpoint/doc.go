@@ -81,16 +81,20 @@
 //
 // # The dedup window
 //
-// Every so often the worker calls ExpireProcessed, which removes the IDs
-// processed longer ago than the window and returns what it removed; the
-// worker then writes the changelog tombstones (Removed.Tombstone: one per
-// mark record, one per ID marked by MarkProcessed or restored from a
-// version 1 KindMark record), so that the compacted changelog forgets them
-// too:
+// The worker runs Expire on a goroutine of its own, beside its commits. It
+// removes the IDs processed longer ago than the window and hands over
+// their changelog tombstones (Removed.Tombstone: one per mark record, one
+// per ID marked by MarkProcessed or restored from a version 1 KindMark
+// record) before it deletes them; the next commit writes them first, so
+// that the compacted changelog forgets the IDs too:
 //
-//	removed, err := s.ExpireProcessed(ctx, time.Now(), 10000)
+//	n, err := s.Expire(ctx, time.Now(), 100_000, func(rs []checkpoint.Removed) {
+//		queue(rs) // for the next commit, ahead of its records
+//	})
 //
 // It works in chunks, resting between them, and never blocks commits.
+// ExpireProcessed returns the tombstones instead, for a caller that runs
+// it between its commits.
 //
 // # Layout and tuning
 //

@@ -113,12 +113,9 @@ type Removed struct {
 }
 
 // ExpireProcessed removes the processed IDs marked at or before now minus
-// the dedup window, examining at most limit IDs (limit <= 0: no limit), so
-// that one call's work stays bounded, and returns what it removed so that
-// the caller can write the changelog tombstones: one per mark record whose
-// IDs are all gone (a call that stops inside a record returns it from a
-// later call), one per ID that has a record of its own. It works in chunks
-// of about a thousand IDs, resting between them, and never blocks commits.
+// the dedup window, and returns what it removed so that the caller can
+// write the changelog tombstones. It is Expire for a caller that writes
+// the tombstones itself, between its commits.
 //
 // A batch that marks an ID again while ExpireProcessed removes it keeps its
 // mark, and the ID is not returned; but an ID marked again after
@@ -126,17 +123,42 @@ type Removed struct {
 // tombstones of the returned IDs before the changelog records of later
 // marks (in the next transaction, before its marks), or run ExpireProcessed
 // between commits.
-//
-// An ID marked again after its first mark is kept until its latest mark
-// expires. The removal is not synced: after a crash some removed IDs may be
-// back, and the next call removes (and returns) them again.
 func (s *Store) ExpireProcessed(ctx context.Context, now time.Time, limit int) ([]Removed, error) {
+	var removed []Removed
+	_, err := s.Expire(ctx, now, limit, func(r []Removed) { removed = append(removed, r...) })
+	return removed, err
+}
+
+// Expire removes the processed IDs marked at or before now minus the dedup
+// window, deleting at most limit IDs (limit <= 0: no limit), so that one
+// call's work stays bounded, and returns how many it deleted. It works in
+// chunks of about a thousand IDs, resting between them, and never blocks
+// commits.
+//
+// Each chunk hands what it removes to tombstones before it deletes
+// anything, so that the caller can write the changelog tombstones: one per
+// mark record whose IDs are all gone (a call that stops inside a record
+// hands it over in a later call), one per ID that has a record of its own.
+// Handing over first lets Expire run beside the caller's commits: a task
+// that runs because its ID is gone is admitted after the deletion, so the
+// commit that marks the ID again finds the tombstone already handed over,
+// and must write it first. tombstones runs under a lock that commits also
+// take: it must be quick and must not call the Store.
+//
+// A batch that marks an ID again while Expire removes it keeps its mark,
+// and the ID is not handed over. An ID marked again after its first mark
+// is kept until its latest mark expires. The removal is not synced: after
+// a crash some removed IDs may be back, and a later call removes (and
+// hands over) them again; a chunk whose deletion fails has handed over
+// tombstones of IDs still there, which costs the changelog nothing but
+// their records.
+func (s *Store) Expire(ctx context.Context, now time.Time, limit int, tombstones func([]Removed)) (int, error) {
 	if err := s.acquire(); err != nil {
-		return nil, err
+		return 0, err
 	}
 	defer s.release()
 	if s.cfg.readOnly {
-		return nil, invalidf("store %s is open read-only", s.dir)
+		return 0, invalidf("store %s is open read-only", s.dir)
 	}
 	s.expireMu.Lock()
 	defer s.expireMu.Unlock()
@@ -155,34 +177,31 @@ func (s *Store) ExpireProcessed(ctx context.Context, now time.Time, limit int) (
 	i, _ := slices.BinarySearchFunc(ps, start, func(p *partition, h handle) int { return int(p.h) - int(h) })
 	ps = slices.Concat(ps[i:], ps[:i])
 
-	var removed []Removed
-	taken := 0 // IDs examined
+	deleted := 0
 	for _, p := range ps {
-		var err error
-		removed, err = s.expirePartition(ctx, p, cutoff, limit, &taken, removed)
-		if err != nil {
-			return removed, err
+		if err := s.expirePartition(ctx, p, cutoff, limit, &deleted, tombstones); err != nil {
+			return deleted, err
 		}
-		if taken >= limit {
+		if deleted >= limit {
 			s.expireNext.Store(uint32(p.h))
-			return removed, nil
+			return deleted, nil
 		}
 	}
 	s.expireNext.Store(0)
-	return removed, nil
+	return deleted, nil
 }
 
-// expirePartition removes p's expired IDs, appending what it removed to
-// removed, until *taken, the IDs examined, reaches limit.
+// expirePartition removes p's expired IDs, handing what it removes to
+// tombstones, until *deleted reaches limit.
 //
 // An expiry record is deleted by the chunk that takes its last ID. When the
 // call stops inside a record, the record stays whole: the next call examines
 // its IDs again and skips those already removed.
-func (s *Store) expirePartition(ctx context.Context, p *partition, cutoff uint64, limit int, taken *int, removed []Removed) ([]Removed, error) {
+func (s *Store) expirePartition(ctx context.Context, p *partition, cutoff uint64, limit int, deleted *int, tombstones func([]Removed)) error {
 	lower, _ := familyBounds(p.h, familyExpiry)
 	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: expiryUpper(p.h, cutoff)})
 	if err != nil {
-		return removed, ioError(err, "expire %s", p.tp)
+		return ioError(err, "expire %s", p.tp)
 	}
 	defer it.Close()
 	var (
@@ -192,12 +211,12 @@ func (s *Store) expirePartition(ctx context.Context, p *partition, cutoff uint64
 		current  expiryRecord
 		ok       = it.First()
 	)
-	for *taken < limit {
+	for *deleted < limit {
 		if err := ctx.Err(); err != nil {
-			return removed, err
+			return err
 		}
 		cands, finished = cands[:0], finished[:0]
-		room := min(expireChunk, limit-*taken)
+		room := min(expireChunk, limit-*deleted)
 		for len(cands) < room {
 			if len(pending) == 0 {
 				if !ok {
@@ -212,7 +231,7 @@ func (s *Store) expirePartition(ctx context.Context, p *partition, cutoff uint64
 					})
 				}
 				if err != nil {
-					return removed, errorf(ErrCorrupt, err, "dir %s: partition %s: %v", s.dir, p.tp, err)
+					return errorf(ErrCorrupt, err, "dir %s: partition %s: %v", s.dir, p.tp, err)
 				}
 				current = expiryRecord{key: bytes.Clone(it.Key()), at: k.at, sum: k.sum, logged: logged}
 				ok = it.Next()
@@ -227,21 +246,20 @@ func (s *Store) expirePartition(ctx context.Context, p *partition, cutoff uint64
 			break
 		}
 		start := time.Now()
-		var err error
-		var deleted int
-		if removed, deleted, err = s.expireChunk(p, cutoff, cands, finished, removed); err != nil {
-			return removed, err
+		n, err := s.expireChunk(p, cutoff, cands, finished, tombstones)
+		if err != nil {
+			return err
 		}
-		*taken += deleted
+		*deleted += n
 		// Rest as long as the chunk took: expiry is background work, and
 		// the compactions its deletions cause compete with commits for the
 		// disk. This halves its peak load.
 		time.Sleep(time.Since(start))
 	}
 	if err := it.Error(); err != nil {
-		return removed, ioError(err, "expire %s", p.tp)
+		return ioError(err, "expire %s", p.tp)
 	}
-	return removed, nil
+	return nil
 }
 
 // expiryRecord is an expiry record a chunk finishes.
@@ -254,14 +272,14 @@ type expiryRecord struct {
 // expireChunk deletes the candidates whose ID is still marked at or before
 // cutoff, and the records the chunk finished; it returns how many IDs it
 // deleted.
-func (s *Store) expireChunk(p *partition, cutoff uint64, cands []expiryEntry, finished []expiryRecord, removed []Removed) ([]Removed, int, error) {
+func (s *Store) expireChunk(p *partition, cutoff uint64, cands []expiryEntry, finished []expiryRecord, tombstones func([]Removed)) (int, error) {
 	slices.SortFunc(cands, func(a, b expiryEntry) int { return strings.Compare(a.ID, b.ID) })
 	w := s.watch.startChunk()
 	defer s.watch.endChunk(w)
 	lower, upper := familyBounds(p.h, familyID)
 	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
 	if err != nil {
-		return removed, 0, ioError(err, "expire %s", p.tp)
+		return 0, ioError(err, "expire %s", p.tp)
 	}
 	type due struct {
 		key []byte
@@ -281,29 +299,30 @@ func (s *Store) expireChunk(p *partition, cutoff uint64, cands []expiryEntry, fi
 		at, err := decodeIDValue(it.Value())
 		if err != nil {
 			_ = it.Close()
-			return removed, 0, errorf(ErrCorrupt, err, "dir %s: partition %s: %v", s.dir, p.tp, err)
+			return 0, errorf(ErrCorrupt, err, "dir %s: partition %s: %v", s.dir, p.tp, err)
 		}
 		if at <= cutoff { // else marked again since: its newer record expires it
 			dues = append(dues, due{key, c})
 		}
 	}
 	if err := errors.Join(it.Error(), it.Close()); err != nil {
-		return removed, 0, ioError(err, "expire %s", p.tp)
+		return 0, ioError(err, "expire %s", p.tp)
 	}
 
 	pb := s.db.NewBatch()
 	defer pb.Close()
 	for _, r := range finished {
 		if err := pb.Delete(r.key, nil); err != nil {
-			return removed, 0, err
+			return 0, err
 		}
 	}
 	s.watch.mu.Lock()
 	defer s.watch.mu.Unlock()
 	if p.dropped.Load() {
-		return removed, 0, nil
+		return 0, nil
 	}
-	n, deleted := len(removed), 0
+	var removed []Removed
+	deleted := 0
 	var kept []expiryEntry
 	remarked := w.remarked(p.h)
 	for _, d := range dues {
@@ -314,7 +333,7 @@ func (s *Store) expireChunk(p *partition, cutoff uint64, cands []expiryEntry, fi
 			continue
 		}
 		if err := pb.Delete(d.key, nil); err != nil {
-			return removed[:n], 0, err
+			return 0, err
 		}
 		deleted++
 		if !d.e.logged {
@@ -329,10 +348,13 @@ func (s *Store) expireChunk(p *partition, cutoff uint64, cands []expiryEntry, fi
 		}
 	}
 	if err := writeExpiryRecords(pb, p.h, kept); err != nil {
-		return removed[:n], 0, err
+		return 0, err
+	}
+	if len(removed) > 0 {
+		tombstones(removed)
 	}
 	if err := s.apply(pb, pebble.NoSync); err != nil {
-		return removed[:n], 0, ioError(err, "expire %s", p.tp)
+		return 0, ioError(err, "expire %s", p.tp)
 	}
-	return removed, deleted, nil
+	return deleted, nil
 }

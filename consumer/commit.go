@@ -21,8 +21,13 @@ import (
 // what it missed on the next start).
 var errCheckpoint = errors.New("consumer: checkpoint write failed")
 
-// expireEvery is how often processed IDs past the dedup window are removed.
-const expireEvery = time.Minute
+// Expiry's pace: a pass deletes at most expirePass IDs; the next starts at
+// once while there is a backlog, and otherwise after expireIdle (a quarter
+// of the dedup window if that is shorter).
+const (
+	expirePass = 100_000
+	expireIdle = time.Minute
+)
 
 // pending is one partition's share of a commit.
 type pending struct {
@@ -65,12 +70,6 @@ func (w *Worker) commit(ctx context.Context) error {
 		offsets = map[string]map[int32]kgo.EpochOffset{}
 		eos     = w.cfg.guarantee == ExactlyOnce
 	)
-	// Tombstones of expired IDs go first: a mark of this commit for an ID
-	// that expiry just removed must come after its tombstone, so that a
-	// replay of the changelog ends with the ID present, like the store.
-	if eos && time.Since(w.lastExpire) > expireEvery {
-		recs = w.appendExpired(ctx, recs)
-	}
 	for _, ps := range w.snapshotParts() {
 		res, to, moved, upTo := ps.collect()
 		var fin checkpoint.Ranges
@@ -102,6 +101,20 @@ func (w *Worker) commit(ctx context.Context) error {
 			offsets[ps.tp.Topic][ps.tp.Partition] = to
 		}
 		parts = append(parts, p)
+	}
+	// Tombstones of expired IDs go first: a mark of this commit for an ID
+	// that expiry removed must come after its tombstone, so that a replay
+	// of the changelog ends with the ID present, like the store. They are
+	// taken after the results: expiry hands a tombstone over before it
+	// deletes the ID, so a task that ran because its ID was gone finds it.
+	if eos {
+		if tombs := w.takeTombstones(); len(tombs) > 0 {
+			recs = append(tombs, recs...)
+			for i := range parts {
+				parts[i].logStart += len(tombs)
+				parts[i].logEnd += len(tombs)
+			}
+		}
 	}
 	if len(recs) == 0 && len(offsets) == 0 {
 		return nil
@@ -261,27 +274,60 @@ func (w *Worker) appendChangelog(recs []*kgo.Record, tp checkpoint.TP, marks []c
 	return recs
 }
 
-// appendExpired removes processed IDs past the dedup window from the
-// checkpoint and adds their changelog tombstones, for the partitions this
-// worker owns.
-func (w *Worker) appendExpired(ctx context.Context, recs []*kgo.Record) []*kgo.Record {
-	w.lastExpire = time.Now()
-	removed, err := w.store.ExpireProcessed(ctx, time.Now(), 100_000)
-	if err != nil {
-		w.cfg.log.Warn("expiring processed IDs", "err", err)
-		return recs
+// expireLoop removes processed IDs past the dedup window at its own pace,
+// beside the commits, and queues their changelog tombstones for the next
+// commit (takeTombstones). It returns when ctx ends.
+func (w *Worker) expireLoop(ctx context.Context) {
+	idle := min(w.cfg.dedupWindow/4, expireIdle)
+	for {
+		n, err := w.store.Expire(ctx, time.Now(), expirePass, w.queueTombstones)
+		wait := idle
+		switch {
+		case err != nil && ctx.Err() == nil:
+			w.cfg.log.Warn("expiring processed IDs", "err", err)
+		case n >= expirePass:
+			wait = 0 // a backlog: go on (the chunks rest between themselves)
+		}
+		if n > 0 {
+			w.cfg.log.Debug("expired processed IDs", "ids", n)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+	}
+}
+
+// queueTombstones keeps the tombstones expiry hands over for the next
+// commit.
+func (w *Worker) queueTombstones(rs []checkpoint.Removed) {
+	w.tombMu.Lock()
+	defer w.tombMu.Unlock()
+	w.tombs = append(w.tombs, rs...)
+}
+
+// takeTombstones returns the queued tombstones as changelog records, for
+// the partitions this worker owns. A commit that fails drops them: a
+// changelog record left without its tombstone is restored with IDs past
+// the window, which the next expiry removes again.
+func (w *Worker) takeTombstones() []*kgo.Record {
+	w.tombMu.Lock()
+	rs := w.tombs
+	w.tombs = nil
+	w.tombMu.Unlock()
+	if len(rs) == 0 {
+		return nil
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	for _, r := range removed {
+	recs := make([]*kgo.Record, 0, len(rs))
+	for _, r := range rs {
 		if w.parts[r.TP] == nil {
 			continue
 		}
 		recs = append(recs, &kgo.Record{Topic: broker.ChangelogTopic(w.cfg.group, r.TP.Topic), Partition: r.TP.Partition,
 			Key: r.Tombstone})
-	}
-	if len(removed) > 0 {
-		w.cfg.log.Debug("expired processed IDs", "tombstones", len(removed))
 	}
 	return recs
 }

@@ -60,8 +60,10 @@ type Worker struct {
 	phase      atomic.Int32 // phaseNotStarted, phaseRunning, phaseStopped
 	health     *ops.BrokerHealth
 	restarts   int // session restarts since the last successful commit
-	lastExpire time.Time
 	ckpt       ckptWriter
+
+	tombMu sync.Mutex
+	tombs  []checkpoint.Removed // changelog tombstones expiry handed over
 }
 
 // New checks the options and returns a worker. It does not connect: Run
@@ -109,6 +111,19 @@ func (w *Worker) Run(ctx context.Context) (err error) {
 		return err
 	}
 	defer w.close()
+	if w.store != nil {
+		// Stopped before the store closes (defers run last first).
+		ectx, stopExpiry := context.WithCancel(ctx)
+		expired := make(chan struct{})
+		go func() {
+			defer close(expired)
+			w.expireLoop(ectx)
+		}()
+		defer func() {
+			stopExpiry()
+			<-expired
+		}()
+	}
 	w.sched.run()
 	defer w.sched.stop()
 	defer w.stopping.Store(true) // first of the deferred: restores stop retrying

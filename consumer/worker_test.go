@@ -230,6 +230,54 @@ func checkMarkRecords(t *testing.T, conn broker.Conn, changelog string, want []s
 	t.Logf("%d IDs in %d mark records", len(want), records)
 }
 
+// TestWorkerExpiresMarkRecords: past the dedup window, expiry removes the
+// processed IDs beside the commits and the changelog gets one tombstone
+// per mark record; the IDs then run again if submitted again.
+func TestWorkerExpiresMarkRecords(t *testing.T) {
+	t.Parallel() // it waits out the shortest window a worker takes, a minute
+	_, conn := testutil.StartBroker(t, "")
+	testutil.CreateTopic(t, conn, "in", 4)
+	testutil.CreateTopic(t, conn, "out", 4)
+	all := ids(3000)
+	produceTasks(t, conn, "in", all)
+	stop := runWorker(t, consumer.Conn(conn), consumer.Group("g1"), consumer.Queues("in"), consumer.DedupWindow(time.Minute),
+		consumer.CheckpointDir(t.TempDir()), consumer.WithHandler(copyCounting("out")), consumer.SessionTimeout(6*time.Second),
+		consumer.TransactionTimeout(5*time.Second))
+	defer stop()
+	waitOutputs(t, conn, "out", len(all), 60*time.Second)
+	changelog := broker.ChangelogTopic("g1", "in")
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		live, tombs := map[string]bool{}, 0
+		for _, r := range testutil.ReadCommitted(t, conn, time.Minute, changelog) {
+			e, err := checkpoint.DecodeChangelog(r.Key, r.Value)
+			if err != nil {
+				t.Fatalf("changelog offset %d: %v", r.Offset, err)
+			}
+			switch {
+			case e.Kind == checkpoint.KindMark:
+				t.Fatalf("changelog offset %d: a record or tombstone of one ID (%s)", r.Offset, e.ID)
+			case e.Kind == checkpoint.KindMarks && e.Delete:
+				delete(live, string(r.Key))
+				tombs++
+			case e.Kind == checkpoint.KindMarks:
+				live[string(r.Key)] = true
+			}
+		}
+		if len(live) == 0 && tombs > 0 {
+			t.Logf("%d mark records, each tombstoned", tombs)
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d mark records still without a tombstone two minutes after their 1 minute window began (%d tombstones)", len(live), tombs)
+		}
+		time.Sleep(2 * time.Second)
+	}
+	// Expired, the IDs run again when submitted again, once each.
+	produceTasks(t, conn, "in", all[:100])
+	waitOutputs(t, conn, "out", len(all)+100, 60*time.Second)
+}
+
 // TestWorkerPartitionMovesToEmptyCheckpoint pins the bug where changelog
 // records went to the partition their key hashed to instead of their
 // source partition's, so a restore missed processed IDs.
