@@ -62,7 +62,7 @@ func (b *Batch) partition(tp TP) (*partition, error) {
 }
 
 // MarkProcessed records that the task id of tp was processed at the time at.
-// Has reports it until ExpireProcessed removes it, once at is older than the
+// Has reports it until Expire removes it, once at is older than the
 // dedup window. Marking an ID again replaces its time. A worker marks the
 // IDs it logs in the changelog with MarkRecord instead, so that they expire
 // a record at a time.

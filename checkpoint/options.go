@@ -93,7 +93,7 @@ func ClusterID(id string) Opt { return optFunc(func(c *config) { c.clusterID = i
 // ReadOnly; no default. Recorded and checked like ClusterID.
 func Group(g string) Opt { return optFunc(func(c *config) { c.group = g }) }
 
-// DedupWindow is how long a processed ID is remembered: ExpireProcessed
+// DedupWindow is how long a processed ID is remembered: Expire
 // removes IDs processed longer ago. At least 1s. Default
 // DefaultDedupWindow (7 days).
 func DedupWindow(d time.Duration) Opt { return optFunc(func(c *config) { c.dedupWindow = d }) }

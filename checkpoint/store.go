@@ -95,8 +95,8 @@ type Store struct {
 	parts      atomic.Pointer[partitions]
 	nextHandle handle
 
-	expireMu   sync.Mutex    // one ExpireProcessed at a time
-	expireNext atomic.Uint32 // the handle where the next ExpireProcessed starts
+	expireMu   sync.Mutex    // one Expire at a time
+	expireNext atomic.Uint32 // the handle where the next Expire starts
 }
 
 // A partition is a registered (topic, partition) and its handle.
