@@ -289,6 +289,7 @@ func (w *Worker) expireLoop(ctx context.Context) {
 			wait = 0 // a backlog: go on (the chunks rest between themselves)
 		}
 		if n > 0 {
+			w.metrics.expired.Add(float64(n))
 			w.cfg.log.Debug("expired processed IDs", "ids", n)
 		}
 		select {

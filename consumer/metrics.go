@@ -23,6 +23,7 @@ type metrics struct {
 	dead      *prometheus.CounterVec
 	abandoned prometheus.Counter
 	canceled  prometheus.Counter
+	expired   prometheus.Counter
 	progress  *progressCollector
 }
 
@@ -53,6 +54,8 @@ func newMetrics(reg prometheus.Registerer, w *Worker) (*metrics, error) {
 			Help: "Handlers that ignored their canceled context past their time-to-run and grace."}),
 		canceled: prometheus.NewCounter(prometheus.CounterOpts{Name: "onceq_shutdown_canceled_tasks_total",
 			Help: "Tasks still running at the shutdown timeout, canceled to run again on the partitions' next owners."}),
+		expired: prometheus.NewCounter(prometheus.CounterOpts{Name: "onceq_processed_ids_expired_total",
+			Help: "Idempotency keys forgotten past the dedup window (a duplicate submitted later runs again)."}),
 		progress: &progressCollector{w: w,
 			oldest: prometheus.NewDesc("onceq_oldest_inflight_seconds",
 				"Age of the oldest handler running now, by queue (0 when none runs).", []string{"queue"}, nil),
@@ -67,7 +70,7 @@ func newMetrics(reg prometheus.Registerer, w *Worker) (*metrics, error) {
 		return m, nil
 	}
 	for _, c := range []prometheus.Collector{m.processed, m.handler, m.latency, m.lag, m.commit, m.aborts, m.restore,
-		m.inflight, m.failed, m.dead, m.abandoned, m.canceled, m.progress} {
+		m.inflight, m.failed, m.dead, m.abandoned, m.canceled, m.expired, m.progress} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("consumer: registering metrics (one worker per registerer): %w", err)
 		}

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/onceq/onceq"
@@ -240,9 +241,10 @@ func TestWorkerExpiresMarkRecords(t *testing.T) {
 	testutil.CreateTopic(t, conn, "out", 4)
 	all := ids(3000)
 	produceTasks(t, conn, "in", all)
+	reg := prometheus.NewRegistry()
 	stop := runWorker(t, consumer.Conn(conn), consumer.Group("g1"), consumer.Queues("in"), consumer.DedupWindow(time.Minute),
 		consumer.CheckpointDir(t.TempDir()), consumer.WithHandler(copyCounting("out")), consumer.SessionTimeout(6*time.Second),
-		consumer.TransactionTimeout(5*time.Second))
+		consumer.TransactionTimeout(5*time.Second), consumer.Registerer(reg))
 	defer stop()
 	waitOutputs(t, conn, "out", len(all), 60*time.Second)
 	changelog := broker.ChangelogTopic("g1", "in")
@@ -266,6 +268,17 @@ func TestWorkerExpiresMarkRecords(t *testing.T) {
 		}
 		if len(live) == 0 && tombs > 0 {
 			t.Logf("%d mark records, each tombstoned", tombs)
+			// The pass that handed the tombstones over counts its IDs
+			// when it ends.
+			for end := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+				n := counterValue(t, reg, "onceq_processed_ids_expired_total")
+				if n == float64(len(all)) {
+					break
+				}
+				if time.Now().After(end) {
+					t.Fatalf("onceq_processed_ids_expired_total = %v, want %d", n, len(all))
+				}
+			}
 			break
 		}
 		if time.Now().After(deadline) {
@@ -417,4 +430,20 @@ func TestStopDuringStartup(t *testing.T) {
 		}
 		cancel()
 	}
+}
+
+// counterValue reads an unlabelled counter from reg.
+func counterValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name && len(mf.GetMetric()) == 1 {
+			return mf.GetMetric()[0].GetCounter().GetValue()
+		}
+	}
+	t.Fatalf("no counter %s", name)
+	return 0
 }
