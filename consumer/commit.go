@@ -234,8 +234,8 @@ func (p *pending) owner(i int, recs []*kgo.Record) *result {
 }
 
 // markRecords groups the idempotency keys that ran into mark records, one
-// for the commit's partition unless its IDs span more than a second or
-// 4,096 of them: the changelog and the checkpoint get the same records.
+// for the commit's partition unless its IDs span more than a second, 4,096
+// IDs or 128 KiB: the changelog and the checkpoint get the same records.
 func markRecords(res []*result) []checkpoint.Entry {
 	var marks []checkpoint.Mark
 	for _, r := range res {
