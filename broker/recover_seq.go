@@ -1,7 +1,6 @@
 package broker
 
 import (
-	"bytes"
 	"cmp"
 	"encoding/json"
 	"errors"
@@ -169,9 +168,6 @@ func restoreSequences(dir string, logs []*partLog) (int, error) {
 	enc, err := json.Marshal(out)
 	if err != nil {
 		return 0, err
-	}
-	if bytes.Equal(enc, raw) {
-		return 0, nil
 	}
 	tmp := path + ".tmp"
 	if err := writeSynced(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, enc); err != nil {

@@ -9,11 +9,14 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 )
 
-// Bounds of one expiry record: how many IDs it lists, and how far apart (in
-// milliseconds) their processing times may be.
+// Bounds of one expiry record: how many IDs it lists, how far apart (in
+// milliseconds) their processing times may be, and how many bytes of them
+// (far below the 1 MiB a broker takes in one record by default: 4,096 IDs
+// of 256 bytes would be past it).
 const (
-	maxRecordIDs = 4096
-	recordSpan   = 1000
+	maxRecordIDs   = 4096
+	recordSpan     = 1000
+	maxRecordBytes = 128 << 10
 )
 
 // Batch collects writes to any number of partitions and commits them
@@ -206,37 +209,52 @@ func (b *Batch) Close() {
 }
 
 // writeExpiryRecords adds to pb the expiry records of the IDs marked in
-// partition h. A record is keyed by the latest time in it and a hash of its
-// contents (so that equal records get equal keys), and expires as a whole:
-// it holds at most maxRecordIDs IDs marked within recordSpan, so no ID
-// outlives its window by more than recordSpan.
+// partition h (groupExpiry). A record is keyed by the latest time in it and
+// a hash of its contents (so that equal records get equal keys), and
+// expires as a whole.
 func writeExpiryRecords(pb *pebble.Batch, h handle, entries []expiryEntry) error {
-	slices.SortStableFunc(entries, func(a, b expiryEntry) int { return cmp.Compare(a.At, b.At) })
-	for len(entries) > 0 {
-		n := 1
-		for n < len(entries) && n < maxRecordIDs && entries[n].At-entries[0].At < recordSpan {
-			n++
-		}
-		if err := writeExpiryRecord(pb, h, entries[:n]); err != nil {
+	for _, g := range groupExpiry(entries) {
+		at, v := encodeExpiryRecord(g)
+		if err := pb.Set(expiryKey(h, at, xxhash.Sum64(v)), v, nil); err != nil {
 			return err
 		}
-		entries = entries[n:]
 	}
 	return nil
 }
 
-func writeExpiryRecord(pb *pebble.Batch, h handle, entries []expiryEntry) error {
-	var at uint64
+// groupExpiry sorts entries by time and cuts them into the IDs of expiry
+// records: at most maxRecordIDs IDs, marked within recordSpan, of at most
+// maxRecordBytes, so that no ID outlives its window by more than recordSpan
+// and a record fits in one Kafka record (a changelog mark record, see
+// marks.go). It sorts entries in place.
+func groupExpiry(entries []expiryEntry) [][]expiryEntry {
+	slices.SortStableFunc(entries, func(a, b expiryEntry) int { return cmp.Compare(a.At, b.At) })
+	var out [][]expiryEntry
+	for len(entries) > 0 {
+		n, size := 1, len(entries[0].ID)+8
+		for n < len(entries) && n < maxRecordIDs && entries[n].At-entries[0].At < recordSpan && size+len(entries[n].ID)+8 <= maxRecordBytes {
+			size += len(entries[n].ID) + 8
+			n++
+		}
+		out = append(out, entries[:n])
+		entries = entries[n:]
+	}
+	return out
+}
+
+// encodeExpiryRecord returns the time of the expiry record of entries (the
+// latest of theirs) and its value.
+func encodeExpiryRecord(entries []expiryEntry) (at uint64, value []byte) {
 	size := 0
 	for _, e := range entries {
 		at = max(at, e.At)
 		size += len(e.ID) + 4
 	}
-	v := make([]byte, 0, size)
+	value = make([]byte, 0, size)
 	for _, e := range entries {
-		v = appendExpiryEntry(v, at, e)
+		value = appendExpiryEntry(value, at, e)
 	}
-	return pb.Set(expiryKey(h, at, xxhash.Sum64(v)), v, nil)
+	return at, value
 }
 
 // DropPartition removes everything of tp: offsets, processed IDs, state. Use

@@ -1,7 +1,6 @@
 package checkpoint
 
 import (
-	"cmp"
 	"encoding/binary"
 	"fmt"
 	"math"
@@ -34,52 +33,35 @@ type Mark struct {
 	At time.Time // to the millisecond
 }
 
-// maxMarkRecordBytes bounds a mark record's value, far below the size a
-// broker takes in one record (1 MiB by default): 4,096 IDs of 256 bytes
-// would be past it.
-const maxMarkRecordBytes = 128 << 10
-
 // MarkRecords groups the IDs one commit marked in one partition into
 // changelog entries of KindMarks, as the checkpoint groups them in expiry
-// records: by time, at most maxRecordIDs IDs within recordSpan each, and
-// at most 128 KiB of them. Write the entries to the changelog and commit
-// them with Batch.MarkRecord (or Apply them), so that both hold the same
-// records.
+// records (groupExpiry: by time, at most 4,096 IDs within a second and 128
+// KiB each). Write the entries to the changelog and commit them with
+// Batch.MarkRecord (or Apply them), so that both hold the same records.
 func MarkRecords(marks []Mark) []Entry {
+	var out []Entry
+	for _, g := range groupExpiry(expiryEntries(marks)) {
+		e := Entry{Kind: KindMarks, Marks: make([]Mark, len(g))}
+		for i, x := range g {
+			e.Marks[i] = Mark{ID: x.ID, At: fromMillis(x.At)}
+		}
+		out = append(out, e)
+	}
+	return out
+}
+
+func expiryEntries(marks []Mark) []expiryEntry {
 	es := make([]expiryEntry, len(marks))
 	for i, m := range marks {
 		es[i] = expiryEntry{ID: m.ID, At: millis(m.At)}
 	}
-	slices.SortStableFunc(es, func(a, b expiryEntry) int { return cmp.Compare(a.At, b.At) })
-	var out []Entry
-	for len(es) > 0 {
-		n, size := 1, len(es[0].ID)+8
-		for n < len(es) && n < maxRecordIDs && es[n].At-es[0].At < recordSpan && size+len(es[n].ID)+8 <= maxMarkRecordBytes {
-			size += len(es[n].ID) + 8
-			n++
-		}
-		e := Entry{Kind: KindMarks, Marks: make([]Mark, n)}
-		for i, x := range es[:n] {
-			e.Marks[i] = Mark{ID: x.ID, At: fromMillis(x.At)}
-		}
-		out = append(out, e)
-		es = es[n:]
-	}
-	return out
+	return es
 }
 
 // markRecord encodes marks as an expiry record: its time, the value and
 // the logged checksum.
 func markRecord(marks []Mark) (at uint64, value []byte, sum uint64) {
-	size := 0
-	for _, m := range marks {
-		at = max(at, millis(m.At))
-		size += len(m.ID) + 4
-	}
-	value = make([]byte, 0, size)
-	for _, m := range marks {
-		value = appendExpiryEntry(value, at, expiryEntry{ID: m.ID, At: millis(m.At)})
-	}
+	at, value = encodeExpiryRecord(expiryEntries(marks))
 	return at, value, xxhash.Sum64(value) ^ loggedSum
 }
 
