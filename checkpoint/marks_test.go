@@ -133,3 +133,58 @@ func mustValue(t *testing.T, e Entry) []byte {
 	_, v := e.Encode()
 	return v
 }
+
+// TestExpireHandsOverBeforeDeleting: Expire hands a chunk's tombstones
+// over while the chunk's IDs are still marked. The worker relies on it: a
+// task that runs because expiry deleted its ID is admitted after the
+// hand-over, so the commit that marks the ID again also writes the
+// tombstone of its old mark first, as a replay of the changelog needs.
+func TestExpireHandsOverBeforeDeleting(t *testing.T) {
+	now := time.UnixMilli(1_700_000_000_000)
+	s := mustOpen(t, "/h", ClusterID("c"), Group("g"), FS(vfs.NewMem()), DedupWindow(time.Hour), NoSync())
+	tp := TP{Topic: "q", Partition: 0}
+	b := s.NewBatch()
+	for i := range 3000 {
+		// Half with records of their own (a version 1 changelog), half in
+		// mark records.
+		id := fmt.Sprintf("id-%04d", i)
+		if i%2 == 0 {
+			if err := b.MarkProcessed(tp, id, now); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	var marks []Mark
+	for i := 1; i < 3000; i += 2 {
+		marks = append(marks, Mark{ID: fmt.Sprintf("id-%04d", i), At: now})
+	}
+	for _, e := range MarkRecords(marks) {
+		if err := b.MarkRecord(tp, e.Marks); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := b.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	var ids, records int
+	n, err := s.Expire(context.Background(), now.Add(2*time.Hour), 0, func(rs []Removed) {
+		for _, r := range rs {
+			if r.ID == "" {
+				records++
+				continue
+			}
+			ids++
+			// Has takes the store's read side, which the hand-over does
+			// not hold; the chunk's deletions are not applied yet.
+			if ok, err := s.Has(tp, r.ID); err != nil || !ok {
+				t.Errorf("%s handed over after its deletion (marked %v, %v)", r.ID, ok, err)
+			}
+		}
+	})
+	if err != nil || n != 3000 || ids != 1500 || records != 1 {
+		t.Fatalf("Expire deleted %d IDs (%v), handed over %d IDs and %d records; want 3000, 1500 and 1", n, err, ids, records)
+	}
+	if ok, _ := s.Has(tp, "id-0000"); ok {
+		t.Error("an expired ID is still marked after Expire")
+	}
+}
