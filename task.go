@@ -36,7 +36,8 @@ const (
 	// MaxTopicLen is the longest topic name Kafka accepts.
 	MaxTopicLen = 249
 	// MaxQueueLen is the longest queue name: its dead-letter topic,
-	// onceq-dlq-<queue>, must fit MaxTopicLen. (A worker's group and queue
+	// onceq-dlq-<queue>, and its task records topic, onceq-rec-<queue>,
+	// must fit MaxTopicLen. (A worker's group and queue
 	// together must also fit their changelog topic: see
 	// broker.ValidateChangelog.)
 	MaxQueueLen = MaxTopicLen - len("onceq-dlq-")

@@ -26,6 +26,10 @@ const (
 const (
 	DelayPrefix = "onceq-delay-"
 	DLQPrefix   = "onceq-dlq-"
+	// RecordsPrefix starts the name of a queue's task records topic (see
+	// RecordsTopic). It is as long as DLQPrefix, so every valid queue has
+	// both.
+	RecordsPrefix = "onceq-rec-"
 	// ChangelogPrefix starts the name of every checkpoint changelog (see
 	// ChangelogTopic).
 	ChangelogPrefix = "onceq-checkpoint-"
@@ -72,6 +76,18 @@ func ParseBucket(s string) (time.Duration, error) {
 // DLQTopic names the dead-letter topic of a queue. The root package's
 // ValidateQueue keeps queue names short enough for it to fit MaxTopicLen.
 func DLQTopic(queue string) string { return DLQPrefix + queue }
+
+// RecordsTopic names the compacted topic of a queue's task records
+// (onceq.TaskRecord), keyed by task ID: onceq-rec-<queue>. The root
+// package's ValidateQueue keeps queue names short enough for it to fit
+// MaxTopicLen.
+func RecordsTopic(queue string) string { return RecordsPrefix + queue }
+
+// QueueOfRecords returns the queue whose task records topic is topic.
+func QueueOfRecords(topic string) (string, bool) {
+	q, ok := strings.CutPrefix(topic, RecordsPrefix)
+	return q, ok && q != ""
+}
 
 // ChangelogTopic names the compacted checkpoint changelog of a group's
 // consumption of a queue: onceq-checkpoint-<length of group>-<group>-<queue>,

@@ -1,0 +1,262 @@
+package onceq
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"time"
+	"unicode/utf8"
+)
+
+// TaskState is where a task stands, as its task record tells.
+type TaskState string
+
+// The states of a task. A task without a record is pending: submitted
+// and not yet run, or unknown.
+const (
+	StatePending   TaskState = "pending"
+	StateScheduled TaskState = "scheduled" // waiting in the delay buckets until Due
+	StateRetrying  TaskState = "retrying"  // failed; its next attempt is due at Due
+	StateSucceeded TaskState = "succeeded" // final, with its Result
+	StateDead      TaskState = "dead"      // final: dead-lettered, with Reason and Error
+	StateExpired   TaskState = "expired"   // final: past its expiry before it ran
+	StateCanceled  TaskState = "canceled"  // final: canceled before it started
+)
+
+// TaskStates lists every state, in the order of a task's life.
+var TaskStates = []TaskState{StatePending, StateScheduled, StateRetrying, StateSucceeded, StateDead, StateExpired, StateCanceled}
+
+// Final reports whether a task in state s is done: it never runs again.
+func (s TaskState) Final() bool {
+	switch s {
+	case StateSucceeded, StateDead, StateExpired, StateCanceled:
+		return true
+	}
+	return false
+}
+
+// ParseTaskState reads a state name.
+func ParseTaskState(s string) (TaskState, error) {
+	for _, st := range TaskStates {
+		if string(st) == s {
+			return st, nil
+		}
+	}
+	return "", fmt.Errorf("onceq: task state %q: want one of pending, scheduled, retrying, succeeded, dead, expired, canceled", s)
+}
+
+// TaskRecord is one transition of a task, as workers and the delay service
+// write it to its queue's task records topic (broker.RecordsTopic), keyed
+// by the task ID, in the transaction of the outcome it describes. The last
+// record of an ID is the task's state.
+//
+// The value is a JSON object, so that any Kafka client can read it:
+//
+//	{"v":1,"id":"order-7","queue":"emails","state":"succeeded","attempt":1,
+//	 "enqueued":1700000000000,"started":1700000000100,"finished":1700000000120,
+//	 "worker":"worker-1/3f2a","partition":3,"offset":1042,"result":"b2s="}
+//
+// Times are unix milliseconds; result is base64; empty fields are left
+// out.
+type TaskRecord struct {
+	ID    string
+	Queue string
+	State TaskState
+	// Attempt is the run the record describes (1 for the first); for
+	// retrying, the attempt that failed. MaxAttempts is the task's limit,
+	// 0 for the worker's default.
+	Attempt     int
+	MaxAttempts int
+	// Enqueued is when the task was first submitted; Started and Finished
+	// bound the run; Due is when a scheduled or retrying task runs next.
+	Enqueued, Started, Finished, Due time.Time
+	// Worker is the instance that wrote the record.
+	Worker string
+	// Reason is why a task is dead, expired or canceled (the dead letter's
+	// reason); Error is the last error of its handler.
+	Reason, Error string
+	// Result is what the handler returned (Task.SetResult).
+	Result []byte
+	// Partition and Offset locate the queue record of the run.
+	Partition int32
+	Offset    int64
+}
+
+// taskRecordVersion is the version of the JSON value.
+const taskRecordVersion = 1
+
+// MaxTaskRecordBytes bounds a task record's value when it is decoded:
+// results are bounded well below it (consumer.DefaultMaxResultBytes).
+const MaxTaskRecordBytes = 4 << 20
+
+// AppendJSON appends the record's value to b. It is written by hand:
+// every task's commit writes one.
+func (r *TaskRecord) AppendJSON(b []byte) []byte {
+	b = append(b, `{"v":1,"id":`...)
+	b = appendJSONString(b, r.ID)
+	b = append(b, `,"queue":`...)
+	b = appendJSONString(b, r.Queue)
+	b = append(b, `,"state":`...)
+	b = appendJSONString(b, string(r.State))
+	num := func(name string, n int64) {
+		b = append(b, ',', '"')
+		b = append(b, name...)
+		b = append(b, '"', ':')
+		b = strconv.AppendInt(b, n, 10)
+	}
+	str := func(name, s string) {
+		if s != "" {
+			b = append(b, ',', '"')
+			b = append(b, name...)
+			b = append(b, '"', ':')
+			b = appendJSONString(b, s)
+		}
+	}
+	tm := func(name string, t time.Time) {
+		if !t.IsZero() {
+			num(name, t.UnixMilli())
+		}
+	}
+	if r.Attempt != 0 {
+		num("attempt", int64(r.Attempt))
+	}
+	if r.MaxAttempts != 0 {
+		num("max_attempts", int64(r.MaxAttempts))
+	}
+	tm("enqueued", r.Enqueued)
+	tm("started", r.Started)
+	tm("finished", r.Finished)
+	tm("due", r.Due)
+	str("worker", r.Worker)
+	str("reason", r.Reason)
+	str("error", r.Error)
+	num("partition", int64(r.Partition))
+	num("offset", r.Offset)
+	if r.Result != nil {
+		b = append(b, `,"result":"`...)
+		b = base64.StdEncoding.AppendEncode(b, r.Result)
+		b = append(b, '"')
+	}
+	return append(b, '}')
+}
+
+// taskRecordJSON is the decoded form of the value.
+type taskRecordJSON struct {
+	V           int     `json:"v"`
+	ID          string  `json:"id"`
+	Queue       string  `json:"queue"`
+	State       string  `json:"state"`
+	Attempt     int     `json:"attempt"`
+	MaxAttempts int     `json:"max_attempts"`
+	Enqueued    int64   `json:"enqueued"`
+	Started     int64   `json:"started"`
+	Finished    int64   `json:"finished"`
+	Due         int64   `json:"due"`
+	Worker      string  `json:"worker"`
+	Reason      string  `json:"reason"`
+	Error       string  `json:"error"`
+	Partition   int32   `json:"partition"`
+	Offset      int64   `json:"offset"`
+	Result      *string `json:"result"`
+}
+
+// DecodeTaskRecord reads a task record's value (TaskRecord.AppendJSON).
+// It refuses values of another version, unknown states and out-of-range
+// numbers, so that a reader never shows what a writer did not mean.
+func DecodeTaskRecord(value []byte) (TaskRecord, error) {
+	if len(value) > MaxTaskRecordBytes {
+		return TaskRecord{}, fmt.Errorf("onceq: task record of %d bytes, over the limit of %d", len(value), MaxTaskRecordBytes)
+	}
+	var j taskRecordJSON
+	if err := json.Unmarshal(value, &j); err != nil {
+		return TaskRecord{}, fmt.Errorf("onceq: task record: %w", err)
+	}
+	if j.V != taskRecordVersion {
+		return TaskRecord{}, fmt.Errorf("onceq: task record version %d: this onceq reads version %d: upgrade it", j.V, taskRecordVersion)
+	}
+	st, err := ParseTaskState(j.State)
+	if err != nil {
+		return TaskRecord{}, err
+	}
+	if ValidateID(j.ID) != nil {
+		return TaskRecord{}, fmt.Errorf("onceq: task record: invalid task ID %q", quoteCut(j.ID))
+	}
+	if ValidateQueue(j.Queue) != nil && ValidateTopic(j.Queue) != nil {
+		return TaskRecord{}, fmt.Errorf("onceq: task record: invalid queue %q", quoteCut(j.Queue))
+	}
+	if j.Attempt < 0 || j.Attempt > MaxAttemptCount || j.MaxAttempts < 0 || j.MaxAttempts > MaxAttemptCount || j.Partition < 0 || j.Offset < 0 {
+		return TaskRecord{}, fmt.Errorf("onceq: task record of %q: attempt, max_attempts, partition and offset are whole numbers from 0", j.ID)
+	}
+	r := TaskRecord{ID: j.ID, Queue: j.Queue, State: st, Attempt: j.Attempt, MaxAttempts: j.MaxAttempts,
+		Worker: j.Worker, Reason: j.Reason, Error: j.Error, Partition: j.Partition, Offset: j.Offset}
+	for _, f := range []struct {
+		name string
+		ms   int64
+		to   *time.Time
+	}{{"enqueued", j.Enqueued, &r.Enqueued}, {"started", j.Started, &r.Started}, {"finished", j.Finished, &r.Finished}, {"due", j.Due, &r.Due}} {
+		if f.ms < 0 || f.ms > MaxUnixMilli {
+			return TaskRecord{}, fmt.Errorf("onceq: task record of %q: %s %d is not a time in unix milliseconds", j.ID, f.name, f.ms)
+		}
+		if f.ms > 0 {
+			*f.to = time.UnixMilli(f.ms)
+		}
+	}
+	if j.Result != nil {
+		if r.Result, err = base64.StdEncoding.DecodeString(*j.Result); err != nil {
+			return TaskRecord{}, fmt.Errorf("onceq: task record of %q: result is not base64: %w", j.ID, err)
+		}
+	}
+	return r, nil
+}
+
+// appendJSONString appends s as a JSON string. Invalid UTF-8 becomes
+// U+FFFD, as encoding/json writes it.
+func appendJSONString(b []byte, s string) []byte {
+	const hex = "0123456789abcdef"
+	b = append(b, '"')
+	start := 0
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c >= ' ' && c != '"' && c != '\\' && c < utf8.RuneSelf {
+			i++
+			continue
+		}
+		if c < utf8.RuneSelf {
+			b = append(b, s[start:i]...)
+			switch c {
+			case '"', '\\':
+				b = append(b, '\\', c)
+			case '\n':
+				b = append(b, '\\', 'n')
+			case '\r':
+				b = append(b, '\\', 'r')
+			case '\t':
+				b = append(b, '\\', 't')
+			default:
+				b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
+			}
+			i++
+			start = i
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && size == 1 {
+			b = append(b, s[start:i]...)
+			b = append(b, `\ufffd`...)
+			i++
+			start = i
+			continue
+		}
+		if r == '\u2028' || r == '\u2029' {
+			b = append(b, s[start:i]...)
+			b = append(b, '\\', 'u', '2', '0', '2', hex[r&0xf])
+			i += size
+			start = i
+			continue
+		}
+		i += size
+	}
+	b = append(b, s[start:]...)
+	return append(b, '"')
+}
