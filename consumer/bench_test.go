@@ -35,11 +35,7 @@ func preload(b *testing.B, conn broker.Conn, queue string, n int, generated bool
 // handled n tasks and committed them, and returns the time it took.
 func drainWorker(b *testing.B, conn broker.Conn, queue, group string, n int, g consumer.Guarantee) time.Duration {
 	b.Helper()
-	took, err := bench.Drain(context.Background(), conn, queue, group, b.TempDir(), n, consumer.WithGuarantee(g))
-	if err != nil {
-		b.Fatal(err)
-	}
-	return took
+	return drainWorkerWith(b, conn, queue, group, n, consumer.WithGuarantee(g))
 }
 
 // waitCommitted waits, at most 10 minutes, until the group's committed
@@ -309,4 +305,45 @@ func (l *restoreLog) restored() (records int, slowest time.Duration, parts int) 
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.records, l.slowest, l.parts
+}
+
+// BenchmarkTaskRecords drains a pre-loaded queue of 100-byte tasks (8
+// partitions, generated IDs) with an exactly-once noop worker, with task
+// records on (one record per task in its transaction) and off, side by
+// side in alternating order, and reports both rates and their ratio. Run:
+//
+//	go test ./consumer -run '^$' -bench TaskRecords -benchtime 4x
+func BenchmarkTaskRecords(b *testing.B) {
+	n := bench.EnvTasks()
+	_, conn := testutil.StartBroker(b, "")
+	preload(b, conn, "bench", n, true)
+	var on, off time.Duration
+	runs := 0
+	for i := 0; b.Loop(); i++ {
+		drains := []func(){
+			func() {
+				on += drainWorkerWith(b, conn, "bench", fmt.Sprintf("on-%d", i), n, consumer.TaskRecords(true))
+			},
+			func() {
+				off += drainWorkerWith(b, conn, "bench", fmt.Sprintf("off-%d", i), n, consumer.TaskRecords(false))
+			},
+		}
+		drains[i%2]()
+		drains[(i+1)%2]()
+		runs++
+	}
+	rate := func(d time.Duration) float64 { return float64(n*runs) / d.Seconds() }
+	b.ReportMetric(rate(on), "records-on-tasks/s")
+	b.ReportMetric(rate(off), "records-off-tasks/s")
+	b.ReportMetric(rate(on)/rate(off), "on/off")
+}
+
+// drainWorkerWith drains queue with an exactly-once noop worker with opts.
+func drainWorkerWith(b *testing.B, conn broker.Conn, queue, group string, n int, opts ...consumer.Opt) time.Duration {
+	b.Helper()
+	took, err := bench.Drain(context.Background(), conn, queue, group, b.TempDir(), n, opts...)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return took
 }

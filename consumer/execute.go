@@ -41,6 +41,7 @@ func (w *Worker) execute(sl *slot, it *item, quit <-chan struct{}) (res *result,
 	})
 	if res != nil {
 		res.src = it.rec
+		w.addTaskRecord(res)
 	}
 	return res, takenOver
 }
@@ -99,12 +100,14 @@ func (w *Worker) attempt(sl *slot, it *item) (*result, error) {
 	}
 	now := time.Now()
 	if !task.Expires.IsZero() && now.After(task.Expires) {
+		text := "expired at " + task.Expires.UTC().Format(time.RFC3339Nano)
 		if w.cfg.dropExpired {
-			return &result{id: key, at: now, outcome: outcomeExpired}, nil
+			return &result{id: key, at: now, outcome: outcomeExpired, queue: task.Queue,
+				rec: taskOutcome{state: onceq.StateExpired, task: &task, reason: dlq.ReasonExpired, err: text}}, nil
 		}
-		res, err := w.deadLetter(&task, key, dlq.ReasonExpired, "expired at "+task.Expires.UTC().Format(time.RFC3339Nano), now)
+		res, err := w.deadLetter(&task, key, dlq.ReasonExpired, text, now)
 		if res != nil {
-			res.outcome = outcomeExpired
+			res.outcome, res.rec.state = outcomeExpired, onceq.StateExpired
 		}
 		return res, err
 	}
@@ -122,7 +125,7 @@ func (w *Worker) attempt(sl *slot, it *item) (*result, error) {
 		}
 	}
 	it.ps.latency.Observe(sinceDue(&task, now).Seconds())
-	t := &Task{Task: task, Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, w: w, state: State{ps: it.ps}}
+	t := &Task{Task: task, Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, w: w, state: State{ps: it.ps}, started: now}
 	if herr := w.runHandler(sl, it, t, key, now); herr != nil {
 		if errors.Is(herr, errTakenOver) || errors.Is(herr, errCanceledRun) {
 			return nil, herr
@@ -132,7 +135,7 @@ func (w *Worker) attempt(sl *slot, it *item) (*result, error) {
 			// result would be dropped; the next owner runs the task.
 			return nil, errCanceledRun
 		}
-		return w.failure(&task, key, herr)
+		return w.failure(&task, key, herr, now)
 	}
 	return w.success(t, key)
 }

@@ -3,6 +3,7 @@ package consumer
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -50,12 +51,41 @@ type Task struct {
 	state State
 	emits []onceq.Task
 	w     *Worker
-	// ended is when its handler returned: the time its result carries.
-	ended time.Time
+	// started and ended bound its handler's run: ended is the time its
+	// result carries.
+	started, ended time.Time
 	// kitMaxBytes is Emit's size limit of a Task built by NewKitTask,
 	// which has no Worker.
 	kitMaxBytes int
+	// result is what SetResult set (nil: none).
+	result []byte
 }
+
+// ErrResultTooLarge is returned by SetResult for a result over the
+// worker's MaxResultBytes.
+var ErrResultTooLarge = errors.New("consumer: result too large")
+
+// SetResult sets what the task returns: its task record keeps it with the
+// succeeded state, for inspect.Get and Wait (and "onceq task get") to
+// show, for the worker's ResultRetention. It is committed with the task's
+// other effects; a run that fails discards it. A later call replaces it.
+// A result over MaxResultBytes is refused with ErrResultTooLarge, and the
+// task keeps the result it had.
+func (t *Task) SetResult(b []byte) error {
+	limit := DefaultMaxResultBytes
+	if t.w != nil {
+		limit = t.w.cfg.maxResultBytes
+	}
+	if len(b) > limit {
+		return fmt.Errorf("%w: task %q: %d bytes, over the limit of %d: store large results elsewhere and return where (raise it with --max-result-bytes)",
+			ErrResultTooLarge, t.ID, len(b), limit)
+	}
+	t.result = append(make([]byte, 0, len(b)), b...)
+	return nil
+}
+
+// Result returns what SetResult set, or nil.
+func (t *Task) Result() []byte { return t.result }
 
 // State returns the task's view of its partition's state. Writes are
 // committed atomically with the task, or discarded with it.

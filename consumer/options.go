@@ -64,6 +64,9 @@ const (
 	DefaultJitter              = 0.2
 	DefaultAbandonGrace        = 5 * time.Second
 	DefaultGroupProtocol       = ClassicGroup
+	DefaultTaskRecords         = true
+	DefaultResultRetention     = DefaultDedupWindow
+	DefaultMaxResultBytes      = 64 << 10
 )
 
 // An Opt configures a Worker. Options are applied in order over the
@@ -105,6 +108,9 @@ type config struct {
 	planner         *delay.Planner
 	maxMessageBytes int
 	noSync          bool
+	taskRecords     bool
+	resultRetention time.Duration
+	maxResultBytes  int
 }
 
 func defaults() config {
@@ -128,6 +134,9 @@ func defaults() config {
 		abandonGrace:    DefaultAbandonGrace,
 		groupProtocol:   DefaultGroupProtocol,
 		maxMessageBytes: onceq.DefaultMaxMessageBytes,
+		taskRecords:     DefaultTaskRecords,
+		resultRetention: DefaultResultRetention,
+		maxResultBytes:  DefaultMaxResultBytes,
 		log:             slog.New(slog.DiscardHandler),
 	}
 }
@@ -313,6 +322,33 @@ func ParseCommitPoint(s string) (CommitPoint, error) {
 	return 0, fmt.Errorf("consumer: commit point %q: use before-kafka, between or after", s)
 }
 
+// TaskRecords turns the task records on or off: with them, each outcome
+// (succeeded with its result, retrying, dead, expired, canceled, scheduled)
+// is written to its queue's records topic (broker.RecordsTopic), keyed by
+// task ID, in the transaction of the outcome, for package inspect and the
+// CLI's task commands to read. Default DefaultTaskRecords (on).
+func TaskRecords(on bool) Opt { return optFunc(func(c *config) { c.taskRecords = on }) }
+
+// ResultRetention sets how long task records keep their results: the
+// records topic keeps records this long (its retention.ms, set when the
+// worker creates it; the dedup window if that is longer). 0 keeps no
+// results, only the states, for the dedup window. Default
+// DefaultResultRetention (the dedup window, 7 days).
+func ResultRetention(d time.Duration) Opt { return optFunc(func(c *config) { c.resultRetention = d }) }
+
+// MaxResultBytes bounds a result (Task.SetResult). Default
+// DefaultMaxResultBytes (64 KiB); at most the largest record less room
+// for the record's other fields.
+func MaxResultBytes(n int) Opt { return optFunc(func(c *config) { c.maxResultBytes = n }) }
+
+// resultRoom bounds what a task record holds besides its result: the ID,
+// queue, error text and the other fields.
+const resultRoom = 4096
+
+// maxResult is the largest result whose task record fits a record of
+// maxMessageBytes, once in base64.
+func maxResult(maxMessageBytes int) int { return (maxMessageBytes - resultRoom) / 4 * 3 }
+
 // CommitHook calls fn at each point of every commit cycle that commits
 // something. It is for fault injection: the crash tests kill the process
 // there. Default none.
@@ -395,6 +431,12 @@ func (c *config) validate(nils int) error {
 	}
 	if c.maxMessageBytes < 1 {
 		errs.Bad("MaxMessageBytes", c.maxMessageBytes, "want 1 or more")
+	}
+	if c.resultRetention < 0 || c.resultRetention > 0 && c.resultRetention < time.Minute {
+		errs.Bad("ResultRetention", c.resultRetention, "want 0 (states only) or 1m or more")
+	}
+	if room := maxResult(c.maxMessageBytes); c.maxResultBytes < 1 || c.maxResultBytes > room {
+		errs.Bad("MaxResultBytes", c.maxResultBytes, "want 1 to %d: a result is written in base64 in a task record, which must fit the largest record (MaxMessageBytes, %d)", max(room, 1), c.maxMessageBytes)
 	}
 	errs.Add(c.conn.Validate())
 	if c.planner == nil {

@@ -32,7 +32,8 @@ func (w *Worker) success(t *Task, key string) (*result, error) {
 	if now.IsZero() {
 		now = time.Now()
 	}
-	res := &result{id: key, at: now, writes: t.state.writes, outcome: outcomeSuccess, queue: t.Queue}
+	res := &result{id: key, at: now, writes: t.state.writes, outcome: outcomeSuccess, queue: t.Queue,
+		rec: taskOutcome{state: onceq.StateSucceeded, task: &t.Task, started: t.started, value: t.result}}
 	for i := range t.emits {
 		out := &t.emits[i]
 		out.Resolve(now)
@@ -61,18 +62,25 @@ func (w *Worker) route(t *onceq.Task, now time.Time) (*kgo.Record, error) {
 // failure turns a failed run into a retry through the delay buckets, or a
 // dead letter after the last attempt or a SkipRetry. The retry record is
 // committed with this run's offset, so a retry is scheduled exactly once.
-func (w *Worker) failure(task *onceq.Task, key string, herr error) (*result, error) {
+func (w *Worker) failure(task *onceq.Task, key string, herr error, started time.Time) (*result, error) {
 	w.metrics.failed.WithLabelValues(task.Queue).Inc()
 	now := time.Now()
+	dead := func(reason, text string) (*result, error) {
+		res, err := w.deadLetter(task, key, reason, text, now)
+		if res != nil {
+			res.rec.started, res.rec.err = started, herr.Error()
+		}
+		return res, err
+	}
 	if IsSkipRetry(herr) {
-		return w.deadLetter(task, key, dlq.ReasonFailed, herr.Error(), now)
+		return dead(dlq.ReasonFailed, herr.Error())
 	}
 	maxAttempts := task.MaxAttempts
 	if maxAttempts <= 0 {
 		maxAttempts = w.cfg.maxAttempts
 	}
 	if task.Attempt >= maxAttempts {
-		return w.deadLetter(task, key, dlq.ReasonMaxAttempts, "attempt "+strconv.Itoa(task.Attempt)+" of "+strconv.Itoa(maxAttempts)+": "+herr.Error(), now)
+		return dead(dlq.ReasonMaxAttempts, "attempt "+strconv.Itoa(task.Attempt)+" of "+strconv.Itoa(maxAttempts)+": "+herr.Error())
 	}
 	b := task.Backoff
 	if b.IsZero() {
@@ -94,7 +102,8 @@ func (w *Worker) failure(task *onceq.Task, key string, herr error) (*result, err
 		return nil, err
 	}
 	w.cfg.log.Info("task failed; retry scheduled", "id", task.ID, "queue", task.Queue, "attempt", task.Attempt, "retry_in", delay, "err", herr)
-	return &result{id: key, at: now, outcome: outcomeRetried, outputs: []*kgo.Record{rec}, queue: task.Queue}, nil
+	return &result{id: key, at: now, outcome: outcomeRetried, outputs: []*kgo.Record{rec}, queue: task.Queue,
+		rec: taskOutcome{state: onceq.StateRetrying, task: task, started: started, due: retry.Due, err: retry.LastError}}, nil
 }
 
 // deadLetter writes the task to its queue's dead letters with every
@@ -106,7 +115,8 @@ func (w *Worker) deadLetter(task *onceq.Task, key, reason, text string, now time
 	}
 	w.metrics.dead.WithLabelValues(task.Queue, reason).Inc()
 	w.cfg.log.Info("task dead-lettered", "id", task.ID, "queue", task.Queue, "attempt", task.Attempt, "reason", reason, "err", text)
-	return &result{id: key, at: now, outcome: outcomeDead, outputs: []*kgo.Record{dlq.EncodeTask(task, reason, text, now)}, queue: task.Queue}, nil
+	return &result{id: key, at: now, outcome: outcomeDead, outputs: []*kgo.Record{dlq.EncodeTask(task, reason, text, now)}, queue: task.Queue,
+		rec: taskOutcome{state: onceq.StateDead, task: task, reason: reason, err: text}}, nil
 }
 
 func (w *Worker) ensureDLQ(queue string) error {
@@ -126,7 +136,8 @@ func (w *Worker) deadLetterRaw(r *kgo.Record, id string, cause error) (*result, 
 	now := time.Now()
 	w.metrics.dead.WithLabelValues(r.Topic, dlq.ReasonMalformed).Inc()
 	dead := dlq.EncodeRecord(r, broker.DLQTopic(r.Topic), dlq.ReasonMalformed, cause.Error(), now)
-	return &result{id: id, at: now, outcome: outcomeDead, outputs: []*kgo.Record{dead}, queue: r.Topic}, nil
+	return &result{id: id, at: now, outcome: outcomeDead, outputs: []*kgo.Record{dead}, queue: r.Topic,
+		rec: taskOutcome{state: onceq.StateDead, reason: dlq.ReasonMalformed, err: cause.Error()}}, nil
 }
 
 // hold sends a task due later on to the delay buckets, as it is: it leaves
@@ -137,7 +148,8 @@ func (w *Worker) hold(task *onceq.Task, key string, now time.Time) (*result, err
 		return nil, err
 	}
 	w.cfg.log.Debug("task due later: sent to the delay buckets", "id", task.ID, "due", task.Due)
-	return &result{id: key, noMark: true, outcome: outcomeForwarded, outputs: []*kgo.Record{rec}, queue: task.Queue}, nil
+	return &result{id: key, noMark: true, outcome: outcomeForwarded, outputs: []*kgo.Record{rec}, queue: task.Queue,
+		rec: taskOutcome{state: onceq.StateScheduled, task: task, due: task.Due}}, nil
 }
 
 // maxRefusals bounds the commits that refuse one result's records.
@@ -205,6 +217,8 @@ func (w *Worker) refuseTooLarge(ps *partState, res *result, refused *kgo.Record,
 		w.cfg.log.Error("task dropped: even its bare dead letter was refused as too large", "topic", res.src.Topic,
 			"partition", res.src.Partition, "offset", res.src.Offset, "err", cause)
 		res.outcome, res.outputs = outcomeDead, nil
+		res.rec.state, res.rec.reason, res.rec.err, res.rec.value = onceq.StateDead, dlq.ReasonTooLarge, cause.Error(), nil
+		w.addTaskRecord(res)
 		return
 	}
 	src := res.src
@@ -228,4 +242,6 @@ func (w *Worker) refuseTooLarge(ps *partState, res *result, refused *kgo.Record,
 		"offset", src.Offset, "refused_topic", refused.Topic, "err", cause)
 	w.metrics.dead.WithLabelValues(queue, dlq.ReasonTooLarge).Inc()
 	res.outcome, res.outputs = outcomeDead, []*kgo.Record{dlq.EncodeRecord(bare, broker.DLQTopic(queue), dlq.ReasonTooLarge, text, time.Now())}
+	res.rec.state, res.rec.reason, res.rec.err, res.rec.value = onceq.StateDead, dlq.ReasonTooLarge, text, nil
+	w.addTaskRecord(res)
 }

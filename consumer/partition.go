@@ -75,6 +75,7 @@ type result struct {
 	src     *kgo.Record // the record that ran
 	queue   string      // its queue, for a dead letter
 	refused int         // commits that refused an output as too large
+	rec     taskOutcome // what its task record says
 }
 
 func newPartState(tp checkpoint.TP, store *checkpoint.Store) *partState {

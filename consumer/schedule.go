@@ -274,10 +274,11 @@ func (s *scheduler) takeOver(sl *slot, r *handlerRun) {
 	w.cfg.log.Error("handler abandoned: it ignored its canceled context", "id", r.task.ID, "time_to_run", r.ctx.timeout, "grace", w.cfg.abandonGrace)
 	sl.cur.CompareAndSwap(r, nil)
 	res := w.retryInPlace(r.it, s.quit, func() (*result, error) {
-		return w.failure(r.task, r.key, errAbandoned)
+		return w.failure(r.task, r.key, errAbandoned, r.started)
 	})
 	if res != nil {
 		res.src = r.it.rec
+		w.addTaskRecord(res)
 	}
 	w.finish(r.it, res)
 	s.active.Add(-1) // taken over from the abandoned goroutine

@@ -37,6 +37,13 @@ func (w *Worker) start(ctx context.Context) error {
 	for _, q := range w.cfg.queues {
 		w.topics.known(q)
 	}
+	if w.cfg.taskRecords {
+		for q, n := range partitions {
+			if err := w.admin.EnsureTopic(ctx, broker.RecordsTopic(q), n, w.recordsTopicConfigs()); err != nil {
+				return fmt.Errorf("consumer: creating the task records topic of %s: %w", q, err)
+			}
+		}
+	}
 	if w.cfg.guarantee == ExactlyOnce {
 		for q, n := range partitions {
 			name := broker.ChangelogTopic(w.cfg.group, q)

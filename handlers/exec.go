@@ -27,20 +27,56 @@ func execHandler(command string) consumer.Handler {
 		cmd.Env = append(os.Environ(), "ONCEQ_TASK_ID="+t.ID, "ONCEQ_QUEUE="+t.Queue, "ONCEQ_ATTEMPT="+strconv.Itoa(t.Attempt))
 		var stderr tailBuffer
 		cmd.Stderr = &stderr
-		cmd.Stdout = io.Discard
+		stdout := capBuffer{max: maxOutput}
+		cmd.Stdout = &stdout
 		// Kill the whole process group on timeout, not only sh.
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 		cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 		cmd.WaitDelay = time.Second
 		err := cmd.Run()
 		if err == nil {
-			return nil
+			return setResult(t, "exec: stdout of "+strconv.Quote(command), stdout)
 		}
 		if ctx.Err() != nil {
 			return fmt.Errorf("exec: %q: %w", command, ctx.Err())
 		}
 		return fmt.Errorf("exec: %q: %v: %s", command, err, strings.TrimSpace(stderr.String()))
 	})
+}
+
+// maxOutput bounds the stdout or answer body a handler keeps as its
+// result: more than any worker's MaxResultBytes allows.
+const maxOutput = 1 << 20
+
+// setResult makes a command's stdout or an answer's body the task's
+// result; an empty one sets none. One over the worker's limit fails the
+// task for good: running it again would give the same.
+func setResult(t *consumer.Task, what string, out capBuffer) error {
+	if out.n == 0 {
+		return nil
+	}
+	if out.n > len(out.b) {
+		return consumer.SkipRetry(fmt.Errorf("%s: %w: over %d bytes", what, consumer.ErrResultTooLarge, maxOutput))
+	}
+	if err := t.SetResult(out.b); err != nil {
+		return consumer.SkipRetry(fmt.Errorf("%s: %w", what, err))
+	}
+	return nil
+}
+
+// capBuffer keeps the first max bytes written to it and counts them all.
+type capBuffer struct {
+	b   []byte
+	n   int
+	max int
+}
+
+func (c *capBuffer) Write(p []byte) (int, error) {
+	c.n += len(p)
+	if room := c.max - len(c.b); room > 0 {
+		c.b = append(c.b, p[:min(room, len(p))]...)
+	}
+	return len(p), nil
 }
 
 // tailBuffer keeps the last stderrTail bytes written to it.
@@ -70,11 +106,17 @@ func httpHandler(target string, client *http.Client) consumer.Handler {
 		if err != nil {
 			return fmt.Errorf("http: POST %s: %w", target, err)
 		}
+		if resp.StatusCode >= 200 && resp.StatusCode < 300 {
+			body := capBuffer{max: maxOutput}
+			_, err := io.Copy(&body, resp.Body)
+			resp.Body.Close()
+			if err != nil {
+				return fmt.Errorf("http: POST %s: reading the answer: %w", target, err)
+			}
+			return setResult(t, "http: POST "+target+": answer body", body)
+		}
 		body, _ := io.ReadAll(io.LimitReader(resp.Body, stderrTail))
 		resp.Body.Close()
-		if resp.StatusCode >= 200 && resp.StatusCode < 300 {
-			return nil
-		}
 		err = fmt.Errorf("http: POST %s: %s: %s", target, resp.Status, strings.TrimSpace(string(body)))
 		switch {
 		case resp.StatusCode >= 400 && resp.StatusCode < 500 && resp.StatusCode != http.StatusRequestTimeout && resp.StatusCode != http.StatusTooManyRequests:

@@ -30,11 +30,14 @@ flaky:QUEUE     like count, but a task fails while its attempt is at most its
                 context ending (time-to-run, shutdown, a moved partition) ends
                 the sleep and fails the run; a bad value fails it without retry.
 exec:COMMAND    run COMMAND with sh -c, the payload on stdin and ONCEQ_TASK_ID,
-                ONCEQ_QUEUE, ONCEQ_ATTEMPT in the environment; exit 0 succeeds,
-                anything else fails with the tail of stderr
+                ONCEQ_QUEUE, ONCEQ_ATTEMPT in the environment; exit 0 succeeds
+                with stdout as the task's result, anything else fails with the
+                tail of stderr
 http:URL        POST the payload with Onceq-Id, Onceq-Queue, Onceq-Attempt headers;
-                2xx succeeds; 4xx other than 408 and 429 fails without retry;
-                other answers are retried, honouring Retry-After`
+                2xx succeeds with the answer's body as the task's result; 4xx
+                other than 408 and 429 fails without retry; other answers are
+                retried, honouring Retry-After. A result over the worker's
+                --max-result-bytes fails the task without retry`
 
 // Headers the count: and flaky: handlers read and write.
 const (

@@ -45,6 +45,9 @@ type workerFlags struct {
 	groupProtocol   string
 	faultDisk       string
 	memoryLimit     string
+	taskRecords     bool
+	resultRetention time.Duration
+	maxResultBytes  int
 }
 
 func newWorkerCmd(g *globals) *cobra.Command {
@@ -93,6 +96,9 @@ exit code is 1.`,
 	fl.DurationVar(&f.backoffMax, "backoff-max", consumer.DefaultBackoffMax, "longest retry backoff")
 	fl.BoolVar(&f.dropExpired, "drop-expired", false, "drop tasks past onceq-expires instead of dead-lettering them")
 	fl.DurationVar(&f.abandonGrace, "abandon-grace", consumer.DefaultAbandonGrace, "how long a handler may run past its time-to-run before it is abandoned")
+	fl.BoolVar(&f.taskRecords, "task-records", consumer.DefaultTaskRecords, "write each task's outcome and result to onceq-rec-QUEUE, for 'onceq task' to read")
+	fl.DurationVar(&f.resultRetention, "result-retention", consumer.DefaultResultRetention, "how long task records keep results (0: states only)")
+	fl.IntVar(&f.maxResultBytes, "max-result-bytes", consumer.DefaultMaxResultBytes, "largest result a task may return")
 	fl.BoolVar(&f.delayService, "delay-service", true, "also run the delay service (moves delayed tasks and retries on); off when it runs apart (onceq delay)")
 	fl.StringVar(&f.buckets, "buckets", delay.FormatLadder(delay.DefaultBuckets), "the delay bucket ladder, the same for every producer, worker and delay service")
 	fl.StringVar(&f.groupProtocol, "group-protocol", consumer.DefaultGroupProtocol, "classic (cooperative-sticky, static membership) or consumer (KIP-848, Kafka 4.0+)")
@@ -161,7 +167,8 @@ func runWorker(cmd *cobra.Command, g *globals, f workerFlags) error {
 		consumer.TaskTimeout(f.timeout), consumer.DedupWindow(f.dedupWindow), consumer.MaxBufferedRecords(f.maxBuffered),
 		consumer.SessionTimeout(f.sessionTimeout), consumer.TransactionTimeout(f.txnTimeout), consumer.RetryPause(f.retryPause),
 		consumer.MaxAttempts(f.maxAttempts), consumer.Backoff(f.backoffBase, f.backoffFactor, f.backoffMax),
-		consumer.AbandonGrace(f.abandonGrace), consumer.Planner(planner), consumer.DropExpired(f.dropExpired), consumer.CommitHook(hook), consumer.GroupProtocol(f.groupProtocol), consumer.CheckpointFS(diskFS), consumer.Registerer(reg), consumer.Logger(g.log),
+		consumer.AbandonGrace(f.abandonGrace), consumer.Planner(planner), consumer.DropExpired(f.dropExpired), consumer.CommitHook(hook), consumer.GroupProtocol(f.groupProtocol),
+		consumer.TaskRecords(f.taskRecords), consumer.ResultRetention(f.resultRetention), consumer.MaxResultBytes(f.maxResultBytes), consumer.CheckpointFS(diskFS), consumer.Registerer(reg), consumer.Logger(g.log),
 	)
 	if err != nil {
 		return flagError(cmd.Flags(), err)

@@ -1,0 +1,60 @@
+package consumer
+
+import (
+	"strconv"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/onceq/onceq"
+	"github.com/onceq/onceq/broker"
+)
+
+// taskOutcome is what a result's task record says, beside what the result
+// already holds (its ID, time and queue).
+type taskOutcome struct {
+	state   onceq.TaskState // "": the result writes no task record
+	task    *onceq.Task     // nil for a record that could not be decoded
+	started time.Time       // of the handler's run
+	due     time.Time       // of a retry, or of a task held in the delay buckets
+	reason  string          // of a dead, expired or canceled task
+	err     string          // the handler's error, or why the task is dead
+	value   []byte          // what the handler returned
+}
+
+// addTaskRecord appends the result's task record to its outputs, so that
+// it commits in the result's transaction like the outputs it describes,
+// and shares their fate when the brokers refuse one.
+func (w *Worker) addTaskRecord(res *result) {
+	if !w.cfg.taskRecords || res.rec.state == "" || res.src == nil {
+		return
+	}
+	o := &res.rec
+	// The queue is the topic the task came from, whose records topic the
+	// worker made at its start, whatever the task's headers say.
+	tr := onceq.TaskRecord{ID: res.id, Queue: res.src.Topic, State: o.state, Worker: w.instanceID,
+		Reason: o.reason, Error: onceq.CutError(o.err), Partition: res.src.Partition, Offset: res.src.Offset}
+	if t := o.task; t != nil {
+		tr.ID, tr.Attempt, tr.MaxAttempts, tr.Enqueued = t.ID, t.Attempt, t.MaxAttempts, t.Enqueued
+	}
+	if o.state.Final() {
+		tr.Started, tr.Finished = o.started, res.at
+	} else {
+		tr.Started, tr.Due = o.started, o.due
+		if o.state == onceq.StateRetrying {
+			tr.Finished = res.at
+		}
+	}
+	if o.value != nil && w.cfg.resultRetention > 0 {
+		tr.Result = o.value
+	}
+	res.outputs = append(res.outputs, &kgo.Record{Topic: broker.RecordsTopic(tr.Queue), Key: []byte(tr.ID), Value: tr.AppendJSON(nil)})
+}
+
+// recordsTopicConfigs are the configs of a records topic the worker
+// creates: compacted, so that the last record of each ID stays, and
+// deleted past the retention, so that finished tasks go.
+func (w *Worker) recordsTopicConfigs() map[string]string {
+	keep := max(w.cfg.resultRetention, w.cfg.dedupWindow)
+	return map[string]string{"cleanup.policy": "compact,delete", "retention.ms": strconv.FormatInt(keep.Milliseconds(), 10)}
+}

@@ -1,0 +1,116 @@
+package consumer_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/onceq/onceq"
+	"github.com/onceq/onceq/broker"
+	"github.com/onceq/onceq/consumer"
+	"github.com/onceq/onceq/internal/testutil"
+)
+
+// taskRecords decodes a records topic, failing on any malformed value, and
+// returns each ID's records in log order.
+func taskRecords(t *testing.T, recs []*kgo.Record) map[string][]onceq.TaskRecord {
+	t.Helper()
+	byID := map[string][]onceq.TaskRecord{}
+	for _, r := range recs {
+		tr, err := onceq.DecodeTaskRecord(r.Value)
+		if err != nil {
+			t.Fatalf("%s/%d@%d: %v", r.Topic, r.Partition, r.Offset, err)
+		}
+		if string(r.Key) != tr.ID {
+			t.Fatalf("record of %q keyed %q", tr.ID, r.Key)
+		}
+		byID[tr.ID] = append(byID[tr.ID], tr)
+	}
+	return byID
+}
+
+func states(rs []onceq.TaskRecord) string {
+	var s []string
+	for _, r := range rs {
+		s = append(s, fmt.Sprintf("%s#%d", r.State, r.Attempt))
+	}
+	return strings.Join(s, " ")
+}
+
+// TestTaskRecordsTellEachTasksLife runs a task that fails once and then
+// succeeds with a result, one that dies and one that is due later, and
+// reads their records as a read_committed client would.
+func TestTaskRecordsTellEachTasksLife(t *testing.T) {
+	_, conn := testutil.StartBroker(t, "")
+	testutil.CreateTopic(t, conn, "in", 2)
+	produceTasks(t, conn, "in", []string{"flaky", "doomed"})
+	produceTasks(t, conn, "in", []string{"later"}, func(task *onceq.Task) { task.Delay = time.Hour })
+	h := consumer.HandlerFunc(func(ctx context.Context, task *consumer.Task) error {
+		switch {
+		case task.ID == "doomed":
+			return consumer.SkipRetry(errors.New("smtp: 550 mailbox unavailable"))
+		case task.Attempt == 1:
+			return errors.New("transient")
+		}
+		if err := task.SetResult(make([]byte, consumer.DefaultMaxResultBytes+1)); !errors.Is(err, consumer.ErrResultTooLarge) {
+			return consumer.SkipRetry(fmt.Errorf("SetResult of a result too large: %v", err))
+		}
+		return task.SetResult([]byte(`{"sent":true}`))
+	})
+	stop := runWorker(t, consumer.Conn(conn), consumer.Group("gr"), consumer.Queues("in"), consumer.CheckpointDir(t.TempDir()),
+		consumer.WithHandler(h), consumer.Backoff(100*time.Millisecond, 2, time.Second))
+	// retrying and succeeded of flaky, dead of doomed, scheduled of later
+	byID := taskRecords(t, waitRecords(t, conn, broker.RecordsTopic("in"), 4, 30*time.Second))
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if got := states(byID["flaky"]); got != "retrying#1 succeeded#2" {
+		t.Fatalf("flaky: %s, want retrying#1 succeeded#2", got)
+	}
+	retry, done := byID["flaky"][0], byID["flaky"][1]
+	if retry.Error != "transient" || retry.Due.Before(retry.Finished.Add(100*time.Millisecond-time.Millisecond)) || retry.Started.IsZero() {
+		t.Errorf("retrying record: %+v", retry)
+	}
+	if string(done.Result) != `{"sent":true}` || done.Queue != "in" || done.Worker == "" || done.Finished.Before(done.Started) || done.Enqueued.IsZero() {
+		t.Errorf("succeeded record: %+v", done)
+	}
+	if got := states(byID["doomed"]); got != "dead#1" {
+		t.Fatalf("doomed: %s, want dead#1", got)
+	}
+	if d := byID["doomed"][0]; d.Reason != "failed" || !strings.Contains(d.Error, "550 mailbox") {
+		t.Errorf("dead record: %+v", d)
+	}
+	if got := states(byID["later"]); got != "scheduled#1" {
+		t.Fatalf("later: %s, want scheduled#1", got)
+	}
+	if s := byID["later"][0]; s.Due.Before(time.Now().Add(50 * time.Minute)) {
+		t.Errorf("scheduled record due %v, want an hour ahead", s.Due)
+	}
+}
+
+// TestTaskRecordsOff writes no records and makes no records topic.
+func TestTaskRecordsOff(t *testing.T) {
+	_, conn := testutil.StartBroker(t, "")
+	testutil.CreateTopic(t, conn, "in", 1)
+	testutil.CreateTopic(t, conn, "out", 1)
+	produceTasks(t, conn, "in", ids(20))
+	stop := runWorker(t, consumer.Conn(conn), consumer.Group("gr"), consumer.Queues("in"), consumer.CheckpointDir(t.TempDir()),
+		consumer.WithHandler(copyCounting("out")), consumer.TaskRecords(false))
+	waitOutputs(t, conn, "out", 20, 30*time.Second)
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	adm, err := broker.NewAdmin(conn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer adm.Close()
+	if _, err := adm.DescribeTopic(context.Background(), broker.RecordsTopic("in")); !errors.Is(err, broker.ErrTopicNotFound) {
+		t.Fatalf("records topic with task records off: %v", err)
+	}
+}
