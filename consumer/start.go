@@ -37,13 +37,6 @@ func (w *Worker) start(ctx context.Context) error {
 	for _, q := range w.cfg.queues {
 		w.topics.known(q)
 	}
-	if w.cfg.taskRecords {
-		for q, n := range partitions {
-			if err := w.admin.EnsureTopic(ctx, broker.RecordsTopic(q), n, w.recordsTopicConfigs()); err != nil {
-				return fmt.Errorf("consumer: creating the task records topic of %s: %w", q, err)
-			}
-		}
-	}
 	if w.cfg.guarantee == ExactlyOnce {
 		for q, n := range partitions {
 			name := broker.ChangelogTopic(w.cfg.group, q)
@@ -67,6 +60,15 @@ func (w *Worker) start(ctx context.Context) error {
 		}
 		if w.store, err = checkpoint.Open(filepath.Join(w.cfg.checkpointDir, "store"), opts...); err != nil {
 			return fmt.Errorf("consumer: %w", err)
+		}
+	}
+	// After the changelogs: a worker refused for its changelog creates
+	// nothing.
+	if w.cfg.taskRecords {
+		for q, n := range partitions {
+			if err := w.admin.EnsureTopic(ctx, broker.RecordsTopic(q), n, w.recordsTopicConfigs()); err != nil {
+				return fmt.Errorf("consumer: creating the task records topic of %s: %w", q, err)
+			}
 		}
 	}
 	if w.instanceID, err = w.loadInstanceID(); err != nil {
