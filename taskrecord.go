@@ -4,6 +4,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 	"unicode/utf8"
@@ -90,55 +91,68 @@ const taskRecordVersion = 1
 // results are bounded well below it (consumer.DefaultMaxResultBytes).
 const MaxTaskRecordBytes = 4 << 20
 
-// AppendJSON appends the record's value to b. It is written by hand:
-// every task's commit writes one.
+// AppendJSON appends the record's value to b. It is written by hand, and
+// without closures: every task's commit writes one.
 func (r *TaskRecord) AppendJSON(b []byte) []byte {
+	b = slices.Grow(b, r.jsonSize())
 	b = append(b, `{"v":1,"id":`...)
 	b = appendJSONString(b, r.ID)
 	b = append(b, `,"queue":`...)
 	b = appendJSONString(b, r.Queue)
-	b = append(b, `,"state":`...)
-	b = appendJSONString(b, string(r.State))
-	num := func(name string, n int64) {
-		b = append(b, ',', '"')
-		b = append(b, name...)
-		b = append(b, '"', ':')
-		b = strconv.AppendInt(b, n, 10)
-	}
-	str := func(name, s string) {
-		if s != "" {
-			b = append(b, ',', '"')
-			b = append(b, name...)
-			b = append(b, '"', ':')
-			b = appendJSONString(b, s)
-		}
-	}
-	tm := func(name string, t time.Time) {
-		if !t.IsZero() {
-			num(name, t.UnixMilli())
-		}
-	}
+	b = append(b, `,"state":"`...)
+	b = append(b, r.State...)
+	b = append(b, '"')
 	if r.Attempt != 0 {
-		num("attempt", int64(r.Attempt))
+		b = appendField(b, "attempt", int64(r.Attempt))
 	}
 	if r.MaxAttempts != 0 {
-		num("max_attempts", int64(r.MaxAttempts))
+		b = appendField(b, "max_attempts", int64(r.MaxAttempts))
 	}
-	tm("enqueued", r.Enqueued)
-	tm("started", r.Started)
-	tm("finished", r.Finished)
-	tm("due", r.Due)
-	str("worker", r.Worker)
-	str("reason", r.Reason)
-	str("error", r.Error)
-	num("partition", int64(r.Partition))
-	num("offset", r.Offset)
+	b = appendTime(b, "enqueued", r.Enqueued)
+	b = appendTime(b, "started", r.Started)
+	b = appendTime(b, "finished", r.Finished)
+	b = appendTime(b, "due", r.Due)
+	b = appendStringField(b, "worker", r.Worker)
+	b = appendStringField(b, "reason", r.Reason)
+	b = appendStringField(b, "error", r.Error)
+	b = appendField(b, "partition", int64(r.Partition))
+	b = appendField(b, "offset", r.Offset)
 	if r.Result != nil {
 		b = append(b, `,"result":"`...)
 		b = base64.StdEncoding.AppendEncode(b, r.Result)
 		b = append(b, '"')
 	}
 	return append(b, '}')
+}
+
+// jsonSize is a close upper bound of the value's size when no string
+// needs escaping: the fixed fields take at most 200 bytes.
+func (r *TaskRecord) jsonSize() int {
+	return 200 + len(r.ID) + len(r.Queue) + len(r.Worker) + len(r.Reason) + len(r.Error) + base64.StdEncoding.EncodedLen(len(r.Result))
+}
+
+func appendField(b []byte, name string, n int64) []byte {
+	b = append(b, ',', '"')
+	b = append(b, name...)
+	b = append(b, '"', ':')
+	return strconv.AppendInt(b, n, 10)
+}
+
+func appendTime(b []byte, name string, t time.Time) []byte {
+	if t.IsZero() {
+		return b
+	}
+	return appendField(b, name, t.UnixMilli())
+}
+
+func appendStringField(b []byte, name, s string) []byte {
+	if s == "" {
+		return b
+	}
+	b = append(b, ',', '"')
+	b = append(b, name...)
+	b = append(b, '"', ':')
+	return appendJSONString(b, s)
 }
 
 // taskRecordJSON is the decoded form of the value.

@@ -41,7 +41,7 @@ func (w *Worker) execute(sl *slot, it *item, quit <-chan struct{}) (res *result,
 	})
 	if res != nil {
 		res.src = it.rec
-		w.addTaskRecord(res)
+		w.addTaskRecord(it.ps, res)
 	}
 	return res, takenOver
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/onceq/onceq/broker"
 	"github.com/onceq/onceq/checkpoint"
 )
 
@@ -22,6 +23,8 @@ import (
 type partState struct {
 	tp    checkpoint.TP
 	store *checkpoint.Store
+	// recordsTopic is the queue's task records topic, named once.
+	recordsTopic string
 	// The queue's series of the per-task metrics, looked up once.
 	inflight prometheus.Gauge
 	latency  prometheus.Observer
@@ -79,7 +82,7 @@ type result struct {
 }
 
 func newPartState(tp checkpoint.TP, store *checkpoint.Store) *partState {
-	return &partState{tp: tp, store: store, offsets: newOffsetSet(), committed: -1,
+	return &partState{tp: tp, store: store, recordsTopic: broker.RecordsTopic(tp.Topic), offsets: newOffsetSet(), committed: -1,
 		inflight: prometheus.NewGauge(prometheus.GaugeOpts{}), latency: prometheus.NewHistogram(prometheus.HistogramOpts{}),
 		keys: map[string][]*item{}, ids: map[string]uint64{}, overlay: map[string]overlayVal{}}
 }
