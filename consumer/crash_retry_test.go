@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/onceq/onceq"
+	"github.com/onceq/onceq/broker"
+	"github.com/onceq/onceq/handlers"
 	"github.com/onceq/onceq/internal/testutil"
 )
 
@@ -119,6 +121,7 @@ func TestCrashRetriesAndDeadLetters(t *testing.T) {
 		t.Fatalf("only %d kills: the run was too short to test crashes", kills)
 	}
 	checkExactlyOnce(t, testutil.ReadCommitted(t, conn, time.Minute, "out"), succeed)
+	checkCrashTaskRecords(t, taskRecords(t, testutil.ReadCommitted(t, conn, time.Minute, broker.RecordsTopic("in"))), n)
 	dls := testutil.ReadCommitted(t, conn, time.Minute, "onceq-dlq-in")
 	checkExactlyOnce(t, dls, dead)
 	for _, r := range dls {
@@ -133,5 +136,52 @@ func TestCrashRetriesAndDeadLetters(t *testing.T) {
 		if attempts := map[bool]int{true: 3, false: 1}[strings.HasPrefix(want, "max_attempts")]; task.Attempt != attempts {
 			t.Fatalf("dead letter %s (%s) after attempt %s, want %d", task.ID, want, strconv.Itoa(task.Attempt), attempts)
 		}
+	}
+}
+
+// checkCrashTaskRecords checks the task records of TestCrashRetriesAndDeadLetters
+// against what its tasks went through, as a read_committed reader sees
+// them: each task's life, record by record (retrying for each failed
+// attempt, then one final state), the result of a success (the flaky:
+// handler's run count, which must be 1) and the reason of a dead task.
+// The output and the dead letters are checked apart; the records agree with
+// them: a task with an output has one succeeded record, one dead-lettered
+// one dead or expired record, none both.
+func checkCrashTaskRecords(t *testing.T, byID map[string][]onceq.TaskRecord, n int) {
+	t.Helper()
+	for i := 0; i < n; i++ {
+		id := fmt.Sprintf("r-%d", i)
+		want := map[int]string{
+			0: "succeeded#1",
+			1: "retrying#1 retrying#2 succeeded#3",
+			2: "retrying#1 retrying#2 dead#3",
+			3: "dead#1",
+			4: "retrying#1 succeeded#2",
+			5: "expired#1",
+		}[i%6]
+		recs := byID[id]
+		if got := states(recs); got != want {
+			t.Fatalf("task records of %s: %s, want %s", id, got, want)
+		}
+		last := recs[len(recs)-1]
+		switch last.State {
+		case onceq.StateSucceeded:
+			if wantResult := string(handlers.CountResult(1, last.Attempt)); string(last.Result) != wantResult {
+				t.Fatalf("%s succeeded with result %q, want %q", id, last.Result, wantResult)
+			}
+		case onceq.StateDead, onceq.StateExpired:
+			if last.Reason == "" || last.Error == "" || last.Result != nil {
+				t.Fatalf("%s %s: reason %q, error %q, result %q", id, last.State, last.Reason, last.Error, last.Result)
+			}
+		}
+		for _, r := range recs[:len(recs)-1] {
+			if r.Due.Before(r.Finished) || r.Error == "" {
+				t.Fatalf("%s: retrying record due %v before its failure at %v, or without error %q", id, r.Due, r.Finished, r.Error)
+			}
+		}
+		delete(byID, id)
+	}
+	if len(byID) > 0 {
+		t.Fatalf("task records of %d IDs that were never submitted", len(byID))
 	}
 }

@@ -20,7 +20,8 @@ copy:QUEUE      emit each task unchanged (same ID, key, payload, headers) to QUE
 count:QUEUE     like copy, and count each ID's runs in the partition state; the
                 count travels in the output's "runs" header and the handler's
                 start time (unix ms) in "started" (used to verify exactly-once:
-                every count must be 1; and never early: started >= due)
+                every count must be 1; and never early: started >= due); the
+                task's result is {"runs":N,"attempt":A}
 flaky:QUEUE     like count, but a task fails while its attempt is at most its
                 "fail" header (a number, or "always"); "skip" fails it without
                 retry, "timeout" makes its first attempt wait out its
@@ -135,9 +136,18 @@ func copyTo(queue string, count bool) consumer.Handler {
 			out.Headers = append(append([]onceq.Header{}, t.Headers...),
 				onceq.Header{Key: RunsHeader, Value: []byte(strconv.FormatInt(n, 10))},
 				onceq.Header{Key: StartedHeader, Value: []byte(strconv.FormatInt(started.UnixMilli(), 10))})
+			if err := t.SetResult(CountResult(n, t.Attempt)); err != nil {
+				return err
+			}
 		}
 		return t.Emit(out)
 	})
+}
+
+// CountResult is the result of a count: or flaky: run: the ID's runs in
+// its partition and the attempt, as JSON.
+func CountResult(runs int64, attempt int) []byte {
+	return []byte(`{"runs":` + strconv.FormatInt(runs, 10) + `,"attempt":` + strconv.Itoa(attempt) + `}`)
 }
 
 // flaky fails a task while its attempt is at most its FailHeader, or as
