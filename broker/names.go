@@ -83,6 +83,21 @@ func DLQTopic(queue string) string { return DLQPrefix + queue }
 // MaxTopicLen.
 func RecordsTopic(queue string) string { return RecordsPrefix + queue }
 
+// DefaultRecordsRetention is how long a records topic keeps its records
+// when its creator names no retention: the workers' default dedup window
+// and result retention, 7 days.
+const DefaultRecordsRetention = 7 * 24 * time.Hour
+
+// RecordsTopicConfigs are the configs of a records topic: compacted, so
+// that the last record of each ID stays, and deleted past retention (0:
+// DefaultRecordsRetention), so that finished tasks go.
+func RecordsTopicConfigs(retention time.Duration) map[string]string {
+	if retention <= 0 {
+		retention = DefaultRecordsRetention
+	}
+	return map[string]string{"cleanup.policy": "compact,delete", "retention.ms": strconv.FormatInt(retention.Milliseconds(), 10)}
+}
+
 // QueueOfRecords returns the queue whose task records topic is topic.
 func QueueOfRecords(topic string) (string, bool) {
 	q, ok := strings.CutPrefix(topic, RecordsPrefix)

@@ -1,12 +1,12 @@
 package consumer
 
 import (
-	"strconv"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/onceq/onceq"
+	"github.com/onceq/onceq/broker"
 )
 
 // taskOutcome is what a result's task record says, beside what the result
@@ -77,9 +77,7 @@ func newRecordOut(topic string, tr *onceq.TaskRecord, src *kgo.Record) *kgo.Reco
 }
 
 // recordsTopicConfigs are the configs of a records topic the worker
-// creates: compacted, so that the last record of each ID stays, and
-// deleted past the retention, so that finished tasks go.
+// creates: kept for the result retention, or the dedup window if longer.
 func (w *Worker) recordsTopicConfigs() map[string]string {
-	keep := max(w.cfg.resultRetention, w.cfg.dedupWindow)
-	return map[string]string{"cleanup.policy": "compact,delete", "retention.ms": strconv.FormatInt(keep.Milliseconds(), 10)}
+	return broker.RecordsTopicConfigs(max(w.cfg.resultRetention, w.cfg.dedupWindow))
 }

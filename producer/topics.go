@@ -29,9 +29,10 @@ const missingRecheck = time.Second
 // topicState caches what the producer knows about a queue or bucket
 // topic. Once ready, the hot path only loads it from the map.
 type topicState struct {
-	name   string
-	bucket bool
-	ready  atomic.Bool // the topic exists
+	name    string
+	bucket  bool
+	records string      // for a queue: its records topic, once SubmitPending ensured it
+	ready   atomic.Bool // the topic exists
 
 	mu        sync.Mutex // serializes lookups
 	missingAt time.Time  // when the broker last said the queue is missing

@@ -1,0 +1,96 @@
+package producer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/onceq/onceq"
+	"github.com/onceq/onceq/broker"
+)
+
+// ErrNoID is returned by SubmitPending for a task without an ID.
+var ErrNoID = errors.New("producer: a task recorded as pending needs an ID of your own")
+
+// SubmitPending submits a task as Submit does and, in the same
+// transaction, records it in its queue's task records
+// (broker.RecordsTopic) as pending, or as scheduled with its due time when
+// it is delayed: a reader of the records (package inspect) knows the task
+// from the moment the transaction commits, before any worker ran it. The
+// task needs an ID of your own (ErrNoID otherwise), so that the record
+// names it.
+//
+// The record carries no Worker: it is the producer's, and readers never
+// let it replace a record a worker wrote for the same ID, so a duplicate
+// submitted after the task ran does not make it look pending again. The
+// records topic is created if it does not exist yet, with the queue's
+// partitions and broker.RecordsTopicConfigs.
+func (tx *Tx) SubmitPending(task onceq.Task) error {
+	if task.ID == "" {
+		return ErrNoID
+	}
+	// Resolved here, the task is what Submit writes (it resolves it again
+	// to the same), and the record tells its due and enqueue times.
+	if err := task.Validate(tx.p.cfg.maxMessageBytes); err != nil {
+		return tx.p.wrap(&Receipt{ID: task.ID}, err)
+	}
+	if task.MaxAttempts == 0 {
+		task.MaxAttempts = tx.p.cfg.defaultMaxAttempts
+	}
+	now := time.Now()
+	task.Resolve(now)
+	if err := tx.Submit(task); err != nil {
+		return err
+	}
+	topic, err := tx.p.recordsTopic(tx.ctx, task.Queue)
+	if err != nil {
+		return fmt.Errorf("producer: task %s: %w", task.ID, err)
+	}
+	tr := onceq.TaskRecord{ID: task.ID, Queue: task.Queue, State: onceq.StatePending, MaxAttempts: task.MaxAttempts, Enqueued: task.Enqueued}
+	if task.DelayedAt(now) {
+		tr.State, tr.Due = onceq.StateScheduled, task.Due
+	}
+	rec := &kgo.Record{Topic: topic, Key: []byte(task.ID), Value: tr.AppendJSON(nil)}
+	tx.cl.Produce(tx.ctx, rec, func(_ *kgo.Record, err error) {
+		if err != nil {
+			tx.mu.Lock()
+			if tx.err == nil {
+				tx.err = fmt.Errorf("producer: task %s: recording it as %s: %w", task.ID, tr.State, err)
+			}
+			tx.mu.Unlock()
+		}
+	})
+	return nil
+}
+
+// recordsTopic returns the records topic of queue, creating it with the
+// queue's partition count the first time if no worker has yet.
+func (p *Producer) recordsTopic(ctx context.Context, queue string) (string, error) {
+	v, ok := p.topics.Load(queue)
+	if !ok {
+		return "", fmt.Errorf("queue %q not looked up", queue)
+	}
+	s := v.(*topicState)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.records != "" {
+		return s.records, nil
+	}
+	adm, err := p.admin()
+	if err != nil {
+		return "", err
+	}
+	info, err := adm.DescribeTopic(ctx, queue)
+	if err != nil {
+		return "", err
+	}
+	name := broker.RecordsTopic(queue)
+	if err := adm.EnsureTopic(ctx, name, int32(len(info.Partitions)), broker.RecordsTopicConfigs(0)); err != nil {
+		return "", fmt.Errorf("creating the task records topic %s: %w", name, err)
+	}
+	s.records = name
+	return name, nil
+}
