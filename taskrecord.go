@@ -1,6 +1,7 @@
 package onceq
 
 import (
+	"bytes"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
@@ -47,12 +48,17 @@ func ParseTaskState(s string) (TaskState, error) {
 	return "", fmt.Errorf("onceq: task state %q: want one of pending, scheduled, retrying, succeeded, dead, expired, canceled", s)
 }
 
-// TaskRecord is one transition of a task, as workers and the delay service
-// write it to its queue's task records topic (broker.RecordsTopic), keyed
-// by the task ID, in the transaction of the outcome it describes. The last
-// record of an ID is the task's state.
+// TaskRecord is one transition of a task, as workers write it to its
+// queue's task records topic (broker.RecordsTopic) in the transaction of
+// the outcome it describes. The last record of an ID is the task's state.
 //
-// The value is a JSON object, so that any Kafka client can read it:
+// A Kafka record of that topic holds one or more task records, one JSON
+// object a line (JSON Lines): a worker writes one Kafka record per queue
+// partition per commit with that commit's transitions, keyed by the queue
+// partition ("<queue>/<partition>") so that the transitions of a task stay
+// in order; a producer's SubmitPending writes one keyed by the task ID. Any
+// Kafka client can read them; DecodeTaskRecords splits the lines. A task
+// record is:
 //
 //	{"v":1,"id":"order-7","queue":"emails","state":"succeeded","attempt":1,
 //	 "enqueued":1700000000000,"started":1700000000100,"finished":1700000000120,
@@ -94,7 +100,7 @@ const MaxTaskRecordBytes = 4 << 20
 // AppendJSON appends the record's value to b. It is written by hand, and
 // without closures: every task's commit writes one.
 func (r *TaskRecord) AppendJSON(b []byte) []byte {
-	b = slices.Grow(b, r.jsonSize())
+	b = slices.Grow(b, r.JSONSize())
 	b = append(b, `{"v":1,"id":`...)
 	b = appendJSONString(b, r.ID)
 	b = append(b, `,"queue":`...)
@@ -125,9 +131,9 @@ func (r *TaskRecord) AppendJSON(b []byte) []byte {
 	return append(b, '}')
 }
 
-// jsonSize is a close upper bound of the value's size when no string
-// needs escaping: the fixed fields take at most 200 bytes.
-func (r *TaskRecord) jsonSize() int {
+// JSONSize is a close upper bound of the size of AppendJSON's output when
+// no string needs escaping: the fixed fields take at most 200 bytes.
+func (r *TaskRecord) JSONSize() int {
 	return 200 + len(r.ID) + len(r.Queue) + len(r.Worker) + len(r.Reason) + len(r.Error) + base64.StdEncoding.EncodedLen(len(r.Result))
 }
 
@@ -153,6 +159,30 @@ func appendStringField(b []byte, name, s string) []byte {
 	b = append(b, name...)
 	b = append(b, '"', ':')
 	return appendJSONString(b, s)
+}
+
+// DecodeTaskRecords reads a Kafka record's value of task records, one JSON
+// object a line (empty lines are skipped). It stops at the first line it
+// refuses, naming it.
+func DecodeTaskRecords(value []byte) ([]TaskRecord, error) {
+	var out []TaskRecord
+	for n := 1; len(value) > 0; n++ {
+		line := value
+		if i := bytes.IndexByte(value, '\n'); i >= 0 {
+			line, value = value[:i], value[i+1:]
+		} else {
+			value = nil
+		}
+		if len(bytes.TrimSpace(line)) == 0 {
+			continue
+		}
+		r, err := DecodeTaskRecord(line)
+		if err != nil {
+			return out, fmt.Errorf("line %d: %w", n, err)
+		}
+		out = append(out, r)
+	}
+	return out, nil
 }
 
 // taskRecordJSON is the decoded form of the value.

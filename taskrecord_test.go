@@ -108,3 +108,41 @@ func FuzzDecodeTaskRecord(f *testing.F) {
 		}
 	})
 }
+
+func TestDecodeTaskRecords(t *testing.T) {
+	a := TaskRecord{ID: "a", Queue: "q", State: StateSucceeded, Attempt: 1, Result: []byte("x")}
+	b := TaskRecord{ID: "b", Queue: "q", State: StateDead, Reason: "failed", Error: "line\nbreak"}
+	value := append(append(a.AppendJSON(nil), '\n'), b.AppendJSON(nil)...)
+	got, err := DecodeTaskRecords(append(value, '\n', '\n'))
+	if err != nil || len(got) != 2 || !reflect.DeepEqual(got[0], a) || !reflect.DeepEqual(got[1], b) {
+		t.Fatalf("got %+v, %v", got, err)
+	}
+	if got, err := DecodeTaskRecords(nil); err != nil || len(got) != 0 {
+		t.Fatalf("empty value: %+v, %v", got, err)
+	}
+	_, err = DecodeTaskRecords(append(append(a.AppendJSON(nil), '\n'), `{"v":1}`...))
+	if err == nil || !strings.HasPrefix(err.Error(), "line 2: ") {
+		t.Fatalf("a bad second line: %v, want it named", err)
+	}
+}
+
+// FuzzDecodeTaskRecords: a value of lines decodes to what the lines
+// decode to one by one, and never panics.
+func FuzzDecodeTaskRecords(f *testing.F) {
+	f.Add([]byte("{\"v\":1,\"id\":\"a\",\"queue\":\"q\",\"state\":\"dead\"}\n{\"v\":1,\"id\":\"b\",\"queue\":\"q\",\"state\":\"pending\"}"))
+	f.Add([]byte("\n\n"))
+	f.Fuzz(func(t *testing.T, value []byte) {
+		rs, err := DecodeTaskRecords(value)
+		if err != nil {
+			return
+		}
+		var again []byte
+		for i := range rs {
+			again = append(rs[i].AppendJSON(again), '\n')
+		}
+		back, err := DecodeTaskRecords(again)
+		if err != nil || !reflect.DeepEqual(back, rs) {
+			t.Fatalf("re-encoded lines: %v\n%+v\n%+v", err, rs, back)
+		}
+	})
+}

@@ -77,10 +77,9 @@ func ParseBucket(s string) (time.Duration, error) {
 // ValidateQueue keeps queue names short enough for it to fit MaxTopicLen.
 func DLQTopic(queue string) string { return DLQPrefix + queue }
 
-// RecordsTopic names the compacted topic of a queue's task records
-// (onceq.TaskRecord), keyed by task ID: onceq-rec-<queue>. The root
-// package's ValidateQueue keeps queue names short enough for it to fit
-// MaxTopicLen.
+// RecordsTopic names the topic of a queue's task records
+// (onceq.TaskRecord): onceq-rec-<queue>. The root package's ValidateQueue
+// keeps queue names short enough for it to fit MaxTopicLen.
 func RecordsTopic(queue string) string { return RecordsPrefix + queue }
 
 // DefaultRecordsRetention is how long a records topic keeps its records
@@ -88,14 +87,16 @@ func RecordsTopic(queue string) string { return RecordsPrefix + queue }
 // and result retention, 7 days.
 const DefaultRecordsRetention = 7 * 24 * time.Hour
 
-// RecordsTopicConfigs are the configs of a records topic: compacted, so
-// that the last record of each ID stays, and deleted past retention (0:
-// DefaultRecordsRetention), so that finished tasks go.
+// RecordsTopicConfigs are the configs of a records topic: records are
+// deleted past retention (0: DefaultRecordsRetention), which is how long
+// finished tasks are known. The topic is not compacted: a worker's records
+// are batches keyed by queue partition, and compaction would keep only the
+// last of each.
 func RecordsTopicConfigs(retention time.Duration) map[string]string {
 	if retention <= 0 {
 		retention = DefaultRecordsRetention
 	}
-	return map[string]string{"cleanup.policy": "compact,delete", "retention.ms": strconv.FormatInt(retention.Milliseconds(), 10)}
+	return map[string]string{"cleanup.policy": "delete", "retention.ms": strconv.FormatInt(retention.Milliseconds(), 10)}
 }
 
 // QueueOfRecords returns the queue whose task records topic is topic.

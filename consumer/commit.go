@@ -102,6 +102,11 @@ func (w *Worker) commit(ctx context.Context) error {
 		}
 		parts = append(parts, p)
 	}
+	if w.cfg.taskRecords {
+		for _, p := range parts {
+			recs = w.appendRecordBatches(recs, p.ps, p.results)
+		}
+	}
 	// Tombstones of expired IDs go first: a mark of this commit for an ID
 	// that expiry removed must come after its tombstone, so that a replay
 	// of the changelog ends with the ID present, like the store. They are

@@ -41,7 +41,6 @@ func (w *Worker) execute(sl *slot, it *item, quit <-chan struct{}) (res *result,
 	})
 	if res != nil {
 		res.src = it.rec
-		w.addTaskRecord(it.ps, res)
 	}
 	return res, takenOver
 }

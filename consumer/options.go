@@ -324,9 +324,10 @@ func ParseCommitPoint(s string) (CommitPoint, error) {
 
 // TaskRecords turns the task records on or off: with them, each outcome
 // (succeeded with its result, retrying, dead, expired, canceled, scheduled)
-// is written to its queue's records topic (broker.RecordsTopic), keyed by
-// task ID, in the transaction of the outcome, for package inspect and the
-// CLI's task commands to read. Default DefaultTaskRecords (on).
+// is written to its queue's records topic (broker.RecordsTopic) in the
+// transaction of the outcome, one Kafka record per queue partition per
+// commit, for package inspect and the CLI's task commands to read.
+// Default DefaultTaskRecords (on).
 func TaskRecords(on bool) Opt { return optFunc(func(c *config) { c.taskRecords = on }) }
 
 // ResultRetention sets how long task records keep their results: the

@@ -218,7 +218,6 @@ func (w *Worker) refuseTooLarge(ps *partState, res *result, refused *kgo.Record,
 			"partition", res.src.Partition, "offset", res.src.Offset, "err", cause)
 		res.outcome, res.outputs = outcomeDead, nil
 		res.rec.state, res.rec.reason, res.rec.err, res.rec.value = onceq.StateDead, dlq.ReasonTooLarge, cause.Error(), nil
-		w.addTaskRecord(ps, res)
 		return
 	}
 	src := res.src
@@ -243,5 +242,4 @@ func (w *Worker) refuseTooLarge(ps *partState, res *result, refused *kgo.Record,
 	w.metrics.dead.WithLabelValues(queue, dlq.ReasonTooLarge).Inc()
 	res.outcome, res.outputs = outcomeDead, []*kgo.Record{dlq.EncodeRecord(bare, broker.DLQTopic(queue), dlq.ReasonTooLarge, text, time.Now())}
 	res.rec.state, res.rec.reason, res.rec.err, res.rec.value = onceq.StateDead, dlq.ReasonTooLarge, text, nil
-	w.addTaskRecord(ps, res)
 }

@@ -2,6 +2,7 @@ package consumer
 
 import (
 	"slices"
+	"strconv"
 	"sync"
 	"time"
 
@@ -23,8 +24,10 @@ import (
 type partState struct {
 	tp    checkpoint.TP
 	store *checkpoint.Store
-	// recordsTopic is the queue's task records topic, named once.
+	// recordsTopic is the queue's task records topic, named once, and
+	// recordsKey the key of this partition's record batches there.
 	recordsTopic string
+	recordsKey   []byte
 	// The queue's series of the per-task metrics, looked up once.
 	inflight prometheus.Gauge
 	latency  prometheus.Observer
@@ -82,7 +85,8 @@ type result struct {
 }
 
 func newPartState(tp checkpoint.TP, store *checkpoint.Store) *partState {
-	return &partState{tp: tp, store: store, recordsTopic: broker.RecordsTopic(tp.Topic), offsets: newOffsetSet(), committed: -1,
+	return &partState{tp: tp, store: store, recordsTopic: broker.RecordsTopic(tp.Topic),
+		recordsKey: []byte(tp.Topic + "/" + strconv.Itoa(int(tp.Partition))), offsets: newOffsetSet(), committed: -1,
 		inflight: prometheus.NewGauge(prometheus.GaugeOpts{}), latency: prometheus.NewHistogram(prometheus.HistogramOpts{}),
 		keys: map[string][]*item{}, ids: map[string]uint64{}, overlay: map[string]overlayVal{}}
 }

@@ -278,7 +278,6 @@ func (s *scheduler) takeOver(sl *slot, r *handlerRun) {
 	})
 	if res != nil {
 		res.src = r.it.rec
-		w.addTaskRecord(r.it.ps, res)
 	}
 	w.finish(r.it, res)
 	s.active.Add(-1) // taken over from the abandoned goroutine

@@ -21,17 +21,16 @@ type taskOutcome struct {
 	value   []byte          // what the handler returned
 }
 
-// addTaskRecord appends the result's task record to its outputs, so that
-// it commits in the result's transaction like the outputs it describes,
-// and shares their fate when the brokers refuse one.
-func (w *Worker) addTaskRecord(ps *partState, res *result) {
+// taskRecord is the result's task record; ok is false when it writes
+// none.
+func (w *Worker) taskRecord(res *result) (tr onceq.TaskRecord, ok bool) {
 	if !w.cfg.taskRecords || res.rec.state == "" || res.src == nil {
-		return
+		return tr, false
 	}
 	o := &res.rec
 	// The queue is the topic the task came from, whose records topic the
 	// worker made at its start, whatever the task's headers say.
-	tr := onceq.TaskRecord{ID: res.id, Queue: res.src.Topic, State: o.state, Worker: w.instanceID,
+	tr = onceq.TaskRecord{ID: res.id, Queue: res.src.Topic, State: o.state, Worker: w.instanceID,
 		Reason: o.reason, Error: onceq.CutError(o.err), Partition: res.src.Partition, Offset: res.src.Offset}
 	if t := o.task; t != nil {
 		tr.ID, tr.Attempt, tr.MaxAttempts, tr.Enqueued = t.ID, t.Attempt, t.MaxAttempts, t.Enqueued
@@ -47,33 +46,45 @@ func (w *Worker) addTaskRecord(ps *partState, res *result) {
 	if o.value != nil && w.cfg.resultRetention > 0 {
 		tr.Result = o.value
 	}
-	res.outputs = append(res.outputs, newRecordOut(ps.recordsTopic, &tr, res.src))
+	return tr, true
 }
 
-// recordOut is a task record's Kafka record with room for its usual
-// value: one allocation instead of three, since every task writes one.
-type recordOut struct {
-	rec kgo.Record
-	buf [320]byte
-}
+// maxRecordBatch bounds a record batch's value: well below any broker's
+// message size limit, and big enough that a commit writes a few.
+const maxRecordBatch = 256 << 10
 
-// newRecordOut encodes tr for topic, the records topic of src's queue.
-// The key shares the bytes of src's onceq-id when it is the ID (headers
-// are never changed).
-func newRecordOut(topic string, tr *onceq.TaskRecord, src *kgo.Record) *kgo.Record {
-	o := &recordOut{}
-	o.rec.Topic = topic
-	for _, h := range src.Headers {
-		if h.Key == onceq.HeaderID && string(h.Value) == tr.ID {
-			o.rec.Key = h.Value
-			break
+// appendRecordBatches appends a partition's share of a commit's task
+// records (one per result that writes one), in the commit's transaction
+// with the outputs they describe: one Kafka record of JSON lines, or a
+// few when they are many, keyed by the queue partition, so that every
+// transition of a task, which runs in one partition, lands in one records
+// partition in order. The records are encoded here, straight into the
+// batch. They belong to no one result: appended after every partition's
+// outputs and changelog records, they are none of pending.owner's.
+func (w *Worker) appendRecordBatches(recs []*kgo.Record, ps *partState, res []*result) []*kgo.Record {
+	limit := min(maxRecordBatch, w.cfg.maxMessageBytes/2)
+	var buf []byte
+	for _, r := range res {
+		tr, ok := w.taskRecord(r)
+		if !ok {
+			continue
 		}
+		size := tr.JSONSize() + 1
+		if len(buf) > 0 && len(buf)+size > limit {
+			recs = append(recs, &kgo.Record{Topic: ps.recordsTopic, Key: ps.recordsKey, Value: buf})
+			buf = nil
+		}
+		if buf == nil {
+			// Room for every record of a partition's usual commit
+			// (about 200 bytes each), within the limit.
+			buf = make([]byte, 0, min(limit, max(size, len(res)*256)))
+		}
+		buf = append(tr.AppendJSON(buf), '\n')
 	}
-	if o.rec.Key == nil {
-		o.rec.Key = []byte(tr.ID)
+	if len(buf) > 0 {
+		recs = append(recs, &kgo.Record{Topic: ps.recordsTopic, Key: ps.recordsKey, Value: buf})
 	}
-	o.rec.Value = tr.AppendJSON(o.buf[:0])
-	return &o.rec
+	return recs
 }
 
 // recordsTopicConfigs are the configs of a records topic the worker

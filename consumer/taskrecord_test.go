@@ -16,20 +16,23 @@ import (
 	"github.com/onceq/onceq/internal/testutil"
 )
 
-// taskRecords decodes a records topic, failing on any malformed value, and
+// taskRecords decodes a records topic, failing on any malformed value or
+// a key that is not the queue partition of the records it holds, and
 // returns each ID's records in log order.
 func taskRecords(t *testing.T, recs []*kgo.Record) map[string][]onceq.TaskRecord {
 	t.Helper()
 	byID := map[string][]onceq.TaskRecord{}
 	for _, r := range recs {
-		tr, err := onceq.DecodeTaskRecord(r.Value)
-		if err != nil {
-			t.Fatalf("%s/%d@%d: %v", r.Topic, r.Partition, r.Offset, err)
+		trs, err := onceq.DecodeTaskRecords(r.Value)
+		if err != nil || len(trs) == 0 {
+			t.Fatalf("%s/%d@%d: %d records, %v", r.Topic, r.Partition, r.Offset, len(trs), err)
 		}
-		if string(r.Key) != tr.ID {
-			t.Fatalf("record of %q keyed %q", tr.ID, r.Key)
+		for _, tr := range trs {
+			if want := fmt.Sprintf("%s/%d", tr.Queue, tr.Partition); string(r.Key) != want {
+				t.Fatalf("record of %q from %s keyed %q", tr.ID, want, r.Key)
+			}
+			byID[tr.ID] = append(byID[tr.ID], tr)
 		}
-		byID[tr.ID] = append(byID[tr.ID], tr)
 	}
 	return byID
 }
