@@ -1,0 +1,394 @@
+package inspect
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/onceq/onceq"
+	"github.com/onceq/onceq/broker"
+)
+
+// Errors of the queries.
+var (
+	// ErrNotFound: the view holds no record of the task.
+	ErrNotFound = errors.New("no record of the task: it is pending (submitted, not yet run), was never submitted, or finished longer ago than the records are kept")
+	// ErrNoQueue: the queue has no records topic: no worker with task
+	// records on has started for it, or the queue does not exist.
+	ErrNoQueue = errors.New("no task records for the queue: start a worker for it (task records are on by default), or check the queue's name")
+	// ErrClosed: the inspector was closed.
+	ErrClosed = errors.New("inspect: closed")
+)
+
+// Limits of List.
+const (
+	DefaultLimit = 100
+	MaxLimit     = 10_000
+)
+
+// Inspector answers what happened to tasks, from a view of the queues'
+// task records that it keeps up to date. It is safe for concurrent use:
+// open one per process and share it.
+type Inspector struct {
+	cfg config
+	db  *pebble.DB
+	adm *broker.Admin
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	// writeMu orders the view's writers: the follower and the sweep.
+	writeMu sync.Mutex
+
+	mu      sync.Mutex
+	closed  bool
+	cl      *kgo.Client // follows the records topics; made by the first load
+	queues  map[string]*queueView
+	waiters map[string][]chan struct{} // recordKey -> waiters of a final state
+}
+
+// queueView is the view of one queue's records.
+type queueView struct {
+	queue, topic string
+	ready        chan struct{} // closed once loaded, or failed (err)
+	err          error
+	target       map[int32]int64 // the end offsets to reach to be loaded
+	pos          map[int32]int64 // the next offset of each partition, as applied
+	counts       [8]int64        // tasks per state, by index in onceq.TaskStates
+}
+
+// Open opens an inspector. It reads nothing until a queue is first asked
+// about.
+func Open(opts ...Opt) (*Inspector, error) {
+	cfg, err := build(opts)
+	if err != nil {
+		return nil, err
+	}
+	popts := &pebble.Options{Logger: quietLogger{}}
+	dir := cfg.dir
+	if dir == "" {
+		popts.FS, dir = vfs.NewMem(), "view"
+	}
+	db, err := pebble.Open(dir, popts)
+	if err != nil {
+		return nil, fmt.Errorf("inspect: opening the view in %s: %w", dir, err)
+	}
+	adm, err := broker.NewAdmin(cfg.conn)
+	if err != nil {
+		db.Close()
+		return nil, fmt.Errorf("inspect: %w", err)
+	}
+	in := &Inspector{cfg: cfg, db: db, adm: adm, queues: map[string]*queueView{}, waiters: map[string][]chan struct{}{}}
+	in.ctx, in.cancel = context.WithCancel(context.Background())
+	in.wg.Add(1)
+	go in.sweepLoop()
+	return in, nil
+}
+
+// Close stops following the records and closes the view. Queries after
+// Close fail with ErrClosed; waiters return it.
+func (in *Inspector) Close() error {
+	in.mu.Lock()
+	if in.closed {
+		in.mu.Unlock()
+		return nil
+	}
+	in.closed = true
+	for k, ws := range in.waiters {
+		for _, w := range ws {
+			close(w)
+		}
+		delete(in.waiters, k)
+	}
+	cl := in.cl
+	in.mu.Unlock()
+	in.cancel()
+	if cl != nil {
+		cl.Close()
+	}
+	in.wg.Wait()
+	in.adm.Close()
+	return in.db.Close()
+}
+
+// Get returns the task's last record: its state, attempt, times, error
+// and result. A task without one is ErrNotFound.
+func (in *Inspector) Get(ctx context.Context, queue, id string) (onceq.TaskRecord, error) {
+	if err := onceq.ValidateID(id); err != nil {
+		return onceq.TaskRecord{}, err
+	}
+	if _, err := in.view(ctx, queue); err != nil {
+		return onceq.TaskRecord{}, err
+	}
+	return in.get(queue, id)
+}
+
+// get reads a task's record from the view.
+func (in *Inspector) get(queue, id string) (onceq.TaskRecord, error) {
+	v, closer, err := in.db.Get(recordKey(queue, id))
+	if errors.Is(err, pebble.ErrNotFound) {
+		return onceq.TaskRecord{}, fmt.Errorf("inspect: task %s of %s: %w", id, queue, ErrNotFound)
+	}
+	if err != nil {
+		return onceq.TaskRecord{}, in.dbErr(err)
+	}
+	defer closer.Close()
+	m, line, err := decodeMeta(v)
+	if err != nil {
+		return onceq.TaskRecord{}, err
+	}
+	if m.last < in.cutoff() {
+		return onceq.TaskRecord{}, fmt.Errorf("inspect: task %s of %s: %w", id, queue, ErrNotFound)
+	}
+	return onceq.DecodeTaskRecord(line)
+}
+
+// Wait returns the task's record once it is in a final state (succeeded,
+// dead, expired or canceled), at once if it already is. The view wakes it
+// when it applies the record, read as soon as the commit that wrote it
+// ends: no polling. It returns ctx's error if ctx ends first.
+func (in *Inspector) Wait(ctx context.Context, queue, id string) (onceq.TaskRecord, error) {
+	if err := onceq.ValidateID(id); err != nil {
+		return onceq.TaskRecord{}, err
+	}
+	if _, err := in.view(ctx, queue); err != nil {
+		return onceq.TaskRecord{}, err
+	}
+	key := string(recordKey(queue, id))
+	for {
+		ch := make(chan struct{})
+		in.mu.Lock()
+		if in.closed {
+			in.mu.Unlock()
+			return onceq.TaskRecord{}, ErrClosed
+		}
+		in.waiters[key] = append(in.waiters[key], ch)
+		in.mu.Unlock()
+		// Registered first, looked second: a record applied in between
+		// wakes ch.
+		r, err := in.get(queue, id)
+		if err == nil && r.State.Final() {
+			in.dropWaiter(key, ch)
+			return r, nil
+		}
+		if err != nil && !errors.Is(err, ErrNotFound) {
+			in.dropWaiter(key, ch)
+			return r, err
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			in.dropWaiter(key, ch)
+			return onceq.TaskRecord{}, fmt.Errorf("inspect: waiting for task %s of %s: %w", id, queue, ctx.Err())
+		}
+	}
+}
+
+func (in *Inspector) dropWaiter(key string, ch chan struct{}) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	ws := in.waiters[key]
+	if i := slices.Index(ws, ch); i >= 0 {
+		ws = slices.Delete(ws, i, i+1)
+	}
+	if len(ws) == 0 {
+		delete(in.waiters, key)
+	} else {
+		in.waiters[key] = ws
+	}
+}
+
+// wake wakes the waiters of a task whose record became final. in.mu is
+// held.
+func (in *Inspector) wake(key []byte) {
+	ws, ok := in.waiters[string(key)]
+	if !ok {
+		return
+	}
+	for _, w := range ws {
+		close(w)
+	}
+	delete(in.waiters, string(key))
+}
+
+// Filter chooses the tasks List returns.
+type Filter struct {
+	// States are the states to list; none lists every state.
+	States []onceq.TaskState
+	// Since and Until bound the time of the tasks' last transition; zero
+	// leaves the bound open.
+	Since, Until time.Time
+	// Limit is the most tasks a page holds, 1 to MaxLimit; 0 is
+	// DefaultLimit.
+	Limit int
+	// After is the Next of the previous page; "" starts at the newest.
+	After string
+}
+
+// Page is one page of List: tasks newest first by their last transition,
+// then by ID.
+type Page struct {
+	Tasks []onceq.TaskRecord
+	// Next continues the listing (Filter.After); "" on the last page.
+	Next string
+}
+
+// List returns a page of a queue's tasks by state and time, newest first.
+func (in *Inspector) List(ctx context.Context, queue string, f Filter) (Page, error) {
+	if f.Limit == 0 {
+		f.Limit = DefaultLimit
+	}
+	if f.Limit < 1 || f.Limit > MaxLimit {
+		return Page{}, fmt.Errorf("inspect: limit %d: want 1 to %d", f.Limit, MaxLimit)
+	}
+	var after *cursor
+	if f.After != "" {
+		c, err := parseCursor(f.After)
+		if err != nil {
+			return Page{}, err
+		}
+		after = &c
+	}
+	states := f.States
+	if len(states) == 0 {
+		states = onceq.TaskStates
+	}
+	for _, s := range states {
+		if _, err := onceq.ParseTaskState(string(s)); err != nil {
+			return Page{}, err
+		}
+	}
+	if _, err := in.view(ctx, queue); err != nil {
+		return Page{}, err
+	}
+	since := max(in.cutoff(), f.Since.UnixMilli())
+	if f.Since.IsZero() {
+		since = in.cutoff()
+	}
+	until := int64(1<<63 - 1)
+	if !f.Until.IsZero() {
+		until = f.Until.UnixMilli()
+	}
+	type hit struct {
+		last int64
+		id   string
+	}
+	var hits []hit
+	for _, s := range slices.Compact(slices.Sorted(slices.Values(states))) {
+		prefix := indexPrefix(queue, stateIndex(s))
+		it, err := in.db.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: prefixEnd(prefix)})
+		if err != nil {
+			return Page{}, in.dbErr(err)
+		}
+		n := 0
+		for ok := it.Last(); ok && n <= f.Limit; ok = it.Prev() {
+			last, id := indexID(it.Key(), len(prefix))
+			if last < since {
+				break
+			}
+			if last > until || after != nil && !after.before(last, id) {
+				continue
+			}
+			hits = append(hits, hit{last, id})
+			n++
+		}
+		if err := it.Close(); err != nil {
+			return Page{}, in.dbErr(err)
+		}
+	}
+	slices.SortFunc(hits, func(a, b hit) int {
+		if a.last != b.last {
+			return int(min(max(b.last-a.last, -1), 1))
+		}
+		return cmpStrings(b.id, a.id)
+	})
+	var page Page
+	for i, h := range hits {
+		if i == f.Limit {
+			last := hits[i-1]
+			page.Next = cursor{last.last, last.id}.String()
+			break
+		}
+		r, err := in.get(queue, h.id)
+		if errors.Is(err, ErrNotFound) {
+			continue // swept meanwhile
+		}
+		if err != nil {
+			return Page{}, err
+		}
+		page.Tasks = append(page.Tasks, r)
+	}
+	return page, nil
+}
+
+func cmpStrings(a, b string) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// Counts returns how many of a queue's retained tasks are in each state.
+func (in *Inspector) Counts(ctx context.Context, queue string) (map[onceq.TaskState]int64, error) {
+	q, err := in.view(ctx, queue)
+	if err != nil {
+		return nil, err
+	}
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	out := map[onceq.TaskState]int64{}
+	for i, s := range onceq.TaskStates {
+		if q.counts[i] > 0 {
+			out[s] = q.counts[i]
+		}
+	}
+	return out, nil
+}
+
+// Queues lists the queues that have task records, sorted.
+func (in *Inspector) Queues(ctx context.Context) ([]string, error) {
+	topics, err := in.adm.ListTopics(ctx, true)
+	if err != nil {
+		return nil, fmt.Errorf("inspect: listing the records topics: %w", err)
+	}
+	var out []string
+	for _, t := range topics {
+		if q, ok := broker.QueueOfRecords(t); ok {
+			out = append(out, q)
+		}
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
+// cutoff is the oldest last transition the view shows, in unix ms.
+func (in *Inspector) cutoff() int64 { return in.cfg.now().Add(-in.cfg.retention).UnixMilli() }
+
+func (in *Inspector) dbErr(err error) error {
+	in.mu.Lock()
+	closed := in.closed
+	in.mu.Unlock()
+	if closed {
+		return ErrClosed
+	}
+	return fmt.Errorf("inspect: reading the view: %w", err)
+}
+
+// quietLogger keeps Pebble's informational logs out of the process's.
+type quietLogger struct{}
+
+func (quietLogger) Infof(string, ...any)  {}
+func (quietLogger) Errorf(string, ...any) {}
+func (quietLogger) Fatalf(format string, args ...any) {
+	panic(fmt.Sprintf(format, args...))
+}

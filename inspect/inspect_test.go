@@ -1,0 +1,249 @@
+package inspect_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/onceq/onceq"
+	"github.com/onceq/onceq/broker"
+	"github.com/onceq/onceq/inspect"
+	"github.com/onceq/onceq/internal/testutil"
+)
+
+// writer writes task records as workers do: JSON lines in transactions.
+type writer struct {
+	t  *testing.T
+	cl *kgo.Client
+}
+
+func newWriter(t *testing.T, conn broker.Conn) *writer {
+	cl, err := conn.NewClient(kgo.TransactionalID("test-"+t.Name()), kgo.ProducerLinger(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	return &writer{t, cl}
+}
+
+// write writes rs to the records topic of their queue as one batch per
+// record key, in one transaction that commits or, with abort, aborts.
+func (w *writer) write(abort bool, rs ...onceq.TaskRecord) {
+	w.t.Helper()
+	ctx := context.Background()
+	if err := w.cl.BeginTransaction(); err != nil {
+		w.t.Fatal(err)
+	}
+	var value []byte
+	for _, r := range rs {
+		value = append(r.AppendJSON(value), '\n')
+	}
+	if err := w.cl.ProduceSync(ctx, &kgo.Record{Topic: broker.RecordsTopic(rs[0].Queue), Key: []byte("q/0"), Value: value}).FirstErr(); err != nil {
+		w.t.Fatal(err)
+	}
+	if err := w.cl.EndTransaction(ctx, kgo.TransactionEndTry(!abort)); err != nil {
+		w.t.Fatal(err)
+	}
+}
+
+func open(t *testing.T, conn broker.Conn, opts ...inspect.Opt) *inspect.Inspector {
+	t.Helper()
+	in, err := inspect.Open(append([]inspect.Opt{inspect.Conn(conn)}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { in.Close() })
+	return in
+}
+
+func ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func rec(id string, st onceq.TaskState, attempt int, at time.Time) onceq.TaskRecord {
+	r := onceq.TaskRecord{ID: id, Queue: "q", State: st, Attempt: attempt, Worker: "w-1", Enqueued: at.Add(-time.Second), Started: at, Finished: at}
+	if !st.Final() {
+		r.Finished = time.Time{}
+	}
+	return r
+}
+
+// TestGetWaitAndTheLastRecord: the last record of an ID is its state; an
+// aborted transaction's records never show; a producer's pending record
+// never hides a worker's; Wait returns once the record is final, woken by
+// its commit.
+func TestGetWaitAndTheLastRecord(t *testing.T) {
+	_, conn := testutil.StartBroker(t, "")
+	testutil.CreateTopic(t, conn, broker.RecordsTopic("q"), 4)
+	w := newWriter(t, conn)
+	now := time.Now().Truncate(time.Millisecond)
+	w.write(false, rec("a", onceq.StateRetrying, 1, now), rec("b", onceq.StateSucceeded, 1, now))
+	w.write(true, rec("a", onceq.StateDead, 2, now)) // aborted
+	pending := onceq.TaskRecord{ID: "b", Queue: "q", State: onceq.StatePending, Enqueued: now}
+	w.write(false, pending, onceq.TaskRecord{ID: "c", Queue: "q", State: onceq.StatePending, Enqueued: now})
+	in := open(t, conn)
+	ctx := ctxT(t)
+	for id, want := range map[string]onceq.TaskState{"a": onceq.StateRetrying, "b": onceq.StateSucceeded, "c": onceq.StatePending} {
+		r, err := in.Get(ctx, "q", id)
+		if err != nil || r.State != want {
+			t.Fatalf("Get(%s) = %s, %v; want %s", id, r.State, err, want)
+		}
+	}
+	if _, err := in.Get(ctx, "q", "nope"); !errors.Is(err, inspect.ErrNotFound) || !strings.Contains(err.Error(), "pending (submitted, not yet run)") {
+		t.Fatalf("Get of an unknown ID: %v", err)
+	}
+	if r, err := in.Wait(ctx, "q", "b"); err != nil || r.State != onceq.StateSucceeded {
+		t.Fatalf("Wait of a finished task: %+v, %v", r, err)
+	}
+	done := make(chan time.Time, 1)
+	var got onceq.TaskRecord
+	go func() {
+		r, err := in.Wait(ctx, "q", "a")
+		if err != nil {
+			t.Error(err)
+		}
+		got = r
+		done <- time.Now()
+	}()
+	time.Sleep(300 * time.Millisecond)
+	select {
+	case <-done:
+		t.Fatal("Wait returned before the task was final")
+	default:
+	}
+	final := rec("a", onceq.StateSucceeded, 2, now)
+	final.Result = []byte("42")
+	w.write(false, final)
+	committed := time.Now()
+	select {
+	case at := <-done:
+		if string(got.Result) != "42" || got.State != onceq.StateSucceeded {
+			t.Fatalf("Wait returned %+v", got)
+		}
+		t.Logf("Wait returned %v after the commit", at.Sub(committed))
+	case <-time.After(10 * time.Second):
+		t.Fatal("Wait did not return 10s after the commit")
+	}
+	counts, err := in.Counts(ctx, "q")
+	if err != nil || counts[onceq.StateSucceeded] != 2 || counts[onceq.StatePending] != 1 || len(counts) != 2 {
+		t.Fatalf("Counts = %v, %v", counts, err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer cancel()
+	if _, err := in.Wait(wctx, "q", "c"); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Wait past its context: %v", err)
+	}
+}
+
+func TestListPages(t *testing.T) {
+	_, conn := testutil.StartBroker(t, "")
+	testutil.CreateTopic(t, conn, broker.RecordsTopic("q"), 2)
+	w := newWriter(t, conn)
+	base := time.Now().Add(-time.Hour).Truncate(time.Millisecond)
+	var batch []onceq.TaskRecord
+	for i := 0; i < 250; i++ {
+		st := []onceq.TaskState{onceq.StateSucceeded, onceq.StateDead, onceq.StateRetrying}[i%3]
+		batch = append(batch, rec(fmt.Sprintf("t-%03d", i), st, 1, base.Add(time.Duration(i)*time.Second)))
+	}
+	w.write(false, batch...)
+	in := open(t, conn)
+	ctx := ctxT(t)
+	var all []string
+	f := inspect.Filter{Limit: 100}
+	for pages := 0; ; pages++ {
+		page, err := in.List(ctx, "q", f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range page.Tasks {
+			all = append(all, r.ID)
+		}
+		if page.Next == "" {
+			if pages != 2 {
+				t.Errorf("%d pages, want 3", pages+1)
+			}
+			break
+		}
+		f.After = page.Next
+	}
+	if len(all) != 250 || all[0] != "t-249" || all[249] != "t-000" {
+		t.Fatalf("listed %d, first %s, last %s", len(all), all[0], all[len(all)-1])
+	}
+	page, err := in.List(ctx, "q", inspect.Filter{States: []onceq.TaskState{onceq.StateDead}, Since: base.Add(200 * time.Second)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range page.Tasks {
+		if r.State != onceq.StateDead || r.Finished.Before(base.Add(200*time.Second)) {
+			t.Fatalf("filtered list holds %+v", r)
+		}
+	}
+	if len(page.Tasks) != 16 { // t-202, t-205, ..., t-247
+		t.Fatalf("dead since 200s: %d tasks, want 16", len(page.Tasks))
+	}
+	for _, bad := range []inspect.Filter{{Limit: -1}, {Limit: inspect.MaxLimit + 1}, {After: "x"}, {States: []onceq.TaskState{"done"}}} {
+		if _, err := in.List(ctx, "q", bad); err == nil {
+			t.Errorf("List accepted %+v", bad)
+		}
+	}
+}
+
+// TestDirResumes: a view kept in a directory reads, after a restart, the
+// records written while it was closed, and keeps the ones it had.
+func TestDirResumes(t *testing.T) {
+	_, conn := testutil.StartBroker(t, "")
+	testutil.CreateTopic(t, conn, broker.RecordsTopic("q"), 2)
+	w := newWriter(t, conn)
+	dir := t.TempDir()
+	now := time.Now()
+	w.write(false, rec("a", onceq.StateSucceeded, 1, now))
+	in, err := inspect.Open(inspect.Conn(conn), inspect.Dir(dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := in.Get(ctxT(t), "q", "a"); err != nil {
+		t.Fatal(err)
+	}
+	if err := in.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := in.Get(ctxT(t), "q", "a"); !errors.Is(err, inspect.ErrClosed) {
+		t.Fatalf("Get after Close: %v", err)
+	}
+	w.write(false, rec("b", onceq.StateDead, 1, now))
+	in2 := open(t, conn, inspect.Dir(dir))
+	for _, id := range []string{"a", "b"} {
+		if _, err := in2.Get(ctxT(t), "q", id); err != nil {
+			t.Fatalf("after the restart, %s: %v", id, err)
+		}
+	}
+	if c, err := in2.Counts(ctxT(t), "q"); err != nil || c[onceq.StateSucceeded] != 1 || c[onceq.StateDead] != 1 {
+		t.Fatalf("Counts after the restart: %v, %v", c, err)
+	}
+}
+
+func TestErrors(t *testing.T) {
+	_, conn := testutil.StartBroker(t, "")
+	in := open(t, conn)
+	ctx := ctxT(t)
+	if _, err := in.Get(ctx, "nothing", "a"); !errors.Is(err, inspect.ErrNoQueue) {
+		t.Fatalf("Get of a queue without records: %v", err)
+	}
+	if _, err := in.Get(ctx, "bad name", "a"); !errors.Is(err, onceq.ErrInvalidQueue) {
+		t.Fatalf("Get of a bad queue name: %v", err)
+	}
+	if _, err := in.Get(ctx, "q", ""); err == nil {
+		t.Fatal("Get of an empty ID")
+	}
+	_, err := inspect.Open(inspect.Conn(conn), inspect.Retention(time.Second), inspect.LoadTimeout(0))
+	if !errors.Is(err, inspect.ErrConfig) || len(onceq.Options(err)) != 2 {
+		t.Fatalf("bad options: %v", err)
+	}
+}

@@ -1,0 +1,134 @@
+package inspect
+
+import (
+	"encoding/binary"
+	"errors"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/onceq/onceq"
+)
+
+// The view's Pebble key layout. Queue names and task IDs never hold a
+// zero byte, which ends them.
+//
+//	r <queue> 0 <id>                          -> meta, then the record's JSON line
+//	i <queue> 0 <state> <last time, 8 bytes BE ms> <id>  -> (empty): the index
+//	o <topic> 0 <partition, 4 bytes BE>       -> next offset, 8 bytes BE
+const (
+	prefixRecord = 'r'
+	prefixIndex  = 'i'
+	prefixOffset = 'o'
+)
+
+// meta is what a stored record's value starts with: enough to find its
+// index entry and to judge a newer record without decoding its JSON.
+type meta struct {
+	state  byte  // index in onceq.TaskStates
+	last   int64 // unix ms of its last transition
+	worker bool  // a worker wrote it (not a producer's pending record)
+}
+
+const metaLen = 10
+
+func (m meta) append(b []byte) []byte {
+	w := byte(0)
+	if m.worker {
+		w = 1
+	}
+	b = append(b, m.state)
+	b = binary.BigEndian.AppendUint64(b, uint64(m.last))
+	return append(b, w)
+}
+
+func decodeMeta(v []byte) (meta, []byte, error) {
+	if len(v) < metaLen || int(v[0]) >= len(onceq.TaskStates) || v[9] > 1 {
+		return meta{}, nil, errors.New("inspect: corrupt view record: rebuild the view (remove its directory)")
+	}
+	return meta{state: v[0], last: int64(binary.BigEndian.Uint64(v[1:9])), worker: v[9] == 1}, v[metaLen:], nil
+}
+
+func stateIndex(s onceq.TaskState) byte {
+	for i, st := range onceq.TaskStates {
+		if st == s {
+			return byte(i)
+		}
+	}
+	return 0
+}
+
+func recordKey(queue, id string) []byte {
+	k := make([]byte, 0, 2+len(queue)+len(id))
+	k = append(append(append(k, prefixRecord), queue...), 0)
+	return append(k, id...)
+}
+
+func queuePrefix(p byte, queue string) []byte {
+	return append(append([]byte{p}, queue...), 0)
+}
+
+func indexPrefix(queue string, state byte) []byte {
+	return append(queuePrefix(prefixIndex, queue), state)
+}
+
+func indexKey(queue string, m meta, id string) []byte {
+	k := indexPrefix(queue, m.state)
+	k = binary.BigEndian.AppendUint64(k, uint64(m.last))
+	return append(k, id...)
+}
+
+// indexID returns the time and ID of an index key of queue and state.
+func indexID(k []byte, prefixLen int) (int64, string) {
+	return int64(binary.BigEndian.Uint64(k[prefixLen : prefixLen+8])), string(k[prefixLen+8:])
+}
+
+func offsetKey(topic string, partition int32) []byte {
+	return binary.BigEndian.AppendUint32(queuePrefix(prefixOffset, topic), uint32(partition))
+}
+
+// prefixEnd is the first key after every key that starts with p.
+func prefixEnd(p []byte) []byte {
+	end := append([]byte(nil), p...)
+	for i := len(end) - 1; i >= 0; i-- {
+		if end[i] < 0xff {
+			end[i]++
+			return end[:i+1]
+		}
+	}
+	return nil
+}
+
+// lastTime is when a record's transition happened as far as it tells:
+// its finish, else its start, else its enqueue time; else at, the time
+// the record was written.
+func lastTime(r *onceq.TaskRecord, at time.Time) int64 {
+	if t := transitionTime(*r); !t.IsZero() {
+		return t.UnixMilli()
+	}
+	return at.UnixMilli()
+}
+
+// A cursor is where a page ended: the last task's time and ID,
+// "<unix ms>.<id>". Pages run newest first.
+type cursor struct {
+	last int64
+	id   string
+}
+
+func (c cursor) String() string { return strconv.FormatInt(c.last, 10) + "." + c.id }
+
+// parseCursor reads Page.Next.
+func parseCursor(s string) (cursor, error) {
+	ms, id, ok := strings.Cut(s, ".")
+	n, err := strconv.ParseInt(ms, 10, 64)
+	if !ok || err != nil || n < 0 || ms != strconv.FormatInt(n, 10) || onceq.ValidateID(id) != nil {
+		return cursor{}, errors.New("inspect: page cursor " + strconv.Quote(s) + " is not one a page returned: pass Page.Next as it is, or \"\" for the first page")
+	}
+	return cursor{n, id}, nil
+}
+
+// before reports whether (last, id) comes after c in a newest-first page.
+func (c cursor) before(last int64, id string) bool {
+	return last < c.last || last == c.last && id < c.id
+}

@@ -1,0 +1,77 @@
+package inspect
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/onceq/onceq"
+)
+
+func TestWriteTask(t *testing.T) {
+	at := time.Date(2026, 11, 24, 12, 0, 0, 120e6, time.UTC)
+	var b bytes.Buffer
+	err := WriteTask(&b, onceq.TaskRecord{ID: "order-7", Queue: "emails", State: onceq.StateSucceeded, Attempt: 2, MaxAttempts: 5,
+		Enqueued: at, Started: at.Add(3 * time.Second), Finished: at.Add(3*time.Second + 15*time.Millisecond),
+		Worker: "onceq-3f2a", Result: []byte(`{"sent":true}`), Partition: 3, Offset: 1042})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `task      order-7
+queue     emails
+state     succeeded
+attempt   2 of 5
+enqueued  2026-11-24T12:00:00.120Z
+started   2026-11-24T12:00:03.120Z
+finished  2026-11-24T12:00:03.135Z (ran 15ms)
+worker    onceq-3f2a
+result    {"sent":true}
+record    emails/3@1042
+`
+	if b.String() != want {
+		t.Errorf("got:\n%s\nwant:\n%s", b.String(), want)
+	}
+}
+
+func TestFormatResult(t *testing.T) {
+	for _, tc := range []struct {
+		in   []byte
+		want string
+	}{
+		{[]byte("ok"), "ok"},
+		{[]byte{}, "(empty)"},
+		{[]byte{0, 1, 0xff}, "base64:AAH/"},
+		{[]byte("a\x1bb"), "base64:YRti"},
+		{[]byte(strings.Repeat("x", maxTextResult+1)), strings.Repeat("x", maxTextResult) + " ... (4097 bytes in all: --json has it whole)"},
+	} {
+		if got := FormatResult(tc.in); got != tc.want {
+			t.Errorf("FormatResult(%q) = %q, want %q", tc.in, got, tc.want)
+		}
+	}
+}
+
+func TestWriteTasksAndJSON(t *testing.T) {
+	rs := []onceq.TaskRecord{
+		{ID: "a", Queue: "q", State: onceq.StateDead, Attempt: 3, Finished: time.UnixMilli(1_700_000_000_000), Error: strings.Repeat("e", 100)},
+		{ID: "b", Queue: "q", State: onceq.StateScheduled, Attempt: 1, Due: time.UnixMilli(1_800_000_000_000)},
+	}
+	var b bytes.Buffer
+	if err := WriteTasks(&b, rs); err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(b.String()), "\n")
+	if len(lines) != 3 || !strings.HasPrefix(lines[0], "ID") || !strings.Contains(lines[1], strings.Repeat("e", TableErrorWidth-3)+"...") {
+		t.Errorf("table:\n%s", b.String())
+	}
+	b.Reset()
+	if err := WriteJSON(&b, rs...); err != nil {
+		t.Fatal(err)
+	}
+	for i, line := range strings.Split(strings.TrimSpace(b.String()), "\n") {
+		got, err := onceq.DecodeTaskRecord([]byte(line))
+		if err != nil || got.ID != rs[i].ID || got.State != rs[i].State {
+			t.Errorf("line %d: %+v, %v", i, got, err)
+		}
+	}
+}

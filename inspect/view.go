@@ -1,0 +1,411 @@
+package inspect
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/onceq/onceq"
+	"github.com/onceq/onceq/broker"
+)
+
+// view returns the loaded view of queue, loading it first: its records
+// topic is read from where the view stopped (the start, for a new view) to
+// its last stable offsets as they are now, and followed from there on.
+func (in *Inspector) view(ctx context.Context, queue string) (*queueView, error) {
+	if err := onceq.ValidateQueue(queue); err != nil {
+		return nil, err
+	}
+	in.mu.Lock()
+	if in.closed {
+		in.mu.Unlock()
+		return nil, ErrClosed
+	}
+	q, ok := in.queues[queue]
+	if !ok {
+		q = &queueView{queue: queue, topic: broker.RecordsTopic(queue), ready: make(chan struct{})}
+		in.queues[queue] = q
+		in.wg.Add(1)
+		go func() {
+			defer in.wg.Done()
+			in.load(q)
+		}()
+	}
+	in.mu.Unlock()
+	select {
+	case <-q.ready:
+	case <-ctx.Done():
+		return nil, fmt.Errorf("inspect: loading the task records of %s: %w", queue, ctx.Err())
+	}
+	if q.err != nil {
+		return nil, q.err
+	}
+	return q, nil
+}
+
+// load finds where to read the queue's records topic from and to, starts
+// following it and, if there is anything to read, lets the follower close
+// q.ready once it has read that far. A failure is kept in q.err and the
+// queue is forgotten, so that the next query tries again.
+func (in *Inspector) load(q *queueView) {
+	fail := func(err error) {
+		in.mu.Lock()
+		delete(in.queues, q.queue)
+		in.mu.Unlock()
+		q.err = err
+		close(q.ready)
+	}
+	ctx, cancel := context.WithTimeout(in.ctx, in.cfg.loadTimeout)
+	defer cancel()
+	ends, err := in.adm.Kadm().ListCommittedOffsets(ctx, q.topic)
+	if err == nil {
+		err = ends.Error()
+	}
+	if errors.Is(err, kerr.UnknownTopicOrPartition) || err == nil && len(ends[q.topic]) == 0 {
+		fail(fmt.Errorf("inspect: queue %s: %w", q.queue, ErrNoQueue))
+		return
+	}
+	if err != nil {
+		fail(fmt.Errorf("inspect: end offsets of %s: %w", q.topic, in.cfg.conn.Explain(err)))
+		return
+	}
+	q.target, q.pos = map[int32]int64{}, map[int32]int64{}
+	from := map[int32]kgo.Offset{}
+	rebuild := false
+	for p, o := range ends[q.topic] {
+		q.target[p] = o.Offset
+		next, err := in.storedOffset(q.topic, p)
+		if err != nil {
+			fail(err)
+			return
+		}
+		if next > o.Offset {
+			rebuild = true // the topic is not the one the view read
+		}
+		q.pos[p] = next
+	}
+	if rebuild {
+		in.cfg.log.Warn("task records topic is behind the view (recreated?): rebuilding the view of the queue", "queue", q.queue)
+		if err := in.dropQueue(q); err != nil {
+			fail(err)
+			return
+		}
+	} else if err := in.countQueue(q); err != nil {
+		fail(err)
+		return
+	}
+	for p, next := range q.pos {
+		from[p] = kgo.NewOffset().At(next)
+	}
+	if err := in.follow(q.topic, from); err != nil {
+		fail(err)
+		return
+	}
+	in.mu.Lock()
+	in.checkLoaded(q)
+	in.mu.Unlock()
+}
+
+// checkLoaded closes q.ready once every partition is read to its target.
+// in.mu is held.
+func (in *Inspector) checkLoaded(q *queueView) {
+	if q.target == nil {
+		return
+	}
+	for p, t := range q.target {
+		if q.pos[p] < t {
+			return
+		}
+	}
+	q.target = nil
+	close(q.ready)
+}
+
+// storedOffset is where the view stopped reading a partition: 0 if it
+// never read it.
+func (in *Inspector) storedOffset(topic string, p int32) (int64, error) {
+	v, closer, err := in.db.Get(offsetKey(topic, p))
+	if errors.Is(err, pebble.ErrNotFound) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, in.dbErr(err)
+	}
+	defer closer.Close()
+	if len(v) != 8 {
+		return 0, errors.New("inspect: corrupt view offset: rebuild the view (remove its directory)")
+	}
+	return int64(binary.BigEndian.Uint64(v)), nil
+}
+
+// follow adds a topic's partitions to the follower, which it starts with
+// the first topic.
+func (in *Inspector) follow(topic string, from map[int32]kgo.Offset) error {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if in.closed {
+		return ErrClosed
+	}
+	if in.cl != nil {
+		in.cl.AddConsumePartitions(map[string]map[int32]kgo.Offset{topic: from})
+		return nil
+	}
+	cl, err := in.cfg.conn.NewClient(
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: from}),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		// Transaction markers take offsets: seeing them is how the view
+		// knows it read a partition to its last stable offset.
+		kgo.KeepControlRecords(),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.WithLogger(broker.KgoLogger(in.cfg.log)),
+	)
+	if err != nil {
+		return fmt.Errorf("inspect: %w", err)
+	}
+	in.cl = cl
+	in.wg.Add(1)
+	go func() {
+		defer in.wg.Done()
+		in.followLoop(cl)
+	}()
+	return nil
+}
+
+// followLoop applies what the follower fetches until Close.
+func (in *Inspector) followLoop(cl *kgo.Client) {
+	for {
+		fs := cl.PollFetches(in.ctx)
+		if in.ctx.Err() != nil || fs.IsClientClosed() {
+			return
+		}
+		fs.EachError(func(topic string, p int32, err error) {
+			in.cfg.log.Warn("reading task records", "topic", topic, "partition", p, "err", err)
+		})
+		fs.EachPartition(func(fp kgo.FetchTopicPartition) {
+			if len(fp.Records) == 0 {
+				return
+			}
+			if err := in.apply(fp.Topic, fp.Partition, fp.Records); err != nil {
+				if in.ctx.Err() == nil {
+					in.cfg.log.Error("applying task records: the view stops following them", "topic", fp.Topic, "err", err)
+				}
+			}
+		})
+	}
+}
+
+// apply writes a partition's fetched records into the view in one batch,
+// with the partition's next offset, then counts them and wakes waiters.
+func (in *Inspector) apply(topic string, partition int32, recs []*kgo.Record) error {
+	queue, ok := broker.QueueOfRecords(topic)
+	if !ok {
+		return nil
+	}
+	in.writeMu.Lock()
+	defer in.writeMu.Unlock()
+	b := in.db.NewBatch()
+	defer b.Close()
+	touched := map[string]meta{} // this batch's records, newer than the store
+	var counts [8]int64
+	var finals [][]byte
+	next := recs[len(recs)-1].Offset + 1
+	for _, r := range recs {
+		if r.Attrs.IsControl() || len(r.Value) == 0 {
+			continue
+		}
+		trs, err := onceq.DecodeTaskRecords(r.Value)
+		if err != nil {
+			in.cfg.log.Warn("malformed task records skipped", "topic", topic, "partition", partition, "offset", r.Offset, "err", err)
+		}
+		for i := range trs {
+			tr := &trs[i]
+			if tr.Queue != queue {
+				continue
+			}
+			key := recordKey(queue, tr.ID)
+			m := meta{state: stateIndex(tr.State), last: lastTime(tr, r.Timestamp), worker: tr.Worker != ""}
+			old, had, err := in.stored(key, touched)
+			if err != nil {
+				return err
+			}
+			if had && old.worker && !m.worker {
+				continue // a producer's pending record never hides a worker's
+			}
+			if had {
+				counts[old.state]--
+				if err := b.Delete(indexKey(queue, old, tr.ID), nil); err != nil {
+					return err
+				}
+			}
+			counts[m.state]++
+			touched[string(key)] = m
+			if err := b.Set(key, tr.AppendJSON(m.append(make([]byte, 0, metaLen+tr.JSONSize()))), nil); err != nil {
+				return err
+			}
+			if err := b.Set(indexKey(queue, m, tr.ID), nil, nil); err != nil {
+				return err
+			}
+			if tr.State.Final() {
+				finals = append(finals, key)
+			}
+		}
+	}
+	if err := b.Set(offsetKey(topic, partition), binary.BigEndian.AppendUint64(nil, uint64(next)), nil); err != nil {
+		return err
+	}
+	if err := b.Commit(pebble.NoSync); err != nil {
+		return err
+	}
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if q := in.queues[queue]; q != nil {
+		for i, n := range counts {
+			q.counts[i] += n
+		}
+		q.pos[partition] = next
+		in.checkLoaded(q)
+	}
+	for _, k := range finals {
+		in.wake(k)
+	}
+	return nil
+}
+
+// stored returns the meta of a task's record as the batch being built
+// leaves it: touched, else the store.
+func (in *Inspector) stored(key []byte, touched map[string]meta) (meta, bool, error) {
+	if m, ok := touched[string(key)]; ok {
+		return m, true, nil
+	}
+	v, closer, err := in.db.Get(key)
+	if errors.Is(err, pebble.ErrNotFound) {
+		return meta{}, false, nil
+	}
+	if err != nil {
+		return meta{}, false, err
+	}
+	defer closer.Close()
+	m, _, err := decodeMeta(v)
+	return m, err == nil, err
+}
+
+// countQueue counts a stored queue's tasks per state, from its index.
+func (in *Inspector) countQueue(q *queueView) error {
+	for i := range onceq.TaskStates {
+		prefix := indexPrefix(q.queue, byte(i))
+		it, err := in.db.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: prefixEnd(prefix)})
+		if err != nil {
+			return in.dbErr(err)
+		}
+		var n int64
+		for ok := it.First(); ok; ok = it.Next() {
+			n++
+		}
+		if err := it.Close(); err != nil {
+			return in.dbErr(err)
+		}
+		q.counts[i] = n
+	}
+	return nil
+}
+
+// dropQueue forgets everything of a queue, to read it again from the
+// start.
+func (in *Inspector) dropQueue(q *queueView) error {
+	for _, p := range []byte{prefixRecord, prefixIndex, prefixOffset} {
+		name := q.queue
+		if p == prefixOffset {
+			name = q.topic
+		}
+		prefix := queuePrefix(p, name)
+		if err := in.db.DeleteRange(prefix, prefixEnd(prefix), pebble.Sync); err != nil {
+			return in.dbErr(err)
+		}
+	}
+	for p := range q.pos {
+		q.pos[p] = 0
+	}
+	q.counts = [8]int64{}
+	return nil
+}
+
+// sweepInterval is how often tasks past the retention are deleted.
+const sweepInterval = time.Minute
+
+// sweepLoop deletes the tasks past the retention from the view, every
+// sweepInterval: queries hide them from the moment they pass it.
+func (in *Inspector) sweepLoop() {
+	defer in.wg.Done()
+	t := time.NewTicker(sweepInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-in.ctx.Done():
+			return
+		case <-t.C:
+		}
+		in.mu.Lock()
+		var qs []*queueView
+		for _, q := range in.queues {
+			qs = append(qs, q)
+		}
+		in.mu.Unlock()
+		for _, q := range qs {
+			if err := in.sweep(q); err != nil && in.ctx.Err() == nil {
+				in.cfg.log.Warn("forgetting tasks past the retention", "queue", q.queue, "err", err)
+			}
+		}
+	}
+}
+
+// sweep deletes a queue's tasks whose last transition is past the
+// retention.
+func (in *Inspector) sweep(q *queueView) error {
+	in.writeMu.Lock()
+	defer in.writeMu.Unlock()
+	cutoff := in.cutoff()
+	b := in.db.NewBatch()
+	defer b.Close()
+	var counts [8]int64
+	for i := range onceq.TaskStates {
+		prefix := indexPrefix(q.queue, byte(i))
+		upper := binary.BigEndian.AppendUint64(append([]byte(nil), prefix...), uint64(max(cutoff, 0)))
+		it, err := in.db.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: upper})
+		if err != nil {
+			return err
+		}
+		for ok := it.First(); ok; ok = it.Next() {
+			_, id := indexID(it.Key(), len(prefix))
+			if err := b.Delete(append([]byte(nil), it.Key()...), nil); err != nil {
+				it.Close()
+				return err
+			}
+			if err := b.Delete(recordKey(q.queue, id), nil); err != nil {
+				it.Close()
+				return err
+			}
+			counts[i]--
+		}
+		if err := it.Close(); err != nil {
+			return err
+		}
+	}
+	if b.Empty() {
+		return nil
+	}
+	if err := b.Commit(pebble.NoSync); err != nil {
+		return err
+	}
+	in.mu.Lock()
+	for i, n := range counts {
+		q.counts[i] += n
+	}
+	in.mu.Unlock()
+	return nil
+}
