@@ -151,6 +151,7 @@ Redpanda. Exit codes: 0 ok, 1 failure, 2 usage or bad input.`,
 		newDelayCmd(g),
 		newCheckpointCmd(g),
 		newDLQCmd(g),
+		newTaskCmd(g),
 		newBenchCmd(g),
 	)
 	return root

@@ -1,0 +1,175 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/onceq/onceq"
+	"github.com/onceq/onceq/inspect"
+)
+
+func newTaskCmd(g *globals) *cobra.Command {
+	var timeout time.Duration
+	cmd := &cobra.Command{
+		Use:   "task",
+		Short: "Ask what happened to a task: its state and result, or wait for it",
+		Long: `Workers record each task's transitions (scheduled, retrying, succeeded with its
+result, dead, expired, canceled) in onceq-rec-QUEUE, in the transaction of the
+outcome. These commands read that topic, as any read_committed consumer does,
+into a view in memory: the records are there as soon as their transaction
+commits. A task without a record is pending (submitted and not yet run), unknown,
+or its record is past the workers' --result-retention.`,
+	}
+	cmd.PersistentFlags().DurationVar(&timeout, "timeout", time.Minute, "give up after this long (task wait: the longest wait)")
+	cmd.AddCommand(newTaskGetCmd(g, &timeout), newTaskWaitCmd(g, &timeout), newTaskListCmd(g, &timeout))
+	return cmd
+}
+
+// withInspector checks the queue name, the task ID (if any) and the
+// timeout, opens an inspector and runs fn with a context bounded by the
+// timeout.
+func withInspector(cmd *cobra.Command, g *globals, timeout time.Duration, queue, id string, fn func(context.Context, *inspect.Inspector) error) error {
+	if err := onceq.ValidateQueue(queue); err != nil {
+		return usageError{err}
+	}
+	if id != "" {
+		if err := onceq.ValidateID(id); err != nil {
+			return usageError{err}
+		}
+	}
+	if timeout <= 0 {
+		return usagef("--timeout %v: want a positive duration such as 30s", timeout)
+	}
+	conn, err := g.conn()
+	if err != nil {
+		return err
+	}
+	in, err := inspect.Open(inspect.Conn(conn), inspect.Logger(g.log))
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
+	defer cancel()
+	return fn(ctx, in)
+}
+
+// printTask writes a task's record as text or JSON.
+func printTask(g *globals, r onceq.TaskRecord, asJSON bool) error {
+	if asJSON {
+		return inspect.WriteJSON(g.stdout, r)
+	}
+	return inspect.WriteTask(g.stdout, r)
+}
+
+func newTaskGetCmd(g *globals, timeout *time.Duration) *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "get QUEUE ID",
+		Short: "Show a task's state, attempts, times, error and result",
+		Args:  exactArgs(2, "a queue and a task ID"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return withInspector(cmd, g, *timeout, args[0], args[1], func(ctx context.Context, in *inspect.Inspector) error {
+				r, err := in.Get(ctx, args[0], args[1])
+				if err != nil {
+					return err
+				}
+				return printTask(g, r, asJSON)
+			})
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the task record as JSON (the result in base64)")
+	return cmd
+}
+
+func newTaskWaitCmd(g *globals, timeout *time.Duration) *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "wait QUEUE ID",
+		Short: "Wait until a task is done, then show it",
+		Long: `Wait until the task reaches a final state (succeeded, dead, expired or canceled)
+and show its record, as task get does. The wait ends when the commit that
+finishes the task is read, not on a polling period. Exit 0 when it succeeded,
+1 when it ended otherwise or --timeout passed first.`,
+		Args: exactArgs(2, "a queue and a task ID"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return withInspector(cmd, g, *timeout, args[0], args[1], func(ctx context.Context, in *inspect.Inspector) error {
+				r, err := in.Wait(ctx, args[0], args[1])
+				if errors.Is(err, context.DeadlineExceeded) {
+					return fmt.Errorf("task %s of %s: not done after %v (--timeout)", args[1], args[0], *timeout)
+				}
+				if err != nil {
+					return err
+				}
+				if err := printTask(g, r, asJSON); err != nil {
+					return err
+				}
+				if r.State != onceq.StateSucceeded {
+					return fmt.Errorf("task %s of %s ended %s", r.ID, r.Queue, r.State)
+				}
+				return nil
+			})
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the task record as JSON (the result in base64)")
+	return cmd
+}
+
+func newTaskListCmd(g *globals, timeout *time.Duration) *cobra.Command {
+	var (
+		states []string
+		limit  int
+		since  time.Duration
+		asJSON bool
+	)
+	cmd := &cobra.Command{
+		Use:   "list QUEUE",
+		Short: "List a queue's tasks, newest first, by state",
+		Args:  exactArgs(1, "one queue name"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			f := inspect.Filter{Limit: limit}
+			for _, s := range states {
+				st, err := onceq.ParseTaskState(s)
+				if err != nil {
+					return usagef("--state: %v", err)
+				}
+				f.States = append(f.States, st)
+			}
+			if limit < 1 || limit > inspect.MaxLimit {
+				return usagef("--limit %d: want 1 to %d", limit, inspect.MaxLimit)
+			}
+			if since < 0 {
+				return usagef("--since %v: want a positive duration such as 1h, or 0 for all", since)
+			}
+			if since > 0 {
+				f.Since = time.Now().Add(-since)
+			}
+			return withInspector(cmd, g, *timeout, args[0], "", func(ctx context.Context, in *inspect.Inspector) error {
+				page, err := in.List(ctx, args[0], f)
+				if err != nil {
+					return err
+				}
+				if asJSON {
+					return inspect.WriteJSON(g.stdout, page.Tasks...)
+				}
+				if err := inspect.WriteTasks(g.stdout, page.Tasks); err != nil {
+					return err
+				}
+				if page.Next != "" {
+					fmt.Fprintf(g.stderr, "%d tasks shown; there are more: raise --limit or narrow --state and --since\n", len(page.Tasks))
+				}
+				return nil
+			})
+		},
+	}
+	f := cmd.Flags()
+	f.StringSliceVar(&states, "state", nil, "only tasks in these states (repeatable or comma-separated): scheduled, retrying, succeeded, dead, expired, canceled")
+	f.IntVar(&limit, "limit", inspect.DefaultLimit, "show at most this many tasks")
+	f.DurationVar(&since, "since", 0, "only tasks whose last transition is this recent (0: all retained)")
+	f.BoolVar(&asJSON, "json", false, "print one JSON task record a line")
+	return cmd
+}

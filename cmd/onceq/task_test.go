@@ -1,0 +1,77 @@
+package main
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/onceq/onceq/internal/testutil"
+)
+
+func TestTaskUsageErrorsExit2(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"task", "get", "jobs"}, "want a queue and a task ID"},
+		{[]string{"task", "get", "jobs", "a b"}, "invalid task ID"},
+		{[]string{"task", "get", "onceq-x", "a"}, "reserved queue name"},
+		{[]string{"task", "wait", "jobs", "a", "--timeout", "0s"}, "--timeout 0s"},
+		{[]string{"task", "list"}, "want one queue name"},
+		{[]string{"task", "list", "jobs", "--state", "done"}, `--state: onceq: task state "done"`},
+		{[]string{"task", "list", "jobs", "--limit", "0"}, "--limit 0: want 1 to 10000"},
+		{[]string{"task", "list", "jobs", "--since", "-1h"}, "--since -1h0m0s"},
+	} {
+		code, _, stderr := runCLI(t, "", tc.args...)
+		if code != exitUsage || !strings.Contains(stderr, tc.want) {
+			t.Errorf("onceq %s: exit %d, stderr %q; want exit 2 and %q", strings.Join(tc.args, " "), code, stderr, tc.want)
+		}
+	}
+}
+
+// TestTaskCommands runs a worker process whose flaky: handler fails a task
+// twice before it succeeds, and one that always fails, and asks about them
+// with task wait, get and list.
+func TestTaskCommands(t *testing.T) {
+	addr, conn := produceBroker(t)
+	testutil.CreateTopic(t, conn, "out", 2)
+	w := testutil.Start(t, "worker", "--brokers", addr, "--queue", "jobs", "--handler", "flaky:out", "--checkpoint-dir", t.TempDir(),
+		"--metrics-addr", "", "--max-attempts", "3", "--backoff-base", "100ms", "--backoff-factor", "1", "--backoff-max", "100ms", "--buckets", "100ms,1s")
+	defer w.Kill()
+	w.WaitOutput(t, "worker started", 30*time.Second) // it made the records topic
+	for _, args := range [][]string{
+		{"produce", "--queue", "jobs", "--id", "flaky-1", "--header", "fail=2", "hello"},
+		{"produce", "--queue", "jobs", "--id", "doomed-1", "--header", "fail=always", "hello"},
+	} {
+		if code, _, stderr := runCLI(t, "", append([]string{"--brokers", addr}, args...)...); code != 0 {
+			t.Fatalf("%v: %s", args, stderr)
+		}
+	}
+	code, out, stderr := runCLI(t, "", "--brokers", addr, "task", "wait", "jobs", "flaky-1", "--timeout", "60s")
+	if code != 0 || !strings.Contains(out, "state     succeeded") || !strings.Contains(out, "attempt   3") ||
+		!strings.Contains(out, `result    {"runs":1,"attempt":3}`) {
+		t.Fatalf("task wait flaky-1: exit %d\n%s%s", code, out, stderr)
+	}
+	code, out, _ = runCLI(t, "", "--brokers", addr, "task", "wait", "jobs", "doomed-1", "--timeout", "60s")
+	if code != exitFailure || !strings.Contains(out, "state     dead") || !strings.Contains(out, "reason    max_attempts") {
+		t.Fatalf("task wait doomed-1: exit %d\n%s", code, out)
+	}
+	code, out, _ = runCLI(t, "", "--brokers", addr, "task", "get", "jobs", "flaky-1", "--json")
+	if code != 0 || !strings.HasPrefix(out, `{"v":1,"id":"flaky-1","queue":"jobs","state":"succeeded"`) {
+		t.Fatalf("task get --json: exit %d\n%s", code, out)
+	}
+	code, out, _ = runCLI(t, "", "--brokers", addr, "task", "list", "jobs", "--state", "dead,succeeded")
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if code != 0 || len(lines) != 3 || !strings.Contains(out, "doomed-1") || !strings.Contains(out, "flaky-1") {
+		t.Fatalf("task list: exit %d\n%s", code, out)
+	}
+	code, _, stderr = runCLI(t, "", "--brokers", addr, "task", "get", "jobs", "never-submitted")
+	if code != exitFailure || !strings.Contains(stderr, "no record of the task") {
+		t.Fatalf("task get of an unknown ID: exit %d: %s", code, stderr)
+	}
+	start := time.Now()
+	code, _, stderr = runCLI(t, "", "--brokers", addr, "task", "wait", "jobs", "never-submitted", "--timeout", "1s")
+	if code != exitFailure || !strings.Contains(stderr, "not done after 1s") || time.Since(start) > 10*time.Second {
+		t.Fatalf("task wait past its timeout: exit %d: %s", code, stderr)
+	}
+}
