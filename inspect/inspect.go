@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/bloom"
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -26,6 +27,17 @@ var (
 	// ErrClosed: the inspector was closed.
 	ErrClosed = errors.New("inspect: closed")
 )
+
+// The view's Pebble memory: the block cache and one memtable (with the
+// one being flushed, two at most).
+const (
+	viewCacheSize    = 64 << 20
+	viewMemTableSize = 32 << 20
+)
+
+// noQueueRetry is how often Wait looks again for a queue without task
+// records.
+const noQueueRetry = time.Second
 
 // Limits of List.
 const (
@@ -62,6 +74,9 @@ type queueView struct {
 	target       map[int32]int64 // the end offsets to reach to be loaded
 	pos          map[int32]int64 // the next offset of each partition, as applied
 	counts       [8]int64        // tasks per state, by index in onceq.TaskStates
+	// seen holds the hashes of the keys of the queue's records in the
+	// store (see stored). The view's writers own it.
+	seen map[uint64]struct{}
 }
 
 // Open opens an inspector. It reads nothing until a queue is first asked
@@ -71,7 +86,16 @@ func Open(opts ...Opt) (*Inspector, error) {
 	if err != nil {
 		return nil, err
 	}
-	popts := &pebble.Options{Logger: quietLogger{}}
+	cache := pebble.NewCache(viewCacheSize)
+	defer cache.Unref()
+	popts := &pebble.Options{Logger: quietLogger{}, Cache: cache, MemTableSize: viewMemTableSize,
+		FormatMajorVersion: pebble.FormatValueSeparation}
+	for i := range popts.Levels {
+		// A new task's record is looked up before it is written: the
+		// filters make that miss one probe per sstable.
+		popts.Levels[i].FilterPolicy = bloom.FilterPolicy(10)
+	}
+	popts.ApplyCompressionSettings(func() pebble.DBCompressionSettings { return pebble.DBCompressionBalanced })
 	dir := cfg.dir
 	if dir == "" {
 		popts.FS, dir = vfs.NewMem(), "view"
@@ -153,13 +177,26 @@ func (in *Inspector) get(queue, id string) (onceq.TaskRecord, error) {
 // Wait returns the task's record once it is in a final state (succeeded,
 // dead, expired or canceled), at once if it already is. The view wakes it
 // when it applies the record, read as soon as the commit that wrote it
-// ends: no polling. It returns ctx's error if ctx ends first.
+// ends: no polling. A queue without task records yet (no worker started
+// for it) is looked for again every second. It returns ctx's error if ctx
+// ends first.
 func (in *Inspector) Wait(ctx context.Context, queue, id string) (onceq.TaskRecord, error) {
 	if err := onceq.ValidateID(id); err != nil {
 		return onceq.TaskRecord{}, err
 	}
-	if _, err := in.view(ctx, queue); err != nil {
-		return onceq.TaskRecord{}, err
+	for {
+		_, err := in.view(ctx, queue)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, ErrNoQueue) {
+			return onceq.TaskRecord{}, err
+		}
+		select {
+		case <-time.After(noQueueRetry):
+		case <-ctx.Done():
+			return onceq.TaskRecord{}, fmt.Errorf("inspect: waiting for task %s of %s: %w (%w)", id, queue, ctx.Err(), ErrNoQueue)
+		}
 	}
 	key := string(recordKey(queue, id))
 	for {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/cespare/xxhash/v2"
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -29,7 +30,7 @@ func (in *Inspector) view(ctx context.Context, queue string) (*queueView, error)
 	}
 	q, ok := in.queues[queue]
 	if !ok {
-		q = &queueView{queue: queue, topic: broker.RecordsTopic(queue), ready: make(chan struct{})}
+		q = &queueView{queue: queue, topic: broker.RecordsTopic(queue), ready: make(chan struct{}), seen: map[uint64]struct{}{}}
 		in.queues[queue] = q
 		in.wg.Add(1)
 		go func() {
@@ -163,6 +164,11 @@ func (in *Inspector) follow(topic string, from map[int32]kgo.Offset) error {
 		// knows it read a partition to its last stable offset.
 		kgo.KeepControlRecords(),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		// A broker answers a waiting fetch as soon as a transaction
+		// commits to the partition; this bounds how late the view is when
+		// one does not (the embedded broker, at times, for the first
+		// fetch of a partition).
+		kgo.FetchMaxWait(followMaxWait),
 		kgo.WithLogger(broker.KgoLogger(in.cfg.log)),
 	)
 	if err != nil {
@@ -176,6 +182,9 @@ func (in *Inspector) follow(topic string, from map[int32]kgo.Offset) error {
 	}()
 	return nil
 }
+
+// followMaxWait is the follower's fetch wait.
+const followMaxWait = 200 * time.Millisecond
 
 // followLoop applies what the follower fetches until Close.
 func (in *Inspector) followLoop(cl *kgo.Client) {
@@ -209,6 +218,12 @@ func (in *Inspector) apply(topic string, partition int32, recs []*kgo.Record) er
 	}
 	in.writeMu.Lock()
 	defer in.writeMu.Unlock()
+	in.mu.Lock()
+	q := in.queues[queue]
+	in.mu.Unlock()
+	if q == nil {
+		return nil // a load that failed: the next one reads again
+	}
 	b := in.db.NewBatch()
 	defer b.Close()
 	touched := map[string]meta{} // this batch's records, newer than the store
@@ -230,7 +245,7 @@ func (in *Inspector) apply(topic string, partition int32, recs []*kgo.Record) er
 			}
 			key := recordKey(queue, tr.ID)
 			m := meta{state: stateIndex(tr.State), last: lastTime(tr, r.Timestamp), worker: tr.Worker != ""}
-			old, had, err := in.stored(key, touched)
+			old, had, err := in.stored(q, key, touched)
 			if err != nil {
 				return err
 			}
@@ -245,6 +260,7 @@ func (in *Inspector) apply(topic string, partition int32, recs []*kgo.Record) er
 			}
 			counts[m.state]++
 			touched[string(key)] = m
+			q.seen[xxhash.Sum64(key)] = struct{}{}
 			if err := b.Set(key, tr.AppendJSON(m.append(make([]byte, 0, metaLen+tr.JSONSize()))), nil); err != nil {
 				return err
 			}
@@ -264,13 +280,11 @@ func (in *Inspector) apply(topic string, partition int32, recs []*kgo.Record) er
 	}
 	in.mu.Lock()
 	defer in.mu.Unlock()
-	if q := in.queues[queue]; q != nil {
-		for i, n := range counts {
-			q.counts[i] += n
-		}
-		q.pos[partition] = next
-		in.checkLoaded(q)
+	for i, n := range counts {
+		q.counts[i] += n
 	}
+	q.pos[partition] = next
+	in.checkLoaded(q)
 	for _, k := range finals {
 		in.wake(k)
 	}
@@ -278,10 +292,15 @@ func (in *Inspector) apply(topic string, partition int32, recs []*kgo.Record) er
 }
 
 // stored returns the meta of a task's record as the batch being built
-// leaves it: touched, else the store.
-func (in *Inspector) stored(key []byte, touched map[string]meta) (meta, bool, error) {
+// leaves it: touched, else the store, which is asked only when the
+// queue's seen set has the key's hash: a new task's record, the usual
+// case, costs no lookup.
+func (in *Inspector) stored(q *queueView, key []byte, touched map[string]meta) (meta, bool, error) {
 	if m, ok := touched[string(key)]; ok {
 		return m, true, nil
+	}
+	if _, ok := q.seen[xxhash.Sum64(key)]; !ok {
+		return meta{}, false, nil
 	}
 	v, closer, err := in.db.Get(key)
 	if errors.Is(err, pebble.ErrNotFound) {
@@ -295,8 +314,20 @@ func (in *Inspector) stored(key []byte, touched map[string]meta) (meta, bool, er
 	return m, err == nil, err
 }
 
-// countQueue counts a stored queue's tasks per state, from its index.
+// countQueue counts a stored queue's tasks per state, from its index,
+// and fills its seen set from its records' keys.
 func (in *Inspector) countQueue(q *queueView) error {
+	prefix := queuePrefix(prefixRecord, q.queue)
+	it, err := in.db.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: prefixEnd(prefix)})
+	if err != nil {
+		return in.dbErr(err)
+	}
+	for ok := it.First(); ok; ok = it.Next() {
+		q.seen[xxhash.Sum64(it.Key())] = struct{}{}
+	}
+	if err := it.Close(); err != nil {
+		return in.dbErr(err)
+	}
 	for i := range onceq.TaskStates {
 		prefix := indexPrefix(q.queue, byte(i))
 		it, err := in.db.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: prefixEnd(prefix)})
@@ -332,6 +363,7 @@ func (in *Inspector) dropQueue(q *queueView) error {
 		q.pos[p] = 0
 	}
 	q.counts = [8]int64{}
+	clear(q.seen)
 	return nil
 }
 
@@ -386,10 +418,15 @@ func (in *Inspector) sweep(q *queueView) error {
 				it.Close()
 				return err
 			}
-			if err := b.Delete(recordKey(q.queue, id), nil); err != nil {
+			key := recordKey(q.queue, id)
+			if err := b.Delete(key, nil); err != nil {
 				it.Close()
 				return err
 			}
+			// Another ID of the same hash (one chance in 2^64 per pair)
+			// would be looked up no more: its next record would leave
+			// its old index entry behind, one task counted twice.
+			delete(q.seen, xxhash.Sum64(key))
 			counts[i]--
 		}
 		if err := it.Close(); err != nil {
