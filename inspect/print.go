@@ -54,7 +54,11 @@ func WriteTask(w io.Writer, r onceq.TaskRecord) error {
 	line("enqueued", formatTime(r.Enqueued))
 	line("started", formatTime(r.Started))
 	if f := formatTime(r.Finished); f != "" && !r.Started.IsZero() {
-		line("finished", f+" (ran "+r.Finished.Sub(r.Started).String()+")")
+		ran := r.Finished.Sub(r.Started).String()
+		if r.Finished.Sub(r.Started) < time.Millisecond {
+			ran = "under 1ms"
+		}
+		line("finished", f+" (ran "+ran+")")
 	} else {
 		line("finished", f)
 	}

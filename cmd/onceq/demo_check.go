@@ -9,6 +9,7 @@ import (
 
 	"github.com/onceq/onceq/broker"
 	"github.com/onceq/onceq/demo"
+	"github.com/onceq/onceq/inspect"
 )
 
 // waitFor waits until the output and the dead letters hold at least the
@@ -95,6 +96,7 @@ func (d *demoRun) report() int {
 		return failed
 	}
 	show(d.plan.CheckDeadLetters(dls))
+	failed += d.showLives()
 	fmt.Fprintf(out, `
 try next:
   onceq broker                                      # a broker of your own on 127.0.0.1:9092
@@ -104,7 +106,45 @@ try next:
   onceq worker --queue emails --handler exec:'cat' --metrics-addr 127.0.0.1:9464
   curl -s 127.0.0.1:9464/metrics | grep onceq_
   onceq delay stats; onceq dlq list emails
+  onceq task get emails hello-1; onceq task list emails --state dead
   onceq demo --keep                                 # keep this demo's broker and workers running
 `)
+	return failed
+}
+
+// showLives prints what the task records say of one task that failed
+// twice before it succeeded and of one that died, as "onceq task get"
+// does, and returns how many it could not show.
+func (d *demoRun) showLives() int {
+	var ids []string
+	if d.plan.Mix.Flaky > 0 {
+		ids = append(ids, "flaky-0")
+	}
+	if d.plan.Mix.Doomed > 0 {
+		ids = append(ids, "doomed-0")
+	}
+	if len(ids) == 0 {
+		return 0
+	}
+	in, err := inspect.Open(inspect.Conn(d.conn), inspect.Logger(d.g.log))
+	if err != nil {
+		fmt.Fprintf(d.g.stdout, "  FAIL reading the task records: %v\n", err)
+		return 1
+	}
+	defer in.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	failed := 0
+	for _, id := range ids {
+		fmt.Fprintf(d.g.stdout, "\na task's life (onceq task get %s %s):\n", demo.Queue, id)
+		r, err := in.Wait(ctx, demo.Queue, id)
+		if err == nil {
+			err = inspect.WriteTask(d.g.stdout, r)
+		}
+		if err != nil {
+			fmt.Fprintf(d.g.stdout, "  FAIL %v\n", err)
+			failed++
+		}
+	}
 	return failed
 }

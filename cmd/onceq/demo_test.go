@@ -22,7 +22,9 @@ func TestDemo(t *testing.T) {
 		t.Fatalf("demo exit %d:\n%s", code, out)
 	}
 	for _, want := range []string{"executed once: 380 distinct task IDs", "0 duplicated, 0 missing", "0 started before their due time",
-		"20 of 20 tasks failed twice", "dead letters: 10 in onceq-dlq-demo-orders", "killed worker 2 with SIGKILL"} {
+		"20 of 20 tasks failed twice", "dead letters: 10 in onceq-dlq-demo-orders", "killed worker 2 with SIGKILL",
+		"onceq task get demo-orders flaky-0):\ntask      flaky-0\nqueue     demo-orders\nstate     succeeded\nattempt   3\n",
+		`result    {"runs":1,"attempt":3}`, "state     dead\nattempt   3\n", "reason    max_attempts\nerror     flaky: task doomed-0 fails always (attempt 3)"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("demo output lacks %q:\n%s", want, out)
 		}
