@@ -97,6 +97,12 @@ func (w *Worker) attempt(sl *slot, it *item) (*result, error) {
 			return &result{id: key, noMark: true, outcome: outcomeDuplicate}, nil
 		}
 	}
+	if w.control.Canceled(r.Topic, task.ID) {
+		return w.cancel(&task, key, r.Topic), nil
+	}
+	if err := w.waitUnpaused(it, r.Topic); err != nil {
+		return nil, err
+	}
 	now := time.Now()
 	if !task.Expires.IsZero() && now.After(task.Expires) {
 		text := "expired at " + task.Expires.UTC().Format(time.RFC3339Nano)

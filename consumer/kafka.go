@@ -28,6 +28,9 @@ type kafkaSide interface {
 	commit(ctx context.Context, recs []*kgo.Record, offsets map[string]map[int32]kgo.EpochOffset) (committed bool, refused []refusal, err error)
 	pause(tp checkpoint.TP)
 	resume(tp checkpoint.TP)
+	// pauseQueue stops or resumes fetching a queue (a pause from the
+	// control topic), apart from the partitions pause stops.
+	pauseQueue(queue string, paused bool)
 	leave(ctx context.Context)
 	close()
 }
@@ -110,6 +113,13 @@ func (b *baseSide) pause(tp checkpoint.TP) {
 }
 func (b *baseSide) resume(tp checkpoint.TP) {
 	b.cl.ResumeFetchPartitions(map[string][]int32{tp.Topic: {tp.Partition}})
+}
+func (b *baseSide) pauseQueue(queue string, paused bool) {
+	if paused {
+		b.cl.PauseFetchTopics(queue)
+	} else {
+		b.cl.ResumeFetchTopics(queue)
+	}
 }
 
 // leave leaves the group for good. A static member (instance ID) does not

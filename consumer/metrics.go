@@ -24,13 +24,14 @@ type metrics struct {
 	abandoned prometheus.Counter
 	canceled  prometheus.Counter
 	expired   prometheus.Counter
+	paused    *prometheus.GaugeVec
 	progress  *progressCollector
 }
 
 func newMetrics(reg prometheus.Registerer, w *Worker) (*metrics, error) {
 	m := &metrics{
 		processed: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "onceq_tasks_processed_total",
-			Help: "Tasks processed, by queue and outcome (success, duplicate, retried, dead, expired, forwarded)."}, []string{"queue", "outcome"}),
+			Help: "Tasks processed, by queue and outcome (success, duplicate, retried, dead, expired, canceled, forwarded)."}, []string{"queue", "outcome"}),
 		handler: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "onceq_handler_duration_seconds",
 			Help: "Time in the handler per run.", Buckets: prometheus.ExponentialBuckets(0.0001, 4, 12)}),
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "onceq_task_latency_seconds",
@@ -56,6 +57,8 @@ func newMetrics(reg prometheus.Registerer, w *Worker) (*metrics, error) {
 			Help: "Tasks still running at the shutdown timeout, canceled to run again on the partitions' next owners."}),
 		expired: prometheus.NewCounter(prometheus.CounterOpts{Name: "onceq_processed_ids_expired_total",
 			Help: "Idempotency keys forgotten past the dedup window (a duplicate submitted later runs again)."}),
+		paused: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "onceq_queue_paused",
+			Help: "1 while the queue is paused (onceq queue pause): the worker fetches and starts none of its tasks."}, []string{"queue"}),
 		progress: &progressCollector{w: w,
 			oldest: prometheus.NewDesc("onceq_oldest_inflight_seconds",
 				"Age of the oldest handler running now, by queue (0 when none runs).", []string{"queue"}, nil),
@@ -70,7 +73,7 @@ func newMetrics(reg prometheus.Registerer, w *Worker) (*metrics, error) {
 		return m, nil
 	}
 	for _, c := range []prometheus.Collector{m.processed, m.handler, m.latency, m.lag, m.commit, m.aborts, m.restore,
-		m.inflight, m.failed, m.dead, m.abandoned, m.canceled, m.expired, m.progress} {
+		m.inflight, m.failed, m.dead, m.abandoned, m.canceled, m.expired, m.paused, m.progress} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("consumer: registering metrics (one worker per registerer): %w", err)
 		}

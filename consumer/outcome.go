@@ -23,6 +23,7 @@ const (
 	outcomeDead      = "dead"
 	outcomeExpired   = "expired"
 	outcomeForwarded = "forwarded" // to its home partition, or to the delay buckets
+	outcomeCanceled  = "canceled"
 )
 
 // success turns a handled task into its result: outputs as records, state

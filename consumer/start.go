@@ -8,6 +8,7 @@ import (
 
 	"github.com/onceq/onceq/broker"
 	"github.com/onceq/onceq/checkpoint"
+	"github.com/onceq/onceq/internal/control"
 	"github.com/onceq/onceq/internal/instance"
 )
 
@@ -74,8 +75,22 @@ func (w *Worker) start(ctx context.Context) error {
 	if w.instanceID, err = w.loadInstanceID(); err != nil {
 		return err
 	}
-	w.kafka, err = newKafkaSide(w)
-	return err
+	// Before the first fetch: a task canceled, or a queue paused, before
+	// this worker started is so for it from its first task.
+	if w.control, err = control.Open(ctx, w.cfg.conn, w.cfg.log, w.setPaused); err != nil {
+		return fmt.Errorf("consumer: %w", err)
+	}
+	w.pauseMu.Lock()
+	defer w.pauseMu.Unlock()
+	if w.kafka, err = newKafkaSide(w); err != nil {
+		return err
+	}
+	for _, q := range w.cfg.queues {
+		if w.control.Paused(q) {
+			w.kafka.pauseQueue(q, true)
+		}
+	}
+	return nil
 }
 
 // loadInstanceID returns the configured instance ID, or the one kept in the

@@ -34,6 +34,7 @@ import (
 
 	"github.com/onceq/onceq/broker"
 	"github.com/onceq/onceq/checkpoint"
+	"github.com/onceq/onceq/internal/control"
 	"github.com/onceq/onceq/internal/ops"
 )
 
@@ -64,6 +65,9 @@ type Worker struct {
 
 	tombMu sync.Mutex
 	tombs  []checkpoint.Removed // changelog tombstones expiry handed over
+
+	control *control.Reader // cancels and pauses
+	pauseMu sync.Mutex      // orders pause changes and the kafka side's start
 }
 
 // New checks the options and returns a worker. It does not connect: Run
@@ -387,6 +391,9 @@ func (w *Worker) snapshotParts() []*partState {
 func (w *Worker) close() {
 	if w.kafka != nil {
 		w.kafka.close()
+	}
+	if w.control != nil {
+		w.control.Close()
 	}
 	if w.admin != nil {
 		w.admin.Close()

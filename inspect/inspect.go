@@ -350,7 +350,7 @@ func (in *Inspector) List(ctx context.Context, queue string, f Filter) (Page, er
 	for i, h := range hits {
 		if i == f.Limit {
 			last := hits[i-1]
-			page.Next = cursor{last.last, last.id}.String()
+			page.Next = cursor(last).String()
 			break
 		}
 		r, err := in.get(queue, h.id)

@@ -1,0 +1,67 @@
+package consumer
+
+import (
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/onceq/onceq"
+	"github.com/onceq/onceq/internal/control"
+)
+
+// cancel ends a canceled task without running it: marked processed like a
+// success without effects, with a canceled task record and, in the same
+// transaction, the tombstone of its cancel, which took effect.
+func (w *Worker) cancel(task *onceq.Task, key, queue string) *result {
+	now := time.Now()
+	w.cfg.log.Info("task canceled: not run", "id", task.ID, "queue", queue, "attempt", task.Attempt)
+	done := control.Entry{Queue: queue, ID: task.ID, Deleted: true}
+	return &result{id: key, at: now, outcome: outcomeCanceled, queue: queue, outputs: []*kgo.Record{done.Record()},
+		rec: taskOutcome{state: onceq.StateCanceled, task: task, reason: "canceled"}}
+}
+
+// setPaused applies a change of a queue's pause state from the control
+// topic: the worker stops or resumes fetching it (tasks already fetched
+// wait in waitUnpaused).
+func (w *Worker) setPaused(queue string, paused bool) {
+	ours := false
+	for _, q := range w.cfg.queues {
+		ours = ours || q == queue
+	}
+	if !ours {
+		return
+	}
+	w.pauseMu.Lock()
+	defer w.pauseMu.Unlock()
+	if w.kafka != nil {
+		w.kafka.pauseQueue(queue, paused)
+	}
+	v := 0.0
+	if paused {
+		v = 1
+		w.cfg.log.Info("queue paused: no task of it starts until it is resumed", "queue", queue)
+	} else {
+		w.cfg.log.Info("queue resumed", "queue", queue)
+	}
+	w.metrics.paused.WithLabelValues(queue).Set(v)
+}
+
+// pauseCheck is how often a task of a paused queue looks whether it may
+// start.
+const pauseCheck = 100 * time.Millisecond
+
+// waitUnpaused holds a fetched task of a paused queue until the queue is
+// resumed, in its slot: nothing of a paused queue starts. It gives up,
+// leaving the task to run later, when its partition is revoked or the
+// worker stops.
+func (w *Worker) waitUnpaused(it *item, queue string) error {
+	for w.control.Paused(queue) {
+		if it.stale() || w.stopping.Load() {
+			return errCanceledRun
+		}
+		if !sleep(pauseCheck, w.sched.quit) {
+			return errCanceledRun
+		}
+	}
+	return nil
+}

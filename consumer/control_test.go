@@ -1,0 +1,110 @@
+package consumer_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/onceq/onceq"
+	"github.com/onceq/onceq/broker"
+	"github.com/onceq/onceq/consumer"
+	"github.com/onceq/onceq/internal/control"
+	"github.com/onceq/onceq/internal/testutil"
+)
+
+// TestCancel cancels half of 100 tasks due 2 s ahead: those never run and
+// end canceled, with their cancels removed from the control topic in the
+// transaction of that outcome; the others run once.
+func TestCancel(t *testing.T) {
+	_, conn := testutil.StartBroker(t, "")
+	testutil.CreateTopic(t, conn, "in", 2)
+	testutil.CreateTopic(t, conn, "out", 2)
+	produceTasks(t, conn, "in", ids(100), func(task *onceq.Task) { task.Delay = 2 * time.Second })
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var cancels []control.Entry
+	var want []string
+	for i, id := range ids(100) {
+		if i%2 == 0 {
+			cancels = append(cancels, control.Entry{Queue: "in", ID: id, At: time.Now()})
+		} else {
+			want = append(want, id)
+		}
+	}
+	if err := control.Write(ctx, conn, cancels...); err != nil {
+		t.Fatal(err)
+	}
+	stop := runWorker(t, consumer.Conn(conn), consumer.Group("gr"), consumer.Queues("in"), consumer.CheckpointDir(t.TempDir()),
+		consumer.WithHandler(copyCounting("out")))
+	waitOutputs(t, conn, "out", len(want), 30*time.Second)
+	// 50 held in the delay buckets as scheduled, then succeeded; 50
+	// canceled.
+	byID := taskRecords(t, waitRecords(t, conn, broker.RecordsTopic("in"), 1, 30*time.Second))
+	deadline := time.Now().Add(30 * time.Second)
+	for countFinal(byID) < 100 && time.Now().Before(deadline) {
+		time.Sleep(200 * time.Millisecond)
+		byID = taskRecords(t, testutil.ReadCommitted(t, conn, 10*time.Second, broker.RecordsTopic("in")))
+	}
+	time.Sleep(500 * time.Millisecond) // anything run twice would show by now
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	checkExactlyOnce(t, testutil.ReadCommitted(t, conn, 10*time.Second, "out"), want)
+	for i, id := range ids(100) {
+		rs := byID[id]
+		want := "scheduled#1 succeeded#1"
+		if i%2 == 0 {
+			want = "canceled#1" // at once: it is not held for its due time
+		}
+		if got := states(rs); got != want {
+			t.Fatalf("%s: %s, want %s", id, got, want)
+		}
+	}
+	last := map[string][]byte{}
+	for _, r := range testutil.ReadCommitted(t, conn, 10*time.Second, control.Topic) {
+		last[string(r.Key)] = r.Value
+	}
+	for _, c := range cancels {
+		if v, ok := last[string(control.CancelKey("in", c.ID))]; !ok || v != nil {
+			t.Fatalf("the cancel of %s is still in the control topic: %q", c.ID, v)
+		}
+	}
+}
+
+func countFinal(byID map[string][]onceq.TaskRecord) int {
+	n := 0
+	for _, rs := range byID {
+		if rs[len(rs)-1].State.Final() {
+			n++
+		}
+	}
+	return n
+}
+
+// TestPause: nothing of a paused queue runs, from the worker's start on;
+// once resumed, every task runs once.
+func TestPause(t *testing.T) {
+	_, conn := testutil.StartBroker(t, "")
+	testutil.CreateTopic(t, conn, "in", 2)
+	testutil.CreateTopic(t, conn, "out", 2)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := control.Write(ctx, conn, control.Entry{Queue: "in", Paused: true, At: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	produceTasks(t, conn, "in", ids(50))
+	stop := runWorker(t, consumer.Conn(conn), consumer.Group("gr"), consumer.Queues("in"), consumer.CheckpointDir(t.TempDir()),
+		consumer.WithHandler(copyCounting("out")))
+	time.Sleep(2 * time.Second)
+	if recs, _ := testutil.ReadCommittedErr(conn, 5*time.Second, "out"); len(recs) > 0 {
+		t.Fatalf("%d tasks of a paused queue ran", len(recs))
+	}
+	if err := control.Write(ctx, conn, control.Entry{Queue: "in", Paused: false, At: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	waitOutputs(t, conn, "out", 50, 30*time.Second)
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	checkExactlyOnce(t, testutil.ReadCommitted(t, conn, 10*time.Second, "out"), ids(50))
+}

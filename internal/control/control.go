@@ -1,0 +1,156 @@
+// Package control is onceq's control topic: cancels of tasks and pauses of
+// queues, written by the CLI and package inspect and read by every worker.
+//
+// The topic, onceq-control, has one partition and is compacted: the last
+// record of each key is the state. A cancel is keyed cancel/<queue>/<id>
+// and removed (a tombstone) by the worker that ends the canceled task, in
+// the transaction of that outcome; a pause is keyed pause/<queue> and
+// stays, so that a paused queue stays paused across restarts.
+package control
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/onceq/onceq"
+	"github.com/onceq/onceq/broker"
+)
+
+// Topic is the control topic.
+const Topic = "onceq-control"
+
+// Key prefixes.
+const (
+	cancelPrefix = "cancel/"
+	pausePrefix  = "pause/"
+)
+
+// CancelKey is the key of a cancel of task id in queue.
+func CancelKey(queue, id string) []byte { return []byte(cancelPrefix + queue + "/" + id) }
+
+// PauseKey is the key of a queue's pause state.
+func PauseKey(queue string) []byte { return []byte(pausePrefix + queue) }
+
+// value is the JSON of a control record.
+type value struct {
+	V      int   `json:"v"`
+	At     int64 `json:"at"`
+	Paused *bool `json:"paused,omitempty"`
+}
+
+// Entry is one decoded control record.
+type Entry struct {
+	// Queue, and ID for a cancel ("" for a pause).
+	Queue, ID string
+	// Paused is a pause record's state.
+	Paused bool
+	// At is when it was written.
+	At time.Time
+	// Deleted is a tombstone: the cancel took effect, or was withdrawn.
+	Deleted bool
+}
+
+// Decode reads a control record. Queue names hold no '/', so the first one
+// after the prefix ends the queue; the ID is the rest.
+func Decode(key, val []byte) (Entry, error) {
+	k := string(key)
+	var e Entry
+	switch {
+	case strings.HasPrefix(k, cancelPrefix):
+		q, id, ok := strings.Cut(k[len(cancelPrefix):], "/")
+		if !ok || onceq.ValidateQueue(q) != nil || onceq.ValidateID(id) != nil {
+			return Entry{}, fmt.Errorf("control: key %q: want cancel/<queue>/<task ID>", k)
+		}
+		e.Queue, e.ID = q, id
+	case strings.HasPrefix(k, pausePrefix):
+		q := k[len(pausePrefix):]
+		if onceq.ValidateQueue(q) != nil {
+			return Entry{}, fmt.Errorf("control: key %q: want pause/<queue>", k)
+		}
+		e.Queue = q
+	default:
+		return Entry{}, fmt.Errorf("control: key %q: want cancel/<queue>/<task ID> or pause/<queue>", k)
+	}
+	if val == nil {
+		e.Deleted = true
+		return e, nil
+	}
+	var v value
+	if err := json.Unmarshal(val, &v); err != nil {
+		return Entry{}, fmt.Errorf("control: %s: %w", k, err)
+	}
+	if v.V != 1 || v.At < 0 || v.At > onceq.MaxUnixMilli {
+		return Entry{}, fmt.Errorf("control: %s: version %d, time %d: want version 1 and a time in unix ms", k, v.V, v.At)
+	}
+	if (v.Paused != nil) != (e.ID == "") {
+		return Entry{}, fmt.Errorf("control: %s: \"paused\" belongs to a pause record, and only to one", k)
+	}
+	e.At = time.UnixMilli(v.At)
+	if v.Paused != nil {
+		e.Paused = *v.Paused
+	}
+	return e, nil
+}
+
+// Record encodes an entry as a control record.
+func (e Entry) Record() *kgo.Record {
+	v := value{V: 1, At: e.At.UnixMilli()}
+	key := CancelKey(e.Queue, e.ID)
+	if e.ID == "" {
+		key, v.Paused = PauseKey(e.Queue), &e.Paused
+	}
+	if e.Deleted {
+		return &kgo.Record{Topic: Topic, Key: key}
+	}
+	b, _ := json.Marshal(v) // a struct of numbers and a bool
+	return &kgo.Record{Topic: Topic, Key: key, Value: b}
+}
+
+// Ensure creates the control topic if it does not exist.
+func Ensure(ctx context.Context, adm *broker.Admin) error {
+	if err := adm.EnsureTopic(ctx, Topic, 1, map[string]string{"cleanup.policy": "compact"}); err != nil {
+		return fmt.Errorf("control: creating %s: %w", Topic, err)
+	}
+	return nil
+}
+
+// Write writes control entries and returns once the brokers acknowledged
+// them (acks=all, idempotent).
+func Write(ctx context.Context, conn broker.Conn, entries ...Entry) error {
+	for _, e := range entries {
+		if err := onceq.ValidateQueue(e.Queue); err != nil {
+			return err
+		}
+		if e.ID != "" {
+			if err := onceq.ValidateID(e.ID); err != nil {
+				return err
+			}
+		}
+	}
+	adm, err := broker.NewAdmin(conn)
+	if err != nil {
+		return err
+	}
+	defer adm.Close()
+	if err := Ensure(ctx, adm); err != nil {
+		return err
+	}
+	cl, err := conn.NewClient(kgo.RequiredAcks(kgo.AllISRAcks()))
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	recs := make([]*kgo.Record, len(entries))
+	for i, e := range entries {
+		recs[i] = e.Record()
+	}
+	if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+		return fmt.Errorf("control: writing to %s: %w", Topic, err)
+	}
+	return nil
+}
