@@ -152,6 +152,7 @@ Redpanda. Exit codes: 0 ok, 1 failure, 2 usage or bad input.`,
 		newCheckpointCmd(g),
 		newDLQCmd(g),
 		newTaskCmd(g),
+		newQueueCmd(g),
 		newBenchCmd(g),
 	)
 	return root

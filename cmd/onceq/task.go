@@ -16,7 +16,7 @@ func newTaskCmd(g *globals) *cobra.Command {
 	var timeout time.Duration
 	cmd := &cobra.Command{
 		Use:   "task",
-		Short: "Ask what happened to a task: its state and result, or wait for it",
+		Short: "Ask what happened to a task: its state and result, wait for it, cancel it",
 		Long: `Workers record each task's transitions (scheduled, retrying, succeeded with its
 result, dead, expired, canceled) in onceq-rec-QUEUE, in the transaction of the
 outcome. These commands read that topic, as any read_committed consumer does,
@@ -25,13 +25,12 @@ commits. A task without a record is pending (submitted and not yet run), unknown
 or its record is past the workers' --result-retention.`,
 	}
 	cmd.PersistentFlags().DurationVar(&timeout, "timeout", time.Minute, "give up after this long (task wait: the longest wait)")
-	cmd.AddCommand(newTaskGetCmd(g, &timeout), newTaskWaitCmd(g, &timeout), newTaskListCmd(g, &timeout))
+	cmd.AddCommand(newTaskGetCmd(g, &timeout), newTaskWaitCmd(g, &timeout), newTaskListCmd(g, &timeout), newTaskCancelCmd(g, &timeout))
 	return cmd
 }
 
-// withInspector checks the queue name, the task ID (if any) and the
-// timeout, opens an inspector and runs fn with a context bounded by the
-// timeout.
+// withInspector checks the queue name and the task ID (if any), then runs
+// fn as withInspectorOf does.
 func withInspector(cmd *cobra.Command, g *globals, timeout time.Duration, queue, id string, fn func(context.Context, *inspect.Inspector) error) error {
 	if err := onceq.ValidateQueue(queue); err != nil {
 		return usageError{err}
@@ -41,6 +40,12 @@ func withInspector(cmd *cobra.Command, g *globals, timeout time.Duration, queue,
 			return usageError{err}
 		}
 	}
+	return withInspectorOf(cmd, g, timeout, fn)
+}
+
+// withInspectorOf checks the timeout, opens an inspector and runs fn with
+// a context bounded by the timeout.
+func withInspectorOf(cmd *cobra.Command, g *globals, timeout time.Duration, fn func(context.Context, *inspect.Inspector) error) error {
 	if timeout <= 0 {
 		return usagef("--timeout %v: want a positive duration such as 30s", timeout)
 	}
@@ -172,4 +177,33 @@ func newTaskListCmd(g *globals, timeout *time.Duration) *cobra.Command {
 	f.DurationVar(&since, "since", 0, "only tasks whose last transition is this recent (0: all retained)")
 	f.BoolVar(&asJSON, "json", false, "print one JSON task record a line")
 	return cmd
+}
+
+func newTaskCancelCmd(g *globals, timeout *time.Duration) *cobra.Command {
+	return &cobra.Command{
+		Use:   "cancel QUEUE ID",
+		Short: "Cancel a task that has not started",
+		Long: `Cancel a task: if it has not started, it never starts, and ends canceled (workers
+check each task before they run it; a delayed one ends at once when it reaches a
+worker). A task already done is left as it is, and its state is shown. A task
+retrying ends canceled before its next attempt. The cancel is kept in the
+onceq-control topic until a worker ends the task, so it holds across restarts.
+A task a worker fetched in the milliseconds before it read the cancel runs: task
+get tells which happened.`,
+		Args: exactArgs(2, "a queue and a task ID"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return withInspector(cmd, g, *timeout, args[0], args[1], func(ctx context.Context, in *inspect.Inspector) error {
+				r, err := in.Cancel(ctx, args[0], args[1])
+				if err != nil {
+					return err
+				}
+				if r.State.Final() {
+					fmt.Fprintf(g.stdout, "task %s of %s is already %s: nothing to cancel\n", args[1], args[0], r.State)
+					return nil
+				}
+				fmt.Fprintf(g.stdout, "canceled task %s of %s: it ends canceled instead of running\n", args[1], args[0])
+				return nil
+			})
+		},
+	}
 }

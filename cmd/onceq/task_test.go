@@ -75,3 +75,50 @@ func TestTaskCommands(t *testing.T) {
 		t.Fatalf("task wait past its timeout: exit %d: %s", code, stderr)
 	}
 }
+
+// TestCancelAndPauseCommands: task cancel of a delayed task makes it end
+// canceled; queue pause holds a queue's tasks until queue resume; queue
+// list shows both.
+func TestCancelAndPauseCommands(t *testing.T) {
+	addr, conn := produceBroker(t)
+	testutil.CreateTopic(t, conn, "out", 2)
+	cli := func(args ...string) string {
+		t.Helper()
+		code, out, stderr := runCLI(t, "", append([]string{"--brokers", addr}, args...)...)
+		if code != 0 {
+			t.Fatalf("onceq %s: exit %d: %s%s", strings.Join(args, " "), code, out, stderr)
+		}
+		return out
+	}
+	cli("queue", "pause", "jobs")
+	w := testutil.Start(t, "worker", "--brokers", addr, "--queue", "jobs", "--handler", "count:out", "--checkpoint-dir", t.TempDir(),
+		"--metrics-addr", "", "--buckets", "100ms,1s")
+	defer w.Kill()
+	w.WaitOutput(t, "queue paused", 30*time.Second)
+	cli("produce", "--queue", "jobs", "--id", "now-1", "hello")
+	cli("produce", "--queue", "jobs", "--id", "later-1", "--delay", "3s", "hello")
+	if out := cli("task", "cancel", "jobs", "later-1"); !strings.Contains(out, "canceled task later-1 of jobs") {
+		t.Fatalf("task cancel: %s", out)
+	}
+	time.Sleep(time.Second)
+	if out := cli("queue", "list"); !strings.Contains(out, "jobs   true") {
+		t.Fatalf("queue list while paused:\n%s", out)
+	}
+	if recs, _ := testutil.ReadCommittedErr(conn, 5*time.Second, "out"); len(recs) > 0 {
+		t.Fatalf("%d tasks ran while the queue was paused", len(recs))
+	}
+	cli("queue", "resume", "jobs")
+	if out := cli("task", "wait", "jobs", "now-1", "--timeout", "30s"); !strings.Contains(out, "state     succeeded") {
+		t.Fatalf("now-1 after resume:\n%s", out)
+	}
+	code, out, _ := runCLI(t, "", "--brokers", addr, "task", "wait", "jobs", "later-1", "--timeout", "30s")
+	if code != exitFailure || !strings.Contains(out, "state     canceled") {
+		t.Fatalf("later-1: exit %d\n%s", code, out)
+	}
+	if out := cli("task", "cancel", "jobs", "now-1"); !strings.Contains(out, "already succeeded: nothing to cancel") {
+		t.Fatalf("cancel of a finished task: %s", out)
+	}
+	if out := cli("queue", "list"); !strings.Contains(out, "jobs   false") {
+		t.Fatalf("queue list after resume:\n%s", out)
+	}
+}

@@ -142,3 +142,16 @@ func (r *Reader) Close() {
 	r.cl.Close()
 	<-r.done
 }
+
+// PausedQueues returns the queues paused now.
+func (r *Reader) PausedQueues() map[string]bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := map[string]bool{}
+	for q, p := range r.paused {
+		if p {
+			out[q] = true
+		}
+	}
+	return out
+}

@@ -1,0 +1,100 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/onceq/onceq"
+	"github.com/onceq/onceq/inspect"
+)
+
+func newQueueCmd(g *globals) *cobra.Command {
+	var timeout time.Duration
+	cmd := &cobra.Command{
+		Use:   "queue",
+		Short: "List queues with their tasks by state; pause and resume them",
+	}
+	cmd.PersistentFlags().DurationVar(&timeout, "timeout", time.Minute, "give up after this long")
+	cmd.AddCommand(newQueueListCmd(g, &timeout), newQueuePauseCmd(g, &timeout, true), newQueuePauseCmd(g, &timeout, false))
+	return cmd
+}
+
+func newQueueListCmd(g *globals, timeout *time.Duration) *cobra.Command {
+	return &cobra.Command{
+		Use:   "list",
+		Short: "List the queues that have task records: paused or not, and their tasks by state",
+		Args:  exactArgs(0, "no arguments"),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return withInspectorOf(cmd, g, *timeout, func(ctx context.Context, in *inspect.Inspector) error {
+				queues, err := in.Queues(ctx)
+				if err != nil {
+					return err
+				}
+				paused, err := in.Paused(ctx)
+				if err != nil {
+					return err
+				}
+				tw := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
+				header := "QUEUE\tPAUSED"
+				states := slices.DeleteFunc(slices.Clone(onceq.TaskStates), func(s onceq.TaskState) bool { return s == onceq.StatePending })
+				states = append([]onceq.TaskState{onceq.StatePending}, states...)
+				for _, s := range states {
+					header += "\t" + string(s)
+				}
+				fmt.Fprintln(tw, header)
+				for _, q := range queues {
+					counts, err := in.Counts(ctx, q)
+					if err != nil {
+						return err
+					}
+					line := q + "\t" + strconv.FormatBool(paused[q])
+					for _, s := range states {
+						line += "\t" + strconv.FormatInt(counts[s], 10)
+					}
+					fmt.Fprintln(tw, line)
+				}
+				return tw.Flush()
+			})
+		},
+	}
+}
+
+func newQueuePauseCmd(g *globals, timeout *time.Duration, pause bool) *cobra.Command {
+	use, short := "resume QUEUE", "Let workers run a paused queue again"
+	if pause {
+		use, short = "pause QUEUE", "Stop a queue: workers start none of its tasks until it is resumed"
+	}
+	return &cobra.Command{
+		Use:   use,
+		Short: short,
+		Long: short + `. The pause is kept in the onceq-control topic: it holds across
+worker restarts, and workers stop fetching the queue within a second of it (the
+tasks they fetched already wait, unstarted). Nothing of the queue is lost.`,
+		Args: exactArgs(1, "one queue name"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := onceq.ValidateQueue(args[0]); err != nil {
+				return usageError{err}
+			}
+			return withInspectorOf(cmd, g, *timeout, func(ctx context.Context, in *inspect.Inspector) error {
+				if pause {
+					if err := in.Pause(ctx, args[0]); err != nil {
+						return err
+					}
+					fmt.Fprintf(g.stdout, "paused %s\n", args[0])
+					return nil
+				}
+				if err := in.Resume(ctx, args[0]); err != nil {
+					return err
+				}
+				fmt.Fprintf(g.stdout, "resumed %s\n", args[0])
+				return nil
+			})
+		},
+	}
+}
