@@ -212,9 +212,14 @@ func DecodeTaskRecord(value []byte) (TaskRecord, error) {
 	if len(value) > MaxTaskRecordBytes {
 		return TaskRecord{}, fmt.Errorf("onceq: task record of %d bytes, over the limit of %d", len(value), MaxTaskRecordBytes)
 	}
-	var j taskRecordJSON
-	if err := json.Unmarshal(value, &j); err != nil {
-		return TaskRecord{}, fmt.Errorf("onceq: task record: %w", err)
+	j, ok := decodeCanonical(value)
+	if !ok {
+		// Any JSON a writer other than AppendJSON made, or one whose
+		// strings have escapes.
+		j = taskRecordJSON{}
+		if err := json.Unmarshal(value, &j); err != nil {
+			return TaskRecord{}, fmt.Errorf("onceq: task record: %w", err)
+		}
 	}
 	if j.V != taskRecordVersion {
 		return TaskRecord{}, fmt.Errorf("onceq: task record version %d: this onceq reads version %d: upgrade it", j.V, taskRecordVersion)

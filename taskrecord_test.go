@@ -93,7 +93,18 @@ func FuzzDecodeTaskRecord(f *testing.F) {
 	f.Add([]byte(`{"v":1,"id":"a","queue":"q","state":"succeeded","attempt":1,"enqueued":1,"result":"b2s="}`))
 	f.Add([]byte(`{"v":1,"id":"a","queue":"q","state":"retrying","due":1700000000000,"error":"x\ny"}`))
 	f.Add([]byte(`{"v":1,"id":"a","queue":"q","state":"dead","reason":"failed","partition":2,"offset":9}`))
+	f.Add([]byte(`{"v":1,"id":"a","queue":"q","state":"succeeded","attempt":01}`))
+	f.Add([]byte(`{"v":1,"id":"é","queue":"q","state":"dead","error":"x\u2028"}`))
 	f.Fuzz(func(t *testing.T, value []byte) {
+		if fast, ok := decodeCanonical(value); ok {
+			var slow taskRecordJSON
+			if err := json.Unmarshal(value, &slow); err != nil {
+				t.Fatalf("the fast path read what encoding/json refuses (%v): %s", err, value)
+			}
+			if !reflect.DeepEqual(fast, slow) {
+				t.Fatalf("the fast path read %+v, encoding/json %+v: %s", fast, slow, value)
+			}
+		}
 		r, err := DecodeTaskRecord(value)
 		if err != nil {
 			return
@@ -145,4 +156,35 @@ func FuzzDecodeTaskRecords(f *testing.F) {
 			t.Fatalf("re-encoded lines: %v\n%+v\n%+v", err, rs, back)
 		}
 	})
+}
+
+// TestCanonicalIsTheFastPath: what AppendJSON writes without escapes is
+// read by the fast path, to the same record as encoding/json reads it.
+func TestCanonicalIsTheFastPath(t *testing.T) {
+	at := time.UnixMilli(1_700_000_000_123)
+	for _, r := range []TaskRecord{
+		{ID: "a", Queue: "q", State: StateSucceeded, Attempt: 1, MaxAttempts: 5, Enqueued: at, Started: at, Finished: at, Due: at,
+			Worker: "w", Reason: "r", Error: "plain é", Partition: 2147483647, Offset: 1 << 40, Result: []byte{0, 1}},
+		{ID: "q/0/7", Queue: "q", State: StatePending},
+	} {
+		v := r.AppendJSON(nil)
+		fast, ok := decodeCanonical(v)
+		if !ok {
+			t.Fatalf("not on the fast path: %s", v)
+		}
+		var slow taskRecordJSON
+		if err := json.Unmarshal(v, &slow); err != nil || !reflect.DeepEqual(fast, slow) {
+			t.Fatalf("fast %+v, slow %+v (%v)", fast, slow, err)
+		}
+	}
+	for _, v := range []string{
+		`{"v":1,"id":"a","queue":"q","state":"dead","error":"a\nb"}`,
+		`{"v":1,"id":"a","queue":"q","state":"dead","attempt":01}`,
+		`{"v":1, "id":"a","queue":"q","state":"dead"}`,
+		`{"v":1,"id":"a","queue":"q","state":"dead","offset":1,"partition":2}`,
+	} {
+		if _, ok := decodeCanonical([]byte(v)); ok {
+			t.Errorf("the fast path read %s", v)
+		}
+	}
 }
