@@ -2,9 +2,7 @@ package checkpoint
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io/fs"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -16,6 +14,8 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+
+	"github.com/onceq/onceq/internal/testutil"
 )
 
 // The benchmarks of the targets. The large ones share one store of
@@ -334,10 +334,10 @@ func BenchmarkBytesPerID(b *testing.B) {
 	b.ResetTimer()
 	// Obsolete files are deleted in the background: wait until the size
 	// holds still.
-	size := dirSize(b, s.Dir())
+	size := testutil.DirSize(b, s.Dir())
 	for i := 0; i < 100; i++ {
 		time.Sleep(100 * time.Millisecond)
-		if next := dirSize(b, s.Dir()); next != size {
+		if next := testutil.DirSize(b, s.Dir()); next != size {
 			size, i = next, 0
 		} else if i >= 5 {
 			break
@@ -355,25 +355,6 @@ func BenchmarkBytesPerID(b *testing.B) {
 	b.ReportMetric(float64(ssts)/float64(n), "sst-bytes/ID")
 	b.ReportMetric(float64(ids)/float64(n), "idkeys-bytes/ID")
 	b.ReportMetric(float64(records)/float64(n), "records-bytes/ID")
-}
-
-// dirSize sums the sizes of the files in dir. A file Pebble deletes while
-// the walk runs (an obsolete table) counts as gone.
-func dirSize(b testing.TB, dir string) int64 {
-	var size int64
-	err := filepath.Walk(dir, func(_ string, info os.FileInfo, err error) error {
-		switch {
-		case errors.Is(err, fs.ErrNotExist):
-			return nil
-		case err == nil && !info.IsDir():
-			size += info.Size()
-		}
-		return err
-	})
-	if err != nil {
-		b.Fatal(err)
-	}
-	return size
 }
 
 // BenchmarkRestore restores 1,000,000 IDs into a new store from changelog

@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"sync"
@@ -15,21 +13,13 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/onceq/onceq"
+	"github.com/onceq/onceq/bench"
 	"github.com/onceq/onceq/broker"
 	"github.com/onceq/onceq/consumer"
 	"github.com/onceq/onceq/inspect"
 	"github.com/onceq/onceq/internal/testutil"
 	"github.com/onceq/onceq/producer"
 )
-
-// benchTasks is how many retained tasks BenchmarkView loads:
-// ONCEQ_BENCH_TASKS, default 1,000,000.
-func benchTasks() int {
-	if n, err := strconv.Atoi(os.Getenv("ONCEQ_BENCH_TASKS")); err == nil && n > 0 {
-		return n
-	}
-	return 1_000_000
-}
 
 // BenchmarkView writes a records topic of N succeeded tasks (8 partitions,
 // batches of 2,000 as workers write them), then times the restore of a
@@ -39,7 +29,7 @@ func benchTasks() int {
 //
 //	go test ./inspect -run '^$' -bench View -benchtime 1x
 func BenchmarkView(b *testing.B) {
-	n := benchTasks()
+	n := bench.EnvTasks()
 	_, conn := testutil.StartBroker(b, "")
 	testutil.CreateTopic(b, conn, broker.RecordsTopic("q"), 8)
 	cl, err := conn.NewClient(kgo.ProducerLinger(5*time.Millisecond), kgo.MaxBufferedRecords(1<<16))
@@ -91,22 +81,8 @@ func BenchmarkView(b *testing.B) {
 		b.ReportMetric(float64(n)/restore.Seconds(), "restored-tasks/s")
 		b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1000, "get-p50-ms")
 		b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds())/1000, "get-p99-ms")
-		b.ReportMetric(float64(dirSize(b, dir))/float64(n), "disk-B/task")
+		b.ReportMetric(float64(testutil.DirSize(b, dir))/float64(n), "disk-B/task")
 	}
-}
-
-func dirSize(b *testing.B, dir string) int64 {
-	var size int64
-	err := filepath.Walk(dir, func(_ string, fi os.FileInfo, err error) error {
-		if err == nil && !fi.IsDir() {
-			size += fi.Size()
-		}
-		return err
-	})
-	if err != nil {
-		b.Fatal(err)
-	}
-	return size
 }
 
 // BenchmarkWait runs an exactly-once worker (noop handler that sets a
