@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strconv"
@@ -21,7 +22,7 @@ func newQueueCmd(g *globals) *cobra.Command {
 		Short: "List queues with their tasks by state; pause and resume them",
 	}
 	cmd.PersistentFlags().DurationVar(&timeout, "timeout", time.Minute, "give up after this long")
-	cmd.AddCommand(newQueueListCmd(g, &timeout), newQueuePauseCmd(g, &timeout, true), newQueuePauseCmd(g, &timeout, false))
+	cmd.AddCommand(newQueueListCmd(g, &timeout), newQueueStatsCmd(g, &timeout), newQueuePauseCmd(g, &timeout, true), newQueuePauseCmd(g, &timeout, false))
 	return cmd
 }
 
@@ -97,4 +98,63 @@ tasks they fetched already wait, unstarted). Nothing of the queue is lost.`,
 			})
 		},
 	}
+}
+
+func newQueueStatsCmd(g *globals, timeout *time.Duration) *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "stats [QUEUE...]",
+		Short: "Show queues' tasks by state, pause state, and each consumer group's waiting tasks",
+		Long: `Show, for each queue (without arguments, every queue that has task records): whether
+it is paused, its retained tasks by state (from their task records), and for each
+consumer group with offsets on it, its state, members and the tasks waiting (the
+records past its committed offsets). Tasks waiting in the delay buckets are in
+onceq delay stats.`,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			for _, q := range args {
+				if err := onceq.ValidateQueue(q); err != nil {
+					return usageError{err}
+				}
+			}
+			return withInspectorOf(cmd, g, *timeout, func(ctx context.Context, in *inspect.Inspector) error {
+				queues := args
+				if len(queues) == 0 {
+					var err error
+					if queues, err = in.Queues(ctx); err != nil {
+						return err
+					}
+				}
+				var all []inspect.QueueStats
+				for _, q := range queues {
+					st, err := in.Stats(ctx, q)
+					if err != nil {
+						return err
+					}
+					all = append(all, st)
+				}
+				if asJSON {
+					enc := json.NewEncoder(g.stdout)
+					for _, st := range all {
+						if err := enc.Encode(st); err != nil {
+							return err
+						}
+					}
+					return nil
+				}
+				for _, st := range all {
+					fmt.Fprintf(g.stdout, "%s (paused %v)\n  tasks:", st.Queue, st.Paused)
+					for _, s := range onceq.TaskStates {
+						fmt.Fprintf(g.stdout, " %s=%d", s, st.Tasks[s])
+					}
+					fmt.Fprintln(g.stdout)
+					for _, gr := range st.Groups {
+						fmt.Fprintf(g.stdout, "  group %s (%s, %d members): %d waiting\n", gr.Group, gr.State, gr.Members, gr.Waiting)
+					}
+				}
+				return nil
+			})
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print one JSON object per queue")
+	return cmd
 }

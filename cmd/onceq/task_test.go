@@ -121,4 +121,9 @@ func TestCancelAndPauseCommands(t *testing.T) {
 	if out := cli("queue", "list"); !strings.Contains(out, "jobs   false") {
 		t.Fatalf("queue list after resume:\n%s", out)
 	}
+	out = cli("queue", "stats", "jobs", "--json")
+	if !strings.Contains(out, `"queue":"jobs","paused":false,"tasks":{"canceled":1,"succeeded":1}`) ||
+		!strings.Contains(out, `"group":"onceq","state":"Stable","members":1,"waiting":`) {
+		t.Fatalf("queue stats --json:\n%s", out)
+	}
 }
