@@ -60,7 +60,7 @@ func TestCrashCancel(t *testing.T) {
 	}
 	s.proc = startWorker(t, addr, "cancel", s.dir, extra...)
 
-	outs := waitOutputs(t, conn, "out", len(run), time.Minute)
+	waitOutputs(t, conn, "out", len(run), time.Minute)
 	var byID map[string][]onceq.TaskRecord
 	deadline := time.Now().Add(time.Minute)
 	for {
@@ -79,7 +79,7 @@ func TestCrashCancel(t *testing.T) {
 			t.Errorf("worker exit %d (%v):\n%s", code, err, tail(s.proc.Output(), 2000))
 		}
 	}
-	outs = testutil.ReadCommitted(t, conn, time.Minute, "out")
+	outs := testutil.ReadCommitted(t, conn, time.Minute, "out")
 	checkExactlyOnce(t, outs, run)
 	for _, r := range outs {
 		for _, h := range r.Headers {
