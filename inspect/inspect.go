@@ -32,7 +32,7 @@ var (
 // one being flushed, two at most).
 const (
 	viewCacheSize    = 64 << 20
-	viewMemTableSize = 32 << 20
+	viewMemTableSize = 64 << 20
 )
 
 // noQueueRetry is how often Wait looks again for a queue without task
@@ -89,7 +89,11 @@ func Open(opts ...Opt) (*Inspector, error) {
 	cache := pebble.NewCache(viewCacheSize)
 	defer cache.Unref()
 	popts := &pebble.Options{Logger: quietLogger{}, Cache: cache, MemTableSize: viewMemTableSize,
-		FormatMajorVersion: pebble.FormatValueSeparation}
+		FormatMajorVersion: pebble.FormatValueSeparation,
+		// A restore writes a queue's records at the topic's pace: L0 may
+		// hold more before it is compacted, so that the restore rewrites
+		// them fewer times.
+		L0CompactionThreshold: 8, L0StopWritesThreshold: 48, LBaseMaxBytes: 256 << 20}
 	for i := range popts.Levels {
 		// A new task's record is looked up before it is written: the
 		// filters make that miss one probe per sstable.

@@ -32,14 +32,14 @@ type meta struct {
 
 const metaLen = 10
 
-func (m meta) append(b []byte) []byte {
-	w := byte(0)
+// put writes m into b, metaLen bytes.
+func (m meta) put(b []byte) {
+	b[0] = m.state
+	binary.BigEndian.PutUint64(b[1:9], uint64(m.last))
+	b[9] = 0
 	if m.worker {
-		w = 1
+		b[9] = 1
 	}
-	b = append(b, m.state)
-	b = binary.BigEndian.AppendUint64(b, uint64(m.last))
-	return append(b, w)
 }
 
 func decodeMeta(v []byte) (meta, []byte, error) {

@@ -1,6 +1,7 @@
 package inspect
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -234,12 +235,22 @@ func (in *Inspector) apply(topic string, partition int32, recs []*kgo.Record) er
 		if r.Attrs.IsControl() || len(r.Value) == 0 {
 			continue
 		}
-		trs, err := onceq.DecodeTaskRecords(r.Value)
-		if err != nil {
-			in.cfg.log.Warn("malformed task records skipped", "topic", topic, "partition", partition, "offset", r.Offset, "err", err)
-		}
-		for i := range trs {
-			tr := &trs[i]
+		for value, n := r.Value, 1; len(value) > 0; n++ {
+			line := value
+			if i := bytes.IndexByte(value, '\n'); i >= 0 {
+				line, value = value[:i], value[i+1:]
+			} else {
+				value = nil
+			}
+			if len(line) == 0 {
+				continue
+			}
+			rec, err := onceq.DecodeTaskRecord(line)
+			if err != nil {
+				in.cfg.log.Warn("malformed task record skipped", "topic", topic, "partition", partition, "offset", r.Offset, "line", n, "err", err)
+				continue
+			}
+			tr := &rec
 			if tr.Queue != queue {
 				continue
 			}
@@ -261,7 +272,12 @@ func (in *Inspector) apply(topic string, partition int32, recs []*kgo.Record) er
 			counts[m.state]++
 			touched[string(key)] = m
 			q.seen[xxhash.Sum64(key)] = struct{}{}
-			if err := b.Set(key, tr.AppendJSON(m.append(make([]byte, 0, metaLen+tr.JSONSize()))), nil); err != nil {
+			// The line as it came: its meta, then its JSON.
+			op := b.SetDeferred(len(key), metaLen+len(line))
+			copy(op.Key, key)
+			m.put(op.Value[:metaLen])
+			copy(op.Value[metaLen:], line)
+			if err := op.Finish(); err != nil {
 				return err
 			}
 			if err := b.Set(indexKey(queue, m, tr.ID), nil, nil); err != nil {
