@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -17,9 +18,15 @@ type Reader struct {
 	cl  *kgo.Client
 	log *slog.Logger
 
-	mu       sync.Mutex
+	// Every task asks Canceled and Paused: while nothing is canceled or
+	// paused, the answers are these flags, without the lock.
+	anyCanceled, anyPaused atomic.Bool
+
+	mu       sync.RWMutex
 	canceled map[string]map[string]struct{} // queue -> IDs
+	nCancel  int
 	paused   map[string]bool
+	nPaused  int
 	onPause  func(queue string, paused bool)
 
 	done chan struct{}
@@ -104,17 +111,30 @@ func (r *Reader) apply(rec *kgo.Record) {
 	var changed bool
 	switch {
 	case e.ID != "" && e.Deleted:
-		delete(r.canceled[e.Queue], e.ID)
+		if _, ok := r.canceled[e.Queue][e.ID]; ok {
+			delete(r.canceled[e.Queue], e.ID)
+			r.nCancel--
+		}
 	case e.ID != "":
 		if r.canceled[e.Queue] == nil {
 			r.canceled[e.Queue] = map[string]struct{}{}
 		}
-		r.canceled[e.Queue][e.ID] = struct{}{}
+		if _, ok := r.canceled[e.Queue][e.ID]; !ok {
+			r.canceled[e.Queue][e.ID] = struct{}{}
+			r.nCancel++
+		}
 	default:
 		paused := e.Paused && !e.Deleted
 		changed = r.paused[e.Queue] != paused
+		if changed && paused {
+			r.nPaused++
+		} else if changed {
+			r.nPaused--
+		}
 		r.paused[e.Queue] = paused
 	}
+	r.anyCanceled.Store(r.nCancel > 0)
+	r.anyPaused.Store(r.nPaused > 0)
 	fn := r.onPause
 	r.mu.Unlock()
 	if changed && fn != nil {
@@ -124,16 +144,22 @@ func (r *Reader) apply(rec *kgo.Record) {
 
 // Canceled reports whether task id of queue is canceled.
 func (r *Reader) Canceled(queue, id string) bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
+	if !r.anyCanceled.Load() {
+		return false
+	}
+	r.mu.RLock()
+	defer r.mu.RUnlock()
 	_, ok := r.canceled[queue][id]
 	return ok
 }
 
 // Paused reports whether queue is paused.
 func (r *Reader) Paused(queue string) bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
+	if !r.anyPaused.Load() {
+		return false
+	}
+	r.mu.RLock()
+	defer r.mu.RUnlock()
 	return r.paused[queue]
 }
 
@@ -145,8 +171,8 @@ func (r *Reader) Close() {
 
 // PausedQueues returns the queues paused now.
 func (r *Reader) PausedQueues() map[string]bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
+	r.mu.RLock()
+	defer r.mu.RUnlock()
 	out := map[string]bool{}
 	for q, p := range r.paused {
 		if p {
