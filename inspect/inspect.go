@@ -64,6 +64,11 @@ type Inspector struct {
 	cl      *kgo.Client // follows the records topics; made by the first load
 	queues  map[string]*queueView
 	waiters map[string][]chan struct{} // recordKey -> waiters of a final state
+	// recent holds the tasks SubmitUnique submitted that the view has not
+	// read back yet, by recordKey.
+	recent map[string]recentSubmit
+
+	idLocks [64]sync.Mutex // SubmitUnique's, by the hash of a recordKey
 }
 
 // queueView is the view of one queue's records.
@@ -113,7 +118,8 @@ func Open(opts ...Opt) (*Inspector, error) {
 		db.Close()
 		return nil, fmt.Errorf("inspect: %w", err)
 	}
-	in := &Inspector{cfg: cfg, db: db, adm: adm, queues: map[string]*queueView{}, waiters: map[string][]chan struct{}{}}
+	in := &Inspector{cfg: cfg, db: db, adm: adm, queues: map[string]*queueView{}, waiters: map[string][]chan struct{}{},
+		recent: map[string]recentSubmit{}}
 	in.ctx, in.cancel = context.WithCancel(context.Background())
 	in.wg.Add(1)
 	go in.sweepLoop()

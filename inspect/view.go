@@ -301,6 +301,11 @@ func (in *Inspector) apply(topic string, partition int32, recs []*kgo.Record) er
 	}
 	q.pos[partition] = next
 	in.checkLoaded(q)
+	if len(in.recent) > 0 {
+		for k := range touched {
+			delete(in.recent, k)
+		}
+	}
 	for _, k := range finals {
 		in.wake(k)
 	}
@@ -402,6 +407,12 @@ func (in *Inspector) sweepLoop() {
 		var qs []*queueView
 		for _, q := range in.queues {
 			qs = append(qs, q)
+		}
+		now := in.cfg.now()
+		for k, rs := range in.recent {
+			if now.Sub(rs.at) >= recentTTL {
+				delete(in.recent, k)
+			}
 		}
 		in.mu.Unlock()
 		for _, q := range qs {

@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/onceq/onceq"
+	"github.com/onceq/onceq/inspect"
 	"github.com/onceq/onceq/producer"
 )
 
@@ -20,7 +21,7 @@ type produceFlags struct {
 	maxAttempts           int
 	headers               []string
 	file                  string
-	tx, quiet             bool
+	tx, quiet, unique     bool
 	rate                  float64
 	createQueues          int32
 	stdinPayload, isBatch bool
@@ -52,11 +53,17 @@ Each task is acknowledged by the brokers (acks=all, idempotent) and printed as
 input order; --quiet prints a summary instead. A bad line stops the run with
 its line number and exit code 2; the tasks before it were submitted. With --tx
 the whole file is read and checked first and submitted in one transaction:
-every task becomes visible to workers at once, or none.`,
+every task becomes visible to workers at once, or none.
+
+With --unique (one task, with --id) the task is submitted only if its queue's
+task records do not know the ID, with a record that shows it pending at once;
+it prints "ID new TOPIC/PARTITION@OFFSET", or "ID known STATE" and submits
+nothing when the ID is pending, scheduled, retrying or already final.`,
 		Example: `  onceq produce --queue emails '{"to":"ada@example.com"}'
   echo hello | onceq produce --queue emails --delay 10m --header trace=abc -
   onceq produce --file tasks.jsonl --tx --queue emails
-  onceq produce --file - --rate 1000 --quiet < tasks.jsonl`,
+  onceq produce --file - --rate 1000 --quiet < tasks.jsonl
+  onceq produce --queue reports --id report-2026-11 --unique '{"month":11}'`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := f.check(cmd, args); err != nil {
 				return err
@@ -79,6 +86,7 @@ every task becomes visible to workers at once, or none.`,
 	fl.Float64Var(&f.rate, "rate", 0, "submit at most this many tasks per second (0: as fast as possible)")
 	fl.Int32Var(&f.createQueues, "create-queues", 0, "create missing queues with this many partitions (0: refuse them)")
 	fl.BoolVar(&f.quiet, "quiet", false, "print a summary instead of one line per task")
+	fl.BoolVar(&f.unique, "unique", false, "submit the task (with --id) only if its ID is unknown, and say which")
 	return cmd
 }
 
@@ -99,8 +107,17 @@ func (f *produceFlags) check(cmd *cobra.Command, args []string) error {
 				return usagef("--%s describes one task: with --file, put it on each line", name)
 			}
 		}
+		if f.unique {
+			return usagef("--unique submits one task: drop --file, or submit the file with --tx")
+		}
 	} else if f.queue == "" {
 		return usagef("--queue: missing: name the queue to submit to, for example --queue emails")
+	}
+	if f.unique && f.id == "" {
+		return usagef("--unique: missing --id: name the task, for example --id report-2026-11")
+	}
+	if f.unique && f.tx {
+		return usagef("--unique and --tx: give one; --unique submits in a transaction of its own")
 	}
 	f.stdinPayload = len(args) == 1 && args[0] == "-"
 	if f.rate < 0 {
@@ -188,10 +205,38 @@ func (f *produceFlags) runOne(ctx context.Context, g *globals, opts []producer.O
 	if f.tx {
 		return f.submitTx(ctx, p, []numbered{{0, task}}, out)
 	}
+	if f.unique {
+		return submitUnique(ctx, g, p, task)
+	}
 	rc, err := p.Submit(ctx, task)
 	if err != nil {
 		return err
 	}
 	out.done(0, 0, rc, nil)
 	return nil
+}
+
+// submitUnique submits task unless its queue's records know its ID, and
+// prints which.
+func submitUnique(ctx context.Context, g *globals, p *producer.Producer, task onceq.Task) error {
+	conn, err := g.conn()
+	if err != nil {
+		return err
+	}
+	in, err := inspect.Open(inspect.Conn(conn), inspect.Logger(g.log))
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	subs, err := in.SubmitUnique(ctx, p, task)
+	if err != nil {
+		return err
+	}
+	s := subs[0]
+	if s.New {
+		_, err = fmt.Fprintf(g.stdout, "%s new %s/%d@%d\n", s.ID, s.Receipt.Topic, s.Receipt.Partition, s.Receipt.Offset)
+	} else {
+		_, err = fmt.Fprintf(g.stdout, "%s known %s\n", s.ID, s.Record.State)
+	}
+	return err
 }

@@ -21,6 +21,9 @@ func TestTaskUsageErrorsExit2(t *testing.T) {
 		{[]string{"task", "list", "jobs", "--state", "done"}, `--state: onceq: task state "done"`},
 		{[]string{"task", "list", "jobs", "--limit", "0"}, "--limit 0: want 1 to 10000"},
 		{[]string{"task", "list", "jobs", "--since", "-1h"}, "--since -1h0m0s"},
+		{[]string{"produce", "--queue", "jobs", "--unique", "x"}, "--unique: missing --id"},
+		{[]string{"produce", "--queue", "jobs", "--id", "a", "--unique", "--tx", "x"}, "--unique and --tx"},
+		{[]string{"produce", "--file", "-", "--unique"}, "--unique submits one task"},
 	} {
 		code, _, stderr := runCLI(t, "", tc.args...)
 		if code != exitUsage || !strings.Contains(stderr, tc.want) {
@@ -64,6 +67,18 @@ func TestTaskCommands(t *testing.T) {
 	lines := strings.Split(strings.TrimSpace(out), "\n")
 	if code != 0 || len(lines) != 3 || !strings.Contains(out, "doomed-1") || !strings.Contains(out, "flaky-1") {
 		t.Fatalf("task list: exit %d\n%s", code, out)
+	}
+	code, out, stderr = runCLI(t, "", "--brokers", addr, "produce", "--queue", "jobs", "--id", "flaky-1", "--unique", "again")
+	if code != 0 || out != "flaky-1 known succeeded\n" {
+		t.Fatalf("produce --unique of a finished task: exit %d: %q%s", code, out, stderr)
+	}
+	code, out, stderr = runCLI(t, "", "--brokers", addr, "produce", "--queue", "jobs", "--id", "fresh-1", "--unique", "--delay", "1h", "later")
+	if code != 0 || !strings.HasPrefix(out, "fresh-1 new onceq-delay-") {
+		t.Fatalf("produce --unique of a new ID: exit %d: %q%s", code, out, stderr)
+	}
+	code, out, _ = runCLI(t, "", "--brokers", addr, "task", "get", "jobs", "fresh-1")
+	if code != 0 || !strings.Contains(out, "state     scheduled") {
+		t.Fatalf("task get of a task produce --unique submitted: exit %d\n%s", code, out)
 	}
 	code, _, stderr = runCLI(t, "", "--brokers", addr, "task", "get", "jobs", "never-submitted")
 	if code != exitFailure || !strings.Contains(stderr, "no record of the task") {

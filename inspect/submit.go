@@ -1,0 +1,161 @@
+package inspect
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/onceq/onceq"
+	"github.com/onceq/onceq/producer"
+)
+
+// A Submission tells what SubmitUnique did with a task.
+type Submission struct {
+	ID string
+	// New is true when the ID was unknown and the task was submitted now;
+	// Receipt tells where it was written.
+	New     bool
+	Receipt producer.Receipt
+	// Record is the task's last record when the ID was already known and
+	// nothing was submitted: its State says whether the task is still to
+	// run (pending, scheduled, retrying) or final, with its result or
+	// error.
+	Record onceq.TaskRecord
+}
+
+// ErrDuplicateID is returned by SubmitUnique when one call names an ID
+// twice.
+var ErrDuplicateID = errors.New("inspect: a task ID appears twice in one SubmitUnique: give each task its own ID")
+
+// SubmitUnique submits the tasks whose IDs the records of their queues do
+// not know, in one transaction of p, each with its pending (or scheduled)
+// record (producer's Tx.SubmitPending), and answers for each task whether
+// it was new or, with its record, already known. The plain Submit stays
+// the fast path: it does not ask.
+//
+// Every task needs an ID of its own (producer.ErrNoID). Within one process
+// SubmitUnique answers "known" for an ID it submitted a moment ago even
+// before the view has read it back. Across processes, two calls for a new
+// ID at the same moment may both submit it: both say New, and the
+// workers' deduplication still runs it once.
+func (in *Inspector) SubmitUnique(ctx context.Context, p *producer.Producer, tasks ...onceq.Task) ([]Submission, error) {
+	keys := make([]string, len(tasks))
+	for i, t := range tasks {
+		if t.ID == "" {
+			return nil, fmt.Errorf("inspect: task %d: %w", i, producer.ErrNoID)
+		}
+		if err := onceq.ValidateQueue(t.Queue); err != nil {
+			return nil, fmt.Errorf("inspect: task %s: %w", t.ID, err)
+		}
+		if err := onceq.ValidateID(t.ID); err != nil {
+			return nil, fmt.Errorf("inspect: task %d: %w", i, err)
+		}
+		keys[i] = string(recordKey(t.Queue, t.ID))
+		if slices.Contains(keys[:i], keys[i]) {
+			return nil, fmt.Errorf("%w: %s of %s", ErrDuplicateID, t.ID, t.Queue)
+		}
+	}
+	unlock := in.lockIDs(keys)
+	defer unlock()
+	subs := make([]Submission, len(tasks))
+	var fresh []int // the indexes of the tasks to submit
+	for i, t := range tasks {
+		subs[i].ID = t.ID
+		r, err := in.known(ctx, t.Queue, t.ID, keys[i])
+		switch {
+		case err == nil:
+			subs[i].Record = r
+		case errors.Is(err, ErrNotFound) || errors.Is(err, ErrNoQueue):
+			fresh = append(fresh, i)
+		default:
+			return nil, err
+		}
+	}
+	if len(fresh) == 0 {
+		return subs, nil
+	}
+	var receipts []producer.Receipt
+	err := p.Tx(ctx, func(tx *producer.Tx) error {
+		for _, i := range fresh {
+			if err := tx.SubmitPending(tasks[i]); err != nil {
+				return err
+			}
+		}
+		var err error
+		receipts, err = tx.Receipts(ctx)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	now := in.cfg.now()
+	in.mu.Lock()
+	for j, i := range fresh {
+		subs[i].New, subs[i].Receipt = true, receipts[j]
+		in.recent[keys[i]] = recentSubmit{at: now, rec: pendingRecord(tasks[i], receipts[j], now)}
+	}
+	in.mu.Unlock()
+	return subs, nil
+}
+
+// recentSubmit is a task SubmitUnique submitted that the view may not
+// have read back yet.
+type recentSubmit struct {
+	at  time.Time
+	rec onceq.TaskRecord
+}
+
+// recentTTL is how long SubmitUnique remembers a task it submitted that
+// the view has not read back (the view drops it as soon as it does).
+const recentTTL = time.Minute
+
+// known returns the task's record as the view has it or, if the view has
+// not read it yet, as this process submitted it.
+func (in *Inspector) known(ctx context.Context, queue, id, key string) (onceq.TaskRecord, error) {
+	r, err := in.Get(ctx, queue, id)
+	if err == nil || !errors.Is(err, ErrNotFound) && !errors.Is(err, ErrNoQueue) {
+		return r, err
+	}
+	in.mu.Lock()
+	rs, ok := in.recent[key]
+	in.mu.Unlock()
+	if ok && in.cfg.now().Sub(rs.at) < recentTTL {
+		return rs.rec, nil
+	}
+	return r, err
+}
+
+// pendingRecord is the record SubmitPending wrote for a task, as far as
+// its receipt tells.
+func pendingRecord(t onceq.Task, rc producer.Receipt, now time.Time) onceq.TaskRecord {
+	r := onceq.TaskRecord{ID: t.ID, Queue: t.Queue, State: onceq.StatePending, MaxAttempts: t.MaxAttempts, Enqueued: now}
+	if rc.Delayed {
+		r.State = onceq.StateScheduled
+		r.Due = t.Due
+		if r.Due.IsZero() {
+			r.Due = now.Add(t.Delay)
+		}
+	}
+	return r
+}
+
+// lockIDs locks the stripes of keys, in order, and returns their unlock:
+// one process never submits the same ID from two calls at once.
+func (in *Inspector) lockIDs(keys []string) func() {
+	var stripes []int
+	for _, k := range keys {
+		stripes = append(stripes, int(hashKey(k)%uint64(len(in.idLocks))))
+	}
+	slices.Sort(stripes)
+	stripes = slices.Compact(stripes)
+	for _, s := range stripes {
+		in.idLocks[s].Lock()
+	}
+	return func() {
+		for _, s := range slices.Backward(stripes) {
+			in.idLocks[s].Unlock()
+		}
+	}
+}

@@ -1,0 +1,85 @@
+package inspect_test
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/onceq/onceq"
+	"github.com/onceq/onceq/broker"
+	"github.com/onceq/onceq/inspect"
+	"github.com/onceq/onceq/internal/testutil"
+	"github.com/onceq/onceq/producer"
+)
+
+// TestSubmitUnique: an unknown ID is submitted with its pending record
+// and answered New; asked again, on this view or another process's, it
+// is known and nothing more is written; a finished task answers with its final record; bad calls write
+// nothing.
+func TestSubmitUnique(t *testing.T) {
+	_, conn := testutil.StartBroker(t, "")
+	testutil.CreateTopic(t, conn, "u", 4)
+	p, err := producer.New(producer.Conn(conn))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	in := open(t, conn)
+	ctx := ctxT(t)
+
+	subs, err := in.SubmitUnique(ctx, p, onceq.Task{Queue: "u", ID: "a"}, onceq.Task{Queue: "u", ID: "later", Delay: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range subs {
+		if !s.New || s.Receipt.Offset < 0 {
+			t.Fatalf("first SubmitUnique: %+v; want New with its receipt", s)
+		}
+	}
+	if !subs[1].Receipt.Delayed {
+		t.Fatalf("delayed task's receipt: %+v", subs[1].Receipt)
+	}
+	subs, err = in.SubmitUnique(ctx, p, onceq.Task{Queue: "u", ID: "a"}, onceq.Task{Queue: "u", ID: "later", Delay: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if subs[0].New || subs[0].Record.State != onceq.StatePending || subs[1].New || subs[1].Record.State != onceq.StateScheduled {
+		t.Fatalf("second SubmitUnique: %+v; want both known, pending and scheduled", subs)
+	}
+	// Another process's view knows them from the records topic.
+	other := open(t, conn)
+	subs, err = other.SubmitUnique(ctx, p, onceq.Task{Queue: "u", ID: "a"})
+	if err != nil || subs[0].New || subs[0].Record.State != onceq.StatePending || subs[0].Record.Worker != "" {
+		t.Fatalf("SubmitUnique on a fresh view: %+v, %v; want known pending", subs, err)
+	}
+
+	// A worker's record of the task finishing.
+	now := time.Now().Truncate(time.Millisecond)
+	done := onceq.TaskRecord{ID: "a", Queue: "u", State: onceq.StateSucceeded, Attempt: 1, Worker: "w-1", Enqueued: now, Started: now, Finished: now, Result: []byte("42")}
+	newWriter(t, conn).write(false, done)
+	if _, err := other.Wait(ctx, "u", "a"); err != nil {
+		t.Fatal(err)
+	}
+	subs, err = other.SubmitUnique(ctx, p, onceq.Task{Queue: "u", ID: "a"})
+	if err != nil || subs[0].New || subs[0].Record.State != onceq.StateSucceeded || string(subs[0].Record.Result) != "42" {
+		t.Fatalf("SubmitUnique of a finished task: %+v, %v; want known succeeded with its result", subs, err)
+	}
+
+	if _, err := in.SubmitUnique(ctx, p, onceq.Task{Queue: "u", ID: "x"}, onceq.Task{Queue: "u", ID: "x"}); !errors.Is(err, inspect.ErrDuplicateID) {
+		t.Fatalf("an ID twice in one call: %v; want ErrDuplicateID", err)
+	}
+	if _, err := in.SubmitUnique(ctx, p, onceq.Task{Queue: "u", ID: "y"}, onceq.Task{Queue: "u"}); !errors.Is(err, producer.ErrNoID) {
+		t.Fatalf("a task without an ID: %v; want producer.ErrNoID", err)
+	}
+	if _, err := in.SubmitUnique(ctx, p, onceq.Task{Queue: "bad queue", ID: "z"}); err == nil {
+		t.Fatal("a bad queue name was accepted")
+	}
+	// Written: the two first tasks (one in the queue, one in a delay
+	// bucket) and their two records, nothing of the refused calls.
+	if recs := testutil.ReadCommitted(t, conn, 3*time.Second, "u"); len(recs) != 1 || string(recs[0].Key) != "a" {
+		t.Fatalf("queue u holds %d tasks; want the one of a", len(recs))
+	}
+	if recs := testutil.ReadCommitted(t, conn, 3*time.Second, broker.RecordsTopic("u")); len(recs) != 3 {
+		t.Fatalf("records topic holds %d records; want a's and later's pending ones and a's succeeded", len(recs))
+	}
+}
