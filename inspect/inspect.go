@@ -104,7 +104,12 @@ func Open(opts ...Opt) (*Inspector, error) {
 		// filters make that miss one probe per sstable.
 		popts.Levels[i].FilterPolicy = bloom.FilterPolicy(10)
 	}
-	popts.ApplyCompressionSettings(func() pebble.DBCompressionSettings { return pebble.DBCompressionBalanced })
+	popts.ApplyCompressionSettings(func() pebble.DBCompressionSettings { return pebble.DBCompressionFastest })
+	// The view is rebuilt from the records topics: it needs no WAL. A
+	// batch (a fetch's records with their partition's next offset) lands
+	// in one memtable, so a store that lost its memtables to a crash
+	// resumes from the offsets of what it flushed.
+	popts.DisableWAL = true
 	dir := cfg.dir
 	if dir == "" {
 		popts.FS, dir = vfs.NewMem(), "view"
@@ -149,7 +154,12 @@ func (in *Inspector) Close() error {
 	}
 	in.wg.Wait()
 	in.adm.Close()
-	return in.db.Close()
+	// Without a WAL, what the memtable holds is kept by a flush only.
+	var err error
+	if in.cfg.dir != "" {
+		err = in.db.Flush()
+	}
+	return errors.Join(err, in.db.Close())
 }
 
 // Get returns the task's last record: its state, attempt, times, error

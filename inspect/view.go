@@ -198,21 +198,33 @@ func (in *Inspector) followLoop(cl *kgo.Client) {
 			in.cfg.log.Warn("reading task records", "topic", topic, "partition", p, "err", err)
 		})
 		fs.EachPartition(func(fp kgo.FetchTopicPartition) {
-			if len(fp.Records) == 0 {
-				return
-			}
-			if err := in.apply(fp.Topic, fp.Partition, fp.Records); err != nil {
-				if in.ctx.Err() == nil {
-					in.cfg.log.Error("applying task records: the view stops following them", "topic", fp.Topic, "err", err)
+			for recs := fp.Records; len(recs) > 0; {
+				n, size := 0, 0
+				for n < len(recs) && (n == 0 || size < applyBatchBytes) {
+					size += len(recs[n].Value)
+					n++
 				}
+				if err := in.apply(fp.Topic, fp.Partition, recs[:n], size); err != nil {
+					if in.ctx.Err() == nil {
+						in.cfg.log.Error("applying task records: the view stops following them", "topic", fp.Topic, "err", err)
+					}
+					return
+				}
+				recs = recs[n:]
 			}
 		})
 	}
 }
 
-// apply writes a partition's fetched records into the view in one batch,
-// with the partition's next offset, then counts them and wakes waiters.
-func (in *Inspector) apply(topic string, partition int32, recs []*kgo.Record) error {
+// applyBatchBytes bounds the records that one view batch applies: a
+// Pebble batch past half a memtable is flushed on its own, and a large
+// one is copied each time it grows.
+const applyBatchBytes = 4 << 20
+
+// apply writes records of a partition, size bytes of values, into the
+// view in one batch, with the partition's next offset, then counts them
+// and wakes waiters.
+func (in *Inspector) apply(topic string, partition int32, recs []*kgo.Record, size int) error {
 	queue, ok := broker.QueueOfRecords(topic)
 	if !ok {
 		return nil
@@ -225,7 +237,9 @@ func (in *Inspector) apply(topic string, partition int32, recs []*kgo.Record) er
 	if q == nil {
 		return nil // a load that failed: the next one reads again
 	}
-	b := in.db.NewBatch()
+	// Each line's value is the line and its meta; its keys and index entry
+	// are under 80 bytes more for IDs of UUID length.
+	b := in.db.NewBatchWithSize(size + size/2)
 	defer b.Close()
 	touched := map[string]meta{} // this batch's records, newer than the store
 	var counts [8]int64
