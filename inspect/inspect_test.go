@@ -247,3 +247,33 @@ func TestErrors(t *testing.T) {
 		t.Fatalf("bad options: %v", err)
 	}
 }
+
+// TestStatsDue: the scheduled and retrying tasks count by when they fall
+// due, the overdue ones with the oldest due time; a task that moved on
+// counts no more.
+func TestStatsDue(t *testing.T) {
+	_, conn := testutil.StartBroker(t, "")
+	testutil.CreateTopic(t, conn, broker.RecordsTopic("q"), 2)
+	w := newWriter(t, conn)
+	now := time.Now().Truncate(time.Millisecond)
+	sched := func(id string, due time.Time) onceq.TaskRecord {
+		return onceq.TaskRecord{ID: id, Queue: "q", State: onceq.StateScheduled, Enqueued: now, Due: due}
+	}
+	overdue := rec("late", onceq.StateRetrying, 1, now.Add(-time.Minute))
+	overdue.Due = now.Add(-2 * time.Second)
+	w.write(false, sched("soon", now.Add(30*time.Second)), sched("hours", now.Add(2*time.Hour)), sched("moved", now.Add(time.Minute/2)),
+		sched("days", now.Add(72*time.Hour)), overdue, rec("done", onceq.StateSucceeded, 1, now))
+	w.write(false, rec("moved", onceq.StateSucceeded, 1, now))
+	in := open(t, conn)
+	st, err := in.Stats(ctxT(t), "q")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]int64{"1m": 2, "1h": 2, "1d": 3}
+	if fmt.Sprint(st.DueWithin) != fmt.Sprint(want) || st.Overdue != 1 || !st.OldestDue.Equal(overdue.Due) {
+		t.Fatalf("due: within %v, overdue %d, oldest %v; want within %v, overdue 1, oldest %v", st.DueWithin, st.Overdue, st.OldestDue, want, overdue.Due)
+	}
+	if st.Tasks[onceq.StateScheduled] != 3 || st.Tasks[onceq.StateRetrying] != 1 || st.Tasks[onceq.StateSucceeded] != 2 {
+		t.Fatalf("tasks: %v", st.Tasks)
+	}
+}

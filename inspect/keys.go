@@ -17,10 +17,12 @@ import (
 //
 //	r <queue> 0 <id>                          -> meta, then the record's JSON line
 //	i <queue> 0 <state> <last time, 8 bytes BE ms> <id>  -> (empty): the index
+//	d <queue> 0 <due, 8 bytes BE ms> <id>     -> (empty): scheduled and retrying tasks by due time
 //	o <topic> 0 <partition, 4 bytes BE>       -> next offset, 8 bytes BE
 const (
 	prefixRecord = 'r'
 	prefixIndex  = 'i'
+	prefixDue    = 'd'
 	prefixOffset = 'o'
 )
 
@@ -30,9 +32,10 @@ type meta struct {
 	state  byte  // index in onceq.TaskStates
 	last   int64 // unix ms of its last transition
 	worker bool  // a worker wrote it (not a producer's pending record)
+	due    int64 // unix ms it is due, when scheduled or retrying; else 0
 }
 
-const metaLen = 10
+const metaLen = 18
 
 // put writes m into b, metaLen bytes.
 func (m meta) put(b []byte) {
@@ -42,13 +45,24 @@ func (m meta) put(b []byte) {
 	if m.worker {
 		b[9] = 1
 	}
+	binary.BigEndian.PutUint64(b[10:18], uint64(m.due))
 }
 
 func decodeMeta(v []byte) (meta, []byte, error) {
 	if len(v) < metaLen || int(v[0]) >= len(onceq.TaskStates) || v[9] > 1 {
 		return meta{}, nil, errors.New("inspect: corrupt view record: rebuild the view (remove its directory)")
 	}
-	return meta{state: v[0], last: int64(binary.BigEndian.Uint64(v[1:9])), worker: v[9] == 1}, v[metaLen:], nil
+	return meta{state: v[0], last: int64(binary.BigEndian.Uint64(v[1:9])), worker: v[9] == 1,
+		due: int64(binary.BigEndian.Uint64(v[10:18]))}, v[metaLen:], nil
+}
+
+// dueOf is when a record's task is due, in unix ms, if it waits for a
+// time (scheduled or retrying); else 0.
+func dueOf(r *onceq.TaskRecord) int64 {
+	if (r.State == onceq.StateScheduled || r.State == onceq.StateRetrying) && !r.Due.IsZero() {
+		return max(r.Due.UnixMilli(), 1)
+	}
+	return 0
 }
 
 func stateIndex(s onceq.TaskState) byte {
@@ -77,6 +91,11 @@ func indexPrefix(queue string, state byte) []byte {
 func indexKey(queue string, m meta, id string) []byte {
 	k := indexPrefix(queue, m.state)
 	k = binary.BigEndian.AppendUint64(k, uint64(m.last))
+	return append(k, id...)
+}
+
+func dueKey(queue string, due int64, id string) []byte {
+	k := binary.BigEndian.AppendUint64(queuePrefix(prefixDue, queue), uint64(due))
 	return append(k, id...)
 }
 

@@ -2,10 +2,15 @@ package inspect
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
 	"slices"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
 
 	"github.com/onceq/onceq"
+	"github.com/onceq/onceq/delay"
 )
 
 // QueueStats is what a queue holds and how its consumer groups keep up.
@@ -14,6 +19,13 @@ type QueueStats struct {
 	Paused bool   `json:"paused"`
 	// Tasks counts the retained tasks by state, from their records.
 	Tasks map[onceq.TaskState]int64 `json:"tasks"`
+	// DueWithin counts the scheduled and retrying tasks due within each
+	// horizon of delay.Horizons ("1m", "1h", "1d") from now, the overdue
+	// ones included; Overdue counts those past their due time and not
+	// yet started, OldestDue is the earliest of those.
+	DueWithin map[string]int64 `json:"due_within"`
+	Overdue   int64            `json:"overdue"`
+	OldestDue time.Time        `json:"oldest_due,omitzero"`
 	// Groups are the consumer groups with offsets committed on the queue.
 	Groups []GroupStats `json:"groups"`
 }
@@ -41,6 +53,9 @@ func (in *Inspector) Stats(ctx context.Context, queue string) (QueueStats, error
 		return QueueStats{}, err
 	}
 	st := QueueStats{Queue: queue, Paused: paused[queue], Tasks: counts}
+	if err := in.dueStats(queue, &st); err != nil {
+		return st, err
+	}
 	listed, err := in.adm.Kadm().ListGroups(ctx)
 	if err != nil {
 		return st, fmt.Errorf("inspect: listing the consumer groups: %w", err)
@@ -65,4 +80,39 @@ func (in *Inspector) Stats(ctx context.Context, queue string) (QueueStats, error
 	}
 	slices.SortFunc(st.Groups, func(a, b GroupStats) int { return cmpStrings(a.Group, b.Group) })
 	return st, nil
+}
+
+// dueStats fills st's due counts from the queue's due index, reading it
+// up to the longest horizon.
+func (in *Inspector) dueStats(queue string, st *QueueStats) error {
+	now := in.cfg.now().UnixMilli()
+	st.DueWithin = map[string]int64{}
+	for _, h := range delay.Horizons {
+		st.DueWithin[h.Name] = 0 // every horizon shows, zero or not
+	}
+	longest := delay.Horizons[len(delay.Horizons)-1].D.Milliseconds()
+	prefix := queuePrefix(prefixDue, queue)
+	upper := binary.BigEndian.AppendUint64(append([]byte(nil), prefix...), uint64(now+longest+1))
+	it, err := in.db.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: upper})
+	if err != nil {
+		return in.dbErr(err)
+	}
+	for ok := it.First(); ok; ok = it.Next() {
+		due, _ := indexID(it.Key(), len(prefix))
+		if due <= now {
+			if st.Overdue == 0 {
+				st.OldestDue = time.UnixMilli(due)
+			}
+			st.Overdue++
+		}
+		for _, h := range delay.Horizons {
+			if due <= now+h.D.Milliseconds() {
+				st.DueWithin[h.Name]++
+			}
+		}
+	}
+	if err := it.Close(); err != nil {
+		return in.dbErr(err)
+	}
+	return nil
 }

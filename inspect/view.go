@@ -269,7 +269,7 @@ func (in *Inspector) apply(topic string, partition int32, recs []*kgo.Record, si
 				continue
 			}
 			key := recordKey(queue, tr.ID)
-			m := meta{state: stateIndex(tr.State), last: lastTime(tr, r.Timestamp), worker: tr.Worker != ""}
+			m := meta{state: stateIndex(tr.State), last: lastTime(tr, r.Timestamp), worker: tr.Worker != "", due: dueOf(tr)}
 			old, had, err := in.stored(q, key, touched)
 			if err != nil {
 				return err
@@ -281,6 +281,11 @@ func (in *Inspector) apply(topic string, partition int32, recs []*kgo.Record, si
 				counts[old.state]--
 				if err := b.Delete(indexKey(queue, old, tr.ID), nil); err != nil {
 					return err
+				}
+				if old.due != 0 {
+					if err := b.Delete(dueKey(queue, old.due, tr.ID), nil); err != nil {
+						return err
+					}
 				}
 			}
 			counts[m.state]++
@@ -296,6 +301,11 @@ func (in *Inspector) apply(topic string, partition int32, recs []*kgo.Record, si
 			}
 			if err := b.Set(indexKey(queue, m, tr.ID), nil, nil); err != nil {
 				return err
+			}
+			if m.due != 0 {
+				if err := b.Set(dueKey(queue, m.due, tr.ID), nil, nil); err != nil {
+					return err
+				}
 			}
 			if tr.State.Final() {
 				finals = append(finals, key)
@@ -384,7 +394,7 @@ func (in *Inspector) countQueue(q *queueView) error {
 // dropQueue forgets everything of a queue, to read it again from the
 // start.
 func (in *Inspector) dropQueue(q *queueView) error {
-	for _, p := range []byte{prefixRecord, prefixIndex, prefixOffset} {
+	for _, p := range []byte{prefixRecord, prefixIndex, prefixDue, prefixOffset} {
 		name := q.queue
 		if p == prefixOffset {
 			name = q.topic
@@ -460,6 +470,10 @@ func (in *Inspector) sweep(q *queueView) error {
 				return err
 			}
 			key := recordKey(q.queue, id)
+			if err := in.deleteDue(b, q.queue, key, id, onceq.TaskStates[i]); err != nil {
+				it.Close()
+				return err
+			}
 			if err := b.Delete(key, nil); err != nil {
 				it.Close()
 				return err
@@ -486,4 +500,25 @@ func (in *Inspector) sweep(q *queueView) error {
 	}
 	in.mu.Unlock()
 	return nil
+}
+
+// deleteDue deletes the due index entry of a task in state st, if it
+// has one, whose record the batch is deleting.
+func (in *Inspector) deleteDue(b *pebble.Batch, queue string, key []byte, id string, st onceq.TaskState) error {
+	if st != onceq.StateScheduled && st != onceq.StateRetrying {
+		return nil
+	}
+	v, closer, err := in.db.Get(key)
+	if errors.Is(err, pebble.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	m, _, err := decodeMeta(v)
+	closer.Close()
+	if err != nil || m.due == 0 {
+		return err
+	}
+	return b.Delete(dueKey(queue, m.due, id), nil)
 }

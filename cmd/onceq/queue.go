@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/onceq/onceq"
+	"github.com/onceq/onceq/delay"
 	"github.com/onceq/onceq/inspect"
 )
 
@@ -108,8 +109,11 @@ func newQueueStatsCmd(g *globals, timeout *time.Duration) *cobra.Command {
 		Long: `Show, for each queue (without arguments, every queue that has task records): whether
 it is paused, its retained tasks by state (from their task records), and for each
 consumer group with offsets on it, its state, members and the tasks waiting (the
-records past its committed offsets). Tasks waiting in the delay buckets are in
-onceq delay stats.`,
+records past its committed offsets). The scheduled and retrying tasks with task
+records (submitted with produce --unique or over HTTP, and every retry) are
+counted by when they fall due: within 1m, 1h and 1d, and overdue (past their due
+time, not yet started) with the oldest due time. Every task in the delay buckets,
+with or without a record, is counted per bucket by onceq delay stats.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			for _, q := range args {
 				if err := onceq.ValidateQueue(q); err != nil {
@@ -145,6 +149,14 @@ onceq delay stats.`,
 					fmt.Fprintf(g.stdout, "%s (paused %v)\n  tasks:", st.Queue, st.Paused)
 					for _, s := range onceq.TaskStates {
 						fmt.Fprintf(g.stdout, " %s=%d", s, st.Tasks[s])
+					}
+					fmt.Fprintln(g.stdout)
+					fmt.Fprintf(g.stdout, "  due: overdue=%d", st.Overdue)
+					if st.Overdue > 0 {
+						fmt.Fprintf(g.stdout, " (oldest %s)", st.OldestDue.UTC().Format(time.RFC3339))
+					}
+					for _, h := range delay.Horizons {
+						fmt.Fprintf(g.stdout, " within-%s=%d", h.Name, st.DueWithin[h.Name])
 					}
 					fmt.Fprintln(g.stdout)
 					for _, gr := range st.Groups {

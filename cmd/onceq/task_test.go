@@ -80,6 +80,10 @@ func TestTaskCommands(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "state     scheduled") {
 		t.Fatalf("task get of a task produce --unique submitted: exit %d\n%s", code, out)
 	}
+	code, out, _ = runCLI(t, "", "--brokers", addr, "queue", "stats", "jobs")
+	if code != 0 || !strings.Contains(out, "due: overdue=0 within-1m=0 within-1h=1 within-1d=1") {
+		t.Fatalf("queue stats with a task due in an hour: exit %d\n%s", code, out)
+	}
 	code, _, stderr = runCLI(t, "", "--brokers", addr, "task", "get", "jobs", "never-submitted")
 	if code != exitFailure || !strings.Contains(stderr, "no record of the task") {
 		t.Fatalf("task get of an unknown ID: exit %d: %s", code, stderr)
