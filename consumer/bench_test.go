@@ -309,8 +309,9 @@ func (l *restoreLog) restored() (records int, slowest time.Duration, parts int) 
 
 // BenchmarkTaskRecords drains a pre-loaded queue of 100-byte tasks (8
 // partitions, generated IDs) with an exactly-once noop worker, with task
-// records on (one record per task in its transaction) and off, side by
-// side in alternating order, and reports both rates and their ratio. Run:
+// records on (a JSON line per task, one Kafka record per partition per
+// commit) and off, side by side in alternating order, and reports both
+// rates and their ratio. Run:
 //
 //	go test ./consumer -run '^$' -bench TaskRecords -benchtime 4x
 func BenchmarkTaskRecords(b *testing.B) {
