@@ -10,12 +10,13 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/onceq/onceq/broker"
+	"github.com/onceq/onceq/internal/table"
 )
 
 // Reader follows the control topic: which tasks are canceled and which
 // queues are paused. It is safe for concurrent use.
 type Reader struct {
-	cl  *kgo.Client
+	f   *table.Follower
 	log *slog.Logger
 
 	// Every task asks Canceled and Paused: while nothing is canceled or
@@ -28,8 +29,6 @@ type Reader struct {
 	paused   map[string]bool
 	nPaused  int
 	onPause  func(queue string, paused bool)
-
-	done chan struct{}
 }
 
 // Open reads the control topic (creating it if needed) up to its end as
@@ -38,70 +37,16 @@ type Reader struct {
 // every change of a queue's pause state, those read before Open returns
 // included, on the Reader's goroutine.
 func Open(ctx context.Context, conn broker.Conn, log *slog.Logger, onPause func(queue string, paused bool)) (*Reader, error) {
-	adm, err := broker.NewAdmin(conn)
+	r := &Reader{log: log, canceled: map[string]map[string]struct{}{}, paused: map[string]bool{}, onPause: onPause}
+	f, err := table.Follow(ctx, conn, Topic, log, r.apply)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("control: %w", err)
 	}
-	defer adm.Close()
-	if err := Ensure(ctx, adm); err != nil {
-		return nil, err
-	}
-	ends, err := adm.Kadm().ListCommittedOffsets(ctx, Topic)
-	if err == nil {
-		err = ends.Error()
-	}
-	if err != nil {
-		return nil, fmt.Errorf("control: end of %s: %w", Topic, err)
-	}
-	end := int64(0)
-	if o, ok := ends.Lookup(Topic, 0); ok {
-		end = o.Offset
-	}
-	cl, err := conn.NewClient(
-		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{Topic: {0: kgo.NewOffset().AtStart()}}),
-		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
-		kgo.KeepControlRecords(), // markers take offsets: how the end is known
-		kgo.WithLogger(broker.KgoLogger(log)),
-	)
-	if err != nil {
-		return nil, err
-	}
-	r := &Reader{cl: cl, log: log, canceled: map[string]map[string]struct{}{}, paused: map[string]bool{}, onPause: onPause, done: make(chan struct{})}
-	pos := int64(0)
-	for pos < end {
-		fs := cl.PollFetches(ctx)
-		if err := ctx.Err(); err != nil {
-			cl.Close()
-			return nil, fmt.Errorf("control: reading %s: %w", Topic, err)
-		}
-		fs.EachRecord(func(rec *kgo.Record) {
-			r.apply(rec)
-			pos = rec.Offset + 1
-		})
-	}
-	go r.follow()
+	r.f = f
 	return r, nil
 }
 
-// follow applies what the topic gets until Close.
-func (r *Reader) follow() {
-	defer close(r.done)
-	for {
-		fs := r.cl.PollFetches(context.Background())
-		if fs.IsClientClosed() {
-			return
-		}
-		fs.EachError(func(_ string, _ int32, err error) {
-			r.log.Warn("reading the control topic", "err", err)
-		})
-		fs.EachRecord(r.apply)
-	}
-}
-
 func (r *Reader) apply(rec *kgo.Record) {
-	if rec.Attrs.IsControl() {
-		return
-	}
 	e, err := Decode(rec.Key, rec.Value)
 	if err != nil {
 		r.log.Warn("control record skipped", "offset", rec.Offset, "err", err)
@@ -164,10 +109,7 @@ func (r *Reader) Paused(queue string) bool {
 }
 
 // Close stops following the topic.
-func (r *Reader) Close() {
-	r.cl.Close()
-	<-r.done
-}
+func (r *Reader) Close() { r.f.Close() }
 
 // PausedQueues returns the queues paused now.
 func (r *Reader) PausedQueues() map[string]bool {

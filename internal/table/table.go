@@ -1,0 +1,96 @@
+// Package table reads a compacted topic of one partition as a table: to
+// its end before Follow returns, so that the caller starts from the state
+// the topic held, then as it changes. onceq's control topic and its token
+// store are such tables.
+package table
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/onceq/onceq/broker"
+)
+
+// A Follower applies a topic's records until Close.
+type Follower struct {
+	cl   *kgo.Client
+	done chan struct{}
+}
+
+// Follow creates topic if it does not exist (with one partition and
+// cleanup.policy=compact), reads it as a read_committed consumer up to its
+// last stable offset as of the call, and follows it from then on. apply is
+// called with every record but transaction markers, in offset order, on
+// one goroutine at a time: before Follow returns for what the topic held,
+// on the Follower's goroutine after.
+func Follow(ctx context.Context, conn broker.Conn, topic string, log *slog.Logger, apply func(*kgo.Record)) (*Follower, error) {
+	adm, err := broker.NewAdmin(conn)
+	if err != nil {
+		return nil, err
+	}
+	defer adm.Close()
+	if err := adm.EnsureTopic(ctx, topic, 1, map[string]string{"cleanup.policy": "compact"}); err != nil {
+		return nil, fmt.Errorf("creating %s: %w", topic, err)
+	}
+	ends, err := adm.Kadm().ListCommittedOffsets(ctx, topic)
+	if err == nil {
+		err = ends.Error()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("end of %s: %w", topic, err)
+	}
+	end := int64(0)
+	if o, ok := ends.Lookup(topic, 0); ok {
+		end = o.Offset
+	}
+	cl, err := conn.NewClient(
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: {0: kgo.NewOffset().AtStart()}}),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.KeepControlRecords(), // markers take offsets: how the end is known
+		kgo.WithLogger(broker.KgoLogger(log)),
+	)
+	if err != nil {
+		return nil, err
+	}
+	each := func(rec *kgo.Record) {
+		if !rec.Attrs.IsControl() {
+			apply(rec)
+		}
+	}
+	for pos := int64(0); pos < end; {
+		fs := cl.PollFetches(ctx)
+		if err := ctx.Err(); err != nil {
+			cl.Close()
+			return nil, fmt.Errorf("reading %s: %w", topic, err)
+		}
+		fs.EachRecord(func(rec *kgo.Record) {
+			each(rec)
+			pos = rec.Offset + 1
+		})
+	}
+	f := &Follower{cl: cl, done: make(chan struct{})}
+	go func() {
+		defer close(f.done)
+		for {
+			fs := cl.PollFetches(context.Background())
+			if fs.IsClientClosed() {
+				return
+			}
+			fs.EachError(func(_ string, _ int32, err error) {
+				log.Warn("reading a table topic", "topic", topic, "err", err)
+			})
+			fs.EachRecord(each)
+		}
+	}()
+	return f, nil
+}
+
+// Close stops following the topic and returns once apply will not be
+// called again.
+func (f *Follower) Close() {
+	f.cl.Close()
+	<-f.done
+}
