@@ -96,7 +96,7 @@ type stored struct {
 func decode(key, val []byte) (Token, [32]byte, error) {
 	var hash [32]byte
 	id := string(key)
-	if !validID(id) {
+	if !ValidID(id) {
 		return Token{}, hash, fmt.Errorf("auth: key %q is no token ID", id)
 	}
 	if val == nil {
@@ -123,7 +123,9 @@ const (
 
 var secretLen = base64.RawURLEncoding.EncodedLen(secretBytes)
 
-func validID(id string) bool {
+// ValidID reports whether id is a token ID: the 16 hex digits after
+// "oq_".
+func ValidID(id string) bool {
 	if len(id) != idLen {
 		return false
 	}
@@ -138,7 +140,7 @@ func parse(tok string) (id, secret string, ok bool) {
 		return "", "", false
 	}
 	id, secret = rest[:idLen], rest[idLen+1:]
-	return id, secret, validID(id)
+	return id, secret, ValidID(id)
 }
 
 type entry struct {

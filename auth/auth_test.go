@@ -100,7 +100,7 @@ func FuzzDecode(f *testing.F) {
 		if err != nil {
 			return
 		}
-		if !validID(tok.ID) {
+		if !ValidID(tok.ID) {
 			t.Fatalf("accepted ID %q", tok.ID)
 		}
 		if val != nil && ValidateNamespace(tok.Namespace) != nil {

@@ -35,7 +35,8 @@ var ErrDuplicateID = errors.New("inspect: a task ID appears twice in one SubmitU
 // it was new or, with its record, already known. The plain Submit stays
 // the fast path: it does not ask.
 //
-// Every task needs an ID of its own (producer.ErrNoID). Within one process
+// A task without an ID is new: it gets a generated one, which its
+// Submission and Receipt tell. Within one process
 // SubmitUnique answers "known" for an ID it submitted a moment ago even
 // before the view has read it back. Across processes, two calls for a new
 // ID at the same moment may both submit it: both say New, and the
@@ -43,11 +44,11 @@ var ErrDuplicateID = errors.New("inspect: a task ID appears twice in one SubmitU
 func (in *Inspector) SubmitUnique(ctx context.Context, p *producer.Producer, tasks ...onceq.Task) ([]Submission, error) {
 	keys := make([]string, len(tasks))
 	for i, t := range tasks {
-		if t.ID == "" {
-			return nil, fmt.Errorf("inspect: task %d: %w", i, producer.ErrNoID)
-		}
 		if err := onceq.ValidateQueue(t.Queue); err != nil {
-			return nil, fmt.Errorf("inspect: task %s: %w", t.ID, err)
+			return nil, fmt.Errorf("inspect: task %d: %w", i, err)
+		}
+		if t.ID == "" {
+			continue
 		}
 		if err := onceq.ValidateID(t.ID); err != nil {
 			return nil, fmt.Errorf("inspect: task %d: %w", i, err)
@@ -62,6 +63,10 @@ func (in *Inspector) SubmitUnique(ctx context.Context, p *producer.Producer, tas
 	subs := make([]Submission, len(tasks))
 	var fresh []int // the indexes of the tasks to submit
 	for i, t := range tasks {
+		if t.ID == "" {
+			fresh = append(fresh, i)
+			continue
+		}
 		subs[i].ID = t.ID
 		r, err := in.known(ctx, t.Queue, t.ID, keys[i])
 		switch {
@@ -93,8 +98,10 @@ func (in *Inspector) SubmitUnique(ctx context.Context, p *producer.Producer, tas
 	now := in.cfg.now()
 	in.mu.Lock()
 	for j, i := range fresh {
-		subs[i].New, subs[i].Receipt = true, receipts[j]
-		in.recent[keys[i]] = recentSubmit{at: now, rec: pendingRecord(tasks[i], receipts[j], now)}
+		subs[i].ID, subs[i].New, subs[i].Receipt = receipts[j].ID, true, receipts[j]
+		if keys[i] != "" {
+			in.recent[keys[i]] = recentSubmit{at: now, rec: pendingRecord(tasks[i], receipts[j], now)}
+		}
 	}
 	in.mu.Unlock()
 	return subs, nil
@@ -146,7 +153,9 @@ func pendingRecord(t onceq.Task, rc producer.Receipt, now time.Time) onceq.TaskR
 func (in *Inspector) lockIDs(keys []string) func() {
 	var stripes []int
 	for _, k := range keys {
-		stripes = append(stripes, int(hashKey(k)%uint64(len(in.idLocks))))
+		if k != "" {
+			stripes = append(stripes, int(hashKey(k)%uint64(len(in.idLocks))))
+		}
 	}
 	slices.Sort(stripes)
 	stripes = slices.Compact(stripes)

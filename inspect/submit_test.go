@@ -65,21 +65,23 @@ func TestSubmitUnique(t *testing.T) {
 		t.Fatalf("SubmitUnique of a finished task: %+v, %v; want known succeeded with its result", subs, err)
 	}
 
+	subs, err = in.SubmitUnique(ctx, p, onceq.Task{Queue: "u", Delay: time.Hour})
+	if err != nil || !subs[0].New || len(subs[0].ID) != 36 || subs[0].Receipt.ID != subs[0].ID {
+		t.Fatalf("SubmitUnique of a task without an ID: %+v, %v; want New with a generated ID", subs, err)
+	}
+
 	if _, err := in.SubmitUnique(ctx, p, onceq.Task{Queue: "u", ID: "x"}, onceq.Task{Queue: "u", ID: "x"}); !errors.Is(err, inspect.ErrDuplicateID) {
 		t.Fatalf("an ID twice in one call: %v; want ErrDuplicateID", err)
-	}
-	if _, err := in.SubmitUnique(ctx, p, onceq.Task{Queue: "u", ID: "y"}, onceq.Task{Queue: "u"}); !errors.Is(err, producer.ErrNoID) {
-		t.Fatalf("a task without an ID: %v; want producer.ErrNoID", err)
 	}
 	if _, err := in.SubmitUnique(ctx, p, onceq.Task{Queue: "bad queue", ID: "z"}); err == nil {
 		t.Fatal("a bad queue name was accepted")
 	}
-	// Written: the two first tasks (one in the queue, one in a delay
-	// bucket) and their two records, nothing of the refused calls.
+	// Written: the three new tasks (one in the queue, two in a delay
+	// bucket) and their records, nothing of the refused calls.
 	if recs := testutil.ReadCommitted(t, conn, 3*time.Second, "u"); len(recs) != 1 || string(recs[0].Key) != "a" {
 		t.Fatalf("queue u holds %d tasks; want the one of a", len(recs))
 	}
-	if recs := testutil.ReadCommitted(t, conn, 3*time.Second, broker.RecordsTopic("u")); len(recs) != 3 {
-		t.Fatalf("records topic holds %d records; want a's and later's pending ones and a's succeeded", len(recs))
+	if recs := testutil.ReadCommitted(t, conn, 3*time.Second, broker.RecordsTopic("u")); len(recs) != 4 {
+		t.Fatalf("records topic holds %d records; want the three pending ones and a's succeeded", len(recs))
 	}
 }

@@ -2,7 +2,6 @@ package producer
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -12,16 +11,13 @@ import (
 	"github.com/onceq/onceq/broker"
 )
 
-// ErrNoID is returned by SubmitPending for a task without an ID.
-var ErrNoID = errors.New("producer: a task recorded as pending needs an ID of your own")
-
 // SubmitPending submits a task as Submit does and, in the same
 // transaction, records it in its queue's task records
 // (broker.RecordsTopic) as pending, or as scheduled with its due time when
 // it is delayed: a reader of the records (package inspect) knows the task
-// from the moment the transaction commits, before any worker ran it. The
-// task needs an ID of your own (ErrNoID otherwise), so that the record
-// names it.
+// from the moment the transaction commits, before any worker ran it. A
+// task without an ID gets a generated one, as with Submit; Receipts tells
+// it.
 //
 // The record carries no Worker: it is the producer's, and readers never
 // let it replace a record a worker wrote for the same ID, so a duplicate
@@ -29,8 +25,13 @@ var ErrNoID = errors.New("producer: a task recorded as pending needs an ID of yo
 // records topic is created if it does not exist yet, with the queue's
 // partitions and broker.RecordsTopicConfigs.
 func (tx *Tx) SubmitPending(task onceq.Task) error {
+	now := time.Now()
 	if task.ID == "" {
-		return ErrNoID
+		id, err := tx.p.ids.next(now)
+		if err != nil {
+			return fmt.Errorf("producer: generating a task ID: %w", err)
+		}
+		task.ID, task.GeneratedID = id, true
 	}
 	// Resolved here, the task is what Submit writes (it resolves it again
 	// to the same), and the record tells its due and enqueue times.
@@ -40,7 +41,6 @@ func (tx *Tx) SubmitPending(task onceq.Task) error {
 	if task.MaxAttempts == 0 {
 		task.MaxAttempts = tx.p.cfg.defaultMaxAttempts
 	}
-	now := time.Now()
 	task.Resolve(now)
 	if err := tx.Submit(task); err != nil {
 		return err

@@ -34,8 +34,18 @@ func TestSubmitPending(t *testing.T) {
 	}); err == nil {
 		t.Fatal("the aborted transaction committed")
 	}
-	if err := p.Tx(ctx, func(tx *producer.Tx) error { return tx.SubmitPending(onceq.Task{Queue: "jobs"}) }); !errors.Is(err, producer.ErrNoID) {
-		t.Fatalf("a task without ID: %v, want ErrNoID", err)
+	var generated string
+	if err := p.Tx(ctx, func(tx *producer.Tx) error {
+		if err := tx.SubmitPending(onceq.Task{Queue: "jobs"}); err != nil {
+			return err
+		}
+		rcs, err := tx.Receipts(ctx)
+		if err == nil {
+			generated = rcs[0].ID
+		}
+		return err
+	}); err != nil || len(generated) != 36 {
+		t.Fatalf("a task without ID: %v, ID %q; want a generated UUID", err, generated)
 	}
 	recs := testutil.ReadCommitted(t, conn, 10*time.Second, broker.RecordsTopic("jobs"))
 	got := map[string]onceq.TaskRecord{}
@@ -46,7 +56,7 @@ func TestSubmitPending(t *testing.T) {
 		}
 		got[tr.ID] = tr
 	}
-	if len(got) != 2 || got["now"].State != onceq.StatePending || got["later"].State != onceq.StateScheduled || got["now"].Worker != "" {
+	if len(got) != 3 || got[generated].State != onceq.StatePending || got["now"].State != onceq.StatePending || got["later"].State != onceq.StateScheduled || got["now"].Worker != "" {
 		t.Fatalf("records: %+v", got)
 	}
 	if d := time.Until(got["later"].Due); d < 50*time.Second || d > time.Minute {

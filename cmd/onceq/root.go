@@ -153,6 +153,7 @@ Redpanda. Exit codes: 0 ok, 1 failure, 2 usage or bad input.`,
 		newDLQCmd(g),
 		newTaskCmd(g),
 		newQueueCmd(g),
+		newTokenCmd(g),
 		newBenchCmd(g),
 	)
 	return root
