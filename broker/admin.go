@@ -13,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 // ErrTopicNotFound is returned for operations on a topic that does not exist.
@@ -43,6 +44,12 @@ func (a *Admin) Close() { a.cl.Close() }
 
 // Kadm returns the underlying kadm client for what Admin does not cover.
 func (a *Admin) Kadm() *kadm.Client { return a.adm }
+
+// Forget drops what the admin's client knows of topics' metadata, a
+// topic's absence included (kgo keeps it up to a second): the next
+// request about them asks the brokers. Call it when a topic that was
+// missing may have been created since.
+func (a *Admin) Forget(topics ...string) { a.cl.PurgeTopicsFromClient(topics...) }
 
 // TopicInfo describes a topic.
 type TopicInfo struct {
@@ -165,16 +172,23 @@ func ownersText(legacy, group, queue string) string {
 // ListTopics returns topic names, sorted. Internal topics (onceq's own and
 // Kafka's) are included only when internal is true.
 func (a *Admin) ListTopics(ctx context.Context, internal bool) ([]string, error) {
-	details, err := a.adm.ListTopicsWithInternal(ctx)
+	// A metadata request of its own: kadm's listing is kept for up to
+	// MetadataMinAge, and would miss a topic created moments ago.
+	req := kmsg.NewPtrMetadataRequest()
+	resp, err := req.RequestWith(ctx, a.cl)
 	if err != nil {
 		return nil, fmt.Errorf("broker: listing topics: %w", a.conn.Explain(err))
 	}
 	var names []string
-	for _, n := range details.Names() {
-		if internal || !IsInternal(n) {
+	for _, t := range resp.Topics {
+		if t.Topic == nil || t.ErrorCode != 0 {
+			continue
+		}
+		if n := *t.Topic; internal || !IsInternal(n) {
 			names = append(names, n)
 		}
 	}
+	slices.Sort(names)
 	return names, nil
 }
 

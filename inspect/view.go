@@ -70,6 +70,9 @@ func (in *Inspector) load(q *queueView) {
 		err = ends.Error()
 	}
 	if errors.Is(err, kerr.UnknownTopicOrPartition) || err == nil && len(ends[q.topic]) == 0 {
+		// The next query asks the brokers again: a worker or a producer
+		// may create the topic any moment.
+		in.adm.Forget(q.topic)
 		fail(fmt.Errorf("inspect: queue %s: %w", q.queue, ErrNoQueue))
 		return
 	}

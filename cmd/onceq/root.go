@@ -154,6 +154,7 @@ Redpanda. Exit codes: 0 ok, 1 failure, 2 usage or bad input.`,
 		newTaskCmd(g),
 		newQueueCmd(g),
 		newTokenCmd(g),
+		newServeCmd(g),
 		newBenchCmd(g),
 	)
 	return root

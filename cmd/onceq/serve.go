@@ -1,0 +1,139 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/onceq/onceq/internal/ops"
+	"github.com/onceq/onceq/serve"
+)
+
+type serveFlags struct {
+	listen, tlsCert, tlsKey, viewDir string
+	insecure, noCreate               bool
+	partitions                       int32
+	maxPayload, maxBulk              int
+	retention, shutdown              time.Duration
+}
+
+func newServeCmd(g *globals) *cobra.Command {
+	var f serveFlags
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "Serve the HTTP API (lmstfy's paths) with tokens, /metrics and /healthz",
+		Long: `Serve onceq's HTTP API: publish (one task or a bulk array in one transaction),
+a task's state and result, waiting for it, cancel, queue size, statistics, pause
+and resume, under /api/{namespace}/{queue} as lmstfy has them. A namespace's
+queue is the topic <namespace>.<queue>, created on its first publish with
+--create-queues partitions unless --no-create-queues.
+
+Every endpoint but /healthz needs a token of the namespace (onceq token create
+NS), as the X-Token header, Authorization: Bearer or the token parameter; a
+read-only token does not write. --insecure-no-auth opens every endpoint and
+logs a warning. SIGINT or SIGTERM stops accepting requests, lets those in flight
+finish (at most --shutdown-timeout), then exits.`,
+		Example: `  onceq token create shop
+  onceq serve --listen :7700
+  curl -X PUT -H "X-Token: $TOKEN" 'localhost:7700/api/shop/emails?delay=60&tries=3' -d '{"to":"ada"}'`,
+		Args: exactArgs(0, "no arguments"),
+		RunE: func(cmd *cobra.Command, _ []string) error { return f.run(cmd.Context(), g) },
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&f.listen, "listen", "127.0.0.1:7700", "serve on this address")
+	fl.StringVar(&f.tlsCert, "tls-cert", "", "serve HTTPS with this certificate (PEM), with --tls-key")
+	fl.StringVar(&f.tlsKey, "tls-key", "", "the certificate's private key (PEM)")
+	fl.BoolVar(&f.insecure, "insecure-no-auth", false, "serve every endpoint without a token (logs a warning)")
+	fl.Int32Var(&f.partitions, "create-queues", serve.DefaultPartitions, "partitions of a queue created by its first publish")
+	fl.BoolVar(&f.noCreate, "no-create-queues", false, "refuse to publish to a queue that does not exist")
+	fl.IntVar(&f.maxPayload, "max-payload-bytes", serve.DefaultMaxPayloadBytes, "largest task payload accepted (larger: 413)")
+	fl.IntVar(&f.maxBulk, "max-bulk-bytes", serve.DefaultMaxBulkBytes, "largest bulk publish body accepted (larger: 413)")
+	fl.StringVar(&f.viewDir, "view-dir", "", "keep the task records' view in this directory (default: in memory)")
+	fl.DurationVar(&f.retention, "retention", 7*24*time.Hour, "how long finished tasks stay visible: the workers' --result-retention")
+	fl.DurationVar(&f.shutdown, "shutdown-timeout", 30*time.Second, "on SIGTERM, how long requests in flight may take to finish")
+	return cmd
+}
+
+func (f *serveFlags) check() error {
+	if err := ops.CheckAddr(f.listen); err != nil {
+		return usageError{fmt.Errorf("--listen %q: %w", f.listen, err)}
+	}
+	if (f.tlsCert == "") != (f.tlsKey == "") {
+		return usagef("--tls-cert and --tls-key go together: give both for HTTPS, or neither")
+	}
+	if f.partitions < 1 {
+		return usagef("--create-queues %d: want a partition count of 1 or more (or --no-create-queues)", f.partitions)
+	}
+	if f.shutdown <= 0 {
+		return usagef("--shutdown-timeout %v: want a positive duration such as 30s", f.shutdown)
+	}
+	return nil
+}
+
+func (f *serveFlags) run(ctx context.Context, g *globals) error {
+	if err := f.check(); err != nil {
+		return err
+	}
+	conn, err := g.conn()
+	if err != nil {
+		return err
+	}
+	var tlsCfg *tls.Config
+	if f.tlsCert != "" {
+		cert, err := tls.LoadX509KeyPair(f.tlsCert, f.tlsKey)
+		if err != nil {
+			return usageError{fmt.Errorf("--tls-cert, --tls-key: %w", err)}
+		}
+		tlsCfg = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	}
+	partitions := f.partitions
+	if f.noCreate {
+		partitions = 0
+	}
+	startCtx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	srv, err := serve.New(startCtx, serve.Conn(conn), serve.Logger(g.log), serve.Registerer(ops.NewRegistry()),
+		serve.InsecureNoAuth(f.insecure), serve.CreateQueues(partitions), serve.MaxPayloadBytes(f.maxPayload),
+		serve.MaxBulkBytes(f.maxBulk), serve.ViewDir(f.viewDir), serve.Retention(f.retention))
+	if errors.Is(err, serve.ErrConfig) {
+		return usageError{err}
+	}
+	if err != nil {
+		return err
+	}
+	defer srv.Close()
+	ln, err := net.Listen("tcp", f.listen)
+	if err != nil {
+		return fmt.Errorf("--listen %s: %w", f.listen, err)
+	}
+	if tlsCfg != nil {
+		ln = tls.NewListener(ln, tlsCfg)
+	}
+	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
+	scheme := "http"
+	if tlsCfg != nil {
+		scheme = "https"
+	}
+	g.log.Info("serving", "url", scheme+"://"+ln.Addr().String(), "auth", !f.insecure)
+	done := make(chan error, 1)
+	go func() { done <- hs.Serve(ln) }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+	}
+	g.log.Info("stopping: finishing the requests in flight", "timeout", f.shutdown)
+	sctx, scancel := context.WithTimeout(context.Background(), f.shutdown)
+	defer scancel()
+	if err := hs.Shutdown(sctx); err != nil {
+		return fmt.Errorf("stopping the server: %w", err)
+	}
+	g.log.Info("stopped")
+	return nil
+}

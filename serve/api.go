@@ -1,0 +1,473 @@
+package serve
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/onceq/onceq"
+	"github.com/onceq/onceq/inspect"
+	"github.com/onceq/onceq/producer"
+)
+
+// topicOf is the topic of a namespace's queue, <ns>.<queue>.
+func topicOf(ns, queue string) (string, error) {
+	if strings.Contains(queue, "/") {
+		return "", badRequest("queue", "%q: a queue name has no '/'", queue)
+	}
+	topic := ns + "." + queue
+	if err := onceq.ValidateQueue(queue); err != nil {
+		return "", badRequest("queue", "%v", err)
+	}
+	if err := onceq.ValidateQueue(topic); err != nil {
+		return "", badRequest("queue", "%v (the queue's topic is <namespace>.<queue>)", err)
+	}
+	return topic, nil
+}
+
+// allowParams refuses a query parameter not in names (nor token).
+func allowParams(q url.Values, names ...string) error {
+	for k := range q {
+		if k != "token" && !slices.Contains(names, k) {
+			return badRequest(k, "unknown parameter: this endpoint takes %s", strings.Join(names, ", "))
+		}
+	}
+	for k, v := range q {
+		if len(v) > 1 {
+			return badRequest(k, "given %d times: give it once", len(v))
+		}
+	}
+	return nil
+}
+
+// seconds turns an lmstfy duration, whole seconds such as "90", into a Go
+// duration's text; a Go duration ("1m30s") is taken as it is.
+func seconds(v string) string {
+	if n, err := strconv.ParseUint(v, 10, 32); err == nil {
+		return strconv.FormatUint(n, 10) + "s"
+	}
+	return v
+}
+
+// specOf reads a publish's parameters into a spec.
+func specOf(q url.Values) (onceq.Spec, error) {
+	s := onceq.Spec{ID: q.Get("id"), Delay: seconds(q.Get("delay")), TTL: seconds(q.Get("ttl")), Timeout: seconds(q.Get("timeout"))}
+	if s.TTL == "0s" {
+		s.TTL = "" // lmstfy: 0 is forever
+	}
+	if s.Delay == "0s" {
+		s.Delay = ""
+	}
+	if v := q.Get("tries"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > onceq.MaxAttemptCount {
+			return s, badRequest("tries", "%q: want a whole number of attempts from 1 to %d", v, onceq.MaxAttemptCount)
+		}
+		s.MaxAttempts = n
+	}
+	return s, nil
+}
+
+// taskError turns an error of onceq.Spec.Task or of a submission into
+// the answer to give.
+func taskError(err error) error {
+	var e *onceq.Error
+	switch {
+	case errors.As(err, &e):
+		return &apiError{status: http.StatusBadRequest, field: e.Field, msg: strings.TrimPrefix(e.Error(), "onceq: ")}
+	case errors.Is(err, producer.ErrQueueNotFound):
+		return &apiError{status: http.StatusNotFound, field: "queue", msg: "the queue does not exist and this server does not create queues (--no-create-queues): create it with onceq topics create"}
+	case errors.Is(err, inspect.ErrDuplicateID):
+		return &apiError{status: http.StatusBadRequest, field: "id", msg: err.Error()}
+	}
+	return err
+}
+
+// published is the answer to a publish.
+type published struct {
+	Msg   string `json:"msg"`
+	JobID string `json:"job_id"`
+	// New is false when the ID was known: nothing was written, and State
+	// is the task's.
+	New     bool            `json:"new"`
+	State   onceq.TaskState `json:"state,omitempty"`
+	Delayed bool            `json:"delayed,omitempty"`
+}
+
+func answer(s inspect.Submission) published {
+	if s.New {
+		return published{Msg: "published", JobID: s.ID, New: true, Delayed: s.Receipt.Delayed}
+	}
+	return published{Msg: "already known", JobID: s.ID, State: s.Record.State}
+}
+
+// publish: PUT /api/{ns}/{queue}?id=&delay=&ttl=&tries=&timeout=, the body
+// the payload. A task with an ID (an idempotency key) is submitted only
+// if its ID is unknown, with its pending record, in one transaction: 201
+// if new, 200 with its state if known. Without one it takes the fast path
+// (an acknowledged Submit, a generated ID): 201.
+func (s *Server) publish(w http.ResponseWriter, r *http.Request) {
+	topic, err := topicOf(r.PathValue("ns"), r.PathValue("queue"))
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	q := r.URL.Query()
+	if err := allowParams(q, "id", "delay", "ttl", "tries", "timeout"); err != nil {
+		writeError(w, err)
+		return
+	}
+	spec, err := specOf(q)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	spec.Queue = topic
+	if spec.Payload, err = readBody(w, r, s.cfg.maxPayload, "--max-payload-bytes"); err != nil {
+		writeError(w, err)
+		return
+	}
+	task, err := spec.Task(time.Now(), nil)
+	if err != nil {
+		writeError(w, taskError(err))
+		return
+	}
+	if task.ID == "" {
+		rc, err := s.p.Submit(r.Context(), task)
+		if err != nil {
+			writeError(w, taskError(err))
+			return
+		}
+		writeJSON(w, http.StatusCreated, published{Msg: "published", JobID: rc.ID, New: true, Delayed: rc.Delayed})
+		return
+	}
+	subs, err := s.in.SubmitUnique(r.Context(), s.p, task)
+	if err != nil {
+		writeError(w, taskError(err))
+		return
+	}
+	status := http.StatusCreated
+	if !subs[0].New {
+		status = http.StatusOK
+	}
+	writeJSON(w, status, answer(subs[0]))
+}
+
+// readBody reads a request's body, at most limit bytes: past it, 413.
+func readBody(w http.ResponseWriter, r *http.Request, limit int, flag string) ([]byte, error) {
+	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, int64(limit)))
+	var tooLarge *http.MaxBytesError
+	if errors.As(err, &tooLarge) {
+		return nil, &apiError{status: http.StatusRequestEntityTooLarge, field: "body", msg: fmt.Sprintf("body too large: at most %d bytes (the server's %s)", limit, flag)}
+	}
+	if err != nil {
+		return nil, &apiError{status: http.StatusBadRequest, field: "body", msg: "reading the body: " + err.Error()}
+	}
+	return b, nil
+}
+
+// bulk: POST /api/{ns}/{queue}/bulk, a JSON array of tasks written as
+// onceq produce's JSON lines (queue defaults to the path's, and names a
+// queue of the same namespace), submitted in one transaction, all or
+// none. The answer lists each task's ID and whether it was new.
+func (s *Server) bulk(w http.ResponseWriter, r *http.Request) {
+	ns := r.PathValue("ns")
+	if _, err := topicOf(ns, r.PathValue("queue")); err != nil {
+		writeError(w, err)
+		return
+	}
+	if err := allowParams(r.URL.Query()); err != nil {
+		writeError(w, err)
+		return
+	}
+	body, err := readBody(w, r, s.cfg.maxBulk, "--max-bulk-bytes")
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	var raws []json.RawMessage
+	dec := json.NewDecoder(bytes.NewReader(body))
+	if err := dec.Decode(&raws); err != nil || dec.More() {
+		writeError(w, badRequest("body", "want a JSON array of task objects, such as [{\"payload\":\"hi\",\"delay\":\"90s\"}]"))
+		return
+	}
+	if len(raws) == 0 {
+		writeError(w, badRequest("body", "an empty array: give at least one task"))
+		return
+	}
+	now := time.Now()
+	tasks := make([]onceq.Task, len(raws))
+	for i, raw := range raws {
+		spec, err := onceq.ParseLine(raw)
+		if err == nil {
+			if spec.Queue == "" {
+				spec.Queue = r.PathValue("queue")
+			}
+			if spec.Queue, err = topicOf(ns, spec.Queue); err == nil {
+				tasks[i], err = spec.Task(now, func(f string) string { return "[" + strconv.Itoa(i) + "]." + f })
+			}
+		}
+		if err != nil {
+			writeError(w, indexed(i, taskError(err)))
+			return
+		}
+		if len(tasks[i].Payload) > s.cfg.maxPayload {
+			writeError(w, &apiError{status: http.StatusRequestEntityTooLarge, field: fmt.Sprintf("[%d].payload", i),
+				msg: fmt.Sprintf("task %d: payload of %d bytes: at most %d (the server's --max-payload-bytes)", i, len(tasks[i].Payload), s.cfg.maxPayload)})
+			return
+		}
+	}
+	subs, err := s.in.SubmitUnique(r.Context(), s.p, tasks...)
+	if err != nil {
+		writeError(w, taskError(err))
+		return
+	}
+	out := make([]published, len(subs))
+	for i, sub := range subs {
+		out[i] = answer(sub)
+	}
+	writeJSON(w, http.StatusCreated, map[string]any{"msg": "published", "jobs": out})
+}
+
+// indexed names the array element an error is about.
+func indexed(i int, err error) error {
+	var ae *apiError
+	if errors.As(err, &ae) {
+		out := *ae
+		switch {
+		case out.field == "":
+			out.field = fmt.Sprintf("[%d]", i)
+		case !strings.HasPrefix(out.field, "["):
+			out.field = fmt.Sprintf("[%d].%s", i, ae.field)
+		}
+		out.msg = fmt.Sprintf("task %d: %s", i, ae.msg)
+		return &out
+	}
+	return err
+}
+
+// jobOf reads a job route's path.
+func jobOf(r *http.Request) (topic, id string, err error) {
+	if topic, err = topicOf(r.PathValue("ns"), r.PathValue("queue")); err != nil {
+		return "", "", err
+	}
+	id = r.PathValue("id")
+	if err := onceq.ValidateID(id); err != nil {
+		return "", "", badRequest("id", "%v", err)
+	}
+	return topic, id, nil
+}
+
+// job is a task's record as the API shows it.
+type job struct {
+	Namespace string          `json:"namespace"`
+	Queue     string          `json:"queue"`
+	JobID     string          `json:"job_id"`
+	Done      bool            `json:"done"`
+	Task      json.RawMessage `json:"task,omitempty"`
+}
+
+func jobAnswer(r *http.Request, rec onceq.TaskRecord) job {
+	return job{Namespace: r.PathValue("ns"), Queue: r.PathValue("queue"), JobID: rec.ID, Done: rec.State.Final(),
+		Task: rec.AppendJSON(nil)}
+}
+
+// lookupError turns a query's error into its answer.
+func lookupError(err error) error {
+	switch {
+	case errors.Is(err, inspect.ErrNotFound):
+		return &apiError{status: http.StatusNotFound, field: "id", msg: "job not found: " + strings.TrimPrefix(err.Error(), "inspect: ")}
+	case errors.Is(err, inspect.ErrNoQueue):
+		return &apiError{status: http.StatusNotFound, field: "queue", msg: err.Error()}
+	}
+	return err
+}
+
+// job: GET /api/{ns}/{queue}/job/{id}.
+func (s *Server) job(w http.ResponseWriter, r *http.Request) {
+	topic, id, err := jobOf(r)
+	if err == nil {
+		err = allowParams(r.URL.Query())
+	}
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	rec, err := s.in.Get(r.Context(), topic, id)
+	if err != nil {
+		writeError(w, lookupError(err))
+		return
+	}
+	writeJSON(w, http.StatusOK, jobAnswer(r, rec))
+}
+
+// DefaultWaitTimeout is a wait's timeout when the request gives none.
+const DefaultWaitTimeout = 30 * time.Second
+
+// wait: GET /api/{ns}/{queue}/job/{id}/wait?timeout=, lmstfy's synchronous
+// model: it answers once the task is final (done: true) or, at the
+// timeout, with what is known of it then (done: false).
+func (s *Server) wait(w http.ResponseWriter, r *http.Request) {
+	topic, id, err := jobOf(r)
+	if err == nil {
+		err = allowParams(r.URL.Query(), "timeout")
+	}
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	timeout := DefaultWaitTimeout
+	if v := r.URL.Query().Get("timeout"); v != "" {
+		d, err := time.ParseDuration(seconds(v))
+		if err != nil || d <= 0 || d > s.cfg.maxWait {
+			writeError(w, badRequest("timeout", "%q: want seconds (or a duration such as 90s) above 0, at most %v", v, s.cfg.maxWait))
+			return
+		}
+		timeout = d
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), timeout)
+	defer cancel()
+	rec, err := s.in.Wait(ctx, topic, id)
+	if err != nil && ctx.Err() != nil && r.Context().Err() == nil {
+		rec, err = s.in.Get(r.Context(), topic, id)
+		if errors.Is(err, inspect.ErrNotFound) {
+			writeJSON(w, http.StatusOK, job{Namespace: r.PathValue("ns"), Queue: r.PathValue("queue"), JobID: id})
+			return
+		}
+	}
+	if err != nil {
+		writeError(w, lookupError(err))
+		return
+	}
+	writeJSON(w, http.StatusOK, jobAnswer(r, rec))
+}
+
+// cancel: DELETE /api/{ns}/{queue}/job/{id}: a task that has not started
+// never starts (202, done: false, while the cancel waits for a worker to
+// end it canceled); one already final is left as it is (200, with its
+// state).
+func (s *Server) cancel(w http.ResponseWriter, r *http.Request) {
+	topic, id, err := jobOf(r)
+	if err == nil {
+		err = allowParams(r.URL.Query())
+	}
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	rec, err := s.in.Cancel(r.Context(), topic, id)
+	if err != nil {
+		writeError(w, lookupError(err))
+		return
+	}
+	if rec.State.Final() {
+		writeJSON(w, http.StatusOK, jobAnswer(r, rec))
+		return
+	}
+	writeJSON(w, http.StatusAccepted, job{Namespace: r.PathValue("ns"), Queue: r.PathValue("queue"), JobID: id})
+}
+
+// queueOf reads a queue route's path and refuses every parameter.
+func queueOf(r *http.Request) (string, error) {
+	topic, err := topicOf(r.PathValue("ns"), r.PathValue("queue"))
+	if err == nil {
+		err = allowParams(r.URL.Query())
+	}
+	return topic, err
+}
+
+// size: GET /api/{ns}/{queue}/size: the tasks waiting, the most any
+// consumer group has past its committed offsets.
+func (s *Server) size(w http.ResponseWriter, r *http.Request) {
+	topic, err := queueOf(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	st, err := s.in.Stats(r.Context(), topic)
+	if err != nil {
+		writeError(w, lookupError(err))
+		return
+	}
+	var n int64
+	for _, g := range st.Groups {
+		n = max(n, g.Waiting)
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"namespace": r.PathValue("ns"), "queue": r.PathValue("queue"), "size": n})
+}
+
+// stats: GET /api/{ns}/{queue}/stats: inspect.QueueStats.
+func (s *Server) stats(w http.ResponseWriter, r *http.Request) {
+	topic, err := queueOf(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	st, err := s.in.Stats(r.Context(), topic)
+	if err != nil {
+		writeError(w, lookupError(err))
+		return
+	}
+	writeJSON(w, http.StatusOK, st)
+}
+
+// pause: POST /api/{ns}/{queue}/pause and /resume.
+func (s *Server) pause(paused bool) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		topic, err := queueOf(r)
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		if paused {
+			err = s.in.Pause(r.Context(), topic)
+		} else {
+			err = s.in.Resume(r.Context(), topic)
+		}
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, map[string]any{"namespace": r.PathValue("ns"), "queue": r.PathValue("queue"), "paused": paused})
+	}
+}
+
+// queues: GET /api/{ns}: the namespace's queues that have task records,
+// with whether each is paused.
+func (s *Server) queues(w http.ResponseWriter, r *http.Request) {
+	if err := allowParams(r.URL.Query()); err != nil {
+		writeError(w, err)
+		return
+	}
+	all, err := s.in.Queues(r.Context())
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	paused, err := s.in.Paused(r.Context())
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	type queue struct {
+		Queue  string `json:"queue"`
+		Paused bool   `json:"paused"`
+	}
+	out := []queue{}
+	prefix := r.PathValue("ns") + "."
+	for _, t := range all {
+		if q, ok := strings.CutPrefix(t, prefix); ok {
+			out = append(out, queue{q, paused[t]})
+		}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"namespace": r.PathValue("ns"), "queues": out})
+}

@@ -1,0 +1,122 @@
+package serve
+
+import (
+	"errors"
+	"log/slog"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/onceq/onceq"
+	"github.com/onceq/onceq/broker"
+)
+
+// ErrConfig is wrapped by every option New refuses.
+var ErrConfig = errors.New("invalid serve option")
+
+// Defaults of the options.
+const (
+	// DefaultPartitions is the partition count of a queue created by its
+	// first publish.
+	DefaultPartitions = 8
+	// DefaultMaxPayloadBytes bounds one task's payload.
+	DefaultMaxPayloadBytes = 256 << 10
+	// DefaultMaxBulkBytes bounds a bulk publish's body.
+	DefaultMaxBulkBytes = 16 << 20
+	// DefaultMaxWait bounds the timeout of a wait.
+	DefaultMaxWait = 10 * time.Minute
+)
+
+// An Opt configures a Server.
+type Opt interface{ apply(*config) }
+
+type optFunc func(*config)
+
+func (f optFunc) apply(c *config) { f(c) }
+
+type config struct {
+	conn       broker.Conn
+	log        *slog.Logger
+	reg        prometheus.Registerer
+	insecure   bool
+	partitions int32
+	maxPayload int
+	maxBulk    int
+	maxWait    time.Duration
+	viewDir    string
+	retention  time.Duration
+}
+
+// Conn sets how to reach the brokers. Default: broker.DefaultBrokers.
+func Conn(c broker.Conn) Opt { return optFunc(func(cfg *config) { cfg.conn = c }) }
+
+// Logger receives the server's logs. Default: discarded.
+func Logger(l *slog.Logger) Opt { return optFunc(func(cfg *config) { cfg.log = l }) }
+
+// Registerer registers the server's metrics. Default: none kept.
+func Registerer(r prometheus.Registerer) Opt { return optFunc(func(cfg *config) { cfg.reg = r }) }
+
+// InsecureNoAuth opens every endpoint without a token. Default false:
+// every endpoint but /healthz needs one.
+func InsecureNoAuth(b bool) Opt { return optFunc(func(cfg *config) { cfg.insecure = b }) }
+
+// CreateQueues sets the partition count of a queue created by its first
+// publish; 0 refuses to publish to a queue that does not exist. Default
+// DefaultPartitions (8).
+func CreateQueues(partitions int32) Opt {
+	return optFunc(func(cfg *config) { cfg.partitions = partitions })
+}
+
+// MaxPayloadBytes bounds a task's payload: a larger one is answered 413.
+// Default DefaultMaxPayloadBytes (256 KiB).
+func MaxPayloadBytes(n int) Opt { return optFunc(func(cfg *config) { cfg.maxPayload = n }) }
+
+// MaxBulkBytes bounds a bulk publish's body. Default DefaultMaxBulkBytes
+// (16 MiB).
+func MaxBulkBytes(n int) Opt { return optFunc(func(cfg *config) { cfg.maxBulk = n }) }
+
+// MaxWait bounds the timeout a wait may ask for. Default DefaultMaxWait
+// (10m).
+func MaxWait(d time.Duration) Opt { return optFunc(func(cfg *config) { cfg.maxWait = d }) }
+
+// ViewDir keeps the task records' view in a directory (inspect.Dir).
+// Default "": in memory.
+func ViewDir(dir string) Opt { return optFunc(func(cfg *config) { cfg.viewDir = dir }) }
+
+// Retention is how long finished tasks stay visible (inspect.Retention).
+// Default inspect.DefaultRetention (7 days).
+func Retention(d time.Duration) Opt { return optFunc(func(cfg *config) { cfg.retention = d }) }
+
+func build(opts []Opt) (config, error) {
+	cfg := config{conn: broker.Conn{Brokers: []string{broker.DefaultBrokers}}, log: slog.New(slog.DiscardHandler),
+		reg: prometheus.NewRegistry(), partitions: DefaultPartitions, maxPayload: DefaultMaxPayloadBytes,
+		maxBulk: DefaultMaxBulkBytes, maxWait: DefaultMaxWait, retention: broker.DefaultRecordsRetention}
+	errs := onceq.OptionErrors{Pkg: "serve", Kind: ErrConfig}
+	for _, o := range opts {
+		if o == nil {
+			errs.Bad("Opt", nil, "a nil option")
+			continue
+		}
+		o.apply(&cfg)
+	}
+	if cfg.log == nil {
+		errs.Bad("Logger", nil, "a logger, not nil")
+	}
+	if cfg.reg == nil {
+		errs.Bad("Registerer", nil, "a registerer, not nil")
+	}
+	if cfg.partitions < 0 {
+		errs.Bad("CreateQueues", cfg.partitions, "want 0 (refuse missing queues) or a partition count")
+	}
+	if cfg.maxPayload < 1 || cfg.maxPayload > 64<<20 {
+		errs.Bad("MaxPayloadBytes", cfg.maxPayload, "want 1 to 64 MiB")
+	}
+	if cfg.maxBulk < 1024 || cfg.maxBulk > 1<<30 {
+		errs.Bad("MaxBulkBytes", cfg.maxBulk, "want 1 KiB to 1 GiB")
+	}
+	if cfg.maxWait < time.Second {
+		errs.Bad("MaxWait", cfg.maxWait, "want 1s or more")
+	}
+	errs.Add(cfg.conn.Validate())
+	return cfg, errs.Err()
+}

@@ -1,0 +1,257 @@
+package serve_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/onceq/onceq/broker"
+	"github.com/onceq/onceq/consumer"
+	"github.com/onceq/onceq/internal/testutil"
+	"github.com/onceq/onceq/serve"
+)
+
+// api is a test's client of a real HTTP server over a server of the
+// package, on an embedded broker.
+type api struct {
+	t    *testing.T
+	url  string
+	conn broker.Conn
+	srv  *serve.Server
+}
+
+func start(t *testing.T, opts ...serve.Opt) *api {
+	t.Helper()
+	_, conn := testutil.StartBroker(t, "")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	srv, err := serve.New(ctx, append([]serve.Opt{serve.Conn(conn)}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(srv.Handler())
+	t.Cleanup(func() {
+		hs.Close()
+		srv.Close()
+	})
+	return &api{t: t, url: hs.URL, conn: conn, srv: srv}
+}
+
+func (a *api) token(ns string, readOnly bool) string {
+	a.t.Helper()
+	tok, _, err := a.srv.Tokens().Create(context.Background(), ns, readOnly, "")
+	if err != nil {
+		a.t.Fatal(err)
+	}
+	return tok
+}
+
+// do sends a request and returns the status and the decoded JSON body.
+func (a *api) do(method, path, token, body string) (int, map[string]any) {
+	a.t.Helper()
+	req, err := http.NewRequest(method, a.url+path, strings.NewReader(body))
+	if err != nil {
+		a.t.Fatal(err)
+	}
+	if token != "" {
+		req.Header.Set("X-Token", token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		a.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	var out map[string]any
+	if len(b) > 0 && strings.HasPrefix(resp.Header.Get("Content-Type"), "application/json") {
+		if err := json.Unmarshal(b, &out); err != nil {
+			a.t.Fatalf("%s %s: %d, body %q is not a JSON object: %v", method, path, resp.StatusCode, b, err)
+		}
+	}
+	return resp.StatusCode, out
+}
+
+// every is one request to each endpoint of namespace ns.
+func every(ns string) [][2]string {
+	return [][2]string{
+		{"GET", "/api/" + ns}, {"PUT", "/api/" + ns + "/q"}, {"POST", "/api/" + ns + "/q/bulk"},
+		{"GET", "/api/" + ns + "/q/job/a"}, {"GET", "/api/" + ns + "/q/job/a/wait?timeout=1"}, {"DELETE", "/api/" + ns + "/q/job/a"},
+		{"GET", "/api/" + ns + "/q/size"}, {"GET", "/api/" + ns + "/q/stats"}, {"POST", "/api/" + ns + "/q/pause"}, {"POST", "/api/" + ns + "/q/resume"},
+	}
+}
+
+// TestAuth: no endpoint but /healthz answers without a token; a token
+// of another namespace is refused (403) everywhere; a read-only token
+// reads and never writes.
+func TestAuth(t *testing.T) {
+	a := start(t)
+	other := a.token("other", false)
+	ro := a.token("shop", true)
+	if code, _ := a.do("GET", "/healthz", "", ""); code != 200 {
+		t.Fatalf("healthz: %d", code)
+	}
+	for _, r := range append(every("shop"), [2]string{"GET", "/metrics"}, [2]string{"GET", "/nope"}) {
+		if code, body := a.do(r[0], r[1], "", ""); code != 401 || !strings.Contains(fmt.Sprint(body["error"]), "no token") {
+			t.Errorf("%s %s without a token: %d %v; want 401", r[0], r[1], code, body)
+		}
+		if code, _ := a.do(r[0], r[1], "oq_0123456789abcdef_"+strings.Repeat("x", 32), ""); code != 401 {
+			t.Errorf("%s %s with an unknown token: %d; want 401", r[0], r[1], code)
+		}
+	}
+	for _, r := range every("shop") {
+		if code, body := a.do(r[0], r[1], other, ""); code != 403 || !strings.Contains(fmt.Sprint(body["error"]), "opens namespace other, not shop") {
+			t.Errorf("%s %s with another namespace's token: %d %v; want 403", r[0], r[1], code, body)
+		}
+		code, _ := a.do(r[0], r[1], ro, "")
+		write := r[0] != "GET"
+		if write && code != 403 || !write && (code == 401 || code == 403) {
+			t.Errorf("%s %s with a read-only token: %d", r[0], r[1], code)
+		}
+	}
+	if code, _ := a.do("GET", "/metrics", ro, ""); code != 200 {
+		t.Errorf("metrics with a token: %d", code)
+	}
+}
+
+// TestPublishAndAsk: publish with and without an ID (new, then known),
+// bulk in one transaction, bad input answered 400 or 413 naming the
+// field with nothing written, and a worker's outcome seen through job,
+// wait, cancel, stats, size and pause.
+func TestPublishAndAsk(t *testing.T) {
+	a := start(t, serve.CreateQueues(2), serve.MaxPayloadBytes(1000))
+	tok := a.token("shop", false)
+	code, body := a.do("PUT", "/api/shop/emails?id=order-1&tries=3&ttl=3600", tok, "hello")
+	if code != 201 || body["job_id"] != "order-1" || body["new"] != true {
+		t.Fatalf("publish: %d %v", code, body)
+	}
+	code, body = a.do("PUT", "/api/shop/emails?id=order-1", tok, "again")
+	if code != 200 || body["new"] != false || body["state"] != "pending" {
+		t.Fatalf("publish of a known ID: %d %v; want 200, pending", code, body)
+	}
+	code, body = a.do("PUT", "/api/shop/emails", tok, "no id")
+	if code != 201 || len(fmt.Sprint(body["job_id"])) != 36 {
+		t.Fatalf("publish without an ID: %d %v", code, body)
+	}
+	code, body = a.do("PUT", "/api/shop/emails?id=later-1&delay=3600", tok, "later")
+	if code != 201 || body["delayed"] != true {
+		t.Fatalf("delayed publish: %d %v", code, body)
+	}
+	code, body = a.do("POST", "/api/shop/emails/bulk", tok, `[{"id":"b-1","payload":"x"},{"id":"b-2","payload":{"n":2}},{"payload":"x","queue":"sms"}]`)
+	if jobs, _ := body["jobs"].([]any); code != 201 || len(jobs) != 3 {
+		t.Fatalf("bulk: %d %v", code, body)
+	}
+	for _, tc := range []struct {
+		method, path, body string
+		code               int
+		field              string
+	}{
+		{"PUT", "/api/shop/emails?delay=soon", "x", 400, "delay"},
+		{"PUT", "/api/shop/emails?tries=0", "x", 400, "tries"},
+		{"PUT", "/api/shop/emails?ttl=-5", "x", 400, "ttl"},
+		{"PUT", "/api/shop/emails?timeout=soon", "x", 400, "timeout"},
+		{"PUT", "/api/shop/emails?priority=1", "x", 400, "priority"},
+		{"PUT", "/api/shop/emails?id=a%20b", "x", 400, "id"},
+		{"PUT", "/api/shop/emails?delay=1&delay=2", "x", 400, "delay"},
+		{"PUT", "/api/shop/bad%20queue", "x", 400, "queue"},
+		{"PUT", "/api/sh.op/emails", "x", 400, "namespace"},
+		{"PUT", "/api/shop/emails", strings.Repeat("x", 1001), 413, "body"},
+		{"POST", "/api/shop/emails/bulk", `{"payload":"x"}`, 400, "body"},
+		{"POST", "/api/shop/emails/bulk", `[]`, 400, "body"},
+		{"POST", "/api/shop/emails/bulk", `[{"id":"ok-1"},{"delay":"x"}]`, 400, "[1].delay"},
+		{"POST", "/api/shop/emails/bulk", `[{"id":"ok-2"},{"id":"ok-2"}]`, 400, "id"},
+		{"POST", "/api/shop/emails/bulk", `[{"id":"ok-3"},{"bogus":1}]`, 400, "[1]"},
+		{"POST", "/api/shop/emails/bulk", `[{"id":"ok-4"},{"payload":"` + strings.Repeat("x", 1001) + `"}]`, 413, "[1].payload"},
+		{"GET", "/api/shop/emails/job/a%20b", "", 400, "id"},
+		{"GET", "/api/shop/emails/job/x/wait?timeout=0", "", 400, "timeout"},
+	} {
+		code, body := a.do(tc.method, tc.path, tok, tc.body)
+		if code != tc.code || body["field"] != tc.field || body["error"] == "" {
+			t.Errorf("%s %s: %d %v; want %d naming %q", tc.method, tc.path, code, body, tc.code, tc.field)
+		}
+	}
+	// Nothing of the refused requests was written: emails holds order-1,
+	// the task without ID, b-1 and b-2; sms the bulk's third.
+	if recs := testutil.ReadCommitted(t, a.conn, 5*time.Second, "shop.emails"); len(recs) != 4 {
+		t.Fatalf("shop.emails holds %d tasks; want 4", len(recs))
+	}
+
+	// A worker runs them.
+	w, err := consumer.New(consumer.Conn(a.conn), consumer.Queues("shop.emails"), consumer.CheckpointDir(t.TempDir()),
+		consumer.WithHandler(consumer.HandlerFunc(func(_ context.Context, task *consumer.Task) error {
+			return task.SetResult(append([]byte("sent "), task.Payload...))
+		})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	defer func() {
+		cancel()
+		<-done
+	}()
+	code, body = a.do("GET", "/api/shop/emails/job/order-1/wait?timeout=60", tok, "")
+	task, _ := body["task"].(map[string]any)
+	if code != 200 || body["done"] != true || task["state"] != "succeeded" || task["result"] != "c2VudCBoZWxsbw==" {
+		t.Fatalf("wait: %d %v; want succeeded with the result", code, body)
+	}
+	code, body = a.do("GET", "/api/shop/emails/job/order-1", tok, "")
+	if code != 200 || body["done"] != true {
+		t.Fatalf("job: %d %v", code, body)
+	}
+	code, body = a.do("PUT", "/api/shop/emails?id=order-1", tok, "again")
+	if code != 200 || body["state"] != "succeeded" {
+		t.Fatalf("publish of a finished ID: %d %v", code, body)
+	}
+	code, body = a.do("DELETE", "/api/shop/emails/job/later-1", tok, "")
+	if code != 202 {
+		t.Fatalf("cancel of a delayed task: %d %v; want 202", code, body)
+	}
+	code, body = a.do("DELETE", "/api/shop/emails/job/order-1", tok, "")
+	if task, _ := body["task"].(map[string]any); code != 200 || task["state"] != "succeeded" {
+		t.Fatalf("cancel of a finished task: %d %v; want 200 with its state", code, body)
+	}
+	if code, body = a.do("GET", "/api/shop/emails/job/never", tok, ""); code != 404 || body["field"] != "id" {
+		t.Fatalf("job never submitted: %d %v", code, body)
+	}
+	if code, body = a.do("GET", "/api/shop/emails/job/never/wait?timeout=1", tok, ""); code != 200 || body["done"] != false {
+		t.Fatalf("wait past its timeout: %d %v", code, body)
+	}
+	if code, body = a.do("POST", "/api/shop/emails/pause", tok, ""); code != 200 || body["paused"] != true {
+		t.Fatalf("pause: %d %v", code, body)
+	}
+	code, body = a.do("GET", "/api/shop", tok, "")
+	if qs, _ := body["queues"].([]any); code != 200 || fmt.Sprint(qs) != "[map[paused:true queue:emails] map[paused:false queue:sms]]" {
+		t.Fatalf("queues: %d %v", code, body)
+	}
+	code, body = a.do("GET", "/api/shop/emails/stats", tok, "")
+	if tasks, _ := body["tasks"].(map[string]any); code != 200 || body["paused"] != true || tasks["succeeded"] == nil {
+		t.Fatalf("stats: %d %v", code, body)
+	}
+	if code, body = a.do("GET", "/api/shop/emails/size", tok, ""); code != 200 || body["size"] == nil {
+		t.Fatalf("size: %d %v", code, body)
+	}
+	if code, _ = a.do("POST", "/api/shop/emails/resume", tok, ""); code != 200 {
+		t.Fatalf("resume: %d", code)
+	}
+}
+
+// TestNoCreateQueues: with CreateQueues(0) a publish to a missing queue
+// is 404 and creates nothing.
+func TestNoCreateQueues(t *testing.T) {
+	a := start(t, serve.CreateQueues(0))
+	tok := a.token("shop", false)
+	if code, body := a.do("PUT", "/api/shop/missing", tok, "x"); code != 404 || body["field"] != "queue" {
+		t.Fatalf("publish to a missing queue: %d %v", code, body)
+	}
+	testutil.CreateTopic(t, a.conn, "shop.there", 1)
+	if code, body := a.do("PUT", "/api/shop/there?id=x", tok, "x"); code != 201 {
+		t.Fatalf("publish to an existing queue: %d %v", code, body)
+	}
+}
