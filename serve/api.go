@@ -351,7 +351,8 @@ func (s *Server) wait(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, jobAnswer(r, rec))
 }
 
-// cancel: DELETE /api/{ns}/{queue}/job/{id}: a task that has not started
+// cancel: DELETE /api/{ns}/{queue}/job/{id}: a task handed out to a
+// consumer is acknowledged (see ack); a task that has not started
 // never starts (202, done: false, while the cancel waits for a worker to
 // end it canceled); one already final is left as it is (200, with its
 // state).
@@ -362,6 +363,9 @@ func (s *Server) cancel(w http.ResponseWriter, r *http.Request) {
 	}
 	if err != nil {
 		writeError(w, err)
+		return
+	}
+	if s.ack(w, r, topic, id) {
 		return
 	}
 	rec, err := s.in.Cancel(r.Context(), topic, id)

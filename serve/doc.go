@@ -17,15 +17,30 @@
 //	GET    /healthz                              no token: 200 "ok"
 //	GET    /metrics                              Prometheus metrics
 //	PUT    /api/{ns}/{queue}                     publish one task: the body is its payload
+//	GET    /api/{ns}/{q1},{q2}                   consume (long-poll): ttr=, timeout=, count=
 //	POST   /api/{ns}/{queue}/bulk                publish a JSON array of tasks in one transaction
 //	GET    /api/{ns}/{queue}/job/{id}            a task's state, attempts, error and result
 //	GET    /api/{ns}/{queue}/job/{id}/wait       the same once it is final (timeout=)
-//	DELETE /api/{ns}/{queue}/job/{id}            cancel a task that has not started
+//	DELETE /api/{ns}/{queue}/job/{id}            acknowledge a task handed out (body: its result),
+//	                                             else cancel it
 //	GET    /api/{ns}/{queue}/size                the tasks waiting
 //	GET    /api/{ns}/{queue}/stats               tasks by state and due time, groups
 //	POST   /api/{ns}/{queue}/pause               stop workers fetching the queue
 //	POST   /api/{ns}/{queue}/resume              and start again
 //	GET    /api/{ns}                             the namespace's queues
+//
+// # Consuming over HTTP
+//
+// A consume runs the queue's worker in the server (group onceq-serve,
+// PullGroup) on first use. Its handler offers each task to the waiting
+// consumers, the first queue of the path first, and waits for the one
+// that took it to acknowledge it within its ttr: the task then commits,
+// with its result, exactly once, and the DELETE answers 204 once the
+// commit is visible. A task not acknowledged in time is failed as a
+// handler's error is: retried with backoff (the server runs a delay
+// service, DelayService), dead-lettered after its tries. A DELETE of a
+// task that is not handed out, or whose ttr passed, cancels it, as
+// lmstfy's DELETE makes sure it is never consumed again.
 //
 // Every answer is JSON; an error is {"error": "...", "field": "..."} with
 // the parameter at fault, and a refused request writes nothing.

@@ -45,6 +45,10 @@ type config struct {
 	maxWait    time.Duration
 	viewDir    string
 	retention  time.Duration
+	dataDir    string
+	pullGroup  string
+	pullSlots  int
+	delaySvc   bool
 }
 
 // Conn sets how to reach the brokers. Default: broker.DefaultBrokers.
@@ -87,10 +91,31 @@ func ViewDir(dir string) Opt { return optFunc(func(cfg *config) { cfg.viewDir = 
 // Default inspect.DefaultRetention (7 days).
 func Retention(d time.Duration) Opt { return optFunc(func(cfg *config) { cfg.retention = d }) }
 
+// DataDir keeps the checkpoints of the pulled queues' workers in dir.
+// Default "": in memory, restored from their changelogs at each start.
+func DataDir(dir string) Opt { return optFunc(func(cfg *config) { cfg.dataDir = dir }) }
+
+// PullGroup is the consumer group of the workers that hand tasks to HTTP
+// consumers: every server of one deployment uses the same. Default
+// DefaultPullGroup.
+func PullGroup(g string) Opt { return optFunc(func(cfg *config) { cfg.pullGroup = g }) }
+
+// PullSlots is how many tasks of a queue one server holds for its HTTP
+// consumers at once. Default DefaultPullSlots (64).
+func PullSlots(n int) Opt { return optFunc(func(cfg *config) { cfg.pullSlots = n }) }
+
+// DelayService runs a delay service (package delay, its default ladder
+// and group) in the server, which moves delayed and retried tasks, those
+// of the HTTP consumers included, when they fall due; several servers
+// and workers share the work. Default true; turn it off where onceq
+// worker or onceq delay processes run one.
+func DelayService(on bool) Opt { return optFunc(func(cfg *config) { cfg.delaySvc = on }) }
+
 func build(opts []Opt) (config, error) {
 	cfg := config{conn: broker.Conn{Brokers: []string{broker.DefaultBrokers}}, log: slog.New(slog.DiscardHandler),
 		reg: prometheus.NewRegistry(), partitions: DefaultPartitions, maxPayload: DefaultMaxPayloadBytes,
-		maxBulk: DefaultMaxBulkBytes, maxWait: DefaultMaxWait, retention: broker.DefaultRecordsRetention}
+		maxBulk: DefaultMaxBulkBytes, maxWait: DefaultMaxWait, retention: broker.DefaultRecordsRetention,
+		pullGroup: DefaultPullGroup, pullSlots: DefaultPullSlots, delaySvc: true}
 	errs := onceq.OptionErrors{Pkg: "serve", Kind: ErrConfig}
 	for _, o := range opts {
 		if o == nil {
@@ -116,6 +141,12 @@ func build(opts []Opt) (config, error) {
 	}
 	if cfg.maxWait < time.Second {
 		errs.Bad("MaxWait", cfg.maxWait, "want 1s or more")
+	}
+	if cfg.pullGroup == "" {
+		errs.Bad("PullGroup", cfg.pullGroup, "a consumer group name")
+	}
+	if cfg.pullSlots < 1 || cfg.pullSlots > 10_000 {
+		errs.Bad("PullSlots", cfg.pullSlots, "want 1 to 10000")
 	}
 	errs.Add(cfg.conn.Validate())
 	return cfg, errs.Err()

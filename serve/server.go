@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/onceq/onceq/auth"
+	"github.com/onceq/onceq/delay"
 	"github.com/onceq/onceq/inspect"
 	"github.com/onceq/onceq/producer"
 )
@@ -28,6 +30,9 @@ type Server struct {
 	mux    *http.ServeMux
 	m      *metrics
 	gather prometheus.Gatherer
+	pull   pull
+	// stopDelay stops the delay service, if the server runs one.
+	stopDelay func()
 }
 
 // New checks the options and opens what the server stands on: a producer,
@@ -37,7 +42,7 @@ func New(ctx context.Context, opts ...Opt) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, mux: http.NewServeMux()}
+	s := &Server{cfg: cfg, mux: http.NewServeMux(), pull: pull{queues: map[string]*puller{}, leases: map[string]*lease{}}}
 	if s.m, err = newMetrics(cfg.reg); err != nil {
 		return nil, err
 	}
@@ -61,6 +66,12 @@ func New(ctx context.Context, opts ...Opt) (*Server, error) {
 		s.tokens.Close()
 		return nil, err
 	}
+	if cfg.delaySvc {
+		if err := s.startDelay(); err != nil {
+			s.Close()
+			return nil, err
+		}
+	}
 	if cfg.insecure {
 		cfg.log.Warn("serving without authentication (--insecure-no-auth): anyone who reaches the server can publish, cancel and pause")
 	}
@@ -68,9 +79,14 @@ func New(ctx context.Context, opts ...Opt) (*Server, error) {
 	return s, nil
 }
 
-// Close releases the producer (flushing what it holds), the inspector and
-// the token store.
+// Close stops the workers of the pulled queues (the tasks handed out and
+// not acknowledged run again), and releases the producer (flushing what
+// it holds), the inspector and the token store.
 func (s *Server) Close() error {
+	s.stopPull()
+	if s.stopDelay != nil {
+		s.stopDelay()
+	}
 	s.p.Close()
 	err := s.in.Close()
 	s.tokens.Close()
@@ -102,6 +118,7 @@ func (s *Server) routes() {
 	}
 	s.handle("GET /api/{ns}", "queues", read, true, s.queues)
 	s.handle("PUT /api/{ns}/{queue}", "publish", write, true, s.publish)
+	s.handle("GET /api/{ns}/{queue}", "consume", write, true, s.consume)
 	s.handle("POST /api/{ns}/{queue}/bulk", "bulk", write, true, s.bulk)
 	s.handle("GET /api/{ns}/{queue}/job/{id}", "job", read, true, s.job)
 	s.handle("GET /api/{ns}/{queue}/job/{id}/wait", "wait", read, true, s.wait)
@@ -242,4 +259,29 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}
 	}
 	return m, nil
+}
+
+// startDelay starts the server's delay service.
+func (s *Server) startDelay() error {
+	opts := []delay.ServiceOpt{delay.Conn(s.cfg.conn), delay.Registerer(s.cfg.reg), delay.Logger(s.cfg.log.With("component", "delay"))}
+	if s.cfg.dataDir != "" {
+		opts = append(opts, delay.StateDir(filepath.Join(s.cfg.dataDir, "delay")))
+	}
+	svc, err := delay.NewService(opts...)
+	if err != nil {
+		return fmt.Errorf("serve: the delay service: %w", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := svc.Run(ctx); err != nil && ctx.Err() == nil {
+			s.cfg.log.Error("the delay service stopped", "err", err)
+		}
+	}()
+	s.stopDelay = func() {
+		cancel()
+		<-done
+	}
+	return nil
 }

@@ -1,0 +1,374 @@
+package serve
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"net/http"
+	"path/filepath"
+	"reflect"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/onceq/onceq"
+	"github.com/onceq/onceq/consumer"
+)
+
+// The pull model, lmstfy's: a worker of the server's group runs each
+// queue that HTTP consumers ask for, and its handler hands each task to
+// a waiting consumer and finishes when the consumer acknowledges it
+// (DELETE .../job/{id}), or fails it when its time-to-run passes: every
+// guarantee of the worker holds (the task commits once, with its record;
+// a task not acknowledged is retried with backoff, then dead-lettered),
+// and a slow consumer holds only its own task.
+
+// Defaults of the pull model.
+const (
+	// DefaultPullGroup is the consumer group of the server's workers.
+	DefaultPullGroup = "onceq-serve"
+	// DefaultPullSlots is how many tasks of a queue one server holds for
+	// its consumers at once, handed out or waiting for one.
+	DefaultPullSlots = 64
+	// DefaultTTR is a consume's time-to-run when it gives none, lmstfy's.
+	DefaultTTR = 2 * time.Minute
+	// MaxCount bounds the tasks one consume asks for.
+	MaxCount = 100
+)
+
+// holdMax bounds how long a worker's task waits for a consumer, plus its
+// time-to-run: the worker's task timeout.
+const holdMax = 24 * time.Hour
+
+// errTTR fails a task not acknowledged within its time-to-run.
+var errTTR = errors.New("not acknowledged within its time-to-run (ttr)")
+
+// lease is a task handed from a worker's handler to an HTTP consumer.
+type lease struct {
+	task  *consumer.Task
+	ttr   chan time.Duration // the consumer's ttr, sent once it took it
+	acked chan []byte        // the result the consumer acknowledged with
+	over  chan struct{}      // closed when the handler returns
+	taken time.Time
+}
+
+// puller runs one queue's worker and hands its tasks out.
+type puller struct {
+	topic  string
+	offers chan *lease
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// pull holds the pullers and the leases handed out.
+type pull struct {
+	mu      sync.Mutex
+	queues  map[string]*puller
+	leases  map[string]*lease // by topic + "\x00" + ID
+	stopped bool
+}
+
+func leaseKey(topic, id string) string { return topic + "\x00" + id }
+
+// puller returns the puller of topic, starting its worker the first time.
+func (s *Server) puller(topic string) (*puller, error) {
+	s.pull.mu.Lock()
+	defer s.pull.mu.Unlock()
+	if s.pull.stopped {
+		return nil, errors.New("the server is stopping")
+	}
+	if p, ok := s.pull.queues[topic]; ok {
+		return p, nil
+	}
+	p := &puller{topic: topic, offers: make(chan *lease), done: make(chan struct{})}
+	opts := []consumer.Opt{consumer.Conn(s.cfg.conn), consumer.Logger(s.cfg.log.With("queue", topic)), consumer.Queues(topic),
+		consumer.Group(s.cfg.pullGroup), consumer.Concurrency(s.cfg.pullSlots), consumer.TaskTimeout(holdMax),
+		consumer.WithHandler(consumer.HandlerFunc(p.handle)), consumer.ResultRetention(s.cfg.retention)}
+	if s.cfg.dataDir != "" {
+		opts = append(opts, consumer.CheckpointDir(filepath.Join(s.cfg.dataDir, "pull", topic)))
+	} else {
+		opts = append(opts, consumer.CheckpointFS(vfs.NewMem()), consumer.CheckpointDir("pull/"+topic))
+	}
+	w, err := consumer.New(opts...)
+	if err != nil {
+		return nil, fmt.Errorf("starting the worker of %s: %w", topic, err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	p.cancel = cancel
+	go func() {
+		defer close(p.done)
+		if err := w.Run(ctx); err != nil && ctx.Err() == nil {
+			s.cfg.log.Error("the worker of a pulled queue stopped", "queue", topic, "err", err)
+		}
+		s.pull.mu.Lock()
+		if s.pull.queues[topic] == p {
+			delete(s.pull.queues, topic) // the next consume starts another
+		}
+		s.pull.mu.Unlock()
+	}()
+	s.pull.queues[topic] = p
+	return p, nil
+}
+
+// handle is the worker's handler: it offers the task to consumers and
+// waits for the one that took it to acknowledge it.
+func (p *puller) handle(ctx context.Context, t *consumer.Task) error {
+	l := &lease{task: t, ttr: make(chan time.Duration, 1), acked: make(chan []byte), over: make(chan struct{})}
+	defer close(l.over)
+	select {
+	case p.offers <- l:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	var ttr time.Duration
+	select {
+	case ttr = <-l.ttr:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	timer := time.NewTimer(ttr)
+	defer timer.Stop()
+	select {
+	case result := <-l.acked:
+		if len(result) > 0 {
+			return t.SetResult(result)
+		}
+		return nil
+	case <-timer.C:
+		return fmt.Errorf("%w: %v", errTTR, ttr)
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// stopPull stops every queue's worker; tasks handed out and not
+// acknowledged are run again by the group.
+func (s *Server) stopPull() {
+	s.pull.mu.Lock()
+	s.pull.stopped = true
+	ps := make([]*puller, 0, len(s.pull.queues))
+	for _, p := range s.pull.queues {
+		ps = append(ps, p)
+	}
+	s.pull.mu.Unlock()
+	for _, p := range ps {
+		p.cancel()
+	}
+	for _, p := range ps {
+		<-p.done
+	}
+}
+
+// handout is a task as a consume answers it, lmstfy's fields and the
+// attempt.
+type handout struct {
+	Msg         string `json:"msg"`
+	Namespace   string `json:"namespace"`
+	Queue       string `json:"queue"`
+	JobID       string `json:"job_id"`
+	Data        string `json:"data"` // base64
+	TTL         int64  `json:"ttl"`  // seconds left before it expires; 0: never
+	ElapsedMS   int64  `json:"elapsed_ms"`
+	RemainTries int64  `json:"remain_tries"`
+	Attempt     int    `json:"attempt"`
+	TTR         int64  `json:"ttr"`
+}
+
+// consume: GET /api/{ns}/{q1},{q2}...?ttr=&timeout=&count=: long-polls
+// up to timeout seconds for tasks of the queues, the first queue first,
+// and hands out at most count, each for ttr seconds.
+func (s *Server) consume(w http.ResponseWriter, r *http.Request) {
+	ns := r.PathValue("ns")
+	q := r.URL.Query()
+	if err := allowParams(q, "ttr", "timeout", "count"); err != nil {
+		writeError(w, err)
+		return
+	}
+	names := strings.Split(r.PathValue("queue"), ",")
+	topics := make([]string, len(names))
+	for i, n := range names {
+		t, err := topicOf(ns, n)
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		topics[i] = t
+	}
+	ttr, err := durationParam(q, "ttr", DefaultTTR, time.Second, holdMax/2)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	timeout, err := durationParam(q, "timeout", 0, 0, s.cfg.maxWait)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	if len(topics) > 1 && q.Get("timeout") == "" {
+		writeError(w, badRequest("timeout", "consuming several queues needs a timeout (seconds), as in lmstfy"))
+		return
+	}
+	count := 1
+	if v := q.Get("count"); v != "" {
+		if count, err = strconv.Atoi(v); err != nil || count < 1 || count > MaxCount {
+			writeError(w, badRequest("count", "%q: want a number of tasks from 1 to %d", v, MaxCount))
+			return
+		}
+	}
+	pullers := make([]*puller, len(topics))
+	for i, t := range topics {
+		if pullers[i], err = s.puller(t); err != nil {
+			writeError(w, err)
+			return
+		}
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), timeout)
+	defer cancel()
+	var got []*lease
+	// The first task waits up to the timeout; the rest are taken only if
+	// they are there already.
+	if l := take(ctx, pullers, true); l != nil {
+		got = append(got, l)
+		for len(got) < count {
+			l := take(ctx, pullers, false)
+			if l == nil {
+				break
+			}
+			got = append(got, l)
+		}
+	}
+	if len(got) == 0 {
+		writeJSON(w, http.StatusNotFound, map[string]string{"msg": "no job available"})
+		return
+	}
+	now := time.Now()
+	out := make([]handout, len(got))
+	s.pull.mu.Lock()
+	for i, l := range got {
+		l.taken = now
+		t := l.task
+		s.pull.leases[leaseKey(t.Queue, t.ID)] = l
+		h := handout{Msg: "new job", Namespace: ns, Queue: strings.TrimPrefix(t.Queue, ns+"."), JobID: t.ID,
+			Data: base64.StdEncoding.EncodeToString(t.Payload), RemainTries: int64(max(t.MaxAttempts-t.Attempt, 0)),
+			Attempt: t.Attempt, TTR: int64(ttr / time.Second)}
+		if !t.Enqueued.IsZero() {
+			h.ElapsedMS = now.Sub(t.Enqueued).Milliseconds()
+		}
+		if !t.Expires.IsZero() {
+			h.TTL = max(int64(t.Expires.Sub(now)/time.Second), 0)
+		}
+		out[i] = h
+	}
+	s.pull.mu.Unlock()
+	for _, l := range got {
+		l.ttr <- ttr
+		go s.expire(l, ttr)
+	}
+	if count == 1 && q.Get("count") == "" {
+		writeJSON(w, http.StatusOK, out[0])
+		return
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// expire forgets a lease once its time-to-run passed (the handler failed
+// the task by then).
+func (s *Server) expire(l *lease, ttr time.Duration) {
+	time.Sleep(ttr)
+	s.pull.mu.Lock()
+	defer s.pull.mu.Unlock()
+	k := leaseKey(l.task.Queue, l.task.ID)
+	if s.pull.leases[k] == l {
+		delete(s.pull.leases, k)
+	}
+}
+
+// take returns a task offered by the first puller that has one: at once,
+// or, when wait, as soon as one does before ctx ends; nil if none.
+func take(ctx context.Context, ps []*puller, wait bool) *lease {
+	for _, p := range ps {
+		select {
+		case l := <-p.offers:
+			return l
+		default:
+		}
+	}
+	if !wait {
+		return nil
+	}
+	cases := make([]reflect.SelectCase, 0, len(ps)+1)
+	cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(ctx.Done())})
+	for _, p := range ps {
+		cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(p.offers)})
+	}
+	i, v, _ := reflect.Select(cases)
+	if i == 0 {
+		return nil
+	}
+	return v.Interface().(*lease)
+}
+
+// durationParam reads seconds (or a Go duration) from q[name], def when
+// absent, within [lo, hi].
+func durationParam(q map[string][]string, name string, def, lo, hi time.Duration) (time.Duration, error) {
+	v := ""
+	if vs := q[name]; len(vs) > 0 {
+		v = vs[0]
+	}
+	if v == "" {
+		return def, nil
+	}
+	d, err := time.ParseDuration(seconds(v))
+	if err != nil || d < lo || d > hi {
+		return 0, badRequest(name, "%q: want seconds (or a duration such as 90s) from %v to %v", v, lo, hi)
+	}
+	return d, nil
+}
+
+// ack finishes a task handed out, with the request's body as its result,
+// and answers once its commit is visible: 204. ok is false when the task
+// is not handed out (the caller cancels it instead).
+func (s *Server) ack(w http.ResponseWriter, r *http.Request, topic, id string) (ok bool) {
+	s.pull.mu.Lock()
+	k := leaseKey(topic, id)
+	l := s.pull.leases[k]
+	s.pull.mu.Unlock()
+	if l == nil {
+		return false
+	}
+	result, err := readBody(w, r, consumer.DefaultMaxResultBytes, "result limit, consumer.DefaultMaxResultBytes")
+	if err != nil {
+		writeError(w, err) // the lease stays: acknowledge again with a smaller result
+		return true
+	}
+	s.pull.mu.Lock()
+	if s.pull.leases[k] == l {
+		delete(s.pull.leases, k)
+	}
+	s.pull.mu.Unlock()
+	select {
+	case l.acked <- result:
+	case <-l.over:
+		writeError(w, &apiError{status: http.StatusConflict, msg: "the task's time-to-run passed before the acknowledgment: it runs again (or is dead-lettered after its tries)"})
+		return true
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), ackCommitWait)
+	defer cancel()
+	rec, err := s.in.Wait(ctx, topic, id)
+	switch {
+	case err != nil:
+		writeError(w, &apiError{status: http.StatusGatewayTimeout, msg: fmt.Sprintf("acknowledged, but its commit is not visible after %v: ask GET .../job/%s", ackCommitWait, id)})
+	case rec.State != onceq.StateSucceeded:
+		writeError(w, &apiError{status: http.StatusConflict, msg: fmt.Sprintf("the task ended %s: %s (its time-to-run passed before the acknowledgment, or the result was refused)", rec.State, rec.Error)})
+	default:
+		w.WriteHeader(http.StatusNoContent)
+	}
+	return true
+}
+
+// ackCommitWait bounds how long an acknowledgment waits for its commit.
+const ackCommitWait = 30 * time.Second

@@ -1,0 +1,140 @@
+package serve_test
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/onceq/onceq/serve"
+)
+
+// TestPullConsumeAck: HTTP consumers take tasks with a time-to-run and
+// acknowledge them with a result: each is acknowledged once; a task
+// dropped on its first attempt comes back for its second; one never
+// acknowledged is dead after its tries; bad consume parameters are 400.
+func TestPullConsumeAck(t *testing.T) {
+	a := start(t, serve.CreateQueues(2), serve.DataDir(t.TempDir()))
+	tok := a.token("shop", false)
+	const n = 40
+	var lines []string
+	for i := range n {
+		lines = append(lines, fmt.Sprintf(`{"id":"t-%d","payload":"p-%d","max_attempts":2}`, i, i))
+	}
+	if code, body := a.do("POST", "/api/shop/jobs/bulk", tok, "["+strings.Join(lines, ",")+"]"); code != 201 {
+		t.Fatalf("bulk: %d %v", code, body)
+	}
+	for _, tc := range []struct{ path, field string }{
+		{"/api/shop/jobs?count=0", "count"},
+		{"/api/shop/jobs?count=101", "count"},
+		{"/api/shop/jobs?ttr=0", "ttr"},
+		{"/api/shop/jobs?timeout=x", "timeout"},
+		{"/api/shop/jobs,other", "timeout"},
+		{"/api/shop/jobs?wait=1", "wait"},
+	} {
+		if code, body := a.do("GET", tc.path, tok, ""); code != 400 || body["field"] != tc.field {
+			t.Errorf("GET %s: %d %v; want 400 naming %s", tc.path, code, body, tc.field)
+		}
+	}
+	dropFirst := map[string]bool{"t-1": true, "t-2": true, "t-3": true, "t-4": true}
+	var mu sync.Mutex
+	acks := map[string]int{}
+	attempts := map[string][]int{}
+	deadline := time.Now().Add(90 * time.Second)
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for time.Now().Before(deadline) {
+				mu.Lock()
+				finished := len(acks) == n-1
+				mu.Unlock()
+				if finished {
+					return
+				}
+				code, jobs := consume(t, a, tok, "/api/shop/jobs?ttr=3&timeout=1&count=2")
+				if code == 404 {
+					continue
+				}
+				if code != 200 {
+					t.Errorf("consume: %d", code)
+					return
+				}
+				for _, j := range jobs {
+					payload, _ := base64.StdEncoding.DecodeString(j.Data)
+					if string(payload) != "p-"+strings.TrimPrefix(j.JobID, "t-") || j.Queue != "jobs" || j.Namespace != "shop" {
+						t.Errorf("handed out %+v (payload %q)", j, payload)
+					}
+					mu.Lock()
+					attempts[j.JobID] = append(attempts[j.JobID], j.Attempt)
+					mu.Unlock()
+					if j.JobID == "t-0" || dropFirst[j.JobID] && j.Attempt == 1 {
+						continue // never acknowledged: its ttr passes
+					}
+					code, body := a.do("DELETE", "/api/shop/jobs/job/"+j.JobID, tok, "r-"+j.JobID)
+					if code != 204 {
+						t.Errorf("ack of %s: %d %v", j.JobID, code, body)
+						continue
+					}
+					mu.Lock()
+					acks[j.JobID]++
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	for i := 1; i < n; i++ {
+		id := fmt.Sprintf("t-%d", i)
+		if acks[id] != 1 {
+			t.Errorf("%s acknowledged %d times (attempts handed out %v)", id, acks[id], attempts[id])
+		}
+	}
+	for id := range dropFirst {
+		if fmt.Sprint(attempts[id]) != "[1 2]" {
+			t.Errorf("%s handed out at attempts %v; want [1 2]", id, attempts[id])
+		}
+	}
+	code, body := a.do("GET", "/api/shop/jobs/job/t-7", tok, "")
+	if task, _ := body["task"].(map[string]any); code != 200 || task["state"] != "succeeded" || task["result"] != base64.StdEncoding.EncodeToString([]byte("r-t-7")) {
+		t.Fatalf("an acknowledged task: %d %v", code, body)
+	}
+	code, body = a.do("GET", "/api/shop/jobs/job/t-0/wait?timeout=60", tok, "")
+	if task, _ := body["task"].(map[string]any); code != 200 || task["state"] != "dead" {
+		t.Fatalf("the task never acknowledged: %d %v; want dead", code, body)
+	}
+}
+
+type handedOut struct {
+	Namespace, Queue string
+	JobID            string `json:"job_id"`
+	Data             string
+	Attempt          int
+	RemainTries      int `json:"remain_tries"`
+}
+
+// consume long-polls for tasks.
+func consume(t *testing.T, a *api, tok, path string) (int, []handedOut) {
+	req, _ := http.NewRequest("GET", a.url+path, nil)
+	req.Header.Set("X-Token", tok)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Error(err)
+		return 0, nil
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	var jobs []handedOut
+	if resp.StatusCode == 200 {
+		if err := json.Unmarshal(b, &jobs); err != nil {
+			t.Errorf("consume: %s: %v", b, err)
+		}
+	}
+	return resp.StatusCode, jobs
+}
