@@ -17,9 +17,10 @@ import (
 
 type serveFlags struct {
 	listen, tlsCert, tlsKey, viewDir string
-	insecure, noCreate               bool
+	dataDir, pullGroup               string
+	insecure, noCreate, delaySvc     bool
 	partitions                       int32
-	maxPayload, maxBulk              int
+	maxPayload, maxBulk, pullSlots   int
 	retention, shutdown              time.Duration
 }
 
@@ -43,7 +44,7 @@ finish (at most --shutdown-timeout), then exits.`,
   onceq serve --listen :7700
   curl -X PUT -H "X-Token: $TOKEN" 'localhost:7700/api/shop/emails?delay=60&tries=3' -d '{"to":"ada"}'`,
 		Args: exactArgs(0, "no arguments"),
-		RunE: func(cmd *cobra.Command, _ []string) error { return f.run(cmd.Context(), g) },
+		RunE: func(cmd *cobra.Command, _ []string) error { return f.run(cmd, g) },
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&f.listen, "listen", "127.0.0.1:7700", "serve on this address")
@@ -56,6 +57,10 @@ finish (at most --shutdown-timeout), then exits.`,
 	fl.IntVar(&f.maxBulk, "max-bulk-bytes", serve.DefaultMaxBulkBytes, "largest bulk publish body accepted (larger: 413)")
 	fl.StringVar(&f.viewDir, "view-dir", "", "keep the task records' view in this directory (default: in memory)")
 	fl.DurationVar(&f.retention, "retention", 7*24*time.Hour, "how long finished tasks stay visible: the workers' --result-retention")
+	fl.StringVar(&f.dataDir, "data-dir", "", "keep the pulled queues' worker checkpoints and the delay service's state here (default: in memory)")
+	fl.StringVar(&f.pullGroup, "pull-group", serve.DefaultPullGroup, "consumer group of the workers that hand tasks to HTTP consumers")
+	fl.IntVar(&f.pullSlots, "pull-slots", serve.DefaultPullSlots, "tasks of a queue held for HTTP consumers at once, per server")
+	fl.BoolVar(&f.delaySvc, "delay-service", true, "run a delay service (retries and delayed tasks move when due)")
 	fl.DurationVar(&f.shutdown, "shutdown-timeout", 30*time.Second, "on SIGTERM, how long requests in flight may take to finish")
 	return cmd
 }
@@ -76,7 +81,8 @@ func (f *serveFlags) check() error {
 	return nil
 }
 
-func (f *serveFlags) run(ctx context.Context, g *globals) error {
+func (f *serveFlags) run(cmd *cobra.Command, g *globals) error {
+	ctx := cmd.Context()
 	if err := f.check(); err != nil {
 		return err
 	}
@@ -100,9 +106,10 @@ func (f *serveFlags) run(ctx context.Context, g *globals) error {
 	defer cancel()
 	srv, err := serve.New(startCtx, serve.Conn(conn), serve.Logger(g.log), serve.Registerer(ops.NewRegistry()),
 		serve.InsecureNoAuth(f.insecure), serve.CreateQueues(partitions), serve.MaxPayloadBytes(f.maxPayload),
-		serve.MaxBulkBytes(f.maxBulk), serve.ViewDir(f.viewDir), serve.Retention(f.retention))
+		serve.MaxBulkBytes(f.maxBulk), serve.ViewDir(f.viewDir), serve.Retention(f.retention), serve.DataDir(f.dataDir),
+		serve.PullGroup(f.pullGroup), serve.PullSlots(f.pullSlots), serve.DelayService(f.delaySvc))
 	if errors.Is(err, serve.ErrConfig) {
-		return usageError{err}
+		return flagError(cmd.Flags(), err)
 	}
 	if err != nil {
 		return err

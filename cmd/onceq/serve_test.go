@@ -68,6 +68,8 @@ func TestServeCommand(t *testing.T) {
 		{[]string{"serve", "--create-queues", "0"}, "--create-queues 0"},
 		{[]string{"serve", "--shutdown-timeout", "0s"}, "--shutdown-timeout 0s"},
 		{[]string{"serve", "extra"}, "want no arguments"},
+		{[]string{"serve", "--pull-slots", "0"}, "--pull-slots"},
+		{[]string{"serve", "--max-payload-bytes", "0"}, "--max-payload-bytes"},
 	} {
 		code, _, stderr := runCLI(t, "", tc.args...)
 		if code != exitUsage || !strings.Contains(stderr, tc.want) {
