@@ -188,7 +188,7 @@ func (in *Inspector) follow(topic string, from map[int32]kgo.Offset) error {
 }
 
 // followMaxWait is the follower's fetch wait.
-const followMaxWait = 200 * time.Millisecond
+const followMaxWait = 50 * time.Millisecond
 
 // followLoop applies what the follower fetches until Close.
 func (in *Inspector) followLoop(cl *kgo.Client) {

@@ -86,7 +86,7 @@ func (s *Server) puller(topic string) (*puller, error) {
 	}
 	p := &puller{topic: topic, offers: make(chan *lease), done: make(chan struct{})}
 	opts := []consumer.Opt{consumer.Conn(s.cfg.conn), consumer.Logger(s.cfg.log.With("queue", topic)), consumer.Queues(topic),
-		consumer.Group(s.cfg.pullGroup), consumer.Concurrency(s.cfg.pullSlots), consumer.TaskTimeout(holdMax),
+		consumer.Group(s.cfg.pullGroup), consumer.Concurrency(s.cfg.pullSlots), consumer.TaskTimeout(holdMax), consumer.CommitInterval(pullCommitInterval),
 		consumer.WithHandler(consumer.HandlerFunc(p.handle)), consumer.ResultRetention(s.cfg.retention)}
 	if s.cfg.dataDir != "" {
 		opts = append(opts, consumer.CheckpointDir(filepath.Join(s.cfg.dataDir, "pull", topic)))
@@ -372,3 +372,8 @@ func (s *Server) ack(w http.ResponseWriter, r *http.Request, topic, id string) (
 
 // ackCommitWait bounds how long an acknowledgment waits for its commit.
 const ackCommitWait = 30 * time.Second
+
+// pullCommitInterval is the commit interval of the pulled queues'
+// workers: an acknowledgment answers once its commit is visible, so it
+// waits for the next commit.
+const pullCommitInterval = 5 * time.Millisecond

@@ -20,13 +20,13 @@ import (
 // api is a test's client of a real HTTP server over a server of the
 // package, on an embedded broker.
 type api struct {
-	t    *testing.T
+	t    testing.TB
 	url  string
 	conn broker.Conn
 	srv  *serve.Server
 }
 
-func start(t *testing.T, opts ...serve.Opt) *api {
+func start(t testing.TB, opts ...serve.Opt) *api {
 	t.Helper()
 	_, conn := testutil.StartBroker(t, "")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

@@ -1,0 +1,200 @@
+package serve_test
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/onceq/onceq/serve"
+)
+
+// latencies collects request times from several goroutines.
+type latencies struct {
+	mu sync.Mutex
+	d  []time.Duration
+}
+
+func (l *latencies) add(d time.Duration) {
+	l.mu.Lock()
+	l.d = append(l.d, d)
+	l.mu.Unlock()
+}
+
+func (l *latencies) report(b *testing.B, name string) {
+	slices.Sort(l.d)
+	if len(l.d) == 0 {
+		return
+	}
+	b.ReportMetric(float64(l.d[len(l.d)/2].Microseconds())/1000, name+"-p50-ms")
+	b.ReportMetric(float64(l.d[len(l.d)*99/100].Microseconds())/1000, name+"-p99-ms")
+}
+
+// request sends one request with keep-alive and drains its answer.
+func request(cl *http.Client, method, url, tok, body string) (int, error) {
+	req, _ := http.NewRequest(method, url, strings.NewReader(body))
+	req.Header.Set("X-Token", tok)
+	resp, err := cl.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode, nil
+}
+
+func keepAlive() *http.Client {
+	return &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
+}
+
+// BenchmarkPublish: 16 HTTP clients with keep-alive publish one task a
+// request (no ID: the fast path), then bulk requests of 1,000 tasks, on
+// the same two cores as the server and the broker. Run:
+//
+//	go test ./serve -run '^$' -bench Publish -benchtime 1x
+func BenchmarkPublish(b *testing.B) {
+	a := start(b, serve.CreateQueues(8), serve.DelayService(false))
+	tok := a.token("bench", false)
+	cl := keepAlive()
+	const clients, single, bulkTasks, bulkSize = 16, 20_000, 200_000, 1_000
+	for b.Loop() {
+		var lat latencies
+		var next atomic.Int64
+		start := time.Now()
+		var wg sync.WaitGroup
+		for range clients {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for next.Add(1) <= single {
+					t0 := time.Now()
+					if code, err := request(cl, "PUT", a.url+"/api/bench/one", tok, "0123456789"); err != nil || code != 201 {
+						b.Errorf("publish: %d %v", code, err)
+						return
+					}
+					lat.add(time.Since(t0))
+				}
+			}()
+		}
+		wg.Wait()
+		b.ReportMetric(single/time.Since(start).Seconds(), "publish-tasks/s")
+		lat.report(b, "publish")
+
+		var body strings.Builder
+		body.WriteByte('[')
+		for i := range bulkSize {
+			if i > 0 {
+				body.WriteByte(',')
+			}
+			body.WriteString(`{"payload":"0123456789"}`)
+		}
+		body.WriteByte(']')
+		var blat latencies
+		next.Store(0)
+		start = time.Now()
+		for range 4 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for next.Add(1) <= bulkTasks/bulkSize {
+					t0 := time.Now()
+					if code, err := request(cl, "POST", a.url+"/api/bench/many/bulk", tok, body.String()); err != nil || code != 201 {
+						b.Errorf("bulk: %d %v", code, err)
+						return
+					}
+					blat.add(time.Since(t0))
+				}
+			}()
+		}
+		wg.Wait()
+		b.ReportMetric(bulkTasks/time.Since(start).Seconds(), "bulk-tasks/s")
+		blat.report(b, "bulk")
+	}
+}
+
+// BenchmarkConsumeAck: 16 HTTP clients with keep-alive consume one task a request
+// (count=1) and acknowledge it; an acknowledgment answers once its
+// commit is visible. Run:
+//
+//	go test ./serve -run '^$' -bench ConsumeAck -benchtime 1x
+func BenchmarkConsumeAck(b *testing.B) {
+	a := start(b, serve.CreateQueues(8), serve.DelayService(false))
+	tok := a.token("bench", false)
+	cl := keepAlive()
+	const clients, tasks = 16, 10_000
+	for i := 0; b.Loop(); i++ {
+		queue := fmt.Sprintf("q%d", i)
+		var body strings.Builder
+		for j := range tasks {
+			if j%1000 == 0 {
+				body.Reset()
+				body.WriteByte('[')
+			} else {
+				body.WriteByte(',')
+			}
+			body.WriteString(`{"payload":"0123456789"}`)
+			if j%1000 == 999 {
+				body.WriteByte(']')
+				if code, err := request(cl, "POST", a.url+"/api/bench/"+queue+"/bulk", tok, body.String()); err != nil || code != 201 {
+					b.Fatalf("bulk: %d %v", code, err)
+				}
+			}
+		}
+		var clat, alat latencies
+		var acked atomic.Int64
+		start := time.Now()
+		var wg sync.WaitGroup
+		for range clients {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for acked.Load() < tasks && time.Since(start) < 5*time.Minute {
+					t0 := time.Now()
+					code, jobs := consumeB(cl, a.url+"/api/bench/"+queue+"?ttr=60&timeout=1&count=1", tok)
+					if code == 404 {
+						continue
+					}
+					if code != 200 || len(jobs) != 1 {
+						b.Errorf("consume: %d", code)
+						return
+					}
+					clat.add(time.Since(t0))
+					t1 := time.Now()
+					if code, err := request(cl, "DELETE", a.url+"/api/bench/"+queue+"/job/"+jobs[0], tok, ""); err != nil || code != 204 {
+						b.Errorf("ack: %d %v", code, err)
+						return
+					}
+					alat.add(time.Since(t1))
+					acked.Add(1)
+				}
+			}()
+		}
+		wg.Wait()
+		b.ReportMetric(float64(acked.Load())/time.Since(start).Seconds(), "consume-ack-tasks/s")
+		clat.report(b, "consume")
+		alat.report(b, "ack")
+	}
+}
+
+// consumeB long-polls for one task and returns its ID.
+func consumeB(cl *http.Client, url, tok string) (int, []string) {
+	req, _ := http.NewRequest("GET", url, nil)
+	req.Header.Set("X-Token", tok)
+	resp, err := cl.Do(req)
+	if err != nil {
+		return 0, nil
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 200 {
+		return resp.StatusCode, nil
+	}
+	_, rest, _ := strings.Cut(string(b), `"job_id":"`)
+	id, _, _ := strings.Cut(rest, `"`)
+	return 200, []string{id}
+}
