@@ -2,6 +2,7 @@ package serve
 
 import (
 	"errors"
+	"fmt"
 	"log/slog"
 	"time"
 
@@ -49,6 +50,8 @@ type config struct {
 	pullGroup  string
 	pullSlots  int
 	delaySvc   bool
+	rate       float64
+	burst      int
 }
 
 // Conn sets how to reach the brokers. Default: broker.DefaultBrokers.
@@ -111,6 +114,13 @@ func PullSlots(n int) Opt { return optFunc(func(cfg *config) { cfg.pullSlots = n
 // worker or onceq delay processes run one.
 func DelayService(on bool) Opt { return optFunc(func(cfg *config) { cfg.delaySvc = on }) }
 
+// RateLimit bounds each token's requests: perSecond on average, burst at
+// once; a request past it is answered 429 with Retry-After. Default 0:
+// no limit.
+func RateLimit(perSecond float64, burst int) Opt {
+	return optFunc(func(cfg *config) { cfg.rate, cfg.burst = perSecond, burst })
+}
+
 func build(opts []Opt) (config, error) {
 	cfg := config{conn: broker.Conn{Brokers: []string{broker.DefaultBrokers}}, log: slog.New(slog.DiscardHandler),
 		reg: prometheus.NewRegistry(), partitions: DefaultPartitions, maxPayload: DefaultMaxPayloadBytes,
@@ -147,6 +157,9 @@ func build(opts []Opt) (config, error) {
 	}
 	if cfg.pullSlots < 1 || cfg.pullSlots > 10_000 {
 		errs.Bad("PullSlots", cfg.pullSlots, "want 1 to 10000")
+	}
+	if cfg.rate < 0 || cfg.rate > 0 && cfg.burst < 1 {
+		errs.Bad("RateLimit", fmt.Sprintf("%v/s, burst %d", cfg.rate, cfg.burst), "want 0 (no limit), or a rate above 0 with a burst of 1 or more")
 	}
 	errs.Add(cfg.conn.Validate())
 	return cfg, errs.Err()

@@ -16,6 +16,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 
 	"github.com/onceq/onceq"
+	"github.com/onceq/onceq/broker"
 	"github.com/onceq/onceq/consumer"
 )
 
@@ -74,8 +75,10 @@ type pull struct {
 
 func leaseKey(topic, id string) string { return topic + "\x00" + id }
 
-// puller returns the puller of topic, starting its worker the first time.
-func (s *Server) puller(topic string) (*puller, error) {
+// puller returns the puller of topic, starting its worker the first
+// time. A queue that does not exist is created, as its first publish
+// would, or, with CreateQueues(0), refused.
+func (s *Server) puller(ctx context.Context, topic string) (*puller, error) {
 	s.pull.mu.Lock()
 	defer s.pull.mu.Unlock()
 	if s.pull.stopped {
@@ -84,9 +87,12 @@ func (s *Server) puller(topic string) (*puller, error) {
 	if p, ok := s.pull.queues[topic]; ok {
 		return p, nil
 	}
+	if err := s.ensureQueue(ctx, topic); err != nil {
+		return nil, err
+	}
 	p := &puller{topic: topic, offers: make(chan *lease), done: make(chan struct{})}
 	opts := []consumer.Opt{consumer.Conn(s.cfg.conn), consumer.Logger(s.cfg.log.With("queue", topic)), consumer.Queues(topic),
-		consumer.Group(s.cfg.pullGroup), consumer.Concurrency(s.cfg.pullSlots), consumer.TaskTimeout(holdMax), consumer.CommitInterval(pullCommitInterval),
+		consumer.Group(s.cfg.pullGroup), consumer.Concurrency(s.cfg.pullSlots), consumer.TaskTimeout(holdMax), consumer.CommitInterval(pullCommitInterval), consumer.ShutdownTimeout(pullShutdown),
 		consumer.WithHandler(consumer.HandlerFunc(p.handle)), consumer.ResultRetention(s.cfg.retention)}
 	if s.cfg.dataDir != "" {
 		opts = append(opts, consumer.CheckpointDir(filepath.Join(s.cfg.dataDir, "pull", topic)))
@@ -184,10 +190,6 @@ type handout struct {
 func (s *Server) consume(w http.ResponseWriter, r *http.Request) {
 	ns := r.PathValue("ns")
 	q := r.URL.Query()
-	if err := allowParams(q, "ttr", "timeout", "count"); err != nil {
-		writeError(w, err)
-		return
-	}
 	names := strings.Split(r.PathValue("queue"), ",")
 	topics := make([]string, len(names))
 	for i, n := range names {
@@ -221,7 +223,7 @@ func (s *Server) consume(w http.ResponseWriter, r *http.Request) {
 	}
 	pullers := make([]*puller, len(topics))
 	for i, t := range topics {
-		if pullers[i], err = s.puller(t); err != nil {
+		if pullers[i], err = s.puller(r.Context(), t); err != nil {
 			writeError(w, err)
 			return
 		}
@@ -377,3 +379,26 @@ const ackCommitWait = 30 * time.Second
 // workers: an acknowledgment answers once its commit is visible, so it
 // waits for the next commit.
 const pullCommitInterval = 5 * time.Millisecond
+
+// pullShutdown is how long a stopping server's workers wait for their
+// handlers: they wait for consumers, not work, so their tasks are
+// abandoned (and run again, at the same attempt) at once.
+const pullShutdown = time.Second
+
+// ensureQueue creates a queue that does not exist, with CreateQueues
+// partitions, or refuses it with CreateQueues(0).
+func (s *Server) ensureQueue(ctx context.Context, topic string) error {
+	adm, err := broker.NewAdmin(s.cfg.conn)
+	if err != nil {
+		return err
+	}
+	defer adm.Close()
+	_, err = adm.DescribeTopic(ctx, topic)
+	switch {
+	case errors.Is(err, broker.ErrTopicNotFound) && s.cfg.partitions == 0:
+		return &apiError{status: http.StatusNotFound, field: "queue", msg: fmt.Sprintf("queue %s does not exist and this server does not create queues (--no-create-queues)", topic)}
+	case errors.Is(err, broker.ErrTopicNotFound):
+		return adm.EnsureTopic(ctx, topic, s.cfg.partitions, nil)
+	}
+	return err
+}

@@ -3,6 +3,7 @@ package serve_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -96,7 +97,7 @@ func TestAuth(t *testing.T) {
 	if code, _ := a.do("GET", "/healthz", "", ""); code != 200 {
 		t.Fatalf("healthz: %d", code)
 	}
-	for _, r := range append(every("shop"), [2]string{"GET", "/metrics"}, [2]string{"GET", "/nope"}) {
+	for _, r := range append(every("shop"), [2]string{"GET", "/metrics"}, [2]string{"GET", "/nope"}, [2]string{"GET", "/api/openapi.json"}) {
 		if code, body := a.do(r[0], r[1], "", ""); code != 401 || !strings.Contains(fmt.Sprint(body["error"]), "no token") {
 			t.Errorf("%s %s without a token: %d %v; want 401", r[0], r[1], code, body)
 		}
@@ -116,6 +117,9 @@ func TestAuth(t *testing.T) {
 	}
 	if code, _ := a.do("GET", "/metrics", ro, ""); code != 200 {
 		t.Errorf("metrics with a token: %d", code)
+	}
+	if code, body := a.do("GET", "/api/openapi.json", ro, ""); code != 200 || body["openapi"] != "3.0.3" {
+		t.Errorf("openapi.json: %d", code)
 	}
 }
 
@@ -253,5 +257,33 @@ func TestNoCreateQueues(t *testing.T) {
 	testutil.CreateTopic(t, a.conn, "shop.there", 1)
 	if code, body := a.do("PUT", "/api/shop/there?id=x", tok, "x"); code != 201 {
 		t.Fatalf("publish to an existing queue: %d %v", code, body)
+	}
+}
+
+// TestRateLimit: a token past its limit is answered 429 with Retry-After;
+// another token keeps its own allowance.
+func TestRateLimit(t *testing.T) {
+	a := start(t, serve.RateLimit(1, 2))
+	tok, other := a.token("shop", false), a.token("shop", false)
+	for i := range 2 {
+		if code, _ := a.do("GET", "/api/shop", tok, ""); code != 200 {
+			t.Fatalf("request %d within the burst: %d", i, code)
+		}
+	}
+	req, _ := http.NewRequest("GET", a.url+"/api/shop", nil)
+	req.Header.Set("X-Token", tok)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 429 || resp.Header.Get("Retry-After") != "1" {
+		t.Fatalf("past the limit: %d, Retry-After %q; want 429, 1", resp.StatusCode, resp.Header.Get("Retry-After"))
+	}
+	if code, _ := a.do("GET", "/api/shop", other, ""); code != 200 {
+		t.Fatalf("another token: %d", code)
+	}
+	if _, err := serve.New(context.Background(), serve.RateLimit(5, 0)); !errors.Is(err, serve.ErrConfig) {
+		t.Fatalf("a rate without a burst: %v; want ErrConfig", err)
 	}
 }

@@ -5,14 +5,17 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"golang.org/x/time/rate"
 
 	"github.com/onceq/onceq/auth"
 	"github.com/onceq/onceq/delay"
@@ -33,6 +36,9 @@ type Server struct {
 	pull   pull
 	// stopDelay stops the delay service, if the server runs one.
 	stopDelay func()
+
+	limitMu  sync.Mutex
+	limiters map[string]*rate.Limiter // by token ID, with RateLimit
 }
 
 // New checks the options and opens what the server stands on: a producer,
@@ -42,7 +48,8 @@ func New(ctx context.Context, opts ...Opt) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, mux: http.NewServeMux(), pull: pull{queues: map[string]*puller{}, leases: map[string]*lease{}}}
+	s := &Server{cfg: cfg, mux: http.NewServeMux(), pull: pull{queues: map[string]*puller{}, leases: map[string]*lease{}},
+		limiters: map[string]*rate.Limiter{}}
 	if s.m, err = newMetrics(cfg.reg); err != nil {
 		return nil, err
 	}
@@ -107,6 +114,34 @@ const (
 	write
 )
 
+// A route is one endpoint of the API: the table below is what the server
+// serves and what the OpenAPI document is checked against.
+type route struct {
+	method, path string // path in http.ServeMux's pattern syntax
+	name         string // the metrics' route label
+	need         access
+	params       []string // the query parameters it takes (and token)
+	h            http.HandlerFunc
+}
+
+// apiRoutes are the endpoints under /api.
+func (s *Server) apiRoutes() []route {
+	return []route{
+		{"GET", "/api/openapi.json", "openapi", read, nil, serveOpenAPI},
+		{"GET", "/api/{ns}", "queues", read, nil, s.queues},
+		{"PUT", "/api/{ns}/{queue}", "publish", write, []string{"id", "delay", "ttl", "tries", "timeout"}, s.publish},
+		{"GET", "/api/{ns}/{queue}", "consume", write, []string{"ttr", "timeout", "count"}, s.consume},
+		{"POST", "/api/{ns}/{queue}/bulk", "bulk", write, nil, s.bulk},
+		{"GET", "/api/{ns}/{queue}/job/{id}", "job", read, nil, s.job},
+		{"GET", "/api/{ns}/{queue}/job/{id}/wait", "wait", read, []string{"timeout"}, s.wait},
+		{"DELETE", "/api/{ns}/{queue}/job/{id}", "cancel", write, nil, s.cancel},
+		{"GET", "/api/{ns}/{queue}/size", "size", read, nil, s.size},
+		{"GET", "/api/{ns}/{queue}/stats", "stats", read, nil, s.stats},
+		{"POST", "/api/{ns}/{queue}/pause", "pause", write, nil, s.pause(true)},
+		{"POST", "/api/{ns}/{queue}/resume", "resume", write, nil, s.pause(false)},
+	}
+}
+
 func (s *Server) routes() {
 	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
@@ -114,41 +149,37 @@ func (s *Server) routes() {
 	})
 	if s.gather != nil {
 		metrics := promhttp.HandlerFor(s.gather, promhttp.HandlerOpts{})
-		s.handle("GET /metrics", "metrics", read, false, func(w http.ResponseWriter, r *http.Request) { metrics.ServeHTTP(w, r) })
+		s.handle(route{"GET", "/metrics", "metrics", read, nil, metrics.ServeHTTP})
 	}
-	s.handle("GET /api/{ns}", "queues", read, true, s.queues)
-	s.handle("PUT /api/{ns}/{queue}", "publish", write, true, s.publish)
-	s.handle("GET /api/{ns}/{queue}", "consume", write, true, s.consume)
-	s.handle("POST /api/{ns}/{queue}/bulk", "bulk", write, true, s.bulk)
-	s.handle("GET /api/{ns}/{queue}/job/{id}", "job", read, true, s.job)
-	s.handle("GET /api/{ns}/{queue}/job/{id}/wait", "wait", read, true, s.wait)
-	s.handle("DELETE /api/{ns}/{queue}/job/{id}", "cancel", write, true, s.cancel)
-	s.handle("GET /api/{ns}/{queue}/size", "size", read, true, s.size)
-	s.handle("GET /api/{ns}/{queue}/stats", "stats", read, true, s.stats)
-	s.handle("POST /api/{ns}/{queue}/pause", "pause", write, true, s.pause(true))
-	s.handle("POST /api/{ns}/{queue}/resume", "resume", write, true, s.pause(false))
+	for _, rt := range s.apiRoutes() {
+		s.handle(rt)
+	}
 	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		if _, err := s.authorize(r, read, false); err != nil {
 			writeError(w, err)
 			return
 		}
-		writeError(w, &apiError{status: http.StatusNotFound, msg: fmt.Sprintf("no endpoint %s %s: see the package documentation of serve or the README's HTTP API", r.Method, r.URL.Path)})
+		writeError(w, &apiError{status: http.StatusNotFound, msg: fmt.Sprintf("no endpoint %s %s: GET /api/openapi.json lists them", r.Method, r.URL.Path)})
 	})
 }
 
-// handle registers a route behind the token check (a namespace's, when
-// inNS) and the metrics.
-func (s *Server) handle(pattern, name string, need access, inNS bool, h http.HandlerFunc) {
-	s.mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
+// handle registers a route behind the token check (the namespace's, for
+// a path under /api/{ns}), the check of its query parameters, and the
+// metrics.
+func (s *Server) handle(rt route) {
+	inNS := strings.HasPrefix(rt.path, "/api/{ns}")
+	s.mux.HandleFunc(rt.method+" "+rt.path, func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
-		rw := &statusWriter{ResponseWriter: w, status: http.StatusOK}
-		if _, err := s.authorize(r, need, inNS); err != nil {
-			writeError(rw, err)
+		sw := &statusWriter{ResponseWriter: w, status: http.StatusOK}
+		if _, err := s.authorize(r, rt.need, inNS); err != nil {
+			writeError(sw, err)
+		} else if err := allowParams(r.URL.Query(), rt.params...); err != nil {
+			writeError(sw, err)
 		} else {
-			h(rw, r)
+			rt.h(sw, r)
 		}
-		s.m.requests.WithLabelValues(name, strconv.Itoa(rw.status)).Inc()
-		s.m.seconds.WithLabelValues(name).Observe(time.Since(start).Seconds())
+		s.m.requests.WithLabelValues(rt.name, strconv.Itoa(sw.status)).Inc()
+		s.m.seconds.WithLabelValues(rt.name).Observe(time.Since(start).Seconds())
 	})
 }
 
@@ -173,7 +204,32 @@ func (s *Server) authorize(r *http.Request, need access, inNS bool) (auth.Token,
 	if need == write && tok.ReadOnly {
 		return auth.Token{}, &apiError{status: http.StatusForbidden, msg: fmt.Sprintf("token %s is read-only", tok.ID)}
 	}
+	if wait := s.limit(tok.ID); wait > 0 {
+		return auth.Token{}, &apiError{status: http.StatusTooManyRequests, retryAfter: wait,
+			msg: fmt.Sprintf("token %s is past its limit of %v requests a second: retry after %v", tok.ID, s.cfg.rate, wait.Round(time.Millisecond))}
+	}
 	return tok, nil
+}
+
+// limit takes one request from a token's allowance and returns 0, or how
+// long to wait when there is none left.
+func (s *Server) limit(id string) time.Duration {
+	if s.cfg.rate == 0 {
+		return 0
+	}
+	s.limitMu.Lock()
+	l, ok := s.limiters[id]
+	if !ok {
+		l = rate.NewLimiter(rate.Limit(s.cfg.rate), s.cfg.burst)
+		s.limiters[id] = l
+	}
+	s.limitMu.Unlock()
+	r := l.Reserve()
+	d := r.Delay()
+	if d > 0 {
+		r.Cancel()
+	}
+	return d
 }
 
 func nsError(ns string, err error) string {
@@ -211,9 +267,10 @@ func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 // apiError is an error answered with its status and, for a bad parameter,
 // the parameter's name.
 type apiError struct {
-	status int
-	field  string
-	msg    string
+	status     int
+	field      string
+	msg        string
+	retryAfter time.Duration // for a 429
 }
 
 func (e *apiError) Error() string { return e.msg }
@@ -227,6 +284,9 @@ func writeError(w http.ResponseWriter, err error) {
 	var ae *apiError
 	if !errors.As(err, &ae) {
 		ae = &apiError{status: http.StatusInternalServerError, msg: err.Error()}
+	}
+	if ae.retryAfter > 0 {
+		w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(ae.retryAfter.Seconds()))))
 	}
 	body := map[string]string{"error": ae.msg}
 	if ae.field != "" {

@@ -70,6 +70,7 @@ func TestServeCommand(t *testing.T) {
 		{[]string{"serve", "extra"}, "want no arguments"},
 		{[]string{"serve", "--pull-slots", "0"}, "--pull-slots"},
 		{[]string{"serve", "--max-payload-bytes", "0"}, "--max-payload-bytes"},
+		{[]string{"serve", "--rate-limit", "10", "--rate-burst", "0"}, "--rate-burst/--rate-limit"},
 	} {
 		code, _, stderr := runCLI(t, "", tc.args...)
 		if code != exitUsage || !strings.Contains(stderr, tc.want) {
