@@ -123,7 +123,7 @@ func BenchmarkPublish(b *testing.B) {
 //
 //	go test ./serve -run '^$' -bench ConsumeAck -benchtime 1x
 func BenchmarkConsumeAck(b *testing.B) {
-	a := start(b, serve.CreateQueues(8), serve.DelayService(false))
+	a := start(b, serve.CreateQueues(8), serve.DataDir(b.TempDir()))
 	tok := a.token("bench", false)
 	cl := keepAlive()
 	const clients, tasks = 16, 10_000
@@ -155,7 +155,7 @@ func BenchmarkConsumeAck(b *testing.B) {
 				defer wg.Done()
 				for acked.Load() < tasks && time.Since(start) < 5*time.Minute {
 					t0 := time.Now()
-					code, jobs := consumeB(cl, a.url+"/api/bench/"+queue+"?ttr=60&timeout=1&count=1", tok)
+					code, jobs := consumeB(cl, a.url+"/api/bench/"+queue+"?ttr=30&timeout=1&count=1", tok)
 					if code == 404 {
 						continue
 					}

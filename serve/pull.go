@@ -91,7 +91,7 @@ func (s *Server) puller(ctx context.Context, topic string) (*puller, error) {
 		return nil, err
 	}
 	p := &puller{topic: topic, offers: make(chan *lease), done: make(chan struct{})}
-	opts := []consumer.Opt{consumer.Conn(s.cfg.conn), consumer.Logger(s.cfg.log.With("queue", topic)), consumer.Queues(topic),
+	opts := []consumer.Opt{consumer.Conn(s.cfg.conn), consumer.Logger(s.cfg.log), consumer.Queues(topic),
 		consumer.Group(s.cfg.pullGroup), consumer.Concurrency(s.cfg.pullSlots), consumer.TaskTimeout(holdMax), consumer.CommitInterval(pullCommitInterval), consumer.ShutdownTimeout(pullShutdown),
 		consumer.WithHandler(consumer.HandlerFunc(p.handle)), consumer.ResultRetention(s.cfg.retention)}
 	if s.cfg.dataDir != "" {
