@@ -70,8 +70,17 @@ func (w *Worker) commit(ctx context.Context) error {
 		offsets = map[string]map[int32]kgo.EpochOffset{}
 		eos     = w.cfg.guarantee == ExactlyOnce
 	)
+	// An offset the transaction may commit again unchanged when no
+	// partition moved: see below.
+	var (
+		keepTP checkpoint.TP
+		keep   = kgo.EpochOffset{Offset: -1}
+	)
 	for _, ps := range w.snapshotParts() {
 		res, to, moved, upTo := ps.collect()
+		if keep.Offset < 0 && to.Offset >= 0 {
+			keepTP, keep = ps.tp, to
+		}
 		var fin checkpoint.Ranges
 		var newFin bool
 		if eos {
@@ -123,6 +132,15 @@ func (w *Worker) commit(ctx context.Context) error {
 	}
 	if len(recs) == 0 && len(offsets) == 0 {
 		return nil
+	}
+	// A transaction that moves no offset (its tasks finished above their
+	// partitions' first unfinished record) commits one partition's offset
+	// again, unchanged. Without an offset commit kgo's session takes the
+	// brokers for pre-KIP-447 ones and holds the next commit for 500 ms
+	// (GroupTransactSession.End); the commit also fences it by the
+	// group's generation, as every other commit is.
+	if eos && len(offsets) == 0 && keep.Offset >= 0 {
+		offsets[keepTP.Topic] = map[int32]kgo.EpochOffset{keepTP.Partition: keep}
 	}
 
 	w.hook(BeforeKafkaCommit)

@@ -19,8 +19,8 @@ import (
 	"github.com/onceq/onceq/internal/testutil"
 )
 
-// TestServeCrashPull is the pull model under failure: 2,000 tasks
-// (ONCEQ_SERVE_CRASH_TASKS=10000 for the acceptance run) of 3 tries consumed by 8 HTTP clients that acknowledge,
+// TestServeCrashPull is the pull model under failure: 10,000 tasks
+// (2,000 with -short; ONCEQ_SERVE_CRASH_TASKS sets it) of 3 tries consumed by 8 HTTP clients that acknowledge,
 // drop 5% of the tasks handed out (never acknowledged: their ttr
 // passes), crash on 1% (drop them and reconnect), and never acknowledge
 // a few doomed tasks; the server process is SIGKILLed once halfway and
@@ -28,7 +28,10 @@ import (
 // server died during the acknowledgment, succeeded as its record says)
 // or dead-lettered after its tries, never both, none lost.
 func TestServeCrashPull(t *testing.T) {
-	n := 2_000
+	n := 10_000
+	if testing.Short() {
+		n = 2_000
+	}
 	if v := os.Getenv("ONCEQ_SERVE_CRASH_TASKS"); v != "" {
 		var err error
 		if n, err = strconv.Atoi(v); err != nil || n < 100 {
