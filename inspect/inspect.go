@@ -201,6 +201,14 @@ func (in *Inspector) get(queue, id string) (onceq.TaskRecord, error) {
 // for it) is looked for again every second. It returns ctx's error if ctx
 // ends first.
 func (in *Inspector) Wait(ctx context.Context, queue, id string) (onceq.TaskRecord, error) {
+	return in.WaitFor(ctx, queue, id, func(r onceq.TaskRecord) bool { return true })
+}
+
+// WaitFor is Wait for a final record that also satisfies ok: a caller
+// that knows which run it waits for (by its record's Partition and
+// Offset, say) skips the final record of an earlier one, such as the
+// dead letter of a task requeued since.
+func (in *Inspector) WaitFor(ctx context.Context, queue, id string, ok func(onceq.TaskRecord) bool) (onceq.TaskRecord, error) {
 	if err := onceq.ValidateID(id); err != nil {
 		return onceq.TaskRecord{}, err
 	}
@@ -231,7 +239,7 @@ func (in *Inspector) Wait(ctx context.Context, queue, id string) (onceq.TaskReco
 		// Registered first, looked second: a record applied in between
 		// wakes ch.
 		r, err := in.get(queue, id)
-		if err == nil && r.State.Final() {
+		if err == nil && r.State.Final() && ok(r) {
 			in.dropWaiter(key, ch)
 			return r, nil
 		}

@@ -27,7 +27,11 @@
 //	GET    /api/{ns}/{queue}/stats               tasks by state and due time, groups
 //	POST   /api/{ns}/{queue}/pause               stop workers fetching the queue
 //	POST   /api/{ns}/{queue}/resume              and start again
+//	GET    /api/{ns}/{queue}/deadletter          peek the dead letters (limit=)
+//	GET    /api/{ns}/{queue}/deadletter/size     how many there are
+//	PUT    /api/{ns}/{queue}/deadletter          respawn (limit=, id=), in one transaction
 //	GET    /api/{ns}                             the namespace's queues
+//	GET    /api/openapi.json                     the OpenAPI 3 document of the API
 //
 // # Consuming over HTTP
 //

@@ -360,7 +360,11 @@ func (s *Server) ack(w http.ResponseWriter, r *http.Request, topic, id string) (
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), ackCommitWait)
 	defer cancel()
-	rec, err := s.in.Wait(ctx, topic, id)
+	// This run's record: a requeued task's earlier run left a final
+	// record of its own.
+	rec, err := s.in.WaitFor(ctx, topic, id, func(r onceq.TaskRecord) bool {
+		return r.Partition == l.task.Partition && r.Offset == l.task.Offset
+	})
 	switch {
 	case err != nil:
 		writeError(w, &apiError{status: http.StatusGatewayTimeout, msg: fmt.Sprintf("acknowledged, but its commit is not visible after %v: ask GET .../job/%s", ackCommitWait, id)})

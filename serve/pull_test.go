@@ -138,3 +138,58 @@ func consume(t *testing.T, a *api, tok, path string) (int, []handedOut) {
 	}
 	return resp.StatusCode, jobs
 }
+
+// TestDeadLetters: a task not acknowledged within its ttr on its only try
+// is dead; the dead-letter endpoints show it, respawn it, and it runs
+// again and is acknowledged.
+func TestDeadLetters(t *testing.T) {
+	a := start(t, serve.CreateQueues(1), serve.DataDir(t.TempDir()))
+	tok := a.token("shop", false)
+	if code, body := a.do("GET", "/api/shop/mail/deadletter", tok, ""); code != 200 || body["deadletter_size"] != 0.0 {
+		t.Fatalf("dead letters of a queue without any: %d %v", code, body)
+	}
+	if code, body := a.do("PUT", "/api/shop/mail?id=d-1&tries=1", tok, "x"); code != 201 {
+		t.Fatalf("publish: %d %v", code, body)
+	}
+	code, jobs := consume(t, a, tok, "/api/shop/mail?ttr=1&timeout=10&count=1")
+	if code != 200 || len(jobs) != 1 {
+		t.Fatalf("consume: %d %v", code, jobs)
+	}
+	// Not acknowledged: dead after its ttr.
+	code, body := a.do("GET", "/api/shop/mail/job/d-1/wait?timeout=30", tok, "")
+	if task, _ := body["task"].(map[string]any); code != 200 || task["state"] != "dead" {
+		t.Fatalf("wait: %d %v; want dead", code, body)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		code, body = a.do("GET", "/api/shop/mail/deadletter", tok, "")
+		if code == 200 && body["deadletter_size"] == 1.0 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if letters, _ := body["letters"].([]any); code != 200 || body["deadletter_head"] != "d-1" || len(letters) != 1 {
+		t.Fatalf("dead letters: %d %v", code, body)
+	}
+	if code, body = a.do("GET", "/api/shop/mail/deadletter/size", tok, ""); code != 200 || body["size"] != 1.0 {
+		t.Fatalf("dead letter size: %d %v", code, body)
+	}
+	for _, bad := range []string{"?limit=0", "?limit=x", "?limit=1001"} {
+		if code, body := a.do("PUT", "/api/shop/mail/deadletter"+bad, tok, ""); code != 400 || body["field"] != "limit" {
+			t.Errorf("respawn%s: %d %v", bad, code, body)
+		}
+	}
+	if code, body = a.do("PUT", "/api/shop/mail/deadletter?id=nope", tok, ""); code != 404 || body["field"] != "id" {
+		t.Fatalf("respawn of an ID without dead letter: %d %v", code, body)
+	}
+	if code, body = a.do("PUT", "/api/shop/mail/deadletter?limit=5", tok, ""); code != 200 || body["count"] != 1.0 {
+		t.Fatalf("respawn: %d %v", code, body)
+	}
+	code, jobs = consume(t, a, tok, "/api/shop/mail?ttr=30&timeout=10&count=1")
+	if code != 200 || len(jobs) != 1 || jobs[0].JobID != "d-1" || jobs[0].Attempt != 1 {
+		t.Fatalf("consume of the respawned task: %d %+v", code, jobs)
+	}
+	if code, body = a.do("DELETE", "/api/shop/mail/job/d-1", tok, "ok"); code != 204 {
+		t.Fatalf("ack of the respawned task: %d %v", code, body)
+	}
+}

@@ -19,6 +19,7 @@ import (
 
 	"github.com/onceq/onceq/auth"
 	"github.com/onceq/onceq/delay"
+	"github.com/onceq/onceq/dlq"
 	"github.com/onceq/onceq/inspect"
 	"github.com/onceq/onceq/producer"
 )
@@ -30,6 +31,7 @@ type Server struct {
 	in     *inspect.Inspector
 	p      *producer.Producer
 	tokens *auth.Store
+	dlq    *dlq.Reader
 	mux    *http.ServeMux
 	m      *metrics
 	gather prometheus.Gatherer
@@ -67,8 +69,14 @@ func New(ctx context.Context, opts ...Opt) (*Server, error) {
 		s.tokens.Close()
 		return nil, err
 	}
+	if s.dlq, err = dlq.NewReader(cfg.conn); err != nil {
+		s.in.Close()
+		s.tokens.Close()
+		return nil, err
+	}
 	if s.p, err = producer.New(producer.Conn(cfg.conn), producer.Logger(cfg.log), producer.CreateQueues(cfg.partitions),
 		producer.MaxMessageBytes(max(cfg.maxPayload+64<<10, 1<<20))); err != nil {
+		s.dlq.Close()
 		s.in.Close()
 		s.tokens.Close()
 		return nil, err
@@ -95,6 +103,7 @@ func (s *Server) Close() error {
 		s.stopDelay()
 	}
 	s.p.Close()
+	s.dlq.Close()
 	err := s.in.Close()
 	s.tokens.Close()
 	return err
@@ -139,6 +148,9 @@ func (s *Server) apiRoutes() []route {
 		{"GET", "/api/{ns}/{queue}/stats", "stats", read, nil, s.stats},
 		{"POST", "/api/{ns}/{queue}/pause", "pause", write, nil, s.pause(true)},
 		{"POST", "/api/{ns}/{queue}/resume", "resume", write, nil, s.pause(false)},
+		{"GET", "/api/{ns}/{queue}/deadletter", "deadletter", read, []string{"limit"}, s.deadLetters},
+		{"GET", "/api/{ns}/{queue}/deadletter/size", "deadletter_size", read, nil, s.deadLetterSize},
+		{"PUT", "/api/{ns}/{queue}/deadletter", "respawn", write, []string{"limit", "id"}, s.respawn},
 	}
 }
 
