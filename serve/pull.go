@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/onceq/onceq"
 	"github.com/onceq/onceq/broker"
@@ -93,7 +94,10 @@ func (s *Server) puller(ctx context.Context, topic string) (*puller, error) {
 	p := &puller{topic: topic, offers: make(chan *lease), done: make(chan struct{})}
 	opts := []consumer.Opt{consumer.Conn(s.cfg.conn), consumer.Logger(s.cfg.log), consumer.Queues(topic),
 		consumer.Group(s.cfg.pullGroup), consumer.Concurrency(s.cfg.pullSlots), consumer.TaskTimeout(holdMax), consumer.CommitInterval(pullCommitInterval), consumer.ShutdownTimeout(pullShutdown),
-		consumer.WithHandler(consumer.HandlerFunc(p.handle)), consumer.ResultRetention(s.cfg.retention)}
+		consumer.WithHandler(consumer.HandlerFunc(p.handle)), consumer.ResultRetention(s.cfg.retention),
+		// One worker per registerer: each pulled queue's worker labels its
+		// metrics with the queue.
+		consumer.Registerer(prometheus.WrapRegistererWith(prometheus.Labels{"pull": topic}, s.cfg.reg))}
 	if s.cfg.dataDir != "" {
 		opts = append(opts, consumer.CheckpointDir(filepath.Join(s.cfg.dataDir, "pull", topic)))
 	} else {
