@@ -46,6 +46,13 @@
 // task that is not handed out, or whose ttr passed, cancels it, as
 // lmstfy's DELETE makes sure it is never consumed again.
 //
-// Every answer is JSON; an error is {"error": "...", "field": "..."} with
+// # The console
+//
+// /console/ serves the web console: server-rendered pages with every
+// asset embedded, behind a login with a token (an HttpOnly,
+// SameSite=Strict cookie) or basic auth with the token as password. A
+// read-only token sees the pages without their actions.
+//
+// Every answer of the API is JSON; an error is {"error": "...", "field": "..."} with
 // the parameter at fault, and a refused request writes nothing.
 package serve

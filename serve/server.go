@@ -166,6 +166,7 @@ func (s *Server) routes() {
 	for _, rt := range s.apiRoutes() {
 		s.handle(rt)
 	}
+	s.consoleRoutes()
 	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		if _, err := s.authorize(r, read, false); err != nil {
 			writeError(w, err)

@@ -1,0 +1,402 @@
+package serve
+
+import (
+	"context"
+	"embed"
+	"errors"
+	"fmt"
+	"html/template"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/onceq/onceq"
+	"github.com/onceq/onceq/auth"
+	"github.com/onceq/onceq/delay"
+	"github.com/onceq/onceq/dlq"
+	"github.com/onceq/onceq/inspect"
+)
+
+// The web console: server-rendered pages, every asset embedded, behind
+// the same tokens as the API. A login keeps the token in an HttpOnly,
+// SameSite=Strict cookie of /console; actions are POST forms; a read-only
+// token sees the pages without their buttons and is refused the actions.
+
+//go:embed console
+var consoleFS embed.FS
+
+var pages = template.Must(template.New("").Funcs(template.FuncMap{
+	"since": func(t time.Time) string {
+		if t.IsZero() {
+			return ""
+		}
+		return time.Since(t).Round(time.Second).String() + " ago"
+	},
+	"at": func(t time.Time) string {
+		if t.IsZero() {
+			return ""
+		}
+		return t.UTC().Format("2006-01-02 15:04:05.000Z")
+	},
+	"path":  url.PathEscape,
+	"query": url.QueryEscape,
+}).ParseFS(consoleFS, "console/*.html"))
+
+const cookieName = "onceq_console"
+
+// page is what every page template gets.
+type page struct {
+	Title    string
+	Token    auth.Token
+	ReadOnly bool
+	Flash    string
+	Error    string
+	Data     any
+}
+
+// consoleRoutes registers the console's pages.
+func (s *Server) consoleRoutes() {
+	// The stylesheet is all the login page needs before a token: nothing
+	// else is served without one.
+	s.mux.HandleFunc("GET /console/assets/style.css", func(w http.ResponseWriter, r *http.Request) {
+		http.ServeFileFS(w, r, consoleFS, "console/style.css")
+	})
+	s.mux.HandleFunc("GET /console/login", s.loginPage)
+	s.mux.HandleFunc("POST /console/login", s.login)
+	s.mux.HandleFunc("POST /console/logout", func(w http.ResponseWriter, r *http.Request) {
+		http.SetCookie(w, &http.Cookie{Name: cookieName, Path: "/console", MaxAge: -1, HttpOnly: true, SameSite: http.SameSiteStrictMode})
+		http.Redirect(w, r, "/console/login", http.StatusSeeOther)
+	})
+	s.console("GET /console/{$}", s.homePage)
+	s.console("GET /console/q/{queue}", s.queuePage)
+	s.console("GET /console/q/{queue}/task/{id}", s.taskPage)
+	s.console("GET /console/q/{queue}/deadletters", s.deadLettersPage)
+	s.console("GET /console/delay", s.delayPage)
+	s.console("POST /console/q/{queue}/pause", s.consolePause(true))
+	s.console("POST /console/q/{queue}/resume", s.consolePause(false))
+	s.console("POST /console/q/{queue}/requeue", s.consoleRequeue)
+	s.console("POST /console/q/{queue}/task/{id}/cancel", s.consoleCancel)
+}
+
+// console registers a page or action behind the console's login: a GET
+// without a valid cookie goes to the login page; an action needs a
+// read-write token and a same-origin request.
+func (s *Server) console(pattern string, h func(http.ResponseWriter, *http.Request, *page)) {
+	post := strings.HasPrefix(pattern, "POST ")
+	s.mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
+		tok, err := s.consoleToken(r)
+		if err != nil {
+			if post {
+				http.Error(w, "log in first", http.StatusUnauthorized)
+				return
+			}
+			http.Redirect(w, r, "/console/login?next="+url.QueryEscape(r.URL.RequestURI()), http.StatusSeeOther)
+			return
+		}
+		pg := &page{Token: tok, ReadOnly: tok.ReadOnly, Flash: r.URL.Query().Get("flash")}
+		if q := r.PathValue("queue"); q != "" && !s.consoleSees(tok, q) {
+			w.WriteHeader(http.StatusForbidden)
+			pg.Title, pg.Error = "Forbidden", fmt.Sprintf("token %s opens namespace %s, not queue %s", tok.ID, tok.Namespace, q)
+			s.render(w, "error", pg)
+			return
+		}
+		if post {
+			if origin := r.Header.Get("Origin"); origin != "" && !sameOrigin(origin, r) {
+				http.Error(w, "cross-origin request refused", http.StatusForbidden)
+				return
+			}
+			if tok.ReadOnly {
+				http.Error(w, fmt.Sprintf("token %s is read-only", tok.ID), http.StatusForbidden)
+				return
+			}
+		}
+		h(w, r, pg)
+	})
+}
+
+func sameOrigin(origin string, r *http.Request) bool {
+	u, err := url.Parse(origin)
+	return err == nil && u.Host == r.Host
+}
+
+// consoleToken is the token of the request's cookie, or of its basic
+// auth password, or, with InsecureNoAuth, an operator's.
+func (s *Server) consoleToken(r *http.Request) (auth.Token, error) {
+	if s.cfg.insecure {
+		return auth.Token{Namespace: auth.AllNamespaces}, nil
+	}
+	if c, err := r.Cookie(cookieName); err == nil {
+		return s.tokens.Check(c.Value)
+	}
+	if _, pw, ok := r.BasicAuth(); ok {
+		return s.tokens.Check(pw)
+	}
+	return auth.Token{}, auth.ErrNoToken
+}
+
+// consoleSees reports whether tok opens queue (a topic <ns>.<queue>).
+func (s *Server) consoleSees(tok auth.Token, queue string) bool {
+	ns, _, ok := strings.Cut(queue, ".")
+	return ok && tok.Allows(ns) && onceq.ValidateQueue(queue) == nil
+}
+
+func (s *Server) render(w http.ResponseWriter, name string, pg *page) {
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.Header().Set("Content-Security-Policy", "default-src 'self'; style-src 'self'; img-src 'self' data:; form-action 'self'; frame-ancestors 'none'")
+	if err := pages.ExecuteTemplate(w, name, pg); err != nil {
+		s.cfg.log.Error("rendering a console page", "page", name, "err", err)
+	}
+}
+
+func (s *Server) loginPage(w http.ResponseWriter, r *http.Request) {
+	s.render(w, "login", &page{Title: "Log in", Error: r.URL.Query().Get("error"), Data: r.URL.Query().Get("next")})
+}
+
+func (s *Server) login(w http.ResponseWriter, r *http.Request) {
+	next := r.FormValue("next")
+	if !strings.HasPrefix(next, "/console/") || strings.HasPrefix(next, "//") {
+		next = "/console/"
+	}
+	tok := strings.TrimSpace(r.FormValue("token"))
+	if _, err := s.tokens.Check(tok); err != nil {
+		http.Redirect(w, r, "/console/login?error="+url.QueryEscape(err.Error())+"&next="+url.QueryEscape(next), http.StatusSeeOther)
+		return
+	}
+	http.SetCookie(w, &http.Cookie{Name: cookieName, Value: tok, Path: "/console", HttpOnly: true, Secure: r.TLS != nil,
+		SameSite: http.SameSiteStrictMode, MaxAge: int((12 * time.Hour).Seconds())})
+	http.Redirect(w, r, next, http.StatusSeeOther)
+}
+
+// queueRow is a queue on the home page.
+type queueRow struct {
+	Queue   string
+	Paused  bool
+	Tasks   map[onceq.TaskState]int64
+	Waiting int64
+	Groups  []inspect.GroupStats
+	Overdue int64
+}
+
+func (s *Server) homePage(w http.ResponseWriter, r *http.Request, pg *page) {
+	pg.Title = "Queues"
+	queues, err := s.in.Queues(r.Context())
+	var rows []queueRow
+	for _, q := range queues {
+		if err != nil || !s.consoleSees(pg.Token, q) {
+			continue
+		}
+		st, serr := s.in.Stats(r.Context(), q)
+		if serr != nil {
+			err = serr
+			break
+		}
+		row := queueRow{Queue: q, Paused: st.Paused, Tasks: st.Tasks, Groups: st.Groups, Overdue: st.Overdue}
+		for _, g := range st.Groups {
+			row.Waiting = max(row.Waiting, g.Waiting)
+		}
+		rows = append(rows, row)
+	}
+	if err != nil {
+		pg.Error = err.Error()
+	}
+	pg.Data = map[string]any{"Queues": rows, "States": onceq.TaskStates}
+	s.render(w, "home", pg)
+}
+
+// chartBar is one bar of a chart: a minute and its count.
+type chartBar struct {
+	X, Y, H int
+	Label   string
+	N       int64
+}
+
+// throughput counts the tasks of states that finished per minute over the
+// last hour, as bars of an SVG chart 600 by 120.
+func throughput(recs []onceq.TaskRecord, now time.Time) []chartBar {
+	const minutes, width, height = 60, 600, 100
+	counts := make([]int64, minutes)
+	var top int64 = 1
+	for _, rec := range recs {
+		if m := int(now.Sub(rec.Finished) / time.Minute); !rec.Finished.IsZero() && m >= 0 && m < minutes {
+			counts[minutes-1-m]++
+			top = max(top, counts[minutes-1-m])
+		}
+	}
+	bars := make([]chartBar, minutes)
+	for i, n := range counts {
+		h := int(n * height / top)
+		bars[i] = chartBar{X: i * width / minutes, Y: height - h, H: h, N: n,
+			Label: now.Add(-time.Duration(minutes-1-i) * time.Minute).UTC().Format("15:04")}
+	}
+	return bars
+}
+
+func (s *Server) queuePage(w http.ResponseWriter, r *http.Request, pg *page) {
+	queue := r.PathValue("queue")
+	pg.Title = queue
+	if id := strings.TrimSpace(r.URL.Query().Get("id")); id != "" {
+		http.Redirect(w, r, "/console/q/"+url.PathEscape(queue)+"/task/"+url.PathEscape(id), http.StatusSeeOther)
+		return
+	}
+	f := inspect.Filter{Limit: 50, After: r.URL.Query().Get("after")}
+	state := r.URL.Query().Get("state")
+	if state != "" {
+		st, err := onceq.ParseTaskState(state)
+		if err != nil {
+			pg.Error = err.Error()
+		} else {
+			f.States = []onceq.TaskState{st}
+		}
+	}
+	st, err := s.in.Stats(r.Context(), queue)
+	var tasks inspect.Page
+	if err == nil {
+		tasks, err = s.in.List(r.Context(), queue, f)
+	}
+	var bars []chartBar
+	if err == nil {
+		recent, lerr := s.in.List(r.Context(), queue, inspect.Filter{States: []onceq.TaskState{onceq.StateSucceeded, onceq.StateDead},
+			Since: time.Now().Add(-time.Hour), Limit: inspect.MaxLimit})
+		err = lerr
+		bars = throughput(recent.Tasks, time.Now())
+	}
+	if err != nil {
+		pg.Error = err.Error()
+	}
+	pg.Data = map[string]any{"Queue": queue, "Stats": st, "Page": tasks, "State": state, "States": onceq.TaskStates, "Bars": bars}
+	s.render(w, "queue", pg)
+}
+
+func (s *Server) taskPage(w http.ResponseWriter, r *http.Request, pg *page) {
+	queue, id := r.PathValue("queue"), r.PathValue("id")
+	pg.Title = id
+	rec, err := s.in.Get(r.Context(), queue, id)
+	data := map[string]any{"Queue": queue, "ID": id}
+	if err != nil {
+		if errors.Is(err, inspect.ErrNotFound) {
+			w.WriteHeader(http.StatusNotFound)
+		}
+		pg.Error = err.Error()
+	} else {
+		data["Record"] = rec
+		ctx, cancel := context.WithTimeout(r.Context(), 3*time.Second)
+		defer cancel()
+		if task, err := s.taskAt(ctx, queue, rec.Partition, rec.Offset); err == nil {
+			data["Task"] = task
+		} else {
+			data["TaskError"] = err.Error()
+		}
+	}
+	pg.Data = data
+	s.render(w, "task", pg)
+}
+
+// taskAt reads the task at a queue's partition and offset: its payload and
+// headers, which the task's record does not keep.
+func (s *Server) taskAt(ctx context.Context, topic string, partition int32, offset int64) (onceq.Task, error) {
+	cl, err := s.cfg.conn.NewClient(kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: {partition: kgo.NewOffset().At(offset)}}),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()))
+	if err != nil {
+		return onceq.Task{}, err
+	}
+	defer cl.Close()
+	for ctx.Err() == nil {
+		fs := cl.PollFetches(ctx)
+		for _, rec := range fs.Records() {
+			if rec.Offset == offset {
+				return onceq.FromRecord(rec)
+			}
+			if rec.Offset > offset {
+				return onceq.Task{}, errors.New("the task's record is gone from the queue (retention)")
+			}
+		}
+	}
+	return onceq.Task{}, errors.New("the task's record could not be read in time")
+}
+
+func (s *Server) deadLettersPage(w http.ResponseWriter, r *http.Request, pg *page) {
+	queue := r.PathValue("queue")
+	pg.Title = "Dead letters of " + queue
+	letters, total, err := s.dlq.List(r.Context(), queue, 100)
+	if err != nil && !errors.Is(err, dlq.ErrNoTopic) {
+		pg.Error = err.Error()
+	}
+	pg.Data = map[string]any{"Queue": queue, "Letters": letters, "Total": total}
+	s.render(w, "deadletters", pg)
+}
+
+func (s *Server) delayPage(w http.ResponseWriter, r *http.Request, pg *page) {
+	pg.Title = "Delay ladder"
+	p, err := delay.NewPlanner(delay.DefaultBuckets)
+	var stats []delay.BucketStats
+	if err == nil {
+		stats, err = delay.Stats(r.Context(), s.cfg.conn, p, delay.DefaultGroup)
+	}
+	if err != nil {
+		pg.Error = err.Error()
+	}
+	horizons := make([]string, len(delay.Horizons))
+	for i, h := range delay.Horizons {
+		horizons[i] = h.Name
+	}
+	pg.Data = map[string]any{"Buckets": stats, "Horizons": horizons}
+	s.render(w, "delay", pg)
+}
+
+// back redirects to the page an action came from, with a message.
+func back(w http.ResponseWriter, r *http.Request, to, flash string) {
+	http.Redirect(w, r, to+"?flash="+url.QueryEscape(flash), http.StatusSeeOther)
+}
+
+func (s *Server) consolePause(paused bool) func(http.ResponseWriter, *http.Request, *page) {
+	return func(w http.ResponseWriter, r *http.Request, _ *page) {
+		queue := r.PathValue("queue")
+		var err error
+		if paused {
+			err = s.in.Pause(r.Context(), queue)
+		} else {
+			err = s.in.Resume(r.Context(), queue)
+		}
+		msg := map[bool]string{true: "paused", false: "resumed"}[paused]
+		if err != nil {
+			msg = err.Error()
+		}
+		back(w, r, "/console/q/"+url.PathEscape(queue), queue+" "+msg)
+	}
+}
+
+func (s *Server) consoleRequeue(w http.ResponseWriter, r *http.Request, _ *page) {
+	queue, id := r.PathValue("queue"), r.FormValue("id")
+	to := "/console/q/" + url.PathEscape(queue) + "/deadletters"
+	rs, problems, err := s.dlq.Requeues(r.Context(), queue, []string{id}, true, time.Now())
+	switch {
+	case err != nil:
+		back(w, r, to, err.Error())
+	case len(rs) == 0 && len(problems) > 0:
+		back(w, r, to, problems[0].Error())
+	case len(rs) == 0:
+		back(w, r, to, "no dead letter of "+id)
+	default:
+		if err := dlq.Write(r.Context(), s.p, rs[:1]); err != nil {
+			back(w, r, to, err.Error())
+			return
+		}
+		back(w, r, to, "requeued "+id)
+	}
+}
+
+func (s *Server) consoleCancel(w http.ResponseWriter, r *http.Request, _ *page) {
+	queue, id := r.PathValue("queue"), r.PathValue("id")
+	rec, err := s.in.Cancel(r.Context(), queue, id)
+	msg := "canceled: it will not start"
+	switch {
+	case err != nil:
+		msg = err.Error()
+	case rec.State.Final():
+		msg = "already " + string(rec.State) + ": nothing to cancel"
+	}
+	back(w, r, "/console/q/"+url.PathEscape(queue)+"/task/"+url.PathEscape(id), msg)
+}
