@@ -2,6 +2,7 @@ package bench
 
 import (
 	"bytes"
+	_ "embed"
 	"fmt"
 	"html/template"
 	"os"
@@ -16,9 +17,10 @@ import (
 
 // WriteHTML writes dir/index.html, a page with the report's table and
 // charts (throughput over time, the latency distribution and, for the
-// delay scenario, the lateness histogram), and dir/report.json. The charts
-// are ECharts, made with go-echarts; the page loads the ECharts script
-// from go-echarts' asset host when it is opened.
+// delay scenario, the lateness histogram), dir/report.json, and
+// dir/echarts.min.js: the charts are ECharts, made with go-echarts, and the
+// page loads ECharts (5.6.0, Apache-2.0, embedded in the binary) from its
+// own directory, never from the network.
 func (r *Report) WriteHTML(dir string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("bench: report directory: %w", err)
@@ -41,6 +43,11 @@ func (r *Report) WriteHTML(dir string) error {
 	page := components.NewPage()
 	page.SetPageTitle("onceq bench: " + string(r.Scenario))
 	page.AddCharts(cs...)
+	page.ClearPresetJSAssets()
+	page.AddCustomizedJSAssets(opts.EchartsJS)
+	if err := os.WriteFile(filepath.Join(dir, opts.EchartsJS), echartsJS, 0o644); err != nil {
+		return fmt.Errorf("bench: writing ECharts: %w", err)
+	}
 	var buf bytes.Buffer
 	if err := page.Render(&buf); err != nil {
 		return fmt.Errorf("bench: rendering the charts: %w", err)
@@ -51,6 +58,12 @@ func (r *Report) WriteHTML(dir string) error {
 	}
 	return nil
 }
+
+// echartsJS is ECharts 5.6.0 (npm's echarts, dist/echarts.min.js;
+// assets/ECHARTS-LICENSE), the version go-echarts renders for.
+//
+//go:embed assets/echarts.min.js
+var echartsJS []byte
 
 var summaryTmpl = template.Must(template.New("summary").Parse(`<div style="font-family: sans-serif; margin: 20px auto; width: 900px">
 <h1>onceq bench: {{.Scenario}}</h1>

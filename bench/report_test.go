@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -128,6 +129,17 @@ func TestWriteHTMLAndTable(t *testing.T) {
 		if !bytes.Contains(html, []byte(want)) {
 			t.Errorf("index.html lacks %q", want)
 		}
+	}
+	// Every script comes from the report's directory: none from the
+	// network.
+	if m := regexp.MustCompile(`<script src="([^"]+)"`).FindAllSubmatch(html, -1); len(m) != 1 || string(m[0][1]) != "echarts.min.js" {
+		t.Errorf("index.html's scripts: %q; want echarts.min.js alone", m)
+	}
+	if bytes.Contains(html, []byte("https://")) {
+		t.Errorf("index.html refers to the network")
+	}
+	if js, err := os.ReadFile(filepath.Join(dir, "echarts.min.js")); err != nil || !bytes.Contains(js, []byte("echarts")) || len(js) < 500_000 {
+		t.Errorf("echarts.min.js beside the report: %d bytes, %v", len(js), err)
 	}
 	f, err := os.Open(filepath.Join(dir, "report.json"))
 	if err != nil {
