@@ -6,8 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"html/template"
+	"maps"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 
@@ -15,6 +17,7 @@ import (
 
 	"github.com/onceq/onceq"
 	"github.com/onceq/onceq/auth"
+	"github.com/onceq/onceq/broker"
 	"github.com/onceq/onceq/delay"
 	"github.com/onceq/onceq/dlq"
 	"github.com/onceq/onceq/inspect"
@@ -75,6 +78,7 @@ func (s *Server) consoleRoutes() {
 	s.console("GET /console/q/{queue}/task/{id}", s.taskPage)
 	s.console("GET /console/q/{queue}/deadletters", s.deadLettersPage)
 	s.console("GET /console/delay", s.delayPage)
+	s.console("GET /console/groups", s.groupsPage)
 	s.console("POST /console/q/{queue}/pause", s.consolePause(true))
 	s.console("POST /console/q/{queue}/resume", s.consolePause(false))
 	s.console("POST /console/q/{queue}/requeue", s.consoleRequeue)
@@ -206,32 +210,71 @@ func (s *Server) homePage(w http.ResponseWriter, r *http.Request, pg *page) {
 	s.render(w, "home", pg)
 }
 
-// chartBar is one bar of a chart: a minute and its count.
+// chartBar is one bar of a chart: a minute and its value.
 type chartBar struct {
 	X, Y, H int
 	Label   string
-	N       int64
+	Value   string
 }
 
-// throughput counts the tasks of states that finished per minute over the
-// last hour, as bars of an SVG chart 600 by 120.
-func throughput(recs []onceq.TaskRecord, now time.Time) []chartBar {
-	const minutes, width, height = 60, 600, 100
-	counts := make([]int64, minutes)
-	var top int64 = 1
+// chartMinutes is the span of the queue page's charts: the last hour.
+const chartMinutes = 60
+
+// perMinute groups the finished records of the last hour by the minute
+// they finished in, oldest first.
+func perMinute(recs []onceq.TaskRecord, now time.Time) [chartMinutes][]onceq.TaskRecord {
+	var out [chartMinutes][]onceq.TaskRecord
 	for _, rec := range recs {
-		if m := int(now.Sub(rec.Finished) / time.Minute); !rec.Finished.IsZero() && m >= 0 && m < minutes {
-			counts[minutes-1-m]++
-			top = max(top, counts[minutes-1-m])
+		if m := int(now.Sub(rec.Finished) / time.Minute); !rec.Finished.IsZero() && m >= 0 && m < chartMinutes {
+			out[chartMinutes-1-m] = append(out[chartMinutes-1-m], rec)
 		}
 	}
-	bars := make([]chartBar, minutes)
-	for i, n := range counts {
-		h := int(n * height / top)
-		bars[i] = chartBar{X: i * width / minutes, Y: height - h, H: h, N: n,
-			Label: now.Add(-time.Duration(minutes-1-i) * time.Minute).UTC().Format("15:04")}
+	return out
+}
+
+// bars draws one value a minute as the bars of an SVG chart 600 by 100,
+// scaled to the largest.
+func bars(vals [chartMinutes]float64, now time.Time, format func(float64) string) []chartBar {
+	const width, height = 600, 100
+	top := 0.0
+	for _, v := range vals {
+		top = max(top, v)
 	}
-	return bars
+	out := make([]chartBar, chartMinutes)
+	for i, v := range vals {
+		h := 0
+		if top > 0 {
+			h = int(v * height / top)
+		}
+		out[i] = chartBar{X: i * width / chartMinutes, Y: height - h, H: h, Value: format(v),
+			Label: now.Add(-time.Duration(chartMinutes-1-i) * time.Minute).UTC().Format("15:04")}
+	}
+	return out
+}
+
+// charts returns the queue page's charts from the tasks that finished in
+// the last hour: how many finished each minute, and the 99th percentile
+// of their time from enqueue to finish.
+func charts(recs []onceq.TaskRecord, now time.Time) (count, p99 []chartBar) {
+	var n, lat [chartMinutes]float64
+	for i, minute := range perMinute(recs, now) {
+		n[i] = float64(len(minute))
+		ds := make([]time.Duration, 0, len(minute))
+		for _, r := range minute {
+			if !r.Enqueued.IsZero() {
+				ds = append(ds, r.Finished.Sub(r.Enqueued))
+			}
+		}
+		if len(ds) > 0 {
+			slices.Sort(ds)
+			lat[i] = ds[len(ds)*99/100].Seconds()
+		}
+	}
+	count = bars(n, now, func(v float64) string { return fmt.Sprintf("%.0f tasks", v) })
+	p99 = bars(lat, now, func(v float64) string {
+		return time.Duration(v * float64(time.Second)).Round(time.Millisecond).String()
+	})
+	return count, p99
 }
 
 func (s *Server) queuePage(w http.ResponseWriter, r *http.Request, pg *page) {
@@ -256,17 +299,17 @@ func (s *Server) queuePage(w http.ResponseWriter, r *http.Request, pg *page) {
 	if err == nil {
 		tasks, err = s.in.List(r.Context(), queue, f)
 	}
-	var bars []chartBar
+	var done, p99 []chartBar
 	if err == nil {
 		recent, lerr := s.in.List(r.Context(), queue, inspect.Filter{States: []onceq.TaskState{onceq.StateSucceeded, onceq.StateDead},
 			Since: time.Now().Add(-time.Hour), Limit: inspect.MaxLimit})
 		err = lerr
-		bars = throughput(recent.Tasks, time.Now())
+		done, p99 = charts(recent.Tasks, time.Now())
 	}
 	if err != nil {
 		pg.Error = err.Error()
 	}
-	pg.Data = map[string]any{"Queue": queue, "Stats": st, "Page": tasks, "State": state, "States": onceq.TaskStates, "Bars": bars}
+	pg.Data = map[string]any{"Queue": queue, "Stats": st, "Page": tasks, "State": state, "States": onceq.TaskStates, "Done": done, "P99": p99}
 	s.render(w, "queue", pg)
 }
 
@@ -399,4 +442,70 @@ func (s *Server) consoleCancel(w http.ResponseWriter, r *http.Request, _ *page) 
 		msg = "already " + string(rec.State) + ": nothing to cancel"
 	}
 	back(w, r, "/console/q/"+url.PathEscape(queue)+"/task/"+url.PathEscape(id), msg)
+}
+
+// groupView is a consumer group on the groups page: its partitions of
+// the token's queues, with their lag and the member consuming each.
+type groupView struct {
+	Group, State string
+	Members      int
+	Partitions   []partitionLag
+	Lag          int64
+}
+
+type partitionLag struct {
+	Topic          string
+	Partition      int32
+	Committed, End int64
+	Lag            int64
+	Member         string
+}
+
+func (s *Server) groupsPage(w http.ResponseWriter, r *http.Request, pg *page) {
+	pg.Title = "Groups"
+	var groups []groupView
+	err := func() error {
+		adm, err := broker.NewAdmin(s.cfg.conn)
+		if err != nil {
+			return err
+		}
+		defer adm.Close()
+		listed, err := adm.Kadm().ListGroups(r.Context())
+		if err != nil {
+			return err
+		}
+		lags, err := adm.Kadm().Lag(r.Context(), listed.Groups()...)
+		if err != nil {
+			return err
+		}
+		for _, gl := range lags.Sorted() {
+			g := groupView{Group: gl.Group, State: gl.State, Members: len(gl.Members)}
+			for _, topic := range slices.Sorted(maps.Keys(gl.Lag)) {
+				if !s.consoleSees(pg.Token, topic) {
+					continue
+				}
+				for _, p := range slices.Sorted(maps.Keys(gl.Lag[topic])) {
+					l := gl.Lag[topic][p]
+					pl := partitionLag{Topic: topic, Partition: p, Committed: l.Commit.At, End: l.End.Offset, Lag: l.Lag}
+					if l.Member != nil {
+						pl.Member = l.Member.ClientID + " " + l.Member.ClientHost
+						if l.Member.InstanceID != nil {
+							pl.Member = *l.Member.InstanceID + " " + l.Member.ClientHost
+						}
+					}
+					g.Lag += max(l.Lag, 0)
+					g.Partitions = append(g.Partitions, pl)
+				}
+			}
+			if len(g.Partitions) > 0 {
+				groups = append(groups, g)
+			}
+		}
+		return nil
+	}()
+	if err != nil {
+		pg.Error = err.Error()
+	}
+	pg.Data = groups
+	s.render(w, "groups", pg)
 }

@@ -139,6 +139,10 @@ func TestConsole(t *testing.T) {
 		t.Fatalf("the queue is still paused after the console's resume: %v", st)
 	}
 	run("delay ladder", chromedp.Navigate(a.url+"/console/delay"), chromedp.WaitVisible(chromedp.CSS("#buckets")), shot("delay"))
+	run("groups", chromedp.Navigate(a.url+"/console/groups"), chromedp.WaitVisible(chromedp.CSS(`h2[data-group="onceq"]`)), shot("groups"))
+	if lag := text("table.lag"); !strings.Contains(lag, "shop.jobs") {
+		t.Fatalf("the worker's group on the groups page: %q", lag)
+	}
 
 	// Read-only: the pages, without their buttons.
 	run("log out, log in read-only", chromedp.Navigate(a.url+"/console/login"), chromedp.SendKeys(chromedp.CSS("#token"), ro),
