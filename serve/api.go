@@ -371,17 +371,25 @@ func queueOf(r *http.Request) (string, error) {
 	return topicOf(r.PathValue("ns"), r.PathValue("queue"))
 }
 
+// queueStats answers a queue route's statistics, or writes its error.
+func (s *Server) queueStats(w http.ResponseWriter, r *http.Request) (inspect.QueueStats, bool) {
+	topic, err := queueOf(r)
+	var st inspect.QueueStats
+	if err == nil {
+		st, err = s.in.Stats(r.Context(), topic)
+	}
+	if err != nil {
+		writeError(w, lookupError(err))
+		return st, false
+	}
+	return st, true
+}
+
 // size: GET /api/{ns}/{queue}/size: the tasks waiting, the most any
 // consumer group has past its committed offsets.
 func (s *Server) size(w http.ResponseWriter, r *http.Request) {
-	topic, err := queueOf(r)
-	if err != nil {
-		writeError(w, err)
-		return
-	}
-	st, err := s.in.Stats(r.Context(), topic)
-	if err != nil {
-		writeError(w, lookupError(err))
+	st, ok := s.queueStats(w, r)
+	if !ok {
 		return
 	}
 	var n int64
@@ -393,17 +401,9 @@ func (s *Server) size(w http.ResponseWriter, r *http.Request) {
 
 // stats: GET /api/{ns}/{queue}/stats: inspect.QueueStats.
 func (s *Server) stats(w http.ResponseWriter, r *http.Request) {
-	topic, err := queueOf(r)
-	if err != nil {
-		writeError(w, err)
-		return
+	if st, ok := s.queueStats(w, r); ok {
+		writeJSON(w, http.StatusOK, st)
 	}
-	st, err := s.in.Stats(r.Context(), topic)
-	if err != nil {
-		writeError(w, lookupError(err))
-		return
-	}
-	writeJSON(w, http.StatusOK, st)
 }
 
 // pause: POST /api/{ns}/{queue}/pause and /resume.

@@ -1,6 +1,7 @@
 package serve_test
 
 import (
+	"cmp"
 	"fmt"
 	"io"
 	"net/http"
@@ -16,8 +17,9 @@ import (
 
 // latencies collects request times from several goroutines.
 type latencies struct {
-	mu sync.Mutex
-	d  []time.Duration
+	mu  sync.Mutex
+	d   []time.Duration
+	err error // the first failed call's
 }
 
 func (l *latencies) add(d time.Duration) {
@@ -63,26 +65,10 @@ func BenchmarkPublish(b *testing.B) {
 	cl := keepAlive()
 	const clients, single, bulkTasks, bulkSize = 16, 20_000, 200_000, 1_000
 	for b.Loop() {
-		var lat latencies
-		var next atomic.Int64
-		start := time.Now()
-		var wg sync.WaitGroup
-		for range clients {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for next.Add(1) <= single {
-					t0 := time.Now()
-					if code, err := request(cl, "PUT", a.url+"/api/bench/one", tok, "0123456789"); err != nil || code != 201 {
-						b.Errorf("publish: %d %v", code, err)
-						return
-					}
-					lat.add(time.Since(t0))
-				}
-			}()
-		}
-		wg.Wait()
-		b.ReportMetric(single/time.Since(start).Seconds(), "publish-tasks/s")
+		lat, took := hammer(clients, single, func() error {
+			return expect(request(cl, "PUT", a.url+"/api/bench/one", tok, "0123456789"))(201)
+		})
+		b.ReportMetric(single/took.Seconds(), "publish-tasks/s")
 		lat.report(b, "publish")
 
 		var body strings.Builder
@@ -94,26 +80,54 @@ func BenchmarkPublish(b *testing.B) {
 			body.WriteString(`{"payload":"0123456789"}`)
 		}
 		body.WriteByte(']')
-		var blat latencies
-		next.Store(0)
-		start = time.Now()
-		for range 4 {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for next.Add(1) <= bulkTasks/bulkSize {
-					t0 := time.Now()
-					if code, err := request(cl, "POST", a.url+"/api/bench/many/bulk", tok, body.String()); err != nil || code != 201 {
-						b.Errorf("bulk: %d %v", code, err)
-						return
-					}
-					blat.add(time.Since(t0))
-				}
-			}()
-		}
-		wg.Wait()
-		b.ReportMetric(bulkTasks/time.Since(start).Seconds(), "bulk-tasks/s")
+		blat, took := hammer(4, bulkTasks/bulkSize, func() error {
+			return expect(request(cl, "POST", a.url+"/api/bench/many/bulk", tok, body.String()))(201)
+		})
+		b.ReportMetric(bulkTasks/took.Seconds(), "bulk-tasks/s")
 		blat.report(b, "bulk")
+		for _, err := range []error{lat.err, blat.err} {
+			if err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+}
+
+// hammer runs fn n times from clients goroutines and returns the time of
+// each call, the first error, and the time it all took.
+func hammer(clients, n int, fn func() error) (*latencies, time.Duration) {
+	lat := &latencies{}
+	var next atomic.Int64
+	start := time.Now()
+	var wg sync.WaitGroup
+	for range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for next.Add(1) <= int64(n) {
+				t0 := time.Now()
+				if err := fn(); err != nil {
+					lat.mu.Lock()
+					lat.err = cmp.Or(lat.err, err)
+					lat.mu.Unlock()
+					return
+				}
+				lat.add(time.Since(t0))
+			}
+		}()
+	}
+	wg.Wait()
+	return lat, time.Since(start)
+}
+
+// expect turns a request's status and error into an error unless the
+// status is want.
+func expect(code int, err error) func(want int) error {
+	return func(want int) error {
+		if err == nil && code != want {
+			err = fmt.Errorf("status %d, want %d", code, want)
+		}
+		return err
 	}
 }
 

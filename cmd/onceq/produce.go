@@ -10,7 +10,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/onceq/onceq"
-	"github.com/onceq/onceq/inspect"
 	"github.com/onceq/onceq/producer"
 )
 
@@ -219,11 +218,7 @@ func (f *produceFlags) runOne(ctx context.Context, g *globals, opts []producer.O
 // submitUnique submits task unless its queue's records know its ID, and
 // prints which.
 func submitUnique(ctx context.Context, g *globals, p *producer.Producer, task onceq.Task) error {
-	conn, err := g.conn()
-	if err != nil {
-		return err
-	}
-	in, err := inspect.Open(inspect.Conn(conn), inspect.Logger(g.log))
+	in, err := openInspector(g)
 	if err != nil {
 		return err
 	}

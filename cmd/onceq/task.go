@@ -49,11 +49,7 @@ func withInspectorOf(cmd *cobra.Command, g *globals, timeout time.Duration, fn f
 	if timeout <= 0 {
 		return usagef("--timeout %v: want a positive duration such as 30s", timeout)
 	}
-	conn, err := g.conn()
-	if err != nil {
-		return err
-	}
-	in, err := inspect.Open(inspect.Conn(conn), inspect.Logger(g.log))
+	in, err := openInspector(g)
 	if err != nil {
 		return err
 	}
@@ -61,6 +57,15 @@ func withInspectorOf(cmd *cobra.Command, g *globals, timeout time.Duration, fn f
 	ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
 	defer cancel()
 	return fn(ctx, in)
+}
+
+// openInspector opens an inspector on the brokers of the global flags.
+func openInspector(g *globals) (*inspect.Inspector, error) {
+	conn, err := g.conn()
+	if err != nil {
+		return nil, err
+	}
+	return inspect.Open(inspect.Conn(conn), inspect.Logger(g.log))
 }
 
 // printTask writes a task's record as text or JSON.
