@@ -131,67 +131,58 @@ func expect(code int, err error) func(want int) error {
 	}
 }
 
-// BenchmarkConsumeAck: 16 HTTP clients with keep-alive consume one task a request
-// (count=1) and acknowledge it; an acknowledgment answers once its
-// commit is visible. Run:
+// BenchmarkConsumeAck: 16, then 32 HTTP clients with keep-alive consume
+// one task a request (count=1) and acknowledge it; an acknowledgment
+// answers once its commit is visible. Run:
 //
 //	go test ./serve -run '^$' -bench ConsumeAck -benchtime 1x
 func BenchmarkConsumeAck(b *testing.B) {
 	a := start(b, serve.CreateQueues(8), serve.DataDir(b.TempDir()))
 	tok := a.token("bench", false)
 	cl := keepAlive()
-	const clients, tasks = 16, 10_000
+	const tasks = 10_000
 	for i := 0; b.Loop(); i++ {
-		queue := fmt.Sprintf("q%d", i)
-		var body strings.Builder
-		for j := range tasks {
-			if j%1000 == 0 {
-				body.Reset()
-				body.WriteByte('[')
-			} else {
-				body.WriteByte(',')
-			}
-			body.WriteString(`{"payload":"0123456789"}`)
-			if j%1000 == 999 {
-				body.WriteByte(']')
-				if code, err := request(cl, "POST", a.url+"/api/bench/"+queue+"/bulk", tok, body.String()); err != nil || code != 201 {
-					b.Fatalf("bulk: %d %v", code, err)
+		for _, clients := range []int{16, 32} {
+			queue := fmt.Sprintf("q%d-%d", i, clients)
+			var body strings.Builder
+			for j := range tasks {
+				if j%1000 == 0 {
+					body.Reset()
+					body.WriteByte('[')
+				} else {
+					body.WriteByte(',')
+				}
+				body.WriteString(`{"payload":"0123456789"}`)
+				if j%1000 == 999 {
+					body.WriteByte(']')
+					if err := expect(request(cl, "POST", a.url+"/api/bench/"+queue+"/bulk", tok, body.String()))(201); err != nil {
+						b.Fatalf("bulk: %v", err)
+					}
 				}
 			}
-		}
-		var clat, alat latencies
-		var acked atomic.Int64
-		start := time.Now()
-		var wg sync.WaitGroup
-		for range clients {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for acked.Load() < tasks && time.Since(start) < 5*time.Minute {
+			var clat latencies
+			alat, took := hammer(clients, tasks, func() error {
+				for {
 					t0 := time.Now()
 					code, jobs := consumeB(cl, a.url+"/api/bench/"+queue+"?ttr=30&timeout=1&count=1", tok)
 					if code == 404 {
 						continue
 					}
 					if code != 200 || len(jobs) != 1 {
-						b.Errorf("consume: %d", code)
-						return
+						return fmt.Errorf("consume: %d", code)
 					}
 					clat.add(time.Since(t0))
-					t1 := time.Now()
-					if code, err := request(cl, "DELETE", a.url+"/api/bench/"+queue+"/job/"+jobs[0], tok, ""); err != nil || code != 204 {
-						b.Errorf("ack: %d %v", code, err)
-						return
-					}
-					alat.add(time.Since(t1))
-					acked.Add(1)
+					return expect(request(cl, "DELETE", a.url+"/api/bench/"+queue+"/job/"+jobs[0], tok, ""))(204)
 				}
-			}()
+			})
+			if alat.err != nil {
+				b.Fatal(alat.err)
+			}
+			name := fmt.Sprintf("%d-clients-", clients)
+			b.ReportMetric(tasks/took.Seconds(), name+"tasks/s")
+			clat.report(b, name+"consume")
+			alat.report(b, name+"consume+ack")
 		}
-		wg.Wait()
-		b.ReportMetric(float64(acked.Load())/time.Since(start).Seconds(), "consume-ack-tasks/s")
-		clat.report(b, "consume")
-		alat.report(b, "ack")
 	}
 }
 
