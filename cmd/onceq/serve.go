@@ -17,6 +17,7 @@ import (
 
 type serveFlags struct {
 	listen, tlsCert, tlsKey, viewDir string
+	adminListen                      string
 	dataDir, pullGroup               string
 	insecure, noCreate, delaySvc     bool
 	partitions                       int32
@@ -50,6 +51,7 @@ finish (at most --shutdown-timeout), then exits.`,
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&f.listen, "listen", "127.0.0.1:7700", "serve on this address")
+	fl.StringVar(&f.adminListen, "admin-listen", "", "serve the token admin API (POST, GET /token/{ns}, DELETE /token/{ns}/{id}) here, for operators' tokens (empty: off)")
 	fl.StringVar(&f.tlsCert, "tls-cert", "", "serve HTTPS with this certificate (PEM), with --tls-key")
 	fl.StringVar(&f.tlsKey, "tls-key", "", "the certificate's private key (PEM)")
 	fl.BoolVar(&f.insecure, "insecure-no-auth", false, "serve every endpoint without a token (logs a warning)")
@@ -73,6 +75,11 @@ finish (at most --shutdown-timeout), then exits.`,
 func (f *serveFlags) check() error {
 	if err := ops.CheckAddr(f.listen); err != nil {
 		return usageError{fmt.Errorf("--listen %q: %w", f.listen, err)}
+	}
+	if f.adminListen != "" {
+		if err := ops.CheckAddr(f.adminListen); err != nil {
+			return usageError{fmt.Errorf("--admin-listen %q: %w", f.adminListen, err)}
+		}
 	}
 	if (f.tlsCert == "") != (f.tlsKey == "") {
 		return usagef("--tls-cert and --tls-key go together: give both for HTTPS, or neither")
@@ -134,8 +141,21 @@ func (f *serveFlags) run(cmd *cobra.Command, g *globals) error {
 		scheme = "https"
 	}
 	g.log.Info("serving", "url", scheme+"://"+ln.Addr().String(), "auth", !f.insecure)
-	done := make(chan error, 1)
+	done := make(chan error, 2)
 	go func() { done <- hs.Serve(ln) }()
+	if f.adminListen != "" {
+		aln, err := net.Listen("tcp", f.adminListen)
+		if err != nil {
+			return fmt.Errorf("--admin-listen %s: %w", f.adminListen, err)
+		}
+		if tlsCfg != nil {
+			aln = tls.NewListener(aln, tlsCfg)
+		}
+		admin := &http.Server{Handler: srv.AdminHandler(), ReadHeaderTimeout: 10 * time.Second}
+		defer admin.Close()
+		g.log.Info("serving the token admin API", "url", scheme+"://"+aln.Addr().String())
+		go func() { done <- admin.Serve(aln) }()
+	}
 	select {
 	case err := <-done:
 		return err

@@ -22,7 +22,8 @@ func TestServeCommand(t *testing.T) {
 		t.Fatalf("token create: %s", stderr)
 	}
 	tok := strings.TrimSpace(out)
-	p := testutil.Start(t, "serve", "--brokers", addr, "--listen", "127.0.0.1:0")
+	adminAddr := testutil.FreeAddr(t)
+	p := testutil.Start(t, "serve", "--brokers", addr, "--listen", "127.0.0.1:0", "--admin-listen", adminAddr)
 	defer p.Kill()
 	line := p.WaitOutput(t, `serving.*url=http://127\.0\.0\.1:\d+`, 30*time.Second)
 	url := regexp.MustCompile(`http://127\.0\.0\.1:\d+`).FindString(line)
@@ -41,6 +42,14 @@ func TestServeCommand(t *testing.T) {
 	}
 	if code, body := get("GET", "/healthz", ""); code != 200 || body != "ok\n" {
 		t.Fatalf("healthz: %d %q", code, body)
+	}
+	p.WaitOutput(t, "serving the token admin API", 10*time.Second)
+	req, _ := http.NewRequest("GET", "http://"+adminAddr+"/token/shop", nil)
+	req.Header.Set("X-Token", tok)
+	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != 403 {
+		t.Fatalf("the admin API with a namespace's token: %v %v; want 403", resp, err)
+	} else {
+		resp.Body.Close()
 	}
 	if code, _ := get("PUT", "/api/shop/emails", ""); code != 401 {
 		t.Fatalf("publish without a token: %d", code)
@@ -69,6 +78,7 @@ func TestServeCommand(t *testing.T) {
 		{[]string{"serve", "--shutdown-timeout", "0s"}, "--shutdown-timeout 0s"},
 		{[]string{"serve", "extra"}, "want no arguments"},
 		{[]string{"serve", "--pull-slots", "0"}, "--pull-slots"},
+		{[]string{"serve", "--admin-listen", "nope"}, `--admin-listen "nope"`},
 		{[]string{"serve", "--max-payload-bytes", "0"}, "--max-payload-bytes"},
 		{[]string{"serve", "--rate-limit", "10", "--rate-burst", "0"}, "--rate-burst/--rate-limit"},
 	} {
