@@ -1,8 +1,19 @@
 package main
 
 import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
 	"io"
+	"math/big"
+	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"syscall"
@@ -86,5 +97,60 @@ func TestServeCommand(t *testing.T) {
 		if code != exitUsage || !strings.Contains(stderr, tc.want) {
 			t.Errorf("onceq %s: exit %d, stderr %q; want exit 2 and %q", strings.Join(tc.args, " "), code, stderr, tc.want)
 		}
+	}
+}
+
+// TestServeTLS: with --tls-cert and --tls-key the server answers HTTPS
+// with the certificate, and plain HTTP gets no answer of the API.
+func TestServeTLS(t *testing.T) {
+	addr, _ := produceBroker(t)
+	dir := t.TempDir()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "onceq-test"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kder, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	certFile, keyFile := filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
+	if err := os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p := testutil.Start(t, "serve", "--brokers", addr, "--listen", "127.0.0.1:0", "--tls-cert", certFile, "--tls-key", keyFile)
+	defer p.Kill()
+	line := p.WaitOutput(t, `serving.*url=https://127\.0\.0\.1:\d+`, 30*time.Second)
+	url := regexp.MustCompile(`https://127\.0\.0\.1:\d+`).FindString(line)
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AddCert(cert)
+	cl := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}}
+	resp, err := cl.Get(url + "/healthz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 || resp.TLS == nil {
+		t.Fatalf("https healthz: %d, TLS %v", resp.StatusCode, resp.TLS != nil)
+	}
+	if resp, err := http.Get(strings.Replace(url, "https://", "http://", 1) + "/healthz"); err == nil && resp.StatusCode == 200 {
+		resp.Body.Close()
+		t.Fatal("plain HTTP answered on the TLS listener")
+	}
+	if code, _, stderr := runCLI(t, "", "serve", "--brokers", addr, "--tls-cert", keyFile, "--tls-key", certFile); code != exitUsage || !strings.Contains(stderr, "--tls-cert, --tls-key") {
+		t.Fatalf("swapped certificate and key: exit %d: %s", code, stderr)
 	}
 }
