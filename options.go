@@ -107,3 +107,16 @@ func (o *OptionErrors) Add(err error) {
 
 // Err joins every recorded error, or returns nil.
 func (o *OptionErrors) Err() error { return errors.Join(o.errs...) }
+
+// ApplyOptions calls apply with each of opts, and records a nil one in
+// errs: the loop every constructor's options go through.
+func ApplyOptions[O comparable](errs *OptionErrors, opts []O, apply func(O)) {
+	var none O
+	for _, o := range opts {
+		if o == none {
+			errs.Bad("Opt", nil, "a nil option")
+			continue
+		}
+		apply(o)
+	}
+}

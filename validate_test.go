@@ -2,6 +2,7 @@ package onceq
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -167,5 +168,17 @@ func TestErrorMessage(t *testing.T) {
 	msg := err.Error()
 	if !strings.HasPrefix(msg, "onceq: queue ") || !strings.Contains(msg, "bytes)") {
 		t.Fatalf("long values are cut and sized: %s", msg)
+	}
+}
+
+// TestApplyOptions: each option is applied in order; a nil one is refused
+// by name, and the others still apply.
+func TestApplyOptions(t *testing.T) {
+	errs := OptionErrors{Pkg: "x", Kind: errors.New("invalid x option")}
+	var got []string
+	ApplyOptions(&errs, []fmt.Stringer{time.Second, nil, time.Minute}, func(o fmt.Stringer) { got = append(got, o.String()) })
+	var oe *OptionError
+	if fmt.Sprint(got) != "[1s 1m0s]" || !errors.As(errs.Err(), &oe) || oe.Option != "Opt" || !errors.Is(errs.Err(), errs.Kind) {
+		t.Fatalf("applied %v, error %v", got, errs.Err())
 	}
 }

@@ -64,13 +64,7 @@ func build(opts []Opt) (config, error) {
 	cfg := config{conn: broker.Conn{Brokers: []string{broker.DefaultBrokers}}, log: slog.New(slog.DiscardHandler),
 		retention: DefaultRetention, loadTimeout: DefaultLoadTimeout, now: time.Now}
 	errs := onceq.OptionErrors{Pkg: "inspect", Kind: ErrConfig}
-	for _, o := range opts {
-		if o == nil {
-			errs.Bad("Opt", nil, "a nil option")
-			continue
-		}
-		o.apply(&cfg)
-	}
+	onceq.ApplyOptions(&errs, opts, func(o Opt) { o.apply(&cfg) })
 	if cfg.log == nil {
 		errs.Bad("Logger", nil, "a logger, not nil")
 	}

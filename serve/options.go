@@ -127,13 +127,7 @@ func build(opts []Opt) (config, error) {
 		maxBulk: DefaultMaxBulkBytes, maxWait: DefaultMaxWait, retention: broker.DefaultRecordsRetention,
 		pullGroup: DefaultPullGroup, pullSlots: DefaultPullSlots, delaySvc: true}
 	errs := onceq.OptionErrors{Pkg: "serve", Kind: ErrConfig}
-	for _, o := range opts {
-		if o == nil {
-			errs.Bad("Opt", nil, "a nil option")
-			continue
-		}
-		o.apply(&cfg)
-	}
+	onceq.ApplyOptions(&errs, opts, func(o Opt) { o.apply(&cfg) })
 	if cfg.log == nil {
 		errs.Bad("Logger", nil, "a logger, not nil")
 	}
