@@ -19,6 +19,7 @@ import (
 
 	"github.com/onceq/onceq"
 	"github.com/onceq/onceq/broker"
+	"github.com/onceq/onceq/internal/table"
 )
 
 // Topic is the control topic.
@@ -113,8 +114,8 @@ func (e Entry) Record() *kgo.Record {
 
 // Ensure creates the control topic if it does not exist.
 func Ensure(ctx context.Context, adm *broker.Admin) error {
-	if err := adm.EnsureTopic(ctx, Topic, 1, map[string]string{"cleanup.policy": "compact"}); err != nil {
-		return fmt.Errorf("control: creating %s: %w", Topic, err)
+	if err := table.Ensure(ctx, adm, Topic); err != nil {
+		return fmt.Errorf("control: %w", err)
 	}
 	return nil
 }

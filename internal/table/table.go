@@ -14,6 +14,15 @@ import (
 	"github.com/onceq/onceq/broker"
 )
 
+// Ensure creates a table's topic if it does not exist: one partition,
+// cleanup.policy=compact.
+func Ensure(ctx context.Context, adm *broker.Admin, topic string) error {
+	if err := adm.EnsureTopic(ctx, topic, 1, map[string]string{"cleanup.policy": "compact"}); err != nil {
+		return fmt.Errorf("creating %s: %w", topic, err)
+	}
+	return nil
+}
+
 // A Follower applies a topic's records until Close.
 type Follower struct {
 	cl   *kgo.Client
@@ -32,8 +41,8 @@ func Follow(ctx context.Context, conn broker.Conn, topic string, log *slog.Logge
 		return nil, err
 	}
 	defer adm.Close()
-	if err := adm.EnsureTopic(ctx, topic, 1, map[string]string{"cleanup.policy": "compact"}); err != nil {
-		return nil, fmt.Errorf("creating %s: %w", topic, err)
+	if err := Ensure(ctx, adm, topic); err != nil {
+		return nil, err
 	}
 	ends, err := adm.Kadm().ListCommittedOffsets(ctx, topic)
 	if err == nil {
