@@ -314,14 +314,10 @@ func (s *Server) wait(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	timeout := DefaultWaitTimeout
-	if v := r.URL.Query().Get("timeout"); v != "" {
-		d, err := time.ParseDuration(seconds(v))
-		if err != nil || d <= 0 || d > s.cfg.maxWait {
-			writeError(w, badRequest("timeout", "%q: want seconds (or a duration such as 90s) above 0, at most %v", v, s.cfg.maxWait))
-			return
-		}
-		timeout = d
+	timeout, err := durationParam(r.URL.Query(), "timeout", DefaultWaitTimeout, time.Millisecond, s.cfg.maxWait)
+	if err != nil {
+		writeError(w, err)
+		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), timeout)
 	defer cancel()

@@ -60,6 +60,7 @@ type lease struct {
 
 // puller runs one queue's worker and hands its tasks out.
 type puller struct {
+	pull   *pull // the leases it hands out are kept there
 	topic  string
 	offers chan *lease
 	cancel context.CancelFunc
@@ -91,7 +92,7 @@ func (s *Server) puller(ctx context.Context, topic string) (*puller, error) {
 	if err := s.ensureQueue(ctx, topic); err != nil {
 		return nil, err
 	}
-	p := &puller{topic: topic, offers: make(chan *lease), done: make(chan struct{})}
+	p := &puller{pull: &s.pull, topic: topic, offers: make(chan *lease), done: make(chan struct{})}
 	opts := []consumer.Opt{consumer.Conn(s.cfg.conn), consumer.Logger(s.cfg.log), consumer.Queues(topic),
 		consumer.Group(s.cfg.pullGroup), consumer.Concurrency(s.cfg.pullSlots), consumer.TaskTimeout(holdMax), consumer.CommitInterval(pullCommitInterval), consumer.ShutdownTimeout(pullShutdown),
 		consumer.WithHandler(consumer.HandlerFunc(p.handle)), consumer.ResultRetention(s.cfg.retention),
@@ -128,7 +129,10 @@ func (s *Server) puller(ctx context.Context, topic string) (*puller, error) {
 // waits for the one that took it to acknowledge it.
 func (p *puller) handle(ctx context.Context, t *consumer.Task) error {
 	l := &lease{task: t, ttr: make(chan time.Duration, 1), acked: make(chan []byte), over: make(chan struct{})}
-	defer close(l.over)
+	defer func() {
+		close(l.over)
+		p.pull.forget(l) // acknowledged, past its ttr, or abandoned
+	}()
 	select {
 	case p.offers <- l:
 	case <-ctx.Done():
@@ -272,7 +276,6 @@ func (s *Server) consume(w http.ResponseWriter, r *http.Request) {
 	s.pull.mu.Unlock()
 	for _, l := range got {
 		l.ttr <- ttr
-		go s.expire(l, ttr)
 	}
 	if count == 1 && q.Get("count") == "" {
 		writeJSON(w, http.StatusOK, out[0])
@@ -281,15 +284,14 @@ func (s *Server) consume(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, out)
 }
 
-// expire forgets a lease once its time-to-run passed (the handler failed
-// the task by then).
-func (s *Server) expire(l *lease, ttr time.Duration) {
-	time.Sleep(ttr)
-	s.pull.mu.Lock()
-	defer s.pull.mu.Unlock()
+// forget drops a lease whose handler returned, unless another run of the
+// task holds its key by now.
+func (pl *pull) forget(l *lease) {
+	pl.mu.Lock()
+	defer pl.mu.Unlock()
 	k := leaseKey(l.task.Queue, l.task.ID)
-	if s.pull.leases[k] == l {
-		delete(s.pull.leases, k)
+	if pl.leases[k] == l {
+		delete(pl.leases, k)
 	}
 }
 
@@ -351,11 +353,6 @@ func (s *Server) ack(w http.ResponseWriter, r *http.Request, topic, id string) (
 		writeError(w, err) // the lease stays: acknowledge again with a smaller result
 		return true
 	}
-	s.pull.mu.Lock()
-	if s.pull.leases[k] == l {
-		delete(s.pull.leases, k)
-	}
-	s.pull.mu.Unlock()
 	select {
 	case l.acked <- result:
 	case <-l.over:
