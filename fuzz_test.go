@@ -30,6 +30,7 @@ func FuzzFromRecord(f *testing.F) {
 	f.Add("q", []byte("k"), []byte("p"), "onceq-failed=5\nonceq-backoff=1000:2:60000\nonceq-requeued=0/9")
 	f.Add("q", []byte("k"), []byte("p"), "onceq-id=0195f0e2-7c4a-7000-8000-000000000000\nonceq-id-generated=1")
 	f.Add("q", []byte("k"), []byte("p"), "onceq-id-generated=1")
+	f.Add("q", []byte("k"), []byte("p"), "onceq-id=w/0\nonceq-workflow={\"w\":\"w\"}\nonceq-input=\nonceq-cancel=dependency a ended dead")
 	f.Fuzz(func(t *testing.T, topic string, key, value []byte, headers string) {
 		if ValidateTopic(topic) != nil {
 			return // records come from topics with valid names

@@ -21,7 +21,15 @@ const (
 	HeaderBackoff     = "onceq-backoff"
 	HeaderRequeued    = "onceq-requeued"
 	HeaderGeneratedID = "onceq-id-generated"
+	HeaderWorkflow    = "onceq-workflow"
+	HeaderInput       = "onceq-input"
+	HeaderCancel      = "onceq-cancel"
 )
+
+// WorkflowQueue is the queue of the workflow service (package workflow):
+// workflows to start, and the reports of group members to their join. It
+// is the one queue with onceq's reserved prefix that tasks may name.
+const WorkflowQueue = "onceq-workflow"
 
 // HeaderPrefix marks the headers that belong to onceq's wire format. A
 // header with this prefix that onceq does not know is malformed, on
@@ -117,6 +125,21 @@ type Task struct {
 	// processed (dead-lettered) before, and once however often the same
 	// dead letter is requeued.
 	Requeued string
+
+	// Workflow is the task's place in a workflow (package workflow writes
+	// it): what a worker emits, in the transaction of the task's final
+	// outcome, when the task succeeds or fails for good (the next steps of
+	// a chain, a report to a group's join, callbacks). Opaque: leave it
+	// unset and build workflows with package workflow.
+	Workflow []byte
+	// Input is what the step before the task in a workflow returned: the
+	// result of the task before it in a chain, or the results of the group
+	// before it (package workflow decodes them). Nil outside workflows.
+	Input []byte
+	// Cancel, when set, says why the task must not run: a worker ends it
+	// canceled, with this text as its error, without running it. The
+	// workflow service sets it on a task whose dependency did not succeed.
+	Cancel string
 }
 
 // Backoff is an exponential retry backoff: attempt n (counting from 1)
@@ -208,6 +231,8 @@ func (t *Task) Clone() Task {
 	c := *t
 	c.Key = cloneBytes(t.Key)
 	c.Payload = cloneBytes(t.Payload)
+	c.Workflow = cloneBytes(t.Workflow)
+	c.Input = cloneBytes(t.Input)
 	if t.Headers != nil {
 		c.Headers = make([]Header, len(t.Headers))
 		for i, h := range t.Headers {

@@ -79,7 +79,7 @@ func printable(c byte) bool { return c > ' ' && c < 0x7f }
 // "failed", "max_attempts", "attempt", "timeout", "backoff", "requeued",
 // "header" and "payload".
 func (t *Task) Validate(maxMessageBytes int) error {
-	if err := ValidateQueue(t.Queue); err != nil {
+	if err := ValidateQueue(t.Queue); err != nil && t.Queue != WorkflowQueue {
 		return err
 	}
 	if t.ID != "" {
@@ -198,6 +198,12 @@ func headerField(key string) string {
 		return "Backoff"
 	case HeaderRequeued:
 		return "Requeued"
+	case HeaderWorkflow:
+		return "Workflow (package workflow writes it)"
+	case HeaderInput:
+		return "Input (package workflow writes it)"
+	case HeaderCancel:
+		return "Cancel"
 	}
 	return key
 }
@@ -212,5 +218,6 @@ func (t *Task) wireSize() int {
 	for _, h := range t.Headers {
 		n += len(h.Key) + len(h.Value) + 2
 	}
+	n += len(t.Workflow) + len(t.Input) + len(t.Cancel) + 3*24
 	return n + 9*24 + len(t.ID) + len(t.Queue) + len(t.LastError) // onceq headers
 }

@@ -85,6 +85,15 @@ func (t *Task) Record(topic string) *kgo.Record {
 	if t.Requeued != "" {
 		addString(HeaderRequeued, t.Requeued)
 	}
+	if len(t.Workflow) > 0 {
+		hs = append(hs, kgo.RecordHeader{Key: HeaderWorkflow, Value: t.Workflow})
+	}
+	if t.Input != nil {
+		hs = append(hs, kgo.RecordHeader{Key: HeaderInput, Value: t.Input})
+	}
+	if t.Cancel != "" {
+		addString(HeaderCancel, CutError(t.Cancel))
+	}
 	for _, h := range t.Headers {
 		hs = append(hs, kgo.RecordHeader{Key: h.Key, Value: h.Value})
 	}
@@ -141,6 +150,16 @@ func (t *Task) headerValues(topic string) (headers, size int) {
 		size += 48
 	}
 	str(t.Requeued)
+	if len(t.Workflow) > 0 {
+		headers++
+	}
+	if t.Input != nil {
+		headers++
+	}
+	if t.Cancel != "" {
+		headers++
+		size += min(len(t.Cancel), MaxErrorLen)
+	}
 	return headers, size
 }
 
@@ -252,7 +271,7 @@ func unknownHeader(key string) *Error {
 
 // headerNames are the headers of the wire format.
 var headerNames = [...]string{HeaderID, HeaderQueue, HeaderDue, HeaderExpires, HeaderAttempt, HeaderMaxAttempts, HeaderTimeout,
-	HeaderEnqueued, HeaderError, HeaderFailed, HeaderBackoff, HeaderRequeued, HeaderGeneratedID}
+	HeaderEnqueued, HeaderError, HeaderFailed, HeaderBackoff, HeaderRequeued, HeaderGeneratedID, HeaderWorkflow, HeaderInput, HeaderCancel}
 
 // headerBit numbers the onceq headers FromRecord decodes, for finding
 // repeats; 0 for any other header. A switch, not a map: every header of
@@ -288,6 +307,12 @@ func headerBit(key string) uint16 {
 		return 1 << 11
 	case HeaderGeneratedID:
 		return 1 << 12
+	case HeaderWorkflow:
+		return 1 << 13
+	case HeaderInput:
+		return 1 << 14
+	case HeaderCancel:
+		return 1 << 15
 	}
 	return 0
 }
@@ -327,6 +352,21 @@ func (t *Task) setHeader(key string, v []byte) error {
 			return invalid(ErrMalformedHeader, "header "+key, s, "want 1, or no header for an ID a client chose")
 		}
 		t.GeneratedID = true
+	case HeaderWorkflow:
+		if len(v) == 0 {
+			return invalid(ErrMalformedHeader, "header "+key, s, "the value is empty: a task outside workflows has no such header")
+		}
+		t.Workflow = v
+	case HeaderInput:
+		t.Input = v
+		if v == nil {
+			t.Input = []byte{} // an empty result is still an input
+		}
+	case HeaderCancel:
+		if s == "" {
+			return invalid(ErrMalformedHeader, "header "+key, s, "the value is empty: want why the task must not run")
+		}
+		t.Cancel = CutError(s)
 	}
 	return nil
 }

@@ -30,6 +30,9 @@ func fullTask() Task {
 		Failed:      time.UnixMilli(1_800_000_000_999),
 		Backoff:     Backoff{Base: 500 * time.Millisecond, Factor: 1.5, Max: time.Minute},
 		Requeued:    "3/42",
+		Workflow:    []byte(`{"w":"wf-1"}`),
+		Input:       []byte{0, 1, 2},
+		Cancel:      "dependency q/a ended dead",
 	}
 	return t
 }
@@ -56,7 +59,8 @@ func equalTasks(a, b Task) bool {
 		ms(a.Due) == ms(b.Due) && ms(a.Expires) == ms(b.Expires) && ms(a.Enqueued) == ms(b.Enqueued) &&
 		a.MaxAttempts == b.MaxAttempts && a.Timeout == b.Timeout && max(a.Attempt, 1) == max(b.Attempt, 1) &&
 		a.LastError == b.LastError && a.Delay == b.Delay && ms(a.Failed) == ms(b.Failed) &&
-		a.Backoff == b.Backoff && a.Requeued == b.Requeued && a.GeneratedID == b.GeneratedID
+		a.Backoff == b.Backoff && a.Requeued == b.Requeued && a.GeneratedID == b.GeneratedID &&
+		bytes.Equal(a.Workflow, b.Workflow) && bytes.Equal(a.Input, b.Input) && (a.Input == nil) == (b.Input == nil) && a.Cancel == b.Cancel
 }
 
 func TestRecordRoundTrip(t *testing.T) {

@@ -22,6 +22,11 @@ const (
 	MaxPartitions = 10_000
 )
 
+// WorkflowPartitions is how many partitions the workflow service's queue
+// (onceq.WorkflowQueue) has when onceq creates it: the service's workers
+// share them.
+const WorkflowPartitions = 8
+
 // Prefixes of onceq's internal topics. Queue names may not use "onceq-".
 const (
 	DelayPrefix = "onceq-delay-"
