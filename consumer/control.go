@@ -10,14 +10,23 @@ import (
 )
 
 // cancel ends a canceled task without running it: marked processed like a
-// success without effects, with a canceled task record and, in the same
-// transaction, the tombstone of its cancel, which took effect.
-func (w *Worker) cancel(task *onceq.Task, key, queue string) *result {
+// success without effects, with a canceled task record. A cancel from the
+// control topic (why empty) is tombstoned in the same transaction, since
+// it took effect; a task that carries its own (onceq.Task.Cancel) has its
+// text as the record's error. A workflow's step continues as failed.
+func (w *Worker) cancel(task *onceq.Task, key, queue, why string) (*result, error) {
 	now := time.Now()
-	w.cfg.log.Info("task canceled: not run", "id", task.ID, "queue", queue, "attempt", task.Attempt)
-	done := control.Entry{Queue: queue, ID: task.ID, Deleted: true}
-	return &result{id: key, at: now, outcome: outcomeCanceled, queue: queue, outputs: []*kgo.Record{done.Record()},
-		rec: taskOutcome{state: onceq.StateCanceled, task: task, reason: "canceled"}}
+	w.cfg.log.Info("task canceled: not run", "id", task.ID, "queue", queue, "attempt", task.Attempt, "why", why)
+	res := &result{id: key, at: now, outcome: outcomeCanceled, queue: queue,
+		rec: taskOutcome{state: onceq.StateCanceled, task: task, reason: "canceled", err: why}}
+	if why == "" {
+		done := control.Entry{Queue: queue, ID: task.ID, Deleted: true}
+		res.outputs = []*kgo.Record{done.Record()}
+	}
+	if err := w.failFlow(res, task, now); err != nil {
+		return nil, err
+	}
+	return res, nil
 }
 
 // setPaused applies a change of a queue's pause state from the control

@@ -71,3 +71,34 @@ func CapRetryDelay(d, max time.Duration) time.Duration {
 	}
 	return d
 }
+
+// Snooze asks for the task to run again after d without counting an
+// attempt, as River's JobSnooze does: for a handler that waits for
+// something (a dependency, a resource) rather than failing. The retry is
+// scheduled like one (through the delay buckets, in the transaction of
+// this run), with its attempt and max attempts both one more, so a
+// snoozed task never runs out of attempts; its task record is scheduled,
+// with why in its error. d is capped like RetryAfter's. It still matches
+// after wrapping.
+func Snooze(d time.Duration, why string) error {
+	if why == "" {
+		why = "snoozed for " + d.String()
+	}
+	return &snooze{d: d, why: why}
+}
+
+type snooze struct {
+	d   time.Duration
+	why string
+}
+
+func (e *snooze) Error() string { return e.why }
+
+// snoozed returns the delay a Snooze error in err's chain asks for.
+func snoozed(err error) (time.Duration, bool) {
+	var s *snooze
+	if errors.As(err, &s) {
+		return s.d, true
+	}
+	return 0, false
+}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/onceq/onceq"
 	"github.com/onceq/onceq/dlq"
+	"github.com/onceq/onceq/internal/flow"
 )
 
 // errTakenOver ends a slot goroutine whose handler the watchdog abandoned.
@@ -80,6 +81,9 @@ func (w *Worker) retryInPlace(it *item, quit <-chan struct{}, fn func() (*result
 func (w *Worker) attempt(sl *slot, it *item) (*result, error) {
 	r := it.rec
 	task, err := onceq.FromRecord(r)
+	if err == nil && len(task.Workflow) > 0 {
+		_, err = flow.Decode(task.Workflow) // so that its end can continue it
+	}
 	if err != nil {
 		w.cfg.log.Warn("malformed task: dead-lettered", "topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "err", err)
 		return w.deadLetterRaw(r, onceq.RecordID(r.Topic, r.Partition, r.Offset), err)
@@ -98,7 +102,10 @@ func (w *Worker) attempt(sl *slot, it *item) (*result, error) {
 		}
 	}
 	if w.control.Canceled(r.Topic, task.ID) {
-		return w.cancel(&task, key, r.Topic), nil
+		return w.cancel(&task, key, r.Topic, "")
+	}
+	if task.Cancel != "" {
+		return w.cancel(&task, key, r.Topic, task.Cancel)
 	}
 	if err := w.waitUnpaused(it, r.Topic); err != nil {
 		return nil, err
@@ -107,12 +114,13 @@ func (w *Worker) attempt(sl *slot, it *item) (*result, error) {
 	if !task.Expires.IsZero() && now.After(task.Expires) {
 		text := "expired at " + task.Expires.UTC().Format(time.RFC3339Nano)
 		if w.cfg.dropExpired {
-			return &result{id: key, at: now, outcome: outcomeExpired, queue: task.Queue,
-				rec: taskOutcome{state: onceq.StateExpired, task: &task, reason: dlq.ReasonExpired, err: text}}, nil
+			res := &result{id: key, at: now, outcome: outcomeExpired, queue: task.Queue,
+				rec: taskOutcome{state: onceq.StateExpired, task: &task, reason: dlq.ReasonExpired, err: text}}
+			return res, w.failFlow(res, &task, now)
 		}
 		res, err := w.deadLetter(&task, key, dlq.ReasonExpired, text, now)
 		if res != nil {
-			res.outcome, res.rec.state = outcomeExpired, onceq.StateExpired
+			res.outcome = outcomeExpired
 		}
 		return res, err
 	}

@@ -369,7 +369,8 @@ func (c *config) validate(nils int) error {
 		errs.Missing("Queues", "no queues: pass consumer.Queues")
 	}
 	for _, q := range c.queues {
-		if err := onceq.ValidateQueue(q); err != nil {
+		// The workflow service is a worker of onceq.WorkflowQueue.
+		if err := onceq.ValidateQueue(q); err != nil && q != onceq.WorkflowQueue {
 			errs.Bad("Queues", q, "%v", err)
 		}
 	}

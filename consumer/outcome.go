@@ -13,6 +13,7 @@ import (
 	"github.com/onceq/onceq"
 	"github.com/onceq/onceq/broker"
 	"github.com/onceq/onceq/dlq"
+	"github.com/onceq/onceq/internal/flow"
 )
 
 // Outcomes of a task, as counted in onceq_tasks_processed_total.
@@ -24,6 +25,7 @@ const (
 	outcomeExpired   = "expired"
 	outcomeForwarded = "forwarded" // to its home partition, or to the delay buckets
 	outcomeCanceled  = "canceled"
+	outcomeSnoozed   = "snoozed"
 )
 
 // success turns a handled task into its result: outputs as records, state
@@ -44,7 +46,39 @@ func (w *Worker) success(t *Task, key string) (*result, error) {
 		}
 		res.outputs = append(res.outputs, rec)
 	}
+	if err := w.continueFlow(res, &t.Task, flow.Succeeded(t.result), now); err != nil {
+		return nil, err
+	}
 	return res, nil
+}
+
+// continueFlow appends to res what the end of a workflow's step emits in
+// the same transaction (package internal/flow): the next steps, callbacks,
+// or its report to its group's join. A task outside workflows emits
+// nothing.
+func (w *Worker) continueFlow(res *result, task *onceq.Task, o flow.Outcome, now time.Time) error {
+	if len(task.Workflow) == 0 {
+		return nil
+	}
+	next, err := flow.FinishTask(task.Workflow, o)
+	if err != nil {
+		return fmt.Errorf("consumer: task %q: %w", task.ID, err)
+	}
+	for i := range next {
+		next[i].Resolve(now)
+		rec, err := w.route(&next[i], now)
+		if err != nil {
+			return err
+		}
+		res.outputs = append(res.outputs, rec)
+	}
+	return nil
+}
+
+// failFlow continues a workflow's step that failed for good.
+func (w *Worker) failFlow(res *result, task *onceq.Task, now time.Time) error {
+	return w.continueFlow(res, task, flow.Failed(flow.Failure{ID: task.ID, Queue: task.Queue,
+		State: res.rec.state, Reason: res.rec.reason, Error: res.rec.err}), now)
 }
 
 // route encodes a task for its queue, or for a delay bucket when it is due
@@ -64,8 +98,11 @@ func (w *Worker) route(t *onceq.Task, now time.Time) (*kgo.Record, error) {
 // dead letter after the last attempt or a SkipRetry. The retry record is
 // committed with this run's offset, so a retry is scheduled exactly once.
 func (w *Worker) failure(task *onceq.Task, key string, herr error, started time.Time) (*result, error) {
-	w.metrics.failed.WithLabelValues(task.Queue).Inc()
 	now := time.Now()
+	if d, ok := snoozed(herr); ok && task.Attempt < onceq.MaxAttemptCount {
+		return w.snooze(task, key, herr.Error(), d, started, now)
+	}
+	w.metrics.failed.WithLabelValues(task.Queue).Inc()
 	dead := func(reason, text string) (*result, error) {
 		res, err := w.deadLetter(task, key, reason, text, now)
 		if res != nil {
@@ -94,17 +131,42 @@ func (w *Worker) failure(task *onceq.Task, key string, herr error, started time.
 		delay = b.Delay(task.Attempt)
 		delay += time.Duration(rand.Float64() * w.cfg.jitter * float64(delay))
 	}
+	w.cfg.log.Info("task failed; retry scheduled", "id", task.ID, "queue", task.Queue, "attempt", task.Attempt, "retry_in", delay, "err", herr)
+	return w.again(task, key, herr.Error(), delay, task.MaxAttempts, outcomeRetried, onceq.StateRetrying, started, now)
+}
+
+// snooze schedules the task's next run after d (capped as RetryAfter's
+// delay is), as a retry that counts no attempt: attempt and max attempts
+// both one more.
+func (w *Worker) snooze(task *onceq.Task, key, why string, d time.Duration, started, now time.Time) (*result, error) {
+	b := task.Backoff
+	if b.IsZero() {
+		b = w.cfg.backoff
+	}
+	maxAttempts := task.MaxAttempts
+	if maxAttempts <= 0 {
+		maxAttempts = w.cfg.maxAttempts
+	}
+	d = CapRetryDelay(d, b.Max)
+	w.cfg.log.Debug("task snoozed", "id", task.ID, "queue", task.Queue, "attempt", task.Attempt, "for", d, "why", why)
+	return w.again(task, key, why, d, min(maxAttempts+1, onceq.MaxAttemptCount), outcomeSnoozed, onceq.StateScheduled, started, now)
+}
+
+// again schedules the task's next attempt after delay, through the delay
+// buckets, with the text as its last error: the record is committed with
+// this run's offset, so it is scheduled exactly once.
+func (w *Worker) again(task *onceq.Task, key, text string, delay time.Duration, maxAttempts int, outcome string, state onceq.TaskState, started, now time.Time) (*result, error) {
 	retry := task.Clone()
 	retry.Attempt++
-	retry.LastError = onceq.CutError(herr.Error())
+	retry.MaxAttempts = maxAttempts
+	retry.LastError = onceq.CutError(text)
 	retry.Due = now.Add(delay).Add(time.Millisecond - 1).Truncate(time.Millisecond) // never before its backoff
 	rec, err := w.route(&retry, now)
 	if err != nil {
 		return nil, err
 	}
-	w.cfg.log.Info("task failed; retry scheduled", "id", task.ID, "queue", task.Queue, "attempt", task.Attempt, "retry_in", delay, "err", herr)
-	return &result{id: key, at: now, outcome: outcomeRetried, outputs: []*kgo.Record{rec}, queue: task.Queue,
-		rec: taskOutcome{state: onceq.StateRetrying, task: task, started: started, due: retry.Due, err: retry.LastError}}, nil
+	return &result{id: key, at: now, outcome: outcome, outputs: []*kgo.Record{rec}, queue: task.Queue,
+		rec: taskOutcome{state: state, task: task, started: started, due: retry.Due, err: retry.LastError}}, nil
 }
 
 // deadLetter writes the task to its queue's dead letters with every
@@ -116,8 +178,16 @@ func (w *Worker) deadLetter(task *onceq.Task, key, reason, text string, now time
 	}
 	w.metrics.dead.WithLabelValues(task.Queue, reason).Inc()
 	w.cfg.log.Info("task dead-lettered", "id", task.ID, "queue", task.Queue, "attempt", task.Attempt, "reason", reason, "err", text)
-	return &result{id: key, at: now, outcome: outcomeDead, outputs: []*kgo.Record{dlq.EncodeTask(task, reason, text, now)}, queue: task.Queue,
-		rec: taskOutcome{state: onceq.StateDead, task: task, reason: reason, err: text}}, nil
+	state := onceq.StateDead
+	if reason == dlq.ReasonExpired {
+		state = onceq.StateExpired
+	}
+	res := &result{id: key, at: now, outcome: outcomeDead, outputs: []*kgo.Record{dlq.EncodeTask(task, reason, text, now)}, queue: task.Queue,
+		rec: taskOutcome{state: state, task: task, reason: reason, err: text}}
+	if err := w.failFlow(res, task, now); err != nil {
+		return nil, err
+	}
+	return res, nil
 }
 
 func (w *Worker) ensureDLQ(queue string) error {

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/onceq/onceq"
 	"github.com/onceq/onceq/broker"
 	"github.com/onceq/onceq/delay"
 )
@@ -89,6 +90,8 @@ func (c *topicCache) ensure(topic string) error {
 		err = c.adm.EnsureTopic(ctx, topic, delay.DefaultBucketPartitions, delay.BucketTopicConfigs())
 	case strings.HasPrefix(topic, broker.DLQPrefix):
 		err = c.adm.EnsureTopic(ctx, topic, 1, nil)
+	case topic == onceq.WorkflowQueue:
+		err = c.adm.EnsureTopic(ctx, topic, broker.WorkflowPartitions, nil)
 	default:
 		_, err = c.adm.DescribeTopic(ctx, topic)
 		if errors.Is(err, broker.ErrTopicNotFound) {

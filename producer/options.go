@@ -272,3 +272,7 @@ func build(opts []Opt) (config, error) {
 	}
 	return c, c.errs.Err()
 }
+
+// MaxMessageBytes returns the record size limit the producer validates
+// tasks against (the MaxMessageBytes option).
+func (p *Producer) MaxMessageBytes() int { return p.cfg.maxMessageBytes }

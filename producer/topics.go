@@ -88,7 +88,7 @@ func (p *Producer) ensure(ctx context.Context, name string, bucket bool) (*topic
 }
 
 // lookup asks the broker whether the topic exists, creating bucket topics
-// always and queues when CreateQueues is set.
+// and the workflow queue always, and queues when CreateQueues is set.
 func (p *Producer) lookup(ctx context.Context, s *topicState) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -101,10 +101,13 @@ func (p *Producer) lookup(ctx context.Context, s *topicState) error {
 	}
 	var err error
 	switch {
-	case s.bucket || create > 0:
+	case s.bucket || create > 0 || s.name == onceq.WorkflowQueue:
 		partitions, configs := create, map[string]string(nil)
-		if s.bucket {
+		switch {
+		case s.bucket:
 			partitions, configs = delay.DefaultBucketPartitions, delay.BucketTopicConfigs()
+		case s.name == onceq.WorkflowQueue:
+			partitions = broker.WorkflowPartitions // onceq's own, like the buckets
 		}
 		var adm *broker.Admin
 		if adm, err = p.admin(); err == nil {
