@@ -1,0 +1,305 @@
+package workflow_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/onceq/onceq"
+	"github.com/onceq/onceq/broker"
+	"github.com/onceq/onceq/consumer"
+	"github.com/onceq/onceq/delay"
+	"github.com/onceq/onceq/inspect"
+	"github.com/onceq/onceq/internal/testutil"
+	"github.com/onceq/onceq/producer"
+	"github.com/onceq/onceq/workflow"
+)
+
+// testLadder is the delay ladder of the tests: dependency checks and
+// retries come back fast.
+var testLadder = func() *delay.Planner {
+	p, err := delay.NewPlanner([]time.Duration{100 * time.Millisecond, 500 * time.Millisecond, 2 * time.Second})
+	if err != nil {
+		panic(err)
+	}
+	return p
+}()
+
+// env is a broker with a worker of the steps queues, the workflow service
+// and a delay service, a producer and an inspector.
+type env struct {
+	conn broker.Conn
+	p    *producer.Producer
+	in   *inspect.Inspector
+}
+
+// run starts everything; h handles the tasks of the queues.
+func run(t *testing.T, h consumer.Handler, queues ...string) *env {
+	t.Helper()
+	_, conn := testutil.StartBroker(t, "")
+	for _, q := range queues {
+		testutil.CreateTopic(t, conn, q, 4)
+	}
+	// Made before the cleanup below, so removed after everything stopped.
+	workerDir, serviceDir, delayDir := t.TempDir(), t.TempDir(), t.TempDir()
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	t.Cleanup(func() {
+		cancel()
+		wg.Wait()
+	})
+	start := func(name string, run func(context.Context) error) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := run(ctx); err != nil && ctx.Err() == nil {
+				t.Errorf("%s: %v", name, err)
+			}
+		}()
+	}
+	w, err := consumer.New(consumer.Conn(conn), consumer.Group("steps"), consumer.Queues(queues...), consumer.CheckpointDir(workerDir),
+		consumer.WithHandler(h), consumer.Planner(testLadder), consumer.Backoff(50*time.Millisecond, 2, 200*time.Millisecond),
+		consumer.CommitInterval(10*time.Millisecond), consumer.NoSync())
+	if err != nil {
+		t.Fatal(err)
+	}
+	start("worker", w.Run)
+	svc, err := workflow.NewService(workflow.Conn(conn), workflow.Dir(serviceDir), workflow.Planner(testLadder),
+		workflow.WorkerOpts(consumer.NoSync()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	start("workflow service", svc.Run)
+	ds, err := delay.NewService(delay.Conn(conn), delay.WithPlanner(testLadder), delay.StateDir(delayDir), delay.CommitInterval(10*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	start("delay service", ds.Run)
+	p, err := producer.New(producer.Conn(conn), producer.Planner(testLadder))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	in, err := inspect.Open(inspect.Conn(conn))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { in.Close() })
+	return &env{conn: conn, p: p, in: in}
+}
+
+// wait waits for workflow id to finish.
+func (e *env) wait(t *testing.T, id string) workflow.Status {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	st, err := workflow.Wait(ctx, e.in, id)
+	if err != nil {
+		t.Fatalf("waiting for workflow %s: %v (last status %+v)", id, err, st)
+	}
+	return st
+}
+
+func (e *env) submit(t *testing.T, id string, n workflow.Node) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	got, err := workflow.Submit(ctx, e.p, id, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return got
+}
+
+// appender returns its input with its payload appended ("a" then "a,b");
+// a chord callback's input (the members' results) joined with "+"; a
+// payload "fail" fails for good.
+func appender(runs *sync.Map) consumer.Handler {
+	return consumer.HandlerFunc(func(ctx context.Context, t *consumer.Task) error {
+		n, _ := runs.LoadOrStore(t.Queue+"/"+t.ID, new(int))
+		*n.(*int)++
+		p := string(t.Payload)
+		if p == "fail" {
+			return consumer.SkipRetry(errors.New("told to fail"))
+		}
+		in := string(t.Input)
+		if strings.HasPrefix(in, "[") {
+			rs, err := workflow.Results(t.Input)
+			if err != nil {
+				return consumer.SkipRetry(err)
+			}
+			parts := make([]string, len(rs))
+			for i, r := range rs {
+				parts[i] = string(r)
+			}
+			in = strings.Join(parts, "+")
+		}
+		if in != "" && p != "" {
+			in += ","
+		}
+		return t.SetResult([]byte(in + p))
+	})
+}
+
+func task(q, payload string) workflow.Node {
+	return workflow.Task(onceq.Task{Queue: q, Payload: []byte(payload)})
+}
+
+func TestChainGroupChord(t *testing.T) {
+	var runs sync.Map
+	e := run(t, appender(&runs), "steps")
+	chain := e.submit(t, "chain-1", workflow.Chain(task("steps", "a"), task("steps", "b"), task("steps", "c")))
+	chord := e.submit(t, "chord-1", workflow.Chord(workflow.Group(task("steps", "x"), task("steps", "y"), task("steps", "z")), task("steps", "cb")))
+	nested := e.submit(t, "", workflow.Chain(task("steps", "first"),
+		workflow.Chord(workflow.Group(task("steps", "m0"), workflow.Chain(task("steps", "m1"), task("steps", "m1b"))), task("steps", "joined")),
+		task("steps", "last")))
+
+	if st := e.wait(t, chain); st.State != workflow.StateSucceeded || string(st.Output) != "a,b,c" {
+		t.Fatalf("chain: %s %q, want succeeded \"a,b,c\"", st.State, st.Output)
+	}
+	if st := e.wait(t, chord); st.State != workflow.StateSucceeded || string(st.Output) != "x+y+z,cb" {
+		t.Fatalf("chord: %s %q, want succeeded \"x+y+z,cb\"", st.State, st.Output)
+	}
+	st := e.wait(t, nested)
+	if want := "first,m0+first,m1,m1b,joined,last"; st.State != workflow.StateSucceeded || string(st.Output) != want {
+		t.Fatalf("nested: %s %q, want succeeded %q", st.State, st.Output, want)
+	}
+	if len(st.Root.Steps) != 3 || st.Root.Steps[1].Kind != "chord" || st.Root.Steps[1].Callback.ID != nested+"/1/cb" {
+		t.Fatalf("nested shape: %+v", st.Root)
+	}
+	runs.Range(func(k, v any) bool {
+		if *v.(*int) != 1 {
+			t.Errorf("task %s ran %d times", k, *v.(*int))
+		}
+		return true
+	})
+	// Submitted again: nothing runs again.
+	e.submit(t, "chain-1", workflow.Chain(task("steps", "a"), task("steps", "b"), task("steps", "c")))
+	time.Sleep(500 * time.Millisecond)
+	if n, _ := runs.Load("steps/chain-1/0"); *n.(*int) != 1 {
+		t.Fatalf("the first step of a resubmitted chain ran %d times", *n.(*int))
+	}
+}
+
+func TestFailureStopsAndCallsBack(t *testing.T) {
+	var runs sync.Map
+	e := run(t, appender(&runs), "steps", "alerts")
+	alert := workflow.Task(onceq.Task{Queue: "alerts", ID: "alert-1"})
+	id := e.submit(t, "broken", workflow.Chain(task("steps", "a"), task("steps", "fail"), task("steps", "never")).OnError(alert))
+	st := e.wait(t, id)
+	if st.State != workflow.StateFailed || !strings.Contains(st.Reason, "step 1 (task steps/broken/1) dead") {
+		t.Fatalf("got %s %q, want failed at step 1", st.State, st.Reason)
+	}
+	if _, ran := runs.Load("steps/broken/2"); ran {
+		t.Fatal("the step after the failed one ran")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	rec, err := e.in.Wait(ctx, "alerts", "alert-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec.State != onceq.StateSucceeded {
+		t.Fatalf("the OnError callback ended %s", rec.State)
+	}
+	if !strings.Contains(string(rec.Result), `"id":"broken/1"`) || !strings.Contains(string(rec.Result), `"workflow":"broken"`) {
+		t.Fatalf("the OnError callback's input was %s", rec.Result)
+	}
+}
+
+func TestDependencies(t *testing.T) {
+	var runs sync.Map
+	e := run(t, appender(&runs), "steps")
+	// B is submitted before A, which it waits for.
+	b := e.submit(t, "", workflow.Task(onceq.Task{Queue: "steps", ID: "B", Payload: []byte("b")}).After(workflow.Ref{Queue: "steps", ID: "A"}))
+	if b != "steps/B" {
+		t.Fatalf("the workflow of task B is %q, want steps/B", b)
+	}
+	time.Sleep(time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	st, err := workflow.Get(ctx, e.in, b)
+	if err != nil || st.State != workflow.StateWaiting || !strings.Contains(st.Reason, "steps/A") {
+		t.Fatalf("before A: %+v %v, want waiting for steps/A", st, err)
+	}
+	if _, ran := runs.Load("steps/B"); ran {
+		t.Fatal("B ran before A")
+	}
+	if _, err := e.p.Submit(ctx, onceq.Task{Queue: "steps", ID: "A", Payload: []byte("a")}); err != nil {
+		t.Fatal(err)
+	}
+	if st := e.wait(t, b); st.State != workflow.StateSucceeded || string(st.Output) != "b" {
+		t.Fatalf("B: %s %q", st.State, st.Output)
+	}
+	a, err := e.in.Get(ctx, "steps", "A")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bRec, err := e.in.Get(ctx, "steps", "B")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bRec.Started.Before(a.Finished) {
+		t.Fatalf("B started at %v, before A finished at %v", bRec.Started, a.Finished)
+	}
+	// A dependency that dies cancels the task that waits for it.
+	if _, err := e.p.Submit(ctx, onceq.Task{Queue: "steps", ID: "D", Payload: []byte("fail")}); err != nil {
+		t.Fatal(err)
+	}
+	c := e.submit(t, "", workflow.Task(onceq.Task{Queue: "steps", ID: "C"}).After(workflow.Ref{Queue: "steps", ID: "D"}))
+	st = e.wait(t, c)
+	if st.State != workflow.StateFailed || !strings.Contains(st.Reason, "canceled") || !strings.Contains(st.Reason, "dependency steps/D ended dead") {
+		t.Fatalf("C: %s %q, want failed: canceled: dependency steps/D ended dead", st.State, st.Reason)
+	}
+	if _, ran := runs.Load("steps/C"); ran {
+		t.Fatal("C ran though its dependency died")
+	}
+}
+
+func TestSubmitRefuses(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		id   string
+		n    workflow.Node
+		want string
+	}{
+		{"empty node", "w", workflow.Node{}, "empty Node"},
+		{"empty chain", "w", workflow.Chain(), "a chain needs at least one step"},
+		{"chord of a task", "w", workflow.Chord(task("q", "x"), task("q", "y")), "a chord's first argument is a Group"},
+		{"hash in ID", "w#1", task("q", "x"), "'#' is reserved"},
+		{"long ID", strings.Repeat("w", 201), task("q", "x"), "at most 200"},
+		{"reserved queue", "w", task("onceq-delay-1s", "x"), "reserved"},
+		{"workflow queue", "w", task(onceq.WorkflowQueue, "x"), "the workflow service's"},
+		{"twice one ID", "w", workflow.Group(workflow.Task(onceq.Task{Queue: "q", ID: "x"}), workflow.Task(onceq.Task{Queue: "q", ID: "x"})), "are both task q/x"},
+		{"nested dependency", "w", workflow.Chain(task("q", "x").After(workflow.Ref{Queue: "q", ID: "a"})), "only the workflow's root"},
+		{"depends on itself", "w", workflow.Task(onceq.Task{Queue: "q", ID: "x"}).After(workflow.Ref{Queue: "q", ID: "x"}), "a cycle"},
+		{"bad dependency", "w", task("q", "x").After(workflow.Ref{Queue: "q q", ID: "a"}), "dependency q q/a"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := workflow.Prepare(c.id, c.n, 0)
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("got %v, want an error with %q", err, c.want)
+			}
+		})
+	}
+}
+
+func ExampleChord() {
+	// Three reports in parallel, then one summary with all three results,
+	// exactly once, whatever order they finish in.
+	wf := workflow.Chord(
+		workflow.Group(
+			workflow.Task(onceq.Task{Queue: "reports", Payload: []byte("eu")}),
+			workflow.Task(onceq.Task{Queue: "reports", Payload: []byte("us")}),
+			workflow.Task(onceq.Task{Queue: "reports", Payload: []byte("apac")}),
+		),
+		workflow.Task(onceq.Task{Queue: "summaries"}),
+	).OnError(workflow.Task(onceq.Task{Queue: "alerts"}))
+	start, err := workflow.Prepare("daily-2026-11-25", wf, 0)
+	fmt.Println(start.Queue, start.ID, err)
+	// Output: onceq-workflow daily-2026-11-25 <nil>
+}
