@@ -9,6 +9,7 @@ import (
 	"io"
 	"slices"
 	"strconv"
+	"strings"
 	"unicode/utf8"
 )
 
@@ -44,13 +45,28 @@ const lineExample = `{"queue":"emails","payload":"hi"}`
 //
 // Spec.Task checks the values and builds the task.
 func ParseLine(line []byte) (Spec, error) {
-	if err := checkText(line); err != nil {
-		return Spec{}, err
-	}
-	fields, err := lineObject(line)
+	fields, err := LineObject(line)
 	if err != nil {
 		return Spec{}, err
 	}
+	return SpecOf(fields)
+}
+
+// LineObject splits a JSON line into its fields' raw values, with the
+// checks of ParseLine: one object of distinct fields, each a field of a
+// task line or one of extra (the fields a format built on task lines adds,
+// such as a workflow's "chain"), in Unicode text.
+func LineObject(line []byte, extra ...string) (map[string]json.RawMessage, error) {
+	if err := checkText(line); err != nil {
+		return nil, err
+	}
+	return lineObject(line, extra)
+}
+
+// SpecOf reads the spec of a task line from its fields (LineObject's,
+// without any extra ones).
+func SpecOf(fields map[string]json.RawMessage) (Spec, error) {
+	var err error
 	var s Spec
 	for _, f := range []struct {
 		name string
@@ -131,7 +147,7 @@ var lineFieldNames = []string{"queue", "id", "key", "payload", "payload_base64",
 
 // lineObject splits a line into its fields' raw values, refusing anything
 // but one object of known, distinct fields.
-func lineObject(line []byte) (map[string]json.RawMessage, error) {
+func lineObject(line []byte, extra []string) (map[string]json.RawMessage, error) {
 	dec := json.NewDecoder(bytes.NewReader(line))
 	tok, err := dec.Token()
 	if err != nil {
@@ -147,8 +163,12 @@ func lineObject(line []byte) (map[string]json.RawMessage, error) {
 			return nil, jsonErr("", err)
 		}
 		key := tok.(string) // object keys are strings
-		if !slices.Contains(lineFieldNames, key) {
-			return nil, lineErr("", "unknown field %q: the fields are %s (lower case)", key, LineFields)
+		if !slices.Contains(lineFieldNames, key) && !slices.Contains(extra, key) {
+			known := LineFields
+			if len(extra) > 0 {
+				known = strings.Join(lineFieldNames, ", ") + ", " + strings.Join(extra, ", ")
+			}
+			return nil, lineErr("", "unknown field %q: the fields are %s (lower case)", key, known)
 		}
 		if _, dup := fields[key]; dup {
 			return nil, lineErr(key, "the field appears twice: give it once")

@@ -16,7 +16,8 @@ import (
 
 // Kinds documents the handler specs Parse accepts, one kind a paragraph.
 const Kinds = `noop            acknowledge every task
-copy:QUEUE      emit each task unchanged (same ID, key, payload, headers) to QUEUE
+copy:QUEUE      emit each task unchanged (same ID, key, payload, headers, and a
+                workflow step's input) to QUEUE
 count:QUEUE     like copy, and count each ID's runs in the partition state; the
                 count travels in the output's "runs" header and the handler's
                 start time (unix ms) in "started" (used to verify exactly-once:
@@ -126,7 +127,9 @@ func Count(queue string) consumer.Handler { return copyTo(queue, true) }
 func copyTo(queue string, count bool) consumer.Handler {
 	return consumer.HandlerFunc(func(_ context.Context, t *consumer.Task) error {
 		started := time.Now()
-		out := onceq.Task{ID: t.ID, Queue: queue, Key: t.Key, Payload: t.Payload, Headers: t.Headers,
+		// A workflow step's input goes with it; its place in the workflow
+		// does not: the copy is no step of it.
+		out := onceq.Task{ID: t.ID, Queue: queue, Key: t.Key, Payload: t.Payload, Headers: t.Headers, Input: t.Input,
 			Expires: t.Expires, MaxAttempts: t.MaxAttempts, Timeout: t.Timeout, Enqueued: t.Enqueued}
 		if count {
 			n, err := t.State().Counter([]byte("runs/"+t.ID), 1)
