@@ -165,3 +165,15 @@ func (p *Producer) admin() (*broker.Admin, error) {
 	})
 	return p.adm, p.admErr
 }
+
+// CheckQueue returns an error, wrapping ErrQueueNotFound, when queue does
+// not exist and the producer does not create queues (CreateQueues): what
+// submitting a task to it would say, without submitting one. A producer
+// of workflows checks their steps' queues so.
+func (p *Producer) CheckQueue(ctx context.Context, queue string) error {
+	if err := onceq.ValidateQueue(queue); err != nil {
+		return err
+	}
+	_, err := p.ensure(ctx, queue, false)
+	return err
+}

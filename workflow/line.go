@@ -33,7 +33,8 @@ type QueueOf func(queue string) (string, error)
 // ParseLine reads a workflow from a JSON line of tasks. A line that is
 // not one JSON object of known fields is refused (err, whatever ok); ok
 // is false for a line without a workflow field: an ordinary task line,
-// for onceq.ParseLine. A workflow line is one of
+// for onceq.ParseLine (which says what else may be wrong with it). A
+// workflow line is one of
 //
 //	{"id": ID, "chain": [N, ...]}
 //	{"id": ID, "group": [N, ...]}
@@ -45,8 +46,12 @@ type QueueOf func(queue string) (string, error)
 // "on_error": lists of N started when it succeeds or fails. A string in
 // depends_on names a task of the line's own queue; only the line's root
 // has dependencies. Task times (delay, at, ttl) count from now. Errors
-// name the field by its path, such as chain[1].group[0].queue.
+// name the field by its path, such as chain[1].group[0].queue, and wrap
+// ErrInvalid.
 func ParseLine(line []byte, now time.Time, queueOf QueueOf) (l Line, ok bool, err error) {
+	if !mayHoldWorkflow(line) {
+		return Line{}, false, nil // most lines: not read twice
+	}
 	fields, err := onceq.LineObject(line, lineFields...)
 	if err != nil {
 		return Line{}, false, err
@@ -63,10 +68,10 @@ func ParseLine(line []byte, now time.Time, queueOf QueueOf) (l Line, ok bool, er
 	if kindOf(fields) != "" {
 		if raw, has := fields["id"]; has {
 			if err := json.Unmarshal(raw, &l.ID); err != nil || l.ID == "" {
-				return Line{}, true, fmt.Errorf(`workflow line: "id" is the workflow's ID, a non-empty string`)
+				return Line{}, true, lineErr("id", `the workflow's ID, a non-empty string`)
 			}
 			if err := ValidateID(l.ID); err != nil {
-				return Line{}, true, fmt.Errorf("workflow line: id: %w", err)
+				return Line{}, true, lineErr("id", "%v", err)
 			}
 			delete(fields, "id")
 		}
@@ -74,6 +79,26 @@ func ParseLine(line []byte, now time.Time, queueOf QueueOf) (l Line, ok bool, er
 	l.Node, err = p.node(fields, "")
 	return l, true, err
 }
+
+// mayHoldWorkflow reports whether the line names a workflow field at all,
+// as a quoted string. (A key spelled with escapes is not seen here, and
+// onceq.ParseLine refuses it as an unknown field.)
+func mayHoldWorkflow(line []byte) bool {
+	for _, f := range quotedLineFields {
+		if bytes.Contains(line, f) {
+			return true
+		}
+	}
+	return false
+}
+
+var quotedLineFields = func() [][]byte {
+	out := make([][]byte, len(lineFields))
+	for i, f := range lineFields {
+		out[i] = []byte(`"` + f + `"`)
+	}
+	return out
+}()
 
 type lineParser struct {
 	now     time.Time
@@ -99,9 +124,9 @@ func at(path, field string) string {
 
 func lineErr(path, format string, args ...any) error {
 	if path == "" {
-		return fmt.Errorf("workflow line: "+format, args...)
+		return fmt.Errorf("%w line: "+format, append([]any{ErrInvalid}, args...)...)
 	}
-	return fmt.Errorf("workflow line: %s: "+format, append([]any{path}, args...)...)
+	return fmt.Errorf("%w line: %s: "+format, append([]any{ErrInvalid, path}, args...)...)
 }
 
 // node reads a node from its fields.
@@ -240,7 +265,7 @@ func (p *lineParser) task(fields map[string]json.RawMessage, path string) (Node,
 	}
 	t, err := spec.Task(p.now, func(f string) string { return at(path, f) })
 	if err != nil {
-		return Node{}, fmt.Errorf("workflow line: %w", err)
+		return Node{}, lineErr("", "%w", err)
 	}
 	return Task(t), nil
 }

@@ -118,3 +118,10 @@ func FuzzParseLine(f *testing.F) {
 		}
 	})
 }
+
+func TestParseLineFindsFieldsAfterLookalikes(t *testing.T) {
+	l, ok, err := ParseLine([]byte(`{"id":"wf-chain-group","chain":[{"payload":"chain"}]}`), time.Now(), defaultQueue)
+	if err != nil || !ok || l.ID != "wf-chain-group" {
+		t.Fatalf("got %+v %v %v", l, ok, err)
+	}
+}

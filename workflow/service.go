@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -30,8 +31,10 @@ type Service struct {
 	w   *consumer.Worker
 	m   serviceMetrics
 
-	inMu sync.Mutex
-	in   *inspect.Inspector // of the dependencies' queues, opened when first needed
+	inMu   sync.Mutex
+	in     *inspect.Inspector // of the dependencies' queues, opened when first needed
+	adm    *broker.Admin      // connected when first needed
+	queues sync.Map           // queue -> struct{}: the queues known to exist
 }
 
 // NewService checks the options and builds a service; Run starts it.
@@ -74,6 +77,9 @@ func (s *Service) Run(ctx context.Context) error {
 		if s.in != nil {
 			s.in.Close()
 		}
+		if s.adm != nil {
+			s.adm.Close()
+		}
 	}()
 	return s.w.Run(ctx)
 }
@@ -113,6 +119,9 @@ func (s *Service) start(ctx context.Context, t *consumer.Task, def *flow.Definit
 			return consumer.Snooze(dependencyCheck(t.Attempt), "waiting for "+waiting)
 		}
 	}
+	if err := s.checkQueues(ctx, def); err != nil {
+		return err
+	}
 	tasks, err := flow.Start(def.W, &def.Root, nil, nil)
 	if err != nil {
 		return consumer.SkipRetry(fmt.Errorf("workflow %s: %w", def.W, err))
@@ -129,6 +138,60 @@ func (s *Service) start(ctx context.Context, t *consumer.Task, def *flow.Definit
 	}
 	s.m.started.Inc()
 	return t.SetResult(shape)
+}
+
+// checkQueues fails a workflow that names a queue that does not exist,
+// before it starts: a step emitted to one could never be written, and
+// would hold its emitter's slot.
+func (s *Service) checkQueues(ctx context.Context, def *flow.Definition) error {
+	for _, q := range queuesOf(&def.Root, nil) {
+		if _, ok := s.queues.Load(q); ok {
+			continue
+		}
+		adm, err := s.admin()
+		if err != nil {
+			return err
+		}
+		_, err = adm.DescribeTopic(ctx, q)
+		switch {
+		case errors.Is(err, broker.ErrTopicNotFound):
+			return consumer.SkipRetry(fmt.Errorf("workflow %s: queue %q does not exist: create it with 'onceq topics create %s', then submit the workflow again", def.W, q, q))
+		case err != nil:
+			return err
+		}
+		s.queues.Store(q, struct{}{})
+	}
+	return nil
+}
+
+// queuesOf appends the queues of node n's tasks to qs, each once.
+func queuesOf(n *flow.Node, qs []string) []string {
+	if n.Task != nil && !slices.Contains(qs, n.Task.Queue) {
+		qs = append(qs, n.Task.Queue)
+	}
+	for _, ns := range [][]flow.Node{n.Chain, n.Group, n.OnSuccess, n.OnError} {
+		for i := range ns {
+			qs = queuesOf(&ns[i], qs)
+		}
+	}
+	if n.Callback != nil {
+		qs = queuesOf(n.Callback, qs)
+	}
+	return qs
+}
+
+// admin returns the service's admin client, connecting it the first time.
+func (s *Service) admin() (*broker.Admin, error) {
+	s.inMu.Lock()
+	defer s.inMu.Unlock()
+	if s.adm == nil {
+		adm, err := broker.NewAdmin(s.cfg.conn)
+		if err != nil {
+			return nil, err
+		}
+		s.adm = adm
+	}
+	return s.adm, nil
 }
 
 // dependencyCheck is how long a workflow waits before it looks at its

@@ -3,7 +3,9 @@ package workflow
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/google/uuid"
 
@@ -11,6 +13,10 @@ import (
 	"github.com/onceq/onceq/internal/flow"
 	"github.com/onceq/onceq/producer"
 )
+
+// ErrInvalid is wrapped by the errors of a workflow that is refused before
+// anything is submitted: Prepare's, Submit's and ParseLine's.
+var ErrInvalid = errors.New("invalid workflow")
 
 // Submit submits workflow n with ID id and returns the ID. An empty id
 // gets a generated one, except for a single task with an ID, whose
@@ -32,6 +38,11 @@ func Submit(ctx context.Context, p *producer.Producer, id string, n Node) (strin
 	task, err := Prepare(id, n, p.MaxMessageBytes())
 	if err != nil {
 		return "", err
+	}
+	for _, q := range Queues(n) {
+		if err := p.CheckQueue(ctx, q); err != nil {
+			return "", fmt.Errorf("workflow %s: %w", task.ID, err)
+		}
 	}
 	if err := p.Tx(ctx, func(tx *producer.Tx) error { return tx.SubmitPending(task) }); err != nil {
 		return task.ID, fmt.Errorf("workflow %s: %w", task.ID, err)
@@ -57,7 +68,7 @@ func Prepare(id string, n Node, maxMessageBytes int) (onceq.Task, error) {
 	}
 	def, err := compile(id, n, maxMessageBytes)
 	if err != nil {
-		return onceq.Task{}, err
+		return onceq.Task{}, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	payload, err := flow.Message{Start: &def}.Encode()
 	if err != nil {
@@ -66,16 +77,32 @@ func Prepare(id string, n Node, maxMessageBytes int) (onceq.Task, error) {
 	if shape, err := shapeOf(&def); err != nil {
 		return onceq.Task{}, err
 	} else if len(shape) > MaxDefinitionBytes {
-		return onceq.Task{}, fmt.Errorf("workflow %s: its shape (queues and IDs of its steps) is %d bytes, over %d: split it into workflows that depend on each other", id, len(shape), MaxDefinitionBytes)
+		return onceq.Task{}, fmt.Errorf("%w: workflow %s: its shape (queues and IDs of its steps) is %d bytes, over %d: split it into workflows that depend on each other", ErrInvalid, id, len(shape), MaxDefinitionBytes)
 	}
 	t := onceq.Task{Queue: onceq.WorkflowQueue, ID: id, GeneratedID: generated, Payload: payload,
 		// The service snoozes a workflow that waits, which counts no
 		// attempt; these are for the service's own failures.
 		MaxAttempts: 10}
 	if err := t.Validate(maxMessageBytes); err != nil {
-		return onceq.Task{}, fmt.Errorf("workflow %s: its definition does not fit a record: %w", id, err)
+		return onceq.Task{}, fmt.Errorf("%w: workflow %s: its definition does not fit a record: %w", ErrInvalid, id, err)
 	}
 	return t, nil
+}
+
+// Queues lists the queues of n's tasks, each once: every one must exist
+// (or the producer create queues) for the workflow to start.
+func Queues(n Node) []string { return n.queues(nil) }
+
+func (n *Node) queues(qs []string) []string {
+	if n.kind == kindTask && !slices.Contains(qs, n.task.Queue) {
+		qs = append(qs, n.task.Queue)
+	}
+	for _, ns := range [][]Node{n.steps, n.callback, n.onSuccess, n.onError} {
+		for i := range ns {
+			qs = ns[i].queues(qs)
+		}
+	}
+	return qs
 }
 
 // defaultID is the ID of a workflow that is one task with an ID:

@@ -303,3 +303,29 @@ func ExampleChord() {
 	fmt.Println(start.Queue, start.ID, err)
 	// Output: onceq-workflow daily-2026-11-25 <nil>
 }
+
+func TestMissingQueue(t *testing.T) {
+	var runs sync.Map
+	e := run(t, appender(&runs), "steps")
+	n := workflow.Chain(task("steps", "a"), task("nosuch", "b"))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := workflow.Submit(ctx, e.p, "early", n); !errors.Is(err, producer.ErrQueueNotFound) {
+		t.Fatalf("Submit: %v, want ErrQueueNotFound", err)
+	}
+	// Submitted without the check: the service refuses to start it.
+	start, err := workflow.Prepare("late", n, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.p.Submit(ctx, start); err != nil {
+		t.Fatal(err)
+	}
+	st := e.wait(t, "late")
+	if st.State != workflow.StateFailed || !strings.Contains(st.Reason, `queue "nosuch" does not exist`) {
+		t.Fatalf("got %s %q, want failed: queue does not exist", st.State, st.Reason)
+	}
+	if _, ran := runs.Load("steps/late/0"); ran {
+		t.Fatal("a step of a workflow with a missing queue ran")
+	}
+}

@@ -1,12 +1,14 @@
 package main
 
 import (
+	"cmp"
 	"fmt"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/onceq/onceq"
+	"github.com/onceq/onceq/workflow"
 )
 
 // taskFlags are the flags of onceq produce that set a task's fields, by
@@ -47,8 +49,22 @@ func parseHeader(s string) (onceq.Header, error) {
 }
 
 // decodeLine decodes one JSON line (onceq.ParseLine) into a task at now;
-// queue is the queue of lines that name none.
+// queue is the queue of lines that name none. A workflow line
+// (workflow.ParseLine) is its start task, in onceq.WorkflowQueue: its
+// receipt names the workflow.
 func decodeLine(line []byte, queue string, now time.Time) (onceq.Task, error) {
+	wf, ok, err := workflow.ParseLine(line, now, func(q string) (string, error) {
+		if q = cmp.Or(q, queue); q == "" {
+			return "", usagef("missing: give \"queue\" on the task or --queue for the whole file")
+		}
+		return q, nil
+	})
+	if ok || err != nil {
+		if err != nil {
+			return onceq.Task{}, err
+		}
+		return workflow.Prepare(wf.ID, wf.Node, 0)
+	}
 	s, err := onceq.ParseLine(line)
 	if err != nil {
 		return onceq.Task{}, err

@@ -18,6 +18,7 @@ import (
 	"github.com/onceq/onceq/delay"
 	"github.com/onceq/onceq/internal/ops"
 	"github.com/onceq/onceq/producer"
+	"github.com/onceq/onceq/workflow"
 )
 
 // Exit codes.
@@ -50,7 +51,8 @@ func exitCode(err error) int {
 	case errors.Is(err, ops.ErrListen):
 		return exitFailure
 	case errors.As(err, &ue), errors.As(err, &ve), errors.Is(err, broker.ErrConfig), errors.Is(err, producer.ErrConfig),
-		errors.Is(err, delay.ErrServiceConfig), errors.Is(err, delay.ErrLadder), errors.Is(err, ops.ErrAddress):
+		errors.Is(err, delay.ErrServiceConfig), errors.Is(err, delay.ErrLadder), errors.Is(err, ops.ErrAddress),
+		errors.Is(err, workflow.ErrInvalid), errors.Is(err, workflow.ErrConfig):
 		return exitUsage
 	}
 	return exitFailure
@@ -152,6 +154,7 @@ Redpanda. Exit codes: 0 ok, 1 failure, 2 usage or bad input.`,
 		newCheckpointCmd(g),
 		newDLQCmd(g),
 		newTaskCmd(g),
+		newWorkflowCmd(g),
 		newQueueCmd(g),
 		newTokenCmd(g),
 		newServeCmd(g),

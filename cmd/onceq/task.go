@@ -10,6 +10,7 @@ import (
 
 	"github.com/onceq/onceq"
 	"github.com/onceq/onceq/inspect"
+	"github.com/onceq/onceq/workflow"
 )
 
 func newTaskCmd(g *globals) *cobra.Command {
@@ -32,7 +33,7 @@ or its record is past the workers' --result-retention.`,
 // withInspector checks the queue name and the task ID (if any), then runs
 // fn as withInspectorOf does.
 func withInspector(cmd *cobra.Command, g *globals, timeout time.Duration, queue, id string, fn func(context.Context, *inspect.Inspector) error) error {
-	if err := onceq.ValidateQueue(queue); err != nil {
+	if err := onceq.ValidateQueue(queue); err != nil && queue != onceq.WorkflowQueue {
 		return usageError{err}
 	}
 	if id != "" {
@@ -80,10 +81,18 @@ func newTaskGetCmd(g *globals, timeout *time.Duration) *cobra.Command {
 	var asJSON bool
 	cmd := &cobra.Command{
 		Use:   "get QUEUE ID",
-		Short: "Show a task's state, attempts, times, error and result",
+		Short: "Show a task's state, attempts, times, error and result (a workflow's steps for a task of " + onceq.WorkflowQueue + ")",
 		Args:  exactArgs(2, "a queue and a task ID"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return withInspector(cmd, g, *timeout, args[0], args[1], func(ctx context.Context, in *inspect.Inspector) error {
+				if args[0] == onceq.WorkflowQueue {
+					// A workflow's task: show the workflow.
+					st, err := workflow.Get(ctx, in, args[1])
+					if err != nil {
+						return err
+					}
+					return printWorkflow(g, st, asJSON)
+				}
 				r, err := in.Get(ctx, args[0], args[1])
 				if err != nil {
 					return err

@@ -1,0 +1,104 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/onceq/onceq"
+	"github.com/onceq/onceq/inspect"
+	"github.com/onceq/onceq/workflow"
+)
+
+func newWorkflowCmd(g *globals) *cobra.Command {
+	var timeout time.Duration
+	cmd := &cobra.Command{
+		Use:   "workflow",
+		Short: "Ask where a workflow stands: its steps' states, where it stopped and why; wait for it",
+		Long: `A workflow (a chain, group or chord, or a task with dependencies, submitted with
+onceq produce --file or the HTTP API's bulk publish) is a task of the queue
+` + onceq.WorkflowQueue + `, whose ID the submission's receipt prints. These commands
+read its record and its steps' task records, as onceq task does; onceq task get
+` + onceq.WorkflowQueue + ` ID shows the same.`,
+	}
+	cmd.PersistentFlags().DurationVar(&timeout, "timeout", time.Minute, "give up after this long (workflow wait: the longest wait)")
+	cmd.AddCommand(newWorkflowGetCmd(g, &timeout), newWorkflowWaitCmd(g, &timeout))
+	return cmd
+}
+
+// printWorkflow writes a workflow's status as text or JSON.
+func printWorkflow(g *globals, st workflow.Status, asJSON bool) error {
+	if asJSON {
+		return workflow.WriteJSON(g.stdout, st)
+	}
+	return workflow.WriteStatus(g.stdout, st)
+}
+
+// workflowID checks a workflow ID argument.
+func workflowID(id string) error {
+	if err := workflow.ValidateID(id); err != nil {
+		return usagef("%v", err)
+	}
+	return nil
+}
+
+func newWorkflowGetCmd(g *globals, timeout *time.Duration) *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "get ID",
+		Short: "Show a workflow's state, where it stopped and why, its output and every step",
+		Args:  exactArgs(1, "a workflow ID"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := workflowID(args[0]); err != nil {
+				return err
+			}
+			return withInspectorOf(cmd, g, *timeout, func(ctx context.Context, in *inspect.Inspector) error {
+				st, err := workflow.Get(ctx, in, args[0])
+				if err != nil {
+					return err
+				}
+				return printWorkflow(g, st, asJSON)
+			})
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the status as JSON (records and output in onceq's JSON)")
+	return cmd
+}
+
+func newWorkflowWaitCmd(g *globals, timeout *time.Duration) *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "wait ID",
+		Short: "Wait until a workflow succeeded or failed, then show it",
+		Long: `Wait until the workflow succeeded or failed and show it, as workflow get does.
+The wait wakes on the commits that finish its steps, not on a polling period.
+Exit 0 when it succeeded, 1 when it failed or --timeout passed first.`,
+		Args: exactArgs(1, "a workflow ID"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := workflowID(args[0]); err != nil {
+				return err
+			}
+			return withInspectorOf(cmd, g, *timeout, func(ctx context.Context, in *inspect.Inspector) error {
+				st, err := workflow.Wait(ctx, in, args[0])
+				if errors.Is(err, context.DeadlineExceeded) {
+					return fmt.Errorf("workflow %s: not done after %v (--timeout): %s", args[0], *timeout, st.State)
+				}
+				if err != nil {
+					return err
+				}
+				if err := printWorkflow(g, st, asJSON); err != nil {
+					return err
+				}
+				if st.State != workflow.StateSucceeded {
+					return fmt.Errorf("workflow %s failed: %s", args[0], st.Reason)
+				}
+				return nil
+			})
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the status as JSON")
+	return cmd
+}
