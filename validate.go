@@ -31,6 +31,16 @@ func ValidateQueue(name string) error {
 	return nil
 }
 
+// ValidateTaskQueue checks the queue of a task: a queue ValidateQueue
+// accepts, or WorkflowQueue, the one reserved name a task may have (the
+// workflow service's).
+func ValidateTaskQueue(name string) error {
+	if name == WorkflowQueue {
+		return nil
+	}
+	return ValidateQueue(name)
+}
+
 // ValidateTopic checks any topic name, reserved or not, against Kafka's
 // rules. Internal topics (delay buckets, dead letters, changelogs) use it.
 func ValidateTopic(name string) error {
@@ -79,7 +89,7 @@ func printable(c byte) bool { return c > ' ' && c < 0x7f }
 // "failed", "max_attempts", "attempt", "timeout", "backoff", "requeued",
 // "header" and "payload".
 func (t *Task) Validate(maxMessageBytes int) error {
-	if err := ValidateQueue(t.Queue); err != nil && t.Queue != WorkflowQueue {
+	if err := ValidateTaskQueue(t.Queue); err != nil {
 		return err
 	}
 	if t.ID != "" {

@@ -370,7 +370,7 @@ func (c *config) validate(nils int) error {
 	}
 	for _, q := range c.queues {
 		// The workflow service is a worker of onceq.WorkflowQueue.
-		if err := onceq.ValidateQueue(q); err != nil && q != onceq.WorkflowQueue {
+		if err := onceq.ValidateTaskQueue(q); err != nil {
 			errs.Bad("Queues", q, "%v", err)
 		}
 	}

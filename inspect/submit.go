@@ -44,7 +44,7 @@ var ErrDuplicateID = errors.New("inspect: a task ID appears twice in one SubmitU
 func (in *Inspector) SubmitUnique(ctx context.Context, p *producer.Producer, tasks ...onceq.Task) ([]Submission, error) {
 	keys := make([]string, len(tasks))
 	for i, t := range tasks {
-		if err := onceq.ValidateQueue(t.Queue); err != nil {
+		if err := onceq.ValidateTaskQueue(t.Queue); err != nil {
 			return nil, fmt.Errorf("inspect: task %d: %w", i, err)
 		}
 		if t.ID == "" {

@@ -21,7 +21,7 @@ import (
 // topic is read from where the view stopped (the start, for a new view) to
 // its last stable offsets as they are now, and followed from there on.
 func (in *Inspector) view(ctx context.Context, queue string) (*queueView, error) {
-	if err := onceq.ValidateQueue(queue); err != nil && queue != onceq.WorkflowQueue {
+	if err := onceq.ValidateTaskQueue(queue); err != nil {
 		return nil, err
 	}
 	in.mu.Lock()

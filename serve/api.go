@@ -18,6 +18,7 @@ import (
 	"github.com/onceq/onceq"
 	"github.com/onceq/onceq/inspect"
 	"github.com/onceq/onceq/producer"
+	"github.com/onceq/onceq/workflow"
 )
 
 // topicOf is the topic of a namespace's queue, <ns>.<queue>.
@@ -92,6 +93,8 @@ func taskError(err error) error {
 		return &apiError{status: http.StatusNotFound, field: "queue", msg: "the queue does not exist and this server does not create queues (--no-create-queues): create it with onceq topics create"}
 	case errors.Is(err, inspect.ErrDuplicateID):
 		return &apiError{status: http.StatusBadRequest, field: "id", msg: err.Error()}
+	case errors.Is(err, workflow.ErrInvalid):
+		return &apiError{status: http.StatusBadRequest, msg: err.Error()}
 	}
 	return err
 }
@@ -105,6 +108,9 @@ type published struct {
 	New     bool            `json:"new"`
 	State   onceq.TaskState `json:"state,omitempty"`
 	Delayed bool            `json:"delayed,omitempty"`
+	// Workflow says that the job is a workflow (a bulk element with a
+	// chain, group, chord or depends_on): JobID is the workflow's ID.
+	Workflow bool `json:"workflow,omitempty"`
 }
 
 func answer(s inspect.Submission) published {
@@ -201,7 +207,16 @@ func (s *Server) bulk(w http.ResponseWriter, r *http.Request) {
 	}
 	now := time.Now()
 	tasks := make([]onceq.Task, len(raws))
+	flows := make([]bool, len(raws))
 	for i, raw := range raws {
+		var err error
+		if flows[i], err = s.workflowLine(r, raw, now, &tasks[i]); err != nil || flows[i] {
+			if err != nil {
+				writeError(w, indexed(i, taskError(err)))
+				return
+			}
+			continue
+		}
 		spec, err := onceq.ParseLine(raw)
 		if err == nil {
 			if spec.Queue == "" {
@@ -229,6 +244,7 @@ func (s *Server) bulk(w http.ResponseWriter, r *http.Request) {
 	out := make([]published, len(subs))
 	for i, sub := range subs {
 		out[i] = answer(sub)
+		out[i].Workflow = flows[i]
 	}
 	writeJSON(w, http.StatusCreated, map[string]any{"msg": "published", "jobs": out})
 }

@@ -36,22 +36,23 @@ type optFunc func(*config)
 func (f optFunc) apply(c *config) { f(c) }
 
 type config struct {
-	conn       broker.Conn
-	log        *slog.Logger
-	reg        prometheus.Registerer
-	insecure   bool
-	partitions int32
-	maxPayload int
-	maxBulk    int
-	maxWait    time.Duration
-	viewDir    string
-	retention  time.Duration
-	dataDir    string
-	pullGroup  string
-	pullSlots  int
-	delaySvc   bool
-	rate       float64
-	burst      int
+	conn        broker.Conn
+	log         *slog.Logger
+	reg         prometheus.Registerer
+	insecure    bool
+	partitions  int32
+	maxPayload  int
+	maxBulk     int
+	maxWait     time.Duration
+	viewDir     string
+	retention   time.Duration
+	dataDir     string
+	pullGroup   string
+	pullSlots   int
+	delaySvc    bool
+	workflowSvc bool
+	rate        float64
+	burst       int
 }
 
 // Conn sets how to reach the brokers. Default: broker.DefaultBrokers.
@@ -114,6 +115,11 @@ func PullSlots(n int) Opt { return optFunc(func(cfg *config) { cfg.pullSlots = n
 // worker or onceq delay processes run one.
 func DelayService(on bool) Opt { return optFunc(func(cfg *config) { cfg.delaySvc = on }) }
 
+// WorkflowService runs a workflow service (package workflow) in the
+// server, which starts the workflows published to it and joins their
+// groups. Default on; off when onceq worker processes run one.
+func WorkflowService(on bool) Opt { return optFunc(func(cfg *config) { cfg.workflowSvc = on }) }
+
 // RateLimit bounds each token's requests: perSecond on average, burst at
 // once; a request past it is answered 429 with Retry-After. Default 0:
 // no limit.
@@ -125,7 +131,7 @@ func build(opts []Opt) (config, error) {
 	cfg := config{conn: broker.Conn{Brokers: []string{broker.DefaultBrokers}}, log: slog.New(slog.DiscardHandler),
 		reg: prometheus.NewRegistry(), partitions: DefaultPartitions, maxPayload: DefaultMaxPayloadBytes,
 		maxBulk: DefaultMaxBulkBytes, maxWait: DefaultMaxWait, retention: broker.DefaultRecordsRetention,
-		pullGroup: DefaultPullGroup, pullSlots: DefaultPullSlots, delaySvc: true}
+		pullGroup: DefaultPullGroup, pullSlots: DefaultPullSlots, delaySvc: true, workflowSvc: true}
 	errs := onceq.OptionErrors{Pkg: "serve", Kind: ErrConfig}
 	onceq.ApplyOptions(&errs, opts, func(o Opt) { o.apply(&cfg) })
 	if cfg.log == nil {

@@ -22,6 +22,7 @@ import (
 	"github.com/onceq/onceq/dlq"
 	"github.com/onceq/onceq/inspect"
 	"github.com/onceq/onceq/producer"
+	"github.com/onceq/onceq/workflow"
 )
 
 // Server is onceq's HTTP server. Create it with New, serve its Handler
@@ -36,8 +37,8 @@ type Server struct {
 	m      *metrics
 	gather prometheus.Gatherer
 	pull   pull
-	// stopDelay stops the delay service, if the server runs one.
-	stopDelay func()
+	// stops stop the services the server runs (delay, workflow).
+	stops []func()
 
 	limitMu  sync.Mutex
 	limiters map[string]*rate.Limiter // by token ID, with RateLimit
@@ -81,11 +82,9 @@ func New(ctx context.Context, opts ...Opt) (*Server, error) {
 		s.tokens.Close()
 		return nil, err
 	}
-	if cfg.delaySvc {
-		if err := s.startDelay(); err != nil {
-			s.Close()
-			return nil, err
-		}
+	if err := s.startServices(); err != nil {
+		s.Close()
+		return nil, err
 	}
 	if cfg.insecure {
 		cfg.log.Warn("serving without authentication (--insecure-no-auth): anyone who reaches the server can publish, cancel and pause")
@@ -99,8 +98,8 @@ func New(ctx context.Context, opts ...Opt) (*Server, error) {
 // it holds), the inspector and the token store.
 func (s *Server) Close() error {
 	s.stopPull()
-	if s.stopDelay != nil {
-		s.stopDelay()
+	for _, stop := range s.stops {
+		stop()
 	}
 	s.p.Close()
 	s.dlq.Close()
@@ -144,6 +143,8 @@ func (s *Server) apiRoutes() []route {
 		{"GET", "/api/{ns}/{queue}/job/{id}", "job", read, nil, s.job},
 		{"GET", "/api/{ns}/{queue}/job/{id}/wait", "wait", read, []string{"timeout"}, s.wait},
 		{"DELETE", "/api/{ns}/{queue}/job/{id}", "cancel", write, nil, s.cancel},
+		{"GET", "/api/{ns}/{queue}/workflow/{id}", "workflow", read, nil, s.workflowStatus},
+		{"GET", "/api/{ns}/{queue}/workflow/{id}/wait", "workflow_wait", read, []string{"timeout"}, s.workflowWait},
 		{"GET", "/api/{ns}/{queue}/size", "size", read, nil, s.size},
 		{"GET", "/api/{ns}/{queue}/stats", "stats", read, nil, s.stats},
 		{"POST", "/api/{ns}/{queue}/pause", "pause", write, nil, s.pause(true)},
@@ -334,27 +335,46 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	return m, nil
 }
 
-// startDelay starts the server's delay service.
-func (s *Server) startDelay() error {
-	opts := []delay.ServiceOpt{delay.Conn(s.cfg.conn), delay.Registerer(s.cfg.reg), delay.Logger(s.cfg.log.With("component", "delay"))}
-	if s.cfg.dataDir != "" {
-		opts = append(opts, delay.StateDir(filepath.Join(s.cfg.dataDir, "delay")))
+// startServices starts the delay and workflow services the server runs
+// (DelayService, WorkflowService).
+func (s *Server) startServices() error {
+	if s.cfg.delaySvc {
+		opts := []delay.ServiceOpt{delay.Conn(s.cfg.conn), delay.Registerer(s.cfg.reg), delay.Logger(s.cfg.log.With("component", "delay"))}
+		if s.cfg.dataDir != "" {
+			opts = append(opts, delay.StateDir(filepath.Join(s.cfg.dataDir, "delay")))
+		}
+		svc, err := delay.NewService(opts...)
+		if err != nil {
+			return fmt.Errorf("serve: the delay service: %w", err)
+		}
+		s.background("delay", svc.Run)
 	}
-	svc, err := delay.NewService(opts...)
-	if err != nil {
-		return fmt.Errorf("serve: the delay service: %w", err)
+	if s.cfg.workflowSvc {
+		opts := []workflow.Opt{workflow.Conn(s.cfg.conn), workflow.Registerer(s.cfg.reg), workflow.Logger(s.cfg.log.With("component", "workflow"))}
+		if s.cfg.dataDir != "" {
+			opts = append(opts, workflow.Dir(filepath.Join(s.cfg.dataDir, "workflow")))
+		}
+		svc, err := workflow.NewService(opts...)
+		if err != nil {
+			return fmt.Errorf("serve: the workflow service: %w", err)
+		}
+		s.background("workflow", svc.Run)
 	}
+	return nil
+}
+
+// background runs a service until Close.
+func (s *Server) background(name string, run func(context.Context) error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		if err := svc.Run(ctx); err != nil && ctx.Err() == nil {
-			s.cfg.log.Error("the delay service stopped", "err", err)
+		if err := run(ctx); err != nil && ctx.Err() == nil {
+			s.cfg.log.Error("the "+name+" service stopped", "err", err)
 		}
 	}()
-	s.stopDelay = func() {
+	s.stops = append(s.stops, func() {
 		cancel()
 		<-done
-	}
-	return nil
+	})
 }

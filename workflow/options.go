@@ -63,7 +63,9 @@ type config struct {
 func Conn(c broker.Conn) Opt { return optFunc(func(cfg *config) { cfg.conn = c }) }
 
 // Dir is the service's own directory: its worker's checkpoint and the
-// view of dependencies' task records. Required; one per service.
+// view of dependencies' task records, one per service. Default "" keeps
+// them in memory: a restarted service restores its joins' state from its
+// changelog, and reads the dependencies' records again.
 func Dir(dir string) Opt { return optFunc(func(cfg *config) { cfg.dir = dir }) }
 
 // ConsumerGroup is the service's consumer group. Default DefaultGroup
@@ -111,9 +113,6 @@ func newConfig(opts []Opt) (config, error) {
 		commitInterval: DefaultCommitInterval, concurrency: DefaultConcurrency, retention: DefaultRetention}
 	errs := onceq.OptionErrors{Pkg: "workflow", Kind: ErrConfig}
 	onceq.ApplyOptions(&errs, opts, func(o Opt) { o.apply(&cfg) })
-	if cfg.dir == "" {
-		errs.Missing("Dir", "the service's own directory (its checkpoint), one per service")
-	}
 	if cfg.log == nil {
 		errs.Bad("Logger", nil, "a logger, not nil")
 	}

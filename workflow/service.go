@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/onceq/onceq"
@@ -53,6 +54,9 @@ func NewService(opts ...Opt) (*Service, error) {
 		consumer.MaxResultBytes(MaxDefinitionBytes), consumer.ResultRetention(cfg.retention)}
 	if cfg.planner != nil {
 		wopts = append(wopts, consumer.Planner(cfg.planner))
+	}
+	if cfg.dir == "" {
+		wopts = append(wopts, consumer.CheckpointFS(vfs.NewMem()))
 	}
 	if s.w, err = consumer.New(append(wopts, cfg.workerOpts...)...); err != nil {
 		return nil, fmt.Errorf("workflow: %w", err)
@@ -242,8 +246,11 @@ func (s *Service) inspector() (*inspect.Inspector, error) {
 	if s.in != nil {
 		return s.in, nil
 	}
-	in, err := inspect.Open(inspect.Conn(s.cfg.conn), inspect.Dir(filepath.Join(s.cfg.dir, "dependencies")),
-		inspect.Logger(s.cfg.log), inspect.Retention(s.cfg.retention))
+	opts := []inspect.Opt{inspect.Conn(s.cfg.conn), inspect.Logger(s.cfg.log), inspect.Retention(s.cfg.retention)}
+	if s.cfg.dir != "" {
+		opts = append(opts, inspect.Dir(filepath.Join(s.cfg.dir, "dependencies")))
+	}
+	in, err := inspect.Open(opts...)
 	if err != nil {
 		return nil, fmt.Errorf("workflow: opening the view of dependencies: %w", err)
 	}

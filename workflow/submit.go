@@ -91,18 +91,36 @@ func Prepare(id string, n Node, maxMessageBytes int) (onceq.Task, error) {
 
 // Queues lists the queues of n's tasks, each once: every one must exist
 // (or the producer create queues) for the workflow to start.
-func Queues(n Node) []string { return n.queues(nil) }
+func Queues(n Node) []string {
+	var qs []string
+	n.each(func(x *Node) {
+		if x.kind == kindTask && !slices.Contains(qs, x.task.Queue) {
+			qs = append(qs, x.task.Queue)
+		}
+	})
+	return qs
+}
 
-func (n *Node) queues(qs []string) []string {
-	if n.kind == kindTask && !slices.Contains(qs, n.task.Queue) {
-		qs = append(qs, n.task.Queue)
-	}
+// Payloads lists the payload sizes of n's tasks: a front end bounds each
+// as it bounds a task's.
+func Payloads(n Node) []int {
+	var out []int
+	n.each(func(x *Node) {
+		if x.kind == kindTask {
+			out = append(out, len(x.task.Payload))
+		}
+	})
+	return out
+}
+
+// each calls fn for n and every node below it.
+func (n *Node) each(fn func(*Node)) {
+	fn(n)
 	for _, ns := range [][]Node{n.steps, n.callback, n.onSuccess, n.onError} {
 		for i := range ns {
-			qs = ns[i].queues(qs)
+			ns[i].each(fn)
 		}
 	}
-	return qs
 }
 
 // defaultID is the ID of a workflow that is one task with an ID:

@@ -33,7 +33,7 @@ or its record is past the workers' --result-retention.`,
 // withInspector checks the queue name and the task ID (if any), then runs
 // fn as withInspectorOf does.
 func withInspector(cmd *cobra.Command, g *globals, timeout time.Duration, queue, id string, fn func(context.Context, *inspect.Inspector) error) error {
-	if err := onceq.ValidateQueue(queue); err != nil && queue != onceq.WorkflowQueue {
+	if err := onceq.ValidateTaskQueue(queue); err != nil {
 		return usageError{err}
 	}
 	if id != "" {

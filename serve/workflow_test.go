@@ -1,0 +1,88 @@
+package serve_test
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/onceq/onceq/consumer"
+	"github.com/onceq/onceq/serve"
+	"github.com/onceq/onceq/workflow"
+)
+
+// TestWorkflows: a bulk publish takes workflows beside tasks (a chord,
+// and a task that depends on another of the same request), answers their
+// IDs, and the workflow endpoints show them succeed; bad workflow
+// elements are refused naming their path, and another namespace's token
+// cannot read a workflow.
+func TestWorkflows(t *testing.T) {
+	a := start(t, serve.CreateQueues(2))
+	tok := a.token("shop", false)
+	code, body := a.do("POST", "/api/shop/orders/bulk", tok, `[
+		{"id":"daily","chord":{"group":[{"payload":"eu"},{"payload":"us","queue":"render"}],"callback":{"queue":"render","id":"merge"}}},
+		{"id":"ship-7","depends_on":["pay-7"]},
+		{"id":"pay-7","payload":"x"}]`)
+	jobs, _ := body["jobs"].([]any)
+	if code != 201 || len(jobs) != 3 {
+		t.Fatalf("bulk: %d %v", code, body)
+	}
+	for i, want := range []string{"daily", "shop.orders/ship-7", "pay-7"} {
+		j := jobs[i].(map[string]any)
+		if j["job_id"] != want || (j["workflow"] == true) != (i < 2) {
+			t.Fatalf("job %d: %v; want %s", i, j, want)
+		}
+	}
+	for _, tc := range []struct {
+		body, field, want string
+	}{
+		{`[{"chain":[]}]`, "[0]", "chain: an empty list"},
+		{`[{"chain":[{"payload":"a"},{"group":[{"delay":"x"}]}]}]`, "[0].chain[1].group[0].delay", "want a duration"},
+		{`[{"chain":[{"queue":"a b"}]}]`, "[0]", "chain[0].queue"},
+		{`[{"payload":"a","depends_on":[{"queue":"x y","id":"a"}]}]`, "[0]", "depends_on[0].queue"},
+	} {
+		code, body := a.do("POST", "/api/shop/orders/bulk", tok, tc.body)
+		if code != 400 || body["field"] != tc.field || !strings.Contains(fmt.Sprint(body["error"]), tc.want) {
+			t.Errorf("bulk %s: %d %v; want 400 naming %s and %q", tc.body, code, body, tc.field, tc.want)
+		}
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	dir := t.TempDir()
+	w, err := consumer.New(consumer.Conn(a.conn), consumer.Queues("shop.orders", "shop.render"), consumer.CheckpointDir(filepath.Join(dir, "w")),
+		consumer.WithHandler(consumer.HandlerFunc(func(_ context.Context, task *consumer.Task) error {
+			return task.SetResult(append([]byte("done "), task.Payload...))
+		})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc, err := workflow.NewService(workflow.Conn(a.conn), workflow.Dir(filepath.Join(dir, "wf")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 2)
+	go func() { done <- w.Run(ctx) }()
+	go func() { done <- svc.Run(ctx) }()
+	defer func() {
+		cancel()
+		<-done
+		<-done
+	}()
+	code, body = a.do("GET", "/api/shop/orders/workflow/daily/wait?timeout=60", tok, "")
+	root, _ := body["root"].(map[string]any)
+	if code != 200 || body["state"] != "succeeded" || root["kind"] != "chord" {
+		t.Fatalf("workflow wait daily: %d %v", code, body)
+	}
+	code, body = a.do("GET", "/api/shop/orders/workflow/shop.orders%2Fship-7/wait?timeout=60", tok, "")
+	if code != 200 || body["state"] != "succeeded" {
+		t.Fatalf("workflow wait of the dependent task: %d %v", code, body)
+	}
+	if code, body = a.do("GET", "/api/shop/orders/workflow/never", tok, ""); code != 404 || body["field"] != "id" {
+		t.Fatalf("workflow never submitted: %d %v", code, body)
+	}
+	other := a.token("other", false)
+	if code, body = a.do("GET", "/api/other/orders/workflow/daily", other, ""); code != 403 || !strings.Contains(fmt.Sprint(body["error"]), "outside namespace other") {
+		t.Fatalf("another namespace's workflow: %d %v; want 403", code, body)
+	}
+}
