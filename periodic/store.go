@@ -34,7 +34,8 @@ var ErrNotFound = errors.New("periodic: no schedule of this name: onceq periodic
 // An Entry is a schedule as the store holds it.
 type Entry struct {
 	Schedule
-	// Last is the latest tick a scheduler submitted. Zero: none yet.
+	// Last is the latest tick a scheduler submitted. Ticks are submitted
+	// a little ahead (Lead), so it may come after Next. Zero: none yet.
 	Last time.Time
 	// Next is the schedule's first tick after the time asked. Zero: it
 	// fires no more.

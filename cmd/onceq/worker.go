@@ -14,6 +14,7 @@ import (
 	"github.com/onceq/onceq/delay"
 	"github.com/onceq/onceq/handlers"
 	"github.com/onceq/onceq/internal/ops"
+	"github.com/onceq/onceq/periodic"
 )
 
 type workerFlags struct {
@@ -40,6 +41,7 @@ type workerFlags struct {
 	dropExpired     bool
 	abandonGrace    time.Duration
 	delayService    bool
+	scheduler       bool
 	buckets         string
 	crashAt         string
 	groupProtocol   string
@@ -100,6 +102,7 @@ exit code is 1.`,
 	fl.DurationVar(&f.resultRetention, "result-retention", consumer.DefaultResultRetention, "how long task records keep results (0: states only)")
 	fl.IntVar(&f.maxResultBytes, "max-result-bytes", consumer.DefaultMaxResultBytes, "largest result a task may return")
 	fl.BoolVar(&f.delayService, "delay-service", true, "also run the delay service (moves delayed tasks and retries on); off when it runs apart (onceq delay)")
+	fl.BoolVar(&f.scheduler, "scheduler", true, "also run the periodic scheduler (submits the ticks of 'onceq periodic' schedules); off when it runs apart (onceq periodic run)")
 	fl.StringVar(&f.buckets, "buckets", delay.FormatLadder(delay.DefaultBuckets), "the delay bucket ladder, the same for every producer, worker and delay service")
 	fl.StringVar(&f.groupProtocol, "group-protocol", consumer.DefaultGroupProtocol, "classic (cooperative-sticky, static membership) or consumer (KIP-848, Kafka 4.0+)")
 	fl.StringVar(&f.memoryLimit, "memory-limit", "256MiB", "soft limit of the process's memory (Go's GOMEMLIMIT, which wins when set): the garbage collector works harder near it; 0 for none")
@@ -181,6 +184,14 @@ func runWorker(cmd *cobra.Command, g *globals, f workerFlags) error {
 			return flagError(cmd.Flags(), err)
 		}
 	}
+	var sched *periodic.Scheduler
+	if f.scheduler {
+		sched, err = periodic.NewScheduler(periodic.Conn(conn), periodic.Planner(planner), periodic.Registerer(reg),
+			periodic.Logger(g.log.With("component", "scheduler")))
+		if err != nil {
+			return flagError(cmd.Flags(), err)
+		}
+	}
 	if err := checkQueuesExist(ctx, conn, outputs); err != nil {
 		return err
 	}
@@ -190,13 +201,23 @@ func runWorker(cmd *cobra.Command, g *globals, f workerFlags) error {
 		if svc != nil {
 			health.Register("delay", svc)
 		}
+		if sched != nil {
+			health.Register("scheduler", sched)
+		}
 		srv, err := ops.Listen(f.metricsAddr, reg, health, g.log)
 		if err != nil {
 			return usageError{err}
 		}
 		defer srv.Close()
 	}
-	err = runTogether(ctx, w.Run, svc)
+	services := []func(context.Context) error{w.Run}
+	if svc != nil {
+		services = append(services, svc.Run)
+	}
+	if sched != nil {
+		services = append(services, sched.Run)
+	}
+	err = runTogether(ctx, services...)
 	if errors.Is(err, consumer.ErrTasksCanceled) {
 		return fmt.Errorf("%w, nothing of theirs committed: they run again on restart, or on the worker of group %q "+
 			"that takes their partitions (a longer --shutdown-timeout lets them finish)", err, f.group)
@@ -204,19 +225,19 @@ func runWorker(cmd *cobra.Command, g *globals, f workerFlags) error {
 	return err
 }
 
-// runTogether runs the worker and, if there is one, the delay service,
-// until both stop; the first to fail stops the other.
-func runTogether(ctx context.Context, run func(context.Context) error, svc *delay.Service) error {
-	if svc == nil {
-		return run(ctx)
-	}
+// runTogether runs the services (the worker, the delay service, the
+// scheduler) until all stop; the first to stop stops the others.
+func runTogether(ctx context.Context, services ...func(context.Context) error) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	errs := make(chan error, 2)
-	go func() { errs <- run(ctx) }()
-	go func() { errs <- svc.Run(ctx) }()
-	first := <-errs
-	cancel()
-	second := <-errs
-	return errors.Join(first, second)
+	errs := make(chan error, len(services))
+	for _, run := range services {
+		go func() { errs <- run(ctx) }()
+	}
+	all := make([]error, 0, len(services))
+	for range services {
+		all = append(all, <-errs)
+		cancel()
+	}
+	return errors.Join(all...)
 }
