@@ -219,3 +219,17 @@ func TestBetweenKeepsTheLatest(t *testing.T) {
 		}
 	}
 }
+
+// FuzzParseTaskID: ParseTaskID never panics, and an ID it accepts is the
+// one TaskID writes for its name and tick.
+func FuzzParseTaskID(f *testing.F) {
+	for _, id := range []string{"nightly@2030-01-01T09:00:00Z", "a@1970-01-01T00:00:00Z", "x@2030-01-01T10:00:00+01:00", "@", "a@b@c"} {
+		f.Add(id)
+	}
+	f.Fuzz(func(t *testing.T, id string) {
+		name, tick, ok := ParseTaskID(id)
+		if ok && TaskID(name, tick) != id {
+			t.Fatalf("ParseTaskID(%q) = %q, %v; TaskID of them is %q", id, name, tick, TaskID(name, tick))
+		}
+	})
+}
