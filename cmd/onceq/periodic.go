@@ -80,6 +80,10 @@ real time.`,
 				return err
 			}
 			return withSchedules(cmd, g, f.timeout, func(ctx context.Context, s *periodic.Store) error {
+				verb := "added"
+				if _, ok := s.Get(sch.Name, time.Now()); ok {
+					verb = "replaced"
+				}
 				sch, err := s.Add(ctx, sch)
 				if err != nil {
 					return err
@@ -88,7 +92,7 @@ real time.`,
 				if e, ok := s.Get(sch.Name, time.Now()); ok && !e.Next.IsZero() {
 					next += ", next " + formatTick(e.Schedule, e.Next) + " (task ID " + periodic.TaskID(sch.Name, e.Next) + ")"
 				}
-				_, err = fmt.Fprintf(g.stdout, "added %s: %s\n", sch.Name, next)
+				_, err = fmt.Fprintf(g.stdout, "%s %s: %s\n", verb, sch.Name, next)
 				return err
 			})
 		},

@@ -63,6 +63,10 @@ func TestPeriodicCommands(t *testing.T) {
 	if code != 0 || !strings.HasPrefix(out, "added report: cron 0 9 * * 1-5 Europe/Paris, next ") || !strings.Contains(out, "T09:00:00+0") {
 		t.Fatalf("periodic add --cron: exit %d: %q %s", code, out, stderr)
 	}
+	code, out, _ = runCLI(t, "", "--brokers", addr, "periodic", "add", "beat", "--queue", "jobs", "--every", "1h")
+	if code != 0 || !strings.HasPrefix(out, "replaced beat: every 1h0m0s, next ") {
+		t.Fatalf("periodic add of an existing name: exit %d: %q", code, out)
+	}
 	if code, _, stderr = runCLI(t, "", "--brokers", addr, "periodic", "add", "lost", "--queue", "nowhere", "--every", "1m"); code != exitFailure ||
 		!strings.Contains(stderr, `queue "nowhere" does not exist: create it with 'onceq topics create nowhere'`) {
 		t.Fatalf("periodic add to a missing queue: exit %d: %s", code, stderr)
