@@ -10,6 +10,7 @@ import (
 	"github.com/onceq/onceq/bench"
 	"github.com/onceq/onceq/consumer"
 	"github.com/onceq/onceq/delay"
+	"github.com/onceq/onceq/periodic"
 )
 
 // TestFlagDefaultsAreTheLibrarys pins every flag that sets a library
@@ -17,7 +18,7 @@ import (
 // using the library start from the same settings.
 func TestFlagDefaultsAreTheLibrarys(t *testing.T) {
 	g := &globals{}
-	worker, delayCmd, benchCmd := newWorkerCmd(g), newDelayCmd(g), newBenchCmd(g)
+	worker, delayCmd, benchCmd, schedCmd := newWorkerCmd(g), newDelayCmd(g), newBenchCmd(g), newPeriodicRunCmd(g)
 	for _, tc := range []struct {
 		cmd  string
 		flag string
@@ -51,6 +52,9 @@ func TestFlagDefaultsAreTheLibrarys(t *testing.T) {
 		{"delay", "session-timeout", delay.DefaultSessionTimeout},
 		{"delay", "transaction-timeout", delay.DefaultTransactionTimeout},
 		{"delay", "buckets", delay.FormatLadder(delay.DefaultBuckets)},
+		{"periodic run", "lead", periodic.DefaultLead},
+		{"periodic run", "max-catch-up", periodic.DefaultMaxCatchUp},
+		{"periodic run", "buckets", delay.FormatLadder(delay.DefaultBuckets)},
 		{"bench", "tasks", bench.DefaultTasks},
 		{"bench", "size", bench.DefaultSize},
 		{"bench", "partitions", bench.DefaultPartitions},
@@ -59,7 +63,7 @@ func TestFlagDefaultsAreTheLibrarys(t *testing.T) {
 		{"bench", "delay", bench.DefaultMaxDelay},
 		{"bench", "kill-interval", bench.DefaultKillInterval},
 	} {
-		cmd := map[string]*cobra.Command{"worker": worker, "delay": delayCmd, "bench": benchCmd}[tc.cmd]
+		cmd := map[string]*cobra.Command{"worker": worker, "delay": delayCmd, "bench": benchCmd, "periodic run": schedCmd}[tc.cmd]
 		f := cmd.Flag(tc.flag)
 		if f == nil {
 			t.Errorf("onceq %s has no flag --%s", tc.cmd, tc.flag)

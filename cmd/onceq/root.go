@@ -10,6 +10,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -17,6 +18,7 @@ import (
 	"github.com/onceq/onceq/broker"
 	"github.com/onceq/onceq/delay"
 	"github.com/onceq/onceq/internal/ops"
+	"github.com/onceq/onceq/periodic"
 	"github.com/onceq/onceq/producer"
 	"github.com/onceq/onceq/workflow"
 )
@@ -52,7 +54,8 @@ func exitCode(err error) int {
 		return exitFailure
 	case errors.As(err, &ue), errors.As(err, &ve), errors.Is(err, broker.ErrConfig), errors.Is(err, producer.ErrConfig),
 		errors.Is(err, delay.ErrServiceConfig), errors.Is(err, delay.ErrLadder), errors.Is(err, ops.ErrAddress),
-		errors.Is(err, workflow.ErrInvalid), errors.Is(err, workflow.ErrConfig):
+		errors.Is(err, workflow.ErrInvalid), errors.Is(err, workflow.ErrConfig),
+		errors.Is(err, periodic.ErrInvalid), errors.Is(err, periodic.ErrConfig):
 		return exitUsage
 	}
 	return exitFailure
@@ -157,6 +160,7 @@ Redpanda. Exit codes: 0 ok, 1 failure, 2 usage or bad input.`,
 		newWorkflowCmd(g),
 		newQueueCmd(g),
 		newTokenCmd(g),
+		newPeriodicCmd(g),
 		newServeCmd(g),
 		newBenchCmd(g),
 	)
@@ -194,6 +198,27 @@ func exactArgs(n int, what string) cobra.PositionalArgs {
 		}
 		return nil
 	}
+}
+
+// withStore checks the timeout, opens a store that follows a table topic
+// (the tokens, the schedules) and runs fn.
+func withStore[S interface{ Close() }](cmd *cobra.Command, g *globals, timeout time.Duration,
+	open func(context.Context, broker.Conn, *slog.Logger) (S, error), fn func(context.Context, S) error) error {
+	if timeout <= 0 {
+		return usagef("--timeout %v: want a positive duration such as 30s", timeout)
+	}
+	conn, err := g.conn()
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
+	defer cancel()
+	s, err := open(ctx, conn, g.log)
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	return fn(ctx, s)
 }
 
 // isTerminal reports whether w is a terminal, for progress lines that

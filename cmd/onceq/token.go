@@ -27,23 +27,9 @@ or revoked here is seen by running servers within a fetch.`,
 	return cmd
 }
 
-// withTokens checks the timeout, opens the token store and runs fn.
+// withTokens opens the token store and runs fn.
 func withTokens(cmd *cobra.Command, g *globals, timeout time.Duration, fn func(context.Context, *auth.Store) error) error {
-	if timeout <= 0 {
-		return usagef("--timeout %v: want a positive duration such as 30s", timeout)
-	}
-	conn, err := g.conn()
-	if err != nil {
-		return err
-	}
-	ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
-	defer cancel()
-	s, err := auth.Open(ctx, conn, g.log)
-	if err != nil {
-		return err
-	}
-	defer s.Close()
-	return fn(ctx, s)
+	return withStore(cmd, g, timeout, auth.Open, fn)
 }
 
 func newTokenCreateCmd(g *globals, timeout *time.Duration) *cobra.Command {

@@ -14,6 +14,7 @@ import (
 	"github.com/onceq/onceq/delay"
 	"github.com/onceq/onceq/handlers"
 	"github.com/onceq/onceq/internal/ops"
+	"github.com/onceq/onceq/periodic"
 	"github.com/onceq/onceq/workflow"
 )
 
@@ -42,6 +43,7 @@ type workerFlags struct {
 	abandonGrace    time.Duration
 	delayService    bool
 	workflowService bool
+	scheduler       bool
 	buckets         string
 	crashAt         string
 	groupProtocol   string
@@ -103,6 +105,7 @@ exit code is 1.`,
 	fl.IntVar(&f.maxResultBytes, "max-result-bytes", consumer.DefaultMaxResultBytes, "largest result a task may return")
 	fl.BoolVar(&f.delayService, "delay-service", true, "also run the delay service (moves delayed tasks and retries on); off when it runs apart (onceq delay)")
 	fl.BoolVar(&f.workflowService, "workflow-service", true, "also run the workflow service (starts workflows, joins groups and chords); every worker may run one")
+	fl.BoolVar(&f.scheduler, "scheduler", true, "also run the periodic scheduler (submits the ticks of 'onceq periodic' schedules); off when it runs apart (onceq periodic run)")
 	fl.StringVar(&f.buckets, "buckets", delay.FormatLadder(delay.DefaultBuckets), "the delay bucket ladder, the same for every producer, worker and delay service")
 	fl.StringVar(&f.groupProtocol, "group-protocol", consumer.DefaultGroupProtocol, "classic (cooperative-sticky, static membership) or consumer (KIP-848, Kafka 4.0+)")
 	fl.StringVar(&f.memoryLimit, "memory-limit", "256MiB", "soft limit of the process's memory (Go's GOMEMLIMIT, which wins when set): the garbage collector works harder near it; 0 for none")
@@ -192,6 +195,14 @@ func runWorker(cmd *cobra.Command, g *globals, f workerFlags) error {
 			return flagError(cmd.Flags(), err)
 		}
 	}
+	var sched *periodic.Scheduler
+	if f.scheduler {
+		sched, err = periodic.NewScheduler(periodic.Conn(conn), periodic.Planner(planner), periodic.Registerer(reg),
+			periodic.Logger(g.log.With("component", "scheduler")))
+		if err != nil {
+			return flagError(cmd.Flags(), err)
+		}
+	}
 	if err := checkQueuesExist(ctx, conn, outputs); err != nil {
 		return err
 	}
@@ -203,6 +214,9 @@ func runWorker(cmd *cobra.Command, g *globals, f workerFlags) error {
 		}
 		if wf != nil {
 			health.Register("workflow", wf)
+		}
+		if sched != nil {
+			health.Register("scheduler", sched)
 		}
 		srv, err := ops.Listen(f.metricsAddr, reg, health, g.log)
 		if err != nil {
@@ -217,6 +231,9 @@ func runWorker(cmd *cobra.Command, g *globals, f workerFlags) error {
 	if wf != nil {
 		runs = append(runs, wf.Run)
 	}
+	if sched != nil {
+		runs = append(runs, sched.Run)
+	}
 	err = runTogether(ctx, runs...)
 	if errors.Is(err, consumer.ErrTasksCanceled) {
 		return fmt.Errorf("%w, nothing of theirs committed: they run again on restart, or on the worker of group %q "+
@@ -225,22 +242,19 @@ func runWorker(cmd *cobra.Command, g *globals, f workerFlags) error {
 	return err
 }
 
-// runTogether runs the worker and the services beside it until all
-// stop; the first to fail stops the others.
-func runTogether(ctx context.Context, runs ...func(context.Context) error) error {
-	if len(runs) == 1 {
-		return runs[0](ctx)
-	}
+// runTogether runs the services (the worker, the delay and workflow services, the
+// scheduler) until all stop; the first to stop stops the others.
+func runTogether(ctx context.Context, services ...func(context.Context) error) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	errs := make(chan error, len(runs))
-	for _, run := range runs {
+	errs := make(chan error, len(services))
+	for _, run := range services {
 		go func() { errs <- run(ctx) }()
 	}
-	all := []error{<-errs}
-	cancel()
-	for range runs[1:] {
+	all := make([]error, 0, len(services))
+	for range services {
 		all = append(all, <-errs)
+		cancel()
 	}
 	return errors.Join(all...)
 }

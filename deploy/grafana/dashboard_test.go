@@ -15,6 +15,7 @@ import (
 	"github.com/onceq/onceq/consumer"
 	"github.com/onceq/onceq/delay"
 	"github.com/onceq/onceq/internal/testutil"
+	"github.com/onceq/onceq/periodic"
 	"github.com/onceq/onceq/producer"
 	"github.com/onceq/onceq/serve"
 )
@@ -61,8 +62,8 @@ var (
 )
 
 // TestDashboardQueriesExist: every metric the dashboard queries is one a
-// worker, the delay service, a producer or onceq serve registers, and
-// every label it groups by is one of that metric's.
+// worker, the delay service, a scheduler, a producer or onceq serve
+// registers, and every label it groups by is one of that metric's.
 func TestDashboardQueriesExist(t *testing.T) {
 	_, conn := testutil.StartBroker(t, "")
 	rec := &recorder{labels: map[string][]string{}}
@@ -71,6 +72,9 @@ func TestDashboardQueriesExist(t *testing.T) {
 		t.Fatal(err)
 	}
 	if _, err := delay.NewService(delay.Conn(conn), delay.Registerer(rec)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := periodic.NewScheduler(periodic.Conn(conn), periodic.Registerer(rec)); err != nil {
 		t.Fatal(err)
 	}
 	p, err := producer.New(producer.Conn(conn), producer.Registerer(rec))
