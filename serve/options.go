@@ -51,6 +51,7 @@ type config struct {
 	pullSlots   int
 	delaySvc    bool
 	workflowSvc bool
+	scheduler   bool
 	rate        float64
 	burst       int
 }
@@ -120,6 +121,11 @@ func DelayService(on bool) Opt { return optFunc(func(cfg *config) { cfg.delaySvc
 // groups. Default on; off when onceq worker processes run one.
 func WorkflowService(on bool) Opt { return optFunc(func(cfg *config) { cfg.workflowSvc = on }) }
 
+// Scheduler runs a periodic scheduler (package periodic) in the server,
+// which submits the ticks of the schedules (onceq periodic add); any
+// number of schedulers submit each tick once. Default on.
+func Scheduler(on bool) Opt { return optFunc(func(cfg *config) { cfg.scheduler = on }) }
+
 // RateLimit bounds each token's requests: perSecond on average, burst at
 // once; a request past it is answered 429 with Retry-After. Default 0:
 // no limit.
@@ -131,7 +137,7 @@ func build(opts []Opt) (config, error) {
 	cfg := config{conn: broker.Conn{Brokers: []string{broker.DefaultBrokers}}, log: slog.New(slog.DiscardHandler),
 		reg: prometheus.NewRegistry(), partitions: DefaultPartitions, maxPayload: DefaultMaxPayloadBytes,
 		maxBulk: DefaultMaxBulkBytes, maxWait: DefaultMaxWait, retention: broker.DefaultRecordsRetention,
-		pullGroup: DefaultPullGroup, pullSlots: DefaultPullSlots, delaySvc: true, workflowSvc: true}
+		pullGroup: DefaultPullGroup, pullSlots: DefaultPullSlots, delaySvc: true, workflowSvc: true, scheduler: true}
 	errs := onceq.OptionErrors{Pkg: "serve", Kind: ErrConfig}
 	onceq.ApplyOptions(&errs, opts, func(o Opt) { o.apply(&cfg) })
 	if cfg.log == nil {

@@ -21,6 +21,7 @@ import (
 	"github.com/onceq/onceq/delay"
 	"github.com/onceq/onceq/dlq"
 	"github.com/onceq/onceq/inspect"
+	"github.com/onceq/onceq/periodic"
 	"github.com/onceq/onceq/producer"
 	"github.com/onceq/onceq/workflow"
 )
@@ -335,8 +336,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	return m, nil
 }
 
-// startServices starts the delay and workflow services the server runs
-// (DelayService, WorkflowService).
+// startServices starts the delay and workflow services and the periodic
+// scheduler the server runs (DelayService, WorkflowService, Scheduler).
 func (s *Server) startServices() error {
 	if s.cfg.delaySvc {
 		opts := []delay.ServiceOpt{delay.Conn(s.cfg.conn), delay.Registerer(s.cfg.reg), delay.Logger(s.cfg.log.With("component", "delay"))}
@@ -359,6 +360,13 @@ func (s *Server) startServices() error {
 			return fmt.Errorf("serve: the workflow service: %w", err)
 		}
 		s.background("workflow", svc.Run)
+	}
+	if s.cfg.scheduler {
+		svc, err := periodic.NewScheduler(periodic.Conn(s.cfg.conn), periodic.Registerer(s.cfg.reg), periodic.Logger(s.cfg.log.With("component", "scheduler")))
+		if err != nil {
+			return fmt.Errorf("serve: the periodic scheduler: %w", err)
+		}
+		s.background("periodic scheduler", svc.Run)
 	}
 	return nil
 }

@@ -20,7 +20,7 @@ type serveFlags struct {
 	adminListen                      string
 	dataDir, pullGroup               string
 	insecure, noCreate, delaySvc     bool
-	workflowSvc                      bool
+	workflowSvc, scheduler           bool
 	partitions                       int32
 	maxPayload, maxBulk, pullSlots   int
 	retention, shutdown              time.Duration
@@ -67,6 +67,7 @@ finish (at most --shutdown-timeout), then exits.`,
 	fl.IntVar(&f.pullSlots, "pull-slots", serve.DefaultPullSlots, "tasks of a queue held for HTTP consumers at once, per server")
 	fl.BoolVar(&f.delaySvc, "delay-service", true, "run a delay service (retries and delayed tasks move when due)")
 	fl.BoolVar(&f.workflowSvc, "workflow-service", true, "run a workflow service (starts published workflows, joins their groups)")
+	fl.BoolVar(&f.scheduler, "scheduler", true, "run a periodic scheduler (submits the ticks of 'onceq periodic' schedules)")
 	fl.Float64Var(&f.rateLimit, "rate-limit", 0, "requests a second each token may make on average (past it: 429 with Retry-After; 0: no limit)")
 	fl.IntVar(&f.rateBurst, "rate-burst", 100, "requests a token may make at once, with --rate-limit")
 	setsOption(fl, "RateLimit", "rate-limit", "rate-burst")
@@ -121,7 +122,7 @@ func (f *serveFlags) run(cmd *cobra.Command, g *globals) error {
 	srv, err := serve.New(startCtx, serve.Conn(conn), serve.Logger(g.log), serve.Registerer(ops.NewRegistry()),
 		serve.InsecureNoAuth(f.insecure), serve.CreateQueues(partitions), serve.MaxPayloadBytes(f.maxPayload),
 		serve.MaxBulkBytes(f.maxBulk), serve.ViewDir(f.viewDir), serve.Retention(f.retention), serve.DataDir(f.dataDir),
-		serve.PullGroup(f.pullGroup), serve.PullSlots(f.pullSlots), serve.DelayService(f.delaySvc), serve.WorkflowService(f.workflowSvc),
+		serve.PullGroup(f.pullGroup), serve.PullSlots(f.pullSlots), serve.DelayService(f.delaySvc), serve.WorkflowService(f.workflowSvc), serve.Scheduler(f.scheduler),
 		serve.RateLimit(f.rateLimit, f.rateBurst))
 	if errors.Is(err, serve.ErrConfig) {
 		return flagError(cmd.Flags(), err)
