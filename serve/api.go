@@ -208,9 +208,12 @@ func (s *Server) bulk(w http.ResponseWriter, r *http.Request) {
 	now := time.Now()
 	tasks := make([]onceq.Task, len(raws))
 	flows := make([]bool, len(raws))
+	var nodes []workflow.Node
 	for i, raw := range raws {
 		var err error
-		if flows[i], err = s.workflowLine(r, raw, now, &tasks[i]); err != nil || flows[i] {
+		var node workflow.Node
+		if flows[i], err = s.workflowLine(r, raw, now, &tasks[i], &node); err != nil || flows[i] {
+			nodes = append(nodes, node)
 			if err != nil {
 				writeError(w, indexed(i, taskError(err)))
 				return
@@ -235,6 +238,10 @@ func (s *Server) bulk(w http.ResponseWriter, r *http.Request) {
 				msg: fmt.Sprintf("task %d: payload of %d bytes: at most %d (the server's --max-payload-bytes)", i, len(tasks[i].Payload), s.cfg.maxPayload)})
 			return
 		}
+	}
+	if err := workflow.CheckCycles(nodes...); err != nil {
+		writeError(w, taskError(err))
+		return
 	}
 	subs, err := s.in.SubmitUnique(r.Context(), s.p, tasks...)
 	if err != nil {

@@ -20,7 +20,7 @@ import (
 // namespace's (a task without one is the path's queue), made when missing
 // unless the server does not create queues; its payloads are bounded as a
 // publish's.
-func (s *Server) workflowLine(r *http.Request, raw []byte, now time.Time, task *onceq.Task) (ok bool, err error) {
+func (s *Server) workflowLine(r *http.Request, raw []byte, now time.Time, task *onceq.Task, node *workflow.Node) (ok bool, err error) {
 	ns := r.PathValue("ns")
 	line, ok, err := workflow.ParseLine(raw, now, func(q string) (string, error) {
 		return topicOf(ns, cmp.Or(q, r.PathValue("queue")))
@@ -28,6 +28,7 @@ func (s *Server) workflowLine(r *http.Request, raw []byte, now time.Time, task *
 	if !ok || err != nil {
 		return ok, err
 	}
+	*node = line.Node
 	if *task, err = workflow.Prepare(line.ID, line.Node, s.p.MaxMessageBytes()); err != nil {
 		return true, err
 	}

@@ -48,6 +48,11 @@ func TestWorkflows(t *testing.T) {
 		}
 	}
 
+	cycle := `[{"id":"x","depends_on":["y"]},{"id":"y","depends_on":[{"queue":"orders","id":"x"}]}]`
+	if code, body := a.do("POST", "/api/shop/orders/bulk", tok, cycle); code != 400 || !strings.Contains(fmt.Sprint(body["error"]), "dependency cycle") {
+		t.Errorf("bulk of a dependency cycle: %d %v; want 400", code, body)
+	}
+
 	ctx, cancel := context.WithCancel(context.Background())
 	dir := t.TempDir()
 	w, err := consumer.New(consumer.Conn(a.conn), consumer.Queues("shop.orders", "shop.render"), consumer.CheckpointDir(filepath.Join(dir, "w")),

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/onceq/onceq"
 	"github.com/onceq/onceq/internal/flow"
 )
 
@@ -123,5 +124,19 @@ func TestParseLineFindsFieldsAfterLookalikes(t *testing.T) {
 	l, ok, err := ParseLine([]byte(`{"id":"wf-chain-group","chain":[{"payload":"chain"}]}`), time.Now(), defaultQueue)
 	if err != nil || !ok || l.ID != "wf-chain-group" {
 		t.Fatalf("got %+v %v %v", l, ok, err)
+	}
+}
+
+func TestCheckCycles(t *testing.T) {
+	task := func(q, id string) Node { return Task(onceq.Task{Queue: q, ID: id}) }
+	a := task("q", "a").After(Ref{Queue: "q", ID: "c"})
+	b := Chain(task("q", "b0"), task("q", "b")).After(Ref{Queue: "q", ID: "a"})
+	c := task("q", "c").After(Ref{Queue: "q", ID: "b"})
+	if err := CheckCycles(a, b, c); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "dependency cycle") {
+		t.Fatalf("a -> c -> b -> a: %v", err)
+	}
+	free := task("q", "c").After(Ref{Queue: "q", ID: "elsewhere"})
+	if err := CheckCycles(a, b, free); err != nil {
+		t.Fatalf("no cycle: %v", err)
 	}
 }

@@ -277,3 +277,61 @@ func (c *compiler) task(t onceq.Task, path string) (*flow.Step, error) {
 	c.ids[ref] = path
 	return flow.StepOf(&t), nil
 }
+
+// CheckCycles refuses workflows submitted together whose dependencies
+// form a cycle: a workflow that waits, through After, for a task of
+// another that waits for one of its own would never start, and neither
+// would the other. (A cycle with a workflow submitted before cannot be
+// seen here: both wait until one is canceled.)
+func CheckCycles(nodes ...Node) error {
+	owner := map[Ref]int{} // a task of a workflow given with its ID -> the workflow
+	for i := range nodes {
+		nodes[i].each(func(x *Node) {
+			if x.kind == kindTask && x.task.ID != "" {
+				owner[Ref{Queue: x.task.Queue, ID: x.task.ID}] = i
+			}
+		})
+	}
+	const (
+		unseen = iota
+		open
+		done
+	)
+	mark := make([]int, len(nodes))
+	var visit func(i int, path []Ref) error
+	visit = func(i int, path []Ref) error {
+		mark[i] = open
+		for _, d := range nodes[i].after {
+			j, ok := owner[d]
+			if !ok {
+				continue
+			}
+			switch mark[j] {
+			case open:
+				return fmt.Errorf("%w: dependency cycle: %s", ErrInvalid, cycleText(append(path, d)))
+			case unseen:
+				if err := visit(j, append(path, d)); err != nil {
+					return err
+				}
+			}
+		}
+		mark[i] = done
+		return nil
+	}
+	for i := range nodes {
+		if mark[i] == unseen {
+			if err := visit(i, nil); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func cycleText(path []Ref) string {
+	parts := make([]string, len(path))
+	for i, r := range path {
+		parts[i] = r.String()
+	}
+	return "waits for " + strings.Join(parts, ", which waits for ")
+}

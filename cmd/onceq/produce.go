@@ -202,7 +202,7 @@ func (f *produceFlags) runOne(ctx context.Context, g *globals, opts []producer.O
 	}
 	defer p.Close()
 	if f.tx {
-		return f.submitTx(ctx, p, []numbered{{0, task}}, out)
+		return f.submitTx(ctx, p, []numbered{{line: 0, task: task}}, out)
 	}
 	if f.unique {
 		return submitUnique(ctx, g, p, task)

@@ -12,12 +12,15 @@ import (
 
 	"github.com/onceq/onceq"
 	"github.com/onceq/onceq/producer"
+	"github.com/onceq/onceq/workflow"
 )
 
-// numbered is a task and the input line it came from.
+// numbered is a task and the input line it came from; the workflow it
+// starts, for a workflow line.
 type numbered struct {
 	line int
 	task onceq.Task
+	flow *workflow.Node
 }
 
 func (f *produceFlags) runFile(ctx context.Context, g *globals, opts []producer.Opt, out *receipts) error {
@@ -36,6 +39,7 @@ func (f *produceFlags) runFile(ctx context.Context, g *globals, opts []producer.
 	if f.tx {
 		// Every line is read and checked before anything is sent.
 		var tasks []numbered
+		var flows []workflow.Node
 		for {
 			n, ok, err := lines.next()
 			if err != nil {
@@ -45,6 +49,12 @@ func (f *produceFlags) runFile(ctx context.Context, g *globals, opts []producer.
 				break
 			}
 			tasks = append(tasks, n)
+			if n.flow != nil {
+				flows = append(flows, *n.flow)
+			}
+		}
+		if err := workflow.CheckCycles(flows...); err != nil {
+			return fmt.Errorf("%w: nothing of the file was submitted", err)
 		}
 		if f.rate > 0 {
 			// The transaction must outlive the paced submission.
@@ -161,11 +171,11 @@ func (l *lineReader) next() (n numbered, ok bool, err error) {
 		if len(bytes.TrimSpace(line)) == 0 {
 			continue
 		}
-		task, err := decodeLine(line, l.queue, time.Now())
+		task, flow, err := decodeLine(line, l.queue, time.Now())
 		if err != nil {
 			return n, false, &lineError{l.n, err}
 		}
-		return numbered{l.n, task}, true, nil
+		return numbered{l.n, task, flow}, true, nil
 	}
 	if err := l.sc.Err(); err != nil {
 		if errors.Is(err, bufio.ErrTooLong) {

@@ -51,8 +51,8 @@ func parseHeader(s string) (onceq.Header, error) {
 // decodeLine decodes one JSON line (onceq.ParseLine) into a task at now;
 // queue is the queue of lines that name none. A workflow line
 // (workflow.ParseLine) is its start task, in onceq.WorkflowQueue: its
-// receipt names the workflow.
-func decodeLine(line []byte, queue string, now time.Time) (onceq.Task, error) {
+// receipt names the workflow, and the workflow comes back too.
+func decodeLine(line []byte, queue string, now time.Time) (onceq.Task, *workflow.Node, error) {
 	wf, ok, err := workflow.ParseLine(line, now, func(q string) (string, error) {
 		if q = cmp.Or(q, queue); q == "" {
 			return "", usagef("missing: give \"queue\" on the task or --queue for the whole file")
@@ -61,21 +61,23 @@ func decodeLine(line []byte, queue string, now time.Time) (onceq.Task, error) {
 	})
 	if ok || err != nil {
 		if err != nil {
-			return onceq.Task{}, err
+			return onceq.Task{}, nil, err
 		}
-		return workflow.Prepare(wf.ID, wf.Node, 0)
+		t, err := workflow.Prepare(wf.ID, wf.Node, 0)
+		return t, &wf.Node, err
 	}
 	s, err := onceq.ParseLine(line)
 	if err != nil {
-		return onceq.Task{}, err
+		return onceq.Task{}, nil, err
 	}
 	if s.Queue == "" {
 		s.Queue = queue
 	}
 	if s.Queue == "" {
-		return onceq.Task{}, usagef("queue: missing: give \"queue\" on the line or --queue for the whole file")
+		return onceq.Task{}, nil, usagef("queue: missing: give \"queue\" on the line or --queue for the whole file")
 	}
-	return s.Task(now, nil)
+	t, err := s.Task(now, nil)
+	return t, nil, err
 }
 
 // lineError is a bad line: its number and what is wrong with it. It

@@ -314,14 +314,14 @@ func FuzzDecodeLine(f *testing.F) {
 	}
 	now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
 	f.Fuzz(func(t *testing.T, line string) {
-		task, err := decodeLine([]byte(line), "default", now)
+		task, _, err := decodeLine([]byte(line), "default", now)
 		if err != nil {
 			if exitCode(err) != exitUsage {
 				t.Fatalf("decode error %v exits %d, want 2", err, exitCode(err))
 			}
 			return
 		}
-		again, err := decodeLine(lineOf(task, now), "default", now)
+		again, _, err := decodeLine(lineOf(task, now), "default", now)
 		if err != nil {
 			t.Fatalf("re-encoded line %s: %v", lineOf(task, now), err)
 		}

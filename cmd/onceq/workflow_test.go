@@ -21,6 +21,8 @@ func TestWorkflowUsageErrorsExit2(t *testing.T) {
 		{`{"queue":"jobs","payload":"a"}` + "\n" + `{"chord":{"group":[{"payload":"a"}],"callback":{"delay":"x"}}}` + "\n",
 			[]string{"produce", "--queue", "jobs", "--file", "-", "--tx"}, "line 2: invalid workflow line: onceq: chord.callback.delay"},
 		{`{"chain":[{"payload":"a"}]}` + "\n", []string{"produce", "--file", "-"}, `give "queue" on the task or --queue`},
+		{`{"id":"x","depends_on":["y"]}` + "\n" + `{"id":"y","depends_on":["x"]}` + "\n", []string{"produce", "--queue", "jobs", "--file", "-", "--tx"},
+			"dependency cycle: waits for jobs/y, which waits for jobs/x: nothing of the file was submitted"},
 	} {
 		code, _, stderr := runCLI(t, tc.stdin, tc.args...)
 		if code != exitUsage || !strings.Contains(stderr, tc.want) {
