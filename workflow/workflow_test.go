@@ -329,3 +329,33 @@ func TestMissingQueue(t *testing.T) {
 		t.Fatal("a step of a workflow with a missing queue ran")
 	}
 }
+
+// TestCancelWaiting: a workflow waiting for a dependency that never comes
+// is canceled through its start task, and fails without starting.
+func TestCancelWaiting(t *testing.T) {
+	var runs sync.Map
+	e := run(t, appender(&runs), "steps")
+	id := e.submit(t, "forever", task("steps", "x").After(workflow.Ref{Queue: "steps", ID: "never-submitted"}))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for {
+		st, err := workflow.Get(ctx, e.in, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.State == workflow.StateWaiting {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if _, err := e.in.Cancel(ctx, onceq.WorkflowQueue, id); err != nil {
+		t.Fatal(err)
+	}
+	st := e.wait(t, id)
+	if st.State != workflow.StateFailed || !strings.Contains(st.Reason, "did not start: canceled") {
+		t.Fatalf("got %s %q, want failed: did not start: canceled", st.State, st.Reason)
+	}
+	if _, ran := runs.Load("steps/forever"); ran {
+		t.Fatal("the canceled workflow's task ran")
+	}
+}

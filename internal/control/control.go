@@ -64,7 +64,7 @@ func Decode(key, val []byte) (Entry, error) {
 	switch {
 	case strings.HasPrefix(k, cancelPrefix):
 		q, id, ok := strings.Cut(k[len(cancelPrefix):], "/")
-		if !ok || onceq.ValidateQueue(q) != nil || onceq.ValidateID(id) != nil {
+		if !ok || onceq.ValidateTaskQueue(q) != nil || onceq.ValidateID(id) != nil {
 			return Entry{}, fmt.Errorf("control: key %q: want cancel/<queue>/<task ID>", k)
 		}
 		e.Queue, e.ID = q, id
@@ -124,13 +124,18 @@ func Ensure(ctx context.Context, adm *broker.Admin) error {
 // them (acks=all, idempotent).
 func Write(ctx context.Context, conn broker.Conn, entries ...Entry) error {
 	for _, e := range entries {
-		if err := onceq.ValidateQueue(e.Queue); err != nil {
-			return err
-		}
-		if e.ID != "" {
-			if err := onceq.ValidateID(e.ID); err != nil {
+		if e.ID == "" {
+			if err := onceq.ValidateQueue(e.Queue); err != nil {
 				return err
 			}
+			continue
+		}
+		// A task's cancel: a workflow waiting to start is canceled too.
+		if err := onceq.ValidateTaskQueue(e.Queue); err != nil {
+			return err
+		}
+		if err := onceq.ValidateID(e.ID); err != nil {
+			return err
 		}
 	}
 	adm, err := broker.NewAdmin(conn)
