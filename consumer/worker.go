@@ -59,6 +59,7 @@ type Worker struct {
 	instanceID string
 	stopping   atomic.Bool
 	phase      atomic.Int32 // phaseNotStarted, phaseRunning, phaseStopped
+	started    chan struct{} // closed once Run passed its start
 	health     *ops.BrokerHealth
 	restarts   int // session restarts since the last successful commit
 	ckpt       ckptWriter
@@ -85,7 +86,7 @@ func New(opts ...Opt) (*Worker, error) {
 	if err := cfg.validate(nils); err != nil {
 		return nil, err
 	}
-	w := &Worker{cfg: cfg, parts: map[checkpoint.TP]*partState{}, wake: make(chan struct{}, 1),
+	w := &Worker{cfg: cfg, parts: map[checkpoint.TP]*partState{}, wake: make(chan struct{}, 1), started: make(chan struct{}),
 		health: ops.NewBrokerHealth(cfg.sessionTimeout)}
 	m, err := newMetrics(cfg.registerer, w)
 	if err != nil {
@@ -95,6 +96,13 @@ func New(opts ...Opt) (*Worker, error) {
 	w.sched = newScheduler(w, cfg.concurrency, cfg.maxBuffered)
 	return w, nil
 }
+
+// Started is closed once Run passed its start: the queues exist, the
+// changelogs and the checkpoint are open, and the worker goes on to join
+// its group. A process that runs services beside a worker (onceq worker's
+// delay and workflow services, its scheduler) starts them then, so that a
+// worker refused at its start leaves nothing of theirs behind.
+func (w *Worker) Started() <-chan struct{} { return w.started }
 
 // ErrTasksCanceled is returned by Run when handlers were still running at
 // the shutdown timeout: their contexts were canceled, their results
@@ -114,6 +122,7 @@ func (w *Worker) Run(ctx context.Context) (err error) {
 	if ok, err := ops.Start(ctx, w.cfg.log, w.start, w.close); !ok {
 		return err
 	}
+	close(w.started)
 	defer w.close()
 	if w.store != nil {
 		// Stopped before the store closes (defers run last first).

@@ -420,7 +420,9 @@ func (in *Inspector) Counts(ctx context.Context, queue string) (map[onceq.TaskSt
 	return out, nil
 }
 
-// Queues lists the queues that have task records, sorted.
+// Queues lists the queues that have task records, sorted: the users'
+// queues, without onceq's own (onceq.WorkflowQueue, whose tasks are
+// workflows: see package workflow).
 func (in *Inspector) Queues(ctx context.Context) ([]string, error) {
 	topics, err := in.adm.ListTopics(ctx, true)
 	if err != nil {
@@ -428,7 +430,7 @@ func (in *Inspector) Queues(ctx context.Context) ([]string, error) {
 	}
 	var out []string
 	for _, t := range topics {
-		if q, ok := broker.QueueOfRecords(t); ok {
+		if q, ok := broker.QueueOfRecords(t); ok && q != onceq.WorkflowQueue {
 			out = append(out, q)
 		}
 	}

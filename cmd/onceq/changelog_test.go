@@ -112,7 +112,7 @@ func TestWorkerRefusesLegacyChangelog(t *testing.T) {
 		testutil.CreateTopic(t, conn, q, 1)
 	}
 	p := testutil.Start(t, "worker", "--brokers", addr, "--group", "a", "--queue", "b-c", "--handler", "noop",
-		"--checkpoint-dir", t.TempDir(), "--metrics-addr", "", "--delay-service=false", "--scheduler=false")
+		"--checkpoint-dir", t.TempDir(), "--metrics-addr", "")
 	code, err := p.Wait(60 * time.Second)
 	if err != nil {
 		t.Fatal(err)

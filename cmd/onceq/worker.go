@@ -226,13 +226,13 @@ func runWorker(cmd *cobra.Command, g *globals, f workerFlags) error {
 	}
 	runs := []func(context.Context) error{w.Run}
 	if svc != nil {
-		runs = append(runs, svc.Run)
+		runs = append(runs, after(w.Started(), svc.Run))
 	}
 	if wf != nil {
-		runs = append(runs, wf.Run)
+		runs = append(runs, after(w.Started(), wf.Run))
 	}
 	if sched != nil {
-		runs = append(runs, sched.Run)
+		runs = append(runs, after(w.Started(), sched.Run))
 	}
 	err = runTogether(ctx, runs...)
 	if errors.Is(err, consumer.ErrTasksCanceled) {
@@ -240,6 +240,20 @@ func runWorker(cmd *cobra.Command, g *globals, f workerFlags) error {
 			"that takes their partitions (a longer --shutdown-timeout lets them finish)", err, f.group)
 	}
 	return err
+}
+
+// after runs run once started is closed: a service beside a worker
+// starts once the worker passed its own start, so that a worker refused
+// there (a bad changelog, a missing queue) leaves nothing of theirs.
+func after(started <-chan struct{}, run func(context.Context) error) func(context.Context) error {
+	return func(ctx context.Context) error {
+		select {
+		case <-started:
+			return run(ctx)
+		case <-ctx.Done():
+			return nil
+		}
+	}
 }
 
 // runTogether runs the services (the worker, the delay and workflow services, the
