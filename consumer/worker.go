@@ -58,7 +58,7 @@ type Worker struct {
 	wake       chan struct{}
 	instanceID string
 	stopping   atomic.Bool
-	phase      atomic.Int32 // phaseNotStarted, phaseRunning, phaseStopped
+	phase      atomic.Int32  // phaseNotStarted, phaseRunning, phaseStopped
 	started    chan struct{} // closed once Run passed its start
 	health     *ops.BrokerHealth
 	restarts   int // session restarts since the last successful commit
