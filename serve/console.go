@@ -83,6 +83,8 @@ func (s *Server) consoleRoutes() {
 	s.console("POST /console/q/{queue}/resume", s.consolePause(false))
 	s.console("POST /console/q/{queue}/requeue", s.consoleRequeue)
 	s.console("POST /console/q/{queue}/task/{id}/cancel", s.consoleCancel)
+	s.console("GET /console/workflow", s.workflowPage)
+	s.console("POST /console/workflow/cancel", s.consoleWorkflowCancel)
 }
 
 // console registers a page or action behind the console's login: a GET
@@ -102,9 +104,7 @@ func (s *Server) console(pattern string, h func(http.ResponseWriter, *http.Reque
 		}
 		pg := &page{Token: tok, ReadOnly: tok.ReadOnly, Flash: r.URL.Query().Get("flash")}
 		if q := r.PathValue("queue"); q != "" && !s.consoleSees(tok, q) {
-			w.WriteHeader(http.StatusForbidden)
-			pg.Title, pg.Error = "Forbidden", fmt.Sprintf("token %s opens namespace %s, not queue %s", tok.ID, tok.Namespace, q)
-			s.render(w, "error", pg)
+			s.forbidden(w, pg, fmt.Sprintf("token %s opens namespace %s, not queue %s", tok.ID, tok.Namespace, q))
 			return
 		}
 		if post {
@@ -145,6 +145,13 @@ func (s *Server) consoleToken(r *http.Request) (auth.Token, error) {
 func (s *Server) consoleSees(tok auth.Token, queue string) bool {
 	ns, _, ok := strings.Cut(queue, ".")
 	return ok && tok.Allows(ns) && onceq.ValidateQueue(queue) == nil
+}
+
+// forbidden answers 403 with the console's refusal page.
+func (s *Server) forbidden(w http.ResponseWriter, pg *page, why string) {
+	w.WriteHeader(http.StatusForbidden)
+	pg.Title, pg.Error = "Forbidden", why
+	s.render(w, "error", pg)
 }
 
 func (s *Server) render(w http.ResponseWriter, name string, pg *page) {
@@ -329,6 +336,9 @@ func (s *Server) taskPage(w http.ResponseWriter, r *http.Request, pg *page) {
 		defer cancel()
 		if task, err := s.taskAt(ctx, queue, rec.Partition, rec.Offset); err == nil {
 			data["Task"] = task
+			if w := workflowOfTask(task); w != "" {
+				data["Workflow"] = w
+			}
 		} else {
 			data["TaskError"] = err.Error()
 		}
@@ -391,7 +401,11 @@ func (s *Server) delayPage(w http.ResponseWriter, r *http.Request, pg *page) {
 
 // back redirects to the page an action came from, with a message.
 func back(w http.ResponseWriter, r *http.Request, to, flash string) {
-	http.Redirect(w, r, to+"?flash="+url.QueryEscape(flash), http.StatusSeeOther)
+	sep := "?"
+	if strings.Contains(to, "?") {
+		sep = "&"
+	}
+	http.Redirect(w, r, to+sep+"flash="+url.QueryEscape(flash), http.StatusSeeOther)
 }
 
 func (s *Server) consolePause(paused bool) func(http.ResponseWriter, *http.Request, *page) {
@@ -433,15 +447,19 @@ func (s *Server) consoleRequeue(w http.ResponseWriter, r *http.Request, _ *page)
 
 func (s *Server) consoleCancel(w http.ResponseWriter, r *http.Request, _ *page) {
 	queue, id := r.PathValue("queue"), r.PathValue("id")
-	rec, err := s.in.Cancel(r.Context(), queue, id)
-	msg := "canceled: it will not start"
+	back(w, r, "/console/q/"+url.PathEscape(queue)+"/task/"+url.PathEscape(id), s.cancelTask(r.Context(), queue, id))
+}
+
+// cancelTask cancels a task and says what came of it.
+func (s *Server) cancelTask(ctx context.Context, queue, id string) string {
+	rec, err := s.in.Cancel(ctx, queue, id)
 	switch {
 	case err != nil:
-		msg = err.Error()
+		return err.Error()
 	case rec.State.Final():
-		msg = "already " + string(rec.State) + ": nothing to cancel"
+		return "already " + string(rec.State) + ": nothing to cancel"
 	}
-	back(w, r, "/console/q/"+url.PathEscape(queue)+"/task/"+url.PathEscape(id), msg)
+	return "canceled: it will not start"
 }
 
 // groupView is a consumer group on the groups page: its partitions of

@@ -1,8 +1,11 @@
 package serve_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"fmt"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -11,9 +14,12 @@ import (
 
 	"github.com/chromedp/chromedp"
 
+	"github.com/onceq/onceq"
 	"github.com/onceq/onceq/consumer"
 	"github.com/onceq/onceq/internal/testutil"
+	"github.com/onceq/onceq/producer"
 	"github.com/onceq/onceq/serve"
+	"github.com/onceq/onceq/workflow"
 )
 
 // screenshotDir is where TestConsole writes a screenshot of each page:
@@ -27,6 +33,64 @@ func screenshotDir(t *testing.T) string {
 		t.Fatal(err)
 	}
 	return dir
+}
+
+// browser is a headless Chromium that a test drives through the console,
+// each step's failure fatal, saving screenshots to screenshotDir.
+type browser struct {
+	t   *testing.T
+	ctx context.Context
+	dir string
+}
+
+func newBrowser(t *testing.T, chromium string) *browser {
+	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(chromium), chromedp.NoSandbox,
+		chromedp.Flag("disable-gpu", true), chromedp.WindowSize(1280, 900))
+	actx, cancelA := chromedp.NewExecAllocator(context.Background(), opts...)
+	ctx, cancelC := chromedp.NewContext(actx)
+	ctx, cancelT := context.WithTimeout(ctx, 2*time.Minute)
+	t.Cleanup(func() {
+		cancelT()
+		cancelC()
+		cancelA()
+	})
+	return &browser{t: t, ctx: ctx, dir: screenshotDir(t)}
+}
+
+// shot saves a screenshot of the whole page as name.png.
+func (b *browser) shot(name string) chromedp.Action[chromedp.Void] {
+	return func(ctx context.Context, tg *chromedp.Target) (chromedp.Void, error) {
+		png, err := chromedp.FullScreenshot(100)(ctx, tg)
+		if err != nil {
+			return chromedp.Void{}, err
+		}
+		return chromedp.Void{}, os.WriteFile(filepath.Join(b.dir, name+".png"), png, 0o644)
+	}
+}
+
+// text is the text of the element sel selects, trimmed.
+func (b *browser) text(sel string) string {
+	b.t.Helper()
+	s, err := chromedp.Run(b.ctx, chromedp.Text(chromedp.CSS(sel)))
+	if err != nil {
+		b.t.Fatalf("text of %s: %v", sel, err)
+	}
+	return strings.TrimSpace(s)
+}
+
+// run takes the steps of what.
+func (b *browser) run(what string, steps ...chromedp.Action[chromedp.Void]) {
+	b.t.Helper()
+	if err := chromedp.Do(b.ctx, steps...); err != nil {
+		b.t.Fatalf("%s: %v", what, err)
+	}
+}
+
+// login logs in to the console at url with token.
+func (b *browser) login(url, token string) {
+	b.t.Helper()
+	b.run("log in", chromedp.Navigate(url+"/console/login"), chromedp.SendKeys(chromedp.CSS("#token"), token),
+		chromedp.Click(chromedp.CSS("#login")), chromedp.WaitVisible(chromedp.CSS("#queues")))
 }
 
 // TestConsole drives the console in headless Chromium: log in, see a
@@ -66,38 +130,9 @@ func TestConsole(t *testing.T) {
 		}
 	}
 
-	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(chromium), chromedp.NoSandbox,
-		chromedp.Flag("disable-gpu", true), chromedp.WindowSize(1280, 900))
-	actx, cancelA := chromedp.NewExecAllocator(context.Background(), opts...)
-	defer cancelA()
-	ctx, cancelC := chromedp.NewContext(actx)
-	defer cancelC()
-	ctx, cancelT := context.WithTimeout(ctx, 2*time.Minute)
-	defer cancelT()
-	dir := screenshotDir(t)
-	shot := func(name string) chromedp.Action[chromedp.Void] {
-		return func(ctx context.Context, tg *chromedp.Target) (chromedp.Void, error) {
-			b, err := chromedp.FullScreenshot(100)(ctx, tg)
-			if err != nil {
-				return chromedp.Void{}, err
-			}
-			return chromedp.Void{}, os.WriteFile(filepath.Join(dir, name+".png"), b, 0o644)
-		}
-	}
-	text := func(sel string) string {
-		t.Helper()
-		s, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(sel)))
-		if err != nil {
-			t.Fatalf("text of %s: %v", sel, err)
-		}
-		return strings.TrimSpace(s)
-	}
-	run := func(what string, steps ...chromedp.Action[chromedp.Void]) {
-		t.Helper()
-		if err := chromedp.Do(ctx, steps...); err != nil {
-			t.Fatalf("%s: %v", what, err)
-		}
-	}
+	b := newBrowser(t, chromium)
+	run, text, shot := b.run, b.text, b.shot
+	ctx := b.ctx
 
 	// Log in: the console sends a visitor without a token to the login.
 	run("login page", chromedp.Navigate(a.url+"/console/"), chromedp.WaitVisible(chromedp.CSS("#token")), shot("login"))
@@ -145,14 +180,179 @@ func TestConsole(t *testing.T) {
 	}
 
 	// Read-only: the pages, without their buttons.
-	run("log out, log in read-only", chromedp.Navigate(a.url+"/console/login"), chromedp.SendKeys(chromedp.CSS("#token"), ro),
-		chromedp.Click(chromedp.CSS("#login")), chromedp.WaitVisible(chromedp.CSS("#queues")),
-		chromedp.Navigate(a.url+"/console/q/shop.jobs"), chromedp.WaitVisible(chromedp.CSS("#tasks")))
+	b.login(a.url, ro)
+	run("read-only queue", chromedp.Navigate(a.url+"/console/q/shop.jobs"), chromedp.WaitVisible(chromedp.CSS("#tasks")))
 	buttons, err := chromedp.Run(ctx, chromedp.Evaluate[int](`document.querySelectorAll("#pause, #resume").length`))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if buttons != 0 || !strings.Contains(text("#who"), "read-only") {
 		t.Fatalf("read-only page: %d pause/resume buttons", buttons)
+	}
+}
+
+// startWorkflows starts a server, whose workflow and delay services run
+// the workflows, a worker of queues that runs their steps, and a
+// producer to submit them. A step whose payload is "fail" fails for good;
+// a chord's callback joins its members' results with "+"; any other step
+// returns "<payload> done".
+func startWorkflows(t *testing.T, queues ...string) (*api, *producer.Producer) {
+	t.Helper()
+	a := start(t)
+	for _, q := range queues {
+		testutil.CreateTopic(t, a.conn, q, 2)
+	}
+	w, err := consumer.New(consumer.Conn(a.conn), consumer.Queues(queues...), consumer.CheckpointDir(t.TempDir()),
+		consumer.WithHandler(consumer.HandlerFunc(func(_ context.Context, task *consumer.Task) error {
+			switch p := string(task.Payload); {
+			case p == "fail":
+				return consumer.SkipRetry(errors.New(`render: template "weekly" not found`))
+			case strings.HasPrefix(string(task.Input), "["):
+				rs, err := workflow.Results(task.Input)
+				if err != nil {
+					return consumer.SkipRetry(err)
+				}
+				return task.SetResult(bytes.Join(rs, []byte("+")))
+			default:
+				return task.SetResult([]byte(p + " done"))
+			}
+		})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	t.Cleanup(func() {
+		stop()
+		if err := <-done; err != nil {
+			t.Errorf("worker: %v", err)
+		}
+	})
+	p, err := producer.New(producer.Conn(a.conn))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	return a, p
+}
+
+// submit submits workflow n as id and returns its ID.
+func submit(t *testing.T, p *producer.Producer, id string, n workflow.Node) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	id, err := workflow.Submit(ctx, p, id, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return id
+}
+
+// waitWorkflow waits through the API for workflow id to reach state.
+func (a *api) waitWorkflow(token, queue, id, state string) {
+	a.t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		code, body := a.do("GET", "/api/shop/"+queue+"/workflow/"+url.PathEscape(id)+"/wait?timeout=10", token, "")
+		if code == 200 && body["state"] == state {
+			return
+		}
+		if time.Now().After(deadline) {
+			a.t.Fatalf("workflow %s: %d %v; want %s", id, code, body, state)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func render(n int) []workflow.Node {
+	out := make([]workflow.Node, n)
+	for i := range out {
+		out[i] = workflow.Task(onceq.Task{Queue: "shop.render", Payload: fmt.Appendf(nil, "region-%02d", i)})
+	}
+	return out
+}
+
+// TestConsoleWorkflow drives the workflow page in headless Chromium: a
+// chain that failed at a step, found with the search box, its reason,
+// failed step, the step it never ran and its OnError callback; from the
+// failed step's task page back to its workflow; and a chord of 30
+// members that succeeded, with its output, its callback, its members
+// counted by state and 20 of them listed.
+func TestConsoleWorkflow(t *testing.T) {
+	chromium := testutil.Tool(t, "chromium", "chromium")
+	a, p := startWorkflows(t, "shop.fetch", "shop.render", "shop.merge", "shop.mail", "shop.alerts")
+	tok := a.token("shop", false)
+	report := submit(t, p, "report-2026-w47", workflow.Chain(
+		workflow.Task(onceq.Task{Queue: "shop.fetch", Payload: []byte("sales")}),
+		workflow.Task(onceq.Task{Queue: "shop.render", Payload: []byte("fail")}),
+		workflow.Task(onceq.Task{Queue: "shop.mail", Payload: []byte("to finance")}),
+	).OnError(workflow.Task(onceq.Task{Queue: "shop.alerts", ID: "alert-report-2026-w47", Payload: []byte("page")})))
+	nightly := submit(t, p, "nightly-2026-11-25", workflow.Chord(workflow.Group(render(30)...),
+		workflow.Task(onceq.Task{Queue: "shop.merge"})))
+	a.waitWorkflow(tok, "render", report, "failed")
+	a.waitWorkflow(tok, "render", nightly, "succeeded")
+	if code, body := a.do("GET", "/api/shop/alerts/job/alert-report-2026-w47/wait?timeout=60", tok, ""); code != 200 || body["done"] != true {
+		t.Fatalf("the OnError callback: %d %v", code, body)
+	}
+
+	b := newBrowser(t, chromium)
+	b.login(a.url, tok)
+	b.run("search page", chromedp.Click(chromedp.CSS(`header a[href="/console/workflow"]`)), chromedp.WaitVisible(chromedp.CSS("#wfsearch")), b.shot("workflows"))
+	b.run("find the chain", chromedp.SendKeys(chromedp.CSS("#wfsearch"), report), chromedp.Click(chromedp.CSS("#wffind")),
+		chromedp.WaitVisible(chromedp.CSS("#steps")), b.shot("workflow-failed"))
+	if st, why := b.text("#wfstate"), b.text("#wfreason"); st != "failed" ||
+		!strings.Contains(why, "step 1 (task shop.render/report-2026-w47/1) dead") || !strings.Contains(why, `template "weekly" not found`) {
+		t.Fatalf("the failed chain: state %q, reason %q", st, why)
+	}
+	for path, want := range map[string][]string{
+		"":     {"chain", "3 steps: 1 failed, 1 pending, 1 succeeded", "failed"},
+		"0":    {"task", "shop.fetch", "report-2026-w47/0", "succeeded"},
+		"1":    {"task", "shop.render", "report-2026-w47/1", "dead", "1", `template "weekly" not found`},
+		"2":    {"task", "report-2026-w47/2", "pending"},
+		"err0": {"on error", "shop.alerts", "alert-report-2026-w47", "succeeded"},
+	} {
+		row := b.text(`#steps tr[data-path="` + path + `"]`)
+		for _, w := range want {
+			if !strings.Contains(row, w) {
+				t.Errorf("the chain's step %q: %q, want %q in it", path, row, w)
+			}
+		}
+	}
+	b.run("the failed step's task", chromedp.Click(chromedp.CSS(`#steps tr[data-path="1"] a`)), chromedp.WaitVisible(chromedp.CSS("#workflow")), b.shot("workflow-step"))
+	if st, wf := b.text("#state"), b.text("#workflow"); st != "dead" || wf != report {
+		t.Fatalf("the failed step's task page: state %q, workflow %q", st, wf)
+	}
+	b.run("back to its workflow", chromedp.Click(chromedp.CSS("#workflow")), chromedp.WaitVisible(chromedp.CSS("#wfstate")))
+	if h := b.text("h1"); h != "Workflow "+report {
+		t.Fatalf("the step's workflow link led to %q", h)
+	}
+
+	b.run("find the chord", chromedp.Clear(chromedp.CSS("#wfsearch")), chromedp.SendKeys(chromedp.CSS("#wfsearch"), nightly), chromedp.Click(chromedp.CSS("#wffind")),
+		chromedp.WaitVisible(chromedp.CSS(`#steps tr[data-path="cb"]`)), b.shot("workflow-chord"))
+	if st, out := b.text("#wfstate"), b.text("#output"); st != "succeeded" || !strings.HasPrefix(out, "region-00 done+region-01 done+") {
+		t.Fatalf("the chord: state %q, output %q", st, out)
+	}
+	for sel, want := range map[string]string{
+		`#steps tr[data-path=""]`:   "30 members: 30 succeeded",
+		`#steps tr[data-path="cb"]`: "callback task shop.merge nightly-2026-11-25/cb succeeded",
+		`#steps tr[data-path="7"]`:  "7 task shop.render nightly-2026-11-25/7 succeeded",
+		`#steps tr.more`:            "10 more members not listed",
+	} {
+		if got := strings.Join(strings.Fields(b.text(sel)), " "); !strings.Contains(got, want) {
+			t.Errorf("%s: %q, want %q in it", sel, got, want)
+		}
+	}
+	if n, err := chromedp.Run(b.ctx, chromedp.Evaluate[int](`document.querySelectorAll("#steps tr[data-path]").length`)); err != nil || n != 1+20+1 {
+		t.Errorf("the chord's rows: %d, %v; want the chord, 20 members and the callback", n, err)
+	}
+	// The page fits the window: nothing wider than it.
+	if w, err := chromedp.Run(b.ctx, chromedp.Evaluate[int](`document.documentElement.scrollWidth`)); err != nil || w > 1280 {
+		t.Errorf("the page is %d pixels wide (%v), wider than the window", w, err)
+	}
+
+	b.run("a malformed ID", chromedp.Navigate(a.url+"/console/workflow?id=a%23b"), chromedp.WaitVisible(chromedp.CSS("#error")), b.shot("workflow-bad-id"))
+	if e := b.text("#error"); !strings.Contains(e, "'#' is reserved") {
+		t.Fatalf("a malformed ID's page: %q", e)
 	}
 }

@@ -1,0 +1,258 @@
+package serve
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+
+	"github.com/onceq/onceq"
+	"github.com/onceq/onceq/auth"
+	"github.com/onceq/onceq/inspect"
+	"github.com/onceq/onceq/internal/flow"
+	"github.com/onceq/onceq/workflow"
+)
+
+// The console's workflow page: a workflow's state, what it waits for or
+// which step failed it and why, its output, and its steps as a tree, each
+// task linked to its task page. A workflow may have 100,000 tasks, so the
+// tree lists a bounded number of each chain's steps and group's members
+// (the failed and running ones first) and counts the others by state.
+
+const (
+	// maxListed bounds the steps listed of one chain, group or chord.
+	maxListed = 20
+	// maxRows bounds the lines of a workflow's tree, for groups of
+	// groups.
+	maxRows = 500
+)
+
+// stepRow is a line of a workflow's tree: a step, or (Step nil) a note of
+// the steps of the step above it that are not listed.
+type stepRow struct {
+	// Depth is how deep the step sits: 0 for the root.
+	Depth int
+	// Label is where the step sits in its parent: its index, "callback",
+	// "on success" or "on error"; "" for the root.
+	Label string
+	Step  *workflow.Step
+	// Link is whether the task has a page that the token opens.
+	Link bool
+	// Summary counts a chain's, group's or chord's steps by state.
+	Summary string
+	// Unlisted is a note's count of steps not listed.
+	Unlisted int
+	Note     string
+}
+
+// Indent is the row's indent class: the stylesheet indents 8 levels.
+func (r stepRow) Indent() int { return min(r.Depth, 8) }
+
+// stepTree flattens a workflow's steps into the rows of its tree.
+type stepTree struct {
+	rows []stepRow
+	// sees reports whether the token opens a queue.
+	sees func(queue string) bool
+	// cut counts the steps left out, with what they hold, past maxRows.
+	cut int
+}
+
+func (t *stepTree) add(s *workflow.Step, label string, depth int) {
+	if len(t.rows) >= maxRows {
+		t.cut++
+		return
+	}
+	row := stepRow{Depth: depth, Label: label, Step: s}
+	if s.Kind == "task" {
+		row.Link = s.Record != nil && t.sees(s.Queue)
+	} else {
+		row.Summary = summary(s)
+	}
+	t.rows = append(t.rows, row)
+	listed := pick(s.Steps)
+	for _, i := range listed {
+		t.add(&s.Steps[i], strconv.Itoa(i), depth+1)
+	}
+	if n := len(s.Steps) - len(listed); n > 0 {
+		t.rows = append(t.rows, stepRow{Depth: depth + 1, Unlisted: n, Note: fmt.Sprintf(
+			"%d more %s not listed: the failed and running ones come first (onceq workflow get lists every one)", n, noun(s))})
+	}
+	if s.Callback != nil {
+		t.add(s.Callback, "callback", depth+1)
+	}
+	for i := range s.OnSuccess {
+		t.add(&s.OnSuccess[i], "on success", depth+1)
+	}
+	for i := range s.OnError {
+		t.add(&s.OnError[i], "on error", depth+1)
+	}
+}
+
+// noun names what a chain or group holds.
+func noun(s *workflow.Step) string {
+	if s.Kind == "chain" {
+		return "steps"
+	}
+	return "members"
+}
+
+// pick returns the indexes of the steps to list: all of them up to
+// maxListed, else the failed ones first, then the running ones, then the
+// others, each in their order.
+func pick(steps []workflow.Step) []int {
+	out := make([]int, 0, min(len(steps), maxListed))
+	if len(steps) <= maxListed {
+		for i := range steps {
+			out = append(out, i)
+		}
+		return out
+	}
+	rank := func(s workflow.State) int {
+		switch s {
+		case workflow.StateFailed:
+			return 0
+		case workflow.StateRunning:
+			return 1
+		}
+		return 2
+	}
+	for r := 0; r < 3 && len(out) < maxListed; r++ {
+		for i := range steps {
+			if rank(steps[i].State) == r {
+				if out = append(out, i); len(out) == maxListed {
+					break
+				}
+			}
+		}
+	}
+	return out
+}
+
+// summary counts a step's steps by state: "40 members: 38 succeeded, 2
+// failed".
+func summary(s *workflow.Step) string {
+	n := map[workflow.State]int{}
+	for i := range s.Steps {
+		n[s.Steps[i].State]++
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "%d %s", len(s.Steps), noun(s))
+	sep := ": "
+	for _, st := range []workflow.State{workflow.StateFailed, workflow.StateRunning, workflow.StateWaiting, workflow.StatePending, workflow.StateSucceeded} {
+		if n[st] > 0 {
+			fmt.Fprintf(&b, "%s%d %s", sep, n[st], st)
+			sep = ", "
+		}
+	}
+	return b.String()
+}
+
+// workflowView is what the workflow page shows.
+type workflowView struct {
+	// ID is the workflow asked for, "" on the search page.
+	ID     string
+	Status *workflow.Status
+	Rows   []stepRow
+	// Cut counts the steps left out of a tree past maxRows.
+	Cut int
+	// Cancelable: the workflow has not started, and may be canceled.
+	Cancelable bool
+}
+
+// workflowPage: GET /console/workflow?id=ID: the workflow's page; without
+// an ID, its search box.
+func (s *Server) workflowPage(w http.ResponseWriter, r *http.Request, pg *page) {
+	pg.Title = "Workflows"
+	v := workflowView{ID: strings.TrimSpace(r.URL.Query().Get("id"))}
+	pg.Data = &v
+	if v.ID == "" {
+		s.render(w, "workflow", pg)
+		return
+	}
+	st, code, err := s.consoleWorkflow(r.Context(), pg.Token, v.ID)
+	switch {
+	case code == http.StatusForbidden:
+		s.forbidden(w, pg, err.Error())
+		return
+	case err != nil:
+		w.WriteHeader(code)
+		pg.Error = err.Error()
+		s.render(w, "workflow", pg)
+		return
+	}
+	pg.Title = "Workflow " + v.ID
+	v.Status, v.Cancelable = &st, st.Root == nil && !st.State.Final()
+	if st.Root != nil {
+		t := stepTree{sees: func(q string) bool { return s.consoleSees(pg.Token, q) }}
+		t.add(st.Root, "", 0)
+		v.Rows, v.Cut = t.rows, t.cut
+	}
+	s.render(w, "workflow", pg)
+}
+
+// consoleWorkflow reads workflow id's status for tok, and on an error the
+// status code to answer. A token sees a workflow whose every task is of
+// its namespace, as the API's does (outside); before the workflow
+// started its steps are not known, and only a token of every namespace
+// sees it.
+func (s *Server) consoleWorkflow(ctx context.Context, tok auth.Token, id string) (workflow.Status, int, error) {
+	if err := workflow.ValidateID(id); err != nil {
+		return workflow.Status{}, http.StatusBadRequest, err
+	}
+	st, err := workflow.Get(ctx, s.in, id)
+	switch {
+	case errors.Is(err, inspect.ErrNotFound):
+		return st, http.StatusNotFound, fmt.Errorf("%w (a step's task page links to its workflow)", err)
+	case err != nil:
+		return st, http.StatusInternalServerError, err
+	}
+	if tok.Namespace == auth.AllNamespaces {
+		return st, http.StatusOK, nil
+	}
+	if st.Root == nil {
+		return workflow.Status{}, http.StatusForbidden, fmt.Errorf(
+			"token %s opens namespace %s: workflow %s has not started, so the queues of its steps are not known yet: a token of every namespace (*) sees it",
+			tok.ID, tok.Namespace, id)
+	}
+	if q := outside(st.Root, tok.Namespace+"."); q != "" {
+		return workflow.Status{}, http.StatusForbidden, fmt.Errorf("token %s opens namespace %s, not queue %s, a queue of workflow %s",
+			tok.ID, tok.Namespace, q, id)
+	}
+	return st, http.StatusOK, nil
+}
+
+// consoleWorkflowCancel: POST /console/workflow/cancel (id): cancels a
+// workflow that has not started, by canceling its start task.
+func (s *Server) consoleWorkflowCancel(w http.ResponseWriter, r *http.Request, pg *page) {
+	id := strings.TrimSpace(r.FormValue("id"))
+	_, code, err := s.consoleWorkflow(r.Context(), pg.Token, id)
+	switch {
+	case code == http.StatusForbidden:
+		s.forbidden(w, pg, err.Error())
+		return
+	case code == http.StatusBadRequest:
+		http.Error(w, err.Error(), code)
+		return
+	}
+	to := "/console/workflow?id=" + url.QueryEscape(id)
+	if err != nil {
+		back(w, r, to, err.Error())
+		return
+	}
+	back(w, r, to, s.cancelTask(r.Context(), onceq.WorkflowQueue, id))
+}
+
+// workflowOfTask is the ID of the workflow that task is a step of, or "".
+func workflowOfTask(task onceq.Task) string {
+	if len(task.Workflow) == 0 {
+		return ""
+	}
+	c, err := flow.Decode(task.Workflow)
+	if err != nil {
+		return ""
+	}
+	return c.W
+}
