@@ -1,10 +1,16 @@
 package serve
 
 import (
+	"bytes"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/onceq/onceq"
+	"github.com/onceq/onceq/workflow"
 )
 
 // TestCharts: tasks count in the minute they finished, their p99 is of
@@ -24,5 +30,80 @@ func TestCharts(t *testing.T) {
 	}
 	if p99[chartMinutes-1].Value != "3s" || p99[chartMinutes-6].Value != "500ms" || last.Label != "12:00" {
 		t.Fatalf("p99: %+v, %+v", p99[chartMinutes-1], p99[chartMinutes-6])
+	}
+}
+
+// chord is a chord's status with n members, the callback pending; the
+// members at failed failed, those at running run, the others succeeded.
+func chord(n int, failed, running []int) *workflow.Step {
+	s := &workflow.Step{Kind: "chord", State: workflow.StateFailed, Steps: make([]workflow.Step, n),
+		Callback: &workflow.Step{Kind: "task", Path: "cb", Queue: "shop.merge", ID: "w/cb", State: workflow.StatePending}}
+	for i := range s.Steps {
+		st, rec := workflow.StateSucceeded, onceq.StateSucceeded
+		switch {
+		case slices.Contains(failed, i):
+			st, rec = workflow.StateFailed, onceq.StateDead
+		case slices.Contains(running, i):
+			st, rec = workflow.StateRunning, onceq.StateRetrying
+		}
+		id := fmt.Sprintf("w/%d", i)
+		s.Steps[i] = workflow.Step{Kind: "task", Path: strconv.Itoa(i), State: st, Queue: "shop.render", ID: id,
+			Record: &onceq.TaskRecord{ID: id, Queue: "shop.render", State: rec, Attempt: 1}}
+	}
+	return s
+}
+
+// TestStepTreeBounded: a chord of 10,000 members lists 20 of them, the
+// failed first, then the running, counts all of them by state, notes the
+// rest, and renders as a page of a few kilobytes; groups of groups stop
+// at maxRows lines.
+func TestStepTreeBounded(t *testing.T) {
+	running := make([]int, 100)
+	for i := range running {
+		running[i] = 5000 + i
+	}
+	root := chord(10_000, []int{9500, 9000}, running)
+	tr := stepTree{sees: func(string) bool { return true }}
+	tr.add(root, "", 0)
+	var got []string
+	for _, r := range tr.rows {
+		if r.Step == nil {
+			got = append(got, "note: "+r.Note)
+			continue
+		}
+		got = append(got, r.Label+" "+r.Step.Kind+" "+r.Step.ID+" "+string(r.Step.State)+" "+r.Summary)
+	}
+	want := []string{" chord  failed 10000 members: 2 failed, 100 running, 9898 succeeded", "9000 task w/9000 failed ", "9500 task w/9500 failed "}
+	for i := range 18 {
+		want = append(want, fmt.Sprintf("%d task w/%d running ", 5000+i, 5000+i))
+	}
+	want = append(want, "note: 9980 more members not listed: the failed and running ones come first (onceq workflow get lists every one)",
+		"callback task w/cb pending ")
+	if !slices.Equal(got, want) {
+		t.Fatalf("rows:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	if tr.cut != 0 || !tr.rows[1].Link || tr.rows[len(tr.rows)-1].Link {
+		t.Fatalf("cut %d; links: failed member %v, the callback without a record %v", tr.cut, tr.rows[1].Link, tr.rows[len(tr.rows)-1].Link)
+	}
+
+	var b bytes.Buffer
+	st := workflow.Status{ID: "w", State: workflow.StateFailed, Root: root}
+	if err := pages.ExecuteTemplate(&b, "workflow", &page{Data: &workflowView{ID: "w", Status: &st, Rows: tr.rows}}); err != nil {
+		t.Fatal(err)
+	}
+	if rows := strings.Count(b.String(), "<tr"); rows != 1+len(want) || b.Len() > 32<<10 {
+		t.Fatalf("the page of a chord of 10,000 members: %d rows, %d bytes", rows, b.Len())
+	}
+
+	// 50 groups of 50 chains of 3 tasks: 7,651 steps.
+	chain := workflow.Step{Kind: "chain", State: workflow.StateSucceeded, Steps: make([]workflow.Step, 3)}
+	for i := range chain.Steps {
+		chain.Steps[i] = workflow.Step{Kind: "task", State: workflow.StateSucceeded}
+	}
+	group := workflow.Step{Kind: "group", State: workflow.StateSucceeded, Steps: slices.Repeat([]workflow.Step{chain}, 50)}
+	tr = stepTree{sees: func(string) bool { return true }}
+	tr.add(&workflow.Step{Kind: "group", State: workflow.StateSucceeded, Steps: slices.Repeat([]workflow.Step{group}, 50)}, "", 0)
+	if len(tr.rows) != maxRows || tr.cut == 0 {
+		t.Fatalf("groups of groups: %d rows, %d steps cut; want %d rows and a cut", len(tr.rows), tr.cut, maxRows)
 	}
 }

@@ -5,6 +5,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"html"
+	"io"
+	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -249,12 +252,13 @@ func submit(t *testing.T, p *producer.Producer, id string, n workflow.Node) stri
 	return id
 }
 
-// waitWorkflow waits through the API for workflow id to reach state.
-func (a *api) waitWorkflow(token, queue, id, state string) {
+// waitWorkflow polls the API until workflow id, of namespace shop, is in
+// state.
+func (a *api) waitWorkflow(token, id, state string) {
 	a.t.Helper()
 	deadline := time.Now().Add(time.Minute)
 	for {
-		code, body := a.do("GET", "/api/shop/"+queue+"/workflow/"+url.PathEscape(id)+"/wait?timeout=10", token, "")
+		code, body := a.do("GET", "/api/shop/q/workflow/"+url.PathEscape(id), token, "")
 		if code == 200 && body["state"] == state {
 			return
 		}
@@ -263,6 +267,30 @@ func (a *api) waitWorkflow(token, queue, id, state string) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// page requests a console page with token as HTTP basic auth's password,
+// without following a redirect, and returns its status, its redirect and
+// its body.
+func (a *api) page(method, path, token string, form url.Values) (code int, location, body string) {
+	a.t.Helper()
+	req, err := http.NewRequest(method, a.url+path, strings.NewReader(form.Encode()))
+	if err != nil {
+		a.t.Fatal(err)
+	}
+	req.SetBasicAuth("", token)
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	cl := http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	resp, err := cl.Do(req)
+	if err != nil {
+		a.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		a.t.Fatal(err)
+	}
+	return resp.StatusCode, resp.Header.Get("Location"), html.UnescapeString(string(b))
 }
 
 func render(n int) []workflow.Node {
@@ -290,8 +318,8 @@ func TestConsoleWorkflow(t *testing.T) {
 	).OnError(workflow.Task(onceq.Task{Queue: "shop.alerts", ID: "alert-report-2026-w47", Payload: []byte("page")})))
 	nightly := submit(t, p, "nightly-2026-11-25", workflow.Chord(workflow.Group(render(30)...),
 		workflow.Task(onceq.Task{Queue: "shop.merge"})))
-	a.waitWorkflow(tok, "render", report, "failed")
-	a.waitWorkflow(tok, "render", nightly, "succeeded")
+	a.waitWorkflow(tok, report, "failed")
+	a.waitWorkflow(tok, nightly, "succeeded")
 	if code, body := a.do("GET", "/api/shop/alerts/job/alert-report-2026-w47/wait?timeout=60", tok, ""); code != 200 || body["done"] != true {
 		t.Fatalf("the OnError callback: %d %v", code, body)
 	}
@@ -354,5 +382,91 @@ func TestConsoleWorkflow(t *testing.T) {
 	b.run("a malformed ID", chromedp.Navigate(a.url+"/console/workflow?id=a%23b"), chromedp.WaitVisible(chromedp.CSS("#error")), b.shot("workflow-bad-id"))
 	if e := b.text("#error"); !strings.Contains(e, "'#' is reserved") {
 		t.Fatalf("a malformed ID's page: %q", e)
+	}
+
+	// An operator sees a workflow that waits for its dependency, and
+	// cancels it.
+	ship := submit(t, p, "", workflow.Task(onceq.Task{Queue: "shop.mail", ID: "ship-7"}).After(workflow.Ref{Queue: "shop.fetch", ID: "pay-7"}))
+	a.waitWorkflow(tok, ship, "waiting")
+	b.login(a.url, a.token("*", false))
+	b.run("a waiting workflow", chromedp.Navigate(a.url+"/console/workflow?id="+url.QueryEscape(ship)), chromedp.WaitVisible(chromedp.CSS("#cancel")), b.shot("workflow-waiting"))
+	if st, why := b.text("#wfstate"), b.text("#wfreason"); st != "waiting" || !strings.Contains(why, "shop.fetch/pay-7") {
+		t.Fatalf("the waiting workflow: state %q, reason %q", st, why)
+	}
+	b.run("cancel it", chromedp.Click(chromedp.CSS("#cancel")), chromedp.WaitVisible(chromedp.CSS("#flash")))
+	if flash := b.text("#flash"); flash != "canceled: it will not start" {
+		t.Fatalf("after cancel: %q", flash)
+	}
+	a.waitWorkflow(tok, ship, "failed")
+}
+
+// TestConsoleWorkflowAccess: the workflow page answers a token whose
+// namespace holds every step, and refuses another namespace's as the
+// console refuses its queues; a workflow that has not started, whose
+// steps are not known yet, only an operator's token (every namespace)
+// sees, and a read-write one cancels; a malformed ID is a 400 page, an
+// unknown one a 404.
+func TestConsoleWorkflowAccess(t *testing.T) {
+	a, p := startWorkflows(t, "shop.render", "shop.merge")
+	tok, other := a.token("shop", false), a.token("other", false)
+	ops, opsRO := a.token("*", false), a.token("*", true)
+	daily := submit(t, p, "daily", workflow.Chord(workflow.Group(render(2)...), workflow.Task(onceq.Task{Queue: "shop.merge"})))
+	a.waitWorkflow(tok, daily, "succeeded")
+
+	code, _, body := a.page("GET", "/console/workflow?id=daily", tok, nil)
+	if code != 200 || !strings.Contains(body, `id="wfstate">succeeded`) || !strings.Contains(body, "region-00 done+region-01 done") {
+		t.Fatalf("the workflow's page for its namespace's token: %d\n%s", code, body)
+	}
+	code, _, body = a.page("GET", "/console/workflow?id=daily", other, nil)
+	if code != 403 || !strings.Contains(body, "opens namespace other, not queue shop.") || strings.Contains(body, "daily/0") {
+		t.Fatalf("the workflow's page for another namespace's token: %d\n%s", code, body)
+	}
+	for _, tc := range []struct {
+		id   string
+		code int
+		want string
+	}{
+		{"a#b", 400, "'#' is reserved"},
+		{strings.Repeat("x", 201), 400, "at most 200"},
+		{"nightly", 404, "not found"},
+	} {
+		if code, _, body := a.page("GET", "/console/workflow?id="+url.QueryEscape(tc.id), tok, nil); code != tc.code || !strings.Contains(body, tc.want) {
+			t.Errorf("workflow %.20q: %d, want %d and %q in\n%s", tc.id, code, tc.code, tc.want, body)
+		}
+	}
+
+	// A workflow that waits for a task never submitted.
+	ship := submit(t, p, "", workflow.Task(onceq.Task{Queue: "shop.render", ID: "ship-7"}).After(workflow.Ref{Queue: "shop.merge", ID: "pay-7"}))
+	a.waitWorkflow(tok, ship, "waiting")
+	path := "/console/workflow?id=" + url.QueryEscape(ship)
+	if code, _, body := a.page("GET", path, tok, nil); code != 403 || !strings.Contains(body, "has not started") {
+		t.Fatalf("a waiting workflow for a namespace's token: %d\n%s", code, body)
+	}
+	code, _, body = a.page("GET", path, opsRO, nil)
+	if code != 200 || !strings.Contains(body, `id="wfstate">waiting`) || !strings.Contains(body, "shop.merge/pay-7") || strings.Contains(body, `id="cancel"`) {
+		t.Fatalf("a waiting workflow for an operator's read-only token: %d\n%s", code, body)
+	}
+	if code, _, body := a.page("GET", path, ops, nil); code != 200 || !strings.Contains(body, `id="cancel"`) {
+		t.Fatalf("a waiting workflow for an operator's token: %d, no cancel button in\n%s", code, body)
+	}
+	form := url.Values{"id": {ship}}
+	for _, tc := range []struct {
+		token string
+		code  int
+	}{{opsRO, 403}, {tok, 403}, {other, 403}} {
+		if code, _, body := a.page("POST", "/console/workflow/cancel", tc.token, form); code != tc.code {
+			t.Errorf("cancel: %d, want %d:\n%s", code, tc.code, body)
+		}
+	}
+	if code, _, body := a.page("POST", "/console/workflow/cancel", ops, url.Values{"id": {"a#b"}}); code != 400 || !strings.Contains(body, "reserved") {
+		t.Errorf("cancel of a malformed ID: %d %s", code, body)
+	}
+	code, loc, _ := a.page("POST", "/console/workflow/cancel", ops, form)
+	if code != 303 || loc != path+"&flash="+url.QueryEscape("canceled: it will not start") {
+		t.Fatalf("cancel: %d to %q", code, loc)
+	}
+	a.waitWorkflow(tok, ship, "failed")
+	if code, _, body := a.page("GET", path, ops, nil); code != 200 || !strings.Contains(body, "did not start: canceled") {
+		t.Fatalf("the canceled workflow: %d\n%s", code, body)
 	}
 }

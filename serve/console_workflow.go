@@ -76,7 +76,7 @@ func (t *stepTree) add(s *workflow.Step, label string, depth int) {
 	for _, i := range listed {
 		t.add(&s.Steps[i], strconv.Itoa(i), depth+1)
 	}
-	if n := len(s.Steps) - len(listed); n > 0 {
+	if n := len(s.Steps) - len(listed); n > 0 && len(t.rows) < maxRows {
 		t.rows = append(t.rows, stepRow{Depth: depth + 1, Unlisted: n, Note: fmt.Sprintf(
 			"%d more %s not listed: the failed and running ones come first (onceq workflow get lists every one)", n, noun(s))})
 	}
@@ -205,7 +205,8 @@ func (s *Server) consoleWorkflow(ctx context.Context, tok auth.Token, id string)
 	st, err := workflow.Get(ctx, s.in, id)
 	switch {
 	case errors.Is(err, inspect.ErrNotFound):
-		return st, http.StatusNotFound, fmt.Errorf("%w (a step's task page links to its workflow)", err)
+		return st, http.StatusNotFound, fmt.Errorf("workflow %s not found: it was never submitted, or it finished longer ago than "+
+			"the task records are kept (a step's task page links to its workflow)", id)
 	case err != nil:
 		return st, http.StatusInternalServerError, err
 	}
