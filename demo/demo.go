@@ -1,6 +1,7 @@
 package demo
 
 import (
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strconv"
@@ -12,6 +13,7 @@ import (
 	"github.com/onceq/onceq"
 	"github.com/onceq/onceq/broker"
 	"github.com/onceq/onceq/handlers"
+	"github.com/onceq/onceq/workflow"
 )
 
 // The demo's queues, group and header.
@@ -33,6 +35,9 @@ type Mix struct {
 	// Flaky tasks fail twice, then succeed; Doomed ones always fail and
 	// end in the dead letters.
 	Flaky, Doomed int
+	// Chords of ChordMembers members each, and Chains of ChainSteps steps
+	// each, are workflows; a tenth of their tasks fail once first.
+	Chords, ChordMembers, Chains, ChainSteps int
 }
 
 // Plan is the tasks of a Mix and what must become of them.
@@ -43,6 +48,8 @@ type Plan struct {
 	// OK are the IDs that must end in Out once each, Dead the ones that
 	// must end in the dead letters once each.
 	OK, Dead []string
+	// Workflows are the chords and chains, by ID: their tasks are in OK.
+	Chords, Chains []string
 }
 
 // NewPlan builds the tasks of mix, the delayed ones due from now on.
@@ -73,7 +80,44 @@ func NewPlan(mix Mix, now time.Time) *Plan {
 		p.Dead = append(p.Dead, id)
 		add(onceq.Task{ID: id, Queue: Queue, Headers: []onceq.Header{{Key: handlers.FailHeader, Value: []byte("always")}}})
 	}
+	step := func(n int) workflow.Node {
+		t := onceq.Task{Queue: Queue}
+		if n%10 == 3 {
+			t.Headers = []onceq.Header{{Key: handlers.FailHeader, Value: []byte("1")}}
+		}
+		return workflow.Task(t)
+	}
+	for i := 0; i < mix.Chords; i++ {
+		id := fmt.Sprintf("chord-%d", i)
+		members := make([]workflow.Node, mix.ChordMembers)
+		for m := range members {
+			members[m] = step(m)
+			p.OK = append(p.OK, fmt.Sprintf("%s/%d", id, m))
+		}
+		p.addWorkflow(id, workflow.Chord(workflow.Group(members...), step(0)))
+		p.OK, p.Chords = append(p.OK, id+"/cb"), append(p.Chords, id)
+	}
+	for i := 0; i < mix.Chains; i++ {
+		id := fmt.Sprintf("chain-%d", i)
+		steps := make([]workflow.Node, mix.ChainSteps)
+		for s := range steps {
+			steps[s] = step(i + s)
+			p.OK = append(p.OK, fmt.Sprintf("%s/%d", id, s))
+		}
+		p.addWorkflow(id, workflow.Chain(steps...))
+		p.Chains = append(p.Chains, id)
+	}
 	return p
+}
+
+// addWorkflow adds a workflow's start task to the plan; its definition is
+// the plan's own, so it is never refused.
+func (p *Plan) addWorkflow(id string, n workflow.Node) {
+	t, err := workflow.Prepare(id, n, 0)
+	if err != nil {
+		panic(err)
+	}
+	p.Tasks = append(p.Tasks, t)
 }
 
 // Check is the outcome of one check: whether it held, and what it found.
@@ -93,6 +137,7 @@ func check(ok bool, format string, args ...any) Check {
 func (p *Plan) CheckOutputs(outs []*kgo.Record) []Check {
 	var checks []Check
 	seen := map[string]int{}
+	inputs := map[string][]byte{}
 	var early int
 	var late []time.Duration
 	runsAbove1 := 0
@@ -103,6 +148,7 @@ func (p *Plan) CheckOutputs(outs []*kgo.Record) []Check {
 			continue
 		}
 		seen[t.ID]++
+		inputs[t.ID] = t.Input
 		var due, started int64
 		for _, h := range t.Headers {
 			switch h.Key {
@@ -152,7 +198,44 @@ func (p *Plan) CheckOutputs(outs []*kgo.Record) []Check {
 		}
 		checks = append(checks, check(n == mix.Flaky, "retried: %d of %d tasks failed twice, then succeeded on their third attempt", n, mix.Flaky))
 	}
+	if mix.Chords+mix.Chains > 0 {
+		checks = append(checks, p.checkWorkflows(inputs))
+	}
 	return checks
+}
+
+// checkWorkflows checks, from the outputs' inputs, that every chord's
+// callback got all its members' results, each from a single run, and
+// that every chain step got the result of the step before it.
+func (p *Plan) checkWorkflows(inputs map[string][]byte) Check {
+	ranOnce := func(result []byte) bool {
+		var r struct{ Runs int }
+		return json.Unmarshal(result, &r) == nil && r.Runs == 1
+	}
+	chords := 0
+	for _, id := range p.Chords {
+		results, err := workflow.Results(inputs[id+"/cb"])
+		ok := err == nil && len(results) == p.Mix.ChordMembers
+		for _, r := range results {
+			ok = ok && ranOnce(r)
+		}
+		if ok {
+			chords++
+		}
+	}
+	chains := 0
+	for _, id := range p.Chains {
+		ok := true
+		for s := 1; s < p.Mix.ChainSteps; s++ {
+			ok = ok && ranOnce(inputs[fmt.Sprintf("%s/%d", id, s)])
+		}
+		if ok {
+			chains++
+		}
+	}
+	return check(chords == len(p.Chords) && chains == len(p.Chains),
+		"workflows: %d of %d chords' callbacks ran once with all %d results; %d of %d chains of %d ran each step once, in order",
+		chords, len(p.Chords), p.Mix.ChordMembers, chains, len(p.Chains), p.Mix.ChainSteps)
 }
 
 // CheckDeadLetters checks the records of Queue's dead-letter topic: every

@@ -28,7 +28,8 @@ func newDemoCmd(g *globals) *cobra.Command {
 		Use:   "demo",
 		Short: "Show the guarantees on the embedded broker: exactly once, never early, dead letters",
 		Long: `Start an embedded broker and worker processes, submit a mix of tasks (immediate,
-delayed, duplicate IDs, failing then succeeding, always failing), SIGKILL one
+delayed, duplicate IDs, failing then succeeding, always failing) and workflows
+(chords and chains, a tenth of their tasks failing once first), SIGKILL one
 worker in the middle, and check each guarantee with an independent
 read_committed reader. Exit 0 when every check holds, 1 otherwise.`,
 		Args: exactArgs(0, "no arguments"),
@@ -36,8 +37,10 @@ read_committed reader. Exit 0 when every check holds, 1 otherwise.`,
 			switch {
 			case workers < 2 || workers > 8:
 				return usagef("--workers %d: want 2 to 8", workers)
-			case mix.Immediate < 1 || mix.Delayed < 0 || mix.Duplicates < 0 || mix.Flaky < 0 || mix.Doomed < 0:
+			case mix.Immediate < 1 || mix.Delayed < 0 || mix.Duplicates < 0 || mix.Flaky < 0 || mix.Doomed < 0 || mix.Chords < 0 || mix.Chains < 0:
 				return usagef("--immediate must be 1 or more and the other counts 0 or more")
+			case mix.ChordMembers < 1 || mix.ChordMembers > 1000 || mix.ChainSteps < 2 || mix.ChainSteps > 100:
+				return usagef("--chord-members %d, --chain-steps %d: want 1 to 1000 members and 2 to 100 steps", mix.ChordMembers, mix.ChainSteps)
 			case mix.Duplicates > mix.Immediate:
 				return usagef("--duplicates %d: at most --immediate (%d)", mix.Duplicates, mix.Immediate)
 			case mix.MaxDelay < time.Second || mix.MaxDelay > 5*time.Minute:
@@ -55,6 +58,10 @@ read_committed reader. Exit 0 when every check holds, 1 otherwise.`,
 	f.IntVar(&mix.Flaky, "flaky", 100, "tasks that fail twice, then succeed")
 	f.IntVar(&mix.Doomed, "doomed", 50, "tasks that always fail and end in the dead letters")
 	f.DurationVar(&mix.MaxDelay, "max-delay", 8*time.Second, "longest delay of the delayed tasks")
+	f.IntVar(&mix.Chords, "chords", 20, "chords (workflows: a group of --chord-members tasks, then a callback with all their results)")
+	f.IntVar(&mix.ChordMembers, "chord-members", 10, "members of each chord")
+	f.IntVar(&mix.Chains, "chains", 20, "chains (workflows of --chain-steps tasks, each with the result of the one before)")
+	f.IntVar(&mix.ChainSteps, "chain-steps", 5, "steps of each chain")
 	f.IntVar(&workers, "workers", 3, "worker processes")
 	f.StringVar(&dir, "dir", "", "directory for the broker's data, checkpoints and worker logs (default: a new temporary one)")
 	f.BoolVar(&keep, "keep", false, "keep the broker and workers running after the report, until Ctrl-C, to explore")
@@ -105,8 +112,8 @@ func runDemo(ctx context.Context, g *globals, mix demo.Mix, workers int, dir str
 	if err := d.submit(ctx, mix); err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "submitted %d immediate, %d delayed (1s to %v), %d duplicate IDs, %d failing twice, %d always failing\n",
-		mix.Immediate, mix.Delayed, mix.MaxDelay, mix.Duplicates, mix.Flaky, mix.Doomed)
+	fmt.Fprintf(out, "submitted %d immediate, %d delayed (1s to %v), %d duplicate IDs, %d failing twice, %d always failing; %d chords of %d, %d chains of %d\n",
+		mix.Immediate, mix.Delayed, mix.MaxDelay, mix.Duplicates, mix.Flaky, mix.Doomed, mix.Chords, mix.ChordMembers, mix.Chains, mix.ChainSteps)
 
 	// Kill a worker in the middle: once a third of the tasks are done and
 	// delayed ones are still waiting; then restart it.

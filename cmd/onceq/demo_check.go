@@ -10,6 +10,7 @@ import (
 	"github.com/onceq/onceq/broker"
 	"github.com/onceq/onceq/demo"
 	"github.com/onceq/onceq/inspect"
+	"github.com/onceq/onceq/workflow"
 )
 
 // waitFor waits until the output and the dead letters hold at least the
@@ -107,6 +108,9 @@ try next:
   curl -s 127.0.0.1:9464/metrics | grep onceq_
   onceq delay stats; onceq dlq list emails
   onceq task get emails hello-1; onceq task list emails --state dead
+  echo '{"id":"wf-1","chain":[{"queue":"emails","payload":"a"},{"queue":"emails"}]}' | onceq produce --file -
+  onceq workflow wait wf-1                          # the chain's steps, their states and output
+  onceq periodic add heartbeat --queue emails --every 30s
   onceq demo --keep                                 # keep this demo's broker and workers running
 `)
 	return failed
@@ -123,7 +127,7 @@ func (d *demoRun) showLives() int {
 	if d.plan.Mix.Doomed > 0 {
 		ids = append(ids, "doomed-0")
 	}
-	if len(ids) == 0 {
+	if len(ids) == 0 && len(d.plan.Chords) == 0 {
 		return 0
 	}
 	in, err := inspect.Open(inspect.Conn(d.conn), inspect.Logger(d.g.log))
@@ -140,6 +144,18 @@ func (d *demoRun) showLives() int {
 		r, err := in.Wait(ctx, demo.Queue, id)
 		if err == nil {
 			err = inspect.WriteTask(d.g.stdout, r)
+		}
+		if err != nil {
+			fmt.Fprintf(d.g.stdout, "  FAIL %v\n", err)
+			failed++
+		}
+	}
+	if len(d.plan.Chords) > 0 {
+		id := d.plan.Chords[0]
+		fmt.Fprintf(d.g.stdout, "\na workflow (onceq workflow get %s):\n", id)
+		st, err := workflow.Wait(ctx, in, id)
+		if err == nil {
+			err = workflow.WriteStatus(d.g.stdout, st)
 		}
 		if err != nil {
 			fmt.Fprintf(d.g.stdout, "  FAIL %v\n", err)

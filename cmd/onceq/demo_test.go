@@ -12,19 +12,21 @@ import (
 // check must hold and be printed.
 func TestDemo(t *testing.T) {
 	p := testutil.Start(t, "demo", "--immediate", "300", "--delayed", "60", "--duplicates", "30", "--flaky", "20",
-		"--doomed", "10", "--max-delay", "3s", "--dir", t.TempDir())
+		"--doomed", "10", "--max-delay", "3s", "--chords", "5", "--chains", "5", "--dir", t.TempDir())
 	code, err := p.Wait(2 * time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
 	out := p.Output()
-	if code != 0 || strings.Contains(out, "FAIL") || strings.Count(out, "  ok   ") != 4 {
+	if code != 0 || strings.Contains(out, "FAIL") || strings.Count(out, "  ok   ") != 5 {
 		t.Fatalf("demo exit %d:\n%s", code, out)
 	}
-	for _, want := range []string{"executed once: 380 distinct task IDs", "0 duplicated, 0 missing", "0 started before their due time",
+	for _, want := range []string{"executed once: 460 distinct task IDs", "0 duplicated, 0 missing", "0 started before their due time",
 		"20 of 20 tasks failed twice", "dead letters: 10 in onceq-dlq-demo-orders", "killed worker 2 with SIGKILL",
 		"onceq task get demo-orders flaky-0):\ntask      flaky-0\nqueue     demo-orders\nstate     succeeded\nattempt   3\n",
-		`result    {"runs":1,"attempt":3}`, "state     dead\nattempt   3\n", "reason    max_attempts\nerror     flaky: task doomed-0 fails always (attempt 3)"} {
+		`result    {"runs":1,"attempt":3}`, "state     dead\nattempt   3\n",
+		"workflows: 5 of 5 chords' callbacks ran once with all 10 results; 5 of 5 chains of 5 ran each step once, in order",
+		"onceq workflow get chord-0):\nworkflow  chord-0\nstate     succeeded", "callback  task demo-orders/chord-0/cb", "reason    max_attempts\nerror     flaky: task doomed-0 fails always (attempt 3)"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("demo output lacks %q:\n%s", want, out)
 		}
@@ -37,6 +39,8 @@ func TestDemoBadFlags(t *testing.T) {
 		{"demo", "--duplicates", "5000"},
 		{"demo", "--max-delay", "10ms"},
 		{"demo", "--immediate", "0"},
+		{"demo", "--chain-steps", "1"},
+		{"demo", "--chords", "-1"},
 	} {
 		if code, _, stderr := runCLI(t, "", args...); code != exitUsage {
 			t.Errorf("onceq %s: exit %d (%s), want 2", strings.Join(args, " "), code, stderr)
