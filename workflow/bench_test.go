@@ -11,8 +11,6 @@ import (
 
 	"github.com/onceq/onceq"
 	"github.com/onceq/onceq/consumer"
-	"github.com/onceq/onceq/delay"
-	"github.com/onceq/onceq/internal/testutil"
 	"github.com/onceq/onceq/producer"
 	"github.com/onceq/onceq/workflow"
 )
@@ -102,52 +100,13 @@ func (tl *timeline) wait(b *testing.B, ids []string, timeout time.Duration) {
 	}
 }
 
-// benchEnv runs a broker, a worker of "steps" with the timeline's
-// handler, a workflow service and a delay service, and returns a producer.
-// commit is the worker's commit interval: a step's next one is emitted by
-// its commit, so it bounds the time from a step's end to its commit.
+// benchEnv runs the env of the tests, with a worker of "steps" (8
+// partitions) running the timeline's handler and committing every commit
+// (a step's next one is emitted by its commit, so it bounds the time from
+// a step's end to its commit), and returns its producer.
 func benchEnv(b *testing.B, tl *timeline, commit time.Duration) *producer.Producer {
-	_, conn := testutil.StartBroker(b, "")
-	testutil.CreateTopic(b, conn, "steps", 8)
-	workerDir, serviceDir, delayDir := b.TempDir(), b.TempDir(), b.TempDir()
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	b.Cleanup(func() {
-		cancel()
-		wg.Wait()
-	})
-	run := func(run func(context.Context) error) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := run(ctx); err != nil && ctx.Err() == nil {
-				b.Error(err)
-			}
-		}()
-	}
-	w, err := consumer.New(consumer.Conn(conn), consumer.Group("bench"), consumer.Queues("steps"), consumer.CheckpointDir(workerDir),
-		consumer.WithHandler(tl.handler()), consumer.CommitInterval(commit), consumer.CommitHook(tl.hook),
-		consumer.Concurrency(256), consumer.TaskRecords(false))
-	if err != nil {
-		b.Fatal(err)
-	}
-	run(w.Run)
-	svc, err := workflow.NewService(workflow.Conn(conn), workflow.Dir(serviceDir))
-	if err != nil {
-		b.Fatal(err)
-	}
-	run(svc.Run)
-	ds, err := delay.NewService(delay.Conn(conn), delay.StateDir(delayDir))
-	if err != nil {
-		b.Fatal(err)
-	}
-	run(ds.Run)
-	p, err := producer.New(producer.Conn(conn), producer.Linger(time.Millisecond))
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(p.Close)
-	return p
+	return startEnv(b, tl.handler(), 8, []string{"steps"}, consumer.CommitInterval(commit), consumer.CommitHook(tl.hook),
+		consumer.Concurrency(256), consumer.TaskRecords(false)).p
 }
 
 func submitAll(b *testing.B, p *producer.Producer, starts []onceq.Task, perSecond int) {

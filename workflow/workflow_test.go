@@ -40,15 +40,23 @@ type env struct {
 // run starts everything; h handles the tasks of the queues.
 func run(t *testing.T, h consumer.Handler, queues ...string) *env {
 	t.Helper()
-	_, conn := testutil.StartBroker(t, "")
+	return startEnv(t, h, 4, queues, consumer.NoSync())
+}
+
+// startEnv runs a broker with the queues, of partitions each, a worker of
+// them (the opts after the env's own), the workflow service and a delay
+// service, all on testLadder, until the test ends.
+func startEnv(tb testing.TB, h consumer.Handler, partitions int32, queues []string, opts ...consumer.Opt) *env {
+	tb.Helper()
+	_, conn := testutil.StartBroker(tb, "")
 	for _, q := range queues {
-		testutil.CreateTopic(t, conn, q, 4)
+		testutil.CreateTopic(tb, conn, q, partitions)
 	}
 	// Made before the cleanup below, so removed after everything stopped.
-	workerDir, serviceDir, delayDir := t.TempDir(), t.TempDir(), t.TempDir()
+	workerDir, serviceDir, delayDir := tb.TempDir(), tb.TempDir(), tb.TempDir()
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
-	t.Cleanup(func() {
+	tb.Cleanup(func() {
 		cancel()
 		wg.Wait()
 	})
@@ -57,38 +65,39 @@ func run(t *testing.T, h consumer.Handler, queues ...string) *env {
 		go func() {
 			defer wg.Done()
 			if err := run(ctx); err != nil && ctx.Err() == nil {
-				t.Errorf("%s: %v", name, err)
+				tb.Errorf("%s: %v", name, err)
 			}
 		}()
 	}
-	w, err := consumer.New(consumer.Conn(conn), consumer.Group("steps"), consumer.Queues(queues...), consumer.CheckpointDir(workerDir),
+	opts = append([]consumer.Opt{consumer.Conn(conn), consumer.Group("steps"), consumer.Queues(queues...), consumer.CheckpointDir(workerDir),
 		consumer.WithHandler(h), consumer.Planner(testLadder), consumer.Backoff(50*time.Millisecond, 2, 200*time.Millisecond),
-		consumer.CommitInterval(10*time.Millisecond), consumer.NoSync())
+		consumer.CommitInterval(10 * time.Millisecond)}, opts...)
+	w, err := consumer.New(opts...)
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	start("worker", w.Run)
 	svc, err := workflow.NewService(workflow.Conn(conn), workflow.Dir(serviceDir), workflow.Planner(testLadder),
 		workflow.WorkerOpts(consumer.NoSync()))
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	start("workflow service", svc.Run)
 	ds, err := delay.NewService(delay.Conn(conn), delay.WithPlanner(testLadder), delay.StateDir(delayDir), delay.CommitInterval(10*time.Millisecond))
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	start("delay service", ds.Run)
-	p, err := producer.New(producer.Conn(conn), producer.Planner(testLadder))
+	p, err := producer.New(producer.Conn(conn), producer.Planner(testLadder), producer.Linger(time.Millisecond))
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
-	t.Cleanup(p.Close)
+	tb.Cleanup(p.Close)
 	in, err := inspect.Open(inspect.Conn(conn))
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
-	t.Cleanup(func() { in.Close() })
+	tb.Cleanup(func() { in.Close() })
 	return &env{conn: conn, p: p, in: in}
 }
 

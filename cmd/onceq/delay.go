@@ -79,15 +79,11 @@ and stops cleanly on SIGINT or SIGTERM. "onceq delay stats" shows what waits.`,
 			if err != nil {
 				return flagError(cmd.Flags(), err)
 			}
-			if metricsAddr != "" {
-				health := &ops.Health{}
-				health.Register("delay", svc)
-				srv, err := ops.Listen(metricsAddr, reg, health, g.log)
-				if err != nil {
-					return err
-				}
-				defer srv.Close()
+			stop, err := listenOps(metricsAddr, reg, g.log, component{"delay", svc})
+			if err != nil {
+				return err
 			}
+			defer stop()
 			return svc.Run(cmd.Context())
 		},
 	}

@@ -249,15 +249,11 @@ run each once. It serves /metrics, /healthz and /readyz on --metrics-addr.`,
 			if err != nil {
 				return flagError(cmd.Flags(), err)
 			}
-			if metricsAddr != "" {
-				health := &ops.Health{}
-				health.Register("scheduler", s)
-				srv, err := ops.Listen(metricsAddr, reg, health, g.log)
-				if err != nil {
-					return err
-				}
-				defer srv.Close()
+			stop, err := listenOps(metricsAddr, reg, g.log, component{"scheduler", s})
+			if err != nil {
+				return err
 			}
+			defer stop()
 			return s.Run(cmd.Context())
 		},
 	}

@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"path/filepath"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 
 	"github.com/onceq/onceq"
@@ -179,60 +181,43 @@ func runWorker(cmd *cobra.Command, g *globals, f workerFlags) error {
 	if err != nil {
 		return flagError(cmd.Flags(), err)
 	}
-	var svc *delay.Service
+	// The services beside the worker, each with its flag.
+	var sides []component
 	if f.delayService {
-		svc, err = delay.NewService(delay.Conn(conn), delay.WithPlanner(planner), delay.Registerer(reg),
+		svc, err := delay.NewService(delay.Conn(conn), delay.WithPlanner(planner), delay.Registerer(reg),
 			delay.StateDir(filepath.Join(f.checkpointDir, "delay")), delay.Logger(g.log.With("component", "delay")))
 		if err != nil {
 			return flagError(cmd.Flags(), err)
 		}
+		sides = append(sides, component{"delay", svc})
 	}
-	var wf *workflow.Service
 	if f.workflowService {
-		wf, err = workflow.NewService(workflow.Conn(conn), workflow.Planner(planner), workflow.Registerer(reg),
+		wf, err := workflow.NewService(workflow.Conn(conn), workflow.Planner(planner), workflow.Registerer(reg),
 			workflow.Dir(filepath.Join(f.checkpointDir, "workflow")), workflow.Logger(g.log.With("component", "workflow")))
 		if err != nil {
 			return flagError(cmd.Flags(), err)
 		}
+		sides = append(sides, component{"workflow", wf})
 	}
-	var sched *periodic.Scheduler
 	if f.scheduler {
-		sched, err = periodic.NewScheduler(periodic.Conn(conn), periodic.Planner(planner), periodic.Registerer(reg),
+		sched, err := periodic.NewScheduler(periodic.Conn(conn), periodic.Planner(planner), periodic.Registerer(reg),
 			periodic.Logger(g.log.With("component", "scheduler")))
 		if err != nil {
 			return flagError(cmd.Flags(), err)
 		}
+		sides = append(sides, component{"scheduler", sched})
 	}
 	if err := checkQueuesExist(ctx, conn, outputs); err != nil {
 		return err
 	}
-	if f.metricsAddr != "" {
-		health := &ops.Health{}
-		health.Register("worker", w)
-		if svc != nil {
-			health.Register("delay", svc)
-		}
-		if wf != nil {
-			health.Register("workflow", wf)
-		}
-		if sched != nil {
-			health.Register("scheduler", sched)
-		}
-		srv, err := ops.Listen(f.metricsAddr, reg, health, g.log)
-		if err != nil {
-			return usageError{err}
-		}
-		defer srv.Close()
+	stop, err := listenOps(f.metricsAddr, reg, g.log, append([]component{{"worker", w}}, sides...)...)
+	if err != nil {
+		return err
 	}
+	defer stop()
 	runs := []func(context.Context) error{w.Run}
-	if svc != nil {
-		runs = append(runs, after(w.Started(), svc.Run))
-	}
-	if wf != nil {
-		runs = append(runs, after(w.Started(), wf.Run))
-	}
-	if sched != nil {
-		runs = append(runs, after(w.Started(), sched.Run))
+	for _, c := range sides {
+		runs = append(runs, after(w.Started(), c.svc.Run))
 	}
 	err = runTogether(ctx, runs...)
 	if errors.Is(err, consumer.ErrTasksCanceled) {
@@ -240,6 +225,33 @@ func runWorker(cmd *cobra.Command, g *globals, f workerFlags) error {
 			"that takes their partitions (a longer --shutdown-timeout lets them finish)", err, f.group)
 	}
 	return err
+}
+
+// component is a long-running part of a command: what it runs, and how
+// healthy it is.
+type component struct {
+	name string
+	svc  interface {
+		Run(context.Context) error
+		ops.Checker
+	}
+}
+
+// listenOps serves /metrics, /healthz and /readyz of the components on
+// addr, unless addr is empty; stop closes the server.
+func listenOps(addr string, reg *prometheus.Registry, log *slog.Logger, cs ...component) (stop func(), err error) {
+	if addr == "" {
+		return func() {}, nil
+	}
+	health := &ops.Health{}
+	for _, c := range cs {
+		health.Register(c.name, c.svc)
+	}
+	srv, err := ops.Listen(addr, reg, health, log)
+	if err != nil {
+		return nil, err
+	}
+	return srv.Close, nil
 }
 
 // after runs run once started is closed: a service beside a worker
