@@ -313,4 +313,11 @@ func (w *Worker) refuseTooLarge(ps *partState, res *result, refused *kgo.Record,
 	w.metrics.dead.WithLabelValues(queue, dlq.ReasonTooLarge).Inc()
 	res.outcome, res.outputs = outcomeDead, []*kgo.Record{dlq.EncodeRecord(bare, broker.DLQTopic(queue), dlq.ReasonTooLarge, text, time.Now())}
 	res.rec.state, res.rec.reason, res.rec.err, res.rec.value = onceq.StateDead, dlq.ReasonTooLarge, text, nil
+	if t := res.rec.task; t != nil && res.refused == 1 {
+		// A workflow's step goes on as failed (its callbacks, its join):
+		// once, since what it emits then may be refused too.
+		if err := w.failFlow(res, t, time.Now()); err != nil {
+			w.cfg.log.Warn("a workflow step refused as too large: its workflow cannot go on", "id", t.ID, "err", err)
+		}
+	}
 }

@@ -2,6 +2,7 @@ package workflow_test
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"strings"
@@ -366,5 +367,40 @@ func TestCancelWaiting(t *testing.T) {
 	}
 	if _, ran := runs.Load("steps/forever"); ran {
 		t.Fatal("the canceled workflow's task ran")
+	}
+}
+
+// TestStepTooLarge: a step whose next step the brokers refuse as too large
+// (its input, the step's result, is over the queue's max.message.bytes)
+// is dead-lettered, and its workflow goes on as failed: the OnError
+// callback runs.
+func TestStepTooLarge(t *testing.T) {
+	e := startEnv(t, consumer.HandlerFunc(func(ctx context.Context, task *consumer.Task) error {
+		if string(task.Payload) == "big" {
+			big := make([]byte, 30_000) // random: compression does not shrink it
+			rand.Read(big)
+			return task.SetResult(big)
+		}
+		return nil
+	}), 2, []string{"alerts"}, consumer.NoSync(), consumer.Queues("alerts", "small"))
+	adm, err := broker.NewAdmin(e.conn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer adm.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := adm.EnsureTopic(ctx, "small", 2, map[string]string{"max.message.bytes": "20000"}); err != nil {
+		t.Fatal(err)
+	}
+	id := e.submit(t, "too-large", workflow.Chain(task("small", "big"), task("small", "next")).
+		OnError(workflow.Task(onceq.Task{Queue: "alerts", ID: "alert-big"})))
+	st := e.wait(t, id)
+	if st.State != workflow.StateFailed || !strings.Contains(st.Reason, "too_large") {
+		t.Fatalf("got %s %q, want failed: too_large", st.State, st.Reason)
+	}
+	rec, err := e.in.Wait(ctx, "alerts", "alert-big")
+	if err != nil || rec.State != onceq.StateSucceeded {
+		t.Fatalf("the OnError callback: %+v %v", rec, err)
 	}
 }
