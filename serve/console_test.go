@@ -89,6 +89,19 @@ func (b *browser) run(what string, steps ...chromedp.Action[chromedp.Void]) {
 	}
 }
 
+// fits checks the page for what a screenshot shows badly: a page wider
+// than the window, a state wrapped over two lines.
+func (b *browser) fits() {
+	b.t.Helper()
+	if w, err := chromedp.Run(b.ctx, chromedp.Evaluate[int](`document.documentElement.scrollWidth`)); err != nil || w > 1280 {
+		b.t.Errorf("the page is %d pixels wide (%v), wider than the window", w, err)
+	}
+	h, err := chromedp.Run(b.ctx, chromedp.Evaluate[int](`Math.max(0, ...[...document.querySelectorAll(".state")].map(e => e.offsetHeight))`))
+	if err != nil || h > 24 {
+		b.t.Errorf("a state is %d pixels high (%v): wrapped", h, err)
+	}
+}
+
 // login logs in to the console at url with token.
 func (b *browser) login(url, token string) {
 	b.t.Helper()
@@ -209,7 +222,8 @@ func startWorkflows(t *testing.T, queues ...string) (*api, *producer.Producer) {
 		consumer.WithHandler(consumer.HandlerFunc(func(_ context.Context, task *consumer.Task) error {
 			switch p := string(task.Payload); {
 			case p == "fail":
-				return consumer.SkipRetry(errors.New(`render: template "weekly" not found`))
+				return consumer.SkipRetry(errors.New(`render: template "weekly" not found in /srv/reports/templates ` +
+					`(searched weekly.html.tmpl, weekly.tmpl and weekly.txt.tmpl): check the template named in the report's configuration`))
 			case strings.HasPrefix(string(task.Input), "["):
 				rs, err := workflow.Results(task.Input)
 				if err != nil {
@@ -347,6 +361,7 @@ func TestConsoleWorkflow(t *testing.T) {
 			}
 		}
 	}
+	b.fits()
 	b.run("the failed step's task", chromedp.Click(chromedp.CSS(`#steps tr[data-path="1"] a`)), chromedp.WaitVisible(chromedp.CSS("#workflow")), b.shot("workflow-step"))
 	if st, wf := b.text("#state"), b.text("#workflow"); st != "dead" || wf != report {
 		t.Fatalf("the failed step's task page: state %q, workflow %q", st, wf)
@@ -374,10 +389,7 @@ func TestConsoleWorkflow(t *testing.T) {
 	if n, err := chromedp.Run(b.ctx, chromedp.Evaluate[int](`document.querySelectorAll("#steps tr[data-path]").length`)); err != nil || n != 1+20+1 {
 		t.Errorf("the chord's rows: %d, %v; want the chord, 20 members and the callback", n, err)
 	}
-	// The page fits the window: nothing wider than it.
-	if w, err := chromedp.Run(b.ctx, chromedp.Evaluate[int](`document.documentElement.scrollWidth`)); err != nil || w > 1280 {
-		t.Errorf("the page is %d pixels wide (%v), wider than the window", w, err)
-	}
+	b.fits()
 
 	b.run("a malformed ID", chromedp.Navigate(a.url+"/console/workflow?id=a%23b"), chromedp.WaitVisible(chromedp.CSS("#error")), b.shot("workflow-bad-id"))
 	if e := b.text("#error"); !strings.Contains(e, "'#' is reserved") {
