@@ -43,9 +43,8 @@ type stepRow struct {
 	Link bool
 	// Summary counts a chain's, group's or chord's steps by state.
 	Summary string
-	// Unlisted is a note's count of steps not listed.
-	Unlisted int
-	Note     string
+	// Note says how many steps of the step above are not listed.
+	Note string
 }
 
 // Indent is the row's indent class: the stylesheet indents 8 levels.
@@ -77,7 +76,7 @@ func (t *stepTree) add(s *workflow.Step, label string, depth int) {
 		t.add(&s.Steps[i], strconv.Itoa(i), depth+1)
 	}
 	if n := len(s.Steps) - len(listed); n > 0 && len(t.rows) < maxRows {
-		t.rows = append(t.rows, stepRow{Depth: depth + 1, Unlisted: n, Note: fmt.Sprintf(
+		t.rows = append(t.rows, stepRow{Depth: depth + 1, Note: fmt.Sprintf(
 			"%d more %s not listed: the failed and running ones come first (onceq workflow get lists every one)", n, noun(s))})
 	}
 	if s.Callback != nil {
