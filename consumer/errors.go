@@ -78,8 +78,8 @@ func CapRetryDelay(d, max time.Duration) time.Duration {
 // scheduled like one (through the delay buckets, in the transaction of
 // this run), with its attempt and max attempts both one more, so a
 // snoozed task never runs out of attempts; its task record is scheduled,
-// with why in its error. d is capped like RetryAfter's. It still matches
-// after wrapping.
+// with why in its error and the result the run set, if any. d is capped
+// like RetryAfter's. It still matches after wrapping.
 func Snooze(d time.Duration, why string) error {
 	if why == "" {
 		why = "snoozed for " + d.String()

@@ -148,6 +148,9 @@ func (w *Worker) attempt(sl *slot, it *item) (*result, error) {
 			// result would be dropped; the next owner runs the task.
 			return nil, errCanceledRun
 		}
+		if d, ok := snoozed(herr); ok && task.Attempt < onceq.MaxAttemptCount {
+			return w.snooze(&task, key, herr.Error(), d, now, t.result)
+		}
 		return w.failure(&task, key, herr, now)
 	}
 	return w.success(t, key)

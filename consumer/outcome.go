@@ -99,9 +99,6 @@ func (w *Worker) route(t *onceq.Task, now time.Time) (*kgo.Record, error) {
 // committed with this run's offset, so a retry is scheduled exactly once.
 func (w *Worker) failure(task *onceq.Task, key string, herr error, started time.Time) (*result, error) {
 	now := time.Now()
-	if d, ok := snoozed(herr); ok && task.Attempt < onceq.MaxAttemptCount {
-		return w.snooze(task, key, herr.Error(), d, started, now)
-	}
 	w.metrics.failed.WithLabelValues(task.Queue).Inc()
 	dead := func(reason, text string) (*result, error) {
 		res, err := w.deadLetter(task, key, reason, text, now)
@@ -137,8 +134,10 @@ func (w *Worker) failure(task *onceq.Task, key string, herr error, started time.
 
 // snooze schedules the task's next run after d (capped as RetryAfter's
 // delay is), as a retry that counts no attempt: attempt and max attempts
-// both one more.
-func (w *Worker) snooze(task *onceq.Task, key, why string, d time.Duration, started, now time.Time) (*result, error) {
+// both one more. Its scheduled record keeps the result the run set, if
+// any: what it has to show while it waits.
+func (w *Worker) snooze(task *onceq.Task, key, why string, d time.Duration, started time.Time, result []byte) (*result, error) {
+	now := time.Now()
 	b := task.Backoff
 	if b.IsZero() {
 		b = w.cfg.backoff
@@ -149,7 +148,11 @@ func (w *Worker) snooze(task *onceq.Task, key, why string, d time.Duration, star
 	}
 	d = CapRetryDelay(d, b.Max)
 	w.cfg.log.Debug("task snoozed", "id", task.ID, "queue", task.Queue, "attempt", task.Attempt, "for", d, "why", why)
-	return w.again(task, key, why, d, min(maxAttempts+1, onceq.MaxAttemptCount), outcomeSnoozed, onceq.StateScheduled, started, now)
+	res, err := w.again(task, key, why, d, min(maxAttempts+1, onceq.MaxAttemptCount), outcomeSnoozed, onceq.StateScheduled, started, now)
+	if res != nil {
+		res.rec.value = result
+	}
+	return res, err
 }
 
 // again schedules the task's next attempt after delay, through the delay

@@ -3,6 +3,7 @@ package consumer_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -191,4 +192,59 @@ func TestRetryAfterIsCapped(t *testing.T) {
 	if gap := at[1].Sub(at[0]); gap < time.Second || gap > 10*time.Second {
 		t.Fatalf("retried %v after the first run; want the backoff max, 1s (and the delay ladder's lateness)", gap)
 	}
+}
+
+// TestSnoozeCountsNoAttempt: a task that snoozes three times, with one
+// attempt allowed, runs a fourth time and succeeds, never dead-lettered;
+// each snooze waits its delay, and while it waits the task's record is
+// scheduled, with why and the result the run set.
+func TestSnoozeCountsNoAttempt(t *testing.T) {
+	_, conn := testutil.StartBroker(t, "")
+	testutil.CreateTopic(t, conn, "in", 1)
+	testutil.CreateTopic(t, conn, "out", 1)
+	produceTasks(t, conn, "in", []string{"sleepy"})
+	var runs runTimes
+	h := consumer.HandlerFunc(func(ctx context.Context, task *consumer.Task) error {
+		if n := runs.add(task.ID); n <= 3 {
+			if err := task.SetResult([]byte("progress " + strings.Repeat("+", n))); err != nil {
+				return err
+			}
+			return fmt.Errorf("wrapped: %w", consumer.Snooze(200*time.Millisecond, "not yet"))
+		}
+		return copyCounting("out").Handle(ctx, task)
+	})
+	stop := runWorker(t, consumer.Conn(conn), consumer.Group("gs"), consumer.Queues("in"), consumer.CheckpointDir(t.TempDir()),
+		consumer.WithHandler(h), consumer.MaxAttempts(1))
+	waitOutputs(t, conn, "out", 1, 30*time.Second)
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	at := runs.get("sleepy")
+	if len(at) != 4 {
+		t.Fatalf("ran %d times, want 4", len(at))
+	}
+	for i := 1; i < len(at); i++ {
+		if gap := at[i].Sub(at[i-1]); gap < 200*time.Millisecond {
+			t.Errorf("run %d came %v after a snooze of 200ms", i+1, gap)
+		}
+	}
+	if dls := testutil.ReadCommitted(t, conn, 10*time.Second, "onceq-dlq-in"); len(dls) != 0 {
+		t.Fatalf("%d dead letters of a task that only snoozed", len(dls))
+	}
+	var scheduled []onceq.TaskRecord
+	for _, r := range testutil.ReadCommitted(t, conn, 10*time.Second, "onceq-rec-in") {
+		recs, err := onceq.DecodeTaskRecords(r.Value)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, rec := range recs {
+			if rec.State == onceq.StateScheduled {
+				scheduled = append(scheduled, rec)
+			}
+		}
+	}
+	if len(scheduled) != 3 || scheduled[2].Error != "wrapped: not yet" || string(scheduled[2].Result) != "progress +++" || scheduled[2].Attempt != 3 {
+		t.Fatalf("the snoozes' records: %+v", scheduled)
+	}
+	checkExactlyOnce(t, testutil.ReadCommitted(t, conn, 10*time.Second, "out"), []string{"sleepy"})
 }
