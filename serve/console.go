@@ -21,6 +21,7 @@ import (
 	"github.com/onceq/onceq/delay"
 	"github.com/onceq/onceq/dlq"
 	"github.com/onceq/onceq/inspect"
+	"github.com/onceq/onceq/workflow"
 )
 
 // The web console: server-rendered pages, every asset embedded, behind
@@ -336,7 +337,7 @@ func (s *Server) taskPage(w http.ResponseWriter, r *http.Request, pg *page) {
 		defer cancel()
 		if task, err := s.taskAt(ctx, queue, rec.Partition, rec.Offset); err == nil {
 			data["Task"] = task
-			if w := workflowOfTask(task); w != "" {
+			if w, ok := workflow.Of(&task); ok {
 				data["Workflow"] = w
 			}
 		} else {

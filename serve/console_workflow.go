@@ -12,7 +12,6 @@ import (
 	"github.com/onceq/onceq"
 	"github.com/onceq/onceq/auth"
 	"github.com/onceq/onceq/inspect"
-	"github.com/onceq/onceq/internal/flow"
 	"github.com/onceq/onceq/workflow"
 )
 
@@ -183,7 +182,9 @@ func (s *Server) workflowPage(w http.ResponseWriter, r *http.Request, pg *page) 
 		return
 	}
 	pg.Title = "Workflow " + v.ID
-	v.Status, v.Cancelable = &st, st.Root == nil && !st.State.Final()
+	// Not started: its start task is not done (pending, or waiting for
+	// its dependencies).
+	v.Status, v.Cancelable = &st, st.Start == nil || !st.Start.State.Final()
 	if st.Root != nil {
 		t := stepTree{sees: func(q string) bool { return s.consoleSees(pg.Token, q) }}
 		t.add(st.Root, "", 0)
@@ -194,9 +195,9 @@ func (s *Server) workflowPage(w http.ResponseWriter, r *http.Request, pg *page) 
 
 // consoleWorkflow reads workflow id's status for tok, and on an error the
 // status code to answer. A token sees a workflow whose every task is of
-// its namespace, as the API's does (outside); before the workflow
-// started its steps are not known, and only a token of every namespace
-// sees it.
+// its namespace, as the API's does (outside); before the workflow service
+// saw it (or when it did not start) its steps are not known, and only a
+// token of every namespace sees it.
 func (s *Server) consoleWorkflow(ctx context.Context, tok auth.Token, id string) (workflow.Status, int, error) {
 	if err := workflow.ValidateID(id); err != nil {
 		return workflow.Status{}, http.StatusBadRequest, err
@@ -214,7 +215,7 @@ func (s *Server) consoleWorkflow(ctx context.Context, tok auth.Token, id string)
 	}
 	if st.Root == nil {
 		return workflow.Status{}, http.StatusForbidden, fmt.Errorf(
-			"token %s opens namespace %s: workflow %s has not started, so the queues of its steps are not known yet: a token of every namespace (*) sees it",
+			"token %s opens namespace %s: the queues of workflow %s's steps are not known (it has not started): a token of every namespace (*) sees it",
 			tok.ID, tok.Namespace, id)
 	}
 	if q := outside(st.Root, tok.Namespace+"."); q != "" {
@@ -243,16 +244,4 @@ func (s *Server) consoleWorkflowCancel(w http.ResponseWriter, r *http.Request, p
 		return
 	}
 	back(w, r, to, s.cancelTask(r.Context(), onceq.WorkflowQueue, id))
-}
-
-// workflowOfTask is the ID of the workflow that task is a step of, or "".
-func workflowOfTask(task onceq.Task) string {
-	if len(task.Workflow) == 0 {
-		return ""
-	}
-	c, err := flow.Decode(task.Workflow)
-	if err != nil {
-		return ""
-	}
-	return c.W
 }

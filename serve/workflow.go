@@ -75,7 +75,12 @@ func (s *Server) workflowOf(ctx context.Context, r *http.Request, wait time.Dura
 	if err != nil {
 		return st, err
 	}
-	if st.Root != nil {
+	if st.Root == nil {
+		// Without its shape (not yet seen by the service, or it did not
+		// start) the namespaces of its steps are unknown: its reason,
+		// which may name another namespace's queues, is not shown.
+		st.Reason = ""
+	} else {
 		if q := outside(st.Root, ns+"."); q != "" {
 			// Workflow IDs are global: a token of one namespace does not
 			// read another's workflows.

@@ -120,6 +120,11 @@ func (s *Service) start(ctx context.Context, t *consumer.Task, def *flow.Definit
 			return err
 		}
 		if waiting != "" {
+			// Its shape shows while it waits (what Get shows, and what a
+			// namespace's reader is checked against).
+			if err := setShape(t, def); err != nil {
+				return err
+			}
 			return consumer.Snooze(dependencyCheck(t.Attempt), "waiting for "+waiting)
 		}
 	}
@@ -136,11 +141,16 @@ func (s *Service) start(ctx context.Context, t *consumer.Task, def *flow.Definit
 			return consumer.SkipRetry(fmt.Errorf("workflow %s: %w", def.W, err))
 		}
 	}
+	s.m.started.Inc()
+	return setShape(t, def)
+}
+
+// setShape keeps the workflow's shape as the start task's result.
+func setShape(t *consumer.Task, def *flow.Definition) error {
 	shape, err := shapeOf(def)
 	if err != nil {
 		return consumer.SkipRetry(err)
 	}
-	s.m.started.Inc()
 	return t.SetResult(shape)
 }
 

@@ -41,8 +41,9 @@ type Status struct {
 	// Start is the record of the workflow's start task, in
 	// onceq.WorkflowQueue (none while it is pending).
 	Start *onceq.TaskRecord
-	// Root is the workflow's shape with each step's state; nil until the
-	// workflow started.
+	// Root is the workflow's shape with each step's state: nil while the
+	// service has not seen the workflow yet (pending), or when it did not
+	// start.
 	Root *Step
 }
 
@@ -83,29 +84,46 @@ func Get(ctx context.Context, in *inspect.Inspector, id string) (Status, error) 
 	case onceq.StatePending:
 		return st, nil
 	case onceq.StateScheduled, onceq.StateRetrying:
+		// Waiting: the service keeps its shape meanwhile, so its steps
+		// show, none started.
 		st.State, st.Reason = StateWaiting, rec.Error
+		if rec.Result != nil {
+			root, err := shapeStatus(ctx, in, id, rec.Result)
+			st.Root = root
+			return st, err
+		}
 		return st, nil
 	case onceq.StateSucceeded:
 	default:
 		st.State, st.Reason = StateFailed, "the workflow did not start: "+string(rec.State)+": "+rec.Error
 		return st, nil
 	}
-	def, err := parseShape(rec.Result)
-	if err != nil {
-		return st, fmt.Errorf("workflow %s: %w", id, err)
-	}
-	root, err := status(ctx, in, def.W, &def.Root, "")
+	root, err := shapeStatus(ctx, in, id, rec.Result)
 	if err != nil {
 		return st, err
 	}
-	st.Root, st.State = &root, root.State
+	st.Root, st.State = root, root.State
 	switch root.State {
 	case StateFailed:
-		st.Reason = failure(&root)
+		st.Reason = failure(root)
 	case StateSucceeded:
-		st.Output = output(&root)
+		st.Output = output(root)
 	}
 	return st, nil
+}
+
+// shapeStatus reads the records of the steps of the workflow whose shape
+// is b.
+func shapeStatus(ctx context.Context, in *inspect.Inspector, id string, b []byte) (*Step, error) {
+	def, err := parseShape(b)
+	if err != nil {
+		return nil, fmt.Errorf("workflow %s: %w", id, err)
+	}
+	root, err := status(ctx, in, def.W, &def.Root, "")
+	if err != nil {
+		return nil, err
+	}
+	return &root, nil
 }
 
 // Wait returns the workflow's status once it succeeded or failed, waking
@@ -119,8 +137,8 @@ func Wait(ctx context.Context, in *inspect.Inspector, id string) (Status, error)
 		if st.State.Final() {
 			return st, nil
 		}
-		queue, task := onceq.WorkflowQueue, id
-		if st.Root != nil {
+		queue, task := onceq.WorkflowQueue, id // until it starts
+		if st.State != StatePending && st.State != StateWaiting && st.Root != nil {
 			s := open(st.Root)
 			if s == nil {
 				continue // it just finished

@@ -181,3 +181,16 @@ func parseShape(b []byte) (flow.Definition, error) {
 	}
 	return d, nil
 }
+
+// Of returns the ID of the workflow task t is a step of, from its
+// onceq-workflow header; ok is false for a task outside workflows.
+func Of(t *onceq.Task) (id string, ok bool) {
+	if len(t.Workflow) == 0 {
+		return "", false
+	}
+	c, err := flow.Decode(t.Workflow)
+	if err != nil {
+		return "", false
+	}
+	return c.W, true
+}

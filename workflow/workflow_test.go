@@ -236,6 +236,9 @@ func TestDependencies(t *testing.T) {
 	if err != nil || st.State != workflow.StateWaiting || !strings.Contains(st.Reason, "steps/A") {
 		t.Fatalf("before A: %+v %v, want waiting for steps/A", st, err)
 	}
+	if st.Root == nil || st.Root.ID != "B" || st.Root.State != workflow.StatePending {
+		t.Fatalf("a waiting workflow's steps: %+v, want task B pending", st.Root)
+	}
 	if _, ran := runs.Load("steps/B"); ran {
 		t.Fatal("B ran before A")
 	}
