@@ -152,7 +152,7 @@ func (p *Producer) submit(ctx context.Context, task onceq.Task, fn func(Receipt,
 		fn = func(Receipt, error) {}
 	}
 	start := time.Now()
-	rec, dest, q, err := p.prepare(ctx, &task, start)
+	s, err := p.prepare(ctx, &task, start)
 	if err == nil {
 		err = p.slots.acquire(ctx)
 	}
@@ -162,44 +162,29 @@ func (p *Producer) submit(ctx context.Context, task onceq.Task, fn func(Receipt,
 		fn(Receipt{ID: task.ID}, err)
 		return task.ID
 	}
-	id := task.ID
-	rec.Timestamp = start // saves the client a clock read
-	done := func(r *kgo.Record, err error) {
-		p.slots.release()
-		rc := Receipt{ID: id, Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, Delayed: dest != q}
-		if err != nil {
-			dest.noteError(err)
-			rc.Partition, rc.Offset = 0, 0
-			err = p.wrap(&rc, err)
-			p.m.fail(q.name, err)
-			fn(rc, err)
-			return
-		}
-		q.submitted.Inc()
-		if q.acks.Add(1)%latencySample == 1 {
-			q.duration.Observe(time.Since(start).Seconds())
-		}
-		fn(rc, nil)
-	}
+	s.p, s.fn, s.id, s.start = p, fn, task.ID, start
+	s.rec.Timestamp = start // saves the client a clock read
+	s.rec.Context = s
 	if sync && p.cfg.linger > 0 {
 		go func() {
-			r := p.cl.ProduceSync(context.Background(), rec)[0]
-			done(r.Record, r.Err)
+			r := p.cl.ProduceSync(context.Background(), &s.rec)[0]
+			p.acked(s, r.Err)
 		}()
-		return id
+		return task.ID
 	}
-	p.cl.Produce(context.Background(), rec, done)
-	return id
+	p.cl.Produce(context.Background(), &s.rec, acked)
+	return task.ID
 }
 
-// prepare validates the task, completes it and returns its record, the
-// topic it goes to and its queue (the same unless it is delayed).
-func (p *Producer) prepare(ctx context.Context, t *onceq.Task, now time.Time) (rec *kgo.Record, dest, q *topicState, err error) {
+// prepare validates the task, completes it and returns its submission,
+// with its record, the topic it goes to and its queue (the same unless it
+// is delayed).
+func (p *Producer) prepare(ctx context.Context, t *onceq.Task, now time.Time) (*submission, error) {
 	if p.closed.Load() {
-		return nil, nil, nil, ErrClosed
+		return nil, ErrClosed
 	}
 	if err := t.Validate(p.cfg.maxMessageBytes); err != nil {
-		return nil, nil, nil, err
+		return nil, err
 	}
 	if !p.cfg.realClock {
 		now = p.cfg.now()
@@ -207,7 +192,7 @@ func (p *Producer) prepare(ctx context.Context, t *onceq.Task, now time.Time) (r
 	if t.ID == "" {
 		id, err := p.ids.next(now)
 		if err != nil {
-			return nil, nil, nil, fmt.Errorf("generating a task ID: %w", err)
+			return nil, fmt.Errorf("generating a task ID: %w", err)
 		}
 		t.ID, t.GeneratedID = id, true
 	}
@@ -218,10 +203,13 @@ func (p *Producer) prepare(ctx context.Context, t *onceq.Task, now time.Time) (r
 		t.Timeout = p.cfg.defaultTimeout
 	}
 	t.Resolve(now)
-	if dest, q, err = p.route(ctx, t, now); err != nil {
-		return nil, nil, nil, err
+	dest, q, err := p.route(ctx, t, now)
+	if err != nil {
+		return nil, err
 	}
-	return t.Record(dest.name), dest, q, nil
+	s := &submission{dest: dest, q: q}
+	t.EncodeRecord(&s.rec, dest.name, s.headers[:0], s.values[:0])
+	return s, nil
 }
 
 // Flush waits until every task submitted so far is acknowledged or
