@@ -40,11 +40,13 @@ type Receipt struct {
 type Producer struct {
 	cfg    config
 	cl     *kgo.Client // idempotent, acks=all
-	topics sync.Map    // topic name -> *topicState
 	m      *metrics
 	slots  *admission // one slot per task not yet acknowledged
 	closed atomic.Bool
 	ids    *idSource // IDs for tasks without one
+	clock  *clock    // the millisecond clock of plain tasks
+
+	topics sync.Map // topic name -> *topicState
 
 	admOnce sync.Once
 	adm     *broker.Admin // created by the first topic lookup
@@ -68,7 +70,7 @@ func New(opts ...Opt) (*Producer, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &Producer{cfg: cfg, m: m, slots: newAdmission(cfg.maxBuffered), ids: newIDSource()}
+	p := &Producer{cfg: cfg, m: m, slots: newAdmission(cfg.maxBuffered), ids: newIDSource(), clock: newClock()}
 	if p.cl, err = cfg.conn.NewClient(clientOpts(cfg)...); err != nil {
 		return nil, fmt.Errorf("producer: %w", err)
 	}
@@ -151,8 +153,7 @@ func (p *Producer) submit(ctx context.Context, task onceq.Task, fn func(Receipt,
 	if fn == nil {
 		fn = func(Receipt, error) {}
 	}
-	start := time.Now()
-	s, err := p.prepare(ctx, &task, start)
+	s, err := p.prepare(ctx, &task)
 	if err == nil {
 		err = p.slots.acquire(ctx)
 	}
@@ -162,8 +163,10 @@ func (p *Producer) submit(ctx context.Context, task onceq.Task, fn func(Receipt,
 		fn(Receipt{ID: task.ID}, err)
 		return task.ID
 	}
-	s.p, s.fn, s.id, s.start = p, fn, task.ID, start
-	s.rec.Timestamp = start // saves the client a clock read
+	s.p, s.fn, s.id = p, fn, task.ID
+	if s.q.submissions.Add(1)%latencySample == 1 {
+		s.start = time.Now()
+	}
 	s.rec.Context = s
 	if sync && p.cfg.linger > 0 {
 		go func() {
@@ -179,16 +182,14 @@ func (p *Producer) submit(ctx context.Context, task onceq.Task, fn func(Receipt,
 // prepare validates the task, completes it and returns its submission,
 // with its record, the topic it goes to and its queue (the same unless it
 // is delayed).
-func (p *Producer) prepare(ctx context.Context, t *onceq.Task, now time.Time) (*submission, error) {
+func (p *Producer) prepare(ctx context.Context, t *onceq.Task) (*submission, error) {
 	if p.closed.Load() {
 		return nil, ErrClosed
 	}
 	if err := t.Validate(p.cfg.maxMessageBytes); err != nil {
 		return nil, err
 	}
-	if !p.cfg.realClock {
-		now = p.cfg.now()
-	}
+	now, stamp := p.now(t)
 	if t.ID == "" {
 		id, err := p.ids.next(now)
 		if err != nil {
@@ -209,7 +210,27 @@ func (p *Producer) prepare(ctx context.Context, t *onceq.Task, now time.Time) (*
 	}
 	s := &submission{dest: dest, q: q}
 	t.EncodeRecord(&s.rec, dest.name, s.headers[:0], s.values[:0])
+	s.rec.Timestamp = stamp // saves the client a clock read
 	return s, nil
+}
+
+// now returns the time that resolves a task (its Due from a Delay, its
+// enqueue time, its ID's time) and the timestamp of its record. A plain
+// task takes both from the shared millisecond clock, which may be a
+// little behind: its enqueue time and timestamp are then a little early,
+// which is harmless. A task with a Delay or a Due reads the system clock,
+// so that its Due is never early and its route is right. The Now option
+// replaces the time that resolves tasks, not the timestamp.
+func (p *Producer) now(t *onceq.Task) (now, stamp time.Time) {
+	if t.Delay != 0 || !t.Due.IsZero() {
+		stamp = time.Now()
+	} else {
+		stamp = p.clock.now()
+	}
+	if p.cfg.realClock {
+		return stamp, stamp
+	}
+	return p.cfg.now(), stamp
 }
 
 // Flush waits until every task submitted so far is acknowledged or
@@ -235,6 +256,7 @@ func (p *Producer) Close() {
 	}
 	cancel()
 	p.cl.Close()
+	p.clock.close()
 	p.txMu.Lock()
 	if p.txcl != nil {
 		p.txcl.Close()

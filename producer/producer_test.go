@@ -360,7 +360,7 @@ func TestMetrics(t *testing.T) {
 	if got := metric(t, reg, "onceq_submit_errors_total", map[string]string{"queue": "missing", "reason": "no_queue"}); got != 1 {
 		t.Errorf("onceq_submit_errors_total{queue=missing,reason=no_queue} = %v, want 1", got)
 	}
-	// The duration is sampled: a queue's first acknowledgment, then one in
+	// The duration is sampled: a queue's first submission, then one in
 	// producer.LatencySample.
 	if n := histogramCount(t, reg, "onceq_submit_duration_seconds", "jobs"); n != 1 {
 		t.Errorf("onceq_submit_duration_seconds{queue=jobs} counts %d of 4 submissions, want 1", n)

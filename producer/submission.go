@@ -27,7 +27,7 @@ type submission struct {
 	fn      func(Receipt, error)
 	id      string
 	dest, q *topicState // the topic written, and the task's queue
-	start   time.Time   // for the latency sample
+	start   time.Time   // for the latency sample: when it was submitted; zero when not sampled
 }
 
 var _ context.Context = (*submission)(nil)
@@ -61,7 +61,7 @@ func (p *Producer) acked(s *submission, err error) {
 		return
 	}
 	s.q.submitted.Inc()
-	if s.q.acks.Add(1)%latencySample == 1 {
+	if !s.start.IsZero() {
 		s.q.duration.Observe(time.Since(s.start).Seconds())
 	}
 	s.fn(rc, nil)

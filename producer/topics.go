@@ -38,9 +38,9 @@ type topicState struct {
 	missingAt time.Time  // when the broker last said the queue is missing
 
 	// Queues only: the queue's metrics.
-	submitted prometheus.Counter
-	duration  prometheus.Observer
-	acks      atomic.Uint64 // acknowledged tasks, to sample duration
+	submitted   prometheus.Counter
+	duration    prometheus.Observer
+	submissions atomic.Uint64 // counted by Submit and SubmitAsync, to sample duration
 }
 
 // noteError forgets that the topic exists when the broker says it does

@@ -245,7 +245,7 @@ func (tx *Tx) Submit(task onceq.Task) error {
 	if ended {
 		return errTxEnded
 	}
-	s, err := tx.p.prepare(tx.ctx, &task, time.Now())
+	s, err := tx.p.prepare(tx.ctx, &task)
 	if err != nil {
 		return tx.p.wrap(&Receipt{ID: task.ID}, err)
 	}
