@@ -45,6 +45,10 @@ type Producer struct {
 	closed atomic.Bool
 	ids    *idSource // IDs for tasks without one
 	clock  *clock    // the millisecond clock of plain tasks
+	epoch  time.Time // when New ran; latency samples count from it
+	// promise is p.promised, made a func value once: the promise of
+	// every record SubmitAsync produces.
+	promise func(*kgo.Record, error)
 
 	topics sync.Map // topic name -> *topicState
 
@@ -70,7 +74,8 @@ func New(opts ...Opt) (*Producer, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &Producer{cfg: cfg, m: m, slots: newAdmission(cfg.maxBuffered), ids: newIDSource(), clock: newClock()}
+	p := &Producer{cfg: cfg, m: m, slots: newAdmission(cfg.maxBuffered), ids: newIDSource(), clock: newClock(), epoch: time.Now()}
+	p.promise = p.promised
 	if p.cl, err = cfg.conn.NewClient(clientOpts(cfg)...); err != nil {
 		return nil, fmt.Errorf("producer: %w", err)
 	}
@@ -163,9 +168,9 @@ func (p *Producer) submit(ctx context.Context, task onceq.Task, fn func(Receipt,
 		fn(Receipt{ID: task.ID}, err)
 		return task.ID
 	}
-	s.p, s.fn, s.id = p, fn, task.ID
+	s.fn, s.id = fn, task.ID
 	if s.q.submissions.Add(1)%latencySample == 1 {
-		s.start = time.Now()
+		s.sent = max(time.Since(p.epoch), 1)
 	}
 	s.rec.Context = s
 	if sync && p.cfg.linger > 0 {
@@ -175,7 +180,7 @@ func (p *Producer) submit(ctx context.Context, task onceq.Task, fn func(Receipt,
 		}()
 		return task.ID
 	}
-	p.cl.Produce(context.Background(), &s.rec, acked)
+	p.cl.Produce(context.Background(), &s.rec, p.promise)
 	return task.ID
 }
 
