@@ -51,6 +51,8 @@ type Producer struct {
 	promise func(*kgo.Record, error)
 
 	topics sync.Map // topic name -> *topicState
+	// lastQueue is the state of the queue of the last task routed.
+	lastQueue atomic.Pointer[topicState]
 
 	admOnce sync.Once
 	adm     *broker.Admin // created by the first topic lookup

@@ -504,3 +504,30 @@ func TestSubmitAsyncNilCallback(t *testing.T) {
 		t.Fatalf("read %d tasks, want the one submitted", len(got))
 	}
 }
+
+// TestQueuesInTurn: tasks for queues in turn each reach their own queue
+// (the producer remembers the last queue it routed a task to).
+func TestQueuesInTurn(t *testing.T) {
+	conn, p := setup(t, []string{"a", "b", "c"})
+	ctx := ctxT(t)
+	want := map[string]string{} // task ID -> queue
+	for i := range 30 {
+		q := []string{"a", "a", "b", "c", "b"}[i%5]
+		rc, err := p.Submit(ctx, onceq.Task{Queue: q})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want[rc.ID] = q
+	}
+	for _, q := range []string{"a", "b", "c"} {
+		for _, task := range readTasks(t, conn, q) {
+			if want[task.ID] != q {
+				t.Errorf("task %s in %s, submitted to %q", task.ID, q, want[task.ID])
+			}
+			delete(want, task.ID)
+		}
+	}
+	if len(want) > 0 {
+		t.Errorf("%d tasks missing: %v", len(want), want)
+	}
+}

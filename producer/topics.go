@@ -55,8 +55,13 @@ func (s *topicState) noteError(err error) {
 // queue itself, or for a task due later the bucket the planner chooses.
 // Both must exist; missing bucket topics are created.
 func (p *Producer) route(ctx context.Context, t *onceq.Task, now time.Time) (dest, q *topicState, err error) {
-	if q, err = p.ensure(ctx, t.Queue, false); err != nil {
-		return nil, nil, err
+	// Tasks usually come in runs of one queue: the last queue's state
+	// saves a lookup in the map, and its hashing of the name.
+	if q = p.lastQueue.Load(); q == nil || q.name != t.Queue || !q.ready.Load() {
+		if q, err = p.ensure(ctx, t.Queue, false); err != nil {
+			return nil, nil, err
+		}
+		p.lastQueue.Store(q)
 	}
 	if !t.DelayedAt(now) {
 		return q, q, nil
