@@ -25,13 +25,19 @@ import (
 // acknowledged, the rest of its submission has long left the CPU's caches
 // (a producer holds up to MaxBufferedRecords of them), and a cache miss per
 // field was a tenth of an acknowledgment's cost. 384 bytes in all, a size
-// class of Go's allocator.
+// class of Go's allocator, which is why the sample time and the index are
+// 32 bits: 8 bytes more would take 416.
 type submission struct {
-	rec     kgo.Record
-	fn      func(Receipt, error)
-	id      string
-	dest, q *topicState   // the topic written, and the task's queue
-	sent    time.Duration // for the latency sample: since the producer's epoch; 0 when not sampled
+	rec  kgo.Record
+	fn   func(Receipt, error)      // SubmitAsync's callback, or
+	many func(int, Receipt, error) // SubmitMany's, called with index
+	id   string
+	q    *topicState // the task's queue; the record's topic is a bucket's when the task is delayed
+	// sent is the submission time of a task in the latency sample, in
+	// microseconds since the producer's epoch modulo 2^32: the difference
+	// is right for any acknowledgment within 71 minutes. 0: not sampled.
+	sent    uint32
+	index   uint32 // in SubmitMany's tasks
 	headers [3]kgo.RecordHeader
 	values  [56]byte
 }
@@ -45,29 +51,47 @@ func (*submission) Done() <-chan struct{}       { return nil }
 func (*submission) Err() error                  { return nil }
 func (*submission) Value(any) any               { return nil }
 
-// promised is the promise of the records SubmitAsync produces.
+// micros is the time since the producer's epoch in microseconds, modulo
+// 2^32, as submission.sent counts it.
+func (p *Producer) micros() uint32 { return uint32(time.Since(p.epoch) / time.Microsecond) }
+
+// sample puts every latencySample-th task submitted to a queue in the
+// latency sample.
+func (p *Producer) sample(s *submission) {
+	if s.q.submissions.Add(1)%latencySample == 1 {
+		s.sent = max(p.micros(), 1)
+	}
+}
+
+// promised is the promise of the records SubmitAsync and SubmitMany
+// produce.
 func (p *Producer) promised(r *kgo.Record, err error) {
-	p.acked(r.Context.(*submission), err)
+	s := r.Context.(*submission)
+	rc, err := p.acked(s, err)
+	if s.many != nil {
+		s.many(int(s.index), rc, err)
+		return
+	}
+	s.fn(rc, err)
 }
 
 // acked settles a submission: it frees its admission slot, counts it and
-// calls its callback. Acknowledgments come one at a time, on franz-go's
-// promise goroutine.
-func (p *Producer) acked(s *submission, err error) {
-	p.slots.release()
+// returns what its callback gets. Acknowledgments come one at a time, on
+// franz-go's promise goroutine.
+func (p *Producer) acked(s *submission, err error) (Receipt, error) {
+	p.slots.release(1)
 	r := &s.rec
-	rc := Receipt{ID: s.id, Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, Delayed: s.dest != s.q}
+	rc := Receipt{ID: s.id, Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, Delayed: r.Topic != s.q.name}
 	if err != nil {
-		s.dest.noteError(err)
+		p.noteError(r.Topic, err)
 		rc.Partition, rc.Offset = 0, 0
 		err = p.wrap(&rc, err)
 		p.m.fail(s.q.name, err)
-		s.fn(rc, err)
-		return
+		return rc, err
 	}
 	s.q.submitted.Inc()
 	if s.sent != 0 {
-		s.q.duration.Observe((time.Since(p.epoch) - s.sent).Seconds())
+		s.q.duration.Observe(float64(p.micros()-s.sent) / 1e6)
 	}
-	s.fn(rc, nil)
+	return rc, nil
 }

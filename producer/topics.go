@@ -43,11 +43,14 @@ type topicState struct {
 	submissions atomic.Uint64 // counted by Submit and SubmitAsync, to sample duration
 }
 
-// noteError forgets that the topic exists when the broker says it does
-// not (it was deleted), so that the next task looks it up again.
-func (s *topicState) noteError(err error) {
-	if errors.Is(err, kerr.UnknownTopicOrPartition) || errors.Is(err, kerr.UnknownTopicID) {
-		s.ready.Store(false)
+// noteError forgets that a topic exists when the broker says it does not
+// (it was deleted), so that the next task looks it up again.
+func (p *Producer) noteError(topic string, err error) {
+	if !errors.Is(err, kerr.UnknownTopicOrPartition) && !errors.Is(err, kerr.UnknownTopicID) {
+		return
+	}
+	if v, ok := p.topics.Load(topic); ok {
+		v.(*topicState).ready.Store(false)
 	}
 }
 
