@@ -218,7 +218,9 @@ func (t *Task) Resolve(now time.Time) {
 	t.Expires = truncMS(t.Expires)
 	t.Enqueued = truncMS(t.Enqueued)
 	t.Failed = truncMS(t.Failed)
-	t.Timeout = t.Timeout.Truncate(time.Millisecond)
+	if t.Timeout != 0 {
+		t.Timeout = t.Timeout.Truncate(time.Millisecond)
+	}
 }
 
 // DelayedAt reports whether the task is due after now.

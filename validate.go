@@ -97,35 +97,20 @@ func (t *Task) Validate(maxMessageBytes int) error {
 			return err
 		}
 	}
-	if t.Delay < 0 {
-		return invalid(ErrNegativeDelay, "delay", t.Delay.String(), "a delay is zero or positive")
-	}
-	if t.Delay > 0 && !t.Due.IsZero() {
-		return invalid(ErrInvalidTask, "delay", t.Delay.String(), "set Due or Delay, not both")
-	}
-	for _, tm := range []struct {
-		field string
-		t     time.Time
-	}{{"due", t.Due}, {"expires", t.Expires}, {"enqueued", t.Enqueued}, {"failed", t.Failed}} {
-		if err := checkTime(tm.field, tm.t); err != nil {
+	// Most tasks set none of the fields below: each group is checked only
+	// when one of its fields is set, since every submission comes here.
+	if t.Delay != 0 || !t.Due.IsZero() || !t.Expires.IsZero() || !t.Enqueued.IsZero() || !t.Failed.IsZero() {
+		if err := t.validateTimes(); err != nil {
 			return err
 		}
 	}
-	if !t.Expires.IsZero() {
-		due := t.Due
-		if due.IsZero() && t.Delay > 0 {
-			due = time.Now().Add(t.Delay)
+	if t.MaxAttempts != 0 || t.Attempt != 0 {
+		if err := checkCount("max_attempts", t.MaxAttempts, "zero (the worker's default)"); err != nil {
+			return err
 		}
-		if !due.IsZero() && t.Expires.Before(due) {
-			return invalid(ErrExpiryBeforeDue, "expires", t.Expires.UTC().Format(time.RFC3339Nano),
-				"the task would expire before it is due at %s: move the expiry after the due time", due.UTC().Format(time.RFC3339Nano))
+		if err := checkCount("attempt", t.Attempt, "zero (a first run)"); err != nil {
+			return err
 		}
-	}
-	if err := checkCount("max_attempts", t.MaxAttempts, "zero (the worker's default)"); err != nil {
-		return err
-	}
-	if err := checkCount("attempt", t.Attempt, "zero (a first run)"); err != nil {
-		return err
 	}
 	if !t.Backoff.IsZero() {
 		if _, err := ParseBackoff(FormatBackoff(t.Backoff)); err != nil || t.Backoff.Base%time.Millisecond != 0 || t.Backoff.Max%time.Millisecond != 0 {
@@ -155,6 +140,35 @@ func (t *Task) Validate(maxMessageBytes int) error {
 	}
 	if size := t.wireSize(); size > maxMessageBytes {
 		return invalid(ErrTooLarge, "payload", "", "the record is %d bytes with key and headers, over the broker's limit of %d: make the payload smaller or raise the broker's message.max.bytes", size, maxMessageBytes)
+	}
+	return nil
+}
+
+// validateTimes checks the delay and the times of a task that sets one.
+func (t *Task) validateTimes() error {
+	if t.Delay < 0 {
+		return invalid(ErrNegativeDelay, "delay", t.Delay.String(), "a delay is zero or positive")
+	}
+	if t.Delay > 0 && !t.Due.IsZero() {
+		return invalid(ErrInvalidTask, "delay", t.Delay.String(), "set Due or Delay, not both")
+	}
+	for _, tm := range []struct {
+		field string
+		t     time.Time
+	}{{"due", t.Due}, {"expires", t.Expires}, {"enqueued", t.Enqueued}, {"failed", t.Failed}} {
+		if err := checkTime(tm.field, tm.t); err != nil {
+			return err
+		}
+	}
+	if !t.Expires.IsZero() {
+		due := t.Due
+		if due.IsZero() && t.Delay > 0 {
+			due = time.Now().Add(t.Delay)
+		}
+		if !due.IsZero() && t.Expires.Before(due) {
+			return invalid(ErrExpiryBeforeDue, "expires", t.Expires.UTC().Format(time.RFC3339Nano),
+				"the task would expire before it is due at %s: move the expiry after the due time", due.UTC().Format(time.RFC3339Nano))
+		}
 	}
 	return nil
 }

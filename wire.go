@@ -20,36 +20,53 @@ func (t *Task) Record(topic string) *kgo.Record {
 	// buffer every header value and the key taken from the ID: submission
 	// is hot, and these were most of its allocations.
 	a := &recordAlloc{}
-	r := &a.rec
-	r.Topic, r.Value = topic, t.Payload
 	n, size := t.headerValues(topic)
 	hs := a.headers[:0]
 	if n += len(t.Headers); n > len(a.headers) {
 		hs = make([]kgo.RecordHeader, 0, n)
 	}
-	buf := make([]byte, 0, size)
-	value := func(from int) []byte { return buf[from:len(buf):len(buf)] }
+	t.EncodeRecord(&a.rec, topic, hs, make([]byte, 0, size))
+	return &a.rec
+}
+
+// EncodeRecord encodes the task into r as Record does, for a caller that
+// keeps its records in storage of its own (the producer allocates each
+// record together with what its acknowledgment needs). It sets r's topic,
+// key, value and headers and leaves the other fields alone. The headers
+// are appended to headers and their values to values: while they have
+// room, nothing is allocated; past it, append allocates more, so any
+// capacity is correct. The record shares the task's key, payload and
+// header values, and values' array: neither may change while the record
+// is in use.
+func (t *Task) EncodeRecord(r *kgo.Record, topic string, headers []kgo.RecordHeader, values []byte) {
+	r.Topic, r.Value = topic, t.Payload
+	hs, buf := headers, values
+	// A value is the bytes appended for it, capped so that no later
+	// append writes into it. An append that outgrows buf moves the later
+	// values to a new array and leaves the earlier ones where they are.
 	addString := func(k, v string) {
 		from := len(buf)
 		buf = append(buf, v...)
-		hs = append(hs, kgo.RecordHeader{Key: k, Value: value(from)})
+		hs = append(hs, kgo.RecordHeader{Key: k, Value: buf[from:len(buf):len(buf)]})
 	}
 	addInt := func(k string, n int64) {
 		from := len(buf)
 		buf = strconv.AppendInt(buf, n, 10)
-		hs = append(hs, kgo.RecordHeader{Key: k, Value: value(from)})
+		hs = append(hs, kgo.RecordHeader{Key: k, Value: buf[from:len(buf):len(buf)]})
 	}
+	first := len(hs)
 	if t.ID != "" {
 		addString(HeaderID, t.ID)
+		if t.GeneratedID {
+			hs = append(hs, kgo.RecordHeader{Key: HeaderGeneratedID, Value: generatedValue})
+		}
 	}
-	if t.GeneratedID && t.ID != "" {
-		hs = append(hs, kgo.RecordHeader{Key: HeaderGeneratedID, Value: generatedValue})
-	}
-	if len(t.Key) > 0 {
+	switch {
+	case len(t.Key) > 0:
 		r.Key = t.Key
-	} else if t.ID != "" {
-		r.Key = hs[0].Value // the same bytes: neither is ever changed
-	} else {
+	case t.ID != "":
+		r.Key = hs[first].Value // the same bytes: neither is ever changed
+	default:
 		r.Key = []byte{}
 	}
 	if topic != t.Queue {
@@ -98,7 +115,6 @@ func (t *Task) Record(topic string) *kgo.Record {
 		hs = append(hs, kgo.RecordHeader{Key: h.Key, Value: h.Value})
 	}
 	r.Headers = hs
-	return r
 }
 
 // recordAlloc is a record with room for the headers of a plain task: its

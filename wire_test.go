@@ -291,3 +291,32 @@ func TestDecLen(t *testing.T) {
 		}
 	}
 }
+
+// TestEncodeRecordIntoAnyRoom: EncodeRecord writes the record Record
+// writes whatever room its caller gives, none, too little or enough,
+// after headers already there; values that outgrow the room stay intact;
+// with room enough it allocates nothing.
+func TestEncodeRecordIntoAnyRoom(t *testing.T) {
+	plain := Task{ID: "0190b6e4-7d2a-7cc1-9a3e-000000000001", GeneratedID: true, Queue: "q"}
+	plain.Resolve(time.UnixMilli(1_800_000_000_123))
+	for _, task := range []Task{fullTask(), plain, {Queue: "q", Payload: []byte("no id")}} {
+		for _, topic := range []string{task.Queue, "onceq-delay-5s"} {
+			want := task.Record(topic)
+			for _, room := range []int{0, 1, 8, 512} {
+				var r kgo.Record
+				pre := kgo.RecordHeader{Key: "before", Value: []byte("x")}
+				task.EncodeRecord(&r, topic, append(make([]kgo.RecordHeader, 0, room/8+1), pre), make([]byte, 0, room))
+				if r.Topic != want.Topic || !bytes.Equal(r.Key, want.Key) || !bytes.Equal(r.Value, want.Value) ||
+					!reflect.DeepEqual(r.Headers, append([]kgo.RecordHeader{pre}, want.Headers...)) {
+					t.Fatalf("task %q to %s, room %d:\n got %+v\nwant %+v", task.ID, topic, room, r, want)
+				}
+			}
+		}
+	}
+	var r kgo.Record
+	var hs [3]kgo.RecordHeader
+	var values [64]byte
+	if n := testing.AllocsPerRun(100, func() { plain.EncodeRecord(&r, "q", hs[:0], values[:0]) }); n != 0 {
+		t.Fatalf("a plain task into room enough: %v allocations, want 0", n)
+	}
+}

@@ -138,10 +138,20 @@ type pacer struct {
 
 func newPacer(rate int) *pacer { return &pacer{rate: rate, start: time.Now()} }
 
-// wait blocks until the next submission is due.
-func (p *pacer) wait(ctx context.Context) error {
-	p.sent++
-	if p.rate == 0 || p.sent%max(1, p.rate/200) != 0 {
+// batch is how many submissions go at once: submitBatch flat out, and at a
+// rate what 5 ms of it holds, so that the submissions come every 5 ms.
+func (p *pacer) batch() int {
+	if p.rate == 0 {
+		return submitBatch
+	}
+	return min(submitBatch, max(1, p.rate/200))
+}
+
+// wait blocks until the next n submissions are due: until the last of
+// them is.
+func (p *pacer) wait(ctx context.Context, n int) error {
+	p.sent += n
+	if p.rate == 0 {
 		return nil
 	}
 	d := time.Until(p.start.Add(time.Duration(float64(p.sent) / float64(p.rate) * float64(time.Second))))
@@ -156,11 +166,18 @@ func (p *pacer) wait(ctx context.Context) error {
 	}
 }
 
+// submitBatch is how many tasks the bench submits with one call of
+// SubmitMany, and the raw baseline produces with one promise, flat out.
+const submitBatch = 1000
+
 // submitAll submits the tasks of order to queue through p at rate (0: flat
-// out) and waits for every acknowledgment. edit may change a task before
-// it is sent (a due time); acked is called for each acknowledged
-// submission with the time it took. Refused submissions are submitted
-// again with the same ID, which is safe: duplicates of an ID run once.
+// out) and waits for every acknowledgment. It submits them in batches
+// with SubmitMany, as a caller producing in bulk does: the tasks of a
+// batch are stamped with one time, and their latencies count from it.
+// edit may change a task before it is sent (a due time); acked is called
+// for each acknowledged submission with the time it took. Refused
+// submissions are submitted again with the same ID, which is safe:
+// duplicates of an ID run once.
 func (l *load) submitAll(ctx context.Context, p *producer.Producer, order []int32, queue string, rate int, edit func(*onceq.Task), acked func(time.Duration)) error {
 	var (
 		mu       sync.Mutex
@@ -168,6 +185,7 @@ func (l *load) submitAll(ctx context.Context, p *producer.Producer, order []int3
 		firstErr error
 	)
 	todo := order
+	batch := make([]onceq.Task, 0, submitBatch)
 	for round := 0; len(todo) > 0; round++ {
 		if round > 0 {
 			if round > 20 {
@@ -180,19 +198,25 @@ func (l *load) submitAll(ctx context.Context, p *producer.Producer, order []int3
 			}
 		}
 		pace := newPacer(rate)
-		for _, i := range todo {
-			if err := pace.wait(ctx); err != nil {
+		for len(todo) > 0 {
+			part := todo[:min(pace.batch(), len(todo))]
+			todo = todo[len(part):]
+			if err := pace.wait(ctx, len(part)); err != nil {
 				return err
 			}
 			now := time.Now()
-			t := l.task(i, queue, now)
-			if edit != nil {
-				edit(&t)
+			batch = batch[:0]
+			for _, i := range part {
+				t := l.task(i, queue, now)
+				if edit != nil {
+					edit(&t)
+				}
+				batch = append(batch, t)
 			}
-			p.SubmitAsync(ctx, t, func(_ producer.Receipt, err error) {
+			p.SubmitMany(ctx, batch, func(j int, _ producer.Receipt, err error) {
 				if err != nil {
 					mu.Lock()
-					failed = append(failed, i)
+					failed = append(failed, part[j])
 					if firstErr == nil {
 						firstErr = err
 					}

@@ -36,6 +36,21 @@ func (a *admission) tryAcquire() bool {
 	}
 }
 
+// tryAcquireUpTo takes up to n free slots at once and returns how many:
+// none when none is free.
+func (a *admission) tryAcquireUpTo(n int64) int64 {
+	for {
+		held := a.held.Load()
+		k := min(a.max-held, n)
+		if k <= 0 {
+			return 0
+		}
+		if a.held.CompareAndSwap(held, held+k) {
+			return k
+		}
+	}
+}
+
 // acquire takes a slot, waiting for one until ctx ends.
 func (a *admission) acquire(ctx context.Context) error {
 	if a.tryAcquire() {
@@ -61,9 +76,9 @@ func (a *admission) acquire(ctx context.Context) error {
 	}
 }
 
-// release gives a slot back.
-func (a *admission) release() {
-	a.held.Add(-1)
+// release gives n slots back.
+func (a *admission) release(n int64) {
+	a.held.Add(-n)
 	if a.waiters.Load() > 0 {
 		a.mu.Lock()
 		close(a.freed)

@@ -30,7 +30,7 @@ func TestAdmissionBoundsAndWakes(t *testing.T) {
 				for p := peak.Load(); n > p && !peak.CompareAndSwap(p, n); p = peak.Load() {
 				}
 				held.Add(-1)
-				a.release()
+				a.release(1)
 			}
 		}()
 	}
@@ -64,7 +64,7 @@ func TestAdmissionWaitEndsWithContext(t *testing.T) {
 	got := make(chan error, 1)
 	go func() { got <- a.acquire(context.Background()) }()
 	time.Sleep(20 * time.Millisecond)
-	a.release()
+	a.release(1)
 	select {
 	case err := <-got:
 		if err != nil {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -17,25 +18,30 @@ import (
 // BenchmarkSubmitAsync measures asynchronous submission of 100-byte tasks
 // to an 8-partition queue on the embedded broker, side by side with raw
 // franz-go producing the same records (same client options, same broker).
-// The three ways run in alternating rounds, so that load from elsewhere on
-// the machine falls on all of them alike:
+// The ways run in alternating rounds, so that load from elsewhere on the
+// machine falls on all of them alike:
 //
 //   - raw: franz-go producing records with the key, value and headers of
 //     a task (onceq-id, onceq-enqueued), built in the loop;
 //   - tasks: SubmitAsync of tasks carrying the same IDs (validation,
 //     resolution, routing, admission, metrics and the record);
+//   - many: SubmitMany of the same tasks, manyBatch to a call, as a caller
+//     producing in bulk submits them;
 //   - assigned: SubmitAsync of tasks without IDs (the producer assigns a
 //     UUIDv7 to each).
 //
-// It reports records or tasks per second for each, and the ratios of tasks
-// and assigned to raw. Run:
+// It reports records or tasks per second for each, the ratios of the
+// others to raw, and each way's process CPU time per task (cpu-ns/...):
+// the embedded broker and the client's goroutines included, and moved less
+// than the rates by other load on a shared machine. Run:
 //
 //	go test ./producer -run '^$' -bench SubmitAsync -benchtime 2000000x -count 3
 func BenchmarkSubmitAsync(b *testing.B) {
 	const (
-		queue   = "bench"
-		round   = 100_000
-		idCount = 1 << 16
+		queue     = "bench"
+		round     = 100_000
+		idCount   = 1 << 16
+		manyBatch = 1000
 	)
 	_, conn := testutil.StartBroker(b, "")
 	testutil.CreateTopic(b, conn, queue, 8)
@@ -64,6 +70,7 @@ func BenchmarkSubmitAsync(b *testing.B) {
 		}
 	}
 	onTask := func(_ Receipt, err error) { onRecord(nil, err) }
+	onMany := func(_ int, _ Receipt, err error) { onRecord(nil, err) }
 	// Warm up: topic lookups, connections, producer IDs.
 	if _, err := p.Submit(ctx, onceq.Task{Queue: queue, Payload: payload}); err != nil {
 		b.Fatal(err)
@@ -72,43 +79,76 @@ func BenchmarkSubmitAsync(b *testing.B) {
 		b.Fatal(err)
 	}
 
-	timed := func(n int, produce func(i int), flush func(context.Context) error) time.Duration {
-		start := time.Now()
-		for i := 0; i < n; i++ {
-			produce(i)
-		}
-		if err := flush(ctx); err != nil {
-			b.Fatal(err)
-		}
-		return time.Since(start)
+	type way struct {
+		name          string
+		produce       func(done, n int) // the tasks done to done+n-1
+		flush         func(context.Context) error
+		wall, cpuTime time.Duration
 	}
-	var rawDur, taskDur, assignedDur time.Duration
+	batch := make([]onceq.Task, 0, manyBatch)
+	ways := []*way{
+		{name: "raw", flush: raw.Flush, produce: func(done, n int) {
+			for i := done; i < done+n; i++ {
+				id := ids[i%idCount]
+				enq := strconv.AppendInt(nil, time.Now().UnixMilli(), 10)
+				raw.Produce(ctx, &kgo.Record{Topic: queue, Key: []byte(id), Value: payload, Headers: []kgo.RecordHeader{
+					{Key: onceq.HeaderID, Value: []byte(id)}, {Key: onceq.HeaderEnqueued, Value: enq},
+				}}, onRecord)
+			}
+		}},
+		{name: "tasks", flush: p.Flush, produce: func(done, n int) {
+			for i := done; i < done+n; i++ {
+				p.SubmitAsync(ctx, onceq.Task{Queue: queue, ID: ids[i%idCount], Payload: payload}, onTask)
+			}
+		}},
+		{name: "many", flush: p.Flush, produce: func(done, n int) {
+			for i := done; i < done+n; {
+				batch = batch[:0]
+				for ; i < done+n && len(batch) < manyBatch; i++ {
+					batch = append(batch, onceq.Task{Queue: queue, ID: ids[i%idCount], Payload: payload})
+				}
+				p.SubmitMany(ctx, batch, onMany)
+			}
+		}},
+		{name: "assigned", flush: p.Flush, produce: func(done, n int) {
+			for i := done; i < done+n; i++ {
+				p.SubmitAsync(ctx, onceq.Task{Queue: queue, Payload: payload}, onTask)
+			}
+		}},
+	}
 	b.ResetTimer()
 	for done := 0; done < b.N; done += round {
 		n := min(round, b.N-done)
-		rawDur += timed(n, func(i int) {
-			id := ids[(done+i)%idCount]
-			enq := strconv.AppendInt(nil, time.Now().UnixMilli(), 10)
-			raw.Produce(ctx, &kgo.Record{Topic: queue, Key: []byte(id), Value: payload, Headers: []kgo.RecordHeader{
-				{Key: onceq.HeaderID, Value: []byte(id)}, {Key: onceq.HeaderEnqueued, Value: enq},
-			}}, onRecord)
-		}, raw.Flush)
-		taskDur += timed(n, func(i int) {
-			p.SubmitAsync(ctx, onceq.Task{Queue: queue, ID: ids[(done+i)%idCount], Payload: payload}, onTask)
-		}, p.Flush)
-		assignedDur += timed(n, func(int) {
-			p.SubmitAsync(ctx, onceq.Task{Queue: queue, Payload: payload}, onTask)
-		}, p.Flush)
+		for _, w := range ways {
+			cpu0, start := processCPU(), time.Now()
+			w.produce(done, n)
+			if err := w.flush(ctx); err != nil {
+				b.Fatal(err)
+			}
+			w.wall += time.Since(start)
+			w.cpuTime += processCPU() - cpu0
+		}
 	}
 	b.StopTimer()
 	if n := failed.Load(); n > 0 {
 		b.Fatalf("%d records failed, the first with: %v", n, firstErr.Load())
 	}
-	perSec := func(d time.Duration) float64 { return float64(b.N) / d.Seconds() }
-	b.ReportMetric(perSec(rawDur), "raw/s")
-	b.ReportMetric(perSec(taskDur), "tasks/s")
-	b.ReportMetric(perSec(assignedDur), "assigned/s")
-	b.ReportMetric(rawDur.Seconds()/taskDur.Seconds(), "tasks/raw")
-	b.ReportMetric(rawDur.Seconds()/assignedDur.Seconds(), "assigned/raw")
-	b.ReportMetric(float64(taskDur.Nanoseconds())/float64(b.N), "ns/op")
+	perTask := func(d time.Duration) float64 { return float64(d.Nanoseconds()) / float64(b.N) }
+	for _, w := range ways {
+		b.ReportMetric(float64(b.N)/w.wall.Seconds(), w.name+"/s")
+		b.ReportMetric(perTask(w.cpuTime), "cpu-ns/"+w.name)
+		if w != ways[0] {
+			b.ReportMetric(ways[0].wall.Seconds()/w.wall.Seconds(), w.name+"/raw")
+		}
+	}
+	b.ReportMetric(perTask(ways[1].wall), "ns/op")
+}
+
+// processCPU is the CPU time the process used so far, user and system.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

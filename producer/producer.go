@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -40,11 +41,19 @@ type Receipt struct {
 type Producer struct {
 	cfg    config
 	cl     *kgo.Client // idempotent, acks=all
-	topics sync.Map    // topic name -> *topicState
 	m      *metrics
 	slots  *admission // one slot per task not yet acknowledged
 	closed atomic.Bool
 	ids    *idSource // IDs for tasks without one
+	clock  *clock    // the millisecond clock of plain tasks
+	epoch  time.Time // when New ran; latency samples count from it
+	// promise is p.promised, made a func value once: the promise of
+	// every record SubmitAsync produces.
+	promise func(*kgo.Record, error)
+
+	topics sync.Map // topic name -> *topicState
+	// lastQueue is the state of the queue of the last task routed.
+	lastQueue atomic.Pointer[topicState]
 
 	admOnce sync.Once
 	adm     *broker.Admin // created by the first topic lookup
@@ -68,7 +77,8 @@ func New(opts ...Opt) (*Producer, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &Producer{cfg: cfg, m: m, slots: newAdmission(cfg.maxBuffered), ids: newIDSource()}
+	p := &Producer{cfg: cfg, m: m, slots: newAdmission(cfg.maxBuffered), ids: newIDSource(), clock: newClock(), epoch: time.Now()}
+	p.promise = p.promised
 	if p.cl, err = cfg.conn.NewClient(clientOpts(cfg)...); err != nil {
 		return nil, fmt.Errorf("producer: %w", err)
 	}
@@ -144,6 +154,70 @@ func (p *Producer) SubmitAsync(ctx context.Context, task onceq.Task, fn func(Rec
 	return p.submit(ctx, task, fn, false)
 }
 
+// SubmitMany submits tasks as SubmitAsync submits each of them, for a
+// caller producing in bulk: the checks and clock reads a call needs once
+// are made once, admission slots are taken many at a time, and one fn,
+// called with each task's index in tasks, takes the place of a callback
+// per task. It returns once every task is buffered or refused; the tasks
+// are copied, so the slice may be reused then. IDs the producer assigns
+// come in the receipts.
+//
+// The tasks of one call are submitted at once: a task's Delay counts from
+// a time read during the call, not before it, and its enqueue time is the
+// call's. fn, if not nil, is called once per task: for an acknowledgment
+// or a refusal by the brokers on the producer's callback goroutine, in
+// acknowledgment order, and for a task refused before it was sent in the
+// caller's goroutine before SubmitMany returns. Calls of those two kinds
+// may run at the same time: fn must be safe for that, quick, and must not
+// block or call Flush. ctx works as for SubmitAsync.
+func (p *Producer) SubmitMany(ctx context.Context, tasks []onceq.Task, fn func(i int, rc Receipt, err error)) {
+	if fn == nil {
+		fn = func(int, Receipt, error) {}
+	}
+	// A submission keeps its index in 32 bits. A larger slice (of more
+	// than a terabyte) goes in parts.
+	for base := 0; len(tasks) > maxMany; base += maxMany {
+		part := tasks[:maxMany]
+		tasks = tasks[maxMany:]
+		p.submitMany(ctx, part, func(i int, rc Receipt, err error) { fn(base+i, rc, err) })
+	}
+	p.submitMany(ctx, tasks, fn)
+}
+
+// maxMany is the most tasks submitMany takes: the largest index a
+// submission holds (or the largest int, where that is smaller).
+const maxMany = min(math.MaxUint32, math.MaxInt)
+
+func (p *Producer) submitMany(ctx context.Context, tasks []onceq.Task, fn func(int, Receipt, error)) {
+	var clk clockReads
+	var slots int64 // taken for the tasks still to come
+	for i := range tasks {
+		t := tasks[i]
+		s, err := p.prepare(ctx, &t, &clk)
+		if err == nil && slots == 0 {
+			if slots = p.slots.tryAcquireUpTo(int64(len(tasks) - i)); slots == 0 {
+				if err = p.slots.acquire(ctx); err == nil {
+					slots = 1
+				}
+			}
+		}
+		if err != nil {
+			err = p.wrap(&Receipt{ID: t.ID}, err)
+			p.m.fail(t.Queue, err)
+			fn(i, Receipt{ID: t.ID}, err)
+			continue
+		}
+		slots--
+		s.many, s.index, s.id = fn, uint32(i), t.ID
+		p.sample(s)
+		s.rec.Context = s
+		p.cl.Produce(context.Background(), &s.rec, p.promise)
+	}
+	if slots > 0 { // taken for tasks refused after all
+		p.slots.release(slots)
+	}
+}
+
 // submit is Submit and SubmitAsync. A synchronous submission with a linger
 // produces from a goroutine of its own, with ProduceSync, which sends its
 // partition's batch at once instead of waiting out the linger.
@@ -151,8 +225,8 @@ func (p *Producer) submit(ctx context.Context, task onceq.Task, fn func(Receipt,
 	if fn == nil {
 		fn = func(Receipt, error) {}
 	}
-	start := time.Now()
-	rec, dest, q, err := p.prepare(ctx, &task, start)
+	var clk clockReads
+	s, err := p.prepare(ctx, &task, &clk)
 	if err == nil {
 		err = p.slots.acquire(ctx)
 	}
@@ -162,52 +236,34 @@ func (p *Producer) submit(ctx context.Context, task onceq.Task, fn func(Receipt,
 		fn(Receipt{ID: task.ID}, err)
 		return task.ID
 	}
-	id := task.ID
-	rec.Timestamp = start // saves the client a clock read
-	done := func(r *kgo.Record, err error) {
-		p.slots.release()
-		rc := Receipt{ID: id, Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, Delayed: dest != q}
-		if err != nil {
-			dest.noteError(err)
-			rc.Partition, rc.Offset = 0, 0
-			err = p.wrap(&rc, err)
-			p.m.fail(q.name, err)
-			fn(rc, err)
-			return
-		}
-		q.submitted.Inc()
-		if q.acks.Add(1)%latencySample == 1 {
-			q.duration.Observe(time.Since(start).Seconds())
-		}
-		fn(rc, nil)
-	}
+	s.fn, s.id = fn, task.ID
+	p.sample(s)
+	s.rec.Context = s
 	if sync && p.cfg.linger > 0 {
 		go func() {
-			r := p.cl.ProduceSync(context.Background(), rec)[0]
-			done(r.Record, r.Err)
+			r := p.cl.ProduceSync(context.Background(), &s.rec)[0]
+			fn(p.acked(s, r.Err))
 		}()
-		return id
+		return task.ID
 	}
-	p.cl.Produce(context.Background(), rec, done)
-	return id
+	p.cl.Produce(context.Background(), &s.rec, p.promise)
+	return task.ID
 }
 
-// prepare validates the task, completes it and returns its record, the
-// topic it goes to and its queue (the same unless it is delayed).
-func (p *Producer) prepare(ctx context.Context, t *onceq.Task, now time.Time) (rec *kgo.Record, dest, q *topicState, err error) {
+// prepare validates the task, completes it and returns its submission,
+// with its record and its queue. clk holds the clock reads of the call.
+func (p *Producer) prepare(ctx context.Context, t *onceq.Task, clk *clockReads) (*submission, error) {
 	if p.closed.Load() {
-		return nil, nil, nil, ErrClosed
+		return nil, ErrClosed
 	}
 	if err := t.Validate(p.cfg.maxMessageBytes); err != nil {
-		return nil, nil, nil, err
+		return nil, err
 	}
-	if !p.cfg.realClock {
-		now = p.cfg.now()
-	}
+	now, stamp := p.now(t, clk)
 	if t.ID == "" {
 		id, err := p.ids.next(now)
 		if err != nil {
-			return nil, nil, nil, fmt.Errorf("generating a task ID: %w", err)
+			return nil, fmt.Errorf("generating a task ID: %w", err)
 		}
 		t.ID, t.GeneratedID = id, true
 	}
@@ -218,10 +274,45 @@ func (p *Producer) prepare(ctx context.Context, t *onceq.Task, now time.Time) (r
 		t.Timeout = p.cfg.defaultTimeout
 	}
 	t.Resolve(now)
-	if dest, q, err = p.route(ctx, t, now); err != nil {
-		return nil, nil, nil, err
+	dest, q, err := p.route(ctx, t, now)
+	if err != nil {
+		return nil, err
 	}
-	return t.Record(dest.name), dest, q, nil
+	s := &submission{q: q}
+	t.EncodeRecord(&s.rec, dest.name, s.headers[:0], s.values[:0])
+	s.rec.Timestamp = stamp // saves the client a clock read
+	return s, nil
+}
+
+// clockReads are the times read for the tasks of one call, each read when
+// a task of the call first needs it.
+type clockReads struct {
+	shared, system time.Time
+}
+
+// now returns the time that resolves a task (its Due from a Delay, its
+// enqueue time, its ID's time) and the timestamp of its record. A plain
+// task takes both from the shared millisecond clock, which may be a
+// little behind: its enqueue time and timestamp are then a little early,
+// which is harmless. A task with a Delay or a Due reads the system clock,
+// so that its Due is never early and its route is right. The Now option
+// replaces the time that resolves tasks, not the timestamp.
+func (p *Producer) now(t *onceq.Task, clk *clockReads) (now, stamp time.Time) {
+	if t.Delay != 0 || !t.Due.IsZero() {
+		if clk.system.IsZero() {
+			clk.system = time.Now()
+		}
+		stamp = clk.system
+	} else {
+		if clk.shared.IsZero() {
+			clk.shared = p.clock.now()
+		}
+		stamp = clk.shared
+	}
+	if p.cfg.realClock {
+		return stamp, stamp
+	}
+	return p.cfg.now(), stamp
 }
 
 // Flush waits until every task submitted so far is acknowledged or
@@ -247,6 +338,7 @@ func (p *Producer) Close() {
 	}
 	cancel()
 	p.cl.Close()
+	p.clock.close()
 	p.txMu.Lock()
 	if p.txcl != nil {
 		p.txcl.Close()

@@ -163,6 +163,94 @@ func TestSubmitAsync(t *testing.T) {
 	}
 }
 
+// TestSubmitMany: one call submits plain tasks, tasks with IDs of their
+// own, delayed tasks and invalid ones, more than MaxBufferedRecords of
+// them, so that it takes slots in bulk and waits for more. fn is called
+// once per index, with the task's receipt or why it was refused; the
+// written tasks are read back once each, delayed ones in their bucket and
+// never due before their Delay after the call began.
+func TestSubmitMany(t *testing.T) {
+	const n = 2000
+	reg := prometheus.NewRegistry()
+	conn, p := setup(t, []string{"many"}, producer.MaxBufferedRecords(64), producer.Registerer(reg))
+	ctx := ctxT(t)
+	tasks := make([]onceq.Task, n)
+	for i := range tasks {
+		tasks[i] = onceq.Task{Queue: "many", Payload: []byte(strconv.Itoa(i))}
+		switch i % 10 {
+		case 1:
+			tasks[i].ID = "own-" + strconv.Itoa(i)
+		case 2:
+			tasks[i].Delay = 90 * time.Second
+		case 3:
+			tasks[i].Queue = "not a queue"
+		}
+	}
+	var (
+		mu       sync.Mutex
+		receipts = make([]producer.Receipt, n)
+		errs     = make([]error, n)
+		calls    = make([]int, n)
+	)
+	before := time.Now()
+	p.SubmitMany(ctx, tasks, func(i int, rc producer.Receipt, err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		receipts[i], errs[i] = rc, err
+		calls[i]++
+	})
+	if err := p.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if held := producer.HeldSlots(p); held != 0 {
+		t.Fatalf("%d admission slots held after every task was acknowledged or refused", held)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	want := map[string]int{} // ID -> index
+	for i, task := range tasks {
+		rc, err := receipts[i], errs[i]
+		switch {
+		case calls[i] != 1:
+			t.Fatalf("task %d: fn called %d times, want once", i, calls[i])
+		case task.Queue != "many":
+			if !errors.Is(err, onceq.ErrInvalidQueue) {
+				t.Fatalf("task %d to queue %q: %v, want ErrInvalidQueue", i, task.Queue, err)
+			}
+			continue
+		case err != nil:
+			t.Fatalf("task %d: %v", i, err)
+		case task.ID != "" && rc.ID != task.ID:
+			t.Fatalf("task %d with ID %s: receipt %+v", i, task.ID, rc)
+		case rc.Delayed != (task.Delay > 0) || rc.Topic != map[bool]string{false: "many", true: "onceq-delay-30s"}[task.Delay > 0]:
+			t.Fatalf("task %d (delay %v): receipt %+v", i, task.Delay, rc)
+		}
+		want[rc.ID] = i
+	}
+	if tasks[0].ID != "" || tasks[2].Due != (time.Time{}) {
+		t.Fatal("SubmitMany changed the caller's tasks")
+	}
+	for _, got := range readTasks(t, conn, "many", "onceq-delay-30s") {
+		i, ok := want[got.ID]
+		if !ok {
+			t.Fatalf("task %s read twice, or never submitted", got.ID)
+		}
+		delete(want, got.ID)
+		if string(got.Payload) != strconv.Itoa(i) {
+			t.Fatalf("task %s: payload %q, want %d", got.ID, got.Payload, i)
+		}
+		if d := tasks[i].Delay; d > 0 && got.Due.Before(before.Add(d)) {
+			t.Fatalf("task %d delayed %v is due at %v, before %v", i, d, got.Due, before.Add(d))
+		}
+	}
+	if len(want) > 0 {
+		t.Fatalf("%d tasks not written", len(want))
+	}
+	if got := metric(t, reg, "onceq_tasks_submitted_total", map[string]string{"queue": "many"}); got != n*9/10 {
+		t.Fatalf("onceq_tasks_submitted_total = %v, want %d", got, n*9/10)
+	}
+}
+
 // TestSubmitInvalid checks that every kind of invalid task is refused
 // before anything is written, with an error that still matches the root
 // package's kind.
@@ -360,7 +448,7 @@ func TestMetrics(t *testing.T) {
 	if got := metric(t, reg, "onceq_submit_errors_total", map[string]string{"queue": "missing", "reason": "no_queue"}); got != 1 {
 		t.Errorf("onceq_submit_errors_total{queue=missing,reason=no_queue} = %v, want 1", got)
 	}
-	// The duration is sampled: a queue's first acknowledgment, then one in
+	// The duration is sampled: a queue's first submission, then one in
 	// producer.LatencySample.
 	if n := histogramCount(t, reg, "onceq_submit_duration_seconds", "jobs"); n != 1 {
 		t.Errorf("onceq_submit_duration_seconds{queue=jobs} counts %d of 4 submissions, want 1", n)
@@ -502,5 +590,32 @@ func TestSubmitAsyncNilCallback(t *testing.T) {
 	p.SubmitAsync(ctx, onceq.Task{Queue: "a b"}, nil) // refused at once, also without a callback
 	if got := readTasks(t, conn, "jobs"); len(got) != 1 || got[0].ID != id {
 		t.Fatalf("read %d tasks, want the one submitted", len(got))
+	}
+}
+
+// TestQueuesInTurn: tasks for queues in turn each reach their own queue
+// (the producer remembers the last queue it routed a task to).
+func TestQueuesInTurn(t *testing.T) {
+	conn, p := setup(t, []string{"a", "b", "c"})
+	ctx := ctxT(t)
+	want := map[string]string{} // task ID -> queue
+	for i := range 30 {
+		q := []string{"a", "a", "b", "c", "b"}[i%5]
+		rc, err := p.Submit(ctx, onceq.Task{Queue: q})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want[rc.ID] = q
+	}
+	for _, q := range []string{"a", "b", "c"} {
+		for _, task := range readTasks(t, conn, q) {
+			if want[task.ID] != q {
+				t.Errorf("task %s in %s, submitted to %q", task.ID, q, want[task.ID])
+			}
+			delete(want, task.ID)
+		}
+	}
+	if len(want) > 0 {
+		t.Errorf("%d tasks missing: %v", len(want), want)
 	}
 }

@@ -38,16 +38,19 @@ type topicState struct {
 	missingAt time.Time  // when the broker last said the queue is missing
 
 	// Queues only: the queue's metrics.
-	submitted prometheus.Counter
-	duration  prometheus.Observer
-	acks      atomic.Uint64 // acknowledged tasks, to sample duration
+	submitted   prometheus.Counter
+	duration    prometheus.Observer
+	submissions atomic.Uint64 // counted by Submit and SubmitAsync, to sample duration
 }
 
-// noteError forgets that the topic exists when the broker says it does
-// not (it was deleted), so that the next task looks it up again.
-func (s *topicState) noteError(err error) {
-	if errors.Is(err, kerr.UnknownTopicOrPartition) || errors.Is(err, kerr.UnknownTopicID) {
-		s.ready.Store(false)
+// noteError forgets that a topic exists when the broker says it does not
+// (it was deleted), so that the next task looks it up again.
+func (p *Producer) noteError(topic string, err error) {
+	if !errors.Is(err, kerr.UnknownTopicOrPartition) && !errors.Is(err, kerr.UnknownTopicID) {
+		return
+	}
+	if v, ok := p.topics.Load(topic); ok {
+		v.(*topicState).ready.Store(false)
 	}
 }
 
@@ -55,8 +58,13 @@ func (s *topicState) noteError(err error) {
 // queue itself, or for a task due later the bucket the planner chooses.
 // Both must exist; missing bucket topics are created.
 func (p *Producer) route(ctx context.Context, t *onceq.Task, now time.Time) (dest, q *topicState, err error) {
-	if q, err = p.ensure(ctx, t.Queue, false); err != nil {
-		return nil, nil, err
+	// Tasks usually come in runs of one queue: the last queue's state
+	// saves a lookup in the map, and its hashing of the name.
+	if q = p.lastQueue.Load(); q == nil || q.name != t.Queue || !q.ready.Load() {
+		if q, err = p.ensure(ctx, t.Queue, false); err != nil {
+			return nil, nil, err
+		}
+		p.lastQueue.Store(q)
 	}
 	if !t.DelayedAt(now) {
 		return q, q, nil

@@ -245,20 +245,21 @@ func (tx *Tx) Submit(task onceq.Task) error {
 	if ended {
 		return errTxEnded
 	}
-	rec, dest, q, err := tx.p.prepare(tx.ctx, &task, time.Now())
+	s, err := tx.p.prepare(tx.ctx, &task, &clockReads{})
 	if err != nil {
 		return tx.p.wrap(&Receipt{ID: task.ID}, err)
 	}
 	tx.mu.Lock()
 	i := len(tx.receipts)
-	tx.receipts = append(tx.receipts, Receipt{ID: task.ID, Topic: dest.name, Partition: -1, Offset: -1, Delayed: dest != q})
+	q, topic := s.q, s.rec.Topic
+	tx.receipts = append(tx.receipts, Receipt{ID: task.ID, Topic: topic, Partition: -1, Offset: -1, Delayed: topic != q.name})
 	tx.queues = append(tx.queues, q)
 	tx.mu.Unlock()
-	tx.cl.Produce(tx.ctx, rec, func(r *kgo.Record, err error) {
+	tx.cl.Produce(tx.ctx, &s.rec, func(r *kgo.Record, err error) {
 		tx.mu.Lock()
 		defer tx.mu.Unlock()
 		if err != nil {
-			dest.noteError(err)
+			tx.p.noteError(topic, err)
 			if tx.err == nil {
 				tx.err = tx.p.wrap(&tx.receipts[i], err)
 			}
