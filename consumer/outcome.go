@@ -98,8 +98,8 @@ func (w *Worker) route(t *onceq.Task, now time.Time) (*kgo.Record, error) {
 // dead letter after the last attempt or a SkipRetry. The retry record is
 // committed with this run's offset, so a retry is scheduled exactly once.
 func (w *Worker) failure(task *onceq.Task, key string, herr error, started time.Time) (*result, error) {
-	now := time.Now()
 	w.metrics.failed.WithLabelValues(task.Queue).Inc()
+	now := time.Now()
 	dead := func(reason, text string) (*result, error) {
 		res, err := w.deadLetter(task, key, reason, text, now)
 		if res != nil {
