@@ -210,16 +210,17 @@ func TestBenchDelay(t *testing.T) {
 // few minutes under -race: worker processes SIGKILLed every second or so;
 // duplicates and missing must be 0.
 func TestBenchChaos(t *testing.T) {
-	tasks := "20000"
+	tasks, rate := "20000", "2000"
 	if testing.Short() {
-		tasks = "3000"
+		// Spread over 6 s: fewer tasks, as many kills.
+		tasks, rate = "3000", "500"
 	}
 	kills := func(t *testing.T, r *bench.Report) {
 		if r.Chaos == nil || r.Chaos.WorkerKills < 3 {
 			t.Fatalf("chaos %+v: too few kills to test crashes", r.Chaos)
 		}
 	}
-	runScenario(t, kills, "--scenario", "chaos", "--tasks", tasks, "--rate", "2000", "--kill-interval", "1s", "--duplicates", "0.05",
+	runScenario(t, kills, "--scenario", "chaos", "--tasks", tasks, "--rate", rate, "--kill-interval", "1s", "--duplicates", "0.05",
 		"--binary", testutil.Binary(t))
 }
 
