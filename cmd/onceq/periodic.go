@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"text/tabwriter"
 	"time"
@@ -170,13 +169,7 @@ and next (RFC 3339, UTC).`,
 			return withSchedules(cmd, g, timeout, func(_ context.Context, s *periodic.Store) error {
 				entries := s.List(time.Now())
 				if asJSON {
-					enc := json.NewEncoder(g.stdout)
-					for _, e := range entries {
-						if err := enc.Encode(e); err != nil {
-							return err
-						}
-					}
-					return nil
+					return writeJSONLines(g.stdout, entries)
 				}
 				tw := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
 				fmt.Fprintln(tw, "NAME\tQUEUE\tSCHEDULE\tMISSED\tSUBMITTED\tNEXT")

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"slices"
 	"strconv"
@@ -137,13 +136,7 @@ with or without a record, is counted per bucket by onceq delay stats.`,
 					all = append(all, st)
 				}
 				if asJSON {
-					enc := json.NewEncoder(g.stdout)
-					for _, st := range all {
-						if err := enc.Encode(st); err != nil {
-							return err
-						}
-					}
-					return nil
+					return writeJSONLines(g.stdout, all)
 				}
 				for _, st := range all {
 					fmt.Fprintf(g.stdout, "%s (paused %v)\n  tasks:", st.Queue, st.Paused)

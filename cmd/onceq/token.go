@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"text/tabwriter"
 	"time"
@@ -80,13 +79,7 @@ func newTokenListCmd(g *globals, timeout *time.Duration) *cobra.Command {
 			return withTokens(cmd, g, *timeout, func(_ context.Context, s *auth.Store) error {
 				toks := s.List(ns)
 				if asJSON {
-					enc := json.NewEncoder(g.stdout)
-					for _, t := range toks {
-						if err := enc.Encode(t); err != nil {
-							return err
-						}
-					}
-					return nil
+					return writeJSONLines(g.stdout, toks)
 				}
 				tw := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
 				fmt.Fprintln(tw, "ID\tNAMESPACE\tACCESS\tCREATED\tDESCRIPTION")
