@@ -79,8 +79,9 @@
 // onceq_submit_errors_total{queue,reason} (reason invalid, no_queue,
 // canceled, closed, broker or aborted) and
 // onceq_submit_duration_seconds{queue}, the time from submission to
-// acknowledgment of a queue's first task and every 16th after it: a
-// sample, which keeps the acknowledgment path cheap.
+// acknowledgment of a queue's first task and every 16th after it (for
+// SubmitMany, of a call's first task and every 16th after it): a sample,
+// which keeps the acknowledgment path cheap.
 //
 // # Command line
 //

@@ -11,7 +11,8 @@ import (
 
 // latencySample is how many submissions to a queue make one observation
 // of onceq_submit_duration_seconds: a queue's first task and every 16th
-// after it. Acknowledgments run one at a time on the client's callback
+// after it, and for SubmitMany a call's first task and every 16th after
+// it. Acknowledgments run one at a time on the client's callback
 // goroutine, and reading the clock and observing on each made it the
 // producer's bottleneck: sampling one in 16 took SubmitAsync from 0.73 to
 // 0.91 of raw franz-go (median of five runs of BenchmarkSubmitAsync each,
@@ -39,7 +40,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}, []string{"queue", "reason"}),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "onceq_submit_duration_seconds",
-			Help:    "Time from submission to the brokers' acknowledgment, by queue: of a queue's first submitted task and every 16th after it (a sample; onceq_tasks_submitted_total counts them all), and of each committed Tx.",
+			Help:    "Time from submission to the brokers' acknowledgment, by queue: of a queue's first submitted task and every 16th after it (SubmitMany: a call's first and every 16th; a sample, onceq_tasks_submitted_total counts them all), and of each committed Tx.",
 			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
 		}, []string{"queue"}),
 	}

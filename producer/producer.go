@@ -209,7 +209,7 @@ func (p *Producer) submitMany(ctx context.Context, tasks []onceq.Task, fn func(i
 		}
 		slots--
 		s.many, s.index, s.id = fn, uint32(i), t.ID
-		p.sample(s)
+		p.sampleMany(s, i)
 		s.rec.Context = s
 		p.cl.Produce(context.Background(), &s.rec, p.promise)
 	}
@@ -278,7 +278,8 @@ func (p *Producer) prepare(ctx context.Context, t *onceq.Task, clk *clockReads) 
 	if err != nil {
 		return nil, err
 	}
-	s := &submission{q: q}
+	s := submissions.Get().(*submission)
+	s.q = q
 	t.EncodeRecord(&s.rec, dest.name, s.headers[:0], s.values[:0])
 	s.rec.Timestamp = stamp // saves the client a clock read
 	return s, nil

@@ -249,6 +249,11 @@ func TestSubmitMany(t *testing.T) {
 	if got := metric(t, reg, "onceq_tasks_submitted_total", map[string]string{"queue": "many"}); got != n*9/10 {
 		t.Fatalf("onceq_tasks_submitted_total = %v, want %d", got, n*9/10)
 	}
+	// The call's first task and every 16th after it are in the latency
+	// sample; none of those indexes is an invalid task's (i%10 == 3).
+	if got, want := histogramCount(t, reg, "onceq_submit_duration_seconds", "many"), (n+producer.LatencySample-1)/producer.LatencySample; got != uint64(want) {
+		t.Fatalf("onceq_submit_duration_seconds{queue=many} counts %d of %d submissions, want %d", got, n*9/10, want)
+	}
 }
 
 // TestSubmitInvalid checks that every kind of invalid task is refused

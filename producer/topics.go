@@ -40,7 +40,7 @@ type topicState struct {
 	// Queues only: the queue's metrics.
 	submitted   prometheus.Counter
 	duration    prometheus.Observer
-	submissions atomic.Uint64 // counted by Submit and SubmitAsync, to sample duration
+	submissions atomic.Uint64 // counted by Submit and SubmitAsync, to sample duration (SubmitMany samples per call)
 }
 
 // noteError forgets that a topic exists when the broker says it does not
