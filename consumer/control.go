@@ -18,7 +18,7 @@ func (w *Worker) cancel(task *onceq.Task, key, queue, why string) (*result, erro
 	now := time.Now()
 	w.cfg.log.Info("task canceled: not run", "id", task.ID, "queue", queue, "attempt", task.Attempt, "why", why)
 	res := &result{id: key, at: now, outcome: outcomeCanceled, queue: queue,
-		rec: taskOutcome{state: onceq.StateCanceled, task: task, reason: "canceled", err: why}}
+		rec: taskOutcome{state: onceq.StateCanceled, task: factsOf(task), reason: "canceled", err: why}}
 	if why == "" {
 		done := control.Entry{Queue: queue, ID: task.ID, Deleted: true}
 		res.outputs = []*kgo.Record{done.Record()}

@@ -115,7 +115,7 @@ func (w *Worker) attempt(sl *slot, it *item) (*result, error) {
 		text := "expired at " + task.Expires.UTC().Format(time.RFC3339Nano)
 		if w.cfg.dropExpired {
 			res := &result{id: key, at: now, outcome: outcomeExpired, queue: task.Queue,
-				rec: taskOutcome{state: onceq.StateExpired, task: &task, reason: dlq.ReasonExpired, err: text}}
+				rec: taskOutcome{state: onceq.StateExpired, task: factsOf(&task), reason: dlq.ReasonExpired, err: text}}
 			return res, w.failFlow(res, &task, now)
 		}
 		res, err := w.deadLetter(&task, key, dlq.ReasonExpired, text, now)

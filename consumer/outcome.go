@@ -36,7 +36,7 @@ func (w *Worker) success(t *Task, key string) (*result, error) {
 		now = time.Now()
 	}
 	res := &result{id: key, at: now, writes: t.state.writes, outcome: outcomeSuccess, queue: t.Queue,
-		rec: taskOutcome{state: onceq.StateSucceeded, task: &t.Task, started: t.started, value: t.result}}
+		rec: taskOutcome{state: onceq.StateSucceeded, task: factsOf(&t.Task), started: t.started, value: t.result}}
 	for i := range t.emits {
 		out := &t.emits[i]
 		out.Resolve(now)
@@ -169,7 +169,7 @@ func (w *Worker) again(task *onceq.Task, key, text string, delay time.Duration, 
 		return nil, err
 	}
 	return &result{id: key, at: now, outcome: outcome, outputs: []*kgo.Record{rec}, queue: task.Queue,
-		rec: taskOutcome{state: state, task: task, started: started, due: retry.Due, err: retry.LastError}}, nil
+		rec: taskOutcome{state: state, task: factsOf(task), started: started, due: retry.Due, err: retry.LastError}}, nil
 }
 
 // deadLetter writes the task to its queue's dead letters with every
@@ -186,7 +186,7 @@ func (w *Worker) deadLetter(task *onceq.Task, key, reason, text string, now time
 		state = onceq.StateExpired
 	}
 	res := &result{id: key, at: now, outcome: outcomeDead, outputs: []*kgo.Record{dlq.EncodeTask(task, reason, text, now)}, queue: task.Queue,
-		rec: taskOutcome{state: state, task: task, reason: reason, err: text}}
+		rec: taskOutcome{state: state, task: factsOf(task), reason: reason, err: text}}
 	if err := w.failFlow(res, task, now); err != nil {
 		return nil, err
 	}
@@ -223,7 +223,7 @@ func (w *Worker) hold(task *onceq.Task, key string, now time.Time) (*result, err
 	}
 	w.cfg.log.Debug("task due later: sent to the delay buckets", "id", task.ID, "due", task.Due)
 	return &result{id: key, noMark: true, outcome: outcomeForwarded, outputs: []*kgo.Record{rec}, queue: task.Queue,
-		rec: taskOutcome{state: onceq.StateScheduled, task: task, due: task.Due}}, nil
+		rec: taskOutcome{state: onceq.StateScheduled, task: factsOf(task), due: task.Due}}, nil
 }
 
 // maxRefusals bounds the commits that refuse one result's records.
@@ -316,11 +316,16 @@ func (w *Worker) refuseTooLarge(ps *partState, res *result, refused *kgo.Record,
 	w.metrics.dead.WithLabelValues(queue, dlq.ReasonTooLarge).Inc()
 	res.outcome, res.outputs = outcomeDead, []*kgo.Record{dlq.EncodeRecord(bare, broker.DLQTopic(queue), dlq.ReasonTooLarge, text, time.Now())}
 	res.rec.state, res.rec.reason, res.rec.err, res.rec.value = onceq.StateDead, dlq.ReasonTooLarge, text, nil
-	if t := res.rec.task; t != nil && res.refused == 1 {
+	if res.rec.task.ok && res.refused == 1 {
 		// A workflow's step goes on as failed (its callbacks, its join):
-		// once, since what it emits then may be refused too.
-		if err := w.failFlow(res, t, time.Now()); err != nil {
-			w.cfg.log.Warn("a workflow step refused as too large: its workflow cannot go on", "id", t.ID, "err", err)
+		// once, since what it emits then may be refused too. The task is
+		// decoded again from its record, which the result keeps.
+		t, err := onceq.FromRecord(src)
+		if err == nil {
+			err = w.failFlow(res, &t, time.Now())
+		}
+		if err != nil {
+			w.cfg.log.Warn("a workflow step refused as too large: its workflow cannot go on", "id", res.rec.task.id, "err", err)
 		}
 	}
 }
