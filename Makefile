@@ -20,11 +20,13 @@ test:
 test-short:
 	$(GO) test -short -count=1 ./...
 
-## lint: gofmt, go vet and staticcheck (pinned, through the module proxy)
+## lint: gofmt, go vet, staticcheck (pinned, through the module proxy) and a
+## 32-bit build, which catches constants that overflow a 32-bit int
 lint:
 	@out=$$(gofmt -l $$(git ls-files -co --exclude-standard '*.go')); \
 	if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+	GOARCH=386 $(GO) build ./...
 	$(GO) run $(STATICCHECK) ./...
 
 ## demo: the main job on the embedded broker

@@ -61,7 +61,7 @@ const (
 	// MaxUnixMilli is the latest time the wire format carries, the end of
 	// the year 9999 in unix milliseconds. The earliest is the unix epoch
 	// (0): times are unsigned.
-	MaxUnixMilli = 253402300799999
+	MaxUnixMilli int64 = 253402300799999
 )
 
 // Header is a record header that onceq passes through untouched.
