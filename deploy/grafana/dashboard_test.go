@@ -135,3 +135,38 @@ func TestDashboardQueriesExist(t *testing.T) {
 		t.Fatalf("the dashboard queries %d metrics: want its panels' queries", queried)
 	}
 }
+
+// TestDashboardLayout: every panel fits the grid's 24 columns and no two
+// overlap, which Grafana would resolve by moving one where it was not
+// meant to go.
+func TestDashboardLayout(t *testing.T) {
+	b, err := os.ReadFile("onceq.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	type rect struct{ H, W, X, Y int }
+	var dash struct {
+		Panels []struct {
+			Title   string
+			GridPos rect
+		}
+	}
+	if err := json.Unmarshal(b, &dash); err != nil {
+		t.Fatal(err)
+	}
+	if len(dash.Panels) == 0 {
+		t.Fatal("no panels")
+	}
+	for i, a := range dash.Panels {
+		g := a.GridPos
+		if g.W <= 0 || g.H <= 0 || g.X < 0 || g.Y < 0 || g.X+g.W > 24 {
+			t.Errorf("panel %q at %+v: want a positive size within 24 columns", a.Title, g)
+		}
+		for _, b := range dash.Panels[i+1:] {
+			h := b.GridPos
+			if g.X < h.X+h.W && h.X < g.X+g.W && g.Y < h.Y+h.H && h.Y < g.Y+g.H {
+				t.Errorf("panels %q at %+v and %q at %+v overlap", a.Title, g, b.Title, h)
+			}
+		}
+	}
+}
