@@ -142,10 +142,18 @@ func (s *Server) consoleToken(r *http.Request) (auth.Token, error) {
 	return auth.Token{}, auth.ErrNoToken
 }
 
-// consoleSees reports whether tok opens queue (a topic <ns>.<queue>).
+// consoleSees reports whether tok opens queue: a token of every namespace
+// opens every queue, including those a Go producer named without one; a
+// namespace's token opens its topics <ns>.<queue>.
 func (s *Server) consoleSees(tok auth.Token, queue string) bool {
+	if onceq.ValidateQueue(queue) != nil {
+		return false
+	}
+	if tok.Namespace == auth.AllNamespaces {
+		return true
+	}
 	ns, _, ok := strings.Cut(queue, ".")
-	return ok && tok.Allows(ns) && onceq.ValidateQueue(queue) == nil
+	return ok && tok.Allows(ns)
 }
 
 // forbidden answers 403 with the console's refusal page.

@@ -484,3 +484,36 @@ func TestConsoleWorkflowAccess(t *testing.T) {
 		t.Fatalf("the canceled workflow: %d\n%s", code, body)
 	}
 }
+
+// TestConsoleQueueWithoutNamespace: a queue a Go producer named without a
+// namespace shows on the console to an operator's token (namespace *),
+// its pages open, and a namespace's token neither lists nor opens it.
+func TestConsoleQueueWithoutNamespace(t *testing.T) {
+	a, p := startWorkflows(t, "emails", "shop.render")
+	ops, shop := a.token("*", true), a.token("shop", true)
+	if _, err := p.Submit(context.Background(), onceq.Task{Queue: "emails", ID: "welcome-1", Payload: []byte("hi")}); err != nil {
+		t.Fatal(err)
+	}
+	code, _, body := a.page("GET", "/console/", ops, nil)
+	if code != 200 || !strings.Contains(body, `href="/console/q/emails"`) || !strings.Contains(body, `href="/console/q/shop.render"`) {
+		t.Fatalf("home page for an operator's token: %d, want emails and shop.render listed in\n%s", code, body)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		code, _, body = a.page("GET", "/console/q/emails/task/welcome-1", ops, nil)
+		if code == 200 && strings.Contains(body, "succeeded") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("task page of emails/welcome-1 for an operator's token: %d\n%s", code, body)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	code, _, body = a.page("GET", "/console/", shop, nil)
+	if code != 200 || strings.Contains(body, "/console/q/emails") || !strings.Contains(body, `href="/console/q/shop.render"`) {
+		t.Fatalf("home page for namespace shop's token: %d, want shop.render and not emails in\n%s", code, body)
+	}
+	if code, _, body := a.page("GET", "/console/q/emails", shop, nil); code != 403 || !strings.Contains(body, "not queue emails") {
+		t.Fatalf("queue emails for namespace shop's token: %d\n%s", code, body)
+	}
+}
