@@ -86,6 +86,8 @@ func (s *Server) consoleRoutes() {
 	s.console("POST /console/q/{queue}/task/{id}/cancel", s.consoleCancel)
 	s.console("GET /console/workflow", s.workflowPage)
 	s.console("POST /console/workflow/cancel", s.consoleWorkflowCancel)
+	s.console("GET /console/periodic", s.periodicPage)
+	s.console("POST /console/periodic/remove", s.consolePeriodicRemove)
 }
 
 // console registers a page or action behind the console's login: a GET

@@ -31,7 +31,23 @@
 //	GET    /api/{ns}/{queue}/deadletter/size     how many there are
 //	PUT    /api/{ns}/{queue}/deadletter          respawn (limit=, id=), in one transaction
 //	GET    /api/{ns}                             the namespace's queues
+//	GET    /api/{ns}/periodic                    the namespace's periodic schedules
+//	GET    /api/{ns}/periodic/{name}             one schedule, with its next tick
+//	PUT    /api/{ns}/periodic/{name}             add or replace it: queue=, every= or cron= (tz=),
+//	                                             missed=, payload= (or the body), max_attempts=, timeout=
+//	DELETE /api/{ns}/periodic/{name}             remove it
 //	GET    /api/openapi.json                     the OpenAPI 3 document of the API
+//
+// # Periodic schedules
+//
+// Schedule names are global (package periodic keeps them in one topic),
+// so a namespace's schedule "nightly" is stored as "shop.nightly", and its
+// queue is one of the namespace's. A namespace sees the schedules whose
+// name and queue carry its prefix, shown without it, as `onceq periodic
+// list --json` writes them. The segment periodic names the schedules for
+// GET, PUT and DELETE: the API publishes to a queue named periodic,
+// pauses it and shows its tasks, but does not consume it, nor answer its
+// size, statistics or dead letters.
 //
 // # Consuming over HTTP
 //
@@ -51,7 +67,8 @@
 // /console/ serves the web console: server-rendered pages with every
 // asset embedded, behind a login with a token (an HttpOnly,
 // SameSite=Strict cookie) or basic auth with the token as password. A
-// read-only token sees the pages without their actions.
+// read-only token sees the pages without their actions. /console/periodic
+// lists the schedules the token sees, each with a remove button.
 //
 // Every answer of the API is JSON; an error is {"error": "...", "field": "..."} with
 // the parameter at fault, and a refused request writes nothing.

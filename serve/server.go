@@ -35,9 +35,13 @@ type Server struct {
 	tokens *auth.Store
 	dlq    *dlq.Reader
 	mux    *http.ServeMux
-	m      *metrics
-	gather prometheus.Gatherer
-	pull   pull
+	// schedMux holds the schedules' routes, which http.ServeMux refuses
+	// beside the queues' (see serveHTTP).
+	schedMux  *http.ServeMux
+	schedules *periodic.Store
+	m         *metrics
+	gather    prometheus.Gatherer
+	pull      pull
 	// stops stop the services the server runs (delay, workflow).
 	stops []func()
 
@@ -46,13 +50,13 @@ type Server struct {
 }
 
 // New checks the options and opens what the server stands on: a producer,
-// an inspector and the token store (read to its end).
+// an inspector, and the token and schedule stores (read to their ends).
 func New(ctx context.Context, opts ...Opt) (*Server, error) {
 	cfg, err := build(opts)
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, mux: http.NewServeMux(), pull: pull{queues: map[string]*puller{}, leases: map[string]*lease{}},
+	s := &Server{cfg: cfg, mux: http.NewServeMux(), schedMux: http.NewServeMux(), pull: pull{queues: map[string]*puller{}, leases: map[string]*lease{}},
 		limiters: map[string]*rate.Limiter{}}
 	if s.m, err = newMetrics(cfg.reg); err != nil {
 		return nil, err
@@ -83,6 +87,13 @@ func New(ctx context.Context, opts ...Opt) (*Server, error) {
 		s.tokens.Close()
 		return nil, err
 	}
+	if s.schedules, err = periodic.Open(ctx, cfg.conn, cfg.log.With("component", "periodic")); err != nil {
+		s.p.Close()
+		s.dlq.Close()
+		s.in.Close()
+		s.tokens.Close()
+		return nil, err
+	}
 	if err := s.startServices(); err != nil {
 		s.Close()
 		return nil, err
@@ -96,12 +107,13 @@ func New(ctx context.Context, opts ...Opt) (*Server, error) {
 
 // Close stops the workers of the pulled queues (the tasks handed out and
 // not acknowledged run again), and releases the producer (flushing what
-// it holds), the inspector and the token store.
+// it holds), the inspector and the token and schedule stores.
 func (s *Server) Close() error {
 	s.stopPull()
 	for _, stop := range s.stops {
 		stop()
 	}
+	s.schedules.Close()
 	s.p.Close()
 	s.dlq.Close()
 	err := s.in.Close()
@@ -113,7 +125,23 @@ func (s *Server) Close() error {
 func (s *Server) Tokens() *auth.Store { return s.tokens }
 
 // Handler is the server's HTTP handler.
-func (s *Server) Handler() http.Handler { return s.mux }
+func (s *Server) Handler() http.Handler { return http.HandlerFunc(s.serveHTTP) }
+
+// serveHTTP serves a request of the schedules' routes from schedMux, and
+// any other from mux. GET /api/{ns}/periodic/{name} and GET
+// /api/{ns}/{queue}/size both match /api/shop/periodic/size, and neither
+// is more specific, so one http.ServeMux panics on holding both: the
+// schedules' routes live in a mux of their own, tried first. Under
+// /api/{ns}/, the segment periodic thus names the schedules for the
+// methods of their routes (GET, PUT, DELETE), and a queue named periodic
+// is reached over HTTP only by its other routes.
+func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
+	if _, pattern := s.schedMux.Handler(r); pattern != "" {
+		s.schedMux.ServeHTTP(w, r)
+		return
+	}
+	s.mux.ServeHTTP(w, r)
+}
 
 // access is what a route needs of a token.
 type access int
@@ -153,6 +181,10 @@ func (s *Server) apiRoutes() []route {
 		{"GET", "/api/{ns}/{queue}/deadletter", "deadletter", read, []string{"limit"}, s.deadLetters},
 		{"GET", "/api/{ns}/{queue}/deadletter/size", "deadletter_size", read, nil, s.deadLetterSize},
 		{"PUT", "/api/{ns}/{queue}/deadletter", "respawn", write, []string{"limit", "id"}, s.respawn},
+		{"GET", schedulesPath, "periodic_list", read, nil, s.listSchedules},
+		{"GET", schedulesPath + "/{name}", "periodic_get", read, nil, s.getSchedule},
+		{"PUT", schedulesPath + "/{name}", "periodic_put", write, scheduleParams, s.putSchedule},
+		{"DELETE", schedulesPath + "/{name}", "periodic_delete", write, nil, s.deleteSchedule},
 	}
 }
 
@@ -180,10 +212,14 @@ func (s *Server) routes() {
 
 // handle registers a route behind the token check (the namespace's, for
 // a path under /api/{ns}), the check of its query parameters, and the
-// metrics.
+// metrics: a schedules' route in schedMux, any other in mux.
 func (s *Server) handle(rt route) {
 	inNS := strings.HasPrefix(rt.path, "/api/{ns}")
-	s.mux.HandleFunc(rt.method+" "+rt.path, func(w http.ResponseWriter, r *http.Request) {
+	mux := s.mux
+	if strings.HasPrefix(rt.path, schedulesPath) {
+		mux = s.schedMux
+	}
+	mux.HandleFunc(rt.method+" "+rt.path, func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		sw := &statusWriter{ResponseWriter: w, status: http.StatusOK}
 		if _, err := s.authorize(r, rt.need, inNS); err != nil {

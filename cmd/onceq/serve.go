@@ -35,7 +35,8 @@ func newServeCmd(g *globals) *cobra.Command {
 		Short: "Serve the HTTP API (lmstfy's paths) with tokens, /metrics and /healthz",
 		Long: `Serve onceq's HTTP API: publish (one task or a bulk array in one transaction),
 a task's state and result, waiting for it, cancel, queue size, statistics, pause
-and resume, under /api/{namespace}/{queue} as lmstfy has them. A namespace's
+and resume, under /api/{namespace}/{queue} as lmstfy has them, and the
+namespace's periodic schedules under /api/{namespace}/periodic. A namespace's
 queue is the topic <namespace>.<queue>, created on its first publish with
 --create-queues partitions unless --no-create-queues.
 
