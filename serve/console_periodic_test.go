@@ -26,7 +26,7 @@ func startSchedules(t *testing.T) *api {
 	} {
 		tok := a.token(ns, false)
 		for _, p := range paths {
-			if code, body := a.do("PUT", "/api/"+ns+"/periodic/"+p, tok, ""); code != 201 {
+			if code, body := a.do("PUT", "/periodic/"+ns+"/"+p, tok, ""); code != 201 {
 				t.Fatalf("add %s's %s: %d %v", ns, p, code, body)
 			}
 		}
@@ -79,7 +79,7 @@ func TestConsolePeriodic(t *testing.T) {
 	if code != 303 || loc != "/console/periodic?flash="+url.QueryEscape("removed shop.beat: its ticks already submitted still run") {
 		t.Fatalf("remove: %d to %q", code, loc)
 	}
-	if code, body := a.do("GET", "/api/shop/periodic/beat", tok, ""); code != 404 {
+	if code, body := a.do("GET", "/periodic/shop/beat", tok, ""); code != 404 {
 		t.Fatalf("shop.beat after its removal: %d %v", code, body)
 	}
 	if _, loc, _ := a.page("POST", "/console/periodic/remove", tok, form); !strings.Contains(loc, url.QueryEscape("no schedule shop.beat")) {

@@ -31,11 +31,11 @@
 //	GET    /api/{ns}/{queue}/deadletter/size     how many there are
 //	PUT    /api/{ns}/{queue}/deadletter          respawn (limit=, id=), in one transaction
 //	GET    /api/{ns}                             the namespace's queues
-//	GET    /api/{ns}/periodic                    the namespace's periodic schedules
-//	GET    /api/{ns}/periodic/{name}             one schedule, with its next tick
-//	PUT    /api/{ns}/periodic/{name}             add or replace it: queue=, every= or cron= (tz=),
+//	GET    /periodic/{ns}                    the namespace's periodic schedules
+//	GET    /periodic/{ns}/{name}             one schedule, with its next tick
+//	PUT    /periodic/{ns}/{name}             add or replace it: queue=, every= or cron= (tz=),
 //	                                             missed=, payload= (or the body), max_attempts=, timeout=
-//	DELETE /api/{ns}/periodic/{name}             remove it
+//	DELETE /periodic/{ns}/{name}             remove it
 //	GET    /api/openapi.json                     the OpenAPI 3 document of the API
 //
 // # Periodic schedules
@@ -44,10 +44,9 @@
 // so a namespace's schedule "nightly" is stored as "shop.nightly", and its
 // queue is one of the namespace's. A namespace sees the schedules whose
 // name and queue carry its prefix, shown without it, as `onceq periodic
-// list --json` writes them. The segment periodic names the schedules for
-// GET, PUT and DELETE: the API publishes to a queue named periodic,
-// pauses it and shows its tasks, but does not consume it, nor answer its
-// size, statistics or dead letters.
+// list --json` writes them. The schedules' paths, under /periodic/{ns},
+// are apart from the queues' under /api/{ns}, as the tokens' are under
+// /token/{ns}: any queue name is free.
 //
 // # Consuming over HTTP
 //

@@ -15,16 +15,16 @@ import (
 	"github.com/onceq/onceq/producer"
 )
 
-// The schedules' routes (package periodic) under /api/{ns}/periodic.
+// The schedules' routes (package periodic) under /periodic/{ns}.
 // Schedule names are global in periodic.Topic, so a namespace's schedule
 // "nightly" is stored as "<ns>.nightly", and its queue is one of the
 // namespace's, <ns>.<queue>. A namespace sees the schedules whose name
 // and queue both carry its prefix, and shows them without it.
 
 // schedulesPath is the path of a namespace's schedules.
-const schedulesPath = "/api/{ns}/periodic"
+const schedulesPath = "/periodic/{ns}"
 
-// scheduleParams are the parameters of PUT /api/{ns}/periodic/{name},
+// scheduleParams are the parameters of PUT /periodic/{ns}/{name},
 // named as `onceq periodic list --json` names the fields.
 var scheduleParams = []string{"queue", "every", "cron", "tz", "missed", "payload", "max_attempts", "timeout"}
 
@@ -63,10 +63,10 @@ func scheduleName(r *http.Request) (string, error) {
 func noSchedule(r *http.Request) error {
 	ns := r.PathValue("ns")
 	return &apiError{status: http.StatusNotFound, field: "name",
-		msg: fmt.Sprintf("no schedule %q in namespace %s: GET /api/%s/periodic lists them", r.PathValue("name"), ns, ns)}
+		msg: fmt.Sprintf("no schedule %q in namespace %s: GET /periodic/%s lists them", r.PathValue("name"), ns, ns)}
 }
 
-// listSchedules: GET /api/{ns}/periodic: the namespace's schedules, with
+// listSchedules: GET /periodic/{ns}: the namespace's schedules, with
 // their next ticks.
 func (s *Server) listSchedules(w http.ResponseWriter, r *http.Request) {
 	ns := r.PathValue("ns")
@@ -79,7 +79,7 @@ func (s *Server) listSchedules(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]any{"namespace": ns, "schedules": out})
 }
 
-// getSchedule: GET /api/{ns}/periodic/{name}: one schedule, with its next
+// getSchedule: GET /periodic/{ns}/{name}: one schedule, with its next
 // tick.
 func (s *Server) getSchedule(w http.ResponseWriter, r *http.Request) {
 	name, err := scheduleName(r)
@@ -98,7 +98,7 @@ func (s *Server) getSchedule(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, e)
 }
 
-// putSchedule: PUT /api/{ns}/periodic/{name}?queue=&every=|cron=&tz=
+// putSchedule: PUT /periodic/{ns}/{name}?queue=&every=|cron=&tz=
 // &missed=&payload=&max_attempts=&timeout=, the parameters in the query
 // or a form body, the payload as the parameter or the body: adds the
 // schedule (201) or replaces the namespace's schedule of this name (200),
@@ -249,7 +249,7 @@ func scheduleError(err error, ns, topic string) error {
 	return err
 }
 
-// deleteSchedule: DELETE /api/{ns}/periodic/{name}: 204 once the store
+// deleteSchedule: DELETE /periodic/{ns}/{name}: 204 once the store
 // applied it; its ticks already submitted still run.
 func (s *Server) deleteSchedule(w http.ResponseWriter, r *http.Request) {
 	name, err := scheduleName(r)

@@ -61,29 +61,29 @@ func TestPeriodicAPIValidation(t *testing.T) {
 		{"x?queue=a%20b&every=1500ms&max_attempts=-1", "", 400, "queue", "invalid queue name"},
 		{"x?queue=pings&every=1500ms&max_attempts=-1", "", 400, "every", "every 1.5s: want a whole number of seconds from 1s to 366 days; calendar periods are cron specs such as @monthly\nmax_attempts -1"},
 	} {
-		code, body := a.do("PUT", "/api/shop/periodic/"+tc.path, tok, tc.body)
+		code, body := a.do("PUT", "/periodic/shop/"+tc.path, tok, tc.body)
 		if code != tc.code || body["field"] != tc.field || !strings.Contains(fmt.Sprint(body["error"]), tc.want) {
 			t.Errorf("PUT %.80s: %d %v; want %d naming %q with %q", tc.path, code, body, tc.code, tc.field, tc.want)
 		}
 	}
-	if code, body := a.do("PUT", "/api/sh.op/periodic/x?"+ok, tok, ""); code != 400 || body["field"] != "namespace" {
+	if code, body := a.do("PUT", "/periodic/sh.op/x?"+ok, tok, ""); code != 400 || body["field"] != "namespace" {
 		t.Errorf("a bad namespace: %d %v", code, body)
 	}
 	// A form body holds parameters, checked as the query's.
-	code, _, body := a.page("PUT", "/api/shop/periodic/x?token="+tok, "", url.Values{"queue": {"pings"}, "every": {"60"}, `{"kind":"sales"}`: {""}})
+	code, _, body := a.page("PUT", "/periodic/shop/x?token="+tok, "", url.Values{"queue": {"pings"}, "every": {"60"}, `{"kind":"sales"}`: {""}})
 	if code != 400 || !strings.Contains(body, `"field":"{\"kind\":\"sales\"}"`) || !strings.Contains(body, "send the payload with another Content-Type") {
 		t.Errorf("a form body with an unknown key: %d %s", code, body)
 	}
-	code, _, body = a.page("PUT", "/api/shop/periodic/x?token="+tok+"&every=60", "", url.Values{"queue": {"pings"}, "every": {"60"}})
+	code, _, body = a.page("PUT", "/periodic/shop/x?token="+tok+"&every=60", "", url.Values{"queue": {"pings"}, "every": {"60"}})
 	if code != 400 || !strings.Contains(body, `"field":"every"`) || !strings.Contains(body, "given 2 times") {
 		t.Errorf("every in the query and the form: %d %s", code, body)
 	}
-	code, _, body = a.page("PUT", "/api/shop/periodic/x?token="+tok, "", url.Values{"queue": {"pings"}, "every": {"1500ms"}})
+	code, _, body = a.page("PUT", "/periodic/shop/x?token="+tok, "", url.Values{"queue": {"pings"}, "every": {"1500ms"}})
 	if code != 400 || !strings.Contains(body, `"field":"every"`) {
 		t.Errorf("a bad interval in a form: %d %s", code, body)
 	}
 
-	if code, body := a.do("GET", "/api/shop/periodic", tok, ""); code != 200 || fmt.Sprint(body["schedules"]) != "[]" {
+	if code, body := a.do("GET", "/periodic/shop", tok, ""); code != 200 || fmt.Sprint(body["schedules"]) != "[]" {
 		t.Fatalf("list after refused PUTs: %d %v; want none", code, body)
 	}
 	if recs := testutil.ReadCommitted(t, a.conn, 10*time.Second, periodic.Topic); len(recs) != 0 {
@@ -95,8 +95,7 @@ func TestPeriodicAPIValidation(t *testing.T) {
 // removes its schedules, stored as <ns>.<name>; it neither sees nor
 // touches another namespace's (403 on its paths) nor a schedule of its
 // prefix whose queue is outside it; a read-only token reads only, an
-// operator's token (*) uses any namespace, no token is 401; and the
-// segment periodic still publishes to a queue named periodic.
+// operator's token (*) uses any namespace, and no token is 401.
 func TestPeriodicAPI(t *testing.T) {
 	a := start(t, serve.Scheduler(false))
 	for _, q := range []string{"shop.pings", "shop.reports", "other.pings", "billing.invoices"} {
@@ -105,12 +104,12 @@ func TestPeriodicAPI(t *testing.T) {
 	tok, ro, other := a.token("shop", false), a.token("shop", true), a.token("other", false)
 	ops := a.token("*", false)
 
-	code, body := a.do("PUT", "/api/shop/periodic/beat?queue=pings&every=30&max_attempts=3&timeout=90", tok, `{"kind":"ping"}`)
+	code, body := a.do("PUT", "/periodic/shop/beat?queue=pings&every=30&max_attempts=3&timeout=90", tok, `{"kind":"ping"}`)
 	if code != 201 || body["name"] != "beat" || body["queue"] != "pings" || body["every"] != "30s" || body["payload"] != `{"kind":"ping"}` ||
 		body["max_attempts"] != 3.0 || body["timeout"] != "1m30s" || body["missed"] != "catch-up" || body["next"] == nil || body["since"] == nil {
 		t.Fatalf("add: %d %v", code, body)
 	}
-	code, _, page := a.page("PUT", "/api/shop/periodic/morning?token="+tok, "", url.Values{"queue": {"reports"}, "cron": {"0 9 * * 1-5"},
+	code, _, page := a.page("PUT", "/periodic/shop/morning?token="+tok, "", url.Values{"queue": {"reports"}, "cron": {"0 9 * * 1-5"},
 		"tz": {"Europe/Paris"}, "missed": {"skip"}, "payload": {"sales"}})
 	var morning map[string]any
 	if err := json.Unmarshal([]byte(page), &morning); code != 201 || err != nil || morning["cron"] != "0 9 * * 1-5" || morning["tz"] != "Europe/Paris" ||
@@ -121,7 +120,7 @@ func TestPeriodicAPI(t *testing.T) {
 	if paris, _ := time.LoadLocation("Europe/Paris"); err != nil || next.In(paris).Hour() != 9 || next.In(paris).Weekday() == time.Sunday {
 		t.Fatalf("morning's next tick %v (%v): want 09:00 Paris on a weekday", morning["next"], err)
 	}
-	if code, body = a.do("PUT", "/api/other/periodic/beat?queue=pings&every=60", other, ""); code != 201 {
+	if code, body = a.do("PUT", "/periodic/other/beat?queue=pings&every=60", other, ""); code != 201 {
 		t.Fatalf("another namespace's schedule of the same name: %d %v", code, body)
 	}
 
@@ -135,27 +134,27 @@ func TestPeriodicAPI(t *testing.T) {
 		t.Fatalf("the store's shop.beat: %v %+v", ok, e)
 	}
 
-	code, body = a.do("GET", "/api/shop/periodic", tok, "")
+	code, body = a.do("GET", "/periodic/shop", tok, "")
 	if list, _ := body["schedules"].([]any); code != 200 || body["namespace"] != "shop" || len(list) != 2 ||
 		list[0].(map[string]any)["name"] != "beat" || list[1].(map[string]any)["name"] != "morning" {
 		t.Fatalf("list: %d %v", code, body)
 	}
-	if code, body = a.do("GET", "/api/shop/periodic/beat", ro, ""); code != 200 || body["queue"] != "pings" || body["every"] != "30s" {
+	if code, body = a.do("GET", "/periodic/shop/beat", ro, ""); code != 200 || body["queue"] != "pings" || body["every"] != "30s" {
 		t.Fatalf("get with a read-only token: %d %v", code, body)
 	}
-	if code, body = a.do("GET", "/api/shop/periodic/nope", tok, ""); code != 404 || body["field"] != "name" {
+	if code, body = a.do("GET", "/periodic/shop/nope", tok, ""); code != 404 || body["field"] != "name" {
 		t.Fatalf("get of an unknown schedule: %d %v", code, body)
 	}
 
 	// Replace: 200, with the new values.
-	code, body = a.do("PUT", "/api/shop/periodic/beat?queue=reports&every=1m&missed=skip", tok, "")
+	code, body = a.do("PUT", "/periodic/shop/beat?queue=reports&every=1m&missed=skip", tok, "")
 	if code != 200 || body["queue"] != "reports" || body["every"] != "1m0s" || body["missed"] != "skip" || body["payload"] != nil || body["max_attempts"] != nil {
 		t.Fatalf("replace: %d %v", code, body)
 	}
 
 	// Tokens and namespaces.
-	for _, r := range [][2]string{{"GET", "/api/shop/periodic"}, {"GET", "/api/shop/periodic/beat"},
-		{"PUT", "/api/shop/periodic/beat?queue=pings&every=60"}, {"DELETE", "/api/shop/periodic/beat"}} {
+	for _, r := range [][2]string{{"GET", "/periodic/shop"}, {"GET", "/periodic/shop/beat"},
+		{"PUT", "/periodic/shop/beat?queue=pings&every=60"}, {"DELETE", "/periodic/shop/beat"}} {
 		if code, body := a.do(r[0], r[1], "", ""); code != 401 {
 			t.Errorf("%s %s without a token: %d %v", r[0], r[1], code, body)
 		}
@@ -166,14 +165,14 @@ func TestPeriodicAPI(t *testing.T) {
 			t.Errorf("%s %s with a read-only token: %d %v", r[0], r[1], code, body)
 		}
 	}
-	code, body = a.do("GET", "/api/other/periodic", other, "")
+	code, body = a.do("GET", "/periodic/other", other, "")
 	if list, _ := body["schedules"].([]any); code != 200 || len(list) != 1 || list[0].(map[string]any)["queue"] != "pings" {
 		t.Fatalf("the other namespace's list: %d %v", code, body)
 	}
-	if code, body = a.do("GET", "/api/shop/periodic/beat", ops, ""); code != 200 || body["queue"] != "reports" {
+	if code, body = a.do("GET", "/periodic/shop/beat", ops, ""); code != 200 || body["queue"] != "reports" {
 		t.Fatalf("an operator's token on namespace shop: %d %v", code, body)
 	}
-	if code, body = a.do("GET", "/api/%2A/periodic", ops, ""); code != 400 || body["field"] != "namespace" {
+	if code, body = a.do("GET", "/periodic/%2A", ops, ""); code != 400 || body["field"] != "namespace" {
 		t.Fatalf("namespace * in a path: %d %v", code, body)
 	}
 
@@ -182,13 +181,13 @@ func TestPeriodicAPI(t *testing.T) {
 	if _, err := st.Add(context.Background(), periodic.Schedule{Name: "shop.legacy", Queue: "billing.invoices", Every: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
-	if code, body = a.do("GET", "/api/shop/periodic/legacy", ops, ""); code != 404 {
+	if code, body = a.do("GET", "/periodic/shop/legacy", ops, ""); code != 404 {
 		t.Fatalf("get of a schedule whose queue is outside the namespace: %d %v", code, body)
 	}
-	if code, body = a.do("PUT", "/api/shop/periodic/legacy?queue=pings&every=60", tok, ""); code != 409 || body["field"] != "name" {
+	if code, body = a.do("PUT", "/periodic/shop/legacy?queue=pings&every=60", tok, ""); code != 409 || body["field"] != "name" {
 		t.Fatalf("put over a schedule whose queue is outside the namespace: %d %v", code, body)
 	}
-	if code, body = a.do("DELETE", "/api/shop/periodic/legacy", tok, ""); code != 404 {
+	if code, body = a.do("DELETE", "/periodic/shop/legacy", tok, ""); code != 404 {
 		t.Fatalf("delete of a schedule whose queue is outside the namespace: %d %v", code, body)
 	}
 	if e, ok := st.Get("shop.legacy", time.Now()); !ok || e.Queue != "billing.invoices" {
@@ -196,13 +195,13 @@ func TestPeriodicAPI(t *testing.T) {
 	}
 
 	// Remove.
-	if code, body = a.do("DELETE", "/api/shop/periodic/beat", tok, ""); code != 204 || body != nil {
+	if code, body = a.do("DELETE", "/periodic/shop/beat", tok, ""); code != 204 || body != nil {
 		t.Fatalf("delete: %d %v", code, body)
 	}
-	if code, _ = a.do("DELETE", "/api/shop/periodic/beat", tok, ""); code != 404 {
+	if code, _ = a.do("DELETE", "/periodic/shop/beat", tok, ""); code != 404 {
 		t.Fatalf("delete again: %d", code)
 	}
-	if code, _ = a.do("GET", "/api/shop/periodic/beat", tok, ""); code != 404 {
+	if code, _ = a.do("GET", "/periodic/shop/beat", tok, ""); code != 404 {
 		t.Fatalf("get after delete: %d", code)
 	}
 	if _, ok := st.Get("shop.beat", time.Now()); ok {
@@ -210,12 +209,6 @@ func TestPeriodicAPI(t *testing.T) {
 	}
 	if _, ok := st.Get("other.beat", time.Now()); !ok {
 		t.Fatal("other.beat is gone with shop.beat")
-	}
-
-	// The schedules' segment takes only their methods: a queue named
-	// periodic is still published to.
-	if code, body = a.do("PUT", "/api/shop/periodic?id=p-1", tok, "x"); code != 201 || body["job_id"] != "p-1" {
-		t.Fatalf("publish to queue periodic: %d %v", code, body)
 	}
 }
 
@@ -227,7 +220,7 @@ func TestPeriodicAPITicks(t *testing.T) {
 	a := start(t, serve.DataDir(t.TempDir()))
 	testutil.CreateTopic(t, a.conn, "shop.pings", 1)
 	tok := a.token("shop", false)
-	if code, body := a.do("PUT", "/api/shop/periodic/beat?queue=pings&every=1s", tok, "ping"); code != 201 {
+	if code, body := a.do("PUT", "/periodic/shop/beat?queue=pings&every=1s", tok, "ping"); code != 201 {
 		t.Fatalf("add: %d %v", code, body)
 	}
 	deadline := time.Now().Add(time.Minute)
@@ -253,7 +246,7 @@ func TestPeriodicAPITicks(t *testing.T) {
 			t.Fatalf("ack %s: %d %v", id, code, body)
 		}
 	}
-	code, body := a.do("GET", "/api/shop/periodic/beat", tok, "")
+	code, body := a.do("GET", "/periodic/shop/beat", tok, "")
 	if code != 200 || body["last"] == nil {
 		t.Fatalf("get after ticks: %d %v; want a last tick", code, body)
 	}

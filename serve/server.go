@@ -29,15 +29,12 @@ import (
 // Server is onceq's HTTP server. Create it with New, serve its Handler
 // and release it with Close.
 type Server struct {
-	cfg    config
-	in     *inspect.Inspector
-	p      *producer.Producer
-	tokens *auth.Store
-	dlq    *dlq.Reader
-	mux    *http.ServeMux
-	// schedMux holds the schedules' routes, which http.ServeMux refuses
-	// beside the queues' (see serveHTTP).
-	schedMux  *http.ServeMux
+	cfg       config
+	in        *inspect.Inspector
+	p         *producer.Producer
+	tokens    *auth.Store
+	dlq       *dlq.Reader
+	mux       *http.ServeMux
 	schedules *periodic.Store
 	m         *metrics
 	gather    prometheus.Gatherer
@@ -56,7 +53,7 @@ func New(ctx context.Context, opts ...Opt) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, mux: http.NewServeMux(), schedMux: http.NewServeMux(), pull: pull{queues: map[string]*puller{}, leases: map[string]*lease{}},
+	s := &Server{cfg: cfg, mux: http.NewServeMux(), pull: pull{queues: map[string]*puller{}, leases: map[string]*lease{}},
 		limiters: map[string]*rate.Limiter{}}
 	if s.m, err = newMetrics(cfg.reg); err != nil {
 		return nil, err
@@ -125,23 +122,7 @@ func (s *Server) Close() error {
 func (s *Server) Tokens() *auth.Store { return s.tokens }
 
 // Handler is the server's HTTP handler.
-func (s *Server) Handler() http.Handler { return http.HandlerFunc(s.serveHTTP) }
-
-// serveHTTP serves a request of the schedules' routes from schedMux, and
-// any other from mux. GET /api/{ns}/periodic/{name} and GET
-// /api/{ns}/{queue}/size both match /api/shop/periodic/size, and neither
-// is more specific, so one http.ServeMux panics on holding both: the
-// schedules' routes live in a mux of their own, tried first. Under
-// /api/{ns}/, the segment periodic thus names the schedules for the
-// methods of their routes (GET, PUT, DELETE), and a queue named periodic
-// is reached over HTTP only by its other routes.
-func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
-	if _, pattern := s.schedMux.Handler(r); pattern != "" {
-		s.schedMux.ServeHTTP(w, r)
-		return
-	}
-	s.mux.ServeHTTP(w, r)
-}
+func (s *Server) Handler() http.Handler { return s.mux }
 
 // access is what a route needs of a token.
 type access int
@@ -212,14 +193,10 @@ func (s *Server) routes() {
 
 // handle registers a route behind the token check (the namespace's, for
 // a path under /api/{ns}), the check of its query parameters, and the
-// metrics: a schedules' route in schedMux, any other in mux.
+// metrics.
 func (s *Server) handle(rt route) {
-	inNS := strings.HasPrefix(rt.path, "/api/{ns}")
-	mux := s.mux
-	if strings.HasPrefix(rt.path, schedulesPath) {
-		mux = s.schedMux
-	}
-	mux.HandleFunc(rt.method+" "+rt.path, func(w http.ResponseWriter, r *http.Request) {
+	inNS := strings.HasPrefix(rt.path, "/api/{ns}") || strings.HasPrefix(rt.path, schedulesPath)
+	s.mux.HandleFunc(rt.method+" "+rt.path, func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		sw := &statusWriter{ResponseWriter: w, status: http.StatusOK}
 		if _, err := s.authorize(r, rt.need, inNS); err != nil {
