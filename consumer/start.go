@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"path/filepath"
 
+	"github.com/cockroachdb/pebble/v2/vfs"
+
 	"github.com/onceq/onceq/broker"
 	"github.com/onceq/onceq/checkpoint"
 	"github.com/onceq/onceq/internal/control"
@@ -94,12 +96,14 @@ func (w *Worker) start(ctx context.Context) error {
 }
 
 // loadInstanceID returns the configured instance ID, or the one kept in the
-// checkpoint dir, creating it on first start.
+// checkpoint dir, creating it on first start. A checkpoint in memory keeps
+// none: nothing of it outlives the process, and the dir names no place on
+// disk (the file would land under the working directory).
 func (w *Worker) loadInstanceID() (string, error) {
 	if w.cfg.instanceID != "" {
 		return w.cfg.instanceID, nil
 	}
-	if w.cfg.checkpointDir == "" {
+	if _, mem := w.cfg.checkpointFS.(*vfs.MemFS); w.cfg.checkpointDir == "" || mem {
 		return instance.New("onceq-"), nil
 	}
 	id, err := instance.Load(w.cfg.checkpointDir, "instance-id", "w-")

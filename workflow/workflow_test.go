@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -407,5 +408,38 @@ func TestStepTooLarge(t *testing.T) {
 	rec, err := e.in.Wait(ctx, "alerts", "alert-big")
 	if err != nil || rec.State != onceq.StateSucceeded {
 		t.Fatalf("the OnError callback: %+v %v", rec, err)
+	}
+}
+
+// TestServiceWithoutDirWritesNothing: a service without a Dir keeps its
+// checkpoint in memory and writes no file, not even under the working
+// directory (onceq serve without --data-dir runs one so).
+func TestServiceWithoutDirWritesNothing(t *testing.T) {
+	cwd := t.TempDir()
+	t.Chdir(cwd)
+	e := startEnv(t, appender(&sync.Map{}), 1, []string{"q"})
+	ctx, cancel := context.WithCancel(context.Background())
+	svc, err := workflow.NewService(workflow.Conn(e.conn), workflow.Planner(testLadder))
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- svc.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("service without a dir: %v", err)
+		}
+		if files, err := os.ReadDir(cwd); err != nil || len(files) > 0 {
+			t.Errorf("the working directory holds %v (%v), want nothing", files, err)
+		}
+	}()
+	for deadline := time.Now().Add(30 * time.Second); svc.Ready() != nil; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the service without a dir is not ready: %v", svc.Ready())
+		}
+	}
+	if st := e.wait(t, e.submit(t, "", task("q", "a"))); st.State != workflow.StateSucceeded {
+		t.Fatalf("workflow: %+v", st)
 	}
 }
