@@ -81,8 +81,9 @@ func (w *Worker) retryInPlace(it *item, quit <-chan struct{}, fn func() (*result
 func (w *Worker) attempt(sl *slot, it *item) (*result, error) {
 	r := it.rec
 	task, err := onceq.FromRecord(r)
+	var cont flow.Cont
 	if err == nil && len(task.Workflow) > 0 {
-		_, err = flow.Decode(task.Workflow) // so that its end can continue it
+		cont, err = flow.Decode(task.Workflow) // so that its end can continue it
 	}
 	if err != nil {
 		w.cfg.log.Warn("malformed task: dead-lettered", "topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "err", err)
@@ -103,6 +104,13 @@ func (w *Worker) attempt(sl *slot, it *item) (*result, error) {
 	}
 	if w.control.Canceled(r.Topic, task.ID) {
 		return w.cancel(&task, key, r.Topic, "")
+	}
+	// A step of a canceled workflow ends canceled instead of starting,
+	// whenever it comes: the workflow's cancel stays in the control topic.
+	// The workflow service's own records (join reports) go on, so that
+	// what they continue is canceled in its turn.
+	if cont.W != "" && r.Topic != onceq.WorkflowQueue && w.control.Canceled(onceq.WorkflowQueue, cont.W) {
+		return w.cancel(&task, key, r.Topic, "workflow "+cont.W+" canceled")
 	}
 	if task.Cancel != "" {
 		return w.cancel(&task, key, r.Topic, task.Cancel)

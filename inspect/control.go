@@ -27,10 +27,24 @@ func (in *Inspector) Cancel(ctx context.Context, queue, id string) (onceq.TaskRe
 	case err != nil && !errors.Is(err, ErrNotFound) && !errors.Is(err, ErrNoQueue):
 		return r, err
 	}
+	return r, in.writeCancel(ctx, queue, id)
+}
+
+// CancelWorkflow writes the cancel of workflow id, whatever its state:
+// workers end its start task canceled if it has not started, and each of
+// its steps canceled instead of starting it, whenever the step comes. The
+// cancel stays in the control topic for the steps yet to come. Package
+// workflow's Cancel, which first checks that the workflow is not done, is
+// the one to call.
+func (in *Inspector) CancelWorkflow(ctx context.Context, id string) error {
+	return in.writeCancel(ctx, onceq.WorkflowQueue, id)
+}
+
+func (in *Inspector) writeCancel(ctx context.Context, queue, id string) error {
 	if err := control.Write(ctx, in.cfg.conn, control.Entry{Queue: queue, ID: id, At: time.Now()}); err != nil {
-		return r, fmt.Errorf("inspect: canceling task %s of %s: %w", id, queue, err)
+		return fmt.Errorf("inspect: canceling task %s of %s: %w", id, queue, err)
 	}
-	return r, nil
+	return nil
 }
 
 // Pause stops a queue: workers stop fetching it within a second, and start

@@ -126,6 +126,22 @@ func shapeStatus(ctx context.Context, in *inspect.Inspector, id string, b []byte
 	return &root, nil
 }
 
+// Cancel cancels workflow id and returns its status as of before the
+// cancel. Workers read the cancel milliseconds after it is written; from
+// then on no step of the workflow starts. One that has not started never
+// does. In a running one, the steps running finish, and every other step,
+// callbacks included, ends canceled when it comes to a worker, so the
+// workflow ends failed at the first of them (a delayed step ends when it
+// comes due). A workflow already done is left as it is: its status says
+// so.
+func Cancel(ctx context.Context, in *inspect.Inspector, id string) (Status, error) {
+	st, err := Get(ctx, in, id)
+	if err != nil || st.State.Final() {
+		return st, err
+	}
+	return st, in.CancelWorkflow(ctx, id)
+}
+
 // Wait returns the workflow's status once it succeeded or failed, waking
 // on the task records of its steps as they finish.
 func Wait(ctx context.Context, in *inspect.Inspector, id string) (Status, error) {

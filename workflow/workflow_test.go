@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"strings"
 	"sync"
@@ -16,6 +17,7 @@ import (
 	"github.com/onceq/onceq/consumer"
 	"github.com/onceq/onceq/delay"
 	"github.com/onceq/onceq/inspect"
+	"github.com/onceq/onceq/internal/control"
 	"github.com/onceq/onceq/internal/testutil"
 	"github.com/onceq/onceq/producer"
 	"github.com/onceq/onceq/workflow"
@@ -441,5 +443,84 @@ func TestServiceWithoutDirWritesNothing(t *testing.T) {
 	}
 	if st := e.wait(t, e.submit(t, "", task("q", "a"))); st.State != workflow.StateSucceeded {
 		t.Fatalf("workflow: %+v", st)
+	}
+}
+
+// TestCancelRunning: canceling a running workflow lets the step that runs
+// finish, and ends every other step canceled without running it: the
+// chord's members (and so its callback), the chain's last step and the
+// OnError callback. The workflow ends failed at the first canceled step.
+// A done workflow is left as it is.
+func TestCancelRunning(t *testing.T) {
+	started, release := make(chan struct{}), make(chan struct{})
+	var ran sync.Map // payload -> true
+	inner := appender(&sync.Map{})
+	e := run(t, consumer.HandlerFunc(func(ctx context.Context, tk *consumer.Task) error {
+		ran.Store(string(tk.Payload), true)
+		if string(tk.Payload) == "hold" {
+			close(started)
+			<-release
+		}
+		return inner.Handle(ctx, tk)
+	}), "steps")
+	id := e.submit(t, "", workflow.Chain(task("steps", "hold"),
+		workflow.Chord(workflow.Group(task("steps", "m1"), task("steps", "m2")), task("steps", "cb")),
+		task("steps", "last")).OnError(task("steps", "oops")))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	select {
+	case <-started:
+	case <-ctx.Done():
+		t.Fatal("the first step never started")
+	}
+	var once sync.Once
+	free := func() { once.Do(func() { close(release) }) }
+	defer free() // a failure below must not leave the handler blocked
+	// The inspector's view may not have the start task's commit yet: the
+	// status before the cancel is pending or running.
+	st, err := workflow.Cancel(ctx, e.in, id)
+	if err != nil || st.State.Final() {
+		t.Fatalf("Cancel of the running workflow: %s, %v", st.State, err)
+	}
+	// The worker reads the cancel from the control topic as this reader
+	// does, milliseconds after it is written, and before the step ends.
+	cr, err := control.Open(ctx, e.conn, slog.New(slog.DiscardHandler), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cr.Close()
+	for !cr.Canceled(onceq.WorkflowQueue, id) {
+		if ctx.Err() != nil {
+			t.Fatal("the cancel never reached the control topic")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	time.Sleep(200 * time.Millisecond)
+	free()
+
+	st = e.wait(t, id)
+	if st.State != workflow.StateFailed || !strings.Contains(st.Reason, "workflow "+id+" canceled") {
+		t.Fatalf("got %s %q, want failed, with the cancel", st.State, st.Reason)
+	}
+	for _, p := range []string{"m1", "m2", "cb", "last", "oops"} {
+		if _, ok := ran.Load(p); ok {
+			t.Errorf("step %s ran after the cancel", p)
+		}
+	}
+	if _, ok := ran.Load("hold"); !ok {
+		t.Error("the running step did not finish")
+	}
+	chord := st.Root.Steps[1]
+	for _, m := range chord.Steps {
+		if m.Record == nil || m.Record.State != onceq.StateCanceled || !strings.Contains(m.Record.Error, "canceled") {
+			t.Errorf("chord member %s: %+v, want canceled", m.ID, m.Record)
+		}
+	}
+	if st.Root.Steps[0].State != workflow.StateSucceeded {
+		t.Errorf("the first step: %s, want succeeded", st.Root.Steps[0].State)
+	}
+	again, err := workflow.Cancel(ctx, e.in, id)
+	if err != nil || again.State != workflow.StateFailed {
+		t.Fatalf("Cancel of the done workflow: %s, %v", again.State, err)
 	}
 }
