@@ -110,7 +110,7 @@ exit code is 1.`,
 	fl.BoolVar(&f.scheduler, "scheduler", true, "also run the periodic scheduler (submits the ticks of 'onceq periodic' schedules); off when it runs apart (onceq periodic run)")
 	fl.StringVar(&f.buckets, "buckets", delay.FormatLadder(delay.DefaultBuckets), "the delay bucket ladder, the same for every producer, worker and delay service")
 	fl.StringVar(&f.groupProtocol, "group-protocol", consumer.DefaultGroupProtocol, "classic (cooperative-sticky, static membership) or consumer (KIP-848, Kafka 4.0+)")
-	fl.StringVar(&f.memoryLimit, "memory-limit", "256MiB", "soft limit of the process's memory (Go's GOMEMLIMIT, which wins when set): the garbage collector works harder near it; 0 for none")
+	fl.StringVar(&f.memoryLimit, "memory-limit", "192MiB", "soft limit of the Go heap and runtime (Go's GOMEMLIMIT, which wins when set): the garbage collector works harder near it; the checkpoint's cache (up to 96 MiB) comes on top; 0 for none")
 	fl.StringVar(&f.crashAt, "crash-at", "", "fault injection: POINT:N kills this process (SIGKILL) at commit point POINT (before-kafka, between, after) of its Nth commit")
 	_ = fl.MarkHidden("crash-at")
 	fl.StringVar(&f.faultDisk, "fault-disk", "", "fault injection: OP:N fails the Nth write or sync (OP write or sync) of the checkpoint's write-ahead log, once")

@@ -88,7 +88,7 @@ func faultyDisk(spec string) (vfs.FS, error) {
 	})), nil
 }
 
-// setMemoryLimit applies --memory-limit ("256MiB", "1GiB", "0" for none)
+// setMemoryLimit applies --memory-limit ("192MiB", "1GiB", "0" for none)
 // unless the GOMEMLIMIT environment variable already set one.
 func setMemoryLimit(v string) error {
 	if os.Getenv("GOMEMLIMIT") != "" {
