@@ -9,7 +9,6 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/onceq/onceq"
 	"github.com/onceq/onceq/auth"
 	"github.com/onceq/onceq/inspect"
 	"github.com/onceq/onceq/workflow"
@@ -156,7 +155,7 @@ type workflowView struct {
 	Rows   []stepRow
 	// Cut counts the steps left out of a tree past maxRows.
 	Cut int
-	// Cancelable: the workflow has not started, and may be canceled.
+	// Cancelable: the workflow is not done, and may be canceled.
 	Cancelable bool
 }
 
@@ -182,9 +181,7 @@ func (s *Server) workflowPage(w http.ResponseWriter, r *http.Request, pg *page) 
 		return
 	}
 	pg.Title = "Workflow " + v.ID
-	// Not started: its start task is not done (pending, or waiting for
-	// its dependencies).
-	v.Status, v.Cancelable = &st, st.Start == nil || !st.Start.State.Final()
+	v.Status, v.Cancelable = &st, !st.State.Final()
 	if st.Root != nil {
 		t := stepTree{sees: func(q string) bool { return s.consoleSees(pg.Token, q) }}
 		t.add(st.Root, "", 0)
@@ -226,7 +223,7 @@ func (s *Server) consoleWorkflow(ctx context.Context, tok auth.Token, id string)
 }
 
 // consoleWorkflowCancel: POST /console/workflow/cancel (id): cancels a
-// workflow that has not started, by canceling its start task.
+// workflow that is not done (workflow.Cancel).
 func (s *Server) consoleWorkflowCancel(w http.ResponseWriter, r *http.Request, pg *page) {
 	id := strings.TrimSpace(r.FormValue("id"))
 	_, code, err := s.consoleWorkflow(r.Context(), pg.Token, id)
@@ -243,5 +240,19 @@ func (s *Server) consoleWorkflowCancel(w http.ResponseWriter, r *http.Request, p
 		back(w, r, to, err.Error())
 		return
 	}
-	back(w, r, to, s.cancelTask(r.Context(), onceq.WorkflowQueue, id))
+	back(w, r, to, cancelWorkflow(r.Context(), s.in, id))
+}
+
+// cancelWorkflow cancels workflow id and says what came of it.
+func cancelWorkflow(ctx context.Context, in *inspect.Inspector, id string) string {
+	st, err := workflow.Cancel(ctx, in, id)
+	switch {
+	case err != nil:
+		return err.Error()
+	case st.State.Final():
+		return "already " + string(st.State) + ": nothing to cancel"
+	case st.Root == nil || st.State == workflow.StateWaiting:
+		return "canceled: it will not start"
+	}
+	return "canceled: no step starts from now on; the steps running finish"
 }

@@ -85,7 +85,7 @@ func every(ns string) [][2]string {
 		{"GET", "/api/" + ns + "/q/job/a"}, {"GET", "/api/" + ns + "/q/job/a/wait?timeout=1"}, {"DELETE", "/api/" + ns + "/q/job/a"},
 		{"GET", "/api/" + ns + "/q/size"}, {"GET", "/api/" + ns + "/q/stats"}, {"POST", "/api/" + ns + "/q/pause"}, {"POST", "/api/" + ns + "/q/resume"},
 		{"GET", "/api/" + ns + "/q/deadletter"}, {"GET", "/api/" + ns + "/q/deadletter/size"}, {"PUT", "/api/" + ns + "/q/deadletter"},
-		{"GET", "/api/" + ns + "/q/workflow/a"}, {"GET", "/api/" + ns + "/q/workflow/a/wait?timeout=1"},
+		{"GET", "/api/" + ns + "/q/workflow/a"}, {"GET", "/api/" + ns + "/q/workflow/a/wait?timeout=1"}, {"DELETE", "/api/" + ns + "/q/workflow/a"},
 		{"GET", "/periodic/" + ns}, {"GET", "/periodic/" + ns + "/a"}, {"PUT", "/periodic/" + ns + "/a"}, {"DELETE", "/periodic/" + ns + "/a"},
 	}
 }

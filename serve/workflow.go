@@ -137,6 +137,36 @@ func (s *Server) workflowWait(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, json.RawMessage(mustJSON(st)))
 }
 
+// workflowCancel: DELETE /api/{ns}/{queue}/workflow/{id}: cancels the
+// workflow (workflow.Cancel: no step of it starts from then on) and
+// answers its status as of before the cancel: 202 when the cancel was
+// written, 200 when the workflow was already done and nothing changed.
+func (s *Server) workflowCancel(w http.ResponseWriter, r *http.Request) {
+	st, err := s.workflowOf(r.Context(), r, 0)
+	switch {
+	case err != nil:
+		writeError(w, err)
+		return
+	case st.State.Final():
+		writeJSON(w, http.StatusOK, json.RawMessage(mustJSON(st)))
+		return
+	case st.Root == nil:
+		// Its steps, and so their namespaces, are not known yet.
+		writeError(w, &apiError{status: http.StatusConflict, field: "id", msg: fmt.Sprintf(
+			"workflow %s is pending: the workflow service has not read it yet, so the queues of its steps are not known: retry in a moment", st.ID)})
+		return
+	}
+	if st, err = workflow.Cancel(r.Context(), s.in, st.ID); err != nil {
+		writeError(w, err)
+		return
+	}
+	code := http.StatusAccepted
+	if st.State.Final() { // done meanwhile
+		code = http.StatusOK
+	}
+	writeJSON(w, code, json.RawMessage(mustJSON(st)))
+}
+
 func mustJSON(st workflow.Status) []byte {
 	b, err := json.Marshal(st)
 	if err != nil {

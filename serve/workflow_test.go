@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/onceq/onceq/consumer"
 	"github.com/onceq/onceq/serve"
@@ -89,5 +90,42 @@ func TestWorkflows(t *testing.T) {
 	other := a.token("other", false)
 	if code, body = a.do("GET", "/api/other/orders/workflow/daily", other, ""); code != 403 || !strings.Contains(fmt.Sprint(body["error"]), "outside namespace other") {
 		t.Fatalf("another namespace's workflow: %d %v; want 403", code, body)
+	}
+
+	// Cancel: a workflow waiting for a task never submitted is canceled
+	// (202), and ends failed without running; a done one is left (200);
+	// another namespace's token and a read-only one are refused.
+	code, body = a.do("POST", "/api/shop/orders/bulk", tok, `[{"id":"ship-8","depends_on":["pay-8"]}]`)
+	if code != 201 {
+		t.Fatalf("bulk: %d %v", code, body)
+	}
+	for {
+		code, body = a.do("GET", "/api/shop/orders/workflow/shop.orders%2Fship-8", tok, "")
+		if code == 200 && body["state"] == "waiting" {
+			break
+		}
+		if code != 200 || body["state"] != "pending" {
+			t.Fatalf("the waiting workflow: %d %v", code, body)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if code, body = a.do("DELETE", "/api/other/orders/workflow/shop.orders%2Fship-8", other, ""); code != 403 {
+		t.Fatalf("cancel of another namespace's workflow: %d %v; want 403", code, body)
+	}
+	if code, body = a.do("DELETE", "/api/shop/orders/workflow/shop.orders%2Fship-8", a.token("shop", true), ""); code != 403 {
+		t.Fatalf("cancel with a read-only token: %d %v; want 403", code, body)
+	}
+	if code, body = a.do("DELETE", "/api/shop/orders/workflow/shop.orders%2Fship-8", tok, ""); code != 202 || body["state"] != "waiting" {
+		t.Fatalf("cancel of the waiting workflow: %d %v; want 202 and its status before", code, body)
+	}
+	code, body = a.do("GET", "/api/shop/orders/workflow/shop.orders%2Fship-8/wait?timeout=60", tok, "")
+	if start, _ := body["start"].(map[string]any); code != 200 || body["state"] != "failed" || start["state"] != "canceled" {
+		t.Fatalf("the canceled workflow: %d %v", code, body)
+	}
+	if code, body = a.do("DELETE", "/api/shop/orders/workflow/daily", tok, ""); code != 200 || body["state"] != "succeeded" {
+		t.Fatalf("cancel of a done workflow: %d %v; want 200, left as it is", code, body)
+	}
+	if code, body = a.do("DELETE", "/api/shop/orders/workflow/never", tok, ""); code != 404 {
+		t.Fatalf("cancel of a workflow never submitted: %d %v; want 404", code, body)
 	}
 }

@@ -50,7 +50,9 @@
 // succeeded, failed), which step failed and why, its output and every
 // step's task record, from a view of the task records (package inspect):
 // the workers of a workflow's queues must keep task records (the
-// default). WriteStatus and WriteJSON print a status.
+// default). WriteStatus and WriteJSON print a status. Cancel stops a
+// workflow that is not done: its cancel stays in the control topic, and a
+// worker ends each of its steps canceled instead of starting it.
 //
 // JSON lines (ParseLine) give the same to onceq produce --file and to the
 // HTTP API's bulk publish, for any language:

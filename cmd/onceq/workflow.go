@@ -22,10 +22,10 @@ func newWorkflowCmd(g *globals) *cobra.Command {
 onceq produce --file or the HTTP API's bulk publish) is a task of the queue
 ` + onceq.WorkflowQueue + `, whose ID the submission's receipt prints. These commands
 read its record and its steps' task records, as onceq task does; onceq task get
-` + onceq.WorkflowQueue + ` ID shows the same.`,
+` + onceq.WorkflowQueue + ` ID shows the same. workflow cancel stops one.`,
 	}
 	cmd.PersistentFlags().DurationVar(&timeout, "timeout", time.Minute, "give up after this long (workflow wait: the longest wait)")
-	cmd.AddCommand(newWorkflowGetCmd(g, &timeout), newWorkflowWaitCmd(g, &timeout))
+	cmd.AddCommand(newWorkflowGetCmd(g, &timeout), newWorkflowWaitCmd(g, &timeout), newWorkflowCancelCmd(g, &timeout))
 	return cmd
 }
 
@@ -101,4 +101,39 @@ Exit 0 when it succeeded, 1 when it failed or --timeout passed first.`,
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the status as JSON")
 	return cmd
+}
+
+func newWorkflowCancelCmd(g *globals, timeout *time.Duration) *cobra.Command {
+	return &cobra.Command{
+		Use:   "cancel ID",
+		Short: "Cancel a workflow: no step of it starts from then on",
+		Long: `Cancel a workflow that is not done. Workers read the cancel milliseconds after
+it is written; from then on no step of the workflow starts. One that has not
+started never does. In a running one the steps running finish, and every other
+step, callbacks included, ends canceled when it comes to a worker, so the
+workflow ends failed at the first of them (a delayed step ends when it comes
+due). A workflow already done is left as it is. workflow wait ID waits for the
+end.`,
+		Args: exactArgs(1, "a workflow ID"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			id := args[0]
+			if err := workflowID(id); err != nil {
+				return err
+			}
+			return withInspectorOf(cmd, g, *timeout, func(ctx context.Context, in *inspect.Inspector) error {
+				st, err := workflow.Cancel(ctx, in, id)
+				switch {
+				case err != nil:
+					return err
+				case st.State.Final():
+					fmt.Fprintf(g.stdout, "workflow %s already %s: nothing to cancel\n", id, st.State)
+				case st.Root == nil || st.State == workflow.StateWaiting:
+					fmt.Fprintf(g.stdout, "workflow %s canceled: it will not start\n", id)
+				default:
+					fmt.Fprintf(g.stdout, "workflow %s canceled: no step starts from now on; the steps running finish\n", id)
+				}
+				return nil
+			})
+		},
+	}
 }

@@ -17,6 +17,8 @@ func TestWorkflowUsageErrorsExit2(t *testing.T) {
 		{"", []string{"workflow", "get"}, "want a workflow ID"},
 		{"", []string{"workflow", "get", "a#b"}, "'#' is reserved"},
 		{"", []string{"workflow", "wait", "w", "--timeout", "0s"}, "--timeout 0s"},
+		{"", []string{"workflow", "cancel"}, "want a workflow ID"},
+		{"", []string{"workflow", "cancel", "a#b"}, "'#' is reserved"},
 		{`{"chain":[]}` + "\n", []string{"produce", "--queue", "jobs", "--file", "-"}, "line 1: invalid workflow line: chain: an empty list"},
 		{`{"queue":"jobs","payload":"a"}` + "\n" + `{"chord":{"group":[{"payload":"a"}],"callback":{"delay":"x"}}}` + "\n",
 			[]string{"produce", "--queue", "jobs", "--file", "-", "--tx"}, "line 2: invalid workflow line: onceq: chord.callback.delay"},
@@ -76,5 +78,34 @@ func TestWorkflowCommands(t *testing.T) {
 	code, _, stderr = runCLI(t, "", "--brokers", addr, "workflow", "get", "never-submitted")
 	if code != exitFailure || !strings.Contains(stderr, "no record of the task") {
 		t.Fatalf("workflow get of an unknown ID: exit %d: %s", code, stderr)
+	}
+
+	// Cancel: a workflow waiting for a task never submitted ends failed,
+	// canceled, without running; a done one is left as it is.
+	if code, _, stderr = runCLI(t, `{"id":"ship","payload":"z","depends_on":["pay"]}`+"\n", "--brokers", addr, "produce", "--queue", "jobs", "--file", "-"); code != 0 {
+		t.Fatalf("produce: exit %d: %s", code, stderr)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		_, out, _ = runCLI(t, "", "--brokers", addr, "workflow", "get", "jobs/ship")
+		if strings.Contains(out, "state     waiting") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("jobs/ship never waited:\n%s", out)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	code, out, stderr = runCLI(t, "", "--brokers", addr, "workflow", "cancel", "jobs/ship")
+	if code != 0 || out != "workflow jobs/ship canceled: it will not start\n" {
+		t.Fatalf("workflow cancel jobs/ship: exit %d\n%s%s", code, out, stderr)
+	}
+	code, out, _ = runCLI(t, "", "--brokers", addr, "workflow", "wait", "jobs/ship", "--timeout", "60s")
+	if code != exitFailure || !strings.Contains(out, "state     failed") || !strings.Contains(out, "canceled") {
+		t.Fatalf("workflow wait of the canceled jobs/ship: exit %d\n%s", code, out)
+	}
+	code, out, stderr = runCLI(t, "", "--brokers", addr, "workflow", "cancel", "wf-chord")
+	if code != 0 || out != "workflow wf-chord already succeeded: nothing to cancel\n" {
+		t.Fatalf("workflow cancel of the done wf-chord: exit %d\n%s%s", code, out, stderr)
 	}
 }
