@@ -126,7 +126,16 @@ func stamped(payload []byte) (time.Time, bool) {
 // generated, as the producer marks its own. One submitted twice carries
 // an ID the client chose, an idempotency key.
 func (l *load) task(i int32, queue string, now time.Time) onceq.Task {
-	return onceq.Task{ID: l.id(i), GeneratedID: l.want[i] == 1, Queue: queue, Payload: l.payload(now)}
+	var t onceq.Task
+	l.fill(&t, i, queue, now)
+	return t
+}
+
+// fill sets *t to the task of index i, as task returns it: submitAll
+// builds a batch's tasks in place, as a caller of SubmitMany would,
+// rather than copying each into the batch.
+func (l *load) fill(t *onceq.Task, i int32, queue string, now time.Time) {
+	*t = onceq.Task{ID: l.id(i), GeneratedID: l.want[i] == 1, Queue: queue, Payload: l.payload(now)}
 }
 
 // pacer spaces submissions at rate per second; rate 0 does not wait.
@@ -205,13 +214,12 @@ func (l *load) submitAll(ctx context.Context, p *producer.Producer, order []int3
 				return err
 			}
 			now := time.Now()
-			batch = batch[:0]
-			for _, i := range part {
-				t := l.task(i, queue, now)
+			batch = batch[:len(part)] // part is at most submitBatch, the capacity
+			for j, i := range part {
+				l.fill(&batch[j], i, queue, now)
 				if edit != nil {
-					edit(&t)
+					edit(&batch[j])
 				}
-				batch = append(batch, t)
 			}
 			p.SubmitMany(ctx, batch, func(j int, _ producer.Receipt, err error) {
 				if err != nil {

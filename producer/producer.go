@@ -278,8 +278,7 @@ func (p *Producer) prepare(ctx context.Context, t *onceq.Task, clk *clockReads) 
 	if err != nil {
 		return nil, err
 	}
-	s := submissions.Get().(*submission)
-	s.q = q
+	s := &submission{q: q}
 	t.EncodeRecord(&s.rec, dest.name, s.headers[:0], s.values[:0])
 	s.rec.Timestamp = stamp // saves the client a clock read
 	return s, nil

@@ -2,7 +2,6 @@ package producer
 
 import (
 	"context"
-	"sync"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -45,22 +44,6 @@ type submission struct {
 
 var _ context.Context = (*submission)(nil)
 
-// submissions recycles the submissions of SubmitAsync and SubmitMany: a
-// submission goes back once its callback has returned, when franz-go no
-// longer reads its record. At a million tasks a second, allocating them
-// was a third of the submitting goroutine's time and most of the garbage
-// the producer made; a recycled one costs the clearing on the promise
-// goroutine and a pool lookup.
-var submissions = sync.Pool{New: func() any { return new(submission) }}
-
-// recycle clears s, dropping its references to the caller's payload and
-// callback, and returns it to the pool. Only the promise calls it, after
-// the task's callback: nothing reads s afterwards.
-func recycle(s *submission) {
-	*s = submission{}
-	submissions.Put(s)
-}
-
 // Deadline, Done, Err and Value make a submission a context that is never
 // canceled and carries no values, as context.Background.
 func (*submission) Deadline() (time.Time, bool) { return time.Time{}, false }
@@ -100,7 +83,6 @@ func (p *Producer) promised(r *kgo.Record, err error) {
 	} else {
 		s.fn(rc, err)
 	}
-	recycle(s)
 }
 
 // acked settles a submission: it frees its admission slot, counts it and
