@@ -79,20 +79,30 @@ func (s *Server) listSchedules(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]any{"namespace": ns, "schedules": out})
 }
 
-// getSchedule: GET /periodic/{ns}/{name}: one schedule, with its next
-// tick.
-func (s *Server) getSchedule(w http.ResponseWriter, r *http.Request) {
+// scheduleOfPath returns the schedule a route's path names, as its
+// namespace shows it, and its name in the store; an error for a bad name
+// or a schedule the namespace does not hold.
+func (s *Server) scheduleOfPath(r *http.Request) (periodic.Entry, string, error) {
 	name, err := scheduleName(r)
 	if err != nil {
-		writeError(w, err)
-		return
+		return periodic.Entry{}, "", err
 	}
 	e, ok := s.schedules.Get(name, time.Now())
 	if ok {
 		e, ok = inNamespace(e, r.PathValue("ns"))
 	}
 	if !ok {
-		writeError(w, noSchedule(r))
+		return periodic.Entry{}, "", noSchedule(r)
+	}
+	return e, name, nil
+}
+
+// getSchedule: GET /periodic/{ns}/{name}: one schedule, with its next
+// tick.
+func (s *Server) getSchedule(w http.ResponseWriter, r *http.Request) {
+	e, _, err := s.scheduleOfPath(r)
+	if err != nil {
+		writeError(w, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, e)
@@ -252,17 +262,9 @@ func scheduleError(err error, ns, topic string) error {
 // deleteSchedule: DELETE /periodic/{ns}/{name}: 204 once the store
 // applied it; its ticks already submitted still run.
 func (s *Server) deleteSchedule(w http.ResponseWriter, r *http.Request) {
-	name, err := scheduleName(r)
+	_, name, err := s.scheduleOfPath(r)
 	if err != nil {
 		writeError(w, err)
-		return
-	}
-	e, ok := s.schedules.Get(name, time.Now())
-	if ok {
-		_, ok = inNamespace(e, r.PathValue("ns"))
-	}
-	if !ok {
-		writeError(w, noSchedule(r))
 		return
 	}
 	if err := s.schedules.Remove(r.Context(), name); errors.Is(err, periodic.ErrNotFound) {
