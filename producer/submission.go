@@ -80,9 +80,9 @@ func (p *Producer) promised(r *kgo.Record, err error) {
 	rc, err := p.acked(s, err)
 	if s.many != nil {
 		s.many(int(s.index), rc, err)
-	} else {
-		s.fn(rc, err)
+		return
 	}
+	s.fn(rc, err)
 }
 
 // acked settles a submission: it frees its admission slot, counts it and
