@@ -109,17 +109,38 @@ func describeTopic(ctx context.Context, c Conn, topic string) (TopicInfo, error)
 // open without writing their markers, so no record at the last stable
 // offset minus one ever reaches a read_committed reader.
 func ReadPartitions(ctx context.Context, c Conn, topic string, from map[int32]int64, fn func(*kgo.Record) (done bool, err error), opts ...kgo.Opt) error {
-	if len(from) == 0 {
+	return ReadTopics(ctx, c, map[string]map[int32]int64{topic: from}, fn, opts...)
+}
+
+// ReadTopics is ReadPartitions over partitions of several topics at once,
+// with one consumer: from maps each topic to its partitions' offsets.
+func ReadTopics(ctx context.Context, c Conn, from map[string]map[int32]int64, fn func(*kgo.Record) (done bool, err error), opts ...kgo.Opt) error {
+	type tp struct {
+		topic string
+		p     int32
+	}
+	starts := make(map[string]map[int32]kgo.Offset, len(from))
+	pending := map[tp]bool{}
+	for t, parts := range from {
+		for p, o := range parts {
+			if starts[t] == nil {
+				starts[t] = make(map[int32]kgo.Offset, len(parts))
+			}
+			starts[t][p] = kgo.NewOffset().At(o)
+			pending[tp{t, p}] = true
+		}
+	}
+	if len(pending) == 0 {
 		return nil
 	}
-	starts := make(map[int32]kgo.Offset, len(from))
-	pending := make(map[int32]bool, len(from))
-	for p, o := range from {
-		starts[p] = kgo.NewOffset().At(o)
-		pending[p] = true
+	what := fmt.Sprintf("%d topics", len(starts))
+	if len(starts) == 1 {
+		for t := range starts {
+			what = t
+		}
 	}
 	cl, err := c.NewClient(append([]kgo.Opt{
-		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: starts}),
+		kgo.ConsumePartitions(starts),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 	}, opts...)...)
@@ -130,12 +151,12 @@ func ReadPartitions(ctx context.Context, c Conn, topic string, from map[int32]in
 	for len(pending) > 0 {
 		fs := cl.PollFetches(ctx)
 		if err := ctx.Err(); err != nil {
-			return fmt.Errorf("broker: reading %s: %d partitions unfinished: %w", topic, len(pending), err)
+			return fmt.Errorf("broker: reading %s: %d partitions unfinished: %w", what, len(pending), err)
 		}
 		var ferr error
-		fs.EachError(func(_ string, p int32, err error) {
+		fs.EachError(func(t string, p int32, err error) {
 			if ferr == nil && errors.Is(err, kgo.ErrClientClosed) {
-				ferr = fmt.Errorf("broker: reading %s partition %d: %w", topic, p, err)
+				ferr = fmt.Errorf("broker: reading %s partition %d: %w", t, p, err)
 			}
 		})
 		if ferr != nil {
@@ -143,7 +164,8 @@ func ReadPartitions(ctx context.Context, c Conn, topic string, from map[int32]in
 		}
 		for it := fs.RecordIter(); !it.Done(); {
 			rec := it.Next()
-			if !pending[rec.Partition] {
+			k := tp{rec.Topic, rec.Partition}
+			if !pending[k] {
 				continue
 			}
 			done, err := fn(rec)
@@ -151,7 +173,7 @@ func ReadPartitions(ctx context.Context, c Conn, topic string, from map[int32]in
 				return err
 			}
 			if done {
-				delete(pending, rec.Partition)
+				delete(pending, k)
 			}
 		}
 	}
@@ -163,24 +185,40 @@ func ReadPartitions(ctx context.Context, c Conn, topic string, from map[int32]in
 // partition with ReadPartitions until that offset reads everything
 // committed before it.
 func WriteFences(ctx context.Context, c Conn, topic string, partitions []int32, mk func(partition int32) *kgo.Record) (map[int32]int64, error) {
+	offs, err := WriteFencesTo(ctx, c, map[string][]int32{topic: partitions}, func(_ string, p int32) *kgo.Record { return mk(p) })
+	return offs[topic], err
+}
+
+// WriteFencesTo is WriteFences to partitions of several topics, in one
+// produce: it returns each fence's offset by topic and partition.
+func WriteFencesTo(ctx context.Context, c Conn, parts map[string][]int32, mk func(topic string, partition int32) *kgo.Record) (map[string]map[int32]int64, error) {
 	cl, err := c.NewClient(kgo.RecordPartitioner(kgo.ManualPartitioner()))
 	if err != nil {
 		return nil, err
 	}
 	defer cl.Close()
-	recs := make([]*kgo.Record, 0, len(partitions))
-	for _, p := range partitions {
-		r := mk(p)
-		r.Topic, r.Partition = topic, p
-		recs = append(recs, r)
+	var recs []*kgo.Record
+	for t, ps := range parts {
+		for _, p := range ps {
+			r := mk(t, p)
+			r.Topic, r.Partition = t, p
+			recs = append(recs, r)
+		}
 	}
 	res := cl.ProduceSync(ctx, recs...)
 	if err := res.FirstErr(); err != nil {
-		return nil, fmt.Errorf("broker: writing the fences of %s: %w", topic, err)
+		for _, r := range res {
+			if r.Err != nil {
+				return nil, fmt.Errorf("broker: writing the fences of %s: %w", r.Record.Topic, r.Err)
+			}
+		}
 	}
-	offs := make(map[int32]int64, len(res))
+	offs := make(map[string]map[int32]int64, len(parts))
 	for _, r := range res {
-		offs[r.Record.Partition] = r.Record.Offset
+		if offs[r.Record.Topic] == nil {
+			offs[r.Record.Topic] = map[int32]int64{}
+		}
+		offs[r.Record.Topic][r.Record.Partition] = r.Record.Offset
 	}
 	return offs, nil
 }

@@ -30,11 +30,13 @@ const (
 	filterHashes     = 7
 )
 
-// filterMinKeys sizes a new filter: 256Ki keys, 320 KiB a partition, so
-// that a worker of a hundred partitions spends 32 MiB on them, and a
-// partition rebuilds its filter only past half a million keys. A variable
-// for the tests, which make it small to see rebuilds.
-var filterMinKeys int64 = 1 << 18
+// filterMinKeys sizes a new filter: 4Ki keys, 5 KiB a partition, so that
+// a worker over ten thousand queues spends 50 MiB on them at most, and
+// only on the partitions whose handlers read state. A filter grows fourfold
+// each time it fills, so a partition of half a million keys rebuilds it
+// five times in its life. A variable for the tests, which make it small to
+// see rebuilds.
+var filterMinKeys int64 = 1 << 12
 
 // keyFilter is a Bloom filter safe for concurrent adds and lookups.
 type keyFilter struct {
@@ -102,7 +104,22 @@ func (s *Store) WarmState(tp TP) error {
 	if p == nil {
 		return nil
 	}
-	_, err := s.stateFilter(p)
+	// A partition with no state yet builds its filter on its first Get:
+	// most queues' handlers never read state, and a worker over thousands
+	// of queues would otherwise keep a filter for each.
+	lower, upper := familyBounds(p.h, familyState)
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
+	if err != nil {
+		return ioError(err, "read the state keys of %s", p.tp)
+	}
+	some := it.First()
+	if err := it.Close(); err != nil {
+		return ioError(err, "read the state keys of %s", p.tp)
+	}
+	if !some {
+		return nil
+	}
+	_, err = s.stateFilter(p)
 	return err
 }
 

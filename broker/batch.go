@@ -1,0 +1,225 @@
+package broker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// A worker over thousands of queues checks and creates thousands of topics
+// at its start. One request per topic, one after another, made a worker
+// over 1,000 queues wait tens of seconds to join its group; these ask
+// about every topic in one metadata request and create the missing ones in
+// a few CreateTopics requests.
+
+// createBatch bounds the topics one CreateTopics request names.
+const createBatch = 1000
+
+// TopicSpec is a topic to ensure: its name, partitions and configs.
+type TopicSpec struct {
+	Name       string
+	Partitions int32
+	Configs    map[string]string
+}
+
+// PartitionCounts returns how many partitions each of the named topics has,
+// in one metadata request. A topic that does not exist is absent from the
+// map; a topic the brokers report another error for is an error. A topic
+// the brokers cannot answer for yet (just made, a leader moving) is asked
+// again for a few seconds.
+func (a *Admin) PartitionCounts(ctx context.Context, names ...string) (map[string]int32, error) {
+	for wait := 50 * time.Millisecond; ; wait *= 2 {
+		counts, err := a.partitionCounts(ctx, names)
+		if err == nil || !kerr.IsRetriable(err) || wait > 2*time.Second {
+			return counts, err
+		}
+		select {
+		case <-ctx.Done():
+			return counts, err
+		case <-time.After(wait):
+		}
+	}
+}
+
+func (a *Admin) partitionCounts(ctx context.Context, names []string) (map[string]int32, error) {
+	counts := make(map[string]int32, len(names))
+	if len(names) == 0 {
+		return counts, nil
+	}
+	req := kmsg.NewPtrMetadataRequest()
+	for _, n := range names {
+		t := kmsg.NewMetadataRequestTopic()
+		t.Topic = kmsg.StringPtr(n)
+		req.Topics = append(req.Topics, t)
+	}
+	resp, err := req.RequestWith(ctx, a.cl)
+	if err != nil {
+		return nil, fmt.Errorf("broker: describing %d topics: %w", len(names), a.conn.Explain(err))
+	}
+	for _, t := range resp.Topics {
+		if t.Topic == nil {
+			continue
+		}
+		switch err := kerr.ErrorForCode(t.ErrorCode); {
+		case err == nil:
+			counts[*t.Topic] = int32(len(t.Partitions))
+		case errors.Is(err, kerr.UnknownTopicOrPartition):
+		default:
+			return nil, fmt.Errorf("broker: describing topic %q: %w", *t.Topic, err)
+		}
+	}
+	return counts, nil
+}
+
+// EnsureTopics creates those of specs that do not exist, in as few
+// requests as it can: EnsureTopic for many topics at once. Existing
+// topics are left as they are. It returns the partition count of every
+// topic, existing or created, so that a caller can check them.
+func (a *Admin) EnsureTopics(ctx context.Context, specs []TopicSpec) (map[string]int32, error) {
+	names := make([]string, 0, len(specs))
+	var legacy []string
+	owner := map[string][2]string{} // legacy changelog name -> group, queue
+	for _, s := range specs {
+		if p := topicNameProblem(s.Name); p != "" {
+			return nil, topicErr("topic %q: %s", s.Name, p)
+		}
+		if s.Partitions < 1 || s.Partitions > MaxPartitions {
+			return nil, topicErr("topic %q: %d partitions: want 1 to %d", s.Name, s.Partitions, MaxPartitions)
+		}
+		for _, k := range slices.Sorted(maps.Keys(s.Configs)) {
+			if p := topicConfigProblem(k, s.Configs[k]); p != "" {
+				return nil, topicErr("topic %q: %s", s.Name, p)
+			}
+		}
+		names = append(names, s.Name)
+		if group, queue, ok := ParseChangelogTopic(s.Name); ok {
+			if l := LegacyChangelogTopic(group, queue); len(l) <= MaxTopicLen {
+				legacy = append(legacy, l)
+				owner[l] = [2]string{group, queue}
+			}
+		}
+	}
+	if len(legacy) > 0 {
+		found, err := a.PartitionCounts(ctx, legacy...)
+		if err != nil {
+			return nil, err
+		}
+		for _, l := range legacy {
+			if _, ok := found[l]; ok {
+				if err := a.checkLegacyChangelog(ctx, owner[l][0], owner[l][1]); err != nil {
+					return nil, err
+				}
+			}
+		}
+	}
+	counts, err := a.PartitionCounts(ctx, names...)
+	if err != nil {
+		return nil, err
+	}
+	// The missing ones, grouped by what they are created with.
+	type shape struct {
+		partitions int32
+		configs    string
+	}
+	groups := map[shape][]TopicSpec{}
+	for _, s := range specs {
+		if _, ok := counts[s.Name]; ok {
+			continue
+		}
+		k := shape{s.Partitions, configKey(s.Configs)}
+		groups[k] = append(groups[k], s)
+	}
+	for _, g := range groups {
+		for i := 0; i < len(g); i += createBatch {
+			part := g[i:min(i+createBatch, len(g))]
+			names := make([]string, len(part))
+			for j, s := range part {
+				names[j] = s.Name
+			}
+			resps, err := a.adm.CreateTopics(ctx, part[0].Partitions, -1, ptrConfigs(part[0].Configs), names...)
+			if err != nil {
+				return nil, fmt.Errorf("broker: creating %d topics: %w", len(names), a.conn.Explain(err))
+			}
+			for _, r := range resps {
+				if r.Err != nil && !errors.Is(r.Err, kerr.TopicAlreadyExists) {
+					if r.ErrMessage != "" {
+						return nil, fmt.Errorf("broker: creating topic %q: %w (%s)", r.Topic, r.Err, r.ErrMessage)
+					}
+					return nil, fmt.Errorf("broker: creating topic %q: %w", r.Topic, r.Err)
+				}
+			}
+		}
+	}
+	if len(groups) == 0 {
+		return counts, nil
+	}
+	// Topics another process created first keep their own counts.
+	return a.PartitionCounts(ctx, names...)
+}
+
+// configKey is a canonical text of configs, to group topics by them.
+func configKey(configs map[string]string) string {
+	var b strings.Builder
+	for _, k := range slices.Sorted(maps.Keys(configs)) {
+		b.WriteString(k)
+		b.WriteByte('=')
+		b.WriteString(configs[k])
+		b.WriteByte(0)
+	}
+	return b.String()
+}
+
+// StableOffsets returns the last stable offset of each of parts' partitions
+// (what read_committed readers can see up to), in one ListOffsets request
+// per broker, from the client's cached metadata: unlike kadm's listings it
+// sends no metadata request first, which matters when it is asked every
+// second about thousands of topics. A partition the brokers answer with an
+// error is left out.
+func (a *Admin) StableOffsets(ctx context.Context, parts map[string][]int32) (map[string]map[int32]int64, error) {
+	req := kmsg.NewPtrListOffsetsRequest()
+	req.ReplicaID = -1
+	req.IsolationLevel = 1
+	for t, ps := range parts {
+		rt := kmsg.NewListOffsetsRequestTopic()
+		rt.Topic = t
+		for _, p := range ps {
+			rp := kmsg.NewListOffsetsRequestTopicPartition()
+			rp.Partition = p
+			rp.CurrentLeaderEpoch = -1
+			rp.Timestamp = -1 // the end
+			rt.Partitions = append(rt.Partitions, rp)
+		}
+		req.Topics = append(req.Topics, rt)
+	}
+	out := make(map[string]map[int32]int64, len(parts))
+	for _, shard := range a.cl.RequestSharded(ctx, req) {
+		if shard.Err != nil {
+			continue // the partitions of an unreachable broker are left out
+		}
+		resp := shard.Resp.(*kmsg.ListOffsetsResponse)
+		for _, t := range resp.Topics {
+			for _, p := range t.Partitions {
+				if p.ErrorCode != 0 {
+					continue
+				}
+				if out[t.Topic] == nil {
+					out[t.Topic] = map[int32]int64{}
+				}
+				out[t.Topic][p.Partition] = p.Offset
+			}
+		}
+	}
+	if len(out) == 0 && len(parts) > 0 {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
