@@ -63,6 +63,14 @@ func (w *Worker) commit(ctx context.Context) error {
 	if err := w.ckpt.wait(); err != nil {
 		return fmt.Errorf("%w: %w", errCheckpoint, err)
 	}
+	// Only a finished task (counted in completed, after its result is in
+	// its partition) or an expiry's tombstones give a commit something to
+	// do once the last one found nothing: a worker over thousands of idle
+	// partitions skips looking at each of them every commit interval.
+	if w.nothingToCommit && w.completed.Load() == 0 && !w.hasTombstones() {
+		return nil
+	}
+	w.nothingToCommit = false
 	w.completed.Store(0)
 	var (
 		recs    []*kgo.Record
@@ -131,8 +139,10 @@ func (w *Worker) commit(ctx context.Context) error {
 		}
 	}
 	if len(recs) == 0 && len(offsets) == 0 {
+		w.nothingToCommit = true
 		return nil
 	}
+	recs = broker.AppendWakeUps(recs)
 	// A transaction that moves no offset (its tasks finished above their
 	// partitions' first unfinished record) commits one partition's offset
 	// again, unchanged. Without an offset commit kgo's session takes the
@@ -335,6 +345,13 @@ func (w *Worker) queueTombstones(rs []checkpoint.Removed) {
 // the partitions this worker owns. A commit that fails drops them: a
 // changelog record left without its tombstone is restored with IDs past
 // the window, which the next expiry removes again.
+// hasTombstones says whether expiry handed tombstones over.
+func (w *Worker) hasTombstones() bool {
+	w.tombMu.Lock()
+	defer w.tombMu.Unlock()
+	return len(w.tombs) > 0
+}
+
 func (w *Worker) takeTombstones() []*kgo.Record {
 	w.tombMu.Lock()
 	rs := w.tombs
@@ -437,7 +454,7 @@ func (w *Worker) countOutcomes(parts []pending) {
 		}
 	}
 	for k, n := range counts {
-		w.metrics.processed.WithLabelValues(k.topic, k.outcome).Add(float64(n))
+		w.metrics.processed.WithLabelValues(w.qlabel(k.topic), k.outcome).Add(float64(n))
 	}
 }
 

@@ -33,11 +33,7 @@ func (w *Worker) cancel(task *onceq.Task, key, queue, why string) (*result, erro
 // topic: the worker stops or resumes fetching it (tasks already fetched
 // wait in waitUnpaused).
 func (w *Worker) setPaused(queue string, paused bool) {
-	ours := false
-	for _, q := range w.cfg.queues {
-		ours = ours || q == queue
-	}
-	if !ours {
+	if !w.queues.has(queue) {
 		return
 	}
 	w.pauseMu.Lock()
@@ -52,7 +48,9 @@ func (w *Worker) setPaused(queue string, paused bool) {
 	} else {
 		w.cfg.log.Info("queue resumed", "queue", queue)
 	}
-	w.metrics.paused.WithLabelValues(queue).Set(v)
+	if w.cfg.metricsPerQueue {
+		w.metrics.paused.WithLabelValues(queue).Set(v)
+	}
 }
 
 // pauseCheck is how often a task of a paused queue looks whether it may

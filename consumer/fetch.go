@@ -1,7 +1,6 @@
 package consumer
 
 import (
-	"strconv"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -24,15 +23,26 @@ func (w *Worker) dispatch(fs kgo.Fetches) {
 			return // not ours (any more)
 		}
 		last := fp.Records[len(fp.Records)-1]
-		w.metrics.lag.WithLabelValues(fp.Topic, strconv.Itoa(int(fp.Partition))).Set(float64(fp.HighWatermark - last.Offset - 1))
+		ps.lag.Store(fp.HighWatermark - last.Offset - 1)
 		items := make([]*item, 0, len(fp.Records))
 		for _, r := range fp.Records {
-			if !ps.admit(r) {
+			// Transaction markers only tell how far the worker has read
+			// (quiet.go).
+			if r.Attrs.IsControl() || !ps.admit(r) {
 				continue
 			}
 			items = append(items, &item{ps: ps, rec: r})
 		}
 		w.buffered.Add(int64(len(items)))
+		ps.mu.Lock()
+		ps.q.seen = max(ps.q.seen, last.Offset+1)
+		if len(items) > 0 {
+			ps.q.active = time.Now()
+		}
+		ps.mu.Unlock()
+		if len(items) == 0 {
+			return
+		}
 		if w.holdIfRestoring(ps, items) {
 			return
 		}
@@ -54,53 +64,21 @@ func (w *Worker) schedule(ps *partState, items []*item) {
 // changelog holds all of its marks.
 func (w *Worker) holdIfRestoring(ps *partState, items []*item) bool {
 	ps.mu.Lock()
-	defer ps.mu.Unlock()
 	if ps.restored {
+		ps.mu.Unlock()
 		return false
 	}
 	ps.held = append(ps.held, items...)
-	if !ps.restoring {
-		ps.restoring = true
-		w.kafka.pause(ps.tp)
-		go w.restore(ps)
+	start := !ps.restoring
+	ps.restoring = true
+	ps.mu.Unlock()
+	if start {
+		// Its fetching goes on: what arrives meanwhile is held too, within
+		// the worker's bound on buffered records. Stopping it would cost
+		// the client a copy of its paused set twice per partition.
+		w.requestRestore(ps)
 	}
 	return true
-}
-
-// restore catches ps up with its changelog, then releases its held
-// records. It retries until it succeeds, the partition is revoked or the
-// worker stops.
-func (w *Worker) restore(ps *partState) {
-	start := time.Now()
-	n, err := w.replayChangelog(ps.tp)
-	if err == nil {
-		err = w.restoreFinished(ps)
-	}
-	if err != nil {
-		w.cfg.log.Error("restoring partition from changelog failed; retrying", "topic", ps.tp.Topic, "partition", ps.tp.Partition, "err", err)
-		time.Sleep(time.Second)
-		if !ps.isRevoked() && !w.stopping.Load() {
-			go w.restore(ps)
-		}
-		return
-	}
-	w.metrics.restore.Observe(time.Since(start).Seconds())
-	w.cfg.log.Info("partition restored", "topic", ps.tp.Topic, "partition", ps.tp.Partition, "changelog_records", n, "took", time.Since(start).Round(time.Millisecond))
-	// Records fetched meanwhile join held; restored is set only once held
-	// is empty, so the records are queued in offset order.
-	for {
-		ps.mu.Lock()
-		held := ps.held
-		ps.held = nil
-		if len(held) == 0 {
-			ps.restored = true
-			ps.mu.Unlock()
-			break
-		}
-		ps.mu.Unlock()
-		w.schedule(ps, held)
-	}
-	w.kafka.resume(ps.tp)
 }
 
 // restoreFinished takes from the restored checkpoint the records finished

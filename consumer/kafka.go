@@ -14,7 +14,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/onceq/onceq/broker"
-	"github.com/onceq/onceq/checkpoint"
 )
 
 // kafkaSide is how the worker consumes and commits: a transact session
@@ -26,26 +25,33 @@ type kafkaSide interface {
 	// commit was aborted (a rebalance, a refused write); refused holds the
 	// records the brokers refused as too large, which no retry would take.
 	commit(ctx context.Context, recs []*kgo.Record, offsets map[string]map[int32]kgo.EpochOffset) (committed bool, refused []refusal, err error)
-	pause(tp checkpoint.TP)
-	resume(tp checkpoint.TP)
+	// pause and resume stop and resume fetching partitions.
+	pause(parts map[string][]int32)
+	resume(parts map[string][]int32)
 	// pauseQueue stops or resumes fetching a queue (a pause from the
 	// control topic), apart from the partitions pause stops.
 	pauseQueue(queue string, paused bool)
+	// refreshMetadata asks for the brokers' topics now: a new queue that
+	// matches a pattern.
+	refreshMetadata()
 	leave(ctx context.Context)
 	close()
 }
+
+// patternRefresh is how often a worker of patterns looks for new queues
+// that match them, at most.
+const patternRefresh = 10 * time.Second
 
 // The worker's fetch limits (see newKafkaSide).
 const (
 	fetchMaxBytes          = 1 << 20
 	fetchMaxPartitionBytes = 256 << 10
-	fetchMaxWait           = 200 * time.Millisecond
+	fetchMaxWait           = 25 * time.Millisecond
 )
 
 func newKafkaSide(w *Worker) (kafkaSide, error) {
 	opts := []kgo.Opt{
 		kgo.ConsumerGroup(w.cfg.group),
-		kgo.ConsumeTopics(w.cfg.queues...),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
 		kgo.SessionTimeout(w.cfg.sessionTimeout),
 		// franz-go's default heartbeat (3s) must fit well in the session.
@@ -55,6 +61,10 @@ func newKafkaSide(w *Worker) (kafkaSide, error) {
 		kgo.OnPartitionsLost(w.health.OnLost(w.revoked)),
 		kgo.WithHooks(w.health),
 		kgo.AutoCommitMarks(),
+		// Transaction markers tell how far the worker has read, so that a
+		// partition ending in one can go quiet (quiet.go); dispatch drops
+		// them.
+		kgo.KeepControlRecords(),
 		kgo.ProducerLinger(0),
 		kgo.RecordPartitioner(outPartitioner{kgo.StickyKeyPartitioner(nil)}),
 		kgo.ProducerBatchMaxBytes(int32(min(w.cfg.maxMessageBytes, 1<<20))),
@@ -70,6 +80,15 @@ func newKafkaSide(w *Worker) (kafkaSide, error) {
 		// still buffered, or re-sought by a commit) held every partition
 		// of that broker for 5 s.
 		kgo.FetchMaxWait(fetchMaxWait),
+	}
+	if topics, regex := w.queues.subscription(); regex {
+		// New queues that match are found by the client's metadata
+		// refreshes (every 10 s, or at once when a wake-up names one:
+		// quiet.go); onceq's own topics never match.
+		opts = append(opts, kgo.ConsumeRegex(), kgo.ConsumeTopics(topics...),
+			kgo.ConsumeExcludeTopics(`^onceq-.*`, `^__.*`), kgo.MetadataMaxAge(patternRefresh))
+	} else {
+		opts = append(opts, kgo.ConsumeTopics(topics...))
 	}
 	if w.cfg.groupProtocol == ConsumerGroup {
 		// Dynamic membership: a static member leaving with KIP-848 keeps
@@ -108,12 +127,10 @@ type baseSide struct {
 	w  *Worker
 }
 
-func (b *baseSide) pause(tp checkpoint.TP) {
-	b.cl.PauseFetchPartitions(map[string][]int32{tp.Topic: {tp.Partition}})
-}
-func (b *baseSide) resume(tp checkpoint.TP) {
-	b.cl.ResumeFetchPartitions(map[string][]int32{tp.Topic: {tp.Partition}})
-}
+func (b *baseSide) pause(parts map[string][]int32)  { b.cl.PauseFetchPartitions(parts) }
+func (b *baseSide) resume(parts map[string][]int32) { b.cl.ResumeFetchPartitions(parts) }
+func (b *baseSide) refreshMetadata()                { b.cl.ForceMetadataRefresh() }
+
 func (b *baseSide) pauseQueue(queue string, paused bool) {
 	if paused {
 		b.cl.PauseFetchTopics(queue)

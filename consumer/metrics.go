@@ -6,15 +6,12 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-
-	"github.com/onceq/onceq/checkpoint"
 )
 
 type metrics struct {
 	processed *prometheus.CounterVec
 	handler   prometheus.Histogram
 	latency   *prometheus.HistogramVec
-	lag       *prometheus.GaugeVec
 	commit    *prometheus.HistogramVec
 	aborts    prometheus.Counter
 	restore   prometheus.Histogram
@@ -25,6 +22,7 @@ type metrics struct {
 	canceled  prometheus.Counter
 	expired   prometheus.Counter
 	paused    *prometheus.GaugeVec
+	quiet     prometheus.Gauge
 	progress  *progressCollector
 }
 
@@ -37,8 +35,6 @@ func newMetrics(reg prometheus.Registerer, w *Worker) (*metrics, error) {
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "onceq_task_latency_seconds",
 			Help:    "From a task's due (or enqueue) time to its handler's start, by queue.",
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 18)}, []string{"queue"}),
-		lag: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "onceq_consumer_lag",
-			Help: "Records behind the high watermark, by queue and partition."}, []string{"queue", "partition"}),
 		commit: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "onceq_commit_duration_seconds",
 			Help: "Commit time by stage: kafka (the transaction) and pebble (the checkpoint).", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14)}, []string{"stage"}),
 		aborts: prometheus.NewCounter(prometheus.CounterOpts{Name: "onceq_txn_aborts_total",
@@ -59,11 +55,15 @@ func newMetrics(reg prometheus.Registerer, w *Worker) (*metrics, error) {
 			Help: "Idempotency keys forgotten past the dedup window (a duplicate submitted later runs again)."}),
 		paused: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "onceq_queue_paused",
 			Help: "1 while the queue is paused (onceq queue pause): the worker fetches and starts none of its tasks."}, []string{"queue"}),
+		quiet: prometheus.NewGauge(prometheus.GaugeOpts{Name: "onceq_quiet_partitions",
+			Help: "Partitions the worker does not fetch because they had no task for a while; a wake-up or a new record makes them fetched again."}),
 		progress: &progressCollector{w: w,
 			oldest: prometheus.NewDesc("onceq_oldest_inflight_seconds",
 				"Age of the oldest handler running now, by queue (0 when none runs).", []string{"queue"}, nil),
 			open: prometheus.NewDesc("onceq_open_records",
 				"Records fetched and not finished (running or waiting to start), by queue and partition.", []string{"queue", "partition"}, nil),
+			lag: prometheus.NewDesc("onceq_consumer_lag",
+				"Records behind the high watermark at the last fetch, by queue and partition.", []string{"queue", "partition"}, nil),
 			above: prometheus.NewDesc("onceq_finished_above_committed",
 				"Records finished above their partition's committed offset: held there by an unfinished one, found by their marks after a restart; by queue and partition.",
 				[]string{"queue", "partition"}, nil),
@@ -72,8 +72,8 @@ func newMetrics(reg prometheus.Registerer, w *Worker) (*metrics, error) {
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.processed, m.handler, m.latency, m.lag, m.commit, m.aborts, m.restore,
-		m.inflight, m.failed, m.dead, m.abandoned, m.canceled, m.expired, m.paused, m.progress} {
+	for _, c := range []prometheus.Collector{m.processed, m.handler, m.latency, m.commit, m.aborts, m.restore,
+		m.inflight, m.failed, m.dead, m.abandoned, m.canceled, m.expired, m.paused, m.quiet, m.progress} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("consumer: registering metrics (one worker per registerer): %w", err)
 		}
@@ -82,40 +82,64 @@ func newMetrics(reg prometheus.Registerer, w *Worker) (*metrics, error) {
 }
 
 // forget drops a revoked partition's series.
-func (m *metrics) forget(tp checkpoint.TP) {
-	m.lag.DeleteLabelValues(tp.Topic, strconv.Itoa(int(tp.Partition)))
-}
-
 // progressCollector reads, at scrape time, the worker's running handlers
 // and its partitions' open records.
 type progressCollector struct {
-	w                   *Worker
-	oldest, open, above *prometheus.Desc
+	w                        *Worker
+	oldest, open, above, lag *prometheus.Desc
 }
 
 func (c *progressCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.oldest
 	ch <- c.open
 	ch <- c.above
+	ch <- c.lag
 }
 
 func (c *progressCollector) Collect(ch chan<- prometheus.Metric) {
 	oldest := map[string]time.Duration{}
-	for _, q := range c.w.cfg.queues {
-		oldest[q] = 0
+	c.w.mu.Lock()
+	for q := range c.w.byQueue {
+		oldest[c.w.qlabel(q)] = 0
 	}
+	c.w.mu.Unlock()
 	now := time.Now()
 	c.w.sched.running(func(r *handlerRun) {
-		q := r.it.rec.Topic
+		q := c.w.qlabel(r.it.rec.Topic)
 		oldest[q] = max(oldest[q], now.Sub(r.started))
 	})
 	for q, d := range oldest {
 		ch <- prometheus.MustNewConstMetric(c.oldest, prometheus.GaugeValue, d.Seconds(), q)
 	}
+	// Per partition, or summed over all of them under "*".
+	var open, above, lag int
 	for _, ps := range c.w.snapshotParts() {
-		open, above := ps.progress()
+		o, a := ps.progress()
+		l := int(ps.lag.Load())
+		if !c.w.cfg.metricsPerQueue {
+			open, above, lag = open+o, above+a, lag+l
+			continue
+		}
 		p := strconv.Itoa(int(ps.tp.Partition))
-		ch <- prometheus.MustNewConstMetric(c.open, prometheus.GaugeValue, float64(open), ps.tp.Topic, p)
-		ch <- prometheus.MustNewConstMetric(c.above, prometheus.GaugeValue, float64(above), ps.tp.Topic, p)
+		ch <- prometheus.MustNewConstMetric(c.open, prometheus.GaugeValue, float64(o), ps.tp.Topic, p)
+		ch <- prometheus.MustNewConstMetric(c.above, prometheus.GaugeValue, float64(a), ps.tp.Topic, p)
+		ch <- prometheus.MustNewConstMetric(c.lag, prometheus.GaugeValue, float64(l), ps.tp.Topic, p)
 	}
+	if !c.w.cfg.metricsPerQueue {
+		ch <- prometheus.MustNewConstMetric(c.open, prometheus.GaugeValue, float64(open), allQueues, allQueues)
+		ch <- prometheus.MustNewConstMetric(c.above, prometheus.GaugeValue, float64(above), allQueues, allQueues)
+		ch <- prometheus.MustNewConstMetric(c.lag, prometheus.GaugeValue, float64(lag), allQueues, allQueues)
+	}
+}
+
+// allQueues is the queue (and partition) label of every series when the
+// worker's metrics are not per queue (MetricsPerQueue).
+const allQueues = "*"
+
+// qlabel is the queue label of queue's series.
+func (w *Worker) qlabel(queue string) string {
+	if w.cfg.metricsPerQueue {
+		return queue
+	}
+	return allQueues
 }

@@ -4,7 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -111,6 +113,8 @@ type config struct {
 	taskRecords     bool
 	resultRetention time.Duration
 	maxResultBytes  int
+	quietAfter      time.Duration
+	metricsPerQueue bool
 }
 
 func defaults() config {
@@ -137,6 +141,8 @@ func defaults() config {
 		taskRecords:     DefaultTaskRecords,
 		resultRetention: DefaultResultRetention,
 		maxResultBytes:  DefaultMaxResultBytes,
+		quietAfter:      DefaultQuietAfter,
+		metricsPerQueue: DefaultMetricsPerQueue,
 		log:             slog.New(slog.DiscardHandler),
 	}
 }
@@ -151,7 +157,14 @@ func Conn(c broker.Conn) Opt { return optFunc(func(cfg *config) { cfg.conn = c }
 // longer than about 227 bytes together (broker.ValidateChangelog).
 func Group(g string) Opt { return optFunc(func(c *config) { c.group = g }) }
 
-// Queues sets the queues to run. Required.
+// Queues sets the queues to run. Required. An argument holding a character
+// no queue name may hold (`*`, `+`, `?`, `[`, `(`, `|`, `^`, `$`, `\`, `{`)
+// is a pattern, a regular expression in Go's syntax that whole queue names
+// must match (`shop\..*`, `tenant-[0-9]+`): the worker consumes every queue
+// that matches, picks up new ones while it runs (at once when their first
+// task's wake-up names them, otherwise within 10 s), and never matches
+// onceq's own topics. A '.' is a name's character, so `shop.orders` names
+// one queue.
 func Queues(qs ...string) Opt {
 	return optFunc(func(c *config) { c.queues = append([]string{}, qs...) })
 }
@@ -342,6 +355,23 @@ func ResultRetention(d time.Duration) Opt { return optFunc(func(c *config) { c.r
 // for the record's other fields.
 func MaxResultBytes(n int) Opt { return optFunc(func(c *config) { c.maxResultBytes = n }) }
 
+// QuietAfter is how long a partition goes without records or wake-ups
+// before the worker may stop fetching it until a wake-up or a new record
+// (see quiet.go): what lets one worker follow thousands of queues. Default
+// DefaultQuietAfter (2s); at least twice broker.WakeEvery.
+func QuietAfter(d time.Duration) Opt { return optFunc(func(c *config) { c.quietAfter = d }) }
+
+// DefaultMetricsPerQueue says that a worker's metrics carry each queue's
+// name (and partition) by default.
+const DefaultMetricsPerQueue = true
+
+// MetricsPerQueue says whether the worker's metrics have a series per
+// queue (and per partition, for lag and open records). Off, every series
+// has queue (and partition) "*", summed over the queues: a worker of
+// thousands of queues keeps its series to a few dozen. Default
+// DefaultMetricsPerQueue (on).
+func MetricsPerQueue(on bool) Opt { return optFunc(func(c *config) { c.metricsPerQueue = on }) }
+
 // resultRoom bounds what a task record holds besides its result: the ID,
 // queue, error text and the other fields.
 const resultRoom = 4096
@@ -368,11 +398,23 @@ func (c *config) validate(nils int) error {
 	if len(c.queues) == 0 {
 		errs.Missing("Queues", "no queues: pass consumer.Queues")
 	}
+	var names, patterns []string
 	for _, q := range c.queues {
+		if IsPattern(q) {
+			if err := checkPattern(q); err != nil {
+				errs.Bad("Queues", q, "%v", err)
+			}
+			patterns = append(patterns, q)
+			continue
+		}
 		// The workflow service is a worker of onceq.WorkflowQueue.
 		if err := onceq.ValidateTaskQueue(q); err != nil {
 			errs.Bad("Queues", q, "%v", err)
 		}
+		names = append(names, q)
+	}
+	if len(patterns) > 0 && slices.ContainsFunc(names, broker.IsInternal) {
+		errs.Bad("Queues", strings.Join(c.queues, ","), "onceq's own queues are consumed by name alone: give patterns to another worker")
 	}
 	if _, err := ParseGuarantee(string(c.guarantee)); err != nil {
 		errs.Bad("WithGuarantee", string(c.guarantee), "use exactly-once or at-least-once")
@@ -384,13 +426,16 @@ func (c *config) validate(nils int) error {
 		// topic names: a longer one cannot be created (or, on the
 		// embedded broker before it refused such names, broke its data
 		// dir), and the worker could never commit.
-		errs.Add(broker.ValidateChangelog(c.group, c.queues...))
+		errs.Add(broker.ValidateChangelog(c.group, names...))
 	}
 	if c.checkpointDir == "" && c.guarantee == ExactlyOnce {
 		errs.Missing("CheckpointDir", "empty: an exactly-once worker keeps its checkpoint and instance ID in a directory")
 	}
 	if c.concurrency < 1 {
 		errs.Bad("Concurrency", c.concurrency, "want 1 or more")
+	}
+	if c.quietAfter < 2*broker.WakeEvery {
+		errs.Bad("QuietAfter", c.quietAfter, "want %v or more: twice the time between two wake-ups of a queue", 2*broker.WakeEvery)
 	}
 	if c.commitInterval < time.Millisecond {
 		errs.Bad("CommitInterval", c.commitInterval, "want 1ms or more")

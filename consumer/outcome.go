@@ -98,7 +98,7 @@ func (w *Worker) route(t *onceq.Task, now time.Time) (*kgo.Record, error) {
 // dead letter after the last attempt or a SkipRetry. The retry record is
 // committed with this run's offset, so a retry is scheduled exactly once.
 func (w *Worker) failure(task *onceq.Task, key string, herr error, started time.Time) (*result, error) {
-	w.metrics.failed.WithLabelValues(task.Queue).Inc()
+	w.metrics.failed.WithLabelValues(w.qlabel(task.Queue)).Inc()
 	now := time.Now()
 	dead := func(reason, text string) (*result, error) {
 		res, err := w.deadLetter(task, key, reason, text, now)
@@ -179,7 +179,7 @@ func (w *Worker) deadLetter(task *onceq.Task, key, reason, text string, now time
 	if err := w.ensureDLQ(task.Queue); err != nil {
 		return nil, err
 	}
-	w.metrics.dead.WithLabelValues(task.Queue, reason).Inc()
+	w.metrics.dead.WithLabelValues(w.qlabel(task.Queue), reason).Inc()
 	w.cfg.log.Info("task dead-lettered", "id", task.ID, "queue", task.Queue, "attempt", task.Attempt, "reason", reason, "err", text)
 	state := onceq.StateDead
 	if reason == dlq.ReasonExpired {
@@ -208,7 +208,7 @@ func (w *Worker) deadLetterRaw(r *kgo.Record, id string, cause error) (*result, 
 		return nil, err
 	}
 	now := time.Now()
-	w.metrics.dead.WithLabelValues(r.Topic, dlq.ReasonMalformed).Inc()
+	w.metrics.dead.WithLabelValues(w.qlabel(r.Topic), dlq.ReasonMalformed).Inc()
 	dead := dlq.EncodeRecord(r, broker.DLQTopic(r.Topic), dlq.ReasonMalformed, cause.Error(), now)
 	return &result{id: id, at: now, outcome: outcomeDead, outputs: []*kgo.Record{dead}, queue: r.Topic,
 		rec: taskOutcome{state: onceq.StateDead, reason: dlq.ReasonMalformed, err: cause.Error()}}, nil
@@ -313,7 +313,7 @@ func (w *Worker) refuseTooLarge(ps *partState, res *result, refused *kgo.Record,
 	}
 	w.cfg.log.Warn("task dead-lettered: a record it writes is too large", "queue", queue, "topic", src.Topic, "partition", src.Partition,
 		"offset", src.Offset, "refused_topic", refused.Topic, "err", cause)
-	w.metrics.dead.WithLabelValues(queue, dlq.ReasonTooLarge).Inc()
+	w.metrics.dead.WithLabelValues(w.qlabel(queue), dlq.ReasonTooLarge).Inc()
 	res.outcome, res.outputs = outcomeDead, []*kgo.Record{dlq.EncodeRecord(bare, broker.DLQTopic(queue), dlq.ReasonTooLarge, text, time.Now())}
 	res.rec.state, res.rec.reason, res.rec.err, res.rec.value = onceq.StateDead, dlq.ReasonTooLarge, text, nil
 	if res.rec.task.ok && res.refused == 1 {

@@ -4,6 +4,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -31,12 +32,17 @@ type partState struct {
 	// The queue's series of the per-task metrics, looked up once.
 	inflight prometheus.Gauge
 	latency  prometheus.Observer
+	lag      atomic.Int64 // behind the high watermark at the last fetch
 
 	mu        sync.Mutex
 	revoked   bool
 	restored  bool // the checkpoint has caught up with the changelog
 	restoring bool // a restore is running
 	held      []*item
+	q         quietness
+	// fetchPaused says the Kafka side does not fetch it; guarded by the
+	// worker's fetchMu (see refetch).
+	fetchPaused bool
 
 	offsets     offsetSet
 	leaderEpoch int32

@@ -2,9 +2,9 @@ package consumer
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"path/filepath"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 
@@ -25,33 +25,45 @@ func (w *Worker) start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("consumer: reaching the brokers %v: %w", w.cfg.conn.Brokers, w.cfg.conn.Explain(err))
 	}
-	partitions := map[string]int32{}
-	for _, q := range w.cfg.queues {
-		info, err := w.admin.DescribeTopic(ctx, q)
-		if errors.Is(err, broker.ErrTopicNotFound) {
-			return fmt.Errorf("consumer: queue %q does not exist: create it with 'onceq topics create %s --partitions N'", q, q)
+	// One request for every queue, one for every changelog, and as few
+	// as it takes to create the missing ones: a worker over thousands of
+	// queues starts as fast as over one.
+	names := w.queues.names
+	partitions, err := w.admin.PartitionCounts(ctx, names...)
+	if err != nil {
+		return fmt.Errorf("consumer: %w", err)
+	}
+	var missing []string
+	for _, q := range names {
+		if _, ok := partitions[q]; !ok {
+			missing = append(missing, q)
 		}
+	}
+	switch {
+	case len(missing) == 1:
+		return fmt.Errorf("consumer: queue %q does not exist: create it with 'onceq topics create %s --partitions N'", missing[0], missing[0])
+	case len(missing) > 1:
+		return fmt.Errorf("consumer: %d queues do not exist, %q and %q among them: create them with 'onceq topics create NAME --partitions N'", len(missing), missing[0], missing[1])
+	}
+	w.topics = newTopicCache(w.admin)
+	for _, q := range names {
+		w.topics.known(q)
+		w.topics.prepared(q)
+	}
+	w.topics.seed(partitions, time.Now())
+	if w.cfg.guarantee == ExactlyOnce {
+		specs := make([]broker.TopicSpec, 0, len(names))
+		for _, q := range names {
+			specs = append(specs, w.changelogSpec(q, partitions[q]))
+		}
+		counts, err := w.admin.EnsureTopics(ctx, specs)
 		if err != nil {
 			return err
 		}
-		partitions[q] = int32(len(info.Partitions))
-	}
-	w.topics = newTopicCache(w.admin)
-	for _, q := range w.cfg.queues {
-		w.topics.known(q)
-	}
-	if w.cfg.guarantee == ExactlyOnce {
-		for q, n := range partitions {
+		for _, q := range names {
 			name := broker.ChangelogTopic(w.cfg.group, q)
-			if err := w.admin.EnsureTopic(ctx, name, n, map[string]string{"cleanup.policy": "compact"}); err != nil {
-				return err
-			}
-			info, err := w.admin.DescribeTopic(ctx, name)
-			if err != nil {
-				return err
-			}
-			if int32(len(info.Partitions)) != n {
-				return fmt.Errorf("consumer: changelog %s has %d partitions but queue %s has %d: each queue partition needs its changelog partition; add partitions to the changelog", name, len(info.Partitions), q, n)
+			if n := partitions[q]; counts[name] != n {
+				return fmt.Errorf("consumer: changelog %s has %d partitions but queue %s has %d: each queue partition needs its changelog partition; add partitions to the changelog", name, counts[name], q, n)
 			}
 		}
 		opts := []checkpoint.Opt{
@@ -67,11 +79,16 @@ func (w *Worker) start(ctx context.Context) error {
 	}
 	// After the changelogs: a worker refused for its changelog creates
 	// nothing.
+	if _, err := w.admin.EnsureTopics(ctx, []broker.TopicSpec{{Name: broker.WakeTopic, Partitions: 1, Configs: broker.WakeTopicConfigs()}}); err != nil {
+		return fmt.Errorf("consumer: creating the wake-up topic: %w", err)
+	}
 	if w.cfg.taskRecords {
-		for q, n := range partitions {
-			if err := w.admin.EnsureTopic(ctx, broker.RecordsTopic(q), n, w.recordsTopicConfigs()); err != nil {
-				return fmt.Errorf("consumer: creating the task records topic of %s: %w", q, err)
-			}
+		specs := make([]broker.TopicSpec, 0, len(names))
+		for _, q := range names {
+			specs = append(specs, w.recordsSpec(q, partitions[q]))
+		}
+		if _, err := w.admin.EnsureTopics(ctx, specs); err != nil {
+			return fmt.Errorf("consumer: creating the task records topics: %w", err)
 		}
 	}
 	if w.instanceID, err = w.loadInstanceID(); err != nil {
@@ -84,10 +101,13 @@ func (w *Worker) start(ctx context.Context) error {
 	}
 	w.pauseMu.Lock()
 	defer w.pauseMu.Unlock()
-	if w.kafka, err = newKafkaSide(w); err != nil {
+	w.fetchMu.Lock()
+	w.kafka, err = newKafkaSide(w)
+	w.fetchMu.Unlock()
+	if err != nil {
 		return err
 	}
-	for _, q := range w.cfg.queues {
+	for _, q := range names {
 		if w.control.Paused(q) {
 			w.kafka.pauseQueue(q, true)
 		}

@@ -2,7 +2,6 @@ package consumer
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -17,8 +16,9 @@ import (
 // brokers once per topic. onceq's own topics (delay buckets, dead letters)
 // are created when missing; a missing user queue is an error.
 type topicCache struct {
-	adm *broker.Admin
-	ok  sync.Map // topic -> struct{}
+	adm  *broker.Admin
+	ok   sync.Map // topic -> struct{}
+	prep sync.Map // queue -> struct{}: its changelog and records topics exist
 
 	mu     sync.Mutex
 	counts map[string]partitionCount
@@ -65,18 +65,39 @@ func (c *topicCache) confirmPartitions(topic string, n int32) bool {
 func (c *topicCache) refreshPartitions(topic string) (int32, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	info, err := c.adm.DescribeTopic(ctx, topic)
+	counts, err := c.adm.PartitionCounts(ctx, topic)
 	if err != nil {
 		return 0, fmt.Errorf("consumer: partitions of %s: %w", topic, err)
 	}
-	n := int32(len(info.Partitions))
-	c.mu.Lock()
-	c.counts[topic] = partitionCount{n: n, seen: time.Now()}
-	c.mu.Unlock()
+	n, ok := counts[topic]
+	if !ok {
+		return 0, fmt.Errorf("consumer: partitions of %s: %w", topic, broker.ErrTopicNotFound)
+	}
+	c.seed(map[string]int32{topic: n}, time.Now())
 	return n, nil
 }
 
+// seed records partition counts the worker learned at time at: at its
+// start, and from each look at its partitions' offsets (quiet.go), which
+// keeps the counts of every queue it owns fresh without a request per
+// queue.
+func (c *topicCache) seed(counts map[string]int32, at time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for t, n := range counts {
+		c.counts[t] = partitionCount{n: n, seen: at}
+	}
+}
+
 func (c *topicCache) known(topic string) { c.ok.Store(topic, struct{}{}) }
+
+// prepared records that queue's changelog and records topics exist.
+func (c *topicCache) prepared(queue string) { c.prep.Store(queue, struct{}{}) }
+
+func (c *topicCache) isPrepared(queue string) bool {
+	_, ok := c.prep.Load(queue)
+	return ok
+}
 
 func (c *topicCache) ensure(topic string) error {
 	if _, ok := c.ok.Load(topic); ok {
@@ -93,9 +114,13 @@ func (c *topicCache) ensure(topic string) error {
 	case topic == onceq.WorkflowQueue:
 		err = c.adm.EnsureTopic(ctx, topic, broker.WorkflowPartitions, nil)
 	default:
-		_, err = c.adm.DescribeTopic(ctx, topic)
-		if errors.Is(err, broker.ErrTopicNotFound) {
-			err = fmt.Errorf("queue %q does not exist: create it with 'onceq topics create %s'", topic, topic)
+		var counts map[string]int32
+		if counts, err = c.adm.PartitionCounts(ctx, topic); err == nil {
+			if n, ok := counts[topic]; ok {
+				c.seed(map[string]int32{topic: n}, time.Now())
+			} else {
+				err = fmt.Errorf("queue %q does not exist: create it with 'onceq topics create %s'", topic, topic)
+			}
 		}
 	}
 	if err == nil {

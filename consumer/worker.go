@@ -26,6 +26,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -42,6 +43,7 @@ import (
 // Create it with New, run it with Run.
 type Worker struct {
 	cfg     config
+	queues  queueSet // cfg.queues, as names and patterns
 	metrics *metrics
 
 	store  *checkpoint.Store
@@ -50,8 +52,9 @@ type Worker struct {
 	topics *topicCache
 	sched  *scheduler
 
-	mu    sync.Mutex
-	parts map[checkpoint.TP]*partState
+	mu      sync.Mutex
+	parts   map[checkpoint.TP]*partState
+	byQueue map[string][]*partState // the parts of each queue, for wake-ups
 
 	buffered   atomic.Int64 // records admitted and not yet finished
 	completed  atomic.Int64 // records finished since the last commit
@@ -62,7 +65,19 @@ type Worker struct {
 	started    chan struct{} // closed once Run passed its start
 	health     *ops.BrokerHealth
 	restarts   int // session restarts since the last successful commit
-	ckpt       ckptWriter
+	// nothingToCommit says the last commit found nothing to commit (see
+	// commit); only Run's goroutine uses it.
+	nothingToCommit bool
+	ckpt            ckptWriter
+
+	fetchMu     sync.Mutex   // orders refetch calls; guards partState.fetchPaused
+	lastRefresh atomic.Int64 // unix ns of the last metadata refresh for a new queue
+	// noScanWake stops the look at the offsets from waking quiet
+	// partitions, so that a test sees the wake-ups do it (export_test.go).
+	noScanWake atomic.Bool
+
+	restoresMu sync.Mutex
+	restores   restoreQueue
 
 	tombMu sync.Mutex
 	tombs  []checkpoint.Removed // changelog tombstones expiry handed over
@@ -86,7 +101,7 @@ func New(opts ...Opt) (*Worker, error) {
 	if err := cfg.validate(nils); err != nil {
 		return nil, err
 	}
-	w := &Worker{cfg: cfg, parts: map[checkpoint.TP]*partState{}, wake: make(chan struct{}, 1), started: make(chan struct{}),
+	w := &Worker{cfg: cfg, queues: newQueueSet(cfg.queues), parts: map[checkpoint.TP]*partState{}, byQueue: map[string][]*partState{}, wake: make(chan struct{}, 1), started: make(chan struct{}),
 		health: ops.NewBrokerHealth(cfg.sessionTimeout)}
 	m, err := newMetrics(cfg.registerer, w)
 	if err != nil {
@@ -139,6 +154,21 @@ func (w *Worker) Run(ctx context.Context) (err error) {
 	}
 	w.sched.run()
 	defer w.sched.stop()
+	stopWake, err := w.startWakeReader(ctx)
+	if err != nil {
+		return err
+	}
+	defer stopWake()
+	qctx, stopQuiet := context.WithCancel(ctx)
+	quietDone := make(chan struct{})
+	go func() {
+		defer close(quietDone)
+		w.quietLoop(qctx)
+	}()
+	defer func() {
+		stopQuiet()
+		<-quietDone
+	}()
 	defer w.stopping.Store(true) // first of the deferred: restores stop retrying
 	w.cfg.log.Info("worker started", "group", w.cfg.group, "queues", w.cfg.queues, "instance", w.instanceID,
 		"guarantee", w.cfg.guarantee, "concurrency", w.cfg.concurrency)
@@ -227,6 +257,7 @@ func (w *Worker) restartSession(ctx context.Context, cause error) error {
 		w.release(ps)
 		delete(w.parts, tp)
 	}
+	clear(w.byQueue)
 	w.mu.Unlock()
 	select {
 	case <-time.After(time.Duration(w.restarts) * 200 * time.Millisecond):
@@ -234,7 +265,9 @@ func (w *Worker) restartSession(ctx context.Context, cause error) error {
 		return errStopped
 	}
 	var err error
+	w.fetchMu.Lock()
 	w.kafka, err = newKafkaSide(w)
+	w.fetchMu.Unlock()
 	return err
 }
 
@@ -359,13 +392,21 @@ func (w *Worker) assigned(_ context.Context, _ *kgo.Client, m map[string][]int32
 			tp := checkpoint.TP{Topic: topic, Partition: p}
 			if old := w.parts[tp]; old != nil {
 				w.release(old)
+				w.byQueue[topic] = slices.DeleteFunc(w.byQueue[topic], func(o *partState) bool { return o == old })
 			}
 			st := newPartState(tp, w.store)
-			st.inflight, st.latency = w.metrics.inflight.WithLabelValues(topic), w.metrics.latency.WithLabelValues(topic)
-			if w.cfg.guarantee == AtLeastOnce {
+			st.inflight, st.latency = w.metrics.inflight.WithLabelValues(w.qlabel(topic)), w.metrics.latency.WithLabelValues(w.qlabel(topic))
+			// An at-least-once worker restores nothing, once its queue's
+			// topics exist (a pattern's queues get them in a restore pass).
+			if w.cfg.guarantee == AtLeastOnce && w.topics.isPrepared(topic) {
 				st.restored = true
 			}
+			st.q.active = time.Now()
+			if !w.queues.named[topic] && w.control != nil && w.control.Paused(topic) {
+				go w.setPaused(topic, true) // a pattern's queue, paused before it was found
+			}
 			w.parts[tp] = st
+			w.byQueue[topic] = append(w.byQueue[topic], st)
 		}
 	}
 	w.cfg.log.Info("partitions assigned", "partitions", m)
@@ -380,7 +421,10 @@ func (w *Worker) revoked(_ context.Context, _ *kgo.Client, m map[string][]int32)
 			if st := w.parts[tp]; st != nil {
 				w.release(st)
 				delete(w.parts, tp)
-				w.metrics.forget(tp)
+				w.byQueue[topic] = slices.DeleteFunc(w.byQueue[topic], func(o *partState) bool { return o == st })
+				if len(w.byQueue[topic]) == 0 {
+					delete(w.byQueue, topic)
+				}
 			}
 		}
 	}

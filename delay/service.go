@@ -203,10 +203,12 @@ func (s *Service) start(ctx context.Context) error {
 		return fmt.Errorf("delay: %w", err)
 	}
 	topics := s.cfg.planner.Topics()
+	specs := []broker.TopicSpec{{Name: broker.WakeTopic, Partitions: 1, Configs: broker.WakeTopicConfigs()}}
 	for _, t := range topics {
-		if err := s.adm.EnsureTopic(ctx, t, DefaultBucketPartitions, BucketTopicConfigs()); err != nil {
-			return fmt.Errorf("delay: creating bucket topic: %w", err)
-		}
+		specs = append(specs, broker.TopicSpec{Name: t, Partitions: DefaultBucketPartitions, Configs: BucketTopicConfigs()})
+	}
+	if _, err := s.adm.EnsureTopics(ctx, specs); err != nil {
+		return fmt.Errorf("delay: creating the bucket and wake-up topics: %w", err)
 	}
 	details, err := s.adm.Kadm().ListTopics(ctx, topics...)
 	if err != nil {

@@ -78,6 +78,7 @@ func (s *Service) commit(ctx context.Context) error {
 			recs = append(recs, o.rec)
 		}
 	}
+	recs = broker.AppendWakeUps(recs)
 	t, err := broker.RunTxn(ctx, s.sess, recs, s.offsetsHook(moves), func(first error) {
 		s.cfg.log.Warn("aborting a transaction: writing a moved record failed; its records move again", "err", first)
 	})

@@ -59,6 +59,11 @@ type Producer struct {
 	adm     *broker.Admin // created by the first topic lookup
 	admErr  error
 
+	// wakeOK says the wake-up topic exists; wakeFailedAt is when making
+	// it last failed (unix ns).
+	wakeOK       atomic.Bool
+	wakeFailedAt atomic.Int64
+
 	txMu sync.Mutex
 	txcl *kgo.Client // transactional, created by the first Tx
 	// txUnasked is set by the transactional client's logger when the
@@ -193,7 +198,7 @@ func (p *Producer) submitMany(ctx context.Context, tasks []onceq.Task, fn func(i
 	var slots int64 // taken for the tasks still to come
 	for i := range tasks {
 		t := tasks[i]
-		s, err := p.prepare(ctx, &t, &clk)
+		s, err := p.prepare(ctx, &t, &clk, false)
 		if err == nil && slots == 0 {
 			if slots = p.slots.tryAcquireUpTo(int64(len(tasks) - i)); slots == 0 {
 				if err = p.slots.acquire(ctx); err == nil {
@@ -226,7 +231,7 @@ func (p *Producer) submit(ctx context.Context, task onceq.Task, fn func(Receipt,
 		fn = func(Receipt, error) {}
 	}
 	var clk clockReads
-	s, err := p.prepare(ctx, &task, &clk)
+	s, err := p.prepare(ctx, &task, &clk, false)
 	if err == nil {
 		err = p.slots.acquire(ctx)
 	}
@@ -251,8 +256,10 @@ func (p *Producer) submit(ctx context.Context, task onceq.Task, fn func(Receipt,
 }
 
 // prepare validates the task, completes it and returns its submission,
-// with its record and its queue. clk holds the clock reads of the call.
-func (p *Producer) prepare(ctx context.Context, t *onceq.Task, clk *clockReads) (*submission, error) {
+// with its record and its queue. clk holds the clock reads of the call. A
+// task due now wakes its queue's workers, unless it is part of a
+// transaction (tx), which wakes them when it commits.
+func (p *Producer) prepare(ctx context.Context, t *onceq.Task, clk *clockReads, tx bool) (*submission, error) {
 	if p.closed.Load() {
 		return nil, ErrClosed
 	}
@@ -280,6 +287,9 @@ func (p *Producer) prepare(ctx context.Context, t *onceq.Task, clk *clockReads) 
 	}
 	s := &submission{q: q}
 	t.EncodeRecord(&s.rec, dest.name, s.headers[:0], s.values[:0])
+	if dest == q && !tx {
+		p.wake(ctx, q, now)
+	}
 	s.rec.Timestamp = stamp // saves the client a clock read
 	return s, nil
 }

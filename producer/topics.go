@@ -41,6 +41,7 @@ type topicState struct {
 	submitted   prometheus.Counter
 	duration    prometheus.Observer
 	submissions atomic.Uint64 // counted by Submit and SubmitAsync, to sample duration (SubmitMany samples per call)
+	woke        atomic.Int64  // unix ns of the queue's last wake-up (see wake)
 }
 
 // noteError forgets that a topic exists when the broker says it does not
@@ -82,7 +83,7 @@ func (p *Producer) ensure(ctx context.Context, name string, bucket bool) (*topic
 	v, ok := p.topics.Load(name)
 	if !ok {
 		s := &topicState{name: name, bucket: bucket}
-		if !bucket {
+		if !bucket && name != broker.WakeTopic {
 			s.submitted = p.m.submitted.WithLabelValues(name)
 			s.duration = p.m.duration.WithLabelValues(name)
 		}
@@ -109,13 +110,15 @@ func (p *Producer) lookup(ctx context.Context, s *topicState) error {
 	}
 	var err error
 	switch {
-	case s.bucket || create > 0 || s.name == onceq.WorkflowQueue:
+	case s.bucket || create > 0 || s.name == onceq.WorkflowQueue || s.name == broker.WakeTopic:
 		partitions, configs := create, map[string]string(nil)
 		switch {
 		case s.bucket:
 			partitions, configs = delay.DefaultBucketPartitions, delay.BucketTopicConfigs()
 		case s.name == onceq.WorkflowQueue:
 			partitions = broker.WorkflowPartitions // onceq's own, like the buckets
+		case s.name == broker.WakeTopic:
+			partitions, configs = 1, broker.WakeTopicConfigs()
 		}
 		var adm *broker.Admin
 		if adm, err = p.admin(); err == nil {

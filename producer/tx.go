@@ -127,7 +127,21 @@ func (p *Producer) txOnce(ctx context.Context, fn func(*Tx) error) (err error) {
 	}
 	committed = true
 	tx.count(true, start)
+	tx.wake(ctx)
 	return nil
+}
+
+// wake wakes the workers of the queues the committed transaction wrote
+// tasks to now (not of those whose tasks it delayed).
+func (tx *Tx) wake(ctx context.Context) {
+	now := time.Now()
+	tx.mu.Lock()
+	defer tx.mu.Unlock()
+	for i, q := range tx.queues {
+		if !tx.receipts[i].Delayed {
+			tx.p.wake(ctx, q, now)
+		}
+	}
 }
 
 // commitTx flushes the transaction's tasks and commits them, unless one
@@ -245,7 +259,7 @@ func (tx *Tx) Submit(task onceq.Task) error {
 	if ended {
 		return errTxEnded
 	}
-	s, err := tx.p.prepare(tx.ctx, &task, &clockReads{})
+	s, err := tx.p.prepare(tx.ctx, &task, &clockReads{}, true)
 	if err != nil {
 		return tx.p.wrap(&Receipt{ID: task.ID}, err)
 	}

@@ -41,6 +41,8 @@ func TestFlagDefaultsAreTheLibrarys(t *testing.T) {
 		{"worker", "backoff-factor", consumer.DefaultBackoffFactor},
 		{"worker", "backoff-max", consumer.DefaultBackoffMax},
 		{"worker", "abandon-grace", consumer.DefaultAbandonGrace},
+		{"worker", "quiet-after", consumer.DefaultQuietAfter},
+		{"worker", "metrics-per-queue", consumer.DefaultMetricsPerQueue},
 		{"worker", "task-records", consumer.DefaultTaskRecords},
 		{"worker", "result-retention", consumer.DefaultResultRetention},
 		{"worker", "max-result-bytes", consumer.DefaultMaxResultBytes},

@@ -43,6 +43,8 @@ type workerFlags struct {
 	backoffMax      time.Duration
 	dropExpired     bool
 	abandonGrace    time.Duration
+	quietAfter      time.Duration
+	metricsPerQueue bool
 	delayService    bool
 	workflowService bool
 	scheduler       bool
@@ -80,7 +82,7 @@ exit code is 1.`,
 		},
 	}
 	fl := cmd.Flags()
-	fl.StringSliceVar(&f.queues, "queue", nil, "queues to run, Q[,Q2...] (required)")
+	fl.StringSliceVar(&f.queues, "queue", nil, "queues to run, Q[,Q2...] (required); a regular expression such as 'shop\\..*' runs every queue whose whole name matches, new ones included")
 	fl.StringVar(&f.group, "group", consumer.DefaultGroup, "consumer group; workers of one group share the queues")
 	fl.StringVar(&f.checkpointDir, "checkpoint-dir", "./onceq-data/worker", "this worker's checkpoint directory (one per worker process)")
 	fl.StringVar(&f.handler, "handler", "", "what to run for each task (required): noop, copy:QUEUE, count:QUEUE, exec:COMMAND, http:URL")
@@ -102,6 +104,8 @@ exit code is 1.`,
 	fl.DurationVar(&f.backoffMax, "backoff-max", consumer.DefaultBackoffMax, "longest retry backoff")
 	fl.BoolVar(&f.dropExpired, "drop-expired", false, "drop tasks past onceq-expires instead of dead-lettering them")
 	fl.DurationVar(&f.abandonGrace, "abandon-grace", consumer.DefaultAbandonGrace, "how long a handler may run past its time-to-run before it is abandoned")
+	fl.BoolVar(&f.metricsPerQueue, "metrics-per-queue", consumer.DefaultMetricsPerQueue, "label the metrics with each queue (and partition); false sums them under \"*\", for workers of thousands of queues")
+	fl.DurationVar(&f.quietAfter, "quiet-after", consumer.DefaultQuietAfter, "how long a partition goes without tasks before the worker stops fetching it until a task comes (at least 500ms)")
 	fl.BoolVar(&f.taskRecords, "task-records", consumer.DefaultTaskRecords, "write each task's outcome and result to onceq-rec-QUEUE, for 'onceq task' to read")
 	fl.DurationVar(&f.resultRetention, "result-retention", consumer.DefaultResultRetention, "how long task records keep results (0: states only)")
 	fl.IntVar(&f.maxResultBytes, "max-result-bytes", consumer.DefaultMaxResultBytes, "largest result a task may return")
@@ -129,6 +133,9 @@ func runWorker(cmd *cobra.Command, g *globals, f workerFlags) error {
 		return usagef("--queue is required: name the queue(s) to run, for example --queue emails")
 	}
 	for _, q := range f.queues {
+		if consumer.IsPattern(q) {
+			continue // checked by consumer.New, under --queue
+		}
 		if err := onceq.ValidateQueue(q); err != nil {
 			return usagef("--queue: %v", err)
 		}
@@ -175,7 +182,7 @@ func runWorker(cmd *cobra.Command, g *globals, f workerFlags) error {
 		consumer.TaskTimeout(f.timeout), consumer.DedupWindow(f.dedupWindow), consumer.MaxBufferedRecords(f.maxBuffered),
 		consumer.SessionTimeout(f.sessionTimeout), consumer.TransactionTimeout(f.txnTimeout), consumer.RetryPause(f.retryPause),
 		consumer.MaxAttempts(f.maxAttempts), consumer.Backoff(f.backoffBase, f.backoffFactor, f.backoffMax),
-		consumer.AbandonGrace(f.abandonGrace), consumer.Planner(planner), consumer.DropExpired(f.dropExpired), consumer.CommitHook(hook), consumer.GroupProtocol(f.groupProtocol),
+		consumer.AbandonGrace(f.abandonGrace), consumer.QuietAfter(f.quietAfter), consumer.MetricsPerQueue(f.metricsPerQueue), consumer.Planner(planner), consumer.DropExpired(f.dropExpired), consumer.CommitHook(hook), consumer.GroupProtocol(f.groupProtocol),
 		consumer.TaskRecords(f.taskRecords), consumer.ResultRetention(f.resultRetention), consumer.MaxResultBytes(f.maxResultBytes), consumer.CheckpointFS(diskFS), consumer.Registerer(reg), consumer.Logger(g.log),
 	)
 	if err != nil {

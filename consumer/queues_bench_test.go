@@ -1,0 +1,204 @@
+package consumer_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"runtime/pprof"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kadm"
+
+	"github.com/onceq/onceq"
+	"github.com/onceq/onceq/consumer"
+	"github.com/onceq/onceq/internal/testutil"
+	"github.com/onceq/onceq/producer"
+)
+
+// BenchmarkQueues measures what a queue costs a worker: one exactly-once
+// worker over N queues of one partition each (N from ONCEQ_BENCH_QUEUES,
+// default 1,1000,10000), in one process with the embedded broker. It
+// reports the time from Run to Ready, submit->start latency of tasks
+// spread evenly over the queues at 200 tasks/s (every queue's first task
+// included, which restores its partition), the CPU that the process
+// (worker and broker) uses while every queue is idle, and its RSS.
+func BenchmarkQueues(b *testing.B) {
+	counts := []int{1, 1000, 10000}
+	if v := os.Getenv("ONCEQ_BENCH_QUEUES"); v != "" {
+		counts = counts[:0]
+		for _, f := range strings.Split(v, ",") {
+			n, err := strconv.Atoi(f)
+			if err != nil || n < 1 {
+				b.Fatalf("ONCEQ_BENCH_QUEUES=%q: want queue counts such as 1,1000", v)
+			}
+			counts = append(counts, n)
+		}
+	}
+	for _, n := range counts {
+		b.Run(fmt.Sprintf("queues=%d", n), func(b *testing.B) {
+			for b.Loop() {
+				benchQueues(b, n)
+			}
+		})
+	}
+}
+
+func benchQueues(b *testing.B, n int) {
+	_, conn := testutil.StartBroker(b, "")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	queues := make([]string, n)
+	for i := range queues {
+		queues[i] = fmt.Sprintf("q-%05d", i)
+	}
+	cl, err := conn.NewClient()
+	if err != nil {
+		b.Fatal(err)
+	}
+	adm := kadm.NewClient(cl)
+	for i := 0; i < n; i += 1000 {
+		if _, err := adm.CreateTopics(ctx, 1, -1, nil, queues[i:min(i+1000, n)]...); err != nil {
+			b.Fatal(err)
+		}
+	}
+	cl.Close()
+
+	var (
+		mu    sync.Mutex
+		acks  []time.Duration
+		lat   []time.Duration
+		first []time.Duration
+		later []time.Duration // every task but each queue's first
+		seen  = map[string]bool{}
+	)
+	done := make(chan struct{}, 1)
+	tasks := max(2000, n)
+	if v := os.Getenv("ONCEQ_BENCH_TASKS"); v != "" {
+		var err error
+		if tasks, err = strconv.Atoi(v); err != nil || tasks < 1 {
+			b.Fatalf("ONCEQ_BENCH_TASKS=%q: want a number of tasks", v)
+		}
+	}
+	reg := prometheus.NewRegistry()
+	w, err := consumer.New(consumer.Conn(conn), consumer.Queues(queues...), consumer.CheckpointDir(b.TempDir()), consumer.Registerer(reg),
+		consumer.WithHandler(consumer.HandlerFunc(func(_ context.Context, t *consumer.Task) error {
+			ns, _ := strconv.ParseInt(string(t.Payload), 10, 64)
+			d := time.Since(time.Unix(0, ns))
+			mu.Lock()
+			defer mu.Unlock()
+			lat = append(lat, d)
+			if !seen[t.Topic] {
+				seen[t.Topic] = true
+				first = append(first, d)
+			} else {
+				later = append(later, d)
+			}
+			if len(lat) == tasks {
+				done <- struct{}{}
+			}
+			return nil
+		})))
+	if err != nil {
+		b.Fatal(err)
+	}
+	start := time.Now()
+	runErr := make(chan error, 1)
+	go func() { runErr <- w.Run(ctx) }()
+	for w.Ready() != nil {
+		select {
+		case err := <-runErr:
+			b.Fatalf("worker: %v", err)
+		case <-time.After(2 * time.Millisecond):
+		}
+	}
+	ready := time.Since(start)
+
+	p, err := producer.New(producer.Conn(conn))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer p.Close()
+	tick := time.NewTicker(5 * time.Millisecond) // 200 tasks/s
+	for i := range tasks {
+		<-tick.C
+		sent := time.Now()
+		t := onceq.Task{Queue: queues[i%n], Payload: []byte(strconv.FormatInt(sent.UnixNano(), 10))}
+		p.SubmitAsync(ctx, t, func(_ producer.Receipt, err error) {
+			mu.Lock()
+			acks = append(acks, time.Since(sent))
+			mu.Unlock()
+			if err != nil {
+				b.Error(err)
+			}
+		})
+	}
+	tick.Stop()
+	select {
+	case <-done:
+	case err := <-runErr:
+		b.Fatalf("worker: %v", err)
+	case <-time.After(5 * time.Minute):
+		mu.Lock()
+		b.Fatalf("%d of %d tasks ran in 5 minutes", len(lat), tasks)
+	}
+
+	// Idle: every queue quiet, the last commits behind.
+	time.Sleep(2 * time.Second)
+	if f := os.Getenv("ONCEQ_BENCH_IDLE_PROFILE"); f != "" {
+		out, err := os.Create(f)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer out.Close()
+		if err := pprof.StartCPUProfile(out); err != nil {
+			b.Fatal(err)
+		}
+	}
+	cpu0, wall0 := cpuTime(), time.Now()
+	time.Sleep(10 * time.Second)
+	idle := float64(cpuTime()-cpu0) / float64(time.Since(wall0)) * 100
+	pprof.StopCPUProfile()
+
+	mu.Lock()
+	defer mu.Unlock()
+	b.ReportMetric(ready.Seconds(), "ready-s")
+	b.ReportMetric(pct(first, 0.99).Seconds()*1000, "first-p99-ms")
+	if len(later) > 0 {
+		b.ReportMetric(pct(later, 0.99).Seconds()*1000, "later-p99-ms")
+	}
+	b.ReportMetric(pct(lat, 0.50).Seconds()*1000, "p50-ms")
+	b.ReportMetric(pct(lat, 0.99).Seconds()*1000, "p99-ms")
+	b.ReportMetric(pct(acks, 0.99).Seconds()*1000, "ack-p99-ms")
+	b.ReportMetric(idle, "idle-cpu-%")
+	rss, err := peakRSS(os.Getpid())
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportMetric(float64(rss)/(1<<20), "peak-rss-MB")
+	b.ReportMetric(gaugeValue(b, reg, "onceq_quiet_partitions"), "quiet-partitions")
+	b.ReportMetric(0, "ns/op")
+	cancel()
+	<-runErr
+}
+
+func pct(ds []time.Duration, q float64) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	return s[min(len(s)-1, int(float64(len(s))*q))]
+}
+
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}

@@ -1,0 +1,126 @@
+package consumer_test
+
+import (
+	"context"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/onceq/onceq"
+	"github.com/onceq/onceq/consumer"
+	"github.com/onceq/onceq/internal/testutil"
+	"github.com/onceq/onceq/producer"
+)
+
+// TestQuietPartitionsWake: a worker stops fetching the partitions it has
+// heard nothing from for QuietAfter, and starts their tasks all the same
+// when they come: woken by the producer's wake-up, by the wake-up its own
+// commit writes for a task a handler emitted, and, for a record written by
+// kcat (no wake-up at all), by its look at the partitions' offsets. The
+// look wakes nothing until the kcat part, so the wake-ups are what the
+// first parts see.
+func TestQuietPartitionsWake(t *testing.T) {
+	kcat := testutil.Kcat(t)
+	_, conn := testutil.StartBroker(t, "")
+	testutil.CreateTopic(t, conn, "qa", 2)
+	testutil.CreateTopic(t, conn, "qb", 1)
+	reg := prometheus.NewRegistry()
+	ran := make(chan string, 16)
+	w, err := consumer.New(consumer.Conn(conn), consumer.Queues("qa", "qb"), consumer.CheckpointDir(t.TempDir()),
+		consumer.Registerer(reg), consumer.QuietAfter(500*time.Millisecond),
+		consumer.WithHandler(consumer.HandlerFunc(func(_ context.Context, task *consumer.Task) error {
+			ran <- task.ID
+			if string(task.Payload) == "emit" {
+				return task.Emit(onceq.Task{ID: task.ID + "-out", Queue: "qb"})
+			}
+			return nil
+		})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	consumer.SetScanWakes(w, false)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}()
+	quiet := func(want float64) {
+		t.Helper()
+		deadline := time.Now().Add(time.Minute)
+		for {
+			got := gaugeValue(t, reg, "onceq_quiet_partitions")
+			if got == want {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("onceq_quiet_partitions is %v after a minute, want %v", got, want)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	wait := func(ids ...string) {
+		t.Helper()
+		want := map[string]bool{}
+		for _, id := range ids {
+			want[id] = true
+		}
+		timeout := time.After(time.Minute)
+		for len(want) > 0 {
+			select {
+			case id := <-ran:
+				delete(want, id)
+			case <-timeout:
+				t.Fatalf("tasks %v never ran", want)
+			}
+		}
+	}
+	quiet(3)
+
+	p, err := producer.New(producer.Conn(conn))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	if _, err := p.Submit(ctx, onceq.Task{ID: "p1", Queue: "qa"}); err != nil {
+		t.Fatal(err)
+	}
+	wait("p1")
+	quiet(3)
+
+	if _, err := p.Submit(ctx, onceq.Task{ID: "e1", Queue: "qa", Payload: []byte("emit")}); err != nil {
+		t.Fatal(err)
+	}
+	wait("e1", "e1-out")
+	quiet(3)
+
+	consumer.SetScanWakes(w, true)
+	cmd := exec.Command(kcat, "-b", conn.Brokers[0], "-P", "-t", "qb", "-K", ":", "-H", onceq.HeaderID+"=k1")
+	cmd.Stdin = strings.NewReader("k1:from kcat\n")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("kcat -P: %v\n%s", err, out)
+	}
+	wait("k1")
+}
+
+// gaugeValue reads a gauge without labels from reg.
+func gaugeValue(t testing.TB, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name && len(mf.GetMetric()) == 1 {
+			return mf.GetMetric()[0].GetGauge().GetValue()
+		}
+	}
+	t.Fatalf("no gauge %s", name)
+	return 0
+}
