@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/onceq/onceq"
+	"github.com/onceq/onceq/consumer"
 	"github.com/onceq/onceq/inspect"
 	"github.com/onceq/onceq/producer"
 	"github.com/onceq/onceq/workflow"
@@ -131,7 +132,7 @@ func (s *Server) publish(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	spec, err := specOf(r.URL.Query())
+	spec, err := lmstfySpec(r)
 	if err != nil {
 		writeError(w, err)
 		return
@@ -285,13 +286,16 @@ func jobOf(r *http.Request) (topic, id string, err error) {
 	return topic, id, nil
 }
 
-// job is a task's record as the API shows it.
+// job is a task's record as the API shows it and, for a peek, the job as
+// lmstfy's peek shows it (its data, ttl, elapsed_ms, remain_tries and
+// attributes).
 type job struct {
 	Namespace string          `json:"namespace"`
 	Queue     string          `json:"queue"`
 	JobID     string          `json:"job_id"`
 	Done      bool            `json:"done"`
 	Task      json.RawMessage `json:"task,omitempty"`
+	*lmstfyJob
 }
 
 func jobAnswer(r *http.Request, rec onceq.TaskRecord) job {
@@ -310,19 +314,50 @@ func lookupError(err error) error {
 	return err
 }
 
-// job: GET /api/{ns}/{queue}/job/{id}.
+// job: GET /api/{ns}/{queue}/job/{id}: lmstfy's peek of a job, with its
+// record (done, task) once it has one: 404 for a job neither waiting,
+// handed out nor recorded.
 func (s *Server) job(w http.ResponseWriter, r *http.Request) {
 	topic, id, err := jobOf(r)
 	if err != nil {
 		writeError(w, err)
 		return
 	}
-	rec, err := s.in.Get(r.Context(), topic, id)
-	if err != nil {
-		writeError(w, lookupError(err))
+	ctx, cancel := context.WithTimeout(r.Context(), backlogWait)
+	defer cancel()
+	rec, recErr := s.in.Get(ctx, topic, id)
+	if recErr != nil && !errors.Is(recErr, inspect.ErrNotFound) && !errors.Is(recErr, inspect.ErrNoQueue) {
+		writeError(w, recErr)
 		return
 	}
-	writeJSON(w, http.StatusOK, jobAnswer(r, rec))
+	var t onceq.Task
+	found, spent := false, false
+	switch l := s.leaseOf(topic, id); {
+	case l != nil:
+		t, found, spent = l.task.Task, true, true
+	case recErr == nil && rec.Worker != "":
+		// A worker's record locates its run's queue record.
+		t, err = s.taskAt(ctx, topic, rec.Partition, rec.Offset)
+		found = err == nil
+	default:
+		if t, found, err = s.backlogTask(ctx, topic, id); err != nil {
+			writeError(w, backlogError(err))
+			return
+		}
+	}
+	if recErr != nil && !found {
+		writeError(w, lookupError(recErr))
+		return
+	}
+	out := job{Namespace: r.PathValue("ns"), Queue: r.PathValue("queue"), JobID: id}
+	if recErr == nil {
+		out = jobAnswer(r, rec)
+	}
+	if found {
+		j := lmstfyJobOf(r.PathValue("ns"), &t, time.Now(), spent)
+		out.lmstfyJob = &j
+	}
+	writeJSON(w, http.StatusOK, out)
 }
 
 // DefaultWaitTimeout is a wait's timeout when the request gives none.
@@ -359,30 +394,66 @@ func (s *Server) wait(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, jobAnswer(r, rec))
 }
 
-// cancel: DELETE /api/{ns}/{queue}/job/{id}: a task handed out to a
-// consumer is acknowledged (see ack); a task that has not started
-// never starts (202, done: false, while the cancel waits for a worker to
-// end it canceled); one already final is left as it is (200, with its
-// state).
+// cancel: DELETE /api/{ns}/{queue}/job/{id}, lmstfy's ACK: a task handed
+// out to a consumer is acknowledged with the body as its result (204 once
+// its commit is visible); a task that has not started never starts (202,
+// done: false, while the cancel waits for a worker to end it canceled); a
+// task already final, or unknown, is left as it is (204: an ACK is
+// idempotent).
 func (s *Server) cancel(w http.ResponseWriter, r *http.Request) {
 	topic, id, err := jobOf(r)
 	if err != nil {
 		writeError(w, err)
 		return
 	}
-	if s.ack(w, r, topic, id) {
-		return
+	var result []byte
+	if s.leaseOf(topic, id) != nil {
+		if result, err = readBody(w, r, consumer.DefaultMaxResultBytes, "result limit, consumer.DefaultMaxResultBytes"); err != nil {
+			writeError(w, err) // the lease stays: acknowledge again with a smaller result
+			return
+		}
 	}
-	rec, err := s.in.Cancel(r.Context(), topic, id)
-	if err != nil {
-		writeError(w, lookupError(err))
-		return
+	canceled, err := s.finish(r, topic, id, result)
+	switch {
+	case err != nil:
+		writeError(w, err)
+	case canceled:
+		writeJSON(w, http.StatusAccepted, job{Namespace: r.PathValue("ns"), Queue: r.PathValue("queue"), JobID: id})
+	default:
+		w.WriteHeader(http.StatusNoContent)
 	}
-	if rec.State.Final() {
-		writeJSON(w, http.StatusOK, jobAnswer(r, rec))
-		return
+}
+
+// finish ends a task as a DELETE does: it acknowledges it with result if
+// this server handed it out, cancels it if it has not started (canceled),
+// and leaves it as it is if it is final or unknown.
+func (s *Server) finish(r *http.Request, topic, id string, result []byte) (canceled bool, err error) {
+	if l := s.leaseOf(topic, id); l != nil {
+		return false, s.acknowledge(r.Context(), l, topic, id, result)
 	}
-	writeJSON(w, http.StatusAccepted, job{Namespace: r.PathValue("ns"), Queue: r.PathValue("queue"), JobID: id})
+	rec, err := s.in.Get(r.Context(), topic, id)
+	switch {
+	case err == nil && rec.State.Final():
+		return false, nil
+	case errors.Is(err, inspect.ErrNotFound) || errors.Is(err, inspect.ErrNoQueue):
+		// No record yet: a task published without an ID waits in the
+		// queue without one until it runs.
+		ctx, cancel := context.WithTimeout(r.Context(), backlogWait)
+		defer cancel()
+		_, ok, err := s.backlogTask(ctx, topic, id)
+		if err != nil {
+			return false, backlogError(err)
+		}
+		if !ok {
+			return false, nil
+		}
+	case err != nil:
+		return false, err
+	}
+	if _, err := s.in.Cancel(r.Context(), topic, id); err != nil {
+		return false, lookupError(err)
+	}
+	return true, nil
 }
 
 // queueOf reads a queue route's path.
@@ -402,20 +473,6 @@ func (s *Server) queueStats(w http.ResponseWriter, r *http.Request) (inspect.Que
 		return st, false
 	}
 	return st, true
-}
-
-// size: GET /api/{ns}/{queue}/size: the tasks waiting, the most any
-// consumer group has past its committed offsets.
-func (s *Server) size(w http.ResponseWriter, r *http.Request) {
-	st, ok := s.queueStats(w, r)
-	if !ok {
-		return
-	}
-	var n int64
-	for _, g := range st.Groups {
-		n = max(n, g.Waiting)
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"namespace": r.PathValue("ns"), "queue": r.PathValue("queue"), "size": n})
 }
 
 // stats: GET /api/{ns}/{queue}/stats: inspect.QueueStats.

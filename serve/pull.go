@@ -2,7 +2,6 @@ package serve
 
 import (
 	"context"
-	"encoding/base64"
 	"errors"
 	"fmt"
 	"net/http"
@@ -52,10 +51,17 @@ var errTTR = errors.New("not acknowledged within its time-to-run (ttr)")
 // lease is a task handed from a worker's handler to an HTTP consumer.
 type lease struct {
 	task  *consumer.Task
-	ttr   chan time.Duration // the consumer's ttr, sent once it took it
-	acked chan []byte        // the result the consumer acknowledged with
-	over  chan struct{}      // closed when the handler returns
+	ttr   chan grant    // the consumer's terms, sent once it took it
+	acked chan []byte   // the result the consumer acknowledged with
+	over  chan struct{} // closed when the handler returns
 	taken time.Time
+}
+
+// grant is what a consumer took a task for: its time-to-run and whether
+// the take spends one of the task's tries (lmstfy's freeze_tries).
+type grant struct {
+	ttr    time.Duration
+	freeze bool
 }
 
 // puller runs one queue's worker and hands its tasks out.
@@ -128,7 +134,7 @@ func (s *Server) puller(ctx context.Context, topic string) (*puller, error) {
 // handle is the worker's handler: it offers the task to consumers and
 // waits for the one that took it to acknowledge it.
 func (p *puller) handle(ctx context.Context, t *consumer.Task) error {
-	l := &lease{task: t, ttr: make(chan time.Duration, 1), acked: make(chan []byte), over: make(chan struct{})}
+	l := &lease{task: t, ttr: make(chan grant, 1), acked: make(chan []byte), over: make(chan struct{})}
 	defer func() {
 		close(l.over)
 		p.pull.forget(l) // acknowledged, past its ttr, or abandoned
@@ -138,13 +144,13 @@ func (p *puller) handle(ctx context.Context, t *consumer.Task) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-	var ttr time.Duration
+	var g grant
 	select {
-	case ttr = <-l.ttr:
+	case g = <-l.ttr:
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-	timer := time.NewTimer(ttr)
+	timer := time.NewTimer(g.ttr)
 	defer timer.Stop()
 	select {
 	case result := <-l.acked:
@@ -153,7 +159,12 @@ func (p *puller) handle(ctx context.Context, t *consumer.Task) error {
 		}
 		return nil
 	case <-timer.C:
-		return fmt.Errorf("%w: %v", errTTR, ttr)
+		if g.freeze {
+			// Taken with freeze_tries: the run counts no attempt, and the
+			// task is offered again at once.
+			return consumer.Snooze(0, fmt.Sprintf("%v: %v (freeze_tries: no try spent)", errTTR, g.ttr))
+		}
+		return fmt.Errorf("%w: %v", errTTR, g.ttr)
 	case <-ctx.Done():
 		return ctx.Err()
 	}
@@ -175,21 +186,6 @@ func (s *Server) stopPull() {
 	for _, p := range ps {
 		<-p.done
 	}
-}
-
-// handout is a task as a consume answers it, lmstfy's fields and the
-// attempt.
-type handout struct {
-	Msg         string `json:"msg"`
-	Namespace   string `json:"namespace"`
-	Queue       string `json:"queue"`
-	JobID       string `json:"job_id"`
-	Data        string `json:"data"` // base64
-	TTL         int64  `json:"ttl"`  // seconds left before it expires; 0: never
-	ElapsedMS   int64  `json:"elapsed_ms"`
-	RemainTries int64  `json:"remain_tries"`
-	Attempt     int    `json:"attempt"`
-	TTR         int64  `json:"ttr"`
 }
 
 // consume: GET /api/{ns}/{q1},{q2}...?ttr=&timeout=&count=: long-polls
@@ -218,16 +214,17 @@ func (s *Server) consume(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	if len(topics) > 1 && q.Get("timeout") == "" {
-		writeError(w, badRequest("timeout", "consuming several queues needs a timeout (seconds), as in lmstfy"))
-		return
-	}
 	count := 1
 	if v := q.Get("count"); v != "" {
 		if count, err = strconv.Atoi(v); err != nil || count < 1 || count > MaxCount {
 			writeError(w, badRequest("count", "%q: want a number of tasks from 1 to %d", v, MaxCount))
 			return
 		}
+	}
+	freeze, err := boolParam(q, "freeze_tries")
+	if err != nil {
+		writeError(w, err)
+		return
 	}
 	pullers := make([]*puller, len(topics))
 	for i, t := range topics {
@@ -256,29 +253,21 @@ func (s *Server) consume(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	now := time.Now()
-	out := make([]handout, len(got))
+	out := make([]lmstfyJob, len(got))
 	s.pull.mu.Lock()
 	for i, l := range got {
 		l.taken = now
 		t := l.task
 		s.pull.leases[leaseKey(t.Queue, t.ID)] = l
-		h := handout{Msg: "new job", Namespace: ns, Queue: strings.TrimPrefix(t.Queue, ns+"."), JobID: t.ID,
-			Data: base64.StdEncoding.EncodeToString(t.Payload), RemainTries: int64(max(t.MaxAttempts-t.Attempt, 0)),
-			Attempt: t.Attempt, TTR: int64(ttr / time.Second)}
-		if !t.Enqueued.IsZero() {
-			h.ElapsedMS = now.Sub(t.Enqueued).Milliseconds()
-		}
-		if !t.Expires.IsZero() {
-			h.TTL = max(int64(t.Expires.Sub(now)/time.Second), 0)
-		}
-		out[i] = h
+		out[i] = lmstfyJobOf(ns, &t.Task, now, !freeze)
+		out[i].Msg, out[i].TTR = "new job", int64(ttr/time.Second)
 	}
 	s.pull.mu.Unlock()
 	for _, l := range got {
-		l.ttr <- ttr
+		l.ttr <- grant{ttr: ttr, freeze: freeze}
 	}
-	if count == 1 && q.Get("count") == "" {
-		writeJSON(w, http.StatusOK, out[0])
+	if count == 1 {
+		writeJSON(w, http.StatusOK, out[0]) // lmstfy: one object unless count > 1
 		return
 	}
 	writeJSON(w, http.StatusOK, out)
@@ -337,29 +326,22 @@ func durationParam(q map[string][]string, name string, def, lo, hi time.Duration
 	return d, nil
 }
 
-// ack finishes a task handed out, with the request's body as its result,
-// and answers once its commit is visible: 204. ok is false when the task
-// is not handed out (the caller cancels it instead).
-func (s *Server) ack(w http.ResponseWriter, r *http.Request, topic, id string) (ok bool) {
+// leaseOf returns the lease of a task this server handed out, or nil.
+func (s *Server) leaseOf(topic, id string) *lease {
 	s.pull.mu.Lock()
-	k := leaseKey(topic, id)
-	l := s.pull.leases[k]
-	s.pull.mu.Unlock()
-	if l == nil {
-		return false
-	}
-	result, err := readBody(w, r, consumer.DefaultMaxResultBytes, "result limit, consumer.DefaultMaxResultBytes")
-	if err != nil {
-		writeError(w, err) // the lease stays: acknowledge again with a smaller result
-		return true
-	}
+	defer s.pull.mu.Unlock()
+	return s.pull.leases[leaseKey(topic, id)]
+}
+
+// acknowledge finishes a task handed out with result, and returns once
+// its commit is visible: nil, or the error to answer.
+func (s *Server) acknowledge(ctx context.Context, l *lease, topic, id string, result []byte) error {
 	select {
 	case l.acked <- result:
 	case <-l.over:
-		writeError(w, &apiError{status: http.StatusConflict, msg: "the task's time-to-run passed before the acknowledgment: it runs again (or is dead-lettered after its tries)"})
-		return true
+		return &apiError{status: http.StatusConflict, msg: "the task's time-to-run passed before the acknowledgment: it runs again (or is dead-lettered after its tries)"}
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), ackCommitWait)
+	ctx, cancel := context.WithTimeout(ctx, ackCommitWait)
 	defer cancel()
 	// This run's record: a requeued task's earlier run left a final
 	// record of its own.
@@ -368,13 +350,11 @@ func (s *Server) ack(w http.ResponseWriter, r *http.Request, topic, id string) (
 	})
 	switch {
 	case err != nil:
-		writeError(w, &apiError{status: http.StatusGatewayTimeout, msg: fmt.Sprintf("acknowledged, but its commit is not visible after %v: ask GET .../job/%s", ackCommitWait, id)})
+		return &apiError{status: http.StatusGatewayTimeout, msg: fmt.Sprintf("acknowledged, but its commit is not visible after %v: ask GET .../job/%s", ackCommitWait, id)}
 	case rec.State != onceq.StateSucceeded:
-		writeError(w, &apiError{status: http.StatusConflict, msg: fmt.Sprintf("the task ended %s: %s (its time-to-run passed before the acknowledgment, or the result was refused)", rec.State, rec.Error)})
-	default:
-		w.WriteHeader(http.StatusNoContent)
+		return &apiError{status: http.StatusConflict, msg: fmt.Sprintf("the task ended %s: %s (its time-to-run passed before the acknowledgment, or the result was refused)", rec.State, rec.Error)}
 	}
-	return true
+	return nil
 }
 
 // ackCommitWait bounds how long an acknowledgment waits for its commit.

@@ -142,15 +142,23 @@ type route struct {
 	h            http.HandlerFunc
 }
 
+// publishParams are a publish's query parameters: lmstfy's delay, ttl
+// and tries, and onceq's id and timeout.
+var publishParams = []string{"id", "delay", "ttl", "tries", "timeout"}
+
 // apiRoutes are the endpoints under /api.
 func (s *Server) apiRoutes() []route {
 	return []route{
 		{"GET", "/api/openapi.json", "openapi", read, nil, serveOpenAPI},
 		{"GET", "/api/{ns}", "queues", read, nil, s.queues},
-		{"PUT", "/api/{ns}/{queue}", "publish", write, []string{"id", "delay", "ttl", "tries", "timeout"}, s.publish},
-		{"GET", "/api/{ns}/{queue}", "consume", write, []string{"ttr", "timeout", "count"}, s.consume},
+		{"PUT", "/api/{ns}/{queue}", "publish", write, publishParams, s.publish},
+		{"GET", "/api/{ns}/{queue}", "consume", write, []string{"ttr", "timeout", "count", "freeze_tries"}, s.consume},
+		{"DELETE", "/api/{ns}/{queue}", "destroy", write, nil, s.destroy},
 		{"POST", "/api/{ns}/{queue}/bulk", "bulk", write, nil, s.bulk},
+		{"PUT", "/api/{ns}/{queue}/bulk", "bulk_lmstfy", write, []string{"delay", "ttl", "tries", "timeout"}, s.bulkLmstfy},
+		{"GET", "/api/{ns}/{queue}/peek", "peek", read, nil, s.peekQueue},
 		{"GET", "/api/{ns}/{queue}/job/{id}", "job", read, nil, s.job},
+		{"PUT", "/api/{ns}/{queue}/job/{id}", "republish", write, []string{"delay", "ttl", "tries", "timeout"}, s.republish},
 		{"GET", "/api/{ns}/{queue}/job/{id}/wait", "wait", read, []string{"timeout"}, s.wait},
 		{"DELETE", "/api/{ns}/{queue}/job/{id}", "cancel", write, nil, s.cancel},
 		{"GET", "/api/{ns}/{queue}/workflow/{id}", "workflow", read, nil, s.workflowStatus},
@@ -162,7 +170,8 @@ func (s *Server) apiRoutes() []route {
 		{"POST", "/api/{ns}/{queue}/resume", "resume", write, nil, s.pause(false)},
 		{"GET", "/api/{ns}/{queue}/deadletter", "deadletter", read, []string{"limit"}, s.deadLetters},
 		{"GET", "/api/{ns}/{queue}/deadletter/size", "deadletter_size", read, nil, s.deadLetterSize},
-		{"PUT", "/api/{ns}/{queue}/deadletter", "respawn", write, []string{"limit", "id"}, s.respawn},
+		{"PUT", "/api/{ns}/{queue}/deadletter", "respawn", write, []string{"limit", "ttl", "id"}, s.respawn},
+		{"DELETE", "/api/{ns}/{queue}/deadletter", "deadletter_delete", write, []string{"limit"}, s.deleteDeadLetters},
 		{"GET", schedulesPath, "periodic_list", read, nil, s.listSchedules},
 		{"GET", schedulesPath + "/{name}", "periodic_get", read, nil, s.getSchedule},
 		{"PUT", schedulesPath + "/{name}", "periodic_put", write, scheduleParams, s.putSchedule},
