@@ -439,3 +439,42 @@ func TestLmstfyClientDeadLetters(t *testing.T) {
 		t.Fatalf("size after destroy: %d", n)
 	}
 }
+
+// TestLmstfyParams: every query parameter lmstfy's server takes is taken,
+// on each of its endpoints, with lmstfy's token parameter too.
+func TestLmstfyParams(t *testing.T) {
+	a := start(t, serve.CreateQueues(1))
+	tok := a.token("ns", false)
+	id := ""
+	for _, tc := range []struct {
+		method, path, body string
+		code               int
+	}{
+		{"PUT", "/api/ns/q?delay=0&ttl=60&tries=2", "x", 201},
+		{"PUT", "/api/ns/q/bulk?delay=0&ttl=60&tries=2", `["a","b"]`, 201},
+		{"GET", "/api/ns/q?ttr=30&timeout=1&count=1&freeze_tries=false", "", 200},
+		{"GET", "/api/ns/q,r?ttr=30&timeout=1&freeze_tries=true", "", 200},
+		{"PUT", "/api/ns/q/job/{id}?delay=0&ttl=60&tries=2", "y", 201},
+		{"GET", "/api/ns/q/peek", "", 200},
+		{"GET", "/api/ns/q/size", "", 200},
+		{"GET", "/api/ns/q/deadletter", "", 200},
+		{"GET", "/api/ns/q/deadletter/size", "", 200},
+		{"PUT", "/api/ns/q/deadletter?limit=2&ttl=60", "", 200},
+		{"DELETE", "/api/ns/q/deadletter?limit=2", "", 204},
+		{"DELETE", "/api/ns/q/job/{id}", "", 204},
+		{"DELETE", "/api/ns/q", "", 204},
+	} {
+		path := strings.ReplaceAll(tc.path, "{id}", id)
+		sep := "?"
+		if strings.Contains(path, "?") {
+			sep = "&"
+		}
+		code, body := a.do(tc.method, path+sep+"token="+tok, "", tc.body)
+		if code != tc.code {
+			t.Fatalf("%s %s: %d %v; want %d", tc.method, path, code, body, tc.code)
+		}
+		if tc.method == "GET" && id == "" && strings.Contains(path, "ttr=") {
+			id, _ = body["job_id"].(string)
+		}
+	}
+}
