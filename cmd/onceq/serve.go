@@ -34,9 +34,10 @@ func newServeCmd(g *globals) *cobra.Command {
 		Use:   "serve",
 		Short: "Serve the HTTP API (lmstfy's paths) with tokens, /metrics and /healthz",
 		Long: `Serve onceq's HTTP API: publish (one task or a bulk array in one transaction),
-a task's state and result, waiting for it, cancel, queue size, statistics, pause
-and resume, under /api/{namespace}/{queue} as lmstfy has them, and the
-namespace's periodic schedules under /api/{namespace}/periodic. A namespace's
+consume and acknowledge, a task's state and result, waiting for it, cancel, peek,
+queue size, dead letters, statistics, pause and resume, under
+/api/{namespace}/{queue} as lmstfy has them, and the namespace's periodic
+schedules under /periodic/{namespace}. A namespace's
 queue is the topic <namespace>.<queue>, created on its first publish with
 --create-queues partitions unless --no-create-queues.
 
@@ -53,7 +54,7 @@ finish (at most --shutdown-timeout), then exits.`,
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&f.listen, "listen", "127.0.0.1:7700", "serve on this address")
-	fl.StringVar(&f.adminListen, "admin-listen", "", "serve the token admin API (POST, GET /token/{ns}, DELETE /token/{ns}/{id}) here, for operators' tokens (empty: off)")
+	fl.StringVar(&f.adminListen, "admin-listen", "", "serve the admin API (POST, GET /token/{ns}, DELETE /token/{ns}/{token}, GET /info, /version, /pools) here, for operators' tokens (empty: off)")
 	fl.StringVar(&f.tlsCert, "tls-cert", "", "serve HTTPS with this certificate (PEM), with --tls-key")
 	fl.StringVar(&f.tlsKey, "tls-key", "", "the certificate's private key (PEM)")
 	fl.BoolVar(&f.insecure, "insecure-no-auth", false, "serve every endpoint without a token (logs a warning)")
