@@ -517,3 +517,29 @@ func TestConsoleQueueWithoutNamespace(t *testing.T) {
 		t.Fatalf("queue emails for namespace shop's token: %d\n%s", code, body)
 	}
 }
+
+// TestConsoleLoginNext: a login goes on to its next= only within the
+// console: never to another host, whatever the spelling.
+func TestConsoleLoginNext(t *testing.T) {
+	a := start(t)
+	tok := a.token("shop", true)
+	cl := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	for next, want := range map[string]string{
+		"/console/queue/shop.q?state=dead":     "/console/queue/shop.q?state=dead",
+		"//evil.example":                       "/console/",
+		"/\\evil.example":                      "/console/",
+		"https://evil.example/console/":        "/console/",
+		"/console/..//\\evil.example":          "/console/",
+		"/console/../..//evil.example":         "/console/",
+		"/console/%2e%2e/%2e%2e//evil.example": "/console/",
+	} {
+		resp, err := cl.PostForm(a.url+"/console/login", url.Values{"token": {tok}, "next": {next}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if got := resp.Header.Get("Location"); resp.StatusCode != http.StatusSeeOther || got != want {
+			t.Errorf("login with next=%q: %d to %q; want %q", next, resp.StatusCode, got, want)
+		}
+	}
+}

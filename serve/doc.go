@@ -15,7 +15,7 @@
 // # Endpoints
 //
 //	GET    /healthz                              no token: 200 "ok"
-//	GET    /metrics                              Prometheus metrics
+//	GET    /metrics                              Prometheus metrics: an operator's token ("*")
 //	PUT    /api/{ns}/{queue}                     publish one task: the body is its payload
 //	GET    /api/{ns}/{q1},{q2}                   consume (long-poll): ttr=, timeout=, count=, freeze_tries=
 //	DELETE /api/{ns}/{queue}                     destroy the queue's backlog

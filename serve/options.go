@@ -126,9 +126,9 @@ func WorkflowService(on bool) Opt { return optFunc(func(cfg *config) { cfg.workf
 // number of schedulers submit each tick once. Default on.
 func Scheduler(on bool) Opt { return optFunc(func(cfg *config) { cfg.scheduler = on }) }
 
-// RateLimit bounds each token's requests: perSecond on average, burst at
-// once; a request past it is answered 429 with Retry-After. Default 0:
-// no limit.
+// RateLimit bounds each token's requests (with InsecureNoAuth, each
+// client address's): perSecond on average, burst at once; a request past
+// it is answered 429 with Retry-After. Default 0: no limit.
 func RateLimit(perSecond float64, burst int) Opt {
 	return optFunc(func(cfg *config) { cfg.rate, cfg.burst = perSecond, burst })
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"net"
 	"net/http"
 	"path/filepath"
 	"strconv"
@@ -130,6 +131,8 @@ type access int
 const (
 	read access = iota
 	write
+	// operate is an operator's: a token of every namespace ("*").
+	operate
 )
 
 // A route is one endpoint of the API: the table below is what the server
@@ -186,7 +189,8 @@ func (s *Server) routes() {
 	})
 	if s.gather != nil {
 		metrics := promhttp.HandlerFor(s.gather, promhttp.HandlerOpts{})
-		s.handle(route{"GET", "/metrics", "metrics", read, nil, metrics.ServeHTTP})
+		// Every namespace's queues and volumes: an operator's token only.
+		s.handle(route{"GET", "/metrics", "metrics", operate, nil, metrics.ServeHTTP})
 	}
 	for _, rt := range s.apiRoutes() {
 		s.handle(rt)
@@ -230,6 +234,15 @@ func (s *Server) authorize(r *http.Request, need access, inNS bool) (auth.Token,
 		}
 	}
 	if s.cfg.insecure {
+		// No token to count requests by: the client's address.
+		host, _, err := net.SplitHostPort(r.RemoteAddr)
+		if err != nil {
+			host = r.RemoteAddr
+		}
+		if wait := s.limit("addr " + host); wait > 0 {
+			return auth.Token{}, &apiError{status: http.StatusTooManyRequests, retryAfter: wait,
+				msg: fmt.Sprintf("client %s is past its limit of %v requests a second: retry after %v", host, s.cfg.rate, wait.Round(time.Millisecond))}
+		}
 		return auth.Token{Namespace: auth.AllNamespaces}, nil
 	}
 	tok, err := s.tokens.Check(tokenOf(r))
@@ -238,6 +251,9 @@ func (s *Server) authorize(r *http.Request, need access, inNS bool) (auth.Token,
 	}
 	if inNS && !tok.Allows(r.PathValue("ns")) {
 		return auth.Token{}, &apiError{status: http.StatusForbidden, msg: fmt.Sprintf("token %s opens namespace %s, not %s", tok.ID, tok.Namespace, r.PathValue("ns"))}
+	}
+	if need == operate && tok.Namespace != auth.AllNamespaces {
+		return auth.Token{}, &apiError{status: http.StatusForbidden, msg: fmt.Sprintf("token %s opens namespace %s: this endpoint needs an operator's token, of every namespace (onceq token create '*')", tok.ID, tok.Namespace)}
 	}
 	if need == write && tok.ReadOnly {
 		return auth.Token{}, &apiError{status: http.StatusForbidden, msg: fmt.Sprintf("token %s is read-only", tok.ID)}
