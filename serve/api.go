@@ -244,6 +244,16 @@ func (s *Server) bulk(w http.ResponseWriter, r *http.Request) {
 		writeError(w, taskError(err))
 		return
 	}
+	// Accepted: the workflows' queues are made (unless the server does not
+	// create queues), as a publish makes its queue.
+	for _, n := range nodes {
+		for _, q := range workflow.Queues(n) {
+			if err := s.ensureQueue(r.Context(), q); err != nil {
+				writeError(w, err)
+				return
+			}
+		}
+	}
 	subs, err := s.in.SubmitUnique(r.Context(), s.p, tasks...)
 	if err != nil {
 		writeError(w, taskError(err))

@@ -17,9 +17,9 @@ import (
 
 // workflowLine reads a bulk element that holds a workflow into its start
 // task; ok is false for an ordinary task. Its tasks' queues are the
-// namespace's (a task without one is the path's queue), made when missing
-// unless the server does not create queues; its payloads are bounded as a
-// publish's.
+// namespace's (a task without one is the path's queue); its payloads are
+// bounded as a publish's. The bulk makes its queues once it accepted
+// every element.
 func (s *Server) workflowLine(r *http.Request, raw []byte, now time.Time, task *onceq.Task, node *workflow.Node) (ok bool, err error) {
 	ns := r.PathValue("ns")
 	line, ok, err := workflow.ParseLine(raw, now, func(q string) (string, error) {
@@ -36,11 +36,6 @@ func (s *Server) workflowLine(r *http.Request, raw []byte, now time.Time, task *
 		if p > s.cfg.maxPayload {
 			return true, &apiError{status: http.StatusRequestEntityTooLarge, field: "payload",
 				msg: fmt.Sprintf("a task's payload of %d bytes: at most %d (the server's --max-payload-bytes)", p, s.cfg.maxPayload)}
-		}
-	}
-	for _, q := range workflow.Queues(line.Node) {
-		if err := s.ensureQueue(r.Context(), q); err != nil {
-			return true, err
 		}
 	}
 	return true, nil

@@ -2,12 +2,14 @@ package serve_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/onceq/onceq/broker"
 	"github.com/onceq/onceq/consumer"
 	"github.com/onceq/onceq/serve"
 	"github.com/onceq/onceq/workflow"
@@ -127,5 +129,24 @@ func TestWorkflows(t *testing.T) {
 	}
 	if code, body = a.do("DELETE", "/api/shop/orders/workflow/never", tok, ""); code != 404 {
 		t.Fatalf("cancel of a workflow never submitted: %d %v; want 404", code, body)
+	}
+}
+
+// TestRefusedBulkCreatesNothing: a bulk refused for any element makes
+// none of its workflows' queues.
+func TestRefusedBulkCreatesNothing(t *testing.T) {
+	a := start(t, serve.CreateQueues(1))
+	tok := a.token("shop", false)
+	code, body := a.do("POST", "/api/shop/orders/bulk", tok, `[{"id":"wf-1","chain":[{"queue":"wfonly","payload":"a"}]},{"delay":"soon"}]`)
+	if code != 400 || body["field"] != "[1].delay" {
+		t.Fatalf("bulk: %d %v; want 400 naming [1].delay", code, body)
+	}
+	adm, err := broker.NewAdmin(a.conn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer adm.Close()
+	if _, err := adm.DescribeTopic(context.Background(), "shop.wfonly"); !errors.Is(err, broker.ErrTopicNotFound) {
+		t.Fatalf("the refused bulk's workflow queue: %v; want it not made", err)
 	}
 }
