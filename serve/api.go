@@ -22,21 +22,6 @@ import (
 	"github.com/onceq/onceq/workflow"
 )
 
-// topicOf is the topic of a namespace's queue, <ns>.<queue>.
-func topicOf(ns, queue string) (string, error) {
-	if strings.Contains(queue, "/") {
-		return "", badRequest("queue", "%q: a queue name has no '/'", queue)
-	}
-	topic := ns + "." + queue
-	if err := onceq.ValidateQueue(queue); err != nil {
-		return "", badRequest("queue", "%v", err)
-	}
-	if err := onceq.ValidateQueue(topic); err != nil {
-		return "", badRequest("queue", "%v (the queue's topic is <namespace>.<queue>)", err)
-	}
-	return topic, nil
-}
-
 // allowParams refuses a query parameter not in names (nor token).
 func allowParams(q url.Values, names ...string) error {
 	for k := range q {
@@ -127,7 +112,7 @@ func answer(s inspect.Submission) published {
 // if new, 200 with its state if known. Without one it takes the fast path
 // (an acknowledged Submit, a generated ID): 201.
 func (s *Server) publish(w http.ResponseWriter, r *http.Request) {
-	topic, err := topicOf(r.PathValue("ns"), r.PathValue("queue"))
+	topic, err := s.topicOf(r.PathValue("ns"), r.PathValue("queue"))
 	if err != nil {
 		writeError(w, err)
 		return
@@ -187,7 +172,7 @@ func readBody(w http.ResponseWriter, r *http.Request, limit int, flag string) ([
 // none. The answer lists each task's ID and whether it was new.
 func (s *Server) bulk(w http.ResponseWriter, r *http.Request) {
 	ns := r.PathValue("ns")
-	if _, err := topicOf(ns, r.PathValue("queue")); err != nil {
+	if _, err := s.topicOf(ns, r.PathValue("queue")); err != nil {
 		writeError(w, err)
 		return
 	}
@@ -226,7 +211,7 @@ func (s *Server) bulk(w http.ResponseWriter, r *http.Request) {
 			if spec.Queue == "" {
 				spec.Queue = r.PathValue("queue")
 			}
-			if spec.Queue, err = topicOf(ns, spec.Queue); err == nil {
+			if spec.Queue, err = s.topicOf(ns, spec.Queue); err == nil {
 				tasks[i], err = spec.Task(now, func(f string) string { return "[" + strconv.Itoa(i) + "]." + f })
 			}
 		}
@@ -262,7 +247,11 @@ func (s *Server) bulk(w http.ResponseWriter, r *http.Request) {
 	out := make([]published, len(subs))
 	for i, sub := range subs {
 		out[i] = answer(sub)
-		out[i].Workflow = flows[i]
+		if out[i].Workflow = flows[i]; flows[i] {
+			// The ID as the namespace gave it (or was given): kept as
+			// <ns>/<id>.
+			out[i].JobID = strings.TrimPrefix(out[i].JobID, ns+"/")
+		}
 	}
 	writeJSON(w, http.StatusCreated, map[string]any{"msg": "published", "jobs": out})
 }
@@ -285,8 +274,8 @@ func indexed(i int, err error) error {
 }
 
 // jobOf reads a job route's path.
-func jobOf(r *http.Request) (topic, id string, err error) {
-	if topic, err = topicOf(r.PathValue("ns"), r.PathValue("queue")); err != nil {
+func (s *Server) jobOf(r *http.Request) (topic, id string, err error) {
+	if topic, err = s.queueOf(r); err != nil {
 		return "", "", err
 	}
 	id = r.PathValue("id")
@@ -328,7 +317,7 @@ func lookupError(err error) error {
 // record (done, task) once it has one: 404 for a job neither waiting,
 // handed out nor recorded.
 func (s *Server) job(w http.ResponseWriter, r *http.Request) {
-	topic, id, err := jobOf(r)
+	topic, id, err := s.jobOf(r)
 	if err != nil {
 		writeError(w, err)
 		return
@@ -377,7 +366,7 @@ const DefaultWaitTimeout = 30 * time.Second
 // model: it answers once the task is final (done: true) or, at the
 // timeout, with what is known of it then (done: false).
 func (s *Server) wait(w http.ResponseWriter, r *http.Request) {
-	topic, id, err := jobOf(r)
+	topic, id, err := s.jobOf(r)
 	if err != nil {
 		writeError(w, err)
 		return
@@ -411,7 +400,7 @@ func (s *Server) wait(w http.ResponseWriter, r *http.Request) {
 // task already final, or unknown, is left as it is (204: an ACK is
 // idempotent).
 func (s *Server) cancel(w http.ResponseWriter, r *http.Request) {
-	topic, id, err := jobOf(r)
+	topic, id, err := s.jobOf(r)
 	if err != nil {
 		writeError(w, err)
 		return
@@ -467,13 +456,13 @@ func (s *Server) finish(r *http.Request, topic, id string, result []byte) (cance
 }
 
 // queueOf reads a queue route's path.
-func queueOf(r *http.Request) (string, error) {
-	return topicOf(r.PathValue("ns"), r.PathValue("queue"))
+func (s *Server) queueOf(r *http.Request) (string, error) {
+	return s.topicOf(r.PathValue("ns"), r.PathValue("queue"))
 }
 
 // queueStats answers a queue route's statistics, or writes its error.
 func (s *Server) queueStats(w http.ResponseWriter, r *http.Request) (inspect.QueueStats, bool) {
-	topic, err := queueOf(r)
+	topic, err := s.queueOf(r)
 	var st inspect.QueueStats
 	if err == nil {
 		st, err = s.in.Stats(r.Context(), topic)
@@ -495,7 +484,7 @@ func (s *Server) stats(w http.ResponseWriter, r *http.Request) {
 // pause: POST /api/{ns}/{queue}/pause and /resume.
 func (s *Server) pause(paused bool) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		topic, err := queueOf(r)
+		topic, err := s.queueOf(r)
 		if err != nil {
 			writeError(w, err)
 			return

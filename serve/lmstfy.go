@@ -165,7 +165,7 @@ func lmstfySpec(r *http.Request) (onceq.Spec, error) {
 // the request's attributes, submitted in one transaction. 201
 // {"msg":"published","job_ids":[...]}.
 func (s *Server) bulkLmstfy(w http.ResponseWriter, r *http.Request) {
-	topic, err := queueOf(r)
+	topic, err := s.queueOf(r)
 	if err != nil {
 		writeError(w, err)
 		return
@@ -229,7 +229,7 @@ func (s *Server) bulkLmstfy(w http.ResponseWriter, r *http.Request) {
 // republish: the job is acknowledged (or, not handed out, canceled) and
 // the body published as a new job, with an ID of its own: 201.
 func (s *Server) republish(w http.ResponseWriter, r *http.Request) {
-	topic, id, err := jobOf(r)
+	topic, id, err := s.jobOf(r)
 	if err != nil {
 		writeError(w, err)
 		return

@@ -197,7 +197,7 @@ func (s *Server) consume(w http.ResponseWriter, r *http.Request) {
 	names := strings.Split(r.PathValue("queue"), ",")
 	topics := make([]string, len(names))
 	for i, n := range names {
-		t, err := topicOf(ns, n)
+		t, err := s.topicOf(ns, n)
 		if err != nil {
 			writeError(w, err)
 			return
