@@ -1,6 +1,7 @@
 package serve_test
 
 import (
+	"context"
 	"encoding/base64"
 	"encoding/json"
 	"os/exec"
@@ -9,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/onceq/onceq/broker"
 	"github.com/onceq/onceq/internal/testutil"
 	"github.com/onceq/onceq/serve"
 )
@@ -40,7 +42,18 @@ func TestLmstfyCurl(t *testing.T) {
 		}
 		return code, m
 	}
-	// Both queues' workers start with their first consume.
+	// Both queues' workers start with their first consume, once the
+	// queues exist (a consume makes no queue).
+	adm, err := broker.NewAdmin(a.conn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer adm.Close()
+	for _, q := range []string{"ns.q1", "ns.q2"} {
+		if err := adm.EnsureTopic(context.Background(), q, 2, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
 	if code, body := run("-H", "X-Token: "+tok, a.url+"/api/ns/q1,q2?timeout=1"); code != 404 {
 		t.Fatalf("consume of empty queues: %d %v", code, body)
 	}

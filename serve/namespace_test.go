@@ -133,3 +133,61 @@ func (a *api) found(method, path, token string) (int, map[string]any) {
 		}
 	}
 }
+
+// TestConsumeMakesNoQueue: a consume of a queue that does not exist
+// finds no job, as lmstfy's, and makes neither the queue nor its
+// worker's topics; one consume names at most MaxConsumeQueues queues.
+func TestConsumeMakesNoQueue(t *testing.T) {
+	a := start(t, serve.CreateQueues(1))
+	tok := a.token("shop", false)
+	if code, body := a.do("GET", "/api/shop/missing?timeout=1", tok, ""); code != 404 || body["msg"] != "no job available" {
+		t.Fatalf("consume of a missing queue: %d %v; want 404, no job available", code, body)
+	}
+	many := make([]string, serve.MaxConsumeQueues+1)
+	for i := range many {
+		many[i] = fmt.Sprintf("m%d", i)
+	}
+	code, body := a.do("GET", "/api/shop/"+strings.Join(many, ",")+"?timeout=0", tok, "")
+	if code != 400 || body["field"] != "queue" || !strings.Contains(fmt.Sprint(body["error"]), fmt.Sprintf("at most %d", serve.MaxConsumeQueues)) {
+		t.Fatalf("consume of %d queues: %d %v; want 400", len(many), code, body)
+	}
+	adm, err := broker.NewAdmin(a.conn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer adm.Close()
+	for _, topic := range []string{"shop.missing", broker.RecordsTopic("shop.missing"), broker.DLQTopic("shop.missing"),
+		broker.ChangelogTopic(serve.DefaultPullGroup, "shop.missing"), "shop.m0"} {
+		if _, err := adm.DescribeTopic(context.Background(), topic); !errors.Is(err, broker.ErrTopicNotFound) {
+			t.Errorf("topic %s: %v; want it not made by a consume", topic, err)
+		}
+	}
+	// Published to since, the queue is consumed.
+	if code, body := a.do("PUT", "/api/shop/missing", tok, "now"); code != 201 {
+		t.Fatalf("publish: %d %v", code, body)
+	}
+	if code, body := a.do("GET", "/api/shop/missing?timeout=30", tok, ""); code != 200 || body["msg"] != "new job" {
+		t.Fatalf("consume of the queue published to: %d %v", code, body)
+	}
+}
+
+// TestQueueNameLimit: one limit on a queue name's length governs publish
+// and consume: the longest name a publish takes is consumed, one byte
+// more is refused at publish, naming the limit.
+func TestQueueNameLimit(t *testing.T) {
+	a := start(t, serve.CreateQueues(1))
+	tok := a.token("shop", false)
+	// Room for onceq-checkpoint-11-onceq-serve-shop.<queue> in 249 bytes.
+	longest := 249 - len(broker.ChangelogTopic(serve.DefaultPullGroup, "shop."))
+	if code, body := a.do("PUT", "/api/shop/"+strings.Repeat("q", longest+1), tok, "x"); code != 400 || body["field"] != "queue" ||
+		!strings.Contains(fmt.Sprint(body["error"]), fmt.Sprintf("at most %d in namespace shop", longest)) {
+		t.Fatalf("publish to a queue of %d bytes: %d %v; want 400 naming the limit", longest+1, code, body)
+	}
+	q := strings.Repeat("q", longest)
+	if code, body := a.do("PUT", "/api/shop/"+q, tok, "x"); code != 201 {
+		t.Fatalf("publish to a queue of %d bytes: %d %v", longest, code, body)
+	}
+	if code, body := a.do("GET", "/api/shop/"+q+"?timeout=30", tok, ""); code != 200 || body["msg"] != "new job" {
+		t.Fatalf("consume of a queue of %d bytes: %d %v; want its job", longest, code, body)
+	}
+}

@@ -39,6 +39,9 @@ const (
 	DefaultTTR = 2 * time.Minute
 	// MaxCount bounds the tasks one consume asks for.
 	MaxCount = 100
+	// MaxConsumeQueues bounds the queues one consume names: each queue a
+	// server is asked for runs a worker until the server stops.
+	MaxConsumeQueues = 16
 )
 
 // holdMax bounds how long a worker's task waits for a consumer, plus its
@@ -84,8 +87,8 @@ type pull struct {
 func leaseKey(topic, id string) string { return topic + "\x00" + id }
 
 // puller returns the puller of topic, starting its worker the first
-// time. A queue that does not exist is created, as its first publish
-// would, or, with CreateQueues(0), refused.
+// time; nil for a queue that does not exist: a consume never creates
+// one (nor its worker's topics), it finds no job there.
 func (s *Server) puller(ctx context.Context, topic string) (*puller, error) {
 	s.pull.mu.Lock()
 	defer s.pull.mu.Unlock()
@@ -95,7 +98,7 @@ func (s *Server) puller(ctx context.Context, topic string) (*puller, error) {
 	if p, ok := s.pull.queues[topic]; ok {
 		return p, nil
 	}
-	if err := s.ensureQueue(ctx, topic); err != nil {
+	if ok, err := s.queueExists(ctx, topic); !ok || err != nil {
 		return nil, err
 	}
 	p := &puller{pull: &s.pull, topic: topic, offers: make(chan *lease), done: make(chan struct{})}
@@ -195,6 +198,10 @@ func (s *Server) consume(w http.ResponseWriter, r *http.Request) {
 	ns := r.PathValue("ns")
 	q := r.URL.Query()
 	names := strings.Split(r.PathValue("queue"), ",")
+	if len(names) > MaxConsumeQueues {
+		writeError(w, badRequest("queue", "%d queues: one consume names at most %d: consume the others in another request", len(names), MaxConsumeQueues))
+		return
+	}
 	topics := make([]string, len(names))
 	for i, n := range names {
 		t, err := s.topicOf(ns, n)
@@ -226,11 +233,15 @@ func (s *Server) consume(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	pullers := make([]*puller, len(topics))
-	for i, t := range topics {
-		if pullers[i], err = s.puller(r.Context(), t); err != nil {
+	pullers := make([]*puller, 0, len(topics))
+	for _, t := range topics {
+		p, err := s.puller(r.Context(), t)
+		if err != nil {
 			writeError(w, err)
 			return
+		}
+		if p != nil { // a queue that does not exist has no job
+			pullers = append(pullers, p)
 		}
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), timeout)
@@ -370,6 +381,20 @@ const pullCommitInterval = time.Millisecond
 // handlers: they wait for consumers, not work, so their tasks are
 // abandoned (and run again, at the same attempt) at once.
 const pullShutdown = time.Second
+
+// queueExists reports whether topic exists.
+func (s *Server) queueExists(ctx context.Context, topic string) (bool, error) {
+	adm, err := broker.NewAdmin(s.cfg.conn)
+	if err != nil {
+		return false, err
+	}
+	defer adm.Close()
+	_, err = adm.DescribeTopic(ctx, topic)
+	if errors.Is(err, broker.ErrTopicNotFound) {
+		return false, nil
+	}
+	return err == nil, err
+}
 
 // ensureQueue creates a queue that does not exist, with CreateQueues
 // partitions, or refuses it with CreateQueues(0).
