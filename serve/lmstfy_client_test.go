@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/onceq/onceq/internal/testutil"
 	"github.com/onceq/onceq/serve"
 )
 
@@ -330,6 +331,8 @@ func TestLmstfyClientPublishConsumeAck(t *testing.T) {
 
 	// ConsumeFromQueues: several queues, the first first, once both
 	// queues' workers hold their job for the consumers.
+	testutil.CreateTopic(t, a.conn, "ns.high", 2) // a consume makes no queue
+	testutil.CreateTopic(t, a.conn, "ns.low", 2)
 	if got := c.consume([]string{"high", "low"}, 0, 30, 0, false); got != nil { // starts their workers
 		t.Fatalf("consume of empty queues: %+v", got)
 	}

@@ -1,7 +1,6 @@
 package serve_test
 
 import (
-	"context"
 	"encoding/base64"
 	"encoding/json"
 	"os/exec"
@@ -10,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/onceq/onceq/broker"
 	"github.com/onceq/onceq/internal/testutil"
 	"github.com/onceq/onceq/serve"
 )
@@ -44,16 +42,8 @@ func TestLmstfyCurl(t *testing.T) {
 	}
 	// Both queues' workers start with their first consume, once the
 	// queues exist (a consume makes no queue).
-	adm, err := broker.NewAdmin(a.conn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer adm.Close()
-	for _, q := range []string{"ns.q1", "ns.q2"} {
-		if err := adm.EnsureTopic(context.Background(), q, 2, nil); err != nil {
-			t.Fatal(err)
-		}
-	}
+	testutil.CreateTopic(t, a.conn, "ns.q1", 2)
+	testutil.CreateTopic(t, a.conn, "ns.q2", 2)
 	if code, body := run("-H", "X-Token: "+tok, a.url+"/api/ns/q1,q2?timeout=1"); code != 404 {
 		t.Fatalf("consume of empty queues: %d %v", code, body)
 	}
