@@ -10,6 +10,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -159,6 +160,9 @@ func readBody(w http.ResponseWriter, r *http.Request, limit int, flag string) ([
 	var tooLarge *http.MaxBytesError
 	if errors.As(err, &tooLarge) {
 		return nil, &apiError{status: http.StatusRequestEntityTooLarge, field: "body", msg: fmt.Sprintf("body too large: at most %d bytes (the server's %s)", limit, flag)}
+	}
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		return nil, &apiError{status: http.StatusRequestTimeout, field: "body", msg: "the body did not arrive within the server's --body-read-timeout: send it at once"}
 	}
 	if err != nil {
 		return nil, &apiError{status: http.StatusBadRequest, field: "body", msg: "reading the body: " + err.Error()}

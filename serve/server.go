@@ -122,8 +122,9 @@ func (s *Server) Close() error {
 // Tokens is the server's token store.
 func (s *Server) Tokens() *auth.Store { return s.tokens }
 
-// Handler is the server's HTTP handler.
-func (s *Server) Handler() http.Handler { return s.mux }
+// Handler is the server's HTTP handler: serve it with HTTPServer on a
+// Listener, or bound its header reads and connections yourself.
+func (s *Server) Handler() http.Handler { return s.bodyDeadline(s.mux) }
 
 // access is what a route needs of a token.
 type access int
