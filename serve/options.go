@@ -45,22 +45,22 @@ type optFunc func(*config)
 func (f optFunc) apply(c *config) { f(c) }
 
 type config struct {
-	conn        broker.Conn
-	log         *slog.Logger
-	reg         prometheus.Registerer
-	insecure    bool
-	partitions  int32
-	maxPayload  int
-	maxBulk     int
-	maxWait     time.Duration
-	viewDir     string
-	retention   time.Duration
-	dataDir     string
-	pullGroup   string
-	pullSlots   int
-	delaySvc    bool
-	workflowSvc bool
-	scheduler   bool
+	conn          broker.Conn
+	log           *slog.Logger
+	reg           prometheus.Registerer
+	insecure      bool
+	partitions    int32
+	maxPayload    int
+	maxBulk       int
+	maxWait       time.Duration
+	viewDir       string
+	retention     time.Duration
+	dataDir       string
+	pullGroup     string
+	pullSlots     int
+	delaySvc      bool
+	workflowSvc   bool
+	scheduler     bool
 	rate          float64
 	burst         int
 	headerTimeout time.Duration
@@ -147,7 +147,9 @@ func RateLimit(perSecond float64, burst int) Opt {
 
 // ReadHeaderTimeout bounds the reading of a request's header, on the
 // http.Server of HTTPServer. Default DefaultReadHeaderTimeout (10s).
-func ReadHeaderTimeout(d time.Duration) Opt { return optFunc(func(cfg *config) { cfg.headerTimeout = d }) }
+func ReadHeaderTimeout(d time.Duration) Opt {
+	return optFunc(func(cfg *config) { cfg.headerTimeout = d })
+}
 
 // BodyReadTimeout bounds the reading of a request's body, from the
 // request's start, in Handler and AdminHandler: a body slower than that
