@@ -184,34 +184,11 @@ func (s *Server) bulkLmstfy(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	var raws []json.RawMessage
-	if err := json.Unmarshal(body, &raws); err != nil {
-		writeError(w, badRequest("body", "want a JSON array of jobs, each its payload, such as [{\"order\":1},\"text\"]"))
-		return
-	}
-	switch {
-	case len(raws) == 0:
-		writeError(w, badRequest("body", "an empty array: give at least one job"))
-		return
-	case len(raws) > MaxBulkJobs:
-		writeError(w, badRequest("body", "%d jobs: at most %d in one bulk publish", len(raws), MaxBulkJobs))
-		return
-	}
 	spec.Queue = topic
-	now := time.Now()
-	tasks := make([]onceq.Task, len(raws))
-	for i, raw := range raws {
-		if len(raw) > s.cfg.maxPayload {
-			writeError(w, &apiError{status: http.StatusRequestEntityTooLarge, field: "[" + strconv.Itoa(i) + "]",
-				msg: "job " + strconv.Itoa(i) + ": " + strconv.Itoa(len(raw)) + " bytes: at most " + strconv.Itoa(s.cfg.maxPayload) + " (the server's --max-payload-bytes)"})
-			return
-		}
-		one := spec
-		one.Payload = bytes.Clone(raw)
-		if tasks[i], err = one.Task(now, nil); err != nil {
-			writeError(w, indexed(i, taskError(err)))
-			return
-		}
+	tasks, err := lmstfyBulk(body, spec, s.cfg.maxPayload, time.Now())
+	if err != nil {
+		writeError(w, err)
+		return
 	}
 	subs, err := s.in.SubmitUnique(r.Context(), s.p, tasks...)
 	if err != nil {
@@ -223,6 +200,36 @@ func (s *Server) bulkLmstfy(w http.ResponseWriter, r *http.Request) {
 		ids[i] = sub.ID
 	}
 	writeJSON(w, http.StatusCreated, map[string]any{"msg": "published", "job_ids": ids})
+}
+
+// lmstfyBulk reads the body of an lmstfy bulk publish: a JSON array of
+// 1 to MaxBulkJobs values, each the payload of one job of spec (its JSON
+// text, at most maxPayload bytes). Its errors are the answers to give.
+func lmstfyBulk(body []byte, spec onceq.Spec, maxPayload int, now time.Time) ([]onceq.Task, error) {
+	var raws []json.RawMessage
+	if err := json.Unmarshal(body, &raws); err != nil {
+		return nil, badRequest("body", "want a JSON array of jobs, each its payload, such as [{\"order\":1},\"text\"]")
+	}
+	switch {
+	case len(raws) == 0:
+		return nil, badRequest("body", "an empty array: give at least one job")
+	case len(raws) > MaxBulkJobs:
+		return nil, badRequest("body", "%d jobs: at most %d in one bulk publish", len(raws), MaxBulkJobs)
+	}
+	tasks := make([]onceq.Task, len(raws))
+	for i, raw := range raws {
+		if len(raw) > maxPayload {
+			return nil, &apiError{status: http.StatusRequestEntityTooLarge, field: "[" + strconv.Itoa(i) + "]",
+				msg: "job " + strconv.Itoa(i) + ": " + strconv.Itoa(len(raw)) + " bytes: at most " + strconv.Itoa(maxPayload) + " (the server's --max-payload-bytes)"}
+		}
+		one := spec
+		one.Payload = bytes.Clone(raw)
+		var err error
+		if tasks[i], err = one.Task(now, nil); err != nil {
+			return nil, indexed(i, taskError(err))
+		}
+	}
+	return tasks, nil
 }
 
 // republish: PUT /api/{ns}/{queue}/job/{id}?delay=&ttl=&tries=, lmstfy's
