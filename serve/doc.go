@@ -8,9 +8,19 @@
 // A namespace owns the queues named <namespace>.<queue>: the queue
 // "emails" of namespace "shop" is the Kafka topic shop.emails, its dead
 // letters onceq-dlq-shop.emails, its records onceq-rec-shop.emails. A
-// namespace has no '.', so the first one in a topic's name ends it. A
-// token opens one namespace, or every one ("*"); a read-only token never
-// writes.
+// queue's name holds letters, digits and '-': Kafka takes '.' and '_' in
+// topic names for one character, and a namespace name may hold '_', so
+// with either shop's queue x_y and shop_x's queue y would be one topic.
+// Its length leaves room for the pull group's changelog of the topic, so
+// whatever a publish takes can be consumed. A namespace's workflow IDs
+// are its own, kept as <namespace>/<id> (workflow.PrepareScoped) and
+// answered without the prefix; what a namespace does not see is not
+// found. A token opens one namespace, or every one ("*"); a read-only
+// token never writes.
+//
+// Every request's header must arrive within ReadHeaderTimeout and its
+// body within BodyReadTimeout, and a Listener holds at most MaxConns
+// connections: serve Handler with HTTPServer on a Listener.
 //
 // # Endpoints
 //
