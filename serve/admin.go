@@ -3,37 +3,60 @@ package serve
 import (
 	"errors"
 	"net/http"
+	"net/url"
+	"runtime/debug"
 	"slices"
 	"strconv"
 	"strings"
 
+	"github.com/onceq/onceq"
 	"github.com/onceq/onceq/auth"
+	"github.com/onceq/onceq/broker"
 )
 
-// AdminHandler is the token admin API, lmstfy's admin listener: serve it
-// on an address of its own (onceq serve --admin-listen), where only
-// operators reach it. Every request needs an operator's token: namespace
-// "*", read-write (onceq token create '*').
+// AdminHandler is the admin API, lmstfy's admin listener: serve it on an
+// address of its own (onceq serve --admin-listen), where only operators
+// reach it. Every request needs an operator's token: namespace "*",
+// read-write (onceq token create '*'), given as any API token is, or as
+// the password of HTTP basic auth (lmstfy's admin accounts).
 //
 //	POST   /token/{ns}?description=&read_only=   create a token: 201 {"token": ...}, shown once
 //	GET    /token/{ns}                           the namespace's tokens ("*": every one)
-//	DELETE /token/{ns}/{id}                      revoke one: 204
+//	DELETE /token/{ns}/{token}                   revoke one, by its ID or the token itself: 204
+//	GET    /info                                 lmstfy's: the namespaces and their queues
+//	GET    /version                              lmstfy's: version, build_commit, build_date
+//	GET    /pools                                lmstfy's: the pools, ["default"]
 func (s *Server) AdminHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /token/{ns}", s.admin(s.createToken))
 	mux.HandleFunc("GET /token/{ns}", s.admin(s.listTokens))
 	mux.HandleFunc("DELETE /token/{ns}/{id}", s.admin(s.revokeToken))
+	mux.HandleFunc("GET /info", s.admin(s.info))
+	mux.HandleFunc("GET /version", s.admin(s.version))
+	mux.HandleFunc("GET /pools", s.admin(pools))
 	mux.HandleFunc("/", s.admin(func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, &apiError{status: http.StatusNotFound, msg: "no admin endpoint " + r.Method + " " + r.URL.Path + ": POST, GET /token/{ns}, DELETE /token/{ns}/{id}"})
+		writeError(w, &apiError{status: http.StatusNotFound, msg: "no admin endpoint " + r.Method + " " + r.URL.Path + ": POST, GET /token/{ns}, DELETE /token/{ns}/{token}, GET /info, /version, /pools"})
 	}))
-	return mux
+	return s.bodyDeadline(mux)
+}
+
+// adminToken finds an admin request's token: as an API request's, or the
+// password of basic auth.
+func adminToken(r *http.Request) string {
+	if _, pw, ok := r.BasicAuth(); ok {
+		return pw
+	}
+	return tokenOf(r)
 }
 
 // admin lets operators' tokens through, with a valid namespace in the
 // path.
 func (s *Server) admin(h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		tok, err := s.tokens.Check(tokenOf(r))
+		tok, err := s.tokens.Check(adminToken(r))
+		if err != nil && r.Header.Get("Authorization") != "" {
+			w.Header().Set("WWW-Authenticate", `Basic realm="onceq admin"`)
+		}
 		switch {
 		case err != nil:
 			writeError(w, &apiError{status: http.StatusUnauthorized, msg: err.Error()})
@@ -53,8 +76,17 @@ func (s *Server) admin(h http.HandlerFunc) http.HandlerFunc {
 }
 
 func (s *Server) createToken(w http.ResponseWriter, r *http.Request) {
-	q := r.URL.Query()
-	if err := allowParams(q, "description", "read_only"); err != nil {
+	// lmstfy's admin takes the parameters in the query or a form body.
+	if err := r.ParseForm(); err != nil {
+		writeError(w, badRequest("body", "%v", err))
+		return
+	}
+	q := r.Form
+	if err := allowParams(q, "description", "read_only", "pool"); err != nil {
+		writeError(w, err)
+		return
+	}
+	if err := poolParam(q); err != nil {
 		writeError(w, err)
 		return
 	}
@@ -87,9 +119,19 @@ func (s *Server) listTokens(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) revokeToken(w http.ResponseWriter, r *http.Request) {
+	if err := poolParam(r.URL.Query()); err != nil {
+		writeError(w, err)
+		return
+	}
 	id := r.PathValue("id")
+	if _, t, ok := strings.Cut(id, ":"); ok && strings.HasPrefix(id, defaultPool+":") {
+		id = t // lmstfy's [pool:]token
+	}
+	if tok, err := s.tokens.Check(id); err == nil {
+		id = tok.ID // the token itself, as lmstfy's admin names it
+	}
 	if !auth.ValidID(id) {
-		writeError(w, badRequest("id", "%q: want the 16 hex digits of a token's ID", id))
+		writeError(w, badRequest("id", "%q: want a token, or the 16 hex digits of a token's ID", r.PathValue("id")))
 		return
 	}
 	inNS := slices.ContainsFunc(s.tokens.List(r.PathValue("ns")), func(t auth.Token) bool { return t.ID == id })
@@ -106,4 +148,71 @@ func (s *Server) revokeToken(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
+}
+
+// defaultPool is lmstfy's one pool: onceq has one cluster.
+const defaultPool = "default"
+
+// poolParam accepts lmstfy's pool parameter for its one pool.
+func poolParam(q url.Values) error {
+	if p := q.Get("pool"); p != "" && p != defaultPool {
+		return badRequest("pool", "%q: onceq has one pool, %q", p, defaultPool)
+	}
+	return nil
+}
+
+// pools: GET /pools, lmstfy's.
+func pools(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusOK, []string{defaultPool})
+}
+
+// info: GET /info, lmstfy's: every namespace's queues, the topics named
+// <namespace>.<queue>.
+func (s *Server) info(w http.ResponseWriter, r *http.Request) {
+	if err := poolParam(r.URL.Query()); err != nil {
+		writeError(w, err)
+		return
+	}
+	adm, err := broker.NewAdmin(s.cfg.conn)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	defer adm.Close()
+	topics, err := adm.ListTopics(r.Context(), false)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	out := map[string][]string{}
+	for _, t := range topics {
+		ns, q, ok := strings.Cut(t, ".")
+		if ok && auth.ValidateNamespace(ns) == nil && ns != auth.AllNamespaces && onceq.ValidateQueue(t) == nil {
+			out[ns] = append(out[ns], q)
+		}
+	}
+	for _, qs := range out {
+		slices.Sort(qs)
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// version: GET /version, lmstfy's fields, from the binary's build
+// information.
+func (s *Server) version(w http.ResponseWriter, _ *http.Request) {
+	v := map[string]string{"version": "unknown", "build_commit": "unknown", "build_date": "unknown"}
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		if bi.Main.Version != "" {
+			v["version"] = bi.Main.Version
+		}
+		for _, st := range bi.Settings {
+			switch st.Key {
+			case "vcs.revision":
+				v["build_commit"] = st.Value
+			case "vcs.time":
+				v["build_date"] = st.Value
+			}
+		}
+	}
+	writeJSON(w, http.StatusOK, v)
 }

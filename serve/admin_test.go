@@ -1,8 +1,12 @@
 package serve_test
 
 import (
+	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
 	"testing"
 )
@@ -49,6 +53,74 @@ func TestAdmin(t *testing.T) {
 		t.Fatalf("revoke: %d %v", code, body)
 	}
 	if code, _ := a.do("GET", "/api/sales", newTok, ""); code != 401 {
+		t.Fatalf("a revoked token: %d; want 401", code)
+	}
+}
+
+// TestAdminLmstfy: lmstfy's admin API: basic auth with an operator's token
+// as the password, a token created from a form body, revoked by the token
+// itself (with lmstfy's pool prefix), and /info, /version and /pools in
+// lmstfy's shapes.
+func TestAdminLmstfy(t *testing.T) {
+	a := start(t)
+	op := a.token("*", false)
+	admin := httptest.NewServer(a.srv.AdminHandler())
+	defer admin.Close()
+	send := func(method, path, user, pw string, form url.Values) (int, []byte) {
+		t.Helper()
+		var body io.Reader
+		if form != nil {
+			body = strings.NewReader(form.Encode())
+		}
+		req, _ := http.NewRequest(method, admin.URL+path, body)
+		if form != nil {
+			req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		}
+		if pw != "" {
+			req.SetBasicAuth(user, pw)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, b
+	}
+	if code, _ := send("GET", "/pools", "admin", "wrong", nil); code != 401 {
+		t.Fatalf("basic auth with a wrong password: %d; want 401", code)
+	}
+	if code, _ := send("GET", "/pools", "", "", nil); code != 401 {
+		t.Fatalf("no credentials: %d; want 401", code)
+	}
+	code, b := send("POST", "/token/shop", "admin", op, url.Values{"description": {"lmstfy"}})
+	var created struct{ Token string }
+	if code != 201 || json.Unmarshal(b, &created) != nil || created.Token == "" {
+		t.Fatalf("create from a form: %d %s", code, b)
+	}
+	if code, body := a.do("PUT", "/api/shop/q", created.Token, "x"); code != 201 {
+		t.Fatalf("publish with the token: %d %v", code, body)
+	}
+	if code, b = send("POST", "/token/shop?pool=other", "admin", op, nil); code != 400 {
+		t.Fatalf("another pool: %d %s", code, b)
+	}
+	code, b = send("GET", "/info", "admin", op, nil)
+	var info map[string][]string
+	if code != 200 || json.Unmarshal(b, &info) != nil || fmt.Sprint(info["shop"]) != "[q]" {
+		t.Fatalf("/info: %d %s", code, b)
+	}
+	code, b = send("GET", "/version", "admin", op, nil)
+	var version map[string]string
+	if code != 200 || json.Unmarshal(b, &version) != nil || version["version"] == "" || version["build_commit"] == "" || version["build_date"] == "" {
+		t.Fatalf("/version: %d %s", code, b)
+	}
+	if code, b = send("GET", "/pools", "admin", op, nil); code != 200 || strings.TrimSpace(string(b)) != `["default"]` {
+		t.Fatalf("/pools: %d %s", code, b)
+	}
+	if code, b = send("DELETE", "/token/shop/default:"+created.Token, "admin", op, nil); code != 204 {
+		t.Fatalf("revoke by the token: %d %s", code, b)
+	}
+	if code, _ := a.do("PUT", "/api/shop/q", created.Token, "x"); code != 401 {
 		t.Fatalf("a revoked token: %d; want 401", code)
 	}
 }

@@ -10,31 +10,18 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/onceq/onceq"
+	"github.com/onceq/onceq/consumer"
 	"github.com/onceq/onceq/inspect"
 	"github.com/onceq/onceq/producer"
 	"github.com/onceq/onceq/workflow"
 )
-
-// topicOf is the topic of a namespace's queue, <ns>.<queue>.
-func topicOf(ns, queue string) (string, error) {
-	if strings.Contains(queue, "/") {
-		return "", badRequest("queue", "%q: a queue name has no '/'", queue)
-	}
-	topic := ns + "." + queue
-	if err := onceq.ValidateQueue(queue); err != nil {
-		return "", badRequest("queue", "%v", err)
-	}
-	if err := onceq.ValidateQueue(topic); err != nil {
-		return "", badRequest("queue", "%v (the queue's topic is <namespace>.<queue>)", err)
-	}
-	return topic, nil
-}
 
 // allowParams refuses a query parameter not in names (nor token).
 func allowParams(q url.Values, names ...string) error {
@@ -126,12 +113,12 @@ func answer(s inspect.Submission) published {
 // if new, 200 with its state if known. Without one it takes the fast path
 // (an acknowledged Submit, a generated ID): 201.
 func (s *Server) publish(w http.ResponseWriter, r *http.Request) {
-	topic, err := topicOf(r.PathValue("ns"), r.PathValue("queue"))
+	topic, err := s.topicOf(r.PathValue("ns"), r.PathValue("queue"))
 	if err != nil {
 		writeError(w, err)
 		return
 	}
-	spec, err := specOf(r.URL.Query())
+	spec, err := lmstfySpec(r)
 	if err != nil {
 		writeError(w, err)
 		return
@@ -174,6 +161,9 @@ func readBody(w http.ResponseWriter, r *http.Request, limit int, flag string) ([
 	if errors.As(err, &tooLarge) {
 		return nil, &apiError{status: http.StatusRequestEntityTooLarge, field: "body", msg: fmt.Sprintf("body too large: at most %d bytes (the server's %s)", limit, flag)}
 	}
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		return nil, &apiError{status: http.StatusRequestTimeout, field: "body", msg: "the body did not arrive within the server's --body-read-timeout: send it at once"}
+	}
 	if err != nil {
 		return nil, &apiError{status: http.StatusBadRequest, field: "body", msg: "reading the body: " + err.Error()}
 	}
@@ -186,7 +176,7 @@ func readBody(w http.ResponseWriter, r *http.Request, limit int, flag string) ([
 // none. The answer lists each task's ID and whether it was new.
 func (s *Server) bulk(w http.ResponseWriter, r *http.Request) {
 	ns := r.PathValue("ns")
-	if _, err := topicOf(ns, r.PathValue("queue")); err != nil {
+	if _, err := s.topicOf(ns, r.PathValue("queue")); err != nil {
 		writeError(w, err)
 		return
 	}
@@ -225,7 +215,7 @@ func (s *Server) bulk(w http.ResponseWriter, r *http.Request) {
 			if spec.Queue == "" {
 				spec.Queue = r.PathValue("queue")
 			}
-			if spec.Queue, err = topicOf(ns, spec.Queue); err == nil {
+			if spec.Queue, err = s.topicOf(ns, spec.Queue); err == nil {
 				tasks[i], err = spec.Task(now, func(f string) string { return "[" + strconv.Itoa(i) + "]." + f })
 			}
 		}
@@ -243,6 +233,16 @@ func (s *Server) bulk(w http.ResponseWriter, r *http.Request) {
 		writeError(w, taskError(err))
 		return
 	}
+	// Accepted: the workflows' queues are made (unless the server does not
+	// create queues), as a publish makes its queue.
+	for _, n := range nodes {
+		for _, q := range workflow.Queues(n) {
+			if err := s.ensureQueue(r.Context(), q); err != nil {
+				writeError(w, err)
+				return
+			}
+		}
+	}
 	subs, err := s.in.SubmitUnique(r.Context(), s.p, tasks...)
 	if err != nil {
 		writeError(w, taskError(err))
@@ -251,7 +251,11 @@ func (s *Server) bulk(w http.ResponseWriter, r *http.Request) {
 	out := make([]published, len(subs))
 	for i, sub := range subs {
 		out[i] = answer(sub)
-		out[i].Workflow = flows[i]
+		if out[i].Workflow = flows[i]; flows[i] {
+			// The ID as the namespace gave it (or was given): kept as
+			// <ns>/<id>.
+			out[i].JobID = strings.TrimPrefix(out[i].JobID, ns+"/")
+		}
 	}
 	writeJSON(w, http.StatusCreated, map[string]any{"msg": "published", "jobs": out})
 }
@@ -274,8 +278,8 @@ func indexed(i int, err error) error {
 }
 
 // jobOf reads a job route's path.
-func jobOf(r *http.Request) (topic, id string, err error) {
-	if topic, err = topicOf(r.PathValue("ns"), r.PathValue("queue")); err != nil {
+func (s *Server) jobOf(r *http.Request) (topic, id string, err error) {
+	if topic, err = s.queueOf(r); err != nil {
 		return "", "", err
 	}
 	id = r.PathValue("id")
@@ -285,13 +289,16 @@ func jobOf(r *http.Request) (topic, id string, err error) {
 	return topic, id, nil
 }
 
-// job is a task's record as the API shows it.
+// job is a task's record as the API shows it and, for a peek, the job as
+// lmstfy's peek shows it (its data, ttl, elapsed_ms, remain_tries and
+// attributes).
 type job struct {
 	Namespace string          `json:"namespace"`
 	Queue     string          `json:"queue"`
 	JobID     string          `json:"job_id"`
 	Done      bool            `json:"done"`
 	Task      json.RawMessage `json:"task,omitempty"`
+	*lmstfyJob
 }
 
 func jobAnswer(r *http.Request, rec onceq.TaskRecord) job {
@@ -310,19 +317,50 @@ func lookupError(err error) error {
 	return err
 }
 
-// job: GET /api/{ns}/{queue}/job/{id}.
+// job: GET /api/{ns}/{queue}/job/{id}: lmstfy's peek of a job, with its
+// record (done, task) once it has one: 404 for a job neither waiting,
+// handed out nor recorded.
 func (s *Server) job(w http.ResponseWriter, r *http.Request) {
-	topic, id, err := jobOf(r)
+	topic, id, err := s.jobOf(r)
 	if err != nil {
 		writeError(w, err)
 		return
 	}
-	rec, err := s.in.Get(r.Context(), topic, id)
-	if err != nil {
-		writeError(w, lookupError(err))
+	ctx, cancel := context.WithTimeout(r.Context(), backlogWait)
+	defer cancel()
+	rec, recErr := s.in.Get(ctx, topic, id)
+	if recErr != nil && !errors.Is(recErr, inspect.ErrNotFound) && !errors.Is(recErr, inspect.ErrNoQueue) {
+		writeError(w, recErr)
 		return
 	}
-	writeJSON(w, http.StatusOK, jobAnswer(r, rec))
+	var t onceq.Task
+	found, spent := false, false
+	switch l := s.leaseOf(topic, id); {
+	case l != nil:
+		t, found, spent = l.task.Task, true, true
+	case recErr == nil && rec.Worker != "":
+		// A worker's record locates its run's queue record.
+		t, err = s.taskAt(ctx, topic, rec.Partition, rec.Offset)
+		found = err == nil
+	default:
+		if t, found, err = s.backlogTask(ctx, topic, id); err != nil {
+			writeError(w, backlogError(err))
+			return
+		}
+	}
+	if recErr != nil && !found {
+		writeError(w, lookupError(recErr))
+		return
+	}
+	out := job{Namespace: r.PathValue("ns"), Queue: r.PathValue("queue"), JobID: id}
+	if recErr == nil {
+		out = jobAnswer(r, rec)
+	}
+	if found {
+		j := lmstfyJobOf(r.PathValue("ns"), &t, time.Now(), spent)
+		out.lmstfyJob = &j
+	}
+	writeJSON(w, http.StatusOK, out)
 }
 
 // DefaultWaitTimeout is a wait's timeout when the request gives none.
@@ -332,7 +370,7 @@ const DefaultWaitTimeout = 30 * time.Second
 // model: it answers once the task is final (done: true) or, at the
 // timeout, with what is known of it then (done: false).
 func (s *Server) wait(w http.ResponseWriter, r *http.Request) {
-	topic, id, err := jobOf(r)
+	topic, id, err := s.jobOf(r)
 	if err != nil {
 		writeError(w, err)
 		return
@@ -359,40 +397,76 @@ func (s *Server) wait(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, jobAnswer(r, rec))
 }
 
-// cancel: DELETE /api/{ns}/{queue}/job/{id}: a task handed out to a
-// consumer is acknowledged (see ack); a task that has not started
-// never starts (202, done: false, while the cancel waits for a worker to
-// end it canceled); one already final is left as it is (200, with its
-// state).
+// cancel: DELETE /api/{ns}/{queue}/job/{id}, lmstfy's ACK: a task handed
+// out to a consumer is acknowledged with the body as its result (204 once
+// its commit is visible); a task that has not started never starts (202,
+// done: false, while the cancel waits for a worker to end it canceled); a
+// task already final, or unknown, is left as it is (204: an ACK is
+// idempotent).
 func (s *Server) cancel(w http.ResponseWriter, r *http.Request) {
-	topic, id, err := jobOf(r)
+	topic, id, err := s.jobOf(r)
 	if err != nil {
 		writeError(w, err)
 		return
 	}
-	if s.ack(w, r, topic, id) {
-		return
+	var result []byte
+	if s.leaseOf(topic, id) != nil {
+		if result, err = readBody(w, r, consumer.DefaultMaxResultBytes, "result limit, consumer.DefaultMaxResultBytes"); err != nil {
+			writeError(w, err) // the lease stays: acknowledge again with a smaller result
+			return
+		}
 	}
-	rec, err := s.in.Cancel(r.Context(), topic, id)
-	if err != nil {
-		writeError(w, lookupError(err))
-		return
+	canceled, err := s.finish(r, topic, id, result)
+	switch {
+	case err != nil:
+		writeError(w, err)
+	case canceled:
+		writeJSON(w, http.StatusAccepted, job{Namespace: r.PathValue("ns"), Queue: r.PathValue("queue"), JobID: id})
+	default:
+		w.WriteHeader(http.StatusNoContent)
 	}
-	if rec.State.Final() {
-		writeJSON(w, http.StatusOK, jobAnswer(r, rec))
-		return
+}
+
+// finish ends a task as a DELETE does: it acknowledges it with result if
+// this server handed it out, cancels it if it has not started (canceled),
+// and leaves it as it is if it is final or unknown.
+func (s *Server) finish(r *http.Request, topic, id string, result []byte) (canceled bool, err error) {
+	if l := s.leaseOf(topic, id); l != nil {
+		return false, s.acknowledge(r.Context(), l, topic, id, result)
 	}
-	writeJSON(w, http.StatusAccepted, job{Namespace: r.PathValue("ns"), Queue: r.PathValue("queue"), JobID: id})
+	rec, err := s.in.Get(r.Context(), topic, id)
+	switch {
+	case err == nil && rec.State.Final():
+		return false, nil
+	case errors.Is(err, inspect.ErrNotFound) || errors.Is(err, inspect.ErrNoQueue):
+		// No record yet: a task published without an ID waits in the
+		// queue without one until it runs.
+		ctx, cancel := context.WithTimeout(r.Context(), backlogWait)
+		defer cancel()
+		_, ok, err := s.backlogTask(ctx, topic, id)
+		if err != nil {
+			return false, backlogError(err)
+		}
+		if !ok {
+			return false, nil
+		}
+	case err != nil:
+		return false, err
+	}
+	if _, err := s.in.Cancel(r.Context(), topic, id); err != nil {
+		return false, lookupError(err)
+	}
+	return true, nil
 }
 
 // queueOf reads a queue route's path.
-func queueOf(r *http.Request) (string, error) {
-	return topicOf(r.PathValue("ns"), r.PathValue("queue"))
+func (s *Server) queueOf(r *http.Request) (string, error) {
+	return s.topicOf(r.PathValue("ns"), r.PathValue("queue"))
 }
 
 // queueStats answers a queue route's statistics, or writes its error.
 func (s *Server) queueStats(w http.ResponseWriter, r *http.Request) (inspect.QueueStats, bool) {
-	topic, err := queueOf(r)
+	topic, err := s.queueOf(r)
 	var st inspect.QueueStats
 	if err == nil {
 		st, err = s.in.Stats(r.Context(), topic)
@@ -402,20 +476,6 @@ func (s *Server) queueStats(w http.ResponseWriter, r *http.Request) (inspect.Que
 		return st, false
 	}
 	return st, true
-}
-
-// size: GET /api/{ns}/{queue}/size: the tasks waiting, the most any
-// consumer group has past its committed offsets.
-func (s *Server) size(w http.ResponseWriter, r *http.Request) {
-	st, ok := s.queueStats(w, r)
-	if !ok {
-		return
-	}
-	var n int64
-	for _, g := range st.Groups {
-		n = max(n, g.Waiting)
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"namespace": r.PathValue("ns"), "queue": r.PathValue("queue"), "size": n})
 }
 
 // stats: GET /api/{ns}/{queue}/stats: inspect.QueueStats.
@@ -428,7 +488,7 @@ func (s *Server) stats(w http.ResponseWriter, r *http.Request) {
 // pause: POST /api/{ns}/{queue}/pause and /resume.
 func (s *Server) pause(paused bool) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		topic, err := queueOf(r)
+		topic, err := s.queueOf(r)
 		if err != nil {
 			writeError(w, err)
 			return

@@ -9,6 +9,7 @@ import (
 	"maps"
 	"net/http"
 	"net/url"
+	"path"
 	"slices"
 	"strings"
 	"time"
@@ -178,10 +179,7 @@ func (s *Server) loginPage(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) login(w http.ResponseWriter, r *http.Request) {
-	next := r.FormValue("next")
-	if !strings.HasPrefix(next, "/console/") || strings.HasPrefix(next, "//") {
-		next = "/console/"
-	}
+	next := consoleNext(r.FormValue("next"))
 	tok := strings.TrimSpace(r.FormValue("token"))
 	if _, err := s.tokens.Check(tok); err != nil {
 		http.Redirect(w, r, "/console/login?error="+url.QueryEscape(err.Error())+"&next="+url.QueryEscape(next), http.StatusSeeOther)
@@ -190,6 +188,19 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 	http.SetCookie(w, &http.Cookie{Name: cookieName, Value: tok, Path: "/console", HttpOnly: true, Secure: r.TLS != nil,
 		SameSite: http.SameSiteStrictMode, MaxAge: int((12 * time.Hour).Seconds())})
 	http.Redirect(w, r, next, http.StatusSeeOther)
+}
+
+// consoleNext returns where a login goes on: next if it is a path of the
+// console, else the console's home. A path that leaves the console once
+// cleaned (http.Redirect cleans it), or that a browser reads as another
+// host (a backslash, "//host"), is not.
+func consoleNext(next string) string {
+	u, err := url.Parse(next)
+	if err != nil || u.Scheme != "" || u.Host != "" || u.Opaque != "" || strings.ContainsAny(next, "\\\x00\r\n\t") ||
+		!strings.HasPrefix(path.Clean(u.Path)+"/", "/console/") || strings.HasPrefix(u.Path, "//") {
+		return "/console/"
+	}
+	return next
 }
 
 // queueRow is a queue on the home page.

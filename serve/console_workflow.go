@@ -169,12 +169,8 @@ func (s *Server) workflowPage(w http.ResponseWriter, r *http.Request, pg *page) 
 		s.render(w, "workflow", pg)
 		return
 	}
-	st, code, err := s.consoleWorkflow(r.Context(), pg.Token, v.ID)
-	switch {
-	case code == http.StatusForbidden:
-		s.forbidden(w, pg, err.Error())
-		return
-	case err != nil:
+	st, _, code, err := s.consoleWorkflow(r.Context(), pg.Token, v.ID)
+	if err != nil {
 		w.WriteHeader(code)
 		pg.Error = err.Error()
 		s.render(w, "workflow", pg)
@@ -191,47 +187,34 @@ func (s *Server) workflowPage(w http.ResponseWriter, r *http.Request, pg *page) 
 }
 
 // consoleWorkflow reads workflow id's status for tok, and on an error the
-// status code to answer. A token sees a workflow whose every task is of
-// its namespace, as the API's does (outside); before the workflow service
-// saw it (or when it did not start) its steps are not known, and only a
-// token of every namespace sees it.
-func (s *Server) consoleWorkflow(ctx context.Context, tok auth.Token, id string) (workflow.Status, int, error) {
+// status code to answer. A token of every namespace sees any workflow by
+// the ID it is kept as; a namespace's token sees what the API shows it
+// (findWorkflow), by the ID it gave or the one kept: what it does not
+// see is not found. full is the ID the workflow is kept as.
+func (s *Server) consoleWorkflow(ctx context.Context, tok auth.Token, id string) (st workflow.Status, full string, code int, err error) {
 	if err := workflow.ValidateID(id); err != nil {
-		return workflow.Status{}, http.StatusBadRequest, err
+		return st, "", http.StatusBadRequest, err
 	}
-	st, err := workflow.Get(ctx, s.in, id)
+	st, full, err = s.findWorkflow(ctx, tok.Namespace, id)
 	switch {
 	case errors.Is(err, inspect.ErrNotFound):
-		return st, http.StatusNotFound, fmt.Errorf("workflow %s not found: it was never submitted, or it finished longer ago than "+
+		return st, "", http.StatusNotFound, fmt.Errorf("workflow %s not found: it was never submitted, or it finished longer ago than "+
 			"the task records are kept (a step's task page links to its workflow)", id)
 	case err != nil:
-		return st, http.StatusInternalServerError, err
+		return st, "", http.StatusInternalServerError, err
 	}
-	if tok.Namespace == auth.AllNamespaces {
-		return st, http.StatusOK, nil
+	if tok.Namespace != auth.AllNamespaces && st.Root == nil {
+		st.Reason = "" // it may name queues outside the namespace
 	}
-	if st.Root == nil {
-		return workflow.Status{}, http.StatusForbidden, fmt.Errorf(
-			"token %s opens namespace %s: the queues of workflow %s's steps are not known (it has not started): a token of every namespace (*) sees it",
-			tok.ID, tok.Namespace, id)
-	}
-	if q := outside(st.Root, tok.Namespace+"."); q != "" {
-		return workflow.Status{}, http.StatusForbidden, fmt.Errorf("token %s opens namespace %s, not queue %s, a queue of workflow %s",
-			tok.ID, tok.Namespace, q, id)
-	}
-	return st, http.StatusOK, nil
+	return st, full, http.StatusOK, nil
 }
 
 // consoleWorkflowCancel: POST /console/workflow/cancel (id): cancels a
 // workflow that is not done (workflow.Cancel).
 func (s *Server) consoleWorkflowCancel(w http.ResponseWriter, r *http.Request, pg *page) {
 	id := strings.TrimSpace(r.FormValue("id"))
-	_, code, err := s.consoleWorkflow(r.Context(), pg.Token, id)
-	switch {
-	case code == http.StatusForbidden:
-		s.forbidden(w, pg, err.Error())
-		return
-	case code == http.StatusBadRequest:
+	_, full, code, err := s.consoleWorkflow(r.Context(), pg.Token, id)
+	if code == http.StatusBadRequest {
 		http.Error(w, err.Error(), code)
 		return
 	}
@@ -240,7 +223,7 @@ func (s *Server) consoleWorkflowCancel(w http.ResponseWriter, r *http.Request, p
 		back(w, r, to, err.Error())
 		return
 	}
-	back(w, r, to, cancelWorkflow(r.Context(), s.in, id))
+	back(w, r, to, cancelWorkflow(r.Context(), s.in, full))
 }
 
 // cancelWorkflow cancels workflow id and says what came of it.

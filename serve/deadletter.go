@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/onceq/onceq/broker"
 	"github.com/onceq/onceq/dlq"
 )
 
@@ -33,7 +34,7 @@ func limitParam(r *http.Request, def int) (int, error) {
 // (deadletter_size, deadletter_head), and the first limit dead letters
 // (default 10) with their errors.
 func (s *Server) deadLetters(w http.ResponseWriter, r *http.Request) {
-	topic, err := queueOf(r)
+	topic, err := s.queueOf(r)
 	if err != nil {
 		writeError(w, err)
 		return
@@ -64,7 +65,7 @@ func (s *Server) deadLetters(w http.ResponseWriter, r *http.Request) {
 
 // deadLetterSize: GET /api/{ns}/{queue}/deadletter/size.
 func (s *Server) deadLetterSize(w http.ResponseWriter, r *http.Request) {
-	topic, err := queueOf(r)
+	topic, err := s.queueOf(r)
 	if err != nil {
 		writeError(w, err)
 		return
@@ -78,13 +79,16 @@ func (s *Server) deadLetterSize(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]any{"namespace": r.PathValue("ns"), "queue": r.PathValue("queue"), "size": n})
 }
 
-// respawn: PUT /api/{ns}/{queue}/deadletter?limit=&id=: requeues the
-// newest dead letter of id, or of the first limit IDs (default 1), in one
-// transaction, with their attempts reset (lmstfy gives a respawned job
-// its tries again). A dead letter requeued twice runs once: its task
-// keeps its ID, and the requeue (onceq-requeued) names the dead letter.
+// respawn: PUT /api/{ns}/{queue}/deadletter?limit=&ttl=&id=, lmstfy's
+// respawn: the first limit dead letters (default 1, in the order the peek
+// lists them) go back to the queue in one transaction, with their tries
+// reset and ttl seconds to live (default a day, 0 forever), and leave the
+// dead letters. With id, the newest dead letter of id is requeued, and
+// stays among the dead letters. A dead letter requeued twice runs once:
+// its task keeps its ID, and the requeue (onceq-requeued) names the dead
+// letter.
 func (s *Server) respawn(w http.ResponseWriter, r *http.Request) {
-	topic, err := queueOf(r)
+	topic, err := s.queueOf(r)
 	if err != nil {
 		writeError(w, err)
 		return
@@ -94,36 +98,109 @@ func (s *Server) respawn(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	var ids []string
-	if id := r.URL.Query().Get("id"); id != "" {
-		ids = []string{id}
+	ttl := DefaultJobTTL
+	if v := r.URL.Query().Get("ttl"); v != "" {
+		n, err := strconv.ParseUint(v, 10, 32)
+		if err != nil {
+			writeError(w, badRequest("ttl", "%q: want whole seconds, 0 for forever", v))
+			return
+		}
+		ttl = time.Duration(n) * time.Second
 	}
-	rs, problems, err := s.dlq.Requeues(r.Context(), topic, ids, true, time.Now())
-	if errors.Is(err, dlq.ErrNoTopic) {
-		rs, err = nil, nil
+	now := time.Now()
+	var rs []dlq.Requeue
+	var done map[int32]int64 // the dead letters to delete, by partition
+	if id := r.URL.Query().Get("id"); id != "" {
+		var problems []error
+		rs, problems, err = s.dlq.Requeues(r.Context(), topic, []string{id}, true, now)
+		if err == nil && len(rs) == 0 {
+			msg := "no dead letter of this ID"
+			if len(problems) > 0 {
+				msg = problems[0].Error()
+			}
+			err = &apiError{status: http.StatusNotFound, field: "id", msg: msg}
+		}
+	} else {
+		rs, done, err = s.heads(r, topic, limit, now)
 	}
 	if err != nil {
 		writeError(w, err)
 		return
 	}
-	if len(ids) > 0 && len(rs) == 0 {
-		msg := "no dead letter of this ID"
-		if len(problems) > 0 {
-			msg = problems[0].Error()
+	respawned := make([]string, len(rs))
+	for i := range rs {
+		rs[i].Task.Expires = time.Time{}
+		if ttl > 0 {
+			rs[i].Task.Expires = now.Add(ttl)
 		}
-		writeError(w, &apiError{status: http.StatusNotFound, field: "id", msg: msg})
-		return
-	}
-	if len(rs) > limit {
-		rs = rs[:limit]
+		respawned[i] = rs[i].Task.ID
 	}
 	if err := dlq.Write(r.Context(), s.p, rs); err != nil {
 		writeError(w, err)
 		return
 	}
-	respawned := make([]string, len(rs))
-	for i := range rs {
-		respawned[i] = rs[i].Task.ID
+	if err := s.deleteRecords(r.Context(), broker.DLQTopic(topic), done); err != nil {
+		writeError(w, err)
+		return
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"msg": "respawned", "count": len(rs), "job_ids": respawned})
+}
+
+// heads returns the first limit dead letters of topic as requeues, and
+// where each partition's of them end. A dead letter that cannot be
+// requeued (malformed) ends its partition's.
+func (s *Server) heads(r *http.Request, topic string, limit int, now time.Time) ([]dlq.Requeue, map[int32]int64, error) {
+	letters, _, err := s.dlq.List(r.Context(), topic, limit)
+	if errors.Is(err, dlq.ErrNoTopic) {
+		return nil, nil, nil
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	var rs []dlq.Requeue
+	ends := map[int32]int64{}
+	stopped := map[int32]bool{}
+	for _, l := range letters {
+		if stopped[l.Partition] {
+			continue
+		}
+		t, err := dlq.Incarnation(&l, topic, true, now)
+		if err != nil {
+			stopped[l.Partition] = true
+			continue
+		}
+		rs = append(rs, dlq.Requeue{From: l, Task: t})
+		ends[l.Partition] = l.Offset + 1
+	}
+	return rs, ends, nil
+}
+
+// deleteDeadLetters: DELETE /api/{ns}/{queue}/deadletter?limit=, lmstfy's:
+// the first limit dead letters (default 1, in the order the peek lists
+// them) are deleted: 204.
+func (s *Server) deleteDeadLetters(w http.ResponseWriter, r *http.Request) {
+	topic, err := s.queueOf(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	limit, err := limitParam(r, 1)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	letters, _, err := s.dlq.List(r.Context(), topic, limit)
+	if err != nil && !errors.Is(err, dlq.ErrNoTopic) {
+		writeError(w, err)
+		return
+	}
+	ends := map[int32]int64{}
+	for _, l := range letters {
+		ends[l.Partition] = max(ends[l.Partition], l.Offset+1)
+	}
+	if err := s.deleteRecords(r.Context(), broker.DLQTopic(topic), ends); err != nil {
+		writeError(w, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
 }

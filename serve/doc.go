@@ -8,28 +8,44 @@
 // A namespace owns the queues named <namespace>.<queue>: the queue
 // "emails" of namespace "shop" is the Kafka topic shop.emails, its dead
 // letters onceq-dlq-shop.emails, its records onceq-rec-shop.emails. A
-// namespace has no '.', so the first one in a topic's name ends it. A
-// token opens one namespace, or every one ("*"); a read-only token never
-// writes.
+// queue's name holds letters, digits and '-': Kafka takes '.' and '_' in
+// topic names for one character, and a namespace name may hold '_', so
+// with either shop's queue x_y and shop_x's queue y would be one topic.
+// Its length leaves room for the pull group's changelog of the topic, so
+// whatever a publish takes can be consumed. A namespace's workflow IDs
+// are its own, kept as <namespace>/<id> (workflow.PrepareScoped) and
+// answered without the prefix; what a namespace does not see is not
+// found. A token opens one namespace, or every one ("*"); a read-only
+// token never writes.
+//
+// Every request's header must arrive within ReadHeaderTimeout and its
+// body within BodyReadTimeout, and a Listener holds at most MaxConns
+// connections: serve Handler with HTTPServer on a Listener.
 //
 // # Endpoints
 //
 //	GET    /healthz                              no token: 200 "ok"
-//	GET    /metrics                              Prometheus metrics
+//	GET    /metrics                              Prometheus metrics: an operator's token ("*")
 //	PUT    /api/{ns}/{queue}                     publish one task: the body is its payload
-//	GET    /api/{ns}/{q1},{q2}                   consume (long-poll): ttr=, timeout=, count=
+//	GET    /api/{ns}/{q1},{q2}                   consume (long-poll): ttr=, timeout=, count=, freeze_tries=
+//	DELETE /api/{ns}/{queue}                     destroy the queue's backlog
+//	PUT    /api/{ns}/{queue}/bulk                lmstfy's bulk publish: a JSON array of payloads
 //	POST   /api/{ns}/{queue}/bulk                publish a JSON array of tasks in one transaction
-//	GET    /api/{ns}/{queue}/job/{id}            a task's state, attempts, error and result
-//	GET    /api/{ns}/{queue}/job/{id}/wait       the same once it is final (timeout=)
+//	GET    /api/{ns}/{queue}/peek                the job that waits the longest
+//	GET    /api/{ns}/{queue}/job/{id}            peek a job: its data, and its state, attempts,
+//	                                             error and result
+//	PUT    /api/{ns}/{queue}/job/{id}            republish: ACK it, publish the body anew
+//	GET    /api/{ns}/{queue}/job/{id}/wait       the record once it is final (timeout=)
 //	DELETE /api/{ns}/{queue}/job/{id}            acknowledge a task handed out (body: its result),
-//	                                             else cancel it
-//	GET    /api/{ns}/{queue}/size                the tasks waiting
+//	                                             else cancel it; final or unknown: 204
+//	GET    /api/{ns}/{queue}/size                the jobs waiting for a consumer
 //	GET    /api/{ns}/{queue}/stats               tasks by state and due time, groups
 //	POST   /api/{ns}/{queue}/pause               stop workers fetching the queue
 //	POST   /api/{ns}/{queue}/resume              and start again
 //	GET    /api/{ns}/{queue}/deadletter          peek the dead letters (limit=)
 //	GET    /api/{ns}/{queue}/deadletter/size     how many there are
-//	PUT    /api/{ns}/{queue}/deadletter          respawn (limit=, id=), in one transaction
+//	PUT    /api/{ns}/{queue}/deadletter          respawn (limit=, ttl=, id=), in one transaction
+//	DELETE /api/{ns}/{queue}/deadletter          delete the first ones (limit=)
 //	GET    /api/{ns}                             the namespace's queues
 //	GET    /periodic/{ns}                    the namespace's periodic schedules
 //	GET    /periodic/{ns}/{name}             one schedule, with its next tick
@@ -57,9 +73,15 @@
 // with its result, exactly once, and the DELETE answers 204 once the
 // commit is visible. A task not acknowledged in time is failed as a
 // handler's error is: retried with backoff (the server runs a delay
-// service, DelayService), dead-lettered after its tries. A DELETE of a
-// task that is not handed out, or whose ttr passed, cancels it, as
-// lmstfy's DELETE makes sure it is never consumed again.
+// service, DelayService), dead-lettered after its tries; one taken with
+// freeze_tries is snoozed instead, and comes back at once with its try.
+// A DELETE of a task that is not handed out cancels it (202), as lmstfy's
+// DELETE makes sure it is never consumed again; of a task final or
+// unknown, it answers 204, as an ACK is idempotent.
+//
+// A publish without tries or ttl gets lmstfy's defaults (DefaultTries,
+// DefaultJobTTL), and lmstfy's Job-Attr-* headers are kept as the task's
+// job-attr-* headers and answered as its attributes.
 //
 // # The console
 //

@@ -40,7 +40,10 @@ func TestLmstfyCurl(t *testing.T) {
 		}
 		return code, m
 	}
-	// Both queues' workers start with their first consume.
+	// Both queues' workers start with their first consume, once the
+	// queues exist (a consume makes no queue).
+	testutil.CreateTopic(t, a.conn, "ns.q1", 2)
+	testutil.CreateTopic(t, a.conn, "ns.q2", 2)
 	if code, body := run("-H", "X-Token: "+tok, a.url+"/api/ns/q1,q2?timeout=1"); code != 404 {
 		t.Fatalf("consume of empty queues: %d %v", code, body)
 	}

@@ -26,6 +26,15 @@ const (
 	DefaultMaxBulkBytes = 16 << 20
 	// DefaultMaxWait bounds the timeout of a wait.
 	DefaultMaxWait = 10 * time.Minute
+	// DefaultReadHeaderTimeout bounds the reading of a request's header.
+	DefaultReadHeaderTimeout = 10 * time.Second
+	// DefaultBodyReadTimeout bounds the reading of a request's body.
+	DefaultBodyReadTimeout = 30 * time.Second
+	// DefaultIdleTimeout is how long a kept-alive connection waits for
+	// its next request.
+	DefaultIdleTimeout = 2 * time.Minute
+	// DefaultMaxConns bounds the connections a listener holds open.
+	DefaultMaxConns = 1024
 )
 
 // An Opt configures a Server.
@@ -36,24 +45,27 @@ type optFunc func(*config)
 func (f optFunc) apply(c *config) { f(c) }
 
 type config struct {
-	conn        broker.Conn
-	log         *slog.Logger
-	reg         prometheus.Registerer
-	insecure    bool
-	partitions  int32
-	maxPayload  int
-	maxBulk     int
-	maxWait     time.Duration
-	viewDir     string
-	retention   time.Duration
-	dataDir     string
-	pullGroup   string
-	pullSlots   int
-	delaySvc    bool
-	workflowSvc bool
-	scheduler   bool
-	rate        float64
-	burst       int
+	conn          broker.Conn
+	log           *slog.Logger
+	reg           prometheus.Registerer
+	insecure      bool
+	partitions    int32
+	maxPayload    int
+	maxBulk       int
+	maxWait       time.Duration
+	viewDir       string
+	retention     time.Duration
+	dataDir       string
+	pullGroup     string
+	pullSlots     int
+	delaySvc      bool
+	workflowSvc   bool
+	scheduler     bool
+	rate          float64
+	burst         int
+	headerTimeout time.Duration
+	bodyTimeout   time.Duration
+	maxConns      int
 }
 
 // Conn sets how to reach the brokers. Default: broker.DefaultBrokers.
@@ -126,18 +138,35 @@ func WorkflowService(on bool) Opt { return optFunc(func(cfg *config) { cfg.workf
 // number of schedulers submit each tick once. Default on.
 func Scheduler(on bool) Opt { return optFunc(func(cfg *config) { cfg.scheduler = on }) }
 
-// RateLimit bounds each token's requests: perSecond on average, burst at
-// once; a request past it is answered 429 with Retry-After. Default 0:
-// no limit.
+// RateLimit bounds each token's requests (with InsecureNoAuth, each
+// client address's): perSecond on average, burst at once; a request past
+// it is answered 429 with Retry-After. Default 0: no limit.
 func RateLimit(perSecond float64, burst int) Opt {
 	return optFunc(func(cfg *config) { cfg.rate, cfg.burst = perSecond, burst })
 }
+
+// ReadHeaderTimeout bounds the reading of a request's header, on the
+// http.Server of HTTPServer. Default DefaultReadHeaderTimeout (10s).
+func ReadHeaderTimeout(d time.Duration) Opt {
+	return optFunc(func(cfg *config) { cfg.headerTimeout = d })
+}
+
+// BodyReadTimeout bounds the reading of a request's body, from the
+// request's start, in Handler and AdminHandler: a body slower than that
+// is answered 408, or, before the token is checked, its connection is
+// closed. Default DefaultBodyReadTimeout (30s).
+func BodyReadTimeout(d time.Duration) Opt { return optFunc(func(cfg *config) { cfg.bodyTimeout = d }) }
+
+// MaxConns bounds the connections a listener wrapped by Listener holds
+// open at once. Default DefaultMaxConns (1024).
+func MaxConns(n int) Opt { return optFunc(func(cfg *config) { cfg.maxConns = n }) }
 
 func build(opts []Opt) (config, error) {
 	cfg := config{conn: broker.Conn{Brokers: []string{broker.DefaultBrokers}}, log: slog.New(slog.DiscardHandler),
 		reg: prometheus.NewRegistry(), partitions: DefaultPartitions, maxPayload: DefaultMaxPayloadBytes,
 		maxBulk: DefaultMaxBulkBytes, maxWait: DefaultMaxWait, retention: broker.DefaultRecordsRetention,
-		pullGroup: DefaultPullGroup, pullSlots: DefaultPullSlots, delaySvc: true, workflowSvc: true, scheduler: true}
+		pullGroup: DefaultPullGroup, pullSlots: DefaultPullSlots, delaySvc: true, workflowSvc: true, scheduler: true,
+		headerTimeout: DefaultReadHeaderTimeout, bodyTimeout: DefaultBodyReadTimeout, maxConns: DefaultMaxConns}
 	errs := onceq.OptionErrors{Pkg: "serve", Kind: ErrConfig}
 	onceq.ApplyOptions(&errs, opts, func(o Opt) { o.apply(&cfg) })
 	if cfg.log == nil {
@@ -166,6 +195,15 @@ func build(opts []Opt) (config, error) {
 	}
 	if cfg.rate < 0 || cfg.rate > 0 && cfg.burst < 1 {
 		errs.Bad("RateLimit", fmt.Sprintf("%v/s, burst %d", cfg.rate, cfg.burst), "want 0 (no limit), or a rate above 0 with a burst of 1 or more")
+	}
+	if cfg.headerTimeout < time.Millisecond {
+		errs.Bad("ReadHeaderTimeout", cfg.headerTimeout, "want 1ms or more")
+	}
+	if cfg.bodyTimeout < time.Millisecond {
+		errs.Bad("BodyReadTimeout", cfg.bodyTimeout, "want 1ms or more")
+	}
+	if cfg.maxConns < 1 {
+		errs.Bad("MaxConns", cfg.maxConns, "want 1 or more connections")
 	}
 	errs.Add(cfg.conn.Validate())
 	return cfg, errs.Err()

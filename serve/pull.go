@@ -2,7 +2,6 @@ package serve
 
 import (
 	"context"
-	"encoding/base64"
 	"errors"
 	"fmt"
 	"net/http"
@@ -40,6 +39,9 @@ const (
 	DefaultTTR = 2 * time.Minute
 	// MaxCount bounds the tasks one consume asks for.
 	MaxCount = 100
+	// MaxConsumeQueues bounds the queues one consume names: each queue a
+	// server is asked for runs a worker until the server stops.
+	MaxConsumeQueues = 16
 )
 
 // holdMax bounds how long a worker's task waits for a consumer, plus its
@@ -52,10 +54,17 @@ var errTTR = errors.New("not acknowledged within its time-to-run (ttr)")
 // lease is a task handed from a worker's handler to an HTTP consumer.
 type lease struct {
 	task  *consumer.Task
-	ttr   chan time.Duration // the consumer's ttr, sent once it took it
-	acked chan []byte        // the result the consumer acknowledged with
-	over  chan struct{}      // closed when the handler returns
+	ttr   chan grant    // the consumer's terms, sent once it took it
+	acked chan []byte   // the result the consumer acknowledged with
+	over  chan struct{} // closed when the handler returns
 	taken time.Time
+}
+
+// grant is what a consumer took a task for: its time-to-run and whether
+// the take spends one of the task's tries (lmstfy's freeze_tries).
+type grant struct {
+	ttr    time.Duration
+	freeze bool
 }
 
 // puller runs one queue's worker and hands its tasks out.
@@ -78,8 +87,8 @@ type pull struct {
 func leaseKey(topic, id string) string { return topic + "\x00" + id }
 
 // puller returns the puller of topic, starting its worker the first
-// time. A queue that does not exist is created, as its first publish
-// would, or, with CreateQueues(0), refused.
+// time; nil for a queue that does not exist: a consume never creates
+// one (nor its worker's topics), it finds no job there.
 func (s *Server) puller(ctx context.Context, topic string) (*puller, error) {
 	s.pull.mu.Lock()
 	defer s.pull.mu.Unlock()
@@ -89,7 +98,7 @@ func (s *Server) puller(ctx context.Context, topic string) (*puller, error) {
 	if p, ok := s.pull.queues[topic]; ok {
 		return p, nil
 	}
-	if err := s.ensureQueue(ctx, topic); err != nil {
+	if ok, err := s.queueExists(ctx, topic); !ok || err != nil {
 		return nil, err
 	}
 	p := &puller{pull: &s.pull, topic: topic, offers: make(chan *lease), done: make(chan struct{})}
@@ -128,7 +137,7 @@ func (s *Server) puller(ctx context.Context, topic string) (*puller, error) {
 // handle is the worker's handler: it offers the task to consumers and
 // waits for the one that took it to acknowledge it.
 func (p *puller) handle(ctx context.Context, t *consumer.Task) error {
-	l := &lease{task: t, ttr: make(chan time.Duration, 1), acked: make(chan []byte), over: make(chan struct{})}
+	l := &lease{task: t, ttr: make(chan grant, 1), acked: make(chan []byte), over: make(chan struct{})}
 	defer func() {
 		close(l.over)
 		p.pull.forget(l) // acknowledged, past its ttr, or abandoned
@@ -138,13 +147,13 @@ func (p *puller) handle(ctx context.Context, t *consumer.Task) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-	var ttr time.Duration
+	var g grant
 	select {
-	case ttr = <-l.ttr:
+	case g = <-l.ttr:
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-	timer := time.NewTimer(ttr)
+	timer := time.NewTimer(g.ttr)
 	defer timer.Stop()
 	select {
 	case result := <-l.acked:
@@ -153,7 +162,12 @@ func (p *puller) handle(ctx context.Context, t *consumer.Task) error {
 		}
 		return nil
 	case <-timer.C:
-		return fmt.Errorf("%w: %v", errTTR, ttr)
+		if g.freeze {
+			// Taken with freeze_tries: the run counts no attempt, and the
+			// task is offered again at once.
+			return consumer.Snooze(0, fmt.Sprintf("%v: %v (freeze_tries: no try spent)", errTTR, g.ttr))
+		}
+		return fmt.Errorf("%w: %v", errTTR, g.ttr)
 	case <-ctx.Done():
 		return ctx.Err()
 	}
@@ -177,21 +191,6 @@ func (s *Server) stopPull() {
 	}
 }
 
-// handout is a task as a consume answers it, lmstfy's fields and the
-// attempt.
-type handout struct {
-	Msg         string `json:"msg"`
-	Namespace   string `json:"namespace"`
-	Queue       string `json:"queue"`
-	JobID       string `json:"job_id"`
-	Data        string `json:"data"` // base64
-	TTL         int64  `json:"ttl"`  // seconds left before it expires; 0: never
-	ElapsedMS   int64  `json:"elapsed_ms"`
-	RemainTries int64  `json:"remain_tries"`
-	Attempt     int    `json:"attempt"`
-	TTR         int64  `json:"ttr"`
-}
-
 // consume: GET /api/{ns}/{q1},{q2}...?ttr=&timeout=&count=: long-polls
 // up to timeout seconds for tasks of the queues, the first queue first,
 // and hands out at most count, each for ttr seconds.
@@ -199,9 +198,13 @@ func (s *Server) consume(w http.ResponseWriter, r *http.Request) {
 	ns := r.PathValue("ns")
 	q := r.URL.Query()
 	names := strings.Split(r.PathValue("queue"), ",")
+	if len(names) > MaxConsumeQueues {
+		writeError(w, badRequest("queue", "%d queues: one consume names at most %d: consume the others in another request", len(names), MaxConsumeQueues))
+		return
+	}
 	topics := make([]string, len(names))
 	for i, n := range names {
-		t, err := topicOf(ns, n)
+		t, err := s.topicOf(ns, n)
 		if err != nil {
 			writeError(w, err)
 			return
@@ -218,10 +221,6 @@ func (s *Server) consume(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	if len(topics) > 1 && q.Get("timeout") == "" {
-		writeError(w, badRequest("timeout", "consuming several queues needs a timeout (seconds), as in lmstfy"))
-		return
-	}
 	count := 1
 	if v := q.Get("count"); v != "" {
 		if count, err = strconv.Atoi(v); err != nil || count < 1 || count > MaxCount {
@@ -229,11 +228,20 @@ func (s *Server) consume(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	pullers := make([]*puller, len(topics))
-	for i, t := range topics {
-		if pullers[i], err = s.puller(r.Context(), t); err != nil {
+	freeze, err := boolParam(q, "freeze_tries")
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	pullers := make([]*puller, 0, len(topics))
+	for _, t := range topics {
+		p, err := s.puller(r.Context(), t)
+		if err != nil {
 			writeError(w, err)
 			return
+		}
+		if p != nil { // a queue that does not exist has no job
+			pullers = append(pullers, p)
 		}
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), timeout)
@@ -256,29 +264,21 @@ func (s *Server) consume(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	now := time.Now()
-	out := make([]handout, len(got))
+	out := make([]lmstfyJob, len(got))
 	s.pull.mu.Lock()
 	for i, l := range got {
 		l.taken = now
 		t := l.task
 		s.pull.leases[leaseKey(t.Queue, t.ID)] = l
-		h := handout{Msg: "new job", Namespace: ns, Queue: strings.TrimPrefix(t.Queue, ns+"."), JobID: t.ID,
-			Data: base64.StdEncoding.EncodeToString(t.Payload), RemainTries: int64(max(t.MaxAttempts-t.Attempt, 0)),
-			Attempt: t.Attempt, TTR: int64(ttr / time.Second)}
-		if !t.Enqueued.IsZero() {
-			h.ElapsedMS = now.Sub(t.Enqueued).Milliseconds()
-		}
-		if !t.Expires.IsZero() {
-			h.TTL = max(int64(t.Expires.Sub(now)/time.Second), 0)
-		}
-		out[i] = h
+		out[i] = lmstfyJobOf(ns, &t.Task, now, !freeze)
+		out[i].Msg, out[i].TTR = "new job", int64(ttr/time.Second)
 	}
 	s.pull.mu.Unlock()
 	for _, l := range got {
-		l.ttr <- ttr
+		l.ttr <- grant{ttr: ttr, freeze: freeze}
 	}
-	if count == 1 && q.Get("count") == "" {
-		writeJSON(w, http.StatusOK, out[0])
+	if count == 1 {
+		writeJSON(w, http.StatusOK, out[0]) // lmstfy: one object unless count > 1
 		return
 	}
 	writeJSON(w, http.StatusOK, out)
@@ -337,29 +337,22 @@ func durationParam(q map[string][]string, name string, def, lo, hi time.Duration
 	return d, nil
 }
 
-// ack finishes a task handed out, with the request's body as its result,
-// and answers once its commit is visible: 204. ok is false when the task
-// is not handed out (the caller cancels it instead).
-func (s *Server) ack(w http.ResponseWriter, r *http.Request, topic, id string) (ok bool) {
+// leaseOf returns the lease of a task this server handed out, or nil.
+func (s *Server) leaseOf(topic, id string) *lease {
 	s.pull.mu.Lock()
-	k := leaseKey(topic, id)
-	l := s.pull.leases[k]
-	s.pull.mu.Unlock()
-	if l == nil {
-		return false
-	}
-	result, err := readBody(w, r, consumer.DefaultMaxResultBytes, "result limit, consumer.DefaultMaxResultBytes")
-	if err != nil {
-		writeError(w, err) // the lease stays: acknowledge again with a smaller result
-		return true
-	}
+	defer s.pull.mu.Unlock()
+	return s.pull.leases[leaseKey(topic, id)]
+}
+
+// acknowledge finishes a task handed out with result, and returns once
+// its commit is visible: nil, or the error to answer.
+func (s *Server) acknowledge(ctx context.Context, l *lease, topic, id string, result []byte) error {
 	select {
 	case l.acked <- result:
 	case <-l.over:
-		writeError(w, &apiError{status: http.StatusConflict, msg: "the task's time-to-run passed before the acknowledgment: it runs again (or is dead-lettered after its tries)"})
-		return true
+		return &apiError{status: http.StatusConflict, msg: "the task's time-to-run passed before the acknowledgment: it runs again (or is dead-lettered after its tries)"}
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), ackCommitWait)
+	ctx, cancel := context.WithTimeout(ctx, ackCommitWait)
 	defer cancel()
 	// This run's record: a requeued task's earlier run left a final
 	// record of its own.
@@ -368,13 +361,11 @@ func (s *Server) ack(w http.ResponseWriter, r *http.Request, topic, id string) (
 	})
 	switch {
 	case err != nil:
-		writeError(w, &apiError{status: http.StatusGatewayTimeout, msg: fmt.Sprintf("acknowledged, but its commit is not visible after %v: ask GET .../job/%s", ackCommitWait, id)})
+		return &apiError{status: http.StatusGatewayTimeout, msg: fmt.Sprintf("acknowledged, but its commit is not visible after %v: ask GET .../job/%s", ackCommitWait, id)}
 	case rec.State != onceq.StateSucceeded:
-		writeError(w, &apiError{status: http.StatusConflict, msg: fmt.Sprintf("the task ended %s: %s (its time-to-run passed before the acknowledgment, or the result was refused)", rec.State, rec.Error)})
-	default:
-		w.WriteHeader(http.StatusNoContent)
+		return &apiError{status: http.StatusConflict, msg: fmt.Sprintf("the task ended %s: %s (its time-to-run passed before the acknowledgment, or the result was refused)", rec.State, rec.Error)}
 	}
-	return true
+	return nil
 }
 
 // ackCommitWait bounds how long an acknowledgment waits for its commit.
@@ -390,6 +381,20 @@ const pullCommitInterval = time.Millisecond
 // handlers: they wait for consumers, not work, so their tasks are
 // abandoned (and run again, at the same attempt) at once.
 const pullShutdown = time.Second
+
+// queueExists reports whether topic exists.
+func (s *Server) queueExists(ctx context.Context, topic string) (bool, error) {
+	adm, err := broker.NewAdmin(s.cfg.conn)
+	if err != nil {
+		return false, err
+	}
+	defer adm.Close()
+	_, err = adm.DescribeTopic(ctx, topic)
+	if errors.Is(err, broker.ErrTopicNotFound) {
+		return false, nil
+	}
+	return err == nil, err
+}
 
 // ensureQueue creates a queue that does not exist, with CreateQueues
 // partitions, or refuses it with CreateQueues(0).

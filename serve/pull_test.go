@@ -34,7 +34,6 @@ func TestPullConsumeAck(t *testing.T) {
 		{"/api/shop/jobs?count=101", "count"},
 		{"/api/shop/jobs?ttr=0", "ttr"},
 		{"/api/shop/jobs?timeout=x", "timeout"},
-		{"/api/shop/jobs,other", "timeout"},
 		{"/api/shop/jobs?wait=1", "wait"},
 	} {
 		if code, body := a.do("GET", tc.path, tok, ""); code != 400 || body["field"] != tc.field {
@@ -131,7 +130,12 @@ func consume(t *testing.T, a *api, tok, path string) (int, []handedOut) {
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	var jobs []handedOut
-	if resp.StatusCode == 200 {
+	if resp.StatusCode == 200 && len(b) > 0 && b[0] == '{' { // count=1: one object
+		jobs = make([]handedOut, 1)
+		if err := json.Unmarshal(b, &jobs[0]); err != nil {
+			t.Errorf("consume: %s: %v", b, err)
+		}
+	} else if resp.StatusCode == 200 {
 		if err := json.Unmarshal(b, &jobs); err != nil {
 			t.Errorf("consume: %s: %v", b, err)
 		}

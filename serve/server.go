@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"net"
 	"net/http"
 	"path/filepath"
 	"strconv"
@@ -121,8 +122,9 @@ func (s *Server) Close() error {
 // Tokens is the server's token store.
 func (s *Server) Tokens() *auth.Store { return s.tokens }
 
-// Handler is the server's HTTP handler.
-func (s *Server) Handler() http.Handler { return s.mux }
+// Handler is the server's HTTP handler: serve it with HTTPServer on a
+// Listener, or bound its header reads and connections yourself.
+func (s *Server) Handler() http.Handler { return s.bodyDeadline(s.mux) }
 
 // access is what a route needs of a token.
 type access int
@@ -130,6 +132,8 @@ type access int
 const (
 	read access = iota
 	write
+	// operate is an operator's: a token of every namespace ("*").
+	operate
 )
 
 // A route is one endpoint of the API: the table below is what the server
@@ -142,15 +146,23 @@ type route struct {
 	h            http.HandlerFunc
 }
 
+// publishParams are a publish's query parameters: lmstfy's delay, ttl
+// and tries, and onceq's id and timeout.
+var publishParams = []string{"id", "delay", "ttl", "tries", "timeout"}
+
 // apiRoutes are the endpoints under /api.
 func (s *Server) apiRoutes() []route {
 	return []route{
 		{"GET", "/api/openapi.json", "openapi", read, nil, serveOpenAPI},
 		{"GET", "/api/{ns}", "queues", read, nil, s.queues},
-		{"PUT", "/api/{ns}/{queue}", "publish", write, []string{"id", "delay", "ttl", "tries", "timeout"}, s.publish},
-		{"GET", "/api/{ns}/{queue}", "consume", write, []string{"ttr", "timeout", "count"}, s.consume},
+		{"PUT", "/api/{ns}/{queue}", "publish", write, publishParams, s.publish},
+		{"GET", "/api/{ns}/{queue}", "consume", write, []string{"ttr", "timeout", "count", "freeze_tries"}, s.consume},
+		{"DELETE", "/api/{ns}/{queue}", "destroy", write, nil, s.destroy},
 		{"POST", "/api/{ns}/{queue}/bulk", "bulk", write, nil, s.bulk},
+		{"PUT", "/api/{ns}/{queue}/bulk", "bulk_lmstfy", write, []string{"delay", "ttl", "tries", "timeout"}, s.bulkLmstfy},
+		{"GET", "/api/{ns}/{queue}/peek", "peek", read, nil, s.peekQueue},
 		{"GET", "/api/{ns}/{queue}/job/{id}", "job", read, nil, s.job},
+		{"PUT", "/api/{ns}/{queue}/job/{id}", "republish", write, []string{"delay", "ttl", "tries", "timeout"}, s.republish},
 		{"GET", "/api/{ns}/{queue}/job/{id}/wait", "wait", read, []string{"timeout"}, s.wait},
 		{"DELETE", "/api/{ns}/{queue}/job/{id}", "cancel", write, nil, s.cancel},
 		{"GET", "/api/{ns}/{queue}/workflow/{id}", "workflow", read, nil, s.workflowStatus},
@@ -162,7 +174,8 @@ func (s *Server) apiRoutes() []route {
 		{"POST", "/api/{ns}/{queue}/resume", "resume", write, nil, s.pause(false)},
 		{"GET", "/api/{ns}/{queue}/deadletter", "deadletter", read, []string{"limit"}, s.deadLetters},
 		{"GET", "/api/{ns}/{queue}/deadletter/size", "deadletter_size", read, nil, s.deadLetterSize},
-		{"PUT", "/api/{ns}/{queue}/deadletter", "respawn", write, []string{"limit", "id"}, s.respawn},
+		{"PUT", "/api/{ns}/{queue}/deadletter", "respawn", write, []string{"limit", "ttl", "id"}, s.respawn},
+		{"DELETE", "/api/{ns}/{queue}/deadletter", "deadletter_delete", write, []string{"limit"}, s.deleteDeadLetters},
 		{"GET", schedulesPath, "periodic_list", read, nil, s.listSchedules},
 		{"GET", schedulesPath + "/{name}", "periodic_get", read, nil, s.getSchedule},
 		{"PUT", schedulesPath + "/{name}", "periodic_put", write, scheduleParams, s.putSchedule},
@@ -177,7 +190,8 @@ func (s *Server) routes() {
 	})
 	if s.gather != nil {
 		metrics := promhttp.HandlerFor(s.gather, promhttp.HandlerOpts{})
-		s.handle(route{"GET", "/metrics", "metrics", read, nil, metrics.ServeHTTP})
+		// Every namespace's queues and volumes: an operator's token only.
+		s.handle(route{"GET", "/metrics", "metrics", operate, nil, metrics.ServeHTTP})
 	}
 	for _, rt := range s.apiRoutes() {
 		s.handle(rt)
@@ -221,6 +235,15 @@ func (s *Server) authorize(r *http.Request, need access, inNS bool) (auth.Token,
 		}
 	}
 	if s.cfg.insecure {
+		// No token to count requests by: the client's address.
+		host, _, err := net.SplitHostPort(r.RemoteAddr)
+		if err != nil {
+			host = r.RemoteAddr
+		}
+		if wait := s.limit("addr " + host); wait > 0 {
+			return auth.Token{}, &apiError{status: http.StatusTooManyRequests, retryAfter: wait,
+				msg: fmt.Sprintf("client %s is past its limit of %v requests a second: retry after %v", host, s.cfg.rate, wait.Round(time.Millisecond))}
+		}
 		return auth.Token{Namespace: auth.AllNamespaces}, nil
 	}
 	tok, err := s.tokens.Check(tokenOf(r))
@@ -229,6 +252,9 @@ func (s *Server) authorize(r *http.Request, need access, inNS bool) (auth.Token,
 	}
 	if inNS && !tok.Allows(r.PathValue("ns")) {
 		return auth.Token{}, &apiError{status: http.StatusForbidden, msg: fmt.Sprintf("token %s opens namespace %s, not %s", tok.ID, tok.Namespace, r.PathValue("ns"))}
+	}
+	if need == operate && tok.Namespace != auth.AllNamespaces {
+		return auth.Token{}, &apiError{status: http.StatusForbidden, msg: fmt.Sprintf("token %s opens namespace %s: this endpoint needs an operator's token, of every namespace (onceq token create '*')", tok.ID, tok.Namespace)}
 	}
 	if need == write && tok.ReadOnly {
 		return auth.Token{}, &apiError{status: http.StatusForbidden, msg: fmt.Sprintf("token %s is read-only", tok.ID)}

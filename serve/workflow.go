@@ -11,25 +11,31 @@ import (
 	"time"
 
 	"github.com/onceq/onceq"
+	"github.com/onceq/onceq/auth"
 	"github.com/onceq/onceq/inspect"
 	"github.com/onceq/onceq/workflow"
 )
 
 // workflowLine reads a bulk element that holds a workflow into its start
 // task; ok is false for an ordinary task. Its tasks' queues are the
-// namespace's (a task without one is the path's queue), made when missing
-// unless the server does not create queues; its payloads are bounded as a
-// publish's.
+// namespace's (a task without one is the path's queue); its payloads are
+// bounded as a publish's. The bulk makes its queues once it accepted
+// every element.
 func (s *Server) workflowLine(r *http.Request, raw []byte, now time.Time, task *onceq.Task, node *workflow.Node) (ok bool, err error) {
 	ns := r.PathValue("ns")
 	line, ok, err := workflow.ParseLine(raw, now, func(q string) (string, error) {
-		return topicOf(ns, cmp.Or(q, r.PathValue("queue")))
+		return s.topicOf(ns, cmp.Or(q, r.PathValue("queue")))
 	})
 	if !ok || err != nil {
 		return ok, err
 	}
 	*node = line.Node
-	if *task, err = workflow.Prepare(line.ID, line.Node, s.p.MaxMessageBytes()); err != nil {
+	if line.ID != "" {
+		if err := checkWorkflowID(ns, line.ID); err != nil {
+			return true, err
+		}
+	}
+	if *task, err = workflow.PrepareScoped(ns, line.ID, line.Node, s.p.MaxMessageBytes()); err != nil {
 		return true, err
 	}
 	for _, p := range workflow.Payloads(line.Node) {
@@ -38,87 +44,147 @@ func (s *Server) workflowLine(r *http.Request, raw []byte, now time.Time, task *
 				msg: fmt.Sprintf("a task's payload of %d bytes: at most %d (the server's --max-payload-bytes)", p, s.cfg.maxPayload)}
 		}
 	}
-	for _, q := range workflow.Queues(line.Node) {
-		if err := s.ensureQueue(r.Context(), q); err != nil {
-			return true, err
-		}
-	}
 	return true, nil
 }
 
-// workflowOf reads a workflow route's path and the workflow's status,
-// refusing one with a task outside the namespace.
-func (s *Server) workflowOf(ctx context.Context, r *http.Request, wait time.Duration) (workflow.Status, error) {
+// A namespace's workflow ID is kept as <ns>/<id> (workflow.PrepareScoped):
+// a namespace name has no '/', so no namespace can take, read or cancel
+// another's workflow, nor the joins and step IDs derived from its ID.
+
+// scopedID is the ID namespace ns's workflow id is kept as.
+func scopedID(ns, id string) string { return ns + "/" + id }
+
+// checkWorkflowID refuses a workflow ID that does not fit once scoped.
+func checkWorkflowID(ns, id string) error {
+	if err := workflow.ValidateID(id); err != nil {
+		return badRequest("id", "%v", err)
+	}
+	if n := workflow.MaxIDLen - len(ns) - 1; len(id) > n {
+		return badRequest("id", "workflow ID %q: %d bytes, at most %d in namespace %s (kept as <namespace>/<id>, within %d)",
+			id, len(id), n, ns, workflow.MaxIDLen)
+	}
+	return nil
+}
+
+// findWorkflow reads the status of workflow id as namespace ns sees it
+// (ns "*": an operator, who sees any workflow by its stored ID). A
+// namespace sees its own workflows, <ns>/<id>; and a workflow submitted
+// outside the API under an ID of no namespace (workflow.Submit) once its
+// shape is known and every task of it is in the namespace's queues. What
+// a namespace does not see is not found: a message never names another
+// namespace's workflow or queues. full is the ID the workflow is kept as.
+func (s *Server) findWorkflow(ctx context.Context, ns, id string) (st workflow.Status, full string, err error) {
+	if ns == auth.AllNamespaces {
+		st, err = workflow.Get(ctx, s.in, id)
+		return st, id, err
+	}
+	candidates := []string{scopedID(ns, id)}
+	if strings.HasPrefix(id, ns+"/") {
+		candidates = []string{id} // a stored ID, as the console links it
+	} else if !isNamespaced(id) {
+		candidates = append(candidates, id)
+	}
+	for i, c := range candidates {
+		st, err = workflow.Get(ctx, s.in, c)
+		switch {
+		case errors.Is(err, inspect.ErrNotFound):
+			continue
+		case err != nil:
+			return st, c, err
+		case strings.HasPrefix(c, ns+"/"):
+			if st.Root != nil && outside(st.Root, ns+".") {
+				break // submitted outside the API with tasks of others
+			}
+			return st, c, nil
+		case i > 0 && st.Root != nil && !outside(st.Root, ns+"."):
+			return st, c, nil
+		}
+	}
+	return workflow.Status{}, "", fmt.Errorf("workflow %s of namespace %s: %w", id, ns, inspect.ErrNotFound)
+}
+
+// isNamespaced reports whether a stored workflow ID begins with a
+// namespace: such an ID is that namespace's alone.
+func isNamespaced(id string) bool {
+	ns, _, ok := strings.Cut(id, "/")
+	return ok && auth.ValidateNamespace(ns) == nil
+}
+
+// workflowOf reads a workflow route's path and the workflow's status as
+// the path's namespace sees it, waiting up to wait for it to end; full is
+// the ID it is kept as.
+func (s *Server) workflowOf(ctx context.Context, r *http.Request, wait time.Duration) (st workflow.Status, full string, err error) {
 	ns := r.PathValue("ns")
-	if _, err := topicOf(ns, r.PathValue("queue")); err != nil {
-		return workflow.Status{}, err
+	if _, err := s.topicOf(ns, r.PathValue("queue")); err != nil {
+		return st, "", err
 	}
 	id := r.PathValue("id")
-	if err := workflow.ValidateID(id); err != nil {
-		return workflow.Status{}, badRequest("id", "%v", err)
+	if err := checkWorkflowID(ns, id); err != nil {
+		return st, "", err
 	}
-	var st workflow.Status
-	var err error
-	if wait > 0 {
+	st, full, err = s.findWorkflow(ctx, ns, id)
+	if err == nil && wait > 0 && !st.State.Final() {
 		wctx, cancel := context.WithTimeout(ctx, wait)
 		defer cancel()
-		st, err = workflow.Wait(wctx, s.in, id)
+		st, err = workflow.Wait(wctx, s.in, full)
 		if err != nil && wctx.Err() != nil && ctx.Err() == nil {
-			st, err = workflow.Get(ctx, s.in, id) // what is known at the timeout
+			st, err = workflow.Get(ctx, s.in, full) // what is known at the timeout
 		}
-	} else {
-		st, err = workflow.Get(ctx, s.in, id)
 	}
 	if errors.Is(err, inspect.ErrNotFound) {
-		return st, &apiError{status: http.StatusNotFound, field: "id", msg: "workflow not found: " + err.Error()}
+		return st, "", &apiError{status: http.StatusNotFound, field: "id", msg: fmt.Sprintf(
+			"workflow %s not found in namespace %s: it was never submitted, or it finished longer ago than the task records are kept", id, ns)}
 	}
 	if err != nil {
-		return st, err
+		return st, "", err
 	}
 	if st.Root == nil {
 		// Without its shape (not yet seen by the service, or it did not
-		// start) the namespaces of its steps are unknown: its reason,
-		// which may name another namespace's queues, is not shown.
+		// start) the queues of its steps are unknown: its reason, which
+		// may name queues outside the namespace, is not shown.
 		st.Reason = ""
-	} else {
-		if q := outside(st.Root, ns+"."); q != "" {
-			// Workflow IDs are global: a token of one namespace does not
-			// read another's workflows.
-			return workflow.Status{}, &apiError{status: http.StatusForbidden, field: "id",
-				msg: fmt.Sprintf("workflow %s has a task in queue %s, outside namespace %s", id, q, ns)}
-		}
 	}
-	return st, nil
+	return st, full, nil
 }
 
-// outside returns the topic of a task of s outside the namespace prefix,
-// or "".
-func outside(s *workflow.Step, prefix string) string {
+// shown is a status as the API shows it to namespace ns: the workflow's
+// ID as the namespace gave it.
+func shown(ns string, st workflow.Status) json.RawMessage {
+	if id, ok := strings.CutPrefix(st.ID, ns+"/"); ok {
+		st.ID = id
+		if st.Start != nil {
+			start := *st.Start
+			start.ID = id
+			st.Start = &start
+		}
+	}
+	return mustJSON(st)
+}
+
+// outside reports whether a task of s is outside the namespace prefix.
+func outside(s *workflow.Step, prefix string) bool {
 	if s.Kind == "task" && !strings.HasPrefix(s.Queue, prefix) {
-		return s.Queue
+		return true
 	}
 	for _, ss := range [][]workflow.Step{s.Steps, s.OnSuccess, s.OnError} {
 		for i := range ss {
-			if q := outside(&ss[i], prefix); q != "" {
-				return q
+			if outside(&ss[i], prefix) {
+				return true
 			}
 		}
 	}
-	if s.Callback != nil {
-		return outside(s.Callback, prefix)
-	}
-	return ""
+	return s.Callback != nil && outside(s.Callback, prefix)
 }
 
 // workflowStatus: GET /api/{ns}/{queue}/workflow/{id}: the workflow's
 // state, where it stopped and why, its output and every step.
 func (s *Server) workflowStatus(w http.ResponseWriter, r *http.Request) {
-	st, err := s.workflowOf(r.Context(), r, 0)
+	st, _, err := s.workflowOf(r.Context(), r, 0)
 	if err != nil {
 		writeError(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, json.RawMessage(mustJSON(st)))
+	writeJSON(w, http.StatusOK, shown(r.PathValue("ns"), st))
 }
 
 // workflowWait: GET /api/{ns}/{queue}/workflow/{id}/wait?timeout=: the
@@ -129,12 +195,12 @@ func (s *Server) workflowWait(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	st, err := s.workflowOf(r.Context(), r, timeout)
+	st, _, err := s.workflowOf(r.Context(), r, timeout)
 	if err != nil {
 		writeError(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, json.RawMessage(mustJSON(st)))
+	writeJSON(w, http.StatusOK, shown(r.PathValue("ns"), st))
 }
 
 // workflowCancel: DELETE /api/{ns}/{queue}/workflow/{id}: cancels the
@@ -142,21 +208,22 @@ func (s *Server) workflowWait(w http.ResponseWriter, r *http.Request) {
 // answers its status as of before the cancel: 202 when the cancel was
 // written, 200 when the workflow was already done and nothing changed.
 func (s *Server) workflowCancel(w http.ResponseWriter, r *http.Request) {
-	st, err := s.workflowOf(r.Context(), r, 0)
+	ns := r.PathValue("ns")
+	st, full, err := s.workflowOf(r.Context(), r, 0)
 	switch {
 	case err != nil:
 		writeError(w, err)
 		return
 	case st.State.Final():
-		writeJSON(w, http.StatusOK, json.RawMessage(mustJSON(st)))
+		writeJSON(w, http.StatusOK, shown(ns, st))
 		return
-	case st.Root == nil:
+	case st.Root == nil && !strings.HasPrefix(full, ns+"/"):
 		// Its steps, and so their namespaces, are not known yet.
 		writeError(w, &apiError{status: http.StatusConflict, field: "id", msg: fmt.Sprintf(
-			"workflow %s is pending: the workflow service has not read it yet, so the queues of its steps are not known: retry in a moment", st.ID)})
+			"workflow %s is pending: the workflow service has not read it yet, so the queues of its steps are not known: retry in a moment", r.PathValue("id"))})
 		return
 	}
-	if st, err = workflow.Cancel(r.Context(), s.in, st.ID); err != nil {
+	if st, err = workflow.Cancel(r.Context(), s.in, full); err != nil {
 		writeError(w, err)
 		return
 	}
@@ -164,7 +231,7 @@ func (s *Server) workflowCancel(w http.ResponseWriter, r *http.Request) {
 	if st.State.Final() { // done meanwhile
 		code = http.StatusOK
 	}
-	writeJSON(w, code, json.RawMessage(mustJSON(st)))
+	writeJSON(w, code, shown(ns, st))
 }
 
 func mustJSON(st workflow.Status) []byte {

@@ -27,7 +27,7 @@ func shape(t *testing.T, l Line) string {
 	t.Helper()
 	id := l.ID
 	if id == "" {
-		id = defaultID(l.Node)
+		id = defaultID("", l.Node)
 	}
 	def, err := compile(id, l.Node, 0)
 	if err != nil {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/google/uuid"
 
@@ -55,9 +56,25 @@ func Submit(ctx context.Context, p *producer.Producer, id string, n Node) (strin
 // Tx.SubmitPending, beside other tasks). maxMessageBytes is the broker's
 // record limit (0: onceq.DefaultMaxMessageBytes).
 func Prepare(id string, n Node, maxMessageBytes int) (onceq.Task, error) {
+	return PrepareScoped("", id, n, maxMessageBytes)
+}
+
+// PrepareScoped is Prepare for a workflow of a scope, such as a namespace
+// of onceq serve: its ID, given, default or generated, is kept as
+// "<scope>/<ID>", so that no two scopes' workflows share an ID, nor the
+// IDs of their joins and of the steps derived from it. scope holds no
+// '/' (or is "": Prepare).
+func PrepareScoped(scope, id string, n Node, maxMessageBytes int) (onceq.Task, error) {
+	prefix := ""
+	if scope != "" {
+		if strings.Contains(scope, "/") {
+			return onceq.Task{}, fmt.Errorf("%w: scope %q: a scope holds no '/'", ErrInvalid, scope)
+		}
+		prefix = scope + "/"
+	}
 	generated := false
 	if id == "" {
-		id = defaultID(n)
+		id = defaultID(prefix, n)
 	}
 	if id == "" {
 		u, err := uuid.NewV7()
@@ -66,6 +83,7 @@ func Prepare(id string, n Node, maxMessageBytes int) (onceq.Task, error) {
 		}
 		id, generated = u.String(), true
 	}
+	id = prefix + id
 	def, err := compile(id, n, maxMessageBytes)
 	if err != nil {
 		return onceq.Task{}, fmt.Errorf("%w: %w", ErrInvalid, err)
@@ -124,13 +142,13 @@ func (n *Node) each(fn func(*Node)) {
 }
 
 // defaultID is the ID of a workflow that is one task with an ID:
-// "<queue>/<task ID>", if it fits.
-func defaultID(n Node) string {
+// "<queue>/<task ID>", if it fits after prefix.
+func defaultID(prefix string, n Node) string {
 	if n.kind != kindTask || n.task.ID == "" {
 		return ""
 	}
 	id := n.task.Queue + "/" + n.task.ID
-	if ValidateID(id) != nil {
+	if ValidateID(prefix+id) != nil {
 		return ""
 	}
 	return id

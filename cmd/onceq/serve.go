@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/http"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -24,6 +23,8 @@ type serveFlags struct {
 	partitions                       int32
 	maxPayload, maxBulk, pullSlots   int
 	retention, shutdown              time.Duration
+	headerTimeout, bodyTimeout       time.Duration
+	maxConns                         int
 	rateLimit                        float64
 	rateBurst                        int
 }
@@ -34,9 +35,10 @@ func newServeCmd(g *globals) *cobra.Command {
 		Use:   "serve",
 		Short: "Serve the HTTP API (lmstfy's paths) with tokens, /metrics and /healthz",
 		Long: `Serve onceq's HTTP API: publish (one task or a bulk array in one transaction),
-a task's state and result, waiting for it, cancel, queue size, statistics, pause
-and resume, under /api/{namespace}/{queue} as lmstfy has them, and the
-namespace's periodic schedules under /api/{namespace}/periodic. A namespace's
+consume and acknowledge, a task's state and result, waiting for it, cancel, peek,
+queue size, dead letters, statistics, pause and resume, under
+/api/{namespace}/{queue} as lmstfy has them, and the namespace's periodic
+schedules under /periodic/{namespace}. A namespace's
 queue is the topic <namespace>.<queue>, created on its first publish with
 --create-queues partitions unless --no-create-queues.
 
@@ -53,7 +55,7 @@ finish (at most --shutdown-timeout), then exits.`,
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&f.listen, "listen", "127.0.0.1:7700", "serve on this address")
-	fl.StringVar(&f.adminListen, "admin-listen", "", "serve the token admin API (POST, GET /token/{ns}, DELETE /token/{ns}/{id}) here, for operators' tokens (empty: off)")
+	fl.StringVar(&f.adminListen, "admin-listen", "", "serve the admin API (POST, GET /token/{ns}, DELETE /token/{ns}/{token}, GET /info, /version, /pools) here, for operators' tokens (empty: off)")
 	fl.StringVar(&f.tlsCert, "tls-cert", "", "serve HTTPS with this certificate (PEM), with --tls-key")
 	fl.StringVar(&f.tlsKey, "tls-key", "", "the certificate's private key (PEM)")
 	fl.BoolVar(&f.insecure, "insecure-no-auth", false, "serve every endpoint without a token (logs a warning)")
@@ -72,6 +74,12 @@ finish (at most --shutdown-timeout), then exits.`,
 	fl.Float64Var(&f.rateLimit, "rate-limit", 0, "requests a second each token may make on average (past it: 429 with Retry-After; 0: no limit)")
 	fl.IntVar(&f.rateBurst, "rate-burst", 100, "requests a token may make at once, with --rate-limit")
 	setsOption(fl, "RateLimit", "rate-limit", "rate-burst")
+	fl.DurationVar(&f.headerTimeout, "read-header-timeout", serve.DefaultReadHeaderTimeout, "a request's header must arrive within this")
+	fl.DurationVar(&f.bodyTimeout, "body-read-timeout", serve.DefaultBodyReadTimeout, "a request's body must arrive within this of its start (slower: 408, or the connection closed)")
+	fl.IntVar(&f.maxConns, "max-conns", serve.DefaultMaxConns, "connections open at once on each listener (past it: the next waits for one to close)")
+	setsOption(fl, "ReadHeaderTimeout", "read-header-timeout")
+	setsOption(fl, "BodyReadTimeout", "body-read-timeout")
+	setsOption(fl, "MaxConns", "max-conns")
 	fl.DurationVar(&f.shutdown, "shutdown-timeout", 30*time.Second, "on SIGTERM, how long requests in flight may take to finish")
 	return cmd
 }
@@ -124,7 +132,8 @@ func (f *serveFlags) run(cmd *cobra.Command, g *globals) error {
 		serve.InsecureNoAuth(f.insecure), serve.CreateQueues(partitions), serve.MaxPayloadBytes(f.maxPayload),
 		serve.MaxBulkBytes(f.maxBulk), serve.ViewDir(f.viewDir), serve.Retention(f.retention), serve.DataDir(f.dataDir),
 		serve.PullGroup(f.pullGroup), serve.PullSlots(f.pullSlots), serve.DelayService(f.delaySvc), serve.WorkflowService(f.workflowSvc), serve.Scheduler(f.scheduler),
-		serve.RateLimit(f.rateLimit, f.rateBurst))
+		serve.RateLimit(f.rateLimit, f.rateBurst), serve.ReadHeaderTimeout(f.headerTimeout), serve.BodyReadTimeout(f.bodyTimeout),
+		serve.MaxConns(f.maxConns))
 	if errors.Is(err, serve.ErrConfig) {
 		return flagError(cmd.Flags(), err)
 	}
@@ -136,10 +145,11 @@ func (f *serveFlags) run(cmd *cobra.Command, g *globals) error {
 	if err != nil {
 		return fmt.Errorf("--listen %s: %w", f.listen, err)
 	}
+	ln = srv.Listener(ln)
 	if tlsCfg != nil {
 		ln = tls.NewListener(ln, tlsCfg)
 	}
-	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
+	hs := srv.HTTPServer(srv.Handler())
 	scheme := "http"
 	if tlsCfg != nil {
 		scheme = "https"
@@ -152,10 +162,11 @@ func (f *serveFlags) run(cmd *cobra.Command, g *globals) error {
 		if err != nil {
 			return fmt.Errorf("--admin-listen %s: %w", f.adminListen, err)
 		}
+		aln = srv.Listener(aln)
 		if tlsCfg != nil {
 			aln = tls.NewListener(aln, tlsCfg)
 		}
-		admin := &http.Server{Handler: srv.AdminHandler(), ReadHeaderTimeout: 10 * time.Second}
+		admin := srv.HTTPServer(srv.AdminHandler())
 		defer admin.Close()
 		g.log.Info("serving the token admin API", "url", scheme+"://"+aln.Addr().String())
 		go func() { done <- admin.Serve(aln) }()

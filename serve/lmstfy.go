@@ -1,0 +1,273 @@
+package serve
+
+import (
+	"bytes"
+	"encoding/json"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/onceq/onceq"
+	"github.com/onceq/onceq/consumer"
+)
+
+// lmstfy's defaults and limits, which its clients count on.
+const (
+	// DefaultTries is a publish's tries when it gives none, lmstfy's.
+	DefaultTries = 1
+	// DefaultJobTTL is a publish's ttl when it gives none, lmstfy's: a
+	// task not started a day after its submission expires. ttl=0 is
+	// forever.
+	DefaultJobTTL = 24 * time.Hour
+	// MaxBulkJobs bounds the jobs of an lmstfy bulk publish, lmstfy's.
+	MaxBulkJobs = 64
+	// maxAttributes bounds a job's attributes, lmstfy's; longer keys and
+	// values are cut as lmstfy cuts them.
+	maxAttributes       = 16
+	maxAttributeKeyLen  = 32
+	maxAttributeValLen  = 128
+	attributeHTTPPrefix = "Job-Attr-"
+	// attributeHeader prefixes a job attribute in its record's headers.
+	attributeHeader = "job-attr-"
+)
+
+// lmstfyJob is a job as lmstfy's consume and peek answer it, with
+// onceq's attempt and the consume's ttr.
+type lmstfyJob struct {
+	Msg         string            `json:"msg,omitempty"`
+	Namespace   string            `json:"namespace"`
+	Queue       string            `json:"queue"`
+	JobID       string            `json:"job_id"`
+	Data        []byte            `json:"data"`       // base64, as lmstfy's
+	TTL         int64             `json:"ttl"`        // seconds left before it expires; 0: never
+	ElapsedMS   int64             `json:"elapsed_ms"` // since its first submission
+	RemainTries int64             `json:"remain_tries"`
+	Attributes  map[string]string `json:"attributes"`
+	Attempt     int               `json:"attempt,omitempty"`
+	TTR         int64             `json:"ttr,omitempty"`
+}
+
+// lmstfyJobOf describes t at now. spent says whether the attempt t is at
+// has been spent (a consume without freeze_tries), as lmstfy's tries go
+// down by one when a job is consumed.
+func lmstfyJobOf(ns string, t *onceq.Task, now time.Time, spent bool) lmstfyJob {
+	j := lmstfyJob{Namespace: ns, Queue: strings.TrimPrefix(t.Queue, ns+"."), JobID: t.ID, Data: t.Payload,
+		Attempt: t.Attempt, Attributes: attributesOf(t.Headers)}
+	if j.Data == nil {
+		j.Data = []byte{}
+	}
+	maxAttempts := t.MaxAttempts
+	if maxAttempts <= 0 {
+		maxAttempts = consumer.DefaultMaxAttempts // the pull workers'
+	}
+	done := max(t.Attempt, 1) // its attempt, once it is taken
+	if !spent {
+		done--
+	}
+	j.RemainTries = int64(max(maxAttempts-done, 0))
+	if !t.Enqueued.IsZero() {
+		j.ElapsedMS = now.Sub(t.Enqueued).Milliseconds()
+	}
+	if !t.Expires.IsZero() {
+		j.TTL = max(int64(t.Expires.Sub(now)/time.Second), 0)
+	}
+	return j
+}
+
+// boolParam reads a boolean parameter (true, false, 1, 0), false when
+// absent.
+func boolParam(q url.Values, name string) (bool, error) {
+	v := q.Get(name)
+	if v == "" {
+		return false, nil
+	}
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		return false, badRequest(name, "%q: want true or false", v)
+	}
+	return b, nil
+}
+
+// attributesFrom reads a publish's job attributes as lmstfy does: the
+// Job-Attr-<key> headers, when Enable-Job-Version is YES, keys lowered
+// and cut at 32 bytes, values cut at 128; more than 16 is refused. They
+// are kept as the task's job-attr-<key> headers.
+func attributesFrom(h http.Header) ([]onceq.Header, error) {
+	if !strings.EqualFold(h.Get("Enable-Job-Version"), "YES") {
+		return nil, nil
+	}
+	attrs := map[string]string{}
+	for k, vs := range h {
+		if !strings.HasPrefix(k, attributeHTTPPrefix) || len(vs) == 0 || vs[0] == "" {
+			continue
+		}
+		k = strings.TrimPrefix(k, attributeHTTPPrefix)
+		k = strings.ToLower(k[:min(len(k), maxAttributeKeyLen)])
+		attrs[k] = vs[0][:min(len(vs[0]), maxAttributeValLen)]
+	}
+	if len(attrs) > maxAttributes {
+		return nil, badRequest("Job-Attr", "%d attributes: at most %d", len(attrs), maxAttributes)
+	}
+	var hs []onceq.Header
+	for k, v := range attrs {
+		hs = append(hs, onceq.Header{Key: attributeHeader + k, Value: []byte(v)})
+	}
+	return hs, nil
+}
+
+// attributesOf returns the job attributes among a task's headers, nil
+// when it has none (lmstfy answers null).
+func attributesOf(hs []onceq.Header) map[string]string {
+	var attrs map[string]string
+	for _, h := range hs {
+		if k, ok := strings.CutPrefix(h.Key, attributeHeader); ok {
+			if attrs == nil {
+				attrs = map[string]string{}
+			}
+			attrs[k] = string(h.Value)
+		}
+	}
+	return attrs
+}
+
+// lmstfySpec reads lmstfy's publish parameters (delay, ttl, tries, and
+// onceq's id and timeout) with lmstfy's defaults: 1 try, a ttl of a day.
+func lmstfySpec(r *http.Request) (onceq.Spec, error) {
+	q := r.URL.Query()
+	s, err := specOf(q)
+	if err != nil {
+		return s, err
+	}
+	if q.Get("tries") == "" {
+		s.MaxAttempts = DefaultTries
+	}
+	if !q.Has("ttl") {
+		s.TTL = DefaultJobTTL.String()
+	}
+	if s.TTL != "" && s.Delay != "" {
+		ttl, err1 := time.ParseDuration(s.TTL)
+		delay, err2 := time.ParseDuration(s.Delay)
+		if err1 == nil && err2 == nil && ttl < delay {
+			return s, badRequest("ttl", "%v is shorter than the delay %v: the job would expire before it is due (ttl=0 is forever)", ttl, delay)
+		}
+	}
+	if s.Headers, err = attributesFrom(r.Header); err != nil {
+		return s, err
+	}
+	return s, nil
+}
+
+// bulkLmstfy: PUT /api/{ns}/{queue}/bulk?delay=&ttl=&tries=, lmstfy's
+// bulk publish: the body is a JSON array of at most 64 values, each the
+// payload of one job (its JSON text), all with the query's parameters and
+// the request's attributes, submitted in one transaction. 201
+// {"msg":"published","job_ids":[...]}.
+func (s *Server) bulkLmstfy(w http.ResponseWriter, r *http.Request) {
+	topic, err := s.queueOf(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	spec, err := lmstfySpec(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	if spec.ID != "" {
+		writeError(w, badRequest("id", "a bulk publish's jobs get IDs of their own: publish one job to give an ID"))
+		return
+	}
+	body, err := readBody(w, r, s.cfg.maxBulk, "--max-bulk-bytes")
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	spec.Queue = topic
+	tasks, err := lmstfyBulk(body, spec, s.cfg.maxPayload, time.Now())
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	subs, err := s.in.SubmitUnique(r.Context(), s.p, tasks...)
+	if err != nil {
+		writeError(w, taskError(err))
+		return
+	}
+	ids := make([]string, len(subs))
+	for i, sub := range subs {
+		ids[i] = sub.ID
+	}
+	writeJSON(w, http.StatusCreated, map[string]any{"msg": "published", "job_ids": ids})
+}
+
+// lmstfyBulk reads the body of an lmstfy bulk publish: a JSON array of
+// 1 to MaxBulkJobs values, each the payload of one job of spec (its JSON
+// text, at most maxPayload bytes). Its errors are the answers to give.
+func lmstfyBulk(body []byte, spec onceq.Spec, maxPayload int, now time.Time) ([]onceq.Task, error) {
+	var raws []json.RawMessage
+	if err := json.Unmarshal(body, &raws); err != nil {
+		return nil, badRequest("body", "want a JSON array of jobs, each its payload, such as [{\"order\":1},\"text\"]")
+	}
+	switch {
+	case len(raws) == 0:
+		return nil, badRequest("body", "an empty array: give at least one job")
+	case len(raws) > MaxBulkJobs:
+		return nil, badRequest("body", "%d jobs: at most %d in one bulk publish", len(raws), MaxBulkJobs)
+	}
+	tasks := make([]onceq.Task, len(raws))
+	for i, raw := range raws {
+		if len(raw) > maxPayload {
+			return nil, &apiError{status: http.StatusRequestEntityTooLarge, field: "[" + strconv.Itoa(i) + "]",
+				msg: "job " + strconv.Itoa(i) + ": " + strconv.Itoa(len(raw)) + " bytes: at most " + strconv.Itoa(maxPayload) + " (the server's --max-payload-bytes)"}
+		}
+		one := spec
+		one.Payload = bytes.Clone(raw)
+		var err error
+		if tasks[i], err = one.Task(now, nil); err != nil {
+			return nil, indexed(i, taskError(err))
+		}
+	}
+	return tasks, nil
+}
+
+// republish: PUT /api/{ns}/{queue}/job/{id}?delay=&ttl=&tries=, lmstfy's
+// republish: the job is acknowledged (or, not handed out, canceled) and
+// the body published as a new job, with an ID of its own: 201.
+func (s *Server) republish(w http.ResponseWriter, r *http.Request) {
+	topic, id, err := s.jobOf(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	spec, err := lmstfySpec(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	if spec.ID != "" {
+		writeError(w, badRequest("id", "a republished job gets an ID of its own: leave id out"))
+		return
+	}
+	spec.Queue = topic
+	if spec.Payload, err = readBody(w, r, s.cfg.maxPayload, "--max-payload-bytes"); err != nil {
+		writeError(w, err)
+		return
+	}
+	task, err := spec.Task(time.Now(), nil)
+	if err != nil {
+		writeError(w, taskError(err))
+		return
+	}
+	if _, err := s.finish(r, topic, id, nil); err != nil {
+		writeError(w, err)
+		return
+	}
+	rc, err := s.p.Submit(r.Context(), task)
+	if err != nil {
+		writeError(w, taskError(err))
+		return
+	}
+	writeJSON(w, http.StatusCreated, published{Msg: "published", JobID: rc.ID, New: true, Delayed: rc.Delayed})
+}

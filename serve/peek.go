@@ -1,0 +1,262 @@
+package serve
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/onceq/onceq"
+	"github.com/onceq/onceq/broker"
+)
+
+// The backlog of a queue: its tasks published and not yet taken by an
+// HTTP consumer, lmstfy's ready queue. They are the records past the pull
+// group's committed offsets (all the retained records of a queue never
+// consumed), but for the tasks this server has handed out and those
+// finished already (a task acknowledged above an unacknowledged one stays
+// past the committed offset until that one is done). Delayed tasks wait
+// in the delay topics and are not in it until they are due.
+
+// maxBacklogScan bounds the records a size reads to count the backlog
+// exactly; past it, the size is the records past the committed offsets,
+// an upper bound (transaction markers count).
+const maxBacklogScan = 10_000
+
+// backlogRange is where a partition's backlog starts and ends.
+type backlogRange struct{ from, end int64 }
+
+// backlogRanges returns the backlog's offsets of each partition of topic
+// that has any. A queue that does not exist has none.
+func (s *Server) backlogRanges(ctx context.Context, topic string) (map[int32]backlogRange, int32, error) {
+	adm, err := broker.NewAdmin(s.cfg.conn)
+	if err != nil {
+		return nil, 0, err
+	}
+	defer adm.Close()
+	info, err := adm.DescribeTopic(ctx, topic)
+	if errors.Is(err, broker.ErrTopicNotFound) {
+		return nil, 0, nil
+	}
+	if err != nil {
+		return nil, 0, err
+	}
+	committed, err := adm.Kadm().FetchOffsetsForTopics(ctx, s.cfg.pullGroup, topic)
+	if errors.Is(err, kerr.GroupIDNotFound) {
+		committed, err = nil, nil // nothing consumed yet
+	}
+	if err != nil {
+		return nil, 0, fmt.Errorf("the offsets of group %s: %w", s.cfg.pullGroup, err)
+	}
+	out := map[int32]backlogRange{}
+	for _, p := range info.Partitions {
+		from := p.Start
+		if o, ok := committed.Lookup(topic, p.Partition); ok && o.Err == nil && o.At > from {
+			from = o.At
+		}
+		if p.Stable > from {
+			out[p.Partition] = backlogRange{from, p.Stable}
+		}
+	}
+	return out, int32(len(info.Partitions)), nil
+}
+
+// readBacklog calls fn with the tasks of the backlog of topic in the
+// partitions ranges names, in offset order within a partition (partitions
+// interleave), until fn says a partition is done.
+func (s *Server) readBacklog(ctx context.Context, topic string, ranges map[int32]backlogRange, fn func(t onceq.Task, rec *kgo.Record) (done bool)) error {
+	from := make(map[int32]int64, len(ranges))
+	for p, r := range ranges {
+		from[p] = r.from
+	}
+	return broker.ReadPartitions(ctx, s.cfg.conn, topic, from, func(rec *kgo.Record) (bool, error) {
+		end := ranges[rec.Partition].end
+		if rec.Offset >= end {
+			return true, nil
+		}
+		last := rec.Offset >= end-1
+		if rec.Attrs.IsControl() {
+			return last, nil
+		}
+		t, err := onceq.FromRecord(rec)
+		if err != nil || s.taken(ctx, topic, &t, rec) {
+			return last, nil // a malformed record is the workers' to dead-letter
+		}
+		return fn(t, rec) || last, nil
+	}, kgo.KeepControlRecords())
+}
+
+// taken reports whether a task of the backlog's range is not waiting: it
+// is handed out by this server, or finished.
+func (s *Server) taken(ctx context.Context, topic string, t *onceq.Task, rec *kgo.Record) bool {
+	s.pull.mu.Lock()
+	_, leased := s.pull.leases[leaseKey(topic, t.ID)]
+	s.pull.mu.Unlock()
+	if leased {
+		return true
+	}
+	r, err := s.in.Get(ctx, topic, t.ID)
+	return err == nil && r.State.Final() && r.Partition == rec.Partition && r.Offset >= rec.Offset
+}
+
+// backlogSize counts the backlog of topic.
+func (s *Server) backlogSize(ctx context.Context, topic string) (int64, error) {
+	ranges, _, err := s.backlogRanges(ctx, topic)
+	if err != nil {
+		return 0, err
+	}
+	var span int64
+	for _, r := range ranges {
+		span += r.end - r.from
+	}
+	if span > maxBacklogScan {
+		return span, nil
+	}
+	var n int64
+	err = s.readBacklog(ctx, topic, ranges, func(onceq.Task, *kgo.Record) bool { n++; return false })
+	return n, err
+}
+
+// backlogHead returns the task of the backlog of topic that waits the
+// longest (the earliest enqueued of each partition's first), ok false if
+// there is none.
+func (s *Server) backlogHead(ctx context.Context, topic string) (t onceq.Task, ok bool, err error) {
+	ranges, _, err := s.backlogRanges(ctx, topic)
+	if err != nil {
+		return t, false, err
+	}
+	err = s.readBacklog(ctx, topic, ranges, func(c onceq.Task, _ *kgo.Record) bool {
+		if !ok || c.Enqueued.Before(t.Enqueued) {
+			t, ok = c, true
+		}
+		return true
+	})
+	return t, ok, err
+}
+
+// backlogTask finds the task id in the backlog of topic, in the
+// partition its ID (the key of a task published over HTTP) maps to.
+func (s *Server) backlogTask(ctx context.Context, topic, id string) (t onceq.Task, ok bool, err error) {
+	ranges, n, err := s.backlogRanges(ctx, topic)
+	if err != nil || n == 0 {
+		return t, false, err
+	}
+	p := kgo.StickyKeyPartitioner(nil).ForTopic(topic).Partition(&kgo.Record{Key: []byte(id)}, int(n))
+	r, found := ranges[int32(p)]
+	if !found {
+		return t, false, nil
+	}
+	err = s.readBacklog(ctx, topic, map[int32]backlogRange{int32(p): r}, func(c onceq.Task, _ *kgo.Record) bool {
+		if c.ID == id {
+			t, ok = c, true
+		}
+		return ok
+	})
+	return t, ok, err
+}
+
+// backlogWait bounds a read of a backlog.
+const backlogWait = 10 * time.Second
+
+// backlogError answers a failed read of a backlog.
+func backlogError(err error) error {
+	return &apiError{status: http.StatusServiceUnavailable, msg: fmt.Sprintf("reading the queue's records: %v: retry", err)}
+}
+
+// size: GET /api/{ns}/{queue}/size, lmstfy's: the queue's backlog, the
+// tasks published and due that no consumer has taken (0 for a queue that
+// does not exist).
+func (s *Server) size(w http.ResponseWriter, r *http.Request) {
+	topic, err := s.queueOf(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), backlogWait)
+	defer cancel()
+	n, err := s.backlogSize(ctx, topic)
+	if err != nil {
+		writeError(w, backlogError(err))
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"namespace": r.PathValue("ns"), "queue": r.PathValue("queue"), "size": n})
+}
+
+// peekQueue: GET /api/{ns}/{queue}/peek, lmstfy's: the job of the backlog
+// that waits the longest, as a consume would answer it but taking
+// nothing; 404 when there is none.
+func (s *Server) peekQueue(w http.ResponseWriter, r *http.Request) {
+	topic, err := s.queueOf(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), backlogWait)
+	defer cancel()
+	t, ok, err := s.backlogHead(ctx, topic)
+	switch {
+	case err != nil:
+		writeError(w, backlogError(err))
+	case !ok:
+		writeError(w, &apiError{status: http.StatusNotFound, msg: "the queue is empty"})
+	default:
+		writeJSON(w, http.StatusOK, lmstfyJobOf(r.PathValue("ns"), &t, time.Now(), false))
+	}
+}
+
+// destroy: DELETE /api/{ns}/{queue}, lmstfy's destroy: the queue's
+// backlog is deleted (its records, up to their ends, as Kafka's
+// DeleteRecords does): 204. Tasks handed out, delayed or retrying are not
+// in it and still run.
+func (s *Server) destroy(w http.ResponseWriter, r *http.Request) {
+	topic, err := s.queueOf(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), backlogWait)
+	defer cancel()
+	ranges, _, err := s.backlogRanges(ctx, topic)
+	if err != nil {
+		writeError(w, backlogError(err))
+		return
+	}
+	upTo := make(map[int32]int64, len(ranges))
+	for p, rg := range ranges {
+		upTo[p] = rg.end
+	}
+	if err := s.deleteRecords(ctx, topic, upTo); err != nil {
+		writeError(w, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// deleteRecords deletes the records of topic below the offsets of upTo.
+func (s *Server) deleteRecords(ctx context.Context, topic string, upTo map[int32]int64) error {
+	if len(upTo) == 0 {
+		return nil
+	}
+	adm, err := broker.NewAdmin(s.cfg.conn)
+	if err != nil {
+		return err
+	}
+	defer adm.Close()
+	var offs kadm.Offsets
+	for p, o := range upTo {
+		offs.Add(kadm.Offset{Topic: topic, Partition: p, At: o})
+	}
+	resps, err := adm.Kadm().DeleteRecords(ctx, offs)
+	if err == nil {
+		err = resps.Error()
+	}
+	if err != nil {
+		return fmt.Errorf("deleting the records of %s: %w", topic, err)
+	}
+	return nil
+}
