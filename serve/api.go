@@ -292,6 +292,10 @@ type job struct {
 	JobID     string          `json:"job_id"`
 	Done      bool            `json:"done"`
 	Task      json.RawMessage `json:"task,omitempty"`
+	// Cancel and Message answer a cancel: what it did
+	// (inspect.CancelAnswer's Outcome), in a sentence.
+	Cancel  string `json:"cancel,omitempty"`
+	Message string `json:"message,omitempty"`
 }
 
 func jobAnswer(r *http.Request, rec onceq.TaskRecord) job {
@@ -360,29 +364,64 @@ func (s *Server) wait(w http.ResponseWriter, r *http.Request) {
 }
 
 // cancel: DELETE /api/{ns}/{queue}/job/{id}: a task handed out to a
-// consumer is acknowledged (see ack); a task that has not started
-// never starts (202, done: false, while the cancel waits for a worker to
-// end it canceled); one already final is left as it is (200, with its
-// state).
+// consumer is acknowledged (see ack); any other is canceled
+// (inspect.Cancel), and the status says what came of it:
+//
+//	200 canceled: it ended canceled (unrun, or running and it gave up)
+//	202 pending: the cancel is recorded; it ends canceled when it reaches
+//	    a worker (also a cancel ahead=true of a task without a record)
+//	404 unknown: no record of the task: nothing written (ahead=true
+//	    cancels it all the same)
+//	409 final: already succeeded, dead, expired or canceled: nothing
+//	    written
+//	410 too late: it was running and finished before the cancel reached it
+//
+// The body is the job with its record (task), "cancel" (the outcome) and
+// "message" (a sentence saying what happened).
 func (s *Server) cancel(w http.ResponseWriter, r *http.Request) {
 	topic, id, err := jobOf(r)
 	if err != nil {
 		writeError(w, err)
 		return
 	}
+	var opts []inspect.CancelOpt
+	if v := r.URL.Query().Get("ahead"); v != "" {
+		ahead, err := strconv.ParseBool(v)
+		if err != nil {
+			writeError(w, badRequest("ahead", "%q: want true or false", v))
+			return
+		}
+		if ahead {
+			opts = append(opts, inspect.CancelAhead())
+		}
+	}
 	if s.ack(w, r, topic, id) {
 		return
 	}
-	rec, err := s.in.Cancel(r.Context(), topic, id)
+	a, err := s.in.Cancel(r.Context(), topic, id, opts...)
 	if err != nil {
 		writeError(w, lookupError(err))
 		return
 	}
-	if rec.State.Final() {
-		writeJSON(w, http.StatusOK, jobAnswer(r, rec))
+	msg := a.Describe(r.PathValue("queue"), id)
+	if a.Outcome == inspect.CancelUnknown {
+		writeError(w, &apiError{status: http.StatusNotFound, field: "id", msg: msg + "; ahead=true cancels it all the same, and a submission of it to come within the dedup window"})
 		return
 	}
-	writeJSON(w, http.StatusAccepted, job{Namespace: r.PathValue("ns"), Queue: r.PathValue("queue"), JobID: id})
+	ans := job{Namespace: r.PathValue("ns"), Queue: r.PathValue("queue"), JobID: id, Cancel: a.Outcome, Message: msg}
+	if a.Record.ID != "" {
+		ans.Done, ans.Task = a.Record.State.Final(), a.Record.AppendJSON(nil)
+	}
+	writeJSON(w, cancelStatus[a.Outcome], ans)
+}
+
+// cancelStatus is the status of each answer of a cancel but unknown.
+var cancelStatus = map[string]int{
+	inspect.CancelDone:    http.StatusOK,
+	inspect.CancelPending: http.StatusAccepted,
+	inspect.CancelAheadOf: http.StatusAccepted,
+	inspect.CancelFinal:   http.StatusConflict,
+	inspect.CancelTooLate: http.StatusGone,
 }
 
 // queueOf reads a queue route's path.

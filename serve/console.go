@@ -463,14 +463,11 @@ func (s *Server) consoleCancel(w http.ResponseWriter, r *http.Request, _ *page) 
 
 // cancelTask cancels a task and says what came of it.
 func (s *Server) cancelTask(ctx context.Context, queue, id string) string {
-	rec, err := s.in.Cancel(ctx, queue, id)
-	switch {
-	case err != nil:
+	a, err := s.in.Cancel(ctx, queue, id)
+	if err != nil {
 		return err.Error()
-	case rec.State.Final():
-		return "already " + string(rec.State) + ": nothing to cancel"
 	}
-	return "canceled: it will not start"
+	return a.Describe(queue, id)
 }
 
 // groupView is a consumer group on the groups page: its partitions of

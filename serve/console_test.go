@@ -19,6 +19,7 @@ import (
 
 	"github.com/onceq/onceq"
 	"github.com/onceq/onceq/consumer"
+	"github.com/onceq/onceq/internal/control"
 	"github.com/onceq/onceq/internal/testutil"
 	"github.com/onceq/onceq/producer"
 	"github.com/onceq/onceq/serve"
@@ -482,6 +483,18 @@ func TestConsoleWorkflowAccess(t *testing.T) {
 	a.waitWorkflow(tok, ship, "failed")
 	if code, _, body := a.page("GET", path, ops, nil); code != 200 || !strings.Contains(body, "did not start: canceled") {
 		t.Fatalf("the canceled workflow: %d\n%s", code, body)
+	}
+
+	// A task's cancel says what it did: of a task never submitted,
+	// nothing.
+	code, loc, _ = a.page("POST", "/console/q/shop.render/task/never-7/cancel", ops, url.Values{})
+	if flash, _ := url.QueryUnescape(loc); code != 303 || !strings.Contains(flash, "no record of it") || !strings.Contains(flash, "nothing canceled") {
+		t.Fatalf("cancel of a task never submitted: %d to %q", code, loc)
+	}
+	for _, r := range testutil.ReadCommitted(t, a.conn, 5*time.Second, control.Topic) {
+		if string(r.Key) == string(control.CancelKey("shop.render", "never-7")) {
+			t.Fatalf("the cancel of a task never submitted wrote %q", r.Value)
+		}
 	}
 }
 

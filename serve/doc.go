@@ -22,7 +22,8 @@
 //	GET    /api/{ns}/{queue}/job/{id}            a task's state, attempts, error and result
 //	GET    /api/{ns}/{queue}/job/{id}/wait       the same once it is final (timeout=)
 //	DELETE /api/{ns}/{queue}/job/{id}            acknowledge a task handed out (body: its result),
-//	                                             else cancel it
+//	                                             else cancel it (ahead=): 200 canceled, 202 pending,
+//	                                             404 unknown, 409 already final, 410 too late
 //	GET    /api/{ns}/{queue}/size                the tasks waiting
 //	GET    /api/{ns}/{queue}/stats               tasks by state and due time, groups
 //	POST   /api/{ns}/{queue}/pause               stop workers fetching the queue
@@ -59,7 +60,12 @@
 // handler's error is: retried with backoff (the server runs a delay
 // service, DelayService), dead-lettered after its tries. A DELETE of a
 // task that is not handed out, or whose ttr passed, cancels it, as
-// lmstfy's DELETE makes sure it is never consumed again.
+// lmstfy's DELETE makes sure it is never consumed again, and its status
+// says what the cancel did: 200 it ended canceled, 202 it ends canceled
+// when it reaches a worker (a delayed task: a DELETE before its due time
+// is a cancel, not an acknowledgment), 404 no record of it (nothing
+// written; ahead=true cancels it all the same), 409 already final, 410
+// it was running and finished first.
 //
 // # The console
 //

@@ -152,7 +152,7 @@ func (s *Server) apiRoutes() []route {
 		{"POST", "/api/{ns}/{queue}/bulk", "bulk", write, nil, s.bulk},
 		{"GET", "/api/{ns}/{queue}/job/{id}", "job", read, nil, s.job},
 		{"GET", "/api/{ns}/{queue}/job/{id}/wait", "wait", read, []string{"timeout"}, s.wait},
-		{"DELETE", "/api/{ns}/{queue}/job/{id}", "cancel", write, nil, s.cancel},
+		{"DELETE", "/api/{ns}/{queue}/job/{id}", "cancel", write, []string{"ahead"}, s.cancel},
 		{"GET", "/api/{ns}/{queue}/workflow/{id}", "workflow", read, nil, s.workflowStatus},
 		{"GET", "/api/{ns}/{queue}/workflow/{id}/wait", "workflow_wait", read, []string{"timeout"}, s.workflowWait},
 		{"DELETE", "/api/{ns}/{queue}/workflow/{id}", "workflow_cancel", write, nil, s.workflowCancel},
