@@ -10,6 +10,7 @@ import (
 
 	"github.com/onceq/onceq/broker"
 	"github.com/onceq/onceq/checkpoint"
+	"github.com/onceq/onceq/delay"
 	"github.com/onceq/onceq/internal/control"
 	"github.com/onceq/onceq/internal/instance"
 )
@@ -35,6 +36,9 @@ func (w *Worker) start(ctx context.Context) error {
 			return err
 		}
 		partitions[q] = int32(len(info.Partitions))
+	}
+	if w.cfg.planner, err = delay.ClusterPlanner(ctx, w.cfg.conn, w.cfg.planner); err != nil {
+		return fmt.Errorf("consumer: %w", err)
 	}
 	w.topics = newTopicCache(w.admin)
 	for _, q := range w.cfg.queues {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/onceq/onceq"
 	"github.com/onceq/onceq/broker"
+	"github.com/onceq/onceq/delay"
 )
 
 // ErrClosed is returned for tasks submitted after Close, and for tasks
@@ -58,6 +59,11 @@ type Producer struct {
 	admOnce sync.Once
 	adm     *broker.Admin // created by the first topic lookup
 	admErr  error
+
+	// ladder is the planner delayed tasks route by, read from the
+	// cluster by the first of them (see planner).
+	ladderMu sync.Mutex
+	ladder   atomic.Pointer[delay.Planner]
 
 	txMu sync.Mutex
 	txcl *kgo.Client // transactional, created by the first Tx

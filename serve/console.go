@@ -394,7 +394,7 @@ func (s *Server) deadLettersPage(w http.ResponseWriter, r *http.Request, pg *pag
 
 func (s *Server) delayPage(w http.ResponseWriter, r *http.Request, pg *page) {
 	pg.Title = "Delay ladder"
-	p, err := delay.NewPlanner(delay.DefaultBuckets)
+	p, _, err := delay.ReadLadder(r.Context(), s.cfg.conn)
 	var stats []delay.BucketStats
 	if err == nil {
 		stats, err = delay.Stats(r.Context(), s.cfg.conn, p, delay.DefaultGroup)

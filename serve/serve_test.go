@@ -14,6 +14,7 @@ import (
 
 	"github.com/onceq/onceq/broker"
 	"github.com/onceq/onceq/consumer"
+	"github.com/onceq/onceq/delay"
 	"github.com/onceq/onceq/internal/control"
 	"github.com/onceq/onceq/internal/testutil"
 	"github.com/onceq/onceq/serve"
@@ -320,5 +321,28 @@ func TestRateLimit(t *testing.T) {
 	}
 	if _, err := serve.New(context.Background(), serve.RateLimit(5, 0)); !errors.Is(err, serve.ErrConfig) {
 		t.Fatalf("a rate without a burst: %v; want ErrConfig", err)
+	}
+}
+
+// TestPublishRoutesByTheClusterLadder: a delayed publish goes to a bucket
+// of the cluster's ladder (delay ladder set), which the delay services
+// read, not to one of the default ladder.
+func TestPublishRoutesByTheClusterLadder(t *testing.T) {
+	a := start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	short, err := delay.ParseLadder("300ms 3s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := delay.SetLadder(ctx, a.conn, short); err != nil {
+		t.Fatal(err)
+	}
+	tok := a.token("shop", false)
+	if code, body := a.do("PUT", "/api/shop/emails?id=d-1&delay=2", tok, "later"); code != 201 || body["delayed"] != true {
+		t.Fatalf("delayed publish: %d %v", code, body)
+	}
+	if recs := testutil.ReadCommitted(t, a.conn, 5*time.Second, "onceq-delay-300ms"); len(recs) != 1 {
+		t.Fatalf("onceq-delay-300ms holds %d records, want the delayed task", len(recs))
 	}
 }
