@@ -164,6 +164,34 @@ func (in *Inspector) writeCancel(ctx context.Context, e control.Entry) error {
 	return nil
 }
 
+// CancelRequested reports whether a cancel of task id of queue is in the
+// control topic and has not lapsed: it was asked for and has not taken
+// effect yet (a worker removes it when the task ends). A workflow's
+// cancel stays while the workflow runs.
+func (in *Inspector) CancelRequested(ctx context.Context, queue, id string) (bool, error) {
+	r, err := in.controlReader(ctx)
+	if err != nil {
+		return false, err
+	}
+	return r.Canceled(queue, id), nil
+}
+
+// controlReader returns the inspector's reader of the control topic,
+// opening it on first use.
+func (in *Inspector) controlReader(ctx context.Context) (*control.Reader, error) {
+	in.controlMu.Lock()
+	defer in.controlMu.Unlock()
+	if in.control != nil {
+		return in.control, nil
+	}
+	r, err := control.Open(ctx, in.cfg.conn, in.cfg.log, nil)
+	if err != nil {
+		return nil, fmt.Errorf("inspect: %w", err)
+	}
+	in.control = r
+	return r, nil
+}
+
 // Pause stops a queue: workers stop fetching it within a second, and start
 // none of its tasks until Resume. The pause is kept in the control topic,
 // so it holds across restarts; nothing of the queue is lost.

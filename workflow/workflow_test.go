@@ -496,11 +496,18 @@ func TestCancelRunning(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	time.Sleep(200 * time.Millisecond)
+	// Canceled, not ended yet: canceling, not running.
+	if st, err := workflow.Get(ctx, e.in, id); err != nil || st.State != workflow.StateCanceling {
+		t.Fatalf("the canceled workflow while its step runs: %s %q, %v; want canceling", st.State, st.Reason, err)
+	}
 	free()
 
 	st = e.wait(t, id)
-	if st.State != workflow.StateFailed || !strings.Contains(st.Reason, "workflow "+id+" canceled") {
-		t.Fatalf("got %s %q, want failed, with the cancel", st.State, st.Reason)
+	if st.State != workflow.StateFailed || !strings.Contains(st.Reason, "workflow "+id+" canceled") || strings.Contains(st.Reason, "canceled: canceled") {
+		t.Fatalf("got %s %q, want failed, with the cancel said once", st.State, st.Reason)
+	}
+	if last := st.Root.Steps[2]; last.State != workflow.StateSkipped {
+		t.Errorf("the chain's last step: %s, want skipped", last.State)
 	}
 	for _, p := range []string{"m1", "m2", "cb", "last", "oops"} {
 		if _, ok := ran.Load(p); ok {
