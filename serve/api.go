@@ -109,8 +109,11 @@ type published struct {
 	State   onceq.TaskState `json:"state,omitempty"`
 	Delayed bool            `json:"delayed,omitempty"`
 	// Workflow says that the job is a workflow (a bulk element with a
-	// chain, group, chord or depends_on): JobID is the workflow's ID.
-	Workflow bool `json:"workflow,omitempty"`
+	// chain, group, chord or depends_on): JobID is the workflow's ID. A
+	// known one has its WorkflowState, and Msg says it ("known, in state
+	// failed: ...", with the way to run it again).
+	Workflow      bool           `json:"workflow,omitempty"`
+	WorkflowState workflow.State `json:"workflow_state,omitempty"`
 }
 
 func answer(s inspect.Submission) published {
@@ -252,6 +255,20 @@ func (s *Server) bulk(w http.ResponseWriter, r *http.Request) {
 	for i, sub := range subs {
 		out[i] = answer(sub)
 		out[i].Workflow = flows[i]
+		if flows[i] && !sub.New {
+			st, err := workflow.Get(r.Context(), s.in, sub.ID)
+			if err != nil {
+				writeError(w, lookupError(err))
+				return
+			}
+			if st.Root != nil && outside(st.Root, r.PathValue("ns")+".") != "" {
+				continue // another namespace's: "already known", no more
+			}
+			if st.Root == nil {
+				st.Reason = "" // may name another namespace's queues (see workflowOf)
+			}
+			out[i].WorkflowState, out[i].Msg = st.State, workflow.Submission{ID: sub.ID, Status: st}.Known()
+		}
 	}
 	writeJSON(w, http.StatusCreated, map[string]any{"msg": "published", "jobs": out})
 }

@@ -167,9 +167,12 @@ func (s *Service) checkQueues(ctx context.Context, def *flow.Definition) error {
 			return err
 		}
 		_, err = adm.DescribeTopic(ctx, q)
+		if errors.Is(err, broker.ErrTopicNotFound) {
+			err = s.confirmMissing(ctx, q)
+		}
 		switch {
 		case errors.Is(err, broker.ErrTopicNotFound):
-			return consumer.SkipRetry(fmt.Errorf("workflow %s: queue %q does not exist: create it with 'onceq topics create %s', then submit the workflow again", def.W, q, q))
+			return consumer.SkipRetry(fmt.Errorf("workflow %s: queue %q does not exist: create it with 'onceq topics create %s', then retry the workflow with 'onceq workflow retry %s'", def.W, q, q, def.W))
 		case err != nil:
 			return err
 		}
@@ -206,6 +209,20 @@ func (s *Service) admin() (*broker.Admin, error) {
 		s.adm = adm
 	}
 	return s.adm, nil
+}
+
+// confirmMissing asks the brokers again, through a client of its own,
+// whether queue q exists: the service's client answers from metadata it
+// keeps for a few seconds, and a workflow retried once its queue was
+// created must not fail again on that answer.
+func (s *Service) confirmMissing(ctx context.Context, q string) error {
+	adm, err := broker.NewAdmin(s.cfg.conn)
+	if err != nil {
+		return err
+	}
+	defer adm.Close()
+	_, err = adm.DescribeTopic(ctx, q)
+	return err
 }
 
 // dependencyCheck is how long a workflow waits before it looks at its
