@@ -232,10 +232,14 @@ func TestDependencies(t *testing.T) {
 	if b != "steps/B" {
 		t.Fatalf("the workflow of task B is %q, want steps/B", b)
 	}
-	time.Sleep(time.Second)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
+	// The service saw B and found A missing: B waits (pending until then).
 	st, err := workflow.Get(ctx, e.in, b)
+	for err == nil && st.State == workflow.StatePending && ctx.Err() == nil {
+		time.Sleep(20 * time.Millisecond)
+		st, err = workflow.Get(ctx, e.in, b)
+	}
 	if err != nil || st.State != workflow.StateWaiting || !strings.Contains(st.Reason, "steps/A") {
 		t.Fatalf("before A: %+v %v, want waiting for steps/A", st, err)
 	}
