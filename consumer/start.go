@@ -40,6 +40,7 @@ func (w *Worker) start(ctx context.Context) error {
 	if w.cfg.planner, err = delay.ClusterPlanner(ctx, w.cfg.conn, w.cfg.planner); err != nil {
 		return fmt.Errorf("consumer: %w", err)
 	}
+	w.warnOtherGroups(ctx)
 	w.topics = newTopicCache(w.admin)
 	for _, q := range w.cfg.queues {
 		w.topics.known(q)
