@@ -120,6 +120,21 @@ func (s *Service) start(ctx context.Context, t *consumer.Task, def *flow.Definit
 			return err
 		}
 		if waiting != "" {
+			in, err := s.inspector()
+			if err != nil {
+				return err
+			}
+			cycle, err := dependencyCycle(ctx, in, def)
+			if err != nil {
+				return err
+			}
+			if cycle != "" {
+				// Nothing of it ever starts: it ends, through its
+				// first tasks, with the cycle as their reason.
+				cancel, waiting = "dependency cycle: "+cycle, ""
+			}
+		}
+		if waiting != "" {
 			// Its shape shows while it waits (what Get shows, and what a
 			// namespace's reader is checked against).
 			if err := setShape(t, def); err != nil {
