@@ -37,9 +37,6 @@ func (w *Worker) start(ctx context.Context) error {
 		}
 		partitions[q] = int32(len(info.Partitions))
 	}
-	if w.cfg.planner, err = delay.ClusterPlanner(ctx, w.cfg.conn, w.cfg.planner); err != nil {
-		return fmt.Errorf("consumer: %w", err)
-	}
 	w.warnOtherGroups(ctx)
 	w.topics = newTopicCache(w.admin)
 	for _, q := range w.cfg.queues {
@@ -72,6 +69,9 @@ func (w *Worker) start(ctx context.Context) error {
 	}
 	// After the changelogs: a worker refused for its changelog creates
 	// nothing.
+	if w.cfg.planner, err = delay.ClusterPlanner(ctx, w.cfg.conn, w.cfg.planner); err != nil {
+		return fmt.Errorf("consumer: %w", err)
+	}
 	if w.cfg.taskRecords {
 		for q, n := range partitions {
 			if err := w.admin.EnsureTopic(ctx, broker.RecordsTopic(q), n, w.recordsTopicConfigs()); err != nil {

@@ -43,6 +43,20 @@ type ladderValue struct {
 // cluster whose ladder was never set routes by DefaultBuckets: ReadLadder
 // then returns DefaultPlanner() and false.
 func ReadLadder(ctx context.Context, conn broker.Conn) (*Planner, bool, error) {
+	// Reading creates nothing: a cluster without the topic has the
+	// default ladder.
+	adm, err := broker.NewAdmin(conn)
+	if err != nil {
+		return nil, false, err
+	}
+	_, err = adm.DescribeTopic(ctx, LadderTopic)
+	adm.Close()
+	switch {
+	case errors.Is(err, broker.ErrTopicNotFound):
+		return DefaultPlanner(), false, nil
+	case err != nil:
+		return nil, false, fmt.Errorf("delay: reading the cluster's ladder: %w", err)
+	}
 	var (
 		mu   sync.Mutex
 		last []byte
