@@ -156,6 +156,7 @@ func (s *Server) apiRoutes() []route {
 		{"GET", "/api/{ns}/{queue}/workflow/{id}", "workflow", read, nil, s.workflowStatus},
 		{"GET", "/api/{ns}/{queue}/workflow/{id}/wait", "workflow_wait", read, []string{"timeout"}, s.workflowWait},
 		{"DELETE", "/api/{ns}/{queue}/workflow/{id}", "workflow_cancel", write, nil, s.workflowCancel},
+		{"POST", "/api/{ns}/{queue}/workflow/{id}/retry", "workflow_retry", write, nil, s.workflowRetry},
 		{"GET", "/api/{ns}/{queue}/size", "size", read, nil, s.size},
 		{"GET", "/api/{ns}/{queue}/stats", "stats", read, nil, s.stats},
 		{"POST", "/api/{ns}/{queue}/pause", "pause", write, nil, s.pause(true)},

@@ -10,6 +10,7 @@ import (
 	"github.com/onceq/onceq/broker"
 	"github.com/onceq/onceq/dlq"
 	"github.com/onceq/onceq/inspect"
+	"github.com/onceq/onceq/internal/flow"
 	"github.com/onceq/onceq/producer"
 )
 
@@ -75,7 +76,11 @@ var ErrNotRetryable = errors.New("cannot be retried")
 // steps ran under their IDs, and an ID runs once, so it must be submitted
 // again under a new ID; so is a workflow that did not fail. It returns
 // the status as of before the retry.
-func Retry(ctx context.Context, in *inspect.Inspector, p *producer.Producer, conn broker.Conn, id string) (Status, error) {
+func Retry(ctx context.Context, in *inspect.Inspector, p *producer.Producer, conn broker.Conn, id string, opts ...RetryOpt) (Status, error) {
+	var cfg retryConfig
+	for _, o := range opts {
+		o(&cfg)
+	}
 	st, err := Get(ctx, in, id)
 	if err != nil {
 		return st, err
@@ -101,11 +106,35 @@ func Retry(ctx context.Context, in *inspect.Inspector, p *producer.Producer, con
 	if len(problems) > 0 {
 		return st, fmt.Errorf("workflow %s: %w: its start task's dead letter: %w", id, ErrNotRetryable, problems[0])
 	}
+	if cfg.check != nil {
+		m, err := flow.DecodeMessage(rs[0].Task.Payload)
+		if err != nil || m.Start == nil {
+			return st, fmt.Errorf("workflow %s: %w: its start task's dead letter holds no workflow: %v", id, ErrNotRetryable, err)
+		}
+		if err := cfg.check(queuesOf(&m.Start.Root, nil)); err != nil {
+			return st, err
+		}
+	}
 	err = p.Tx(ctx, func(tx *producer.Tx) error { return tx.SubmitPending(rs[0].Task) })
 	if err != nil {
 		return st, fmt.Errorf("workflow %s: retrying: %w", id, err)
 	}
 	return st, nil
+}
+
+// RetryOpt is an option of Retry.
+type RetryOpt func(*retryConfig)
+
+type retryConfig struct {
+	check func(queues []string) error
+}
+
+// RetryIf retries a workflow only if check, given the queues of its
+// steps as it was submitted, returns nil; its error is Retry's. A server
+// checks with it that a token's namespace holds them all: the status of
+// a workflow that did not start does not name them. Default: no check.
+func RetryIf(check func(queues []string) error) RetryOpt {
+	return func(c *retryConfig) { c.check = check }
 }
 
 // retryWay says how a workflow in st runs again, if it can.
