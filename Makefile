@@ -12,9 +12,12 @@ all: build
 build:
 	$(GO) build -o $(BIN) ./cmd/onceq
 
-## test: every test with the race detector (what CI runs)
+## test: every test with the race detector (what CI runs), each package's
+## start and end printed as they happen (internal/testprogress), the output
+## of the tests that failed after them
 test:
-	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
+	@$(GO) build -o bin/testprogress ./internal/testprogress
+	@$(GO) test -json -race -count=1 -timeout $(TEST_TIMEOUT) ./... | bin/testprogress
 
 ## test-short: the fast tests, without -race
 test-short:

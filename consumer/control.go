@@ -15,18 +15,44 @@ import (
 // it took effect; a task that carries its own (onceq.Task.Cancel) has its
 // text as the record's error. A workflow's step continues as failed.
 func (w *Worker) cancel(task *onceq.Task, key, queue, why string) (*result, error) {
-	now := time.Now()
 	w.cfg.log.Info("task canceled: not run", "id", task.ID, "queue", queue, "attempt", task.Attempt, "why", why)
+	return w.canceled(task, key, queue, why, time.Time{})
+}
+
+// stopRun ends canceled a task whose handler gave up when a cancel from
+// the control topic canceled its context: herr is what it returned.
+func (w *Worker) stopRun(task *onceq.Task, key, queue string, herr error, started time.Time) (*result, error) {
+	w.cfg.log.Info("task canceled while it ran", "id", task.ID, "queue", queue, "attempt", task.Attempt, "err", herr)
+	return w.canceled(task, key, queue, "canceled while running: "+herr.Error(), started)
+}
+
+func (w *Worker) canceled(task *onceq.Task, key, queue, why string, started time.Time) (*result, error) {
+	now := time.Now()
 	res := &result{id: key, at: now, outcome: outcomeCanceled, queue: queue,
-		rec: taskOutcome{state: onceq.StateCanceled, task: factsOf(task), reason: "canceled", err: why}}
-	if why == "" {
-		done := control.Entry{Queue: queue, ID: task.ID, Deleted: true}
-		res.outputs = []*kgo.Record{done.Record()}
+		rec: taskOutcome{state: onceq.StateCanceled, task: factsOf(task), started: started, reason: "canceled", err: why}}
+	if why == "" || !started.IsZero() {
+		res.outputs = []*kgo.Record{withdrawCancel(queue, task.ID)}
 	}
 	if err := w.failFlow(res, task, now); err != nil {
 		return nil, err
 	}
 	return res, nil
+}
+
+// withdrawCancel is the tombstone of a cancel of task id of queue.
+func withdrawCancel(queue, id string) *kgo.Record {
+	return control.Entry{Queue: queue, ID: id, Deleted: true}.Record()
+}
+
+// withdrawLateCancel adds to a task's final result the tombstone of a
+// cancel that came while it ran and that it finished before seeing: the
+// cancel names a run that is over, and must not wait for another
+// submission of the ID. A workflow's cancel stays (see stopIfCanceled).
+func (w *Worker) withdrawLateCancel(res *result, queue, id string) {
+	if res == nil || res.outcome == outcomeCanceled || !res.rec.state.Final() || queue == onceq.WorkflowQueue || !w.control.Canceled(queue, id) {
+		return
+	}
+	res.outputs = append(res.outputs, withdrawCancel(queue, id))
 }
 
 // setPaused applies a change of a queue's pause state from the control

@@ -68,6 +68,12 @@
 // TaskTimeout) allows. Its context is canceled at that deadline; the
 // worker's commits, transactions and group heartbeats go on meanwhile.
 //
+// Cancels: a task canceled in the control topic (inspect.Cancel, onceq
+// task cancel) ends canceled instead of running; one running when the
+// cancel comes has its context canceled, and ends canceled if its handler
+// returns an error, or as it returns if it finishes all the same. Either
+// way the worker removes the cancel in the transaction of the outcome.
+//
 // Shutdown: when Run's context is done the worker starts no more tasks,
 // gives the running ones ShutdownTimeout to finish while it goes on
 // committing, then cancels their contexts, commits what finished and

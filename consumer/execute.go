@@ -147,7 +147,8 @@ func (w *Worker) attempt(sl *slot, it *item) (*result, error) {
 	}
 	it.ps.latency.Observe(sinceDue(&task, now).Seconds())
 	t := &Task{Task: task, Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, w: w, state: State{ps: it.ps}, started: now}
-	if herr := w.runHandler(sl, it, t, key, now); herr != nil {
+	stopped, herr := w.runHandler(sl, it, t, key, now)
+	if herr != nil {
 		if errors.Is(herr, errTakenOver) || errors.Is(herr, errCanceledRun) {
 			return nil, herr
 		}
@@ -156,12 +157,20 @@ func (w *Worker) attempt(sl *slot, it *item) (*result, error) {
 			// result would be dropped; the next owner runs the task.
 			return nil, errCanceledRun
 		}
+		if stopped {
+			// Canceled while it ran, and it gave up: it ends canceled.
+			return w.stopRun(&task, key, r.Topic, herr, now)
+		}
 		if d, ok := snoozed(herr); ok && task.Attempt < onceq.MaxAttemptCount {
 			return w.snooze(&task, key, herr.Error(), d, now, t.result)
 		}
-		return w.failure(&task, key, herr, now)
+		res, err := w.failure(&task, key, herr, now)
+		w.withdrawLateCancel(res, r.Topic, task.ID)
+		return res, err
 	}
-	return w.success(t, key)
+	res, err := w.success(t, key)
+	w.withdrawLateCancel(res, r.Topic, task.ID)
+	return res, err
 }
 
 // maxWaitInPlace is the longest a task due ahead waits in its slot; one
@@ -184,7 +193,10 @@ func sleep(d time.Duration, quit <-chan struct{}) bool {
 // time-to-run, turning a panic into an error. The watchdog cancels the
 // context at the deadline and abandons the run after the grace period;
 // shutdown cancels it at the shutdown timeout.
-func (w *Worker) runHandler(sl *slot, it *item, t *Task, key string, now time.Time) (err error) {
+//
+// stopped reports whether a cancel in the control topic canceled the
+// context while the handler ran.
+func (w *Worker) runHandler(sl *slot, it *item, t *Task, key string, now time.Time) (stopped bool, err error) {
 	timeout := t.Timeout
 	if timeout <= 0 {
 		timeout = w.cfg.taskTimeout
@@ -216,6 +228,7 @@ func (w *Worker) runHandler(sl *slot, it *item, t *Task, key string, now time.Ti
 		if err == nil && t.ended.After(r.ctx.deadline) {
 			err = fmt.Errorf("task %q exceeded its time-to-run of %v", t.ID, timeout)
 		}
+		stopped = r.stopped.Load()
 	}()
-	return w.cfg.handler.Handle(&r.ctx, t)
+	return false, w.cfg.handler.Handle(&r.ctx, t)
 }

@@ -268,8 +268,11 @@ func DropExpired(drop bool) Opt { return optFunc(func(c *config) { c.dropExpired
 // onceq_abandoned_handlers counts it. Default DefaultAbandonGrace (5s).
 func AbandonGrace(d time.Duration) Opt { return optFunc(func(c *config) { c.abandonGrace = d }) }
 
-// Planner sets the delay planner for emitted delayed tasks. Default: the
-// default bucket ladder.
+// Planner sets the delay ladder the worker expects for the delayed tasks
+// it emits and retries. Run routes by the cluster's ladder
+// (delay.ClusterPlanner): it refuses to start when that differs, and sets
+// it on a cluster whose ladder was never set. Default: the cluster's
+// ladder, delay.DefaultBuckets when none was set.
 func Planner(p *delay.Planner) Opt { return optFunc(func(c *config) { c.planner = p }) }
 
 // MaxMessageBytes is the largest record the brokers accept. Default
@@ -486,8 +489,5 @@ func (c *config) validate(nils int) error {
 		errs.Bad("MaxResultBytes", c.maxResultBytes, "want 1 to %d: a result is written in base64 in a task record, which must fit the largest record (MaxMessageBytes, %d)", max(room, 1), c.maxMessageBytes)
 	}
 	errs.Add(c.conn.Validate())
-	if c.planner == nil {
-		c.planner = delay.DefaultPlanner()
-	}
 	return errs.Err()
 }

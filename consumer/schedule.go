@@ -71,9 +71,12 @@ type handlerRun struct {
 	abandonAt time.Time
 	started   time.Time
 	state     atomic.Int32 // runRunning, runDone, runAbandoned or runCanceled
-	it        *item
-	task      *onceq.Task
-	key       string
+	// stopped: a cancel of the task in the control topic canceled its
+	// context; unless the handler succeeds all the same, it ends canceled.
+	stopped atomic.Bool
+	it      *item
+	task    *onceq.Task
+	key     string
 }
 
 const (
@@ -257,6 +260,7 @@ func (s *scheduler) watchdog() {
 				if now.After(r.ctx.deadline) {
 					r.ctx.cancel(context.DeadlineExceeded)
 				}
+				s.stopIfCanceled(r)
 				if now.After(r.abandonAt) && r.state.CompareAndSwap(runRunning, runAbandoned) {
 					s.wg.Add(1)
 					go s.takeOver(sl, r)
@@ -264,6 +268,19 @@ func (s *scheduler) watchdog() {
 			}
 		}
 	}
+}
+
+// stopIfCanceled cancels the context of a running handler whose task was
+// canceled in the control topic since it started. A workflow's cancel
+// (of its ID in the workflow queue) lets its running steps finish: it
+// only keeps the next ones from starting.
+func (s *scheduler) stopIfCanceled(r *handlerRun) {
+	queue := r.it.rec.Topic
+	if queue == onceq.WorkflowQueue || !s.w.control.Canceled(queue, r.task.ID) || !r.stopped.CompareAndSwap(false, true) {
+		return
+	}
+	s.w.cfg.log.Info("running task canceled: its context is canceled", "id", r.task.ID, "queue", queue, "attempt", r.task.Attempt)
+	r.ctx.cancel(context.Canceled)
 }
 
 // takeOver records an abandoned run as a failure and carries on with its

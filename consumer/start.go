@@ -10,6 +10,7 @@ import (
 
 	"github.com/onceq/onceq/broker"
 	"github.com/onceq/onceq/checkpoint"
+	"github.com/onceq/onceq/delay"
 	"github.com/onceq/onceq/internal/control"
 	"github.com/onceq/onceq/internal/instance"
 )
@@ -45,6 +46,7 @@ func (w *Worker) start(ctx context.Context) error {
 	case len(missing) > 1:
 		return fmt.Errorf("consumer: %d queues do not exist, %q and %q among them: create them with 'onceq topics create NAME --partitions N'", len(missing), missing[0], missing[1])
 	}
+	w.warnOtherGroups(ctx)
 	w.topics = newTopicCache(w.admin)
 	for _, q := range names {
 		w.topics.known(q)
@@ -79,6 +81,9 @@ func (w *Worker) start(ctx context.Context) error {
 	}
 	// After the changelogs: a worker refused for its changelog creates
 	// nothing.
+	if w.cfg.planner, err = delay.ClusterPlanner(ctx, w.cfg.conn, w.cfg.planner); err != nil {
+		return fmt.Errorf("consumer: %w", err)
+	}
 	if _, err := w.admin.EnsureTopics(ctx, []broker.TopicSpec{{Name: broker.WakeTopic, Partitions: 1, Configs: broker.WakeTopicConfigs()}}); err != nil {
 		return fmt.Errorf("consumer: creating the wake-up topic: %w", err)
 	}

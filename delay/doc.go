@@ -10,6 +10,13 @@
 // topics use the broker's append time (BucketTopicConfigs), so producers'
 // clock skew cannot reorder a bucket.
 //
+// The ladder is one setting of the cluster, a record of the compacted
+// topic LadderTopic (the default until SetLadder sets one): producers,
+// workers, delay services and schedulers route by it (ClusterPlanner),
+// and a process given another ladder is refused. A Service reads every
+// bucket topic that exists, those outside the ladder too, so a task
+// routed by an earlier ladder still moves on.
+//
 // # Hops
 //
 // The Planner is the pure part: for a remaining delay r = due - now, the
@@ -37,7 +44,7 @@
 //
 //	svc, err := delay.NewService(
 //		delay.Conn(conn),             // the brokers
-//		delay.WithPlanner(planner),       // the ladder the producers use
+//		delay.WithPlanner(planner),   // optional: the ladder expected (default the cluster's)
 //		delay.Group("onceq-delay"),   // instances of a group share the buckets
 //		delay.StateDir(dir),          // keeps the instance ID across restarts
 //		delay.Registerer(registry),   // Prometheus metrics

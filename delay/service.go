@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"regexp"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -202,25 +203,19 @@ func (s *Service) start(ctx context.Context) error {
 	if s.adm, err = broker.NewAdmin(s.cfg.conn); err != nil {
 		return fmt.Errorf("delay: %w", err)
 	}
-	topics := s.cfg.planner.Topics()
+	if s.cfg.planner, err = ClusterPlanner(ctx, s.cfg.conn, s.cfg.given); err != nil {
+		return err
+	}
+	s.smallest = s.cfg.planner.Smallest()
 	specs := []broker.TopicSpec{{Name: broker.WakeTopic, Partitions: 1, Configs: broker.WakeTopicConfigs()}}
-	for _, t := range topics {
+	for _, t := range s.cfg.planner.Topics() {
 		specs = append(specs, broker.TopicSpec{Name: t, Partitions: DefaultBucketPartitions, Configs: BucketTopicConfigs()})
 	}
 	if _, err := s.adm.EnsureTopics(ctx, specs); err != nil {
 		return fmt.Errorf("delay: creating the bucket and wake-up topics: %w", err)
 	}
-	details, err := s.adm.Kadm().ListTopics(ctx, topics...)
-	if err != nil {
-		return fmt.Errorf("delay: reaching the brokers %v: %w", s.cfg.conn.Brokers, err)
-	}
-	s.topicIDs = map[string][16]byte{}
-	for _, t := range topics {
-		d, ok := details[t]
-		if !ok || d.Err != nil {
-			return fmt.Errorf("delay: bucket topic %s: %v", t, d.Err)
-		}
-		s.topicIDs[t] = d.ID
+	if err := s.lookupTopicIDs(ctx); err != nil {
+		return err
 	}
 	s.topics = newTopicCache(s.adm)
 	if s.instanceID, err = loadInstanceID(s.cfg.stateDir, s.cfg.instanceID); err != nil {
@@ -232,7 +227,12 @@ func (s *Service) start(ctx context.Context) error {
 	}
 	opts := append(base,
 		kgo.ConsumerGroup(s.cfg.group),
-		kgo.ConsumeTopics(topics...),
+		// Every bucket topic, of this ladder or another: a process that
+		// routed by an earlier ladder, or a bucket created since, is
+		// read all the same, found within bucketRecheck.
+		kgo.ConsumeRegex(),
+		kgo.ConsumeTopics("^"+regexp.QuoteMeta(broker.DelayPrefix)+"[0-9]+(ms|s|m|h|d)$"),
+		kgo.MetadataMaxAge(bucketRecheck),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
 		kgo.SessionTimeout(s.cfg.sessionTimeout),
 		// Three heartbeats fit in a session (franz-go's default is 3s,
@@ -261,6 +261,34 @@ func (s *Service) start(ctx context.Context) error {
 	return nil
 }
 
+// bucketRecheck is how often the service looks for bucket topics created
+// since it started.
+const bucketRecheck = 10 * time.Second
+
+// lookupTopicIDs learns the IDs of the bucket topics that exist, which the
+// offset commits name.
+func (s *Service) lookupTopicIDs(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	details, err := s.adm.Kadm().ListTopics(ctx)
+	if err != nil {
+		return fmt.Errorf("delay: reaching the brokers %v: %w", s.cfg.conn.Brokers, err)
+	}
+	ids := map[string][16]byte{}
+	for name, d := range details {
+		if _, ok := bucketOf(name); ok && d.Err == nil {
+			ids[name] = d.ID
+		}
+	}
+	for _, t := range s.cfg.planner.Topics() {
+		if _, ok := ids[t]; !ok {
+			return fmt.Errorf("delay: bucket topic %s: not found after its creation", t)
+		}
+	}
+	s.topicIDs = ids
+	return nil
+}
+
 // assigned and revoked are the group's callbacks; revoked is also called
 // for partitions lost with the group session. They run while the session
 // holds its lock and must not wait for the loop.
@@ -269,7 +297,9 @@ func (s *Service) assigned(_ context.Context, _ *kgo.Client, m map[string][]int3
 	for topic, ps := range m {
 		b, ok := s.cfg.planner.Bucket(topic)
 		if !ok {
-			continue
+			if b, ok = bucketOf(topic); !ok {
+				continue
+			}
 		}
 		for _, p := range ps {
 			k := tp{topic, p}

@@ -72,6 +72,18 @@ func (s *Service) commit(ctx context.Context) error {
 		mv.to = cursor{Offset: mv.p.firstUnmoved(), High: mv.p.next, Time: nowMS, Smallest: mv.p.smallest.Milliseconds()}
 	}
 
+	for _, mv := range moves {
+		if _, ok := s.topicIDs[mv.p.topic]; !ok {
+			// A bucket topic created since the service started.
+			if err := s.lookupTopicIDs(ctx); err != nil {
+				s.cfg.log.Warn("looking up a bucket topic failed; retrying", "err", err)
+				s.resetAll()
+				s.lastCommit = now.Add(time.Second)
+				return nil
+			}
+			break
+		}
+	}
 	recs := make([]*kgo.Record, 0, n)
 	for _, mv := range moves {
 		for _, o := range mv.outs {

@@ -42,6 +42,7 @@ func (f serviceOptFunc) apply(c *serviceConfig) { f(c) }
 type serviceConfig struct {
 	conn           broker.Conn
 	planner        *Planner
+	given          *Planner // the planner WithPlanner set, nil for the cluster's
 	group          string
 	log            *slog.Logger
 	registerer     prometheus.Registerer
@@ -72,11 +73,14 @@ func Conn(c broker.Conn) ServiceOpt {
 	return serviceOptFunc(func(cfg *serviceConfig) { cfg.conn = c })
 }
 
-// WithPlanner sets the bucket ladder. It must be the ladder the producers
-// route with. Default DefaultPlanner(). The service creates missing bucket
-// topics with BucketTopicConfigs and DefaultBucketPartitions. A ladder may
-// gain buckets at any time; a bucket taken off the ladder is no longer
-// read, so keep it until "onceq delay stats" shows it empty.
+// WithPlanner sets the bucket ladder the service expects: Run refuses to
+// start when the cluster's ladder (ReadLadder) differs, and sets it on a
+// cluster whose ladder was never set (see ClusterPlanner). Default: the
+// cluster's ladder, DefaultBuckets when none was set. The service creates
+// missing bucket topics with BucketTopicConfigs and
+// DefaultBucketPartitions, and reads every bucket topic that exists,
+// those of an earlier ladder too, so that nothing routed by it is
+// stranded.
 func WithPlanner(p *Planner) ServiceOpt {
 	return serviceOptFunc(func(cfg *serviceConfig) { cfg.planner = p })
 }
@@ -171,6 +175,7 @@ func buildService(opts []ServiceOpt) (serviceConfig, error) {
 		}
 		o.apply(&c)
 	}
+	c.given = c.planner
 	if c.planner == nil {
 		c.planner = DefaultPlanner()
 	}

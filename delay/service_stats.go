@@ -80,40 +80,42 @@ func Stats(ctx context.Context, conn broker.Conn, p *Planner, group string) ([]B
 	if err != nil {
 		return nil, fmt.Errorf("delay: committed offsets of group %s: %w", group, err)
 	}
-	var spans []*span
-	byTopic := map[string][]*span{}
+	var spans []*broker.Span
+	byTopic := map[string][]*broker.Span{}
 	for i, b := range p.Buckets() {
 		for _, end := range ends[topics[i]] {
 			if end.Err != nil {
 				continue
 			}
-			sp := &span{topic: end.Topic, partition: end.Partition, bucket: b, end: end.Offset, cur: cursor{Offset: -1, High: -1}}
+			sp := &broker.Span{Topic: end.Topic, Partition: end.Partition, End: end.Offset}
 			if s, ok := starts.Lookup(end.Topic, end.Partition); ok && s.Err == nil {
-				sp.from = s.Offset
+				sp.From = s.Offset
 			}
+			cur := cursor{Offset: -1, High: -1}
 			if c, ok := committed.Lookup(end.Topic, end.Partition); ok && c.Err == nil && c.At >= 0 {
-				if cur, err := parseCursor(c.At, c.Metadata); err == nil {
-					sp.cur = cur
+				if parsed, err := parseCursor(c.At, c.Metadata); err == nil {
+					cur = parsed
 				} else {
-					sp.cur = cursor{Offset: c.At, High: c.At}
+					cur = cursor{Offset: c.At, High: c.At}
 				}
-				sp.from = max(sp.from, c.At)
+				sp.From = max(sp.From, c.At)
 			}
-			sp.to = sp.end
-			if sp.end > sp.from {
-				spans = append(spans, sp)
+			// A record the service moved out of offset order waits no more.
+			sp.Skip = func(r *kgo.Record) bool {
+				return cur.moved(r.Offset, func(sm time.Duration) int64 { return releaseOf(r, b, sm) })
 			}
+			spans = append(spans, sp)
 			byTopic[end.Topic] = append(byTopic[end.Topic], sp)
 		}
 	}
-	if err := countSpans(ctx, conn, spans); err != nil {
-		return nil, err
+	if err := broker.CountRecords(ctx, conn, spans, StatsSampleOffsets, StatsSampleBytes, statsReadTimeout); err != nil {
+		return nil, fmt.Errorf("delay: reading the buckets: %w", err)
 	}
 	out := make([]BucketStats, 0, len(topics))
 	for i, b := range p.Buckets() {
 		st := BucketStats{Bucket: bucketLabel(b), Topic: topics[i], Exact: true, DueWithin: map[string]int64{}}
 		for _, sp := range byTopic[topics[i]] {
-			n, exact := sp.waiting()
+			n, exact := sp.Counted()
 			st.Waiting += n
 			st.Exact = st.Exact && exact
 		}
@@ -123,95 +125,6 @@ func Stats(ctx context.Context, conn broker.Conn, p *Planner, group string) ([]B
 		out = append(out, st)
 	}
 	return out, nil
-}
-
-// span is the offsets of a bucket partition that Stats looks at: from
-// the committed offset (or the log start) to the last stable offset.
-type span struct {
-	topic     string
-	partition int32
-	bucket    time.Duration
-	cur       cursor // the committed cursor: which records above the offset moved
-	from, end int64
-
-	to    int64 // reading stops here: end, or less to sample
-	next  int64 // offset after the last one read
-	bytes int
-	tasks int64 // records read that wait
-	done  bool
-}
-
-// waiting returns the span's count of waiting tasks and whether it is
-// exact: read to its end, or scaled from what was read.
-func (s *span) waiting() (int64, bool) {
-	if s.end <= s.from {
-		return 0, true
-	}
-	if s.done && s.next >= s.end {
-		return s.tasks, true
-	}
-	read := s.next - s.from
-	if read <= 0 {
-		return s.end - s.from, false // nothing read: the offsets are all there is
-	}
-	return int64(float64(s.tasks)*float64(s.end-s.from)/float64(read) + 0.5), false
-}
-
-// countSpans reads the spans with a read_committed consumer that keeps
-// the transaction markers (so that a span ending in one is seen to end),
-// counting the records that are tasks not yet moved.
-func countSpans(ctx context.Context, conn broker.Conn, spans []*span) error {
-	if len(spans) == 0 {
-		return nil
-	}
-	offsets := map[string]map[int32]kgo.Offset{}
-	open := map[string]map[int32]*span{}
-	for _, sp := range spans {
-		sp.next, sp.to = sp.from, min(sp.end, sp.from+StatsSampleOffsets)
-		if offsets[sp.topic] == nil {
-			offsets[sp.topic], open[sp.topic] = map[int32]kgo.Offset{}, map[int32]*span{}
-		}
-		offsets[sp.topic][sp.partition] = kgo.NewOffset().At(sp.from)
-		open[sp.topic][sp.partition] = sp
-	}
-	cl, err := conn.NewClient(
-		kgo.ConsumePartitions(offsets),
-		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
-		kgo.KeepControlRecords(),
-		kgo.FetchMaxPartitionBytes(1<<20),
-	)
-	if err != nil {
-		return fmt.Errorf("delay: reading the buckets: %w", err)
-	}
-	defer cl.Close()
-	ctx, cancel := context.WithTimeout(ctx, statsReadTimeout)
-	defer cancel()
-	left := len(spans)
-	for left > 0 {
-		fs := cl.PollFetches(ctx)
-		if ctx.Err() != nil {
-			return nil // the partitions not read to their end are estimated
-		}
-		fs.EachRecord(func(r *kgo.Record) {
-			sp := open[r.Topic][r.Partition]
-			if sp == nil || sp.done || r.Offset < sp.next {
-				return
-			}
-			sp.next = r.Offset + 1
-			if !r.Attrs.IsControl() {
-				sp.bytes += len(r.Key) + len(r.Value)
-				release := func(sm time.Duration) int64 { return releaseOf(r, sp.bucket, sm) }
-				if !sp.cur.moved(r.Offset, release) {
-					sp.tasks++
-				}
-			}
-			if sp.next >= sp.to || sp.bytes >= StatsSampleBytes {
-				sp.done = true
-				left--
-			}
-		})
-	}
-	return nil
 }
 
 type serviceMetrics struct {

@@ -111,6 +111,11 @@ func TestLadderChange(t *testing.T) {
 	time.Sleep(time.Duration(500+rng.IntN(1000)) * time.Millisecond)
 	stop()
 	t.Logf("stopped the first ladder; %d published", pub.published())
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := delay.SetLadder(ctx, conn, wider); err != nil {
+		t.Fatal(err)
+	}
 	runService(t, delay.Conn(conn), delay.WithPlanner(wider), delay.Logger(testLogger()), delay.InstanceID("b"))
 	pub.wait(t, len(dues), time.Minute)
 	time.Sleep(500 * time.Millisecond)

@@ -12,6 +12,10 @@
 // outputs are the queues the handler writes to; they must exist before it
 // runs. Kinds is the help text of every kind.
 //
+// A workflow step's input reaches exec: commands as files
+// (ONCEQ_INPUT_FILE, and ONCEQ_RESULTS_DIR for a group's output) and
+// http: servers as a JSON envelope (StepContentType).
+//
 // The count: and flaky: handlers exist to verify a deployment: they count
 // each task ID's runs in the partition state and write the count in
 // RunsHeader and the start time in StartedHeader of their output, so an

@@ -22,9 +22,15 @@ const stderrTail = 512
 
 func execHandler(command string) consumer.Handler {
 	return consumer.HandlerFunc(func(ctx context.Context, t *consumer.Task) error {
+		input, cleanup, err := inputFiles(t)
+		if err != nil {
+			return err
+		}
+		defer cleanup()
 		cmd := exec.CommandContext(ctx, "sh", "-c", command)
 		cmd.Stdin = bytes.NewReader(t.Payload)
 		cmd.Env = append(os.Environ(), "ONCEQ_TASK_ID="+t.ID, "ONCEQ_QUEUE="+t.Queue, "ONCEQ_ATTEMPT="+strconv.Itoa(t.Attempt))
+		cmd.Env = append(cmd.Env, input...)
 		var stderr tailBuffer
 		cmd.Stderr = &stderr
 		stdout := capBuffer{max: maxOutput}
@@ -33,7 +39,7 @@ func execHandler(command string) consumer.Handler {
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 		cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 		cmd.WaitDelay = time.Second
-		err := cmd.Run()
+		err = cmd.Run()
 		if err == nil {
 			return setResult(t, "exec: stdout of "+strconv.Quote(command), stdout)
 		}
@@ -94,11 +100,15 @@ func (t *tailBuffer) String() string { return string(t.b) }
 
 func httpHandler(target string, client *http.Client) consumer.Handler {
 	return consumer.HandlerFunc(func(ctx context.Context, t *consumer.Task) error {
-		req, err := http.NewRequestWithContext(ctx, http.MethodPost, target, bytes.NewReader(t.Payload))
+		out, ctype := t.Payload, "application/octet-stream"
+		if t.Input != nil {
+			out, ctype = envelope(t), StepContentType
+		}
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, target, bytes.NewReader(out))
 		if err != nil {
 			return consumer.SkipRetry(err)
 		}
-		req.Header.Set("Content-Type", "application/octet-stream")
+		req.Header.Set("Content-Type", ctype)
 		req.Header.Set("Onceq-Id", t.ID)
 		req.Header.Set("Onceq-Queue", t.Queue)
 		req.Header.Set("Onceq-Attempt", strconv.Itoa(t.Attempt))

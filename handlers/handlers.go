@@ -34,9 +34,15 @@ flaky:QUEUE     like count, but a task fails while its attempt is at most its
 exec:COMMAND    run COMMAND with sh -c, the payload on stdin and ONCEQ_TASK_ID,
                 ONCEQ_QUEUE, ONCEQ_ATTEMPT in the environment; exit 0 succeeds
                 with stdout as the task's result, anything else fails with the
-                tail of stderr
+                tail of stderr. A workflow step's input (the previous step's
+                output) is in the file ONCEQ_INPUT_FILE; a group's output (a
+                chord callback's input) also as one file per member result in
+                ONCEQ_RESULTS_DIR (00000, 00001, ...), ONCEQ_RESULTS of them
 http:URL        POST the payload with Onceq-Id, Onceq-Queue, Onceq-Attempt headers;
-                2xx succeeds with the answer's body as the task's result; 4xx
+                a workflow step with an input is posted as a JSON envelope
+                (Content-Type application/vnd.onceq.step+json): id, queue,
+                attempt, payload, input and, for a group's output, results,
+                each in base64. 2xx succeeds with the answer's body as the task's result; 4xx
                 other than 408 and 429 fails without retry; other answers are
                 retried, honouring Retry-After. A result over the worker's
                 --max-result-bytes fails the task without retry`

@@ -15,6 +15,7 @@ import (
 
 	"github.com/onceq/onceq"
 	"github.com/onceq/onceq/broker"
+	"github.com/onceq/onceq/internal/control"
 )
 
 // Errors of the queries.
@@ -69,6 +70,9 @@ type Inspector struct {
 	recent map[string]recentSubmit
 
 	idLocks [64]sync.Mutex // SubmitUnique's, by the hash of a recordKey
+
+	controlMu sync.Mutex
+	control   *control.Reader // follows the control topic, opened on first use
 }
 
 // queueView is the view of one queue's records.
@@ -152,6 +156,11 @@ func (in *Inspector) Close() error {
 	if cl != nil {
 		cl.Close()
 	}
+	in.controlMu.Lock()
+	if in.control != nil {
+		in.control.Close()
+	}
+	in.controlMu.Unlock()
 	in.wg.Wait()
 	in.adm.Close()
 	// Without a WAL, what the memtable holds is kept by a flush only.

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/onceq/onceq"
@@ -275,5 +276,56 @@ func TestStatsDue(t *testing.T) {
 	}
 	if st.Tasks[onceq.StateScheduled] != 3 || st.Tasks[onceq.StateRetrying] != 1 || st.Tasks[onceq.StateSucceeded] != 2 {
 		t.Fatalf("tasks: %v", st.Tasks)
+	}
+}
+
+// TestStatsWaitingCountsTasks: a group's waiting tasks are the tasks past
+// its committed offset, not the offsets: the markers of the transactions
+// that wrote them take offsets too. Two groups on one partition are
+// counted each from its own offset.
+func TestStatsWaitingCountsTasks(t *testing.T) {
+	_, conn := testutil.StartBroker(t, "")
+	testutil.CreateTopic(t, conn, "q", 1)
+	testutil.CreateTopic(t, conn, broker.RecordsTopic("q"), 1)
+	w := newWriter(t, conn)
+	ctx := ctxT(t)
+	for i := range 3 { // three transactions: a task and a marker each
+		if err := w.cl.BeginTransaction(); err != nil {
+			t.Fatal(err)
+		}
+		task := onceq.Task{ID: fmt.Sprint("t-", i), Queue: "q"}
+		if err := w.cl.ProduceSync(ctx, task.Record("q")).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+		if err := w.cl.EndTransaction(ctx, kgo.TryCommit); err != nil {
+			t.Fatal(err)
+		}
+	}
+	adm, err := broker.NewAdmin(conn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer adm.Close()
+	for group, at := range map[string]int64{"behind": 0, "midway": 2} {
+		var os kadm.Offsets
+		os.Add(kadm.Offset{Topic: "q", Partition: 0, At: at, LeaderEpoch: -1})
+		if _, err := adm.Kadm().CommitOffsets(ctx, group, os); err != nil {
+			t.Fatal(err)
+		}
+	}
+	in := open(t, conn)
+	st, err := in.Stats(ctx, "q")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]int64{}
+	for _, g := range st.Groups {
+		got[g.Group] = g.Waiting
+		if !g.Exact {
+			t.Errorf("group %s: not exact", g.Group)
+		}
+	}
+	if want := map[string]int64{"behind": 3, "midway": 2}; fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("waiting %v, want %v (6 offsets: 3 tasks and 3 markers)", got, want)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 
 	"github.com/onceq/onceq"
+	"github.com/onceq/onceq/broker"
 	"github.com/onceq/onceq/delay"
 )
 
@@ -35,10 +36,14 @@ type GroupStats struct {
 	Group   string `json:"group"`
 	State   string `json:"state"` // the group's state: Stable, Empty, ...
 	Members int    `json:"members"`
-	// Waiting is the queue's records past the group's committed offsets:
-	// tasks submitted and not yet committed by the group (transaction
-	// markers count too, so it is an upper bound).
+	// Waiting counts the tasks past the group's committed offsets: tasks
+	// submitted and not yet committed by the group. Transaction markers
+	// and aborted records take offsets and are no tasks: they are not
+	// counted. A partition with more than delay.StatsSampleOffsets
+	// records past its offset is estimated from the first ones (Exact is
+	// then false).
 	Waiting int64 `json:"waiting"`
+	Exact   bool  `json:"exact"`
 }
 
 // Stats returns the statistics of a queue: its tasks by state, whether it
@@ -64,6 +69,8 @@ func (in *Inspector) Stats(ctx context.Context, queue string) (QueueStats, error
 	if err != nil {
 		return st, fmt.Errorf("inspect: the consumer groups' lag: %w", err)
 	}
+	var spans []*broker.Span
+	byGroup := map[string][]*broker.Span{}
 	for _, gl := range lags.Sorted() {
 		if gl.Error() != nil {
 			continue
@@ -72,15 +79,34 @@ func (in *Inspector) Stats(ctx context.Context, queue string) (QueueStats, error
 		if !ok {
 			continue
 		}
-		g := GroupStats{Group: gl.Group, State: gl.State, Members: len(gl.Members)}
-		for _, l := range parts {
-			g.Waiting += max(l.Lag, 0)
+		st.Groups = append(st.Groups, GroupStats{Group: gl.Group, State: gl.State, Members: len(gl.Members), Exact: true})
+		for p, l := range parts {
+			if l.Lag <= 0 {
+				continue
+			}
+			sp := &broker.Span{Topic: queue, Partition: p, From: l.End.Offset - l.Lag, End: l.End.Offset}
+			spans = append(spans, sp)
+			byGroup[gl.Group] = append(byGroup[gl.Group], sp)
 		}
-		st.Groups = append(st.Groups, g)
+	}
+	if err := broker.CountRecords(ctx, in.cfg.conn, spans, delay.StatsSampleOffsets, delay.StatsSampleBytes, countTimeout); err != nil {
+		return st, fmt.Errorf("inspect: counting the tasks waiting: %w", err)
+	}
+	for i := range st.Groups {
+		g := &st.Groups[i]
+		for _, sp := range byGroup[g.Group] {
+			n, exact := sp.Counted()
+			g.Waiting += n
+			g.Exact = g.Exact && exact
+		}
 	}
 	slices.SortFunc(st.Groups, func(a, b GroupStats) int { return cmpStrings(a.Group, b.Group) })
 	return st, nil
 }
+
+// countTimeout bounds the reading of the tasks waiting in one Stats call;
+// partitions not read by then are estimated.
+const countTimeout = 10 * time.Second
 
 // dueStats fills st's due counts from the queue's due index, reading it
 // up to the longest horizon.

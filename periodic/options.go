@@ -75,12 +75,13 @@ func Registerer(r prometheus.Registerer) Opt {
 	return optFunc(func(cfg *config) { cfg.registerer = r })
 }
 
-// Planner sets the delay ladder the ticks' tasks are routed with; it must
-// be the delay service's. Default delay.DefaultPlanner().
+// Planner sets the delay ladder the scheduler expects; the ticks' tasks
+// route by the cluster's ladder, which must be the same (see
+// producer.Planner). Default: the cluster's ladder.
 func Planner(p *delay.Planner) Opt {
 	return optFunc(func(cfg *config) {
 		if p == nil {
-			cfg.errs.Bad("Planner", nil, "nil planner: leave it unset for delay.DefaultPlanner()")
+			cfg.errs.Bad("Planner", nil, "nil planner: leave it unset for the cluster's ladder")
 		}
 		cfg.planner = p
 	})
@@ -122,9 +123,6 @@ func buildConfig(opts []Opt) (config, error) {
 		errs:       onceq.OptionErrors{Pkg: "periodic", Kind: ErrConfig},
 	}
 	onceq.ApplyOptions(&c.errs, opts, func(o Opt) { o.apply(&c) })
-	if c.planner == nil {
-		c.planner = delay.DefaultPlanner()
-	}
 	c.errs.Add(c.conn.Validate())
 	return c, c.errs.Err()
 }

@@ -111,8 +111,11 @@ func (s *Scheduler) Run(ctx context.Context) (err error) {
 		return err
 	}
 	defer store.Close()
-	prod, err := producer.New(producer.Conn(s.cfg.conn), producer.Planner(s.cfg.planner), producer.Logger(s.cfg.log),
-		producer.Registerer(s.cfg.registerer))
+	popts := []producer.Opt{producer.Conn(s.cfg.conn), producer.Logger(s.cfg.log)}
+	if s.cfg.planner != nil {
+		popts = append(popts, producer.Planner(s.cfg.planner))
+	}
+	prod, err := producer.New(append(popts, producer.Registerer(s.cfg.registerer))...)
 	if err != nil {
 		return fmt.Errorf("periodic: %w", err)
 	}

@@ -152,13 +152,16 @@ func CreateQueues(partitions int32) Opt {
 	})
 }
 
-// Planner sets the delay planner that routes delayed tasks to bucket
-// topics. It must have the ladder the delay service runs with. Default
-// delay.DefaultPlanner(). Planner and Buckets replace each other.
+// Planner sets the delay ladder the producer expects. Delayed tasks route
+// by the cluster's ladder (delay.ClusterPlanner), read by the first of
+// them: a different one is refused, with what to do, and on a cluster
+// whose ladder was never set, this one is set. Default: the cluster's
+// ladder, delay.DefaultBuckets when none was set. Planner and Buckets
+// replace each other.
 func Planner(p *delay.Planner) Opt {
 	return optFunc(func(cfg *config) {
 		if p == nil {
-			cfg.bad("Planner", nil, "nil planner: leave it unset for delay.DefaultPlanner()")
+			cfg.bad("Planner", nil, "nil planner: leave it unset for the cluster's ladder")
 		}
 		cfg.planner, cfg.buckets = p, nil
 	})
@@ -258,10 +261,8 @@ func build(opts []Opt) (config, error) {
 		c.conn.ClientID = c.clientID
 	}
 	c.errs.Add(c.conn.Validate())
-	if c.planner == nil {
-		if c.buckets == nil {
-			c.planner = delay.DefaultPlanner()
-		} else if p, err := delay.NewPlanner(c.buckets); err != nil {
+	if c.planner == nil && c.buckets != nil {
+		if p, err := delay.NewPlanner(c.buckets); err != nil {
 			c.bad("Buckets", delay.FormatLadder(c.buckets), "%v", err)
 		} else {
 			c.planner = p

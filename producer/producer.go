@@ -14,6 +14,7 @@ import (
 
 	"github.com/onceq/onceq"
 	"github.com/onceq/onceq/broker"
+	"github.com/onceq/onceq/delay"
 )
 
 // ErrClosed is returned for tasks submitted after Close, and for tasks
@@ -63,6 +64,11 @@ type Producer struct {
 	// it last failed (unix ns).
 	wakeOK       atomic.Bool
 	wakeFailedAt atomic.Int64
+
+	// ladder is the planner delayed tasks route by, read from the
+	// cluster by the first of them (see planner).
+	ladderMu sync.Mutex
+	ladder   atomic.Pointer[delay.Planner]
 
 	txMu sync.Mutex
 	txcl *kgo.Client // transactional, created by the first Tx

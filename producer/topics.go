@@ -70,11 +70,35 @@ func (p *Producer) route(ctx context.Context, t *onceq.Task, now time.Time) (des
 	if !t.DelayedAt(now) {
 		return q, q, nil
 	}
-	hop := p.cfg.planner.Route(now, t.Due)
+	pl, err := p.planner(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	hop := pl.Route(now, t.Due)
 	if dest, err = p.ensure(ctx, hop.Topic, true); err != nil {
 		return nil, nil, err
 	}
 	return dest, q, nil
+}
+
+// planner returns the planner delayed tasks route by: the cluster's
+// ladder, read by the first of them and checked against the one the
+// options gave, if any (delay.ClusterPlanner).
+func (p *Producer) planner(ctx context.Context) (*delay.Planner, error) {
+	if pl := p.ladder.Load(); pl != nil {
+		return pl, nil
+	}
+	p.ladderMu.Lock()
+	defer p.ladderMu.Unlock()
+	if pl := p.ladder.Load(); pl != nil {
+		return pl, nil
+	}
+	pl, err := delay.ClusterPlanner(ctx, p.cfg.conn, p.cfg.planner)
+	if err != nil {
+		return nil, fmt.Errorf("producer: %w", err)
+	}
+	p.ladder.Store(pl)
+	return pl, nil
 }
 
 // ensure returns the state of a topic that exists, looking it up (and

@@ -96,8 +96,11 @@ type published struct {
 	State   onceq.TaskState `json:"state,omitempty"`
 	Delayed bool            `json:"delayed,omitempty"`
 	// Workflow says that the job is a workflow (a bulk element with a
-	// chain, group, chord or depends_on): JobID is the workflow's ID.
-	Workflow bool `json:"workflow,omitempty"`
+	// chain, group, chord or depends_on): JobID is the workflow's ID. A
+	// known one has its WorkflowState, and Msg says it ("known, in state
+	// failed: ...", with the way to run it again).
+	Workflow      bool           `json:"workflow,omitempty"`
+	WorkflowState workflow.State `json:"workflow_state,omitempty"`
 }
 
 func answer(s inspect.Submission) published {
@@ -252,6 +255,14 @@ func (s *Server) bulk(w http.ResponseWriter, r *http.Request) {
 	for i, sub := range subs {
 		out[i] = answer(sub)
 		if out[i].Workflow = flows[i]; flows[i] {
+			if !sub.New {
+				st, err := workflow.Get(r.Context(), s.in, sub.ID)
+				if err != nil {
+					writeError(w, lookupError(err))
+					return
+				}
+				out[i].WorkflowState, out[i].Msg = st.State, workflow.Submission{ID: strings.TrimPrefix(sub.ID, ns+"/"), Status: st}.Known()
+			}
 			// The ID as the namespace gave it (or was given): kept as
 			// <ns>/<id>.
 			out[i].JobID = strings.TrimPrefix(out[i].JobID, ns+"/")
@@ -298,6 +309,10 @@ type job struct {
 	JobID     string          `json:"job_id"`
 	Done      bool            `json:"done"`
 	Task      json.RawMessage `json:"task,omitempty"`
+	// Cancel and Message answer a cancel: what it did
+	// (inspect.CancelAnswer's Outcome), in a sentence.
+	Cancel  string `json:"cancel,omitempty"`
+	Message string `json:"message,omitempty"`
 	*lmstfyJob
 }
 
@@ -402,7 +417,8 @@ func (s *Server) wait(w http.ResponseWriter, r *http.Request) {
 // its commit is visible); a task that has not started never starts (202,
 // done: false, while the cancel waits for a worker to end it canceled); a
 // task already final, or unknown, is left as it is (204: an ACK is
-// idempotent).
+// idempotent). POST .../job/{id}/cancel (cancelJob) is onceq's cancel,
+// which says what it did.
 func (s *Server) cancel(w http.ResponseWriter, r *http.Request) {
 	topic, id, err := s.jobOf(r)
 	if err != nil {
@@ -457,6 +473,65 @@ func (s *Server) finish(r *http.Request, topic, id string, result []byte) (cance
 		return false, lookupError(err)
 	}
 	return true, nil
+}
+
+// cancelJob: POST /api/{ns}/{queue}/job/{id}/cancel[?ahead=true]: the
+// task is canceled (inspect.Cancel), a task handed out to a consumer
+// included (its consumer's ACK then finds it canceled), and the status
+// says what came of it:
+//
+//	200 canceled: it ended canceled (unrun, or running and it gave up)
+//	202 pending: the cancel is recorded; it ends canceled when it reaches
+//	    a worker (also a cancel ahead=true of a task without a record)
+//	404 unknown: no record of the task: nothing written (ahead=true
+//	    cancels it all the same)
+//	409 final: already succeeded, dead, expired or canceled: nothing
+//	    written
+//	410 too late: it was running and finished before the cancel reached it
+//
+// The body is the job with its record (task), "cancel" (the outcome) and
+// "message" (a sentence saying what happened).
+func (s *Server) cancelJob(w http.ResponseWriter, r *http.Request) {
+	topic, id, err := s.jobOf(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	var opts []inspect.CancelOpt
+	if v := r.URL.Query().Get("ahead"); v != "" {
+		ahead, err := strconv.ParseBool(v)
+		if err != nil {
+			writeError(w, badRequest("ahead", "%q: want true or false", v))
+			return
+		}
+		if ahead {
+			opts = append(opts, inspect.CancelAhead())
+		}
+	}
+	a, err := s.in.Cancel(r.Context(), topic, id, opts...)
+	if err != nil {
+		writeError(w, lookupError(err))
+		return
+	}
+	msg := a.Describe(r.PathValue("queue"), id)
+	if a.Outcome == inspect.CancelUnknown {
+		writeError(w, &apiError{status: http.StatusNotFound, field: "id", msg: msg + "; ahead=true cancels it all the same, and a submission of it to come within the dedup window"})
+		return
+	}
+	ans := job{Namespace: r.PathValue("ns"), Queue: r.PathValue("queue"), JobID: id, Cancel: a.Outcome, Message: msg}
+	if a.Record.ID != "" {
+		ans.Done, ans.Task = a.Record.State.Final(), a.Record.AppendJSON(nil)
+	}
+	writeJSON(w, cancelStatus[a.Outcome], ans)
+}
+
+// cancelStatus is the status of each answer of a cancel but unknown.
+var cancelStatus = map[string]int{
+	inspect.CancelDone:    http.StatusOK,
+	inspect.CancelPending: http.StatusAccepted,
+	inspect.CancelAheadOf: http.StatusAccepted,
+	inspect.CancelFinal:   http.StatusConflict,
+	inspect.CancelTooLate: http.StatusGone,
 }
 
 // queueOf reads a queue route's path.

@@ -405,7 +405,7 @@ func (s *Server) deadLettersPage(w http.ResponseWriter, r *http.Request, pg *pag
 
 func (s *Server) delayPage(w http.ResponseWriter, r *http.Request, pg *page) {
 	pg.Title = "Delay ladder"
-	p, err := delay.NewPlanner(delay.DefaultBuckets)
+	p, _, err := delay.ReadLadder(r.Context(), s.cfg.conn)
 	var stats []delay.BucketStats
 	if err == nil {
 		stats, err = delay.Stats(r.Context(), s.cfg.conn, p, delay.DefaultGroup)
@@ -474,14 +474,11 @@ func (s *Server) consoleCancel(w http.ResponseWriter, r *http.Request, _ *page) 
 
 // cancelTask cancels a task and says what came of it.
 func (s *Server) cancelTask(ctx context.Context, queue, id string) string {
-	rec, err := s.in.Cancel(ctx, queue, id)
-	switch {
-	case err != nil:
+	a, err := s.in.Cancel(ctx, queue, id)
+	if err != nil {
 		return err.Error()
-	case rec.State.Final():
-		return "already " + string(rec.State) + ": nothing to cancel"
 	}
-	return "canceled: it will not start"
+	return a.Describe(queue, id)
 }
 
 // groupView is a consumer group on the groups page: its partitions of

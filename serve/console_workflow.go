@@ -138,7 +138,7 @@ func summary(s *workflow.Step) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%d %s", len(s.Steps), noun(s))
 	sep := ": "
-	for _, st := range []workflow.State{workflow.StateFailed, workflow.StateRunning, workflow.StateWaiting, workflow.StatePending, workflow.StateSucceeded} {
+	for _, st := range []workflow.State{workflow.StateFailed, workflow.StateCanceling, workflow.StateRunning, workflow.StateWaiting, workflow.StatePending, workflow.StateSkipped, workflow.StateSucceeded} {
 		if n[st] > 0 {
 			fmt.Fprintf(&b, "%s%d %s", sep, n[st], st)
 			sep = ", "

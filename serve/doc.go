@@ -39,6 +39,8 @@
 //	DELETE /api/{ns}/{queue}/job/{id}            acknowledge a task handed out (body: its result),
 //	                                             else cancel it; final or unknown: 204
 //	GET    /api/{ns}/{queue}/size                the jobs waiting for a consumer
+//	POST   /api/{ns}/{queue}/job/{id}/cancel     cancel it (ahead=): 200 canceled, 202 pending,
+//	                                             404 unknown, 409 already final, 410 too late
 //	GET    /api/{ns}/{queue}/stats               tasks by state and due time, groups
 //	POST   /api/{ns}/{queue}/pause               stop workers fetching the queue
 //	POST   /api/{ns}/{queue}/resume              and start again
@@ -82,6 +84,12 @@
 // A publish without tries or ttl gets lmstfy's defaults (DefaultTries,
 // DefaultJobTTL), and lmstfy's Job-Attr-* headers are kept as the task's
 // job-attr-* headers and answered as its attributes.
+//
+// POST .../job/{id}/cancel is onceq's own cancel, and its status says what
+// the cancel did: 200 it ended canceled, 202 it ends canceled when it
+// reaches a worker, 404 no record of it (nothing written; ahead=true
+// cancels it all the same), 409 already final, 410 it was running and
+// finished first.
 //
 // # The console
 //

@@ -3,6 +3,8 @@ package serve_test
 import (
 	"encoding/base64"
 	"encoding/json"
+	"io"
+	"net/http"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -59,7 +61,9 @@ func TestLmstfyCurl(t *testing.T) {
 		t.Fatalf("publish: %d %v", code, body)
 	}
 	id1 := body["job_id"].(string)
-	time.Sleep(time.Second) // both jobs wait for a consumer
+	// Both jobs wait for a consumer, each in its queue's handler: then a
+	// consume of both queues gets q1's first.
+	waitOffered(t, a, a.token("*", true), "ns.q1", "ns.q2")
 	// Consume q1 and q2 (timeout needed for several queues): q1 first.
 	for _, want := range []struct{ id, queue, data string }{{id1, "q1", "hello lmstfy"}, {id2, "q2", "second"}} {
 		code, body = run("-H", "X-Token: "+tok, a.url+"/api/ns/q1,q2?ttr=30&timeout=10")
@@ -80,5 +84,38 @@ func TestLmstfyCurl(t *testing.T) {
 	}
 	if code, body = run("-H", "X-Token: "+tok, a.url+"/api/ns/q1/size"); code != 200 || body["size"] != 0.0 || body["queue"] != "q1" {
 		t.Fatalf("size: %d %v", code, body)
+	}
+}
+
+// waitOffered waits until each of the queues' pull workers has a task in
+// its handler, waiting for a consumer: onceq_inflight_tasks is 1.
+func waitOffered(t *testing.T, a *api, ops string, topics ...string) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		req, err := http.NewRequest("GET", a.url+"/metrics", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("X-Token", ops) // /metrics is an operator's
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		missing := ""
+		for _, topic := range topics {
+			if !strings.Contains(string(b), `onceq_inflight_tasks{pull="`+topic+`",queue="`+topic+`"} 1`) {
+				missing = topic
+			}
+		}
+		if missing == "" {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no task of %s waits for a consumer after a minute", missing)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }

@@ -14,6 +14,8 @@ import (
 
 	"github.com/onceq/onceq/broker"
 	"github.com/onceq/onceq/consumer"
+	"github.com/onceq/onceq/delay"
+	"github.com/onceq/onceq/internal/control"
 	"github.com/onceq/onceq/internal/testutil"
 	"github.com/onceq/onceq/serve"
 )
@@ -193,10 +195,18 @@ func TestPublishAndAsk(t *testing.T) {
 	}
 
 	// A worker runs them.
+	started := make(chan string, 2)
 	w, err := consumer.New(consumer.Conn(a.conn), consumer.Queues("shop.emails"), consumer.CheckpointDir(t.TempDir()),
-		consumer.WithHandler(consumer.HandlerFunc(func(_ context.Context, task *consumer.Task) error {
+		consumer.WithHandler(consumer.HandlerFunc(func(ctx context.Context, task *consumer.Task) error {
+			if task.ID == "slow" || task.ID == "stubborn" {
+				started <- task.ID
+				<-ctx.Done()
+				if task.ID == "slow" {
+					return ctx.Err()
+				}
+			}
 			return task.SetResult(append([]byte("sent "), task.Payload...))
-		})))
+		})), consumer.TaskTimeout(time.Minute))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -220,12 +230,40 @@ func TestPublishAndAsk(t *testing.T) {
 	if code != 200 || body["state"] != "succeeded" {
 		t.Fatalf("publish of a finished ID: %d %v", code, body)
 	}
-	code, body = a.do("DELETE", "/api/shop/emails/job/later-1", tok, "")
-	if code != 202 {
-		t.Fatalf("cancel of a delayed task: %d %v; want 202", code, body)
+	// A cancel's status says what it did.
+	code, body = a.do("POST", "/api/shop/emails/job/later-1/cancel", tok, "")
+	if code != 202 || body["cancel"] != "pending" {
+		t.Fatalf("cancel of a delayed task: %d %v; want 202 pending", code, body)
 	}
 	if code, body = a.do("DELETE", "/api/shop/emails/job/order-1", tok, ""); code != 204 {
 		t.Fatalf("DELETE of a finished task: %d %v; want 204 (an ACK is idempotent)", code, body)
+	}
+	// onceq's cancel says what it did.
+	code, body = a.do("POST", "/api/shop/emails/job/order-1/cancel", tok, "")
+	if task, _ := body["task"].(map[string]any); code != 409 || body["cancel"] != "final" || task["state"] != "succeeded" {
+		t.Fatalf("cancel of a finished task: %d %v; want 409 with its state", code, body)
+	}
+	if code, body = a.do("POST", "/api/shop/emails/job/never/cancel", tok, ""); code != 404 || body["field"] != "id" || !strings.Contains(fmt.Sprint(body["error"]), "ahead=true") {
+		t.Fatalf("cancel of an unknown task: %d %v; want 404 naming ahead=true", code, body)
+	}
+	if code, body = a.do("POST", "/api/shop/emails/job/never/cancel?ahead=soon", tok, ""); code != 400 || body["field"] != "ahead" {
+		t.Fatalf("cancel with a bad ahead: %d %v; want 400", code, body)
+	}
+	if recs, _ := testutil.ReadCommittedErr(a.conn, 5*time.Second, control.Topic); len(recs) != 1 {
+		t.Fatalf("the control topic holds %d records, want the cancel of later-1 alone", len(recs))
+	}
+	if code, body = a.do("POST", "/api/shop/emails/job/ahead-1/cancel?ahead=true", tok, ""); code != 202 || body["cancel"] != "ahead" {
+		t.Fatalf("cancel ahead: %d %v; want 202 ahead", code, body)
+	}
+	for id, want := range map[string]int{"slow": 200, "stubborn": 410} {
+		if code, body = a.do("PUT", "/api/shop/emails?id="+id, tok, "x"); code != 201 {
+			t.Fatalf("publish %s: %d %v", id, code, body)
+		}
+		<-started
+		code, body = a.do("POST", "/api/shop/emails/job/"+id+"/cancel", tok, "")
+		if task, _ := body["task"].(map[string]any); code != want || task["state"] == nil {
+			t.Fatalf("cancel of running %s: %d %v; want %d with its record", id, code, body, want)
+		}
 	}
 	if code, body = a.do("GET", "/api/shop/emails/job/never", tok, ""); code != 404 || body["field"] != "id" {
 		t.Fatalf("job never submitted: %d %v", code, body)
@@ -301,5 +339,28 @@ func TestRateLimit(t *testing.T) {
 	}
 	if _, err := serve.New(context.Background(), serve.RateLimit(5, 0)); !errors.Is(err, serve.ErrConfig) {
 		t.Fatalf("a rate without a burst: %v; want ErrConfig", err)
+	}
+}
+
+// TestPublishRoutesByTheClusterLadder: a delayed publish goes to a bucket
+// of the cluster's ladder (delay ladder set), which the delay services
+// read, not to one of the default ladder.
+func TestPublishRoutesByTheClusterLadder(t *testing.T) {
+	a := start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	short, err := delay.ParseLadder("300ms 3s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := delay.SetLadder(ctx, a.conn, short); err != nil {
+		t.Fatal(err)
+	}
+	tok := a.token("shop", false)
+	if code, body := a.do("PUT", "/api/shop/emails?id=d-1&delay=2", tok, "later"); code != 201 || body["delayed"] != true {
+		t.Fatalf("delayed publish: %d %v", code, body)
+	}
+	if recs := testutil.ReadCommitted(t, a.conn, 5*time.Second, "onceq-delay-300ms"); len(recs) != 1 {
+		t.Fatalf("onceq-delay-300ms holds %d records, want the delayed task", len(recs))
 	}
 }

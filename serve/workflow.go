@@ -241,3 +241,36 @@ func mustJSON(st workflow.Status) []byte {
 	}
 	return b
 }
+
+// workflowRetry: POST /api/{ns}/{queue}/workflow/{id}/retry: runs again a
+// workflow that failed before it started, once its cause is fixed
+// (workflow.Retry): 202 with its status as of before; 409 with the way on
+// for one that cannot be retried (it started and failed at a step: submit
+// it under a new ID; or it did not fail); 403 for one with a task outside
+// the namespace.
+func (s *Server) workflowRetry(w http.ResponseWriter, r *http.Request) {
+	ns := r.PathValue("ns")
+	st, full, err := s.workflowOf(r.Context(), r, 0)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	inNamespace := func(queues []string) error {
+		for _, q := range queues {
+			if !strings.HasPrefix(q, ns+".") {
+				return &apiError{status: http.StatusForbidden, field: "id", msg: fmt.Sprintf("workflow %s has a task in queue %s, outside namespace %s", st.ID, q, ns)}
+			}
+		}
+		return nil
+	}
+	_, err = workflow.Retry(r.Context(), s.in, s.p, s.cfg.conn, full, workflow.RetryIf(inNamespace))
+	switch {
+	case errors.Is(err, workflow.ErrNotRetryable):
+		writeError(w, &apiError{status: http.StatusConflict, field: "id", msg: err.Error()})
+		return
+	case err != nil:
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusAccepted, shown(ns, st))
+}

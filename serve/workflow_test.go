@@ -134,6 +134,22 @@ func TestWorkflows(t *testing.T) {
 	if code, body = a.do("DELETE", "/api/shop/orders/workflow/never", tok, ""); code != 404 {
 		t.Fatalf("cancel of a workflow never submitted: %d %v; want 404", code, body)
 	}
+
+	// Known IDs say so; a retry names the way when it cannot run.
+	code, body = a.do("POST", "/api/shop/orders/bulk", tok, `[{"id":"daily","chain":[{"payload":"again"}]}]`)
+	if jobs, _ := body["jobs"].([]any); code != 201 || len(jobs) != 1 ||
+		jobs[0].(map[string]any)["workflow_state"] != "succeeded" || jobs[0].(map[string]any)["msg"] != "known, in state succeeded" {
+		t.Fatalf("bulk of a known workflow: %d %v; want it known, succeeded", code, body)
+	}
+	for path, want := range map[string]string{"daily": "only a failed workflow", "shop.orders%2Fship-8": "under a new ID"} {
+		code, body = a.do("POST", "/api/shop/orders/workflow/"+path+"/retry", tok, "")
+		if code != 409 || !strings.Contains(fmt.Sprint(body["error"]), want) {
+			t.Errorf("retry of %s: %d %v; want 409 naming %q", path, code, body, want)
+		}
+	}
+	if code, body = a.do("POST", "/api/other/orders/workflow/daily/retry", other, ""); code != 404 || strings.Contains(fmt.Sprint(body), "shop") {
+		t.Fatalf("retry of another namespace's workflow: %d %v; want 404 naming nothing of shop's", code, body)
+	}
 }
 
 // TestRefusedBulkCreatesNothing: a bulk refused for any element makes

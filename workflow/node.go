@@ -282,7 +282,8 @@ func (c *compiler) task(t onceq.Task, path string) (*flow.Step, error) {
 // form a cycle: a workflow that waits, through After, for a task of
 // another that waits for one of its own would never start, and neither
 // would the other. (A cycle with a workflow submitted before cannot be
-// seen here: both wait until one is canceled.)
+// seen here: the workflow service finds it when they wait, and ends them
+// with the cycle as their reason.)
 func CheckCycles(nodes ...Node) error {
 	owner := map[Ref]int{} // a task of a workflow given with its ID -> the workflow
 	for i := range nodes {

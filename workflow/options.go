@@ -81,9 +81,9 @@ func Logger(l *slog.Logger) Opt { return optFunc(func(cfg *config) { cfg.log = l
 // Default: none.
 func Registerer(r prometheus.Registerer) Opt { return optFunc(func(cfg *config) { cfg.reg = r }) }
 
-// Planner is the delay bucket ladder the service routes delayed steps
-// and dependency checks by: the same as every producer's and worker's.
-// Default: the consumer's default (delay.DefaultBuckets).
+// Planner is the delay bucket ladder the service expects for delayed
+// steps and dependency checks (see consumer.Planner): a ladder other than
+// the cluster's is refused. Default: the cluster's ladder.
 func Planner(p *delay.Planner) Opt { return optFunc(func(cfg *config) { cfg.planner = p }) }
 
 // CommitInterval is the service's commit interval. Default

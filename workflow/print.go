@@ -54,6 +54,9 @@ func writeStep(w io.Writer, s *Step, label, indent string) {
 		name = label + "  " + name
 	}
 	state := string(s.State)
+	if s.Reason != "" {
+		state += ": " + s.Reason
+	}
 	if s.Kind == "task" {
 		name += " " + s.Queue + "/" + s.ID
 		if r := s.Record; r != nil {
@@ -114,6 +117,7 @@ func (s Step) MarshalJSON() ([]byte, error) {
 		Kind      string          `json:"kind"`
 		Path      string          `json:"path"`
 		State     State           `json:"state"`
+		Reason    string          `json:"reason,omitempty"`
 		Queue     string          `json:"queue,omitempty"`
 		ID        string          `json:"id,omitempty"`
 		Record    json.RawMessage `json:"record,omitempty"`
@@ -121,7 +125,7 @@ func (s Step) MarshalJSON() ([]byte, error) {
 		Callback  *Step           `json:"callback,omitempty"`
 		OnSuccess []Step          `json:"on_success,omitempty"`
 		OnError   []Step          `json:"on_error,omitempty"`
-	}{s.Kind, s.Path, s.State, s.Queue, s.ID, recordJSON(s.Record), s.Steps, s.Callback, s.OnSuccess, s.OnError})
+	}{s.Kind, s.Path, s.State, s.Reason, s.Queue, s.ID, recordJSON(s.Record), s.Steps, s.Callback, s.OnSuccess, s.OnError})
 }
 
 func recordJSON(r *onceq.TaskRecord) json.RawMessage {

@@ -120,6 +120,21 @@ func (s *Service) start(ctx context.Context, t *consumer.Task, def *flow.Definit
 			return err
 		}
 		if waiting != "" {
+			in, err := s.inspector()
+			if err != nil {
+				return err
+			}
+			cycle, err := dependencyCycle(ctx, in, def)
+			if err != nil {
+				return err
+			}
+			if cycle != "" {
+				// Nothing of it ever starts: it ends, through its
+				// first tasks, with the cycle as their reason.
+				cancel, waiting = "dependency cycle: "+cycle, ""
+			}
+		}
+		if waiting != "" {
 			// Its shape shows while it waits (what Get shows, and what a
 			// namespace's reader is checked against).
 			if err := setShape(t, def); err != nil {
@@ -167,9 +182,12 @@ func (s *Service) checkQueues(ctx context.Context, def *flow.Definition) error {
 			return err
 		}
 		_, err = adm.DescribeTopic(ctx, q)
+		if errors.Is(err, broker.ErrTopicNotFound) {
+			err = s.confirmMissing(ctx, q)
+		}
 		switch {
 		case errors.Is(err, broker.ErrTopicNotFound):
-			return consumer.SkipRetry(fmt.Errorf("workflow %s: queue %q does not exist: create it with 'onceq topics create %s', then submit the workflow again", def.W, q, q))
+			return consumer.SkipRetry(fmt.Errorf("workflow %s: queue %q does not exist: create it with 'onceq topics create %s', then retry the workflow with 'onceq workflow retry %s'", def.W, q, q, def.W))
 		case err != nil:
 			return err
 		}
@@ -206,6 +224,20 @@ func (s *Service) admin() (*broker.Admin, error) {
 		s.adm = adm
 	}
 	return s.adm, nil
+}
+
+// confirmMissing asks the brokers again, through a client of its own,
+// whether queue q exists: the service's client answers from metadata it
+// keeps for a few seconds, and a workflow retried once its queue was
+// created must not fail again on that answer.
+func (s *Service) confirmMissing(ctx context.Context, q string) error {
+	adm, err := broker.NewAdmin(s.cfg.conn)
+	if err != nil {
+		return err
+	}
+	defer adm.Close()
+	_, err = adm.DescribeTopic(ctx, q)
+	return err
 }
 
 // dependencyCheck is how long a workflow waits before it looks at its

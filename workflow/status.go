@@ -22,10 +22,19 @@ const (
 	StateRunning   State = "running"   // some of it ran or runs
 	StateSucceeded State = "succeeded" // every step succeeded
 	StateFailed    State = "failed"    // a step failed for good: the workflow stopped there
+	// StateCanceling: the workflow was canceled and has not ended yet: no
+	// step starts from now on, and it ends failed at the first canceled
+	// step (a delayed one when it comes due).
+	StateCanceling State = "canceling"
+	// StateSkipped is a step that never runs, as Step.Reason says: the
+	// rest of a failed chain, the callback of a chord a member of which
+	// failed, the OnSuccess callbacks of a failed step and the OnError
+	// ones of a succeeded step.
+	StateSkipped State = "skipped"
 )
 
-// Final reports whether a workflow in state s is done.
-func (s State) Final() bool { return s == StateSucceeded || s == StateFailed }
+// Final reports whether a workflow, or a step, in state s is done.
+func (s State) Final() bool { return s == StateSucceeded || s == StateFailed || s == StateSkipped }
 
 // Status is what Get tells of a workflow: its state, where it stopped and
 // why, its output, and every step.
@@ -56,6 +65,8 @@ type Step struct {
 	// chord's callback, "ok0" and "err0" for callbacks.
 	Path  string
 	State State
+	// Reason says why a skipped step never runs.
+	Reason string
 	// Queue and ID name a task step; Record is its task record, nil while
 	// it has none (pending).
 	Queue, ID string
@@ -90,12 +101,17 @@ func Get(ctx context.Context, in *inspect.Inspector, id string) (Status, error) 
 		if rec.Result != nil {
 			root, err := shapeStatus(ctx, in, id, rec.Result)
 			st.Root = root
-			return st, err
+			if err != nil {
+				return st, err
+			}
 		}
-		return st, nil
+		return st, canceling(ctx, in, &st)
 	case onceq.StateSucceeded:
 	default:
-		st.State, st.Reason = StateFailed, "the workflow did not start: "+string(rec.State)+": "+rec.Error
+		st.State, st.Reason = StateFailed, "the workflow did not start: "+string(rec.State)
+		if rec.Error != "" {
+			st.Reason += ": " + rec.Error
+		}
 		return st, nil
 	}
 	root, err := shapeStatus(ctx, in, id, rec.Result)
@@ -108,8 +124,20 @@ func Get(ctx context.Context, in *inspect.Inspector, id string) (Status, error) 
 		st.Reason = failure(root)
 	case StateSucceeded:
 		st.Output = output(root)
+	default:
+		return st, canceling(ctx, in, &st)
 	}
 	return st, nil
+}
+
+// canceling tells a workflow canceled and not yet ended as such.
+func canceling(ctx context.Context, in *inspect.Inspector, st *Status) error {
+	canceled, err := in.CancelRequested(ctx, onceq.WorkflowQueue, st.ID)
+	if err != nil || !canceled {
+		return err
+	}
+	st.State, st.Reason = StateCanceling, "canceled: no step starts from now on; it ends failed at the first canceled step"
+	return nil
 }
 
 // shapeStatus reads the records of the steps of the workflow whose shape
@@ -154,7 +182,7 @@ func Wait(ctx context.Context, in *inspect.Inspector, id string) (Status, error)
 			return st, nil
 		}
 		queue, task := onceq.WorkflowQueue, id // until it starts
-		if st.State != StatePending && st.State != StateWaiting && st.Root != nil {
+		if st.Start != nil && st.Start.State == onceq.StateSucceeded && st.Root != nil {
 			s := open(st.Root)
 			if s == nil {
 				continue // it just finished
@@ -232,8 +260,60 @@ func status(ctx context.Context, in *inspect.Inspector, w string, n *flow.Node, 
 	if s.OnSuccess, err = statuses(ctx, in, w, n.OnSuccess, path, "ok"); err != nil {
 		return s, err
 	}
-	s.OnError, err = statuses(ctx, in, w, n.OnError, path, "err")
-	return s, err
+	if s.OnError, err = statuses(ctx, in, w, n.OnError, path, "err"); err != nil {
+		return s, err
+	}
+	markSkipped(&s)
+	return s, nil
+}
+
+// markSkipped marks the steps below s that never run, now that s's state
+// is known: they would show pending forever.
+func markSkipped(s *Step) {
+	if s.Kind == "chain" {
+		for i := range s.Steps {
+			if s.Steps[i].State == StateFailed {
+				for j := i + 1; j < len(s.Steps); j++ {
+					skip(&s.Steps[j], "not run: step "+s.Steps[i].Path+" failed before it")
+				}
+				break
+			}
+		}
+	}
+	if s.Callback != nil && parallel(s.Steps) == StateFailed {
+		skip(s.Callback, "not run: a member of the chord failed")
+	}
+	switch s.State {
+	case StateFailed:
+		for i := range s.OnSuccess {
+			skip(&s.OnSuccess[i], "not run: an OnSuccess callback, and the step failed")
+		}
+	case StateSucceeded:
+		for i := range s.OnError {
+			skip(&s.OnError[i], "not run: an OnError callback, and the step succeeded")
+		}
+	}
+}
+
+// skip marks s, and every step of it, skipped for why, if it has not
+// started: a step with a record ran, or runs.
+func skip(s *Step, why string) {
+	if s.State != StatePending {
+		return
+	}
+	s.State, s.Reason = StateSkipped, why
+	for i := range s.Steps {
+		skip(&s.Steps[i], why)
+	}
+	if s.Callback != nil {
+		skip(s.Callback, why)
+	}
+	for i := range s.OnSuccess {
+		skip(&s.OnSuccess[i], why)
+	}
+	for i := range s.OnError {
+		skip(&s.OnError[i], why)
+	}
 }
 
 func statuses(ctx context.Context, in *inspect.Inspector, w string, ns []flow.Node, path, prefix string) ([]Step, error) {
@@ -311,8 +391,8 @@ func failure(s *Step) string {
 		if s.Path == "" {
 			why = "task " + s.Queue + "/" + s.ID + " " + string(s.Record.State)
 		}
-		if s.Record.Reason != "" {
-			why += ": " + s.Record.Reason
+		if r := s.Record.Reason; r != "" && r != string(s.Record.State) {
+			why += ": " + r // not "canceled: canceled"
 		}
 		if s.Record.Error != "" {
 			why += ": " + s.Record.Error

@@ -19,13 +19,7 @@ type delayFlags struct {
 	group   string
 }
 
-func (f delayFlags) planner() (*delay.Planner, error) {
-	p, err := delay.ParseLadder(f.buckets)
-	if err != nil {
-		return nil, usagef("--buckets: %v", err)
-	}
-	return p, nil
-}
+func (f delayFlags) planner() (*delay.Planner, error) { return parseBuckets(f.buckets) }
 
 func newDelayCmd(g *globals) *cobra.Command {
 	var (
@@ -41,8 +35,8 @@ func newDelayCmd(g *globals) *cobra.Command {
 		Use:   "delay",
 		Short: "Run the delay service: move delayed tasks on to their queues, exactly once",
 		Long: `Run the delay service alone (workers run it too unless told not to). Delayed
-tasks wait in the bucket topics of a ladder (--buckets, onceq-delay-1s ...
-onceq-delay-1d); the service moves each on when its time in a bucket is up, to
+tasks wait in the bucket topics of the cluster's ladder (onceq delay ladder:
+onceq-delay-1s ... onceq-delay-1d by default); the service moves each on when its time in a bucket is up, to
 the next bucket or, when it is due, to its queue: never early, each move
 exactly once, in a Kafka transaction with the offset commit. Instances with
 the same --group share the buckets; each needs its own --state-dir.
@@ -88,7 +82,7 @@ and stops cleanly on SIGINT or SIGTERM. "onceq delay stats" shows what waits.`,
 		},
 	}
 	pf := cmd.PersistentFlags()
-	pf.StringVar(&f.buckets, "buckets", delay.FormatLadder(delay.DefaultBuckets), "the bucket ladder, as the producers use it: durations such as 100ms, 5s, 2m, 6h, 1d, separated by commas or spaces")
+	bucketsFlag(pf, &f.buckets)
 	pf.StringVar(&f.group, "group", delay.DefaultGroup, "consumer group; instances of one group share the buckets")
 	fl := cmd.Flags()
 	fl.StringVar(&metricsAddr, "metrics-addr", "127.0.0.1:0", "serve /metrics, /healthz and /readyz here (port 0: any free port, logged; empty: off)")
@@ -97,7 +91,7 @@ and stops cleanly on SIGINT or SIGTERM. "onceq delay stats" shows what waits.`,
 	fl.IntVar(&maxHeld, "max-held", delay.DefaultMaxHeld, "records held in memory ahead of their move, at most (bounds memory)")
 	fl.DurationVar(&sessionTimeout, "session-timeout", delay.DefaultSessionTimeout, "group session timeout: how long a silent instance keeps its partitions")
 	fl.DurationVar(&txnTimeout, "transaction-timeout", delay.DefaultTransactionTimeout, "transaction timeout, below --session-timeout")
-	cmd.AddCommand(newDelayStatsCmd(g, &f))
+	cmd.AddCommand(newDelayStatsCmd(g, &f), newDelayLadderCmd(g))
 	return cmd
 }
 
@@ -131,6 +125,11 @@ bucket and the next larger one, and has waited for part of the bucket.`,
 			conn, err := g.conn()
 			if err != nil {
 				return err
+			}
+			if p == nil {
+				if p, _, err = delay.ReadLadder(cmd.Context(), conn); err != nil {
+					return err
+				}
 			}
 			st, err := delay.Stats(cmd.Context(), conn, p, f.group)
 			if err != nil {

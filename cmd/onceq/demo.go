@@ -63,8 +63,8 @@ read_committed reader. Exit 0 when every check holds, 1 otherwise.`,
 	f.IntVar(&mix.Chains, "chains", 20, "chains (workflows of --chain-steps tasks, each with the result of the one before)")
 	f.IntVar(&mix.ChainSteps, "chain-steps", 5, "steps of each chain")
 	f.IntVar(&workers, "workers", 3, "worker processes")
-	f.StringVar(&dir, "dir", "", "directory for the broker's data, checkpoints and worker logs (default: a new temporary one)")
-	f.BoolVar(&keep, "keep", false, "keep the broker and workers running after the report, until Ctrl-C, to explore")
+	f.StringVar(&dir, "dir", "", "directory for the broker's data, checkpoints and worker logs (default: a new temporary one, removed at the end unless --keep or a check failed)")
+	f.BoolVar(&keep, "keep", false, "keep the broker and workers running after the report, until Ctrl-C, to explore, and keep the temporary dir")
 	f.DurationVar(&timeout, "timeout", 80*time.Second, "give up if the tasks have not all ended by then")
 	return cmd
 }
@@ -80,12 +80,23 @@ type demoRun struct {
 	plan    *demo.Plan
 }
 
-func runDemo(ctx context.Context, g *globals, mix demo.Mix, workers int, dir string, keep bool, timeout time.Duration) error {
-	var err error
+func runDemo(ctx context.Context, g *globals, mix demo.Mix, workers int, dir string, keep bool, timeout time.Duration) (err error) {
 	if dir == "" {
 		if dir, err = os.MkdirTemp("", "onceq-demo-"); err != nil {
 			return err
 		}
+		// Its own temporary dir goes once everything stopped (deferred
+		// first, it runs last), unless asked to keep it or a check
+		// failed: the worker logs then say why.
+		defer func() {
+			if keep || err != nil {
+				fmt.Fprintf(g.stdout, "data and logs kept in %s\n", dir)
+				return
+			}
+			if rerr := os.RemoveAll(dir); rerr != nil {
+				fmt.Fprintf(g.stderr, "onceq demo: removing %s: %v\n", dir, rerr)
+			}
+		}()
 	}
 	d := &demoRun{g: g, dir: dir, started: time.Now()}
 	out := g.stdout

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -44,6 +45,31 @@ func TestDemoBadFlags(t *testing.T) {
 	} {
 		if code, _, stderr := runCLI(t, "", args...); code != exitUsage {
 			t.Errorf("onceq %s: exit %d (%s), want 2", strings.Join(args, " "), code, stderr)
+		}
+	}
+}
+
+// TestDemoRemovesItsDir: a demo without --dir removes the temporary dir
+// it made once it stopped; with --keep it would stay.
+func TestDemoRemovesItsDir(t *testing.T) {
+	tmp := t.TempDir()
+	t.Setenv("TMPDIR", tmp)
+	p := testutil.Start(t, "demo", "--immediate", "50", "--delayed", "10", "--duplicates", "5", "--flaky", "5",
+		"--doomed", "2", "--max-delay", "2s", "--chords", "1", "--chains", "1")
+	code, err := p.Wait(2 * time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out := p.Output(); code != 0 || !strings.Contains(out, "data and logs in "+tmp) {
+		t.Fatalf("demo exit %d:\n%s", code, out)
+	}
+	left, err := os.ReadDir(tmp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range left {
+		if strings.HasPrefix(e.Name(), "onceq-demo-") {
+			t.Errorf("the demo left %s in %s", e.Name(), tmp)
 		}
 	}
 }

@@ -47,16 +47,16 @@ func TestFlagDefaultsAreTheLibrarys(t *testing.T) {
 		{"worker", "result-retention", consumer.DefaultResultRetention},
 		{"worker", "max-result-bytes", consumer.DefaultMaxResultBytes},
 		{"worker", "group-protocol", consumer.DefaultGroupProtocol},
-		{"worker", "buckets", delay.FormatLadder(delay.DefaultBuckets)},
+		{"worker", "buckets", ""}, // the library has none: the cluster's ladder
 		{"delay", "group", delay.DefaultGroup},
 		{"delay", "commit-interval", delay.DefaultCommitInterval},
 		{"delay", "max-held", delay.DefaultMaxHeld},
 		{"delay", "session-timeout", delay.DefaultSessionTimeout},
 		{"delay", "transaction-timeout", delay.DefaultTransactionTimeout},
-		{"delay", "buckets", delay.FormatLadder(delay.DefaultBuckets)},
+		{"delay", "buckets", ""}, // the library has none: the cluster's ladder
 		{"periodic run", "lead", periodic.DefaultLead},
 		{"periodic run", "max-catch-up", periodic.DefaultMaxCatchUp},
-		{"periodic run", "buckets", delay.FormatLadder(delay.DefaultBuckets)},
+		{"periodic run", "buckets", ""}, // the library has none: the cluster's ladder
 		{"bench", "tasks", bench.DefaultTasks},
 		{"bench", "size", bench.DefaultSize},
 		{"bench", "partitions", bench.DefaultPartitions},

@@ -8,7 +8,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/onceq/onceq/delay"
 	"github.com/onceq/onceq/internal/ops"
 	"github.com/onceq/onceq/periodic"
 )
@@ -223,9 +222,9 @@ SIGINT or SIGTERM. Run as many as you like: each submits every tick, and workers
 run each once. It serves /metrics, /healthz and /readyz on --metrics-addr.`,
 		Args: exactArgs(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			planner, err := delay.ParseLadder(buckets)
+			planner, err := parseBuckets(buckets)
 			if err != nil {
-				return usagef("--buckets: %v", err)
+				return err
 			}
 			if metricsAddr != "" {
 				if err := ops.CheckAddr(metricsAddr); err != nil {
@@ -237,8 +236,12 @@ run each once. It serves /metrics, /healthz and /readyz on --metrics-addr.`,
 				return err
 			}
 			reg := ops.NewRegistry()
-			s, err := periodic.NewScheduler(periodic.Conn(conn), periodic.Planner(planner), periodic.Lead(lead),
-				periodic.MaxCatchUp(maxCatchUp), periodic.Registerer(reg), periodic.Logger(g.log))
+			popts := []periodic.Opt{periodic.Conn(conn), periodic.Lead(lead), periodic.MaxCatchUp(maxCatchUp),
+				periodic.Registerer(reg), periodic.Logger(g.log)}
+			if planner != nil {
+				popts = append(popts, periodic.Planner(planner))
+			}
+			s, err := periodic.NewScheduler(popts...)
 			if err != nil {
 				return flagError(cmd.Flags(), err)
 			}
@@ -252,7 +255,7 @@ run each once. It serves /metrics, /healthz and /readyz on --metrics-addr.`,
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&metricsAddr, "metrics-addr", "127.0.0.1:0", "serve /metrics, /healthz and /readyz here (port 0: any free port, logged; empty: off)")
-	fl.StringVar(&buckets, "buckets", delay.FormatLadder(delay.DefaultBuckets), "the delay bucket ladder, the same for every producer, worker and delay service")
+	bucketsFlag(fl, &buckets)
 	fl.DurationVar(&lead, "lead", periodic.DefaultLead, "submit each tick this long before it; a tick reached later than this after it was missed")
 	fl.IntVar(&maxCatchUp, "max-catch-up", periodic.DefaultMaxCatchUp, "missed ticks of a schedule submitted when catching up, at most (the latest)")
 	setsOption(fl, "Planner", "buckets")

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/onceq/onceq"
+	"github.com/onceq/onceq/inspect"
 	"github.com/onceq/onceq/producer"
 	"github.com/onceq/onceq/workflow"
 )
@@ -61,12 +62,36 @@ func (f *produceFlags) runFile(ctx context.Context, g *globals, opts []producer.
 			need := time.Duration(float64(len(tasks))/f.rate*float64(time.Second)) + producer.DefaultTxTimeout
 			opts = append(opts, producer.TxTimeout(need))
 		}
+		// Known workflows are said so, and left out of the transaction.
+		known := knownFlows{g: g}
+		defer known.close()
+		var fresh []numbered
+		var says []string
+		for _, n := range tasks {
+			say, err := known.check(ctx, n)
+			if err != nil {
+				return fmt.Errorf("%w: nothing of the file was submitted", atLine(n.line, err))
+			}
+			if say != "" {
+				says = append(says, n.task.ID+" "+say)
+				continue
+			}
+			fresh = append(fresh, n)
+		}
 		p, err := producer.New(opts...)
 		if err != nil {
 			return err
 		}
 		defer p.Close()
-		return f.submitTx(ctx, p, tasks, out)
+		if len(fresh) > 0 {
+			if err := f.submitTx(ctx, p, fresh, out); err != nil {
+				return err
+			}
+		}
+		for _, say := range says {
+			fmt.Fprintln(out.w, say)
+		}
+		return nil
 	}
 	p, err := producer.New(opts...)
 	if err != nil {
@@ -74,6 +99,8 @@ func (f *produceFlags) runFile(ctx context.Context, g *globals, opts []producer.
 	}
 	defer p.Close()
 	pace := pacer{rate: f.rate, start: time.Now()}
+	known := knownFlows{g: g}
+	defer known.close()
 	seq := 0
 	for out.failed() == nil {
 		n, ok, err := lines.next()
@@ -83,6 +110,14 @@ func (f *produceFlags) runFile(ctx context.Context, g *globals, opts []producer.
 		}
 		if !ok {
 			break
+		}
+		if say, err := known.check(ctx, n); err != nil {
+			out.fail(atLine(n.line, err))
+			break
+		} else if say != "" {
+			out.known(seq, n.task.ID, say)
+			seq++
+			continue
 		}
 		if err := pace.wait(ctx, seq); err != nil {
 			out.fail(err)
@@ -184,4 +219,42 @@ func (l *lineReader) next() (n numbered, ok bool, err error) {
 		return n, false, fmt.Errorf("reading the input: %w", err)
 	}
 	return n, false, nil
+}
+
+// knownFlows tells which workflow lines name a workflow already known:
+// submitting one again would start nothing, so the line says so instead,
+// with its state ("known, in state failed: ...", and the way on). It
+// opens an inspector at the first workflow line.
+type knownFlows struct {
+	g  *globals
+	in *inspect.Inspector
+}
+
+// check returns what a known workflow line found, or "" for a line to
+// submit.
+func (k *knownFlows) check(ctx context.Context, n numbered) (string, error) {
+	if n.flow == nil {
+		return "", nil
+	}
+	if k.in == nil {
+		in, err := openInspector(k.g)
+		if err != nil {
+			return "", err
+		}
+		k.in = in
+	}
+	st, err := workflow.Get(ctx, k.in, n.task.ID)
+	switch {
+	case errors.Is(err, inspect.ErrNotFound):
+		return "", nil
+	case err != nil:
+		return "", err
+	}
+	return workflow.Submission{ID: n.task.ID, Status: st}.Known(), nil
+}
+
+func (k *knownFlows) close() {
+	if k.in != nil {
+		k.in.Close()
+	}
 }

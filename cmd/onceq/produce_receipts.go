@@ -28,6 +28,17 @@ type receipts struct {
 type receiptLine struct {
 	rc producer.Receipt
 	ok bool
+	// known, for a workflow line whose ID is known: what was found,
+	// printed instead of a receipt (nothing was submitted).
+	known string
+}
+
+// known records a workflow line whose ID was known, so nothing was
+// submitted: its line says so, in the state the workflow is in.
+func (r *receipts) known(seq int, id, say string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.record(seq, receiptLine{ok: true, known: id + " " + say})
 }
 
 func (r *receipts) done(seq, line int, rc producer.Receipt, err error) {
@@ -44,7 +55,13 @@ func (r *receipts) done(seq, line int, rc producer.Receipt, err error) {
 		}
 		r.progressed.Add(1)
 	}
-	r.pending[seq] = receiptLine{rc, err == nil}
+	r.record(seq, receiptLine{rc: rc, ok: err == nil})
+}
+
+// record keeps a line to print and prints those now in order. r.mu is
+// held.
+func (r *receipts) record(seq int, l receiptLine) {
+	r.pending[seq] = l
 	for {
 		l, ok := r.pending[r.next]
 		if !ok {
@@ -52,6 +69,10 @@ func (r *receipts) done(seq, line int, rc producer.Receipt, err error) {
 		}
 		delete(r.pending, r.next)
 		r.next++
+		if l.known != "" {
+			fmt.Fprintln(r.w, l.known) // quiet or not: nothing was submitted
+			continue
+		}
 		if l.ok && !r.quiet {
 			fmt.Fprintf(r.w, "%s %s/%d@%d", l.rc.ID, l.rc.Topic, l.rc.Partition, l.rc.Offset)
 			if l.rc.Delayed {

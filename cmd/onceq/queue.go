@@ -153,7 +153,11 @@ with or without a record, is counted per bucket by onceq delay stats.`,
 					}
 					fmt.Fprintln(g.stdout)
 					for _, gr := range st.Groups {
-						fmt.Fprintf(g.stdout, "  group %s (%s, %d members): %d waiting\n", gr.Group, gr.State, gr.Members, gr.Waiting)
+						approx := ""
+						if !gr.Exact {
+							approx = "~"
+						}
+						fmt.Fprintf(g.stdout, "  group %s (%s, %d members): %s%d waiting\n", gr.Group, gr.State, gr.Members, approx, gr.Waiting)
 					}
 				}
 				return nil

@@ -54,7 +54,7 @@ func exitCode(err error) int {
 	case errors.Is(err, ops.ErrListen):
 		return exitFailure
 	case errors.As(err, &ue), errors.As(err, &ve), errors.Is(err, broker.ErrConfig), errors.Is(err, producer.ErrConfig),
-		errors.Is(err, delay.ErrServiceConfig), errors.Is(err, delay.ErrLadder), errors.Is(err, ops.ErrAddress),
+		errors.Is(err, delay.ErrServiceConfig), errors.Is(err, delay.ErrLadder), errors.Is(err, delay.ErrLadderMismatch), errors.Is(err, ops.ErrAddress),
 		errors.Is(err, workflow.ErrInvalid), errors.Is(err, workflow.ErrConfig),
 		errors.Is(err, periodic.ErrInvalid), errors.Is(err, periodic.ErrConfig):
 		return exitUsage

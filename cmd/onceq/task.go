@@ -194,30 +194,53 @@ func newTaskListCmd(g *globals, timeout *time.Duration) *cobra.Command {
 }
 
 func newTaskCancelCmd(g *globals, timeout *time.Duration) *cobra.Command {
-	return &cobra.Command{
+	var ahead bool
+	wait := inspect.DefaultCancelWait
+	cmd := &cobra.Command{
 		Use:   "cancel QUEUE ID",
-		Short: "Cancel a task that has not started",
-		Long: `Cancel a task: if it has not started, it never starts, and ends canceled (workers
-check each task before they run it; a delayed one ends at once when it reaches a
-worker). A task already done is left as it is, and its state is shown. A task
-retrying ends canceled before its next attempt. The cancel is kept in the
-onceq-control topic until a worker ends the task, so it holds across restarts.
-A task a worker fetched in the milliseconds before it read the cancel runs: task
-get tells which happened.`,
+		Short: "Cancel a task, and say what came of it",
+		Long: `Cancel a task and say what came of it:
+
+  canceled   it ended canceled: it never ran, or it was running, its context was
+             canceled and it gave up (exit 0)
+  pending    the cancel is recorded; the task (scheduled, retrying or waiting in its
+             queue) ends canceled when it reaches a worker (exit 0)
+  too late   it was running and finished before the cancel reached it (exit 1)
+  final      it was already succeeded, dead, expired or canceled: nothing written (exit 1)
+  unknown    no record of it: nothing written (exit 1); --ahead cancels it all the same
+
+The cancel is kept in the onceq-control topic until a worker ends the task,
+however it ends, and lapses after the dedup window: it never cancels a later
+submission of the ID, unless --ahead asked for that. The command waits up to
+--wait for a task that may be running or about to run to end, so that it can
+say which way it ended.`,
 		Args: exactArgs(2, "a queue and a task ID"),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if wait < 0 {
+				return usagef("--wait %v: want 0 (do not wait) or a positive duration such as 3s", wait)
+			}
+			opts := []inspect.CancelOpt{inspect.CancelWait(wait)}
+			if ahead {
+				opts = append(opts, inspect.CancelAhead())
+			}
 			return withInspector(cmd, g, *timeout, args[0], args[1], func(ctx context.Context, in *inspect.Inspector) error {
-				r, err := in.Cancel(ctx, args[0], args[1])
+				a, err := in.Cancel(ctx, args[0], args[1], opts...)
 				if err != nil {
 					return err
 				}
-				if r.State.Final() {
-					fmt.Fprintf(g.stdout, "task %s of %s is already %s: nothing to cancel\n", args[1], args[0], r.State)
-					return nil
+				say := a.Describe(args[0], args[1])
+				if a.Outcome == inspect.CancelUnknown {
+					say += "; to cancel it all the same, and a submission of it to come within the dedup window, run again with --ahead"
 				}
-				fmt.Fprintf(g.stdout, "canceled task %s of %s: it ends canceled instead of running\n", args[1], args[0])
+				if !a.Canceled() {
+					return errors.New(say)
+				}
+				fmt.Fprintln(g.stdout, say)
 				return nil
 			})
 		},
 	}
+	cmd.Flags().BoolVar(&ahead, "ahead", false, "cancel a task of which there is no record yet: the first submission of the ID within the dedup window ends canceled")
+	cmd.Flags().DurationVar(&wait, "wait", inspect.DefaultCancelWait, "how long to wait for a running or due task to end, to say which way it ended (0: do not wait)")
+	return cmd
 }

@@ -96,8 +96,10 @@ func TestTaskCommands(t *testing.T) {
 }
 
 // TestCancelAndPauseCommands: task cancel of a delayed task makes it end
-// canceled; queue pause holds a queue's tasks until queue resume; queue
-// list shows both.
+// canceled; a cancel of an unknown ID writes nothing and exits 1, naming
+// --ahead, which cancels the task waiting unrecorded; a cancel of a
+// finished task exits 1; queue pause holds a queue's tasks until queue
+// resume; queue list shows both.
 func TestCancelAndPauseCommands(t *testing.T) {
 	addr, conn := produceBroker(t)
 	testutil.CreateTopic(t, conn, "out", 2)
@@ -115,9 +117,18 @@ func TestCancelAndPauseCommands(t *testing.T) {
 	defer w.Kill()
 	w.WaitOutput(t, "queue paused", 30*time.Second)
 	cli("produce", "--queue", "jobs", "--id", "now-1", "hello")
-	cli("produce", "--queue", "jobs", "--id", "later-1", "--delay", "3s", "hello")
-	if out := cli("task", "cancel", "jobs", "later-1"); !strings.Contains(out, "canceled task later-1 of jobs") {
+	cli("produce", "--queue", "jobs", "--id", "later-1", "--delay", "3s", "--unique", "hello")
+	if out := cli("task", "cancel", "jobs", "later-1", "--wait", "0"); !strings.Contains(out, "canceled task later-1 of jobs: it ends canceled") {
 		t.Fatalf("task cancel: %s", out)
+	}
+	// Without a record: unknown, unless --ahead.
+	cli("produce", "--queue", "jobs", "--id", "later-2", "--delay", "3s", "hello")
+	code, out, stderr := runCLI(t, "", "--brokers", addr, "task", "cancel", "jobs", "later-2")
+	if code != exitFailure || !strings.Contains(stderr, "no record of it") || !strings.Contains(stderr, "--ahead") {
+		t.Fatalf("task cancel of a task without a record: exit %d: %s%s", code, out, stderr)
+	}
+	if out := cli("task", "cancel", "jobs", "later-2", "--ahead"); !strings.Contains(out, "canceled task later-2 of jobs ahead") {
+		t.Fatalf("task cancel --ahead: %s", out)
 	}
 	time.Sleep(time.Second)
 	if out := cli("queue", "list"); !strings.Contains(out, "jobs   true") {
@@ -130,18 +141,21 @@ func TestCancelAndPauseCommands(t *testing.T) {
 	if out := cli("task", "wait", "jobs", "now-1", "--timeout", "30s"); !strings.Contains(out, "state     succeeded") {
 		t.Fatalf("now-1 after resume:\n%s", out)
 	}
-	code, out, _ := runCLI(t, "", "--brokers", addr, "task", "wait", "jobs", "later-1", "--timeout", "30s")
-	if code != exitFailure || !strings.Contains(out, "state     canceled") {
-		t.Fatalf("later-1: exit %d\n%s", code, out)
+	for _, id := range []string{"later-1", "later-2"} {
+		code, out, _ := runCLI(t, "", "--brokers", addr, "task", "wait", "jobs", id, "--timeout", "30s")
+		if code != exitFailure || !strings.Contains(out, "state     canceled") {
+			t.Fatalf("%s: exit %d\n%s", id, code, out)
+		}
 	}
-	if out := cli("task", "cancel", "jobs", "now-1"); !strings.Contains(out, "already succeeded: nothing to cancel") {
-		t.Fatalf("cancel of a finished task: %s", out)
+	code, out, stderr = runCLI(t, "", "--brokers", addr, "task", "cancel", "jobs", "now-1")
+	if code != exitFailure || !strings.Contains(stderr, "already succeeded: nothing to cancel") {
+		t.Fatalf("cancel of a finished task: exit %d: %s%s", code, out, stderr)
 	}
 	if out := cli("queue", "list"); !strings.Contains(out, "jobs   false") {
 		t.Fatalf("queue list after resume:\n%s", out)
 	}
 	out = cli("queue", "stats", "jobs", "--json")
-	if !strings.Contains(out, `"queue":"jobs","paused":false,"tasks":{"canceled":1,"succeeded":1}`) ||
+	if !strings.Contains(out, `"queue":"jobs","paused":false,"tasks":{"canceled":2,"succeeded":1}`) ||
 		!strings.Contains(out, `"group":"onceq","state":"Stable","members":1,"waiting":`) {
 		t.Fatalf("queue stats --json:\n%s", out)
 	}

@@ -112,7 +112,7 @@ exit code is 1.`,
 	fl.BoolVar(&f.delayService, "delay-service", true, "also run the delay service (moves delayed tasks and retries on); off when it runs apart (onceq delay)")
 	fl.BoolVar(&f.workflowService, "workflow-service", true, "also run the workflow service (starts workflows, joins groups and chords); every worker may run one")
 	fl.BoolVar(&f.scheduler, "scheduler", true, "also run the periodic scheduler (submits the ticks of 'onceq periodic' schedules); off when it runs apart (onceq periodic run)")
-	fl.StringVar(&f.buckets, "buckets", delay.FormatLadder(delay.DefaultBuckets), "the delay bucket ladder, the same for every producer, worker and delay service")
+	bucketsFlag(fl, &f.buckets)
 	fl.StringVar(&f.groupProtocol, "group-protocol", consumer.DefaultGroupProtocol, "classic (cooperative-sticky, static membership) or consumer (KIP-848, Kafka 4.0+)")
 	fl.StringVar(&f.memoryLimit, "memory-limit", "192MiB", "soft limit of the Go heap and runtime (Go's GOMEMLIMIT, which wins when set): the garbage collector works harder near it; the checkpoint's cache (up to 96 MiB) comes on top; 0 for none")
 	fl.StringVar(&f.crashAt, "crash-at", "", "fault injection: POINT:N kills this process (SIGKILL) at commit point POINT (before-kafka, between, after) of its Nth commit")
@@ -159,9 +159,9 @@ func runWorker(cmd *cobra.Command, g *globals, f workerFlags) error {
 	if err != nil {
 		return err
 	}
-	planner, err := delay.ParseLadder(f.buckets)
+	planner, err := parseBuckets(f.buckets)
 	if err != nil {
-		return usagef("--buckets: %v", err)
+		return err
 	}
 	hook, err := crashHook(f.crashAt)
 	if err != nil {
@@ -207,8 +207,11 @@ func runWorker(cmd *cobra.Command, g *globals, f workerFlags) error {
 		sides = append(sides, component{"workflow", wf})
 	}
 	if f.scheduler {
-		sched, err := periodic.NewScheduler(periodic.Conn(conn), periodic.Planner(planner), periodic.Registerer(reg),
-			periodic.Logger(g.log.With("component", "scheduler")))
+		popts := []periodic.Opt{periodic.Conn(conn), periodic.Registerer(reg), periodic.Logger(g.log.With("component", "scheduler"))}
+		if planner != nil {
+			popts = append(popts, periodic.Planner(planner))
+		}
+		sched, err := periodic.NewScheduler(popts...)
 		if err != nil {
 			return flagError(cmd.Flags(), err)
 		}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/onceq/onceq"
 	"github.com/onceq/onceq/inspect"
+	"github.com/onceq/onceq/producer"
 	"github.com/onceq/onceq/workflow"
 )
 
@@ -25,7 +26,7 @@ read its record and its steps' task records, as onceq task does; onceq task get
 ` + onceq.WorkflowQueue + ` ID shows the same. workflow cancel stops one.`,
 	}
 	cmd.PersistentFlags().DurationVar(&timeout, "timeout", time.Minute, "give up after this long (workflow wait: the longest wait)")
-	cmd.AddCommand(newWorkflowGetCmd(g, &timeout), newWorkflowWaitCmd(g, &timeout), newWorkflowCancelCmd(g, &timeout))
+	cmd.AddCommand(newWorkflowGetCmd(g, &timeout), newWorkflowWaitCmd(g, &timeout), newWorkflowCancelCmd(g, &timeout), newWorkflowRetryCmd(g, &timeout))
 	return cmd
 }
 
@@ -132,6 +133,41 @@ end.`,
 				default:
 					fmt.Fprintf(g.stdout, "workflow %s canceled: no step starts from now on; the steps running finish\n", id)
 				}
+				return nil
+			})
+		},
+	}
+}
+
+func newWorkflowRetryCmd(g *globals, timeout *time.Duration) *cobra.Command {
+	return &cobra.Command{
+		Use:   "retry ID",
+		Short: "Run a workflow that failed before it started again, under its ID",
+		Long: `Run again a workflow that failed before it started (a queue that did not
+exist, say: create it first): its start task is requeued from its dead letter
+with the definition it was submitted with. A workflow that started and failed
+at a step is refused, since its steps ran under their IDs, which run once:
+submit it again under a new ID. workflow wait ID waits for the end.`,
+		Args: exactArgs(1, "a workflow ID"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			id := args[0]
+			if err := workflowID(id); err != nil {
+				return err
+			}
+			conn, err := g.conn()
+			if err != nil {
+				return err
+			}
+			p, err := producer.New(producer.Conn(conn), producer.Logger(g.log))
+			if err != nil {
+				return err
+			}
+			defer p.Close()
+			return withInspectorOf(cmd, g, *timeout, func(ctx context.Context, in *inspect.Inspector) error {
+				if _, err := workflow.Retry(ctx, in, p, conn, id); err != nil {
+					return err
+				}
+				fmt.Fprintf(g.stdout, "workflow %s retried: its start task runs again\n", id)
 				return nil
 			})
 		},

@@ -108,4 +108,18 @@ func TestWorkflowCommands(t *testing.T) {
 	if code != 0 || out != "workflow wf-chord already succeeded: nothing to cancel\n" {
 		t.Fatalf("workflow cancel of the done wf-chord: exit %d\n%s%s", code, out, stderr)
 	}
+	// Submitted again, a known workflow says so, in its state, with the
+	// way on for a failed one; nothing is submitted; retry names the way.
+	again := `{"id":"wf-chord","chord":{"group":[{"id":"m0"}],"callback":{"id":"cb"}}}` + "\n" + `{"id":"ship","payload":"z","depends_on":["pay"]}` + "\n"
+	for _, tx := range []string{"--tx=false", "--tx=true"} {
+		code, out, stderr = runCLI(t, again, "--brokers", addr, "produce", "--queue", "jobs", "--file", "-", tx)
+		if code != 0 || !strings.Contains(out, "wf-chord known, in state succeeded") ||
+			!strings.Contains(out, "jobs/ship known, in state failed") || !strings.Contains(out, "submit it again under a new ID") {
+			t.Fatalf("produce %s of known workflows: exit %d\n%s%s", tx, code, out, stderr)
+		}
+	}
+	code, _, stderr = runCLI(t, "", "--brokers", addr, "workflow", "retry", "jobs/ship")
+	if code != exitFailure || !strings.Contains(stderr, "cannot be retried") || !strings.Contains(stderr, "under a new ID") {
+		t.Fatalf("workflow retry of a canceled workflow: exit %d: %s", code, stderr)
+	}
 }

@@ -3,9 +3,12 @@
 //
 // The topic, onceq-control, has one partition and is compacted: the last
 // record of each key is the state. A cancel is keyed cancel/<queue>/<id>
-// and removed (a tombstone) by the worker that ends the canceled task, in
-// the transaction of that outcome; a pause is keyed pause/<queue> and
-// stays, so that a paused queue stays paused across restarts.
+// and removed (a tombstone) by the worker that ends the task, in the
+// transaction of that outcome, whichever it is; a cancel that no worker
+// removed holds until its Until (the dedup window of the task it names),
+// and no longer, so that it never reaches a submission of that ID past
+// the window. A pause is keyed pause/<queue> and stays, so that a paused
+// queue stays paused across restarts.
 package control
 
 import (
@@ -41,6 +44,7 @@ func PauseKey(queue string) []byte { return []byte(pausePrefix + queue) }
 type value struct {
 	V      int   `json:"v"`
 	At     int64 `json:"at"`
+	Until  int64 `json:"until,omitempty"`
 	Paused *bool `json:"paused,omitempty"`
 }
 
@@ -52,6 +56,10 @@ type Entry struct {
 	Paused bool
 	// At is when it was written.
 	At time.Time
+	// Until is when a cancel lapses: a task that reaches a worker after
+	// it runs. Zero holds until the cancel is removed (a workflow's
+	// cancel, which its steps to come read).
+	Until time.Time
 	// Deleted is a tombstone: the cancel took effect, or was withdrawn.
 	Deleted bool
 }
@@ -85,13 +93,19 @@ func Decode(key, val []byte) (Entry, error) {
 	if err := json.Unmarshal(val, &v); err != nil {
 		return Entry{}, fmt.Errorf("control: %s: %w", k, err)
 	}
-	if v.V != 1 || v.At < 0 || v.At > onceq.MaxUnixMilli {
-		return Entry{}, fmt.Errorf("control: %s: version %d, time %d: want version 1 and a time in unix ms", k, v.V, v.At)
+	if v.V != 1 || v.At < 0 || v.At > onceq.MaxUnixMilli || v.Until < 0 || v.Until > onceq.MaxUnixMilli {
+		return Entry{}, fmt.Errorf("control: %s: version %d, times %d and %d: want version 1 and times in unix ms", k, v.V, v.At, v.Until)
+	}
+	if v.Until != 0 && e.ID == "" {
+		return Entry{}, fmt.Errorf("control: %s: \"until\" belongs to a cancel record", k)
 	}
 	if (v.Paused != nil) != (e.ID == "") {
 		return Entry{}, fmt.Errorf("control: %s: \"paused\" belongs to a pause record, and only to one", k)
 	}
 	e.At = time.UnixMilli(v.At)
+	if v.Until != 0 {
+		e.Until = time.UnixMilli(v.Until)
+	}
 	if v.Paused != nil {
 		e.Paused = *v.Paused
 	}
@@ -101,9 +115,12 @@ func Decode(key, val []byte) (Entry, error) {
 // Record encodes an entry as a control record.
 func (e Entry) Record() *kgo.Record {
 	v := value{V: 1, At: e.At.UnixMilli()}
+	if !e.Until.IsZero() {
+		v.Until = e.Until.UnixMilli()
+	}
 	key := CancelKey(e.Queue, e.ID)
 	if e.ID == "" {
-		key, v.Paused = PauseKey(e.Queue), &e.Paused
+		key, v.Paused, v.Until = PauseKey(e.Queue), &e.Paused, 0
 	}
 	if e.Deleted {
 		return &kgo.Record{Topic: Topic, Key: key}

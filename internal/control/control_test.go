@@ -1,6 +1,7 @@
 package control
 
 import (
+	"log/slog"
 	"reflect"
 	"strings"
 	"testing"
@@ -11,6 +12,7 @@ func TestRecordRoundTrip(t *testing.T) {
 	at := time.UnixMilli(1_700_000_000_123)
 	for _, e := range []Entry{
 		{Queue: "emails", ID: "order/7", At: at},
+		{Queue: "emails", ID: "order/8", At: at, Until: at.Add(7 * 24 * time.Hour)},
 		{Queue: "emails", ID: "order-7", Deleted: true},
 		{Queue: "emails", Paused: true, At: at},
 		{Queue: "emails", Paused: false, At: at},
@@ -42,12 +44,37 @@ func TestDecodeRefuses(t *testing.T) {
 		{"pause/emails", `{"v":2,"paused":true,"at":1}`, "version 2"},
 		{"pause/emails", `{"v":1,"at":1}`, `"paused" belongs to a pause record`},
 		{"cancel/emails/a", `{"v":1,"paused":true,"at":1}`, `"paused" belongs to a pause record`},
-		{"cancel/emails/a", `{"v":1,"at":-1}`, "a time in unix ms"},
+		{"cancel/emails/a", `{"v":1,"at":-1}`, "times in unix ms"},
+		{"cancel/emails/a", `{"v":1,"at":1,"until":-1}`, "times in unix ms"},
+		{"pause/emails", `{"v":1,"paused":true,"at":1,"until":5}`, `"until" belongs to a cancel record`},
 		{"cancel/emails/a", `[]`, "control: cancel/emails/a"},
 	} {
 		_, err := Decode([]byte(tc.key), []byte(tc.value))
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s %s: %v, want %q", tc.key, tc.value, err, tc.want)
+		}
+	}
+}
+
+// TestCancelLapses: a cancel holds until its Until and no longer, so that
+// a cancel no worker removed never reaches a submission of its ID past
+// the dedup window; one without Until (a workflow's) holds until removed.
+func TestCancelLapses(t *testing.T) {
+	r := &Reader{log: slog.New(slog.DiscardHandler), canceled: map[string]map[string]time.Time{}, paused: map[string]bool{}}
+	now := time.Now()
+	for _, e := range []Entry{
+		{Queue: "q", ID: "lapsed", At: now.Add(-time.Hour), Until: now.Add(-time.Minute)},
+		{Queue: "q", ID: "live", At: now, Until: now.Add(time.Hour)},
+		{Queue: "q", ID: "kept", At: now},
+		{Queue: "q", ID: "gone", At: now, Until: now.Add(time.Hour)},
+		{Queue: "q", ID: "gone", Deleted: true},
+	} {
+		rec := e.Record()
+		r.apply(rec)
+	}
+	for id, want := range map[string]bool{"lapsed": false, "live": true, "kept": true, "gone": false, "other": false} {
+		if got := r.Canceled("q", id); got != want {
+			t.Errorf("Canceled(%s) = %v, want %v", id, got, want)
 		}
 	}
 }

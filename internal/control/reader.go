@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -24,7 +25,7 @@ type Reader struct {
 	anyCanceled, anyPaused atomic.Bool
 
 	mu       sync.RWMutex
-	canceled map[string]map[string]struct{} // queue -> IDs
+	canceled map[string]map[string]time.Time // queue -> ID -> Until (zero: none)
 	nCancel  int
 	paused   map[string]bool
 	nPaused  int
@@ -37,7 +38,7 @@ type Reader struct {
 // every change of a queue's pause state, those read before Open returns
 // included, on the Reader's goroutine.
 func Open(ctx context.Context, conn broker.Conn, log *slog.Logger, onPause func(queue string, paused bool)) (*Reader, error) {
-	r := &Reader{log: log, canceled: map[string]map[string]struct{}{}, paused: map[string]bool{}, onPause: onPause}
+	r := &Reader{log: log, canceled: map[string]map[string]time.Time{}, paused: map[string]bool{}, onPause: onPause}
 	f, err := table.Follow(ctx, conn, Topic, log, r.apply)
 	if err != nil {
 		return nil, fmt.Errorf("control: %w", err)
@@ -62,12 +63,12 @@ func (r *Reader) apply(rec *kgo.Record) {
 		}
 	case e.ID != "":
 		if r.canceled[e.Queue] == nil {
-			r.canceled[e.Queue] = map[string]struct{}{}
+			r.canceled[e.Queue] = map[string]time.Time{}
 		}
 		if _, ok := r.canceled[e.Queue][e.ID]; !ok {
-			r.canceled[e.Queue][e.ID] = struct{}{}
 			r.nCancel++
 		}
+		r.canceled[e.Queue][e.ID] = e.Until
 	default:
 		paused := e.Paused && !e.Deleted
 		changed = r.paused[e.Queue] != paused
@@ -87,15 +88,16 @@ func (r *Reader) apply(rec *kgo.Record) {
 	}
 }
 
-// Canceled reports whether task id of queue is canceled.
+// Canceled reports whether task id of queue is canceled: a cancel of it
+// is in the topic and has not lapsed (Entry.Until).
 func (r *Reader) Canceled(queue, id string) bool {
 	if !r.anyCanceled.Load() {
 		return false
 	}
 	r.mu.RLock()
 	defer r.mu.RUnlock()
-	_, ok := r.canceled[queue][id]
-	return ok
+	until, ok := r.canceled[queue][id]
+	return ok && (until.IsZero() || time.Now().Before(until))
 }
 
 // Paused reports whether queue is paused.

@@ -35,7 +35,9 @@ func Start(t testing.TB, args ...string) *Process {
 	if err := p.Cmd.Start(); err != nil {
 		t.Fatalf("starting onceq %s: %v", strings.Join(args, " "), err)
 	}
+	scanned := make(chan struct{})
 	go func() {
+		defer close(scanned)
 		sc := bufio.NewScanner(pr)
 		sc.Buffer(make([]byte, 64<<10), 1<<20)
 		for sc.Scan() {
@@ -44,10 +46,14 @@ func Start(t testing.TB, args ...string) *Process {
 			p.out.WriteByte('\n')
 			p.mu.Unlock()
 		}
+		_, _ = io.Copy(io.Discard, pr) // past a line too long, so the process never blocks
 	}()
 	go func() {
 		p.err = p.Cmd.Wait()
 		pw.Close()
+		// Output after Wait holds the last lines too: the exit is known
+		// once they are read, not before.
+		<-scanned
 		close(p.done)
 	}()
 	t.Cleanup(func() { p.Kill() })

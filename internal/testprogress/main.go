@@ -1,0 +1,84 @@
+// Command testprogress reads `go test -json` on stdin and prints, as they
+// happen, each package's start and end with its time, and the output of
+// each test that failed; it exits 1 if anything failed. make test pipes
+// the suite through it, so that a long run shows where it is.
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+)
+
+// event is one line of go test -json (cmd/test2json).
+type event struct {
+	Action  string
+	Package string
+	Test    string
+	Elapsed float64
+	Output  string
+}
+
+func main() {
+	start := time.Now()
+	failed := progress(os.Stdin, os.Stdout, func() time.Duration { return time.Since(start).Round(time.Second) })
+	if failed > 0 {
+		fmt.Printf("FAIL: %d package(s) or test(s) failed, in %v\n", failed, time.Since(start).Round(time.Second))
+		os.Exit(1)
+	}
+	fmt.Printf("ok: every package passed, in %v\n", time.Since(start).Round(time.Second))
+}
+
+// progress prints the events of r to w as main says, stamped with since,
+// and returns how many packages and tests failed.
+func progress(r io.Reader, w io.Writer, since func() time.Duration) (failed int) {
+	out := map[string][]string{} // package/test -> its output, until it ends
+	running := map[string]bool{}
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 1<<20), 16<<20)
+	for sc.Scan() {
+		var e event
+		if err := json.Unmarshal(sc.Bytes(), &e); err != nil || e.Action == "" {
+			fmt.Fprintln(w, sc.Text()) // not an event: a build error, say
+			continue
+		}
+		key := e.Package + " " + e.Test
+		stamp := since()
+		switch e.Action {
+		case "start":
+			running[e.Package] = true
+			fmt.Fprintf(w, "%8v  start %s (%d running)\n", stamp, e.Package, len(running))
+		case "output", "build-output":
+			out[key] = append(out[key], e.Output)
+		case "pass", "skip":
+			if e.Test == "" {
+				delete(running, e.Package)
+				word := "ok   "
+				if e.Action == "skip" {
+					word = "none " // no test files
+				}
+				fmt.Fprintf(w, "%8v  %s %s %.1fs\n", stamp, word, e.Package, e.Elapsed)
+			}
+			delete(out, key)
+		case "fail":
+			failed++
+			if e.Test == "" {
+				delete(running, e.Package)
+				fmt.Fprintf(w, "%8v  FAIL  %s %.1fs\n", stamp, e.Package, e.Elapsed)
+			} else {
+				fmt.Fprintf(w, "%8v  FAIL  %s %s %.1fs\n", stamp, e.Package, e.Test, e.Elapsed)
+			}
+			fmt.Fprint(w, strings.Join(out[key], ""))
+			delete(out, key)
+		}
+	}
+	if sc.Err() != nil {
+		fmt.Fprintf(w, "testprogress: reading the events: %v\n", sc.Err())
+		failed++
+	}
+	return failed
+}

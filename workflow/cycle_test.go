@@ -1,0 +1,34 @@
+package workflow_test
+
+import (
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/onceq/onceq"
+	"github.com/onceq/onceq/workflow"
+)
+
+// TestCycleAcrossSubmissions: A waits for B, and B, submitted apart, for
+// A: neither could ever start. Both end failed, the reason naming the
+// cycle, and neither task runs; a chain waiting for a task of a workflow
+// that waits for it is found through its derived step ID too.
+func TestCycleAcrossSubmissions(t *testing.T) {
+	var runs sync.Map
+	e := run(t, appender(&runs), "steps")
+	a := e.submit(t, "", workflow.Task(onceq.Task{Queue: "steps", ID: "a"}).After(workflow.Ref{Queue: "steps", ID: "b"}))
+	b := e.submit(t, "", workflow.Task(onceq.Task{Queue: "steps", ID: "b"}).After(workflow.Ref{Queue: "steps", ID: "a"}))
+	c := e.submit(t, "wf-c", workflow.Chain(task("steps", "c0"), task("steps", "c1")).After(workflow.Ref{Queue: "steps", ID: "wf-d/1"}))
+	d := e.submit(t, "wf-d", workflow.Chain(task("steps", "d0"), task("steps", "d1")).After(workflow.Ref{Queue: "steps", ID: "wf-c/0"}))
+	for _, id := range []string{a, b, c, d} {
+		st := e.wait(t, id)
+		if st.State != workflow.StateFailed || !strings.Contains(st.Reason, "dependency cycle") && !strings.Contains(st.Reason, "ended canceled") {
+			t.Errorf("workflow %s: %s %q, want failed by the cycle", id, st.State, st.Reason)
+		}
+		t.Logf("%s: %s", id, st.Reason)
+	}
+	runs.Range(func(k, _ any) bool {
+		t.Errorf("task %s of a cycle ran", k)
+		return true
+	})
+}
