@@ -30,9 +30,10 @@ type Admin struct {
 	adm  *kadm.Client
 }
 
-// NewAdmin connects an admin client. Close releases it.
-func NewAdmin(c Conn) (*Admin, error) {
-	cl, err := c.NewClient()
+// NewAdmin connects an admin client. Close releases it. extra adds to the
+// client's options (a longer kgo.MetadataMinAge, for example).
+func NewAdmin(c Conn, extra ...kgo.Opt) (*Admin, error) {
+	cl, err := c.NewClient(extra...)
 	if err != nil {
 		return nil, err
 	}

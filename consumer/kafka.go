@@ -46,7 +46,7 @@ const patternRefresh = 10 * time.Second
 const (
 	fetchMaxBytes          = 1 << 20
 	fetchMaxPartitionBytes = 256 << 10
-	fetchMaxWait           = 25 * time.Millisecond
+	fetchMaxWait           = 10 * time.Millisecond
 )
 
 func newKafkaSide(w *Worker) (kafkaSide, error) {

@@ -28,7 +28,9 @@ import (
 // reports the time from Run to Ready, submit->start latency of tasks
 // spread evenly over the queues at 200 tasks/s (every queue's first task
 // included, which restores its partition), the CPU that the process
-// (worker and broker) uses while every queue is idle, and its RSS.
+// (worker and broker) uses once every queue is idle and quiet, and its
+// peak RSS. ONCEQ_BENCH_TASKS sets the number of tasks (default the
+// larger of 2,000 and N).
 func BenchmarkQueues(b *testing.B) {
 	counts := []int{1, 1000, 10000}
 	if v := os.Getenv("ONCEQ_BENCH_QUEUES"); v != "" {
@@ -149,8 +151,15 @@ func benchQueues(b *testing.B, n int) {
 		b.Fatalf("%d of %d tasks ran in 5 minutes", len(lat), tasks)
 	}
 
-	// Idle: every queue quiet, the last commits behind.
-	time.Sleep(2 * time.Second)
+	// Idle: every partition quiet (the worker fetches none), the last
+	// commits behind.
+	for deadline := time.Now().Add(time.Minute); gaugeValue(b, reg, "onceq_quiet_partitions") < float64(n); {
+		if time.Now().After(deadline) {
+			b.Fatalf("%v of %d partitions quiet a minute after the load", gaugeValue(b, reg, "onceq_quiet_partitions"), n)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	time.Sleep(time.Second)
 	if f := os.Getenv("ONCEQ_BENCH_IDLE_PROFILE"); f != "" {
 		out, err := os.Create(f)
 		if err != nil {

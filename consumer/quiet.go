@@ -166,6 +166,10 @@ func (w *Worker) scanEvery() time.Duration {
 	return min(quietScanEvery*time.Duration(1+n/scanPartitions), maxScanEvery)
 }
 
+// scanMetadataAge is how long the looks reuse the leaders they know: a
+// partition whose leader moved meanwhile is left out of a look or two.
+const scanMetadataAge = 30 * time.Second
+
 // How scanEvery grows with the partitions.
 const (
 	scanPartitions = 2000
@@ -203,7 +207,7 @@ func (w *Worker) quietScan(ctx context.Context) {
 	}
 	sctx, cancel := context.WithTimeout(ctx, quietScanEvery)
 	defer cancel()
-	lso, err := w.admin.StableOffsets(sctx, asked)
+	lso, err := w.scanAdmin.StableOffsets(sctx, asked)
 	if err != nil {
 		w.cfg.log.Debug("looking at the partitions' last stable offsets", "err", err)
 		return
@@ -281,7 +285,7 @@ func (w *Worker) startOffsets(ctx context.Context, parts []*partState) {
 // refetch costs the client a copy of its whole set of paused partitions,
 // so wake-ups arriving one by one are applied together, at most every
 // wakeGap, at the price of as much latency for a task on a quiet queue.
-const wakeGap = 10 * time.Millisecond
+const wakeGap = 2 * time.Millisecond
 
 // wakeLoop reads the wake-ups written from now on and wakes the queues
 // they name, until ctx ends.

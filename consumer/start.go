@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/onceq/onceq/broker"
 	"github.com/onceq/onceq/checkpoint"
@@ -20,6 +21,12 @@ import (
 func (w *Worker) start(ctx context.Context) error {
 	var err error
 	if w.admin, err = broker.NewAdmin(w.cfg.conn); err != nil {
+		return err
+	}
+	// The looks at the offsets of every partition (quiet.go) reuse the
+	// leaders they know for a while: asking for the metadata of thousands
+	// of topics on every look cost more than the look.
+	if w.scanAdmin, err = broker.NewAdmin(w.cfg.conn, kgo.MetadataMinAge(scanMetadataAge)); err != nil {
 		return err
 	}
 	meta, err := w.admin.Kadm().Metadata(ctx)

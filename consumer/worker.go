@@ -46,11 +46,13 @@ type Worker struct {
 	queues  queueSet // cfg.queues, as names and patterns
 	metrics *metrics
 
-	store  *checkpoint.Store
-	admin  *broker.Admin
-	kafka  kafkaSide
-	topics *topicCache
-	sched  *scheduler
+	store *checkpoint.Store
+	admin *broker.Admin
+	// scanAdmin is quietScan's, with metadata cached longer.
+	scanAdmin *broker.Admin
+	kafka     kafkaSide
+	topics    *topicCache
+	sched     *scheduler
 
 	mu      sync.Mutex
 	parts   map[checkpoint.TP]*partState
@@ -450,6 +452,9 @@ func (w *Worker) close() {
 	}
 	if w.admin != nil {
 		w.admin.Close()
+	}
+	if w.scanAdmin != nil {
+		w.scanAdmin.Close()
 	}
 	if w.store != nil {
 		_ = w.ckpt.wait() // reported by the commit or shutdown that waited before

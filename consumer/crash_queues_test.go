@@ -1,0 +1,130 @@
+package consumer_test
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+
+	"github.com/onceq/onceq"
+	"github.com/onceq/onceq/internal/testutil"
+	"github.com/onceq/onceq/producer"
+)
+
+// TestCrashManyQueues: three "onceq worker" processes of one group run
+// 1,000 one-partition queues, named by a pattern, while one of them,
+// chosen at random, is SIGKILLed and restarted every 1-3 s. Tasks come
+// through onceq's producer (with wake-ups) to most queues and as plain
+// records (without) to every tenth, spread over about 15 s, so that the
+// workers restore partitions, take over others' and wake quiet ones all
+// along. A fresh read_committed reader must then see every task's output
+// exactly once. With -short, 200 queues.
+func TestCrashManyQueues(t *testing.T) {
+	queues, perQueue := 1000, 10
+	if testing.Short() {
+		queues = 200
+	}
+	rng := seededRand(t)
+	_, conn := testutil.StartBroker(t, "")
+	addr := conn.Brokers[0]
+	names := make([]string, queues)
+	for i := range names {
+		names[i] = fmt.Sprintf("mq-%04d", i)
+	}
+	cl, err := conn.NewClient()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kadm.NewClient(cl).CreateTopics(context.Background(), 1, -1, nil, names...); err != nil {
+		t.Fatal(err)
+	}
+	cl.Close()
+	testutil.CreateTopic(t, conn, "out", 8)
+
+	var want []string
+	var tasks []onceq.Task
+	for i := range perQueue {
+		for _, q := range names {
+			id := fmt.Sprintf("%s/%d", q, i)
+			want = append(want, id)
+			tasks = append(tasks, onceq.Task{ID: id, Queue: q, Payload: []byte(id)})
+		}
+	}
+	rng.Shuffle(len(tasks), func(i, j int) { tasks[i], tasks[j] = tasks[j], tasks[i] })
+
+	const group = "crash-queues"
+	start := func(dir string) *testutil.Process {
+		return testutil.Start(t, "worker", "--brokers", addr, "--group", group, "--queue", `mq-[0-9]+`, "--handler", "count:out",
+			"--checkpoint-dir", dir, "--metrics-addr", "", "--session-timeout", "6s", "--transaction-timeout", "5s",
+			"--commit-interval", "50ms", "--log-level", "warn", "--delay-service=false", "--workflow-service=false",
+			"--scheduler=false", "--metrics-per-queue=false")
+	}
+	slots := make([]*workerProc, 3)
+	for i := range slots {
+		dir := filepath.Join(t.TempDir(), fmt.Sprintf("w%d", i))
+		slots[i] = &workerProc{dir: dir, proc: start(dir)}
+	}
+	p, err := producer.New(producer.Conn(conn))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	go func() {
+		wave := max(len(tasks)/100, 1)
+		for i := 0; i < len(tasks); i += wave {
+			var plain []onceq.Task
+			for _, task := range tasks[i:min(i+wave, len(tasks))] {
+				if task.Queue[len(task.Queue)-1] == '0' {
+					plain = append(plain, task)
+					continue
+				}
+				p.SubmitAsync(context.Background(), task, nil)
+			}
+			for _, task := range plain {
+				produceQuiet(conn, task.Queue, []onceq.Task{task})
+			}
+			time.Sleep(150 * time.Millisecond)
+		}
+	}()
+
+	deadline := time.Now().Add(8 * time.Minute)
+	kills := 0
+	for {
+		time.Sleep(time.Duration(1000+rng.IntN(2000)) * time.Millisecond)
+		got := countRecords(t, conn, "out")
+		if got >= len(want) {
+			if got = len(testutil.ReadCommitted(t, conn, time.Minute, "out")); got >= len(want) {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("only %d of %d outputs after 8 minutes (%d kills)", got, len(want), kills)
+		}
+		checkRunning(t, slots)
+		s := slots[rng.IntN(len(slots))]
+		s.proc.Signal(syscall.SIGKILL)
+		if _, err := s.proc.Wait(10 * time.Second); err != nil {
+			t.Fatal(err)
+		}
+		kills++
+		s.proc = start(s.dir)
+	}
+	time.Sleep(time.Second) // a duplicate would land after the originals
+	for _, s := range slots {
+		s.proc.Signal(syscall.SIGTERM)
+	}
+	for _, s := range slots {
+		if code, err := s.proc.Wait(60 * time.Second); err != nil || code != 0 {
+			t.Errorf("worker exit %d (%v):\n%s", code, err, tail(s.proc.Output(), 2000))
+		}
+	}
+	t.Logf("%d queues, %d tasks, %d kills", queues, len(want), kills)
+	if kills < 3 {
+		t.Fatalf("only %d kills: the run was too short to test crashes", kills)
+	}
+	checkExactlyOnce(t, testutil.ReadCommitted(t, conn, time.Minute, "out"), want)
+}
