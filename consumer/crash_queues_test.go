@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
-	"syscall"
 	"testing"
 	"time"
 
@@ -91,37 +90,7 @@ func TestCrashManyQueues(t *testing.T) {
 		}
 	}()
 
-	deadline := time.Now().Add(8 * time.Minute)
-	kills := 0
-	for {
-		time.Sleep(time.Duration(1000+rng.IntN(2000)) * time.Millisecond)
-		got := countRecords(t, conn, "out")
-		if got >= len(want) {
-			if got = len(testutil.ReadCommitted(t, conn, time.Minute, "out")); got >= len(want) {
-				break
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("only %d of %d outputs after 8 minutes (%d kills)", got, len(want), kills)
-		}
-		checkRunning(t, slots)
-		s := slots[rng.IntN(len(slots))]
-		s.proc.Signal(syscall.SIGKILL)
-		if _, err := s.proc.Wait(10 * time.Second); err != nil {
-			t.Fatal(err)
-		}
-		kills++
-		s.proc = start(s.dir)
-	}
-	time.Sleep(time.Second) // a duplicate would land after the originals
-	for _, s := range slots {
-		s.proc.Signal(syscall.SIGTERM)
-	}
-	for _, s := range slots {
-		if code, err := s.proc.Wait(60 * time.Second); err != nil || code != 0 {
-			t.Errorf("worker exit %d (%v):\n%s", code, err, tail(s.proc.Output(), 2000))
-		}
-	}
+	kills := killUntil(t, rng, conn, slots, len(want), 8*time.Minute, start)
 	t.Logf("%d queues, %d tasks, %d kills", queues, len(want), kills)
 	if kills < 3 {
 		t.Fatalf("only %d kills: the run was too short to test crashes", kills)

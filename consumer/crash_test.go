@@ -116,7 +116,24 @@ func crashRun(t *testing.T, rng *rand.Rand, tasks []onceq.Task, want []string, e
 		}
 	}()
 
-	deadline := time.Now().Add(6 * time.Minute)
+	kills := killUntil(t, rng, conn, slots, n, 6*time.Minute, func(dir string) *testutil.Process {
+		return startWorker(t, addr, group, dir, extra...)
+	})
+	t.Logf("%d tasks (%d submitted), %d kills", n, len(tasks), kills)
+	if kills < 3 {
+		t.Fatalf("only %d kills: the run was too short to test crashes", kills)
+	}
+	checkExactlyOnce(t, testutil.ReadCommitted(t, conn, time.Minute, "out"), want)
+	checkRunCounters(t, conn, broker.ChangelogTopic(group, "in"), want)
+}
+
+// killUntil SIGKILLs one of slots, chosen by rng, every 1-3 s and
+// restarts it with start, until "out" holds n records (counted by a
+// read_committed reader), failing the test after limit; then it stops
+// every worker with SIGTERM, which must exit 0. It returns the kills.
+func killUntil(t *testing.T, rng *rand.Rand, conn broker.Conn, slots []*workerProc, n int, limit time.Duration, start func(dir string) *testutil.Process) int {
+	t.Helper()
+	deadline := time.Now().Add(limit)
 	kills := 0
 	for {
 		time.Sleep(time.Duration(1000+rng.IntN(2000)) * time.Millisecond)
@@ -128,7 +145,7 @@ func crashRun(t *testing.T, rng *rand.Rand, tasks []onceq.Task, want []string, e
 			}
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("only %d of %d outputs after 6 minutes (%d kills)", got, n, kills)
+			t.Fatalf("only %d of %d outputs after %v (%d kills)", got, n, limit, kills)
 		}
 		checkRunning(t, slots)
 		s := slots[rng.IntN(len(slots))]
@@ -137,7 +154,7 @@ func crashRun(t *testing.T, rng *rand.Rand, tasks []onceq.Task, want []string, e
 			t.Fatal(err)
 		}
 		kills++
-		s.proc = startWorker(t, addr, group, s.dir, extra...)
+		s.proc = start(s.dir)
 	}
 	time.Sleep(time.Second) // a duplicate would land after the originals
 	for _, s := range slots {
@@ -148,12 +165,7 @@ func crashRun(t *testing.T, rng *rand.Rand, tasks []onceq.Task, want []string, e
 			t.Errorf("worker exit %d (%v):\n%s", code, err, tail(s.proc.Output(), 2000))
 		}
 	}
-	t.Logf("%d tasks (%d submitted), %d kills", n, len(tasks), kills)
-	if kills < 3 {
-		t.Fatalf("only %d kills: the run was too short to test crashes", kills)
-	}
-	checkExactlyOnce(t, testutil.ReadCommitted(t, conn, time.Minute, "out"), want)
-	checkRunCounters(t, conn, broker.ChangelogTopic(group, "in"), want)
+	return kills
 }
 
 // checkRunCounters reads the changelog as any reader would and checks

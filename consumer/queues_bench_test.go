@@ -153,9 +153,9 @@ func benchQueues(b *testing.B, n int) {
 
 	// Idle: every partition quiet (the worker fetches none), the last
 	// commits behind.
-	for deadline := time.Now().Add(time.Minute); gaugeValue(b, reg, "onceq_quiet_partitions") < float64(n); {
+	for deadline := time.Now().Add(time.Minute); metricValue(b, reg, "onceq_quiet_partitions") < float64(n); {
 		if time.Now().After(deadline) {
-			b.Fatalf("%v of %d partitions quiet a minute after the load", gaugeValue(b, reg, "onceq_quiet_partitions"), n)
+			b.Fatalf("%v of %d partitions quiet a minute after the load", metricValue(b, reg, "onceq_quiet_partitions"), n)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
@@ -191,7 +191,7 @@ func benchQueues(b *testing.B, n int) {
 		b.Fatal(err)
 	}
 	b.ReportMetric(float64(rss)/(1<<20), "peak-rss-MB")
-	b.ReportMetric(gaugeValue(b, reg, "onceq_quiet_partitions"), "quiet-partitions")
+	b.ReportMetric(metricValue(b, reg, "onceq_quiet_partitions"), "quiet-partitions")
 	b.ReportMetric(0, "ns/op")
 	cancel()
 	<-runErr

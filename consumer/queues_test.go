@@ -33,15 +33,8 @@ func TestQueuePattern(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- w.Run(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Error(err)
-		}
-	}()
+	runUntilCleanup(t, w)
+	ctx := t.Context()
 	p, err := producer.New(producer.Conn(conn))
 	if err != nil {
 		t.Fatal(err)
@@ -122,15 +115,7 @@ func TestMetricsPerQueueOff(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- w.Run(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Error(err)
-		}
-	}()
+	runUntilCleanup(t, w)
 	processed := func() float64 {
 		mfs, err := reg.Gather()
 		if err != nil {

@@ -42,20 +42,13 @@ func TestQuietPartitionsWake(t *testing.T) {
 		t.Fatal(err)
 	}
 	consumer.SetScanWakes(w, false)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- w.Run(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Error(err)
-		}
-	}()
+	runUntilCleanup(t, w)
+	ctx := t.Context()
 	quiet := func(want float64) {
 		t.Helper()
 		deadline := time.Now().Add(time.Minute)
 		for {
-			got := gaugeValue(t, reg, "onceq_quiet_partitions")
+			got := metricValue(t, reg, "onceq_quiet_partitions")
 			if got == want {
 				return
 			}
@@ -107,20 +100,4 @@ func TestQuietPartitionsWake(t *testing.T) {
 		t.Fatalf("kcat -P: %v\n%s", err, out)
 	}
 	wait("k1")
-}
-
-// gaugeValue reads a gauge without labels from reg.
-func gaugeValue(t testing.TB, reg *prometheus.Registry, name string) float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() == name && len(mf.GetMetric()) == 1 {
-			return mf.GetMetric()[0].GetGauge().GetValue()
-		}
-	}
-	t.Fatalf("no gauge %s", name)
-	return 0
 }

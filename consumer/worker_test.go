@@ -271,7 +271,7 @@ func TestWorkerExpiresMarkRecords(t *testing.T) {
 			// The pass that handed the tombstones over counts its IDs
 			// when it ends.
 			for end := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-				n := counterValue(t, reg, "onceq_processed_ids_expired_total")
+				n := metricValue(t, reg, "onceq_processed_ids_expired_total")
 				if n == float64(len(all)) {
 					break
 				}
@@ -432,8 +432,8 @@ func TestStopDuringStartup(t *testing.T) {
 	}
 }
 
-// counterValue reads an unlabelled counter from reg.
-func counterValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
+// metricValue reads an unlabelled counter or gauge from reg.
+func metricValue(t testing.TB, reg *prometheus.Registry, name string) float64 {
 	t.Helper()
 	mfs, err := reg.Gather()
 	if err != nil {
@@ -441,9 +441,28 @@ func counterValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	}
 	for _, mf := range mfs {
 		if mf.GetName() == name && len(mf.GetMetric()) == 1 {
-			return mf.GetMetric()[0].GetCounter().GetValue()
+			if m := mf.GetMetric()[0]; m.GetCounter() != nil {
+				return m.GetCounter().GetValue()
+			} else if m.GetGauge() != nil {
+				return m.GetGauge().GetValue()
+			}
 		}
 	}
-	t.Fatalf("no counter %s", name)
+	t.Fatalf("no counter or gauge %s", name)
 	return 0
+}
+
+// runUntilCleanup runs w until the test ends, and fails the test if Run
+// returns an error.
+func runUntilCleanup(t *testing.T, w *consumer.Worker) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	})
 }

@@ -1,6 +1,7 @@
 // Command testprogress reads `go test -json` on stdin and prints, as they
 // happen, each package's start and end with its time, and the output of
-// each test that failed; it exits 1 if anything failed. make test pipes
+// each test that failed; it exits 1 if anything failed, and ends with the
+// tests counted: "tests: N passed, N failed, N skipped". make test pipes
 // the suite through it, so that a long run shows where it is.
 package main
 
@@ -25,17 +26,26 @@ type event struct {
 
 func main() {
 	start := time.Now()
-	failed := progress(os.Stdin, os.Stdout, func() time.Duration { return time.Since(start).Round(time.Second) })
+	var n counts
+	failed := progress(os.Stdin, os.Stdout, func() time.Duration { return time.Since(start).Round(time.Second) }, &n)
 	if failed > 0 {
 		fmt.Printf("FAIL: %d package(s) or test(s) failed, in %v\n", failed, time.Since(start).Round(time.Second))
+	} else {
+		fmt.Printf("ok: every package passed, in %v\n", time.Since(start).Round(time.Second))
+	}
+	fmt.Printf("tests: %d passed, %d failed, %d skipped\n", n.passed, n.failed, n.skipped)
+	if failed > 0 {
 		os.Exit(1)
 	}
-	fmt.Printf("ok: every package passed, in %v\n", time.Since(start).Round(time.Second))
 }
+
+// counts are the tests (not packages) that passed, failed and were
+// skipped.
+type counts struct{ passed, failed, skipped int }
 
 // progress prints the events of r to w as main says, stamped with since,
 // and returns how many packages and tests failed.
-func progress(r io.Reader, w io.Writer, since func() time.Duration) (failed int) {
+func progress(r io.Reader, w io.Writer, since func() time.Duration, n *counts) (failed int) {
 	out := map[string][]string{} // package/test -> its output, until it ends
 	running := map[string]bool{}
 	sc := bufio.NewScanner(r)
@@ -55,6 +65,12 @@ func progress(r io.Reader, w io.Writer, since func() time.Duration) (failed int)
 		case "output", "build-output":
 			out[key] = append(out[key], e.Output)
 		case "pass", "skip":
+			switch {
+			case e.Test != "" && e.Action == "pass":
+				n.passed++
+			case e.Test != "":
+				n.skipped++
+			}
 			if e.Test == "" {
 				delete(running, e.Package)
 				word := "ok   "
@@ -66,6 +82,9 @@ func progress(r io.Reader, w io.Writer, since func() time.Duration) (failed int)
 			delete(out, key)
 		case "fail":
 			failed++
+			if e.Test != "" {
+				n.failed++
+			}
 			if e.Test == "" {
 				delete(running, e.Package)
 				fmt.Fprintf(w, "%8v  FAIL  %s %.1fs\n", stamp, e.Package, e.Elapsed)

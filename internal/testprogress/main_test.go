@@ -23,7 +23,8 @@ func TestProgress(t *testing.T) {
 		`{"Action":"skip","Package":"c"}`,
 	}, "\n")
 	var out strings.Builder
-	failed := progress(strings.NewReader(in), &out, func() time.Duration { return time.Second })
+	var n counts
+	failed := progress(strings.NewReader(in), &out, func() time.Duration { return time.Second }, &n)
 	want := `      1s  start a (1 running)
       1s  start b (2 running)
       1s  FAIL  a TestX 1.5s
@@ -35,5 +36,8 @@ func TestProgress(t *testing.T) {
 `
 	if failed != 2 || out.String() != want {
 		t.Fatalf("failed %d, printed:\n%s\nwant 2 and:\n%s", failed, out.String(), want)
+	}
+	if n != (counts{passed: 1, failed: 1}) {
+		t.Fatalf("counted %+v, want 1 passed and 1 failed", n)
 	}
 }
