@@ -40,6 +40,12 @@ demo: build
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem -count 3 -timeout 60m ./...
 
+## bench-queues: one worker over 1, 1,000 and 10,000 queues (ONCEQ_BENCH_QUEUES
+## picks others): start, latency at 200 tasks/s, idle CPU, memory
+.PHONY: bench-queues
+bench-queues:
+	$(GO) test ./consumer -run '^$$' -bench 'BenchmarkQueues$$' -benchtime 1x -timeout 30m
+
 ## bench-watermill: the exactly-once worker against Watermill's Kafka subscriber,
 ## side by side (bench/watermill, a module of its own: onceq depends on neither
 ## Watermill nor Sarama)
