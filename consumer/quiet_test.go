@@ -17,8 +17,9 @@ import (
 
 // TestQuietPartitionsWake: a worker stops fetching the partitions it has
 // heard nothing from for QuietAfter, and starts their tasks all the same
-// when they come: woken by the producer's wake-up, by the wake-up its own
-// commit writes for a task a handler emitted, and, for a record written by
+// when they come: woken by the producer's wake-up (of Submit, and of Tx
+// at its commit), by the wake-up its own commit writes for a task a
+// handler emitted, and, for a record written by
 // kcat (no wake-up at all), by its look at the partitions' offsets. The
 // look wakes nothing until the kcat part, so the wake-ups are what the
 // first parts see.
@@ -91,6 +92,12 @@ func TestQuietPartitionsWake(t *testing.T) {
 		t.Fatal(err)
 	}
 	wait("e1", "e1-out")
+	quiet(3)
+
+	if err := p.Tx(ctx, func(tx *producer.Tx) error { return tx.Submit(onceq.Task{ID: "t1", Queue: "qb"}) }); err != nil {
+		t.Fatal(err)
+	}
+	wait("t1")
 	quiet(3)
 
 	consumer.SetScanWakes(w, true)

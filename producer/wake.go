@@ -39,8 +39,13 @@ func (p *Producer) wakeReady(ctx context.Context, now time.Time) bool {
 		return false
 	}
 	if _, err := p.ensure(ctx, broker.WakeTopic, false); err != nil {
-		p.wakeFailedAt.Store(now.UnixNano())
-		p.cfg.log.Warn("cannot write wake-ups: workers find this producer's tasks on quiet queues a little later", "err", err)
+		// Said once at warn level: a producer without the right to make
+		// the topic would say it every wakeRetry otherwise.
+		log := p.cfg.log.Debug
+		if p.wakeFailedAt.Swap(now.UnixNano()) == 0 {
+			log = p.cfg.log.Warn
+		}
+		log("cannot write wake-ups: workers find this producer's tasks on quiet queues a little later", "topic", broker.WakeTopic, "err", err)
 		return false
 	}
 	p.wakeOK.Store(true)
