@@ -56,7 +56,9 @@ type Worker struct {
 
 	mu      sync.Mutex
 	parts   map[checkpoint.TP]*partState
-	byQueue map[string][]*partState // the parts of each queue, for wake-ups
+	// byQueue holds the parts of each queue, for wake-ups. Its slices are
+	// read outside mu (wakeQueue), so a removal makes a new one.
+	byQueue map[string][]*partState
 
 	buffered   atomic.Int64 // records admitted and not yet finished
 	completed  atomic.Int64 // records finished since the last commit
@@ -394,7 +396,7 @@ func (w *Worker) assigned(_ context.Context, _ *kgo.Client, m map[string][]int32
 			tp := checkpoint.TP{Topic: topic, Partition: p}
 			if old := w.parts[tp]; old != nil {
 				w.release(old)
-				w.byQueue[topic] = slices.DeleteFunc(w.byQueue[topic], func(o *partState) bool { return o == old })
+				w.byQueue[topic] = slices.DeleteFunc(slices.Clone(w.byQueue[topic]), func(o *partState) bool { return o == old })
 			}
 			st := newPartState(tp, w.store)
 			st.inflight, st.latency = w.metrics.inflight.WithLabelValues(w.qlabel(topic)), w.metrics.latency.WithLabelValues(w.qlabel(topic))
@@ -423,7 +425,7 @@ func (w *Worker) revoked(_ context.Context, _ *kgo.Client, m map[string][]int32)
 			if st := w.parts[tp]; st != nil {
 				w.release(st)
 				delete(w.parts, tp)
-				w.byQueue[topic] = slices.DeleteFunc(w.byQueue[topic], func(o *partState) bool { return o == st })
+				w.byQueue[topic] = slices.DeleteFunc(slices.Clone(w.byQueue[topic]), func(o *partState) bool { return o == st })
 				if len(w.byQueue[topic]) == 0 {
 					delete(w.byQueue, topic)
 				}
