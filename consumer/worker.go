@@ -54,8 +54,8 @@ type Worker struct {
 	topics    *topicCache
 	sched     *scheduler
 
-	mu      sync.Mutex
-	parts   map[checkpoint.TP]*partState
+	mu    sync.Mutex
+	parts map[checkpoint.TP]*partState
 	// byQueue holds the parts of each queue, for wake-ups. Its slices are
 	// read outside mu (wakeQueue), so a removal makes a new one.
 	byQueue map[string][]*partState
