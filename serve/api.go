@@ -450,6 +450,7 @@ func (s *Server) finish(r *http.Request, topic, id string, result []byte) (cance
 	if l := s.leaseOf(topic, id); l != nil {
 		return false, s.acknowledge(r.Context(), l, topic, id, result)
 	}
+	var opts []inspect.CancelOpt
 	rec, err := s.in.Get(r.Context(), topic, id)
 	switch {
 	case err == nil && rec.State.Final():
@@ -466,13 +467,21 @@ func (s *Server) finish(r *http.Request, topic, id string, result []byte) (cance
 		if !ok {
 			return false, nil
 		}
+		// It waits with no record: inspect.Cancel writes a cancel for
+		// such a task only when asked to cancel ahead.
+		opts = append(opts, inspect.CancelAhead())
 	case err != nil:
 		return false, err
 	}
-	if _, err := s.in.Cancel(r.Context(), topic, id); err != nil {
+	a, err := s.in.Cancel(r.Context(), topic, id, opts...)
+	if err != nil {
 		return false, lookupError(err)
 	}
-	return true, nil
+	switch a.Outcome {
+	case inspect.CancelDone, inspect.CancelPending, inspect.CancelAheadOf:
+		return true, nil
+	}
+	return false, nil // final by now, or finished first: nothing to cancel
 }
 
 // cancelJob: POST /api/{ns}/{queue}/job/{id}/cancel[?ahead=true]: the

@@ -364,3 +364,26 @@ func TestPublishRoutesByTheClusterLadder(t *testing.T) {
 		t.Fatalf("onceq-delay-300ms holds %d records, want the delayed task", len(recs))
 	}
 }
+
+// TestDeleteUnrecordedJob: lmstfy's DELETE of a job published without an
+// ID and never consumed (it has no record yet) cancels it for real: a
+// consume then finds no job, and the job's record ends canceled.
+func TestDeleteUnrecordedJob(t *testing.T) {
+	a := start(t, serve.CreateQueues(1))
+	tok := a.token("shop", false)
+	code, body := a.do("PUT", "/api/shop/late", tok, "x")
+	if code != 201 {
+		t.Fatalf("publish: %d %v", code, body)
+	}
+	id, _ := body["job_id"].(string)
+	if code, body = a.do("DELETE", "/api/shop/late/job/"+id, tok, ""); code != 202 {
+		t.Fatalf("DELETE of a job not handed out: %d %v; want 202", code, body)
+	}
+	if code, body = a.do("GET", "/api/shop/late?timeout=2", tok, ""); code != 404 {
+		t.Fatalf("consume after the DELETE: %d %v; want no job", code, body)
+	}
+	code, body = a.do("GET", "/api/shop/late/job/"+id+"/wait?timeout=30", tok, "")
+	if task, _ := body["task"].(map[string]any); code != 200 || task["state"] != "canceled" {
+		t.Fatalf("the job after its DELETE: %d %v; want canceled", code, body)
+	}
+}
