@@ -81,6 +81,9 @@ func benchQueues(b *testing.B, n int) {
 		seen  = map[string]bool{}
 	)
 	done := make(chan struct{}, 1)
+	// ONCEQ_BENCH_HANDLER=tail: each run takes 1-10 ms, and one in a
+	// hundred 500 ms (the latency is measured at its start).
+	tail := os.Getenv("ONCEQ_BENCH_HANDLER") == "tail"
 	tasks := max(2000, n)
 	if v := os.Getenv("ONCEQ_BENCH_TASKS"); v != "" {
 		var err error
@@ -93,6 +96,9 @@ func benchQueues(b *testing.B, n int) {
 		consumer.WithHandler(consumer.HandlerFunc(func(_ context.Context, t *consumer.Task) error {
 			ns, _ := strconv.ParseInt(string(t.Payload), 10, 64)
 			d := time.Since(time.Unix(0, ns))
+			if tail {
+				defer time.Sleep(tailSleep(t.ID))
+			}
 			mu.Lock()
 			defer mu.Unlock()
 			lat = append(lat, d)
@@ -195,6 +201,19 @@ func benchQueues(b *testing.B, n int) {
 	b.ReportMetric(0, "ns/op")
 	cancel()
 	<-runErr
+}
+
+// tailSleep is how long the tail handler takes for a task: 500 ms for one
+// in a hundred, 1-10 ms for the others, from the task's ID.
+func tailSleep(id string) time.Duration {
+	h := uint32(2166136261)
+	for i := 0; i < len(id); i++ {
+		h = (h ^ uint32(id[i])) * 16777619
+	}
+	if h%100 == 0 {
+		return 500 * time.Millisecond
+	}
+	return time.Duration(1+h%10) * time.Millisecond
 }
 
 func pct(ds []time.Duration, q float64) time.Duration {
