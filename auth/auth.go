@@ -154,16 +154,14 @@ type Store struct {
 	log  *slog.Logger
 	f    *table.Follower
 
-	mu      sync.RWMutex
-	tokens  map[string]entry // by ID
-	applied int64            // the next offset to apply
-	moved   *sync.Cond       // signaled when applied moves
+	mu       sync.RWMutex
+	tokens   map[string]entry // by ID
+	progress table.Progress   // how far the topic was applied
 }
 
 // Open reads the token store (creating its topic if needed) and follows it.
 func Open(ctx context.Context, conn broker.Conn, log *slog.Logger) (*Store, error) {
 	s := &Store{conn: conn, log: log, tokens: map[string]entry{}}
-	s.moved = sync.NewCond(&s.mu)
 	f, err := table.Follow(ctx, conn, Topic, log, s.apply)
 	if err != nil {
 		return nil, fmt.Errorf("auth: %w", err)
@@ -176,11 +174,10 @@ func Open(ctx context.Context, conn broker.Conn, log *slog.Logger) (*Store, erro
 func (s *Store) Close() { s.f.Close() }
 
 func (s *Store) apply(rec *kgo.Record) {
+	defer s.progress.Applied(rec)
 	tok, hash, err := decode(rec.Key, rec.Value)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.applied = rec.Offset + 1
-	s.moved.Broadcast()
 	if err != nil {
 		s.log.Warn("token record skipped", "offset", rec.Offset, "err", err)
 		return
@@ -285,22 +282,8 @@ func (s *Store) write(ctx context.Context, rec *kgo.Record) error {
 		return err
 	}
 	defer cl.Close()
-	if err := cl.ProduceSync(ctx, rec).FirstErr(); err != nil {
-		return fmt.Errorf("auth: writing to %s: %w", Topic, err)
-	}
-	stop := context.AfterFunc(ctx, func() {
-		s.mu.Lock()
-		s.moved.Broadcast()
-		s.mu.Unlock()
-	})
-	defer stop()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for s.applied <= rec.Offset {
-		if err := ctx.Err(); err != nil {
-			return fmt.Errorf("auth: waiting for the store to read its write: %w", err)
-		}
-		s.moved.Wait()
+	if err := s.progress.Write(ctx, cl, rec); err != nil {
+		return fmt.Errorf("auth: %w", err)
 	}
 	return nil
 }

@@ -100,9 +100,8 @@ type Store struct {
 	mu        sync.Mutex
 	schedules map[string]*compiled
 	cursors   map[string]cursor
-	applied   int64         // the next offset to apply
-	moved     *sync.Cond    // signaled when applied moves
-	changed   chan struct{} // a token when something was applied
+	changed   chan struct{}  // a token when something was applied
+	progress  table.Progress // how far the topic was applied
 
 	wmu sync.Mutex
 	wcl *kgo.Client // writes, created by the first
@@ -122,7 +121,6 @@ func Open(ctx context.Context, conn broker.Conn, log *slog.Logger) (*Store, erro
 		log = slog.New(slog.DiscardHandler)
 	}
 	s := &Store{conn: conn, log: log, schedules: map[string]*compiled{}, cursors: map[string]cursor{}, changed: make(chan struct{}, 1)}
-	s.moved = sync.NewCond(&s.mu)
 	f, err := table.Follow(ctx, conn, Topic, log, s.apply)
 	if err != nil {
 		return nil, fmt.Errorf("periodic: %w", err)
@@ -142,11 +140,10 @@ func (s *Store) Close() {
 }
 
 func (s *Store) apply(rec *kgo.Record) {
+	defer s.progress.Applied(rec)
 	d, err := decode(rec.Key, rec.Value)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.applied = rec.Offset + 1
-	s.moved.Broadcast()
 	if err != nil {
 		s.log.Warn("schedule record skipped", "offset", rec.Offset, "err", err)
 		return
@@ -303,23 +300,8 @@ func (s *Store) write(ctx context.Context, recs ...*kgo.Record) error {
 	if err != nil {
 		return err
 	}
-	if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
-		return fmt.Errorf("periodic: writing to %s: %w", Topic, err)
-	}
-	last := recs[len(recs)-1].Offset
-	stop := context.AfterFunc(ctx, func() {
-		s.mu.Lock()
-		s.moved.Broadcast()
-		s.mu.Unlock()
-	})
-	defer stop()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for s.applied <= last {
-		if err := ctx.Err(); err != nil {
-			return fmt.Errorf("periodic: waiting for the store to read its write: %w", err)
-		}
-		s.moved.Wait()
+	if err := s.progress.Write(ctx, cl, recs...); err != nil {
+		return fmt.Errorf("periodic: %w", err)
 	}
 	return nil
 }

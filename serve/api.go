@@ -350,9 +350,11 @@ func (s *Server) job(w http.ResponseWriter, r *http.Request) {
 	}
 	var t onceq.Task
 	found, spent := false, false
-	switch l := s.leaseOf(topic, id); {
-	case l != nil:
-		t, found, spent = l.task.Task, true, true
+	switch st, leased := s.pull.ledger.state(leaseKey(topic, id)); {
+	case leased && st.Taken:
+		// Handed out: the lease locates the run's queue record.
+		t, err = s.taskAt(ctx, topic, st.Partition, st.Offset)
+		found, spent = err == nil, !st.Freeze
 	case recErr == nil && rec.Worker != "":
 		// A worker's record locates its run's queue record.
 		t, err = s.taskAt(ctx, topic, rec.Partition, rec.Offset)
@@ -425,31 +427,52 @@ func (s *Server) cancel(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
+	lease := r.URL.Query().Get("lease")
+	if !validLease(lease) {
+		writeError(w, badRequest("lease", "%q: want the lease a consume answered with (letters A-Z and digits 2-7), or none", lease))
+		return
+	}
 	var result []byte
-	if s.leaseOf(topic, id) != nil {
+	if st, ok := s.pull.ledger.state(leaseKey(topic, id)); ok && !st.Acked {
 		if result, err = readBody(w, r, consumer.DefaultMaxResultBytes, "result limit, consumer.DefaultMaxResultBytes"); err != nil {
 			writeError(w, err) // the lease stays: acknowledge again with a smaller result
 			return
 		}
 	}
-	canceled, err := s.finish(r, topic, id, result)
+	status, err := s.finish(r, topic, id, lease, result)
 	switch {
 	case err != nil:
 		writeError(w, err)
-	case canceled:
-		writeJSON(w, http.StatusAccepted, job{Namespace: r.PathValue("ns"), Queue: r.PathValue("queue"), JobID: id})
+	case status == http.StatusAccepted:
+		writeJSON(w, status, job{Namespace: r.PathValue("ns"), Queue: r.PathValue("queue"), JobID: id})
 	default:
 		w.WriteHeader(http.StatusNoContent)
 	}
 }
 
 // finish ends a task as a DELETE does: it acknowledges it with result if
-// this server handed it out, cancels it if it has not started (canceled),
-// and leaves it as it is if it is final or unknown.
-func (s *Server) finish(r *http.Request, topic, id string, result []byte) (canceled bool, err error) {
-	if l := s.leaseOf(topic, id); l != nil {
-		return false, s.acknowledge(r.Context(), l, topic, id, result)
+// it was handed out (204 once committed; 202 if it completes when it runs
+// again), cancels it if it has not started (202), and leaves it as it is
+// if it is final or unknown (204).
+func (s *Server) finish(r *http.Request, topic, id, lease string, result []byte) (status int, err error) {
+	switch out, err := s.acknowledge(r.Context(), topic, id, lease, result); {
+	case err != nil:
+		return 0, err
+	case out == ackDone:
+		return http.StatusNoContent, nil
+	case out == ackLater:
+		return http.StatusAccepted, nil
 	}
+	canceled, err := s.cancelUntaken(r, topic, id)
+	if canceled {
+		return http.StatusAccepted, err
+	}
+	return http.StatusNoContent, err
+}
+
+// cancelUntaken cancels a task that was never handed out, unless it is
+// final or unknown.
+func (s *Server) cancelUntaken(r *http.Request, topic, id string) (canceled bool, err error) {
 	var opts []inspect.CancelOpt
 	rec, err := s.in.Get(r.Context(), topic, id)
 	switch {

@@ -47,6 +47,9 @@ type lmstfyJob struct {
 	Attributes  map[string]string `json:"attributes"`
 	Attempt     int               `json:"attempt,omitempty"`
 	TTR         int64             `json:"ttr,omitempty"`
+	// Lease names a consume's hold of the job, for an acknowledgment that
+	// names it (lease=): onceq's, not lmstfy's.
+	Lease string `json:"lease,omitempty"`
 }
 
 // lmstfyJobOf describes t at now. spent says whether the attempt t is at
@@ -260,7 +263,7 @@ func (s *Server) republish(w http.ResponseWriter, r *http.Request) {
 		writeError(w, taskError(err))
 		return
 	}
-	if _, err := s.finish(r, topic, id, nil); err != nil {
+	if _, err := s.finish(r, topic, id, "", nil); err != nil {
 		writeError(w, err)
 		return
 	}

@@ -94,10 +94,7 @@ func (s *Server) readBacklog(ctx context.Context, topic string, ranges map[int32
 // taken reports whether a task of the backlog's range is not waiting: it
 // is handed out by this server, or finished.
 func (s *Server) taken(ctx context.Context, topic string, t *onceq.Task, rec *kgo.Record) bool {
-	s.pull.mu.Lock()
-	_, leased := s.pull.leases[leaseKey(topic, t.ID)]
-	s.pull.mu.Unlock()
-	if leased {
+	if st, ok := s.pull.ledger.state(leaseKey(topic, t.ID)); ok && (st.Taken || st.Acked) {
 		return true
 	}
 	r, err := s.in.Get(ctx, topic, t.ID)

@@ -15,7 +15,6 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/onceq/onceq"
 	"github.com/onceq/onceq/broker"
 	"github.com/onceq/onceq/consumer"
 )
@@ -51,13 +50,13 @@ const holdMax = 24 * time.Hour
 // errTTR fails a task not acknowledged within its time-to-run.
 var errTTR = errors.New("not acknowledged within its time-to-run (ttr)")
 
-// lease is a task handed from a worker's handler to an HTTP consumer.
+// lease is a task a worker's handler offers to the HTTP consumers: the
+// consumer that takes it sends its terms, and the handler answers once its
+// take counted in the lease topic (lease.go), or did not.
 type lease struct {
 	task  *consumer.Task
-	ttr   chan grant    // the consumer's terms, sent once it took it
-	acked chan []byte   // the result the consumer acknowledged with
-	over  chan struct{} // closed when the handler returns
-	taken time.Time
+	terms chan grant     // the consumer's terms, sent once it took it
+	reply chan takeReply // the handler's answer
 }
 
 // grant is what a consumer took a task for: its time-to-run and whether
@@ -65,6 +64,13 @@ type lease struct {
 type grant struct {
 	ttr    time.Duration
 	freeze bool
+}
+
+// takeReply says whether a take counted: its lease, or none (another take
+// or an acknowledgment came first, or err).
+type takeReply struct {
+	lease string
+	err   error
 }
 
 // puller runs one queue's worker and hands its tasks out.
@@ -80,7 +86,7 @@ type puller struct {
 type pull struct {
 	mu      sync.Mutex
 	queues  map[string]*puller
-	leases  map[string]*lease // by topic + "\x00" + ID
+	ledger  *ledger // the group's leases
 	stopped bool
 }
 
@@ -134,43 +140,122 @@ func (s *Server) puller(ctx context.Context, topic string) (*puller, error) {
 	return p, nil
 }
 
-// handle is the worker's handler: it offers the task to consumers and
-// waits for the one that took it to acknowledge it.
+// handle is the worker's handler: it offers the task to consumers, and
+// once one took it, waits for its acknowledgment (from any server) or the
+// end of its time-to-run. A run of a task that was handed out before (by
+// a server that stopped, or lost the task's partition) finds its lease
+// and does the same, without handing the task out again.
 func (p *puller) handle(ctx context.Context, t *consumer.Task) error {
-	l := &lease{task: t, ttr: make(chan grant, 1), acked: make(chan []byte), over: make(chan struct{})}
-	defer func() {
-		close(l.over)
-		p.pull.forget(l) // acknowledged, past its ttr, or abandoned
-	}()
-	select {
-	case p.offers <- l:
-	case <-ctx.Done():
-		return ctx.Err()
+	lg := p.pull.ledger
+	key := leaseKey(t.Queue, t.ID)
+	// Every take written before this run started is known to it.
+	if err := lg.barrier(ctx); err != nil {
+		return runError(ctx, err)
 	}
-	var g grant
-	select {
-	case g = <-l.ttr:
-	case <-ctx.Done():
-		return ctx.Err()
+	for {
+		st, ok, changed := lg.watch(key)
+		var end bool
+		var err error
+		switch {
+		case ok && st.Acked:
+			lg.unwatch(key, changed)
+			if len(st.Result) > 0 {
+				return t.SetResult(st.Result)
+			}
+			return nil
+		case ok && st.Taken:
+			end, err = p.hold(ctx, key, st, changed)
+		case ok && st.Expired && st.Partition == t.Partition && st.Offset == t.Offset:
+			// This run's lease expired before a restart: the try is spent.
+			lg.unwatch(key, changed)
+			return ttrError(st)
+		default:
+			end, err = p.offer(ctx, t, key, changed)
+		}
+		if end {
+			return err
+		}
 	}
-	timer := time.NewTimer(g.ttr)
+}
+
+// hold waits while the lease st is open: for a change of it, or for the
+// end of its time-to-run, when it writes the lease's expiry. end says the
+// run is over, with err.
+func (p *puller) hold(ctx context.Context, key string, st leaseState, changed <-chan struct{}) (end bool, err error) {
+	lg := p.pull.ledger
+	timer := time.NewTimer(time.Until(st.Until))
 	defer timer.Stop()
 	select {
-	case result := <-l.acked:
-		if len(result) > 0 {
-			return t.SetResult(result)
-		}
-		return nil
-	case <-timer.C:
-		if g.freeze {
-			// Taken with freeze_tries: the run counts no attempt, and the
-			// task is offered again at once.
-			return consumer.Snooze(0, fmt.Sprintf("%v: %v (freeze_tries: no try spent)", errTTR, g.ttr))
-		}
-		return fmt.Errorf("%w: %v", errTTR, g.ttr)
+	case <-changed:
+		return false, nil
 	case <-ctx.Done():
+		lg.unwatch(key, changed)
+		return true, ctx.Err()
+	case <-timer.C:
+	}
+	lg.unwatch(key, changed)
+	counted, _, err := lg.write(ctx, key, leaseEvent{Kind: evExpire, Lease: st.Lease})
+	switch {
+	case err != nil:
+		return true, runError(ctx, err)
+	case !counted:
+		return false, nil // acknowledged first
+	}
+	return true, ttrError(st)
+}
+
+// ttrError is how a run ends whose lease expired: failed, or snoozed when
+// taken with freeze_tries (the run counts no attempt, and the task is
+// offered again at once).
+func ttrError(st leaseState) error {
+	if st.Freeze {
+		return consumer.Snooze(0, fmt.Sprintf("%v: %v (freeze_tries: no try spent)", errTTR, st.TTR))
+	}
+	return fmt.Errorf("%w: %v", errTTR, st.TTR)
+}
+
+// offer offers t to the server's consumers until one takes it, and writes
+// the take. end says the run is over, with err.
+func (p *puller) offer(ctx context.Context, t *consumer.Task, key string, changed <-chan struct{}) (end bool, err error) {
+	lg := p.pull.ledger
+	l := &lease{task: t, terms: make(chan grant, 1), reply: make(chan takeReply, 1)}
+	select {
+	case p.offers <- l:
+	case <-changed:
+		return false, nil // acknowledged or taken elsewhere meanwhile
+	case <-ctx.Done():
+		lg.unwatch(key, changed)
+		return true, ctx.Err()
+	}
+	lg.unwatch(key, changed)
+	var g grant
+	select {
+	case g = <-l.terms:
+	case <-ctx.Done():
+		l.reply <- takeReply{err: ctx.Err()}
+		return true, ctx.Err()
+	}
+	counted, st, err := lg.write(ctx, key, leaseEvent{Kind: evTake, Partition: t.Partition, Offset: t.Offset,
+		Until: time.Now().Add(g.ttr).UnixMilli(), TTR: g.ttr.Milliseconds(), Freeze: g.freeze})
+	switch {
+	case err != nil:
+		l.reply <- takeReply{err: err}
+		return true, runError(ctx, err)
+	case !counted:
+		l.reply <- takeReply{}
+	default:
+		l.reply <- takeReply{lease: st.Lease}
+	}
+	return false, nil // held now, or as another event left it
+}
+
+// runError is the error a run ends with when the lease topic cannot be
+// reached: the context's, if it ended (the run is not counted), else err.
+func runError(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
 		return ctx.Err()
 	}
+	return err
 }
 
 // stopPull stops every queue's worker; tasks handed out and not
@@ -246,36 +331,10 @@ func (s *Server) consume(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), timeout)
 	defer cancel()
-	var got []*lease
-	// The first task waits up to the timeout; the rest are taken only if
-	// they are there already.
-	if l := take(ctx, pullers, true); l != nil {
-		got = append(got, l)
-		for len(got) < count {
-			l := take(ctx, pullers, false)
-			if l == nil {
-				break
-			}
-			got = append(got, l)
-		}
-	}
-	if len(got) == 0 {
+	out := s.takeJobs(ctx, ns, pullers, count, grant{ttr: ttr, freeze: freeze})
+	if len(out) == 0 {
 		writeJSON(w, http.StatusNotFound, map[string]string{"msg": "no job available"})
 		return
-	}
-	now := time.Now()
-	out := make([]lmstfyJob, len(got))
-	s.pull.mu.Lock()
-	for i, l := range got {
-		l.taken = now
-		t := l.task
-		s.pull.leases[leaseKey(t.Queue, t.ID)] = l
-		out[i] = lmstfyJobOf(ns, &t.Task, now, !freeze)
-		out[i].Msg, out[i].TTR = "new job", int64(ttr/time.Second)
-	}
-	s.pull.mu.Unlock()
-	for _, l := range got {
-		l.ttr <- grant{ttr: ttr, freeze: freeze}
 	}
 	if count == 1 {
 		writeJSON(w, http.StatusOK, out[0]) // lmstfy: one object unless count > 1
@@ -284,15 +343,44 @@ func (s *Server) consume(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, out)
 }
 
-// forget drops a lease whose handler returned, unless another run of the
-// task holds its key by now.
-func (pl *pull) forget(l *lease) {
-	pl.mu.Lock()
-	defer pl.mu.Unlock()
-	k := leaseKey(l.task.Queue, l.task.ID)
-	if pl.leases[k] == l {
-		delete(pl.leases, k)
+// takeJobs takes up to count tasks offered by pullers on g's terms: the
+// first waits until ctx ends, the rest are taken if they are offered
+// already. A task is the consumer's once its take counted.
+func (s *Server) takeJobs(ctx context.Context, ns string, pullers []*puller, count int, g grant) []lmstfyJob {
+	var out []lmstfyJob
+	for len(out) < count {
+		var offered []*lease
+		if l := take(ctx, pullers, len(out) == 0); l != nil {
+			offered = append(offered, l)
+			for len(out)+len(offered) < count {
+				l := take(ctx, pullers, false)
+				if l == nil {
+					break
+				}
+				offered = append(offered, l)
+			}
+		}
+		if len(offered) == 0 {
+			break
+		}
+		for _, l := range offered {
+			l.terms <- g
+		}
+		now := time.Now()
+		for _, l := range offered {
+			rep := <-l.reply
+			if rep.err != nil {
+				s.cfg.log.Warn("a take was not written to the lease topic: the task is offered again", "queue", l.task.Queue, "id", l.task.ID, "err", rep.err)
+			}
+			if rep.lease == "" {
+				continue
+			}
+			j := lmstfyJobOf(ns, &l.task.Task, now, !g.freeze)
+			j.Msg, j.TTR, j.Lease = "new job", int64(g.ttr/time.Second), rep.lease
+			out = append(out, j)
+		}
 	}
+	return out
 }
 
 // take returns a task offered by the first puller that has one: at once,
@@ -335,37 +423,6 @@ func durationParam(q map[string][]string, name string, def, lo, hi time.Duration
 		return 0, badRequest(name, "%q: want seconds (or a duration such as 90s) from %v to %v", v, lo, hi)
 	}
 	return d, nil
-}
-
-// leaseOf returns the lease of a task this server handed out, or nil.
-func (s *Server) leaseOf(topic, id string) *lease {
-	s.pull.mu.Lock()
-	defer s.pull.mu.Unlock()
-	return s.pull.leases[leaseKey(topic, id)]
-}
-
-// acknowledge finishes a task handed out with result, and returns once
-// its commit is visible: nil, or the error to answer.
-func (s *Server) acknowledge(ctx context.Context, l *lease, topic, id string, result []byte) error {
-	select {
-	case l.acked <- result:
-	case <-l.over:
-		return &apiError{status: http.StatusConflict, msg: "the task's time-to-run passed before the acknowledgment: it runs again (or is dead-lettered after its tries)"}
-	}
-	ctx, cancel := context.WithTimeout(ctx, ackCommitWait)
-	defer cancel()
-	// This run's record: a requeued task's earlier run left a final
-	// record of its own.
-	rec, err := s.in.WaitFor(ctx, topic, id, func(r onceq.TaskRecord) bool {
-		return r.Partition == l.task.Partition && r.Offset == l.task.Offset
-	})
-	switch {
-	case err != nil:
-		return &apiError{status: http.StatusGatewayTimeout, msg: fmt.Sprintf("acknowledged, but its commit is not visible after %v: ask GET .../job/%s", ackCommitWait, id)}
-	case rec.State != onceq.StateSucceeded:
-		return &apiError{status: http.StatusConflict, msg: fmt.Sprintf("the task ended %s: %s (its time-to-run passed before the acknowledgment, or the result was refused)", rec.State, rec.Error)}
-	}
-	return nil
 }
 
 // ackCommitWait bounds how long an acknowledgment waits for its commit.

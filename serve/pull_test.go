@@ -116,6 +116,7 @@ type handedOut struct {
 	Data             string
 	Attempt          int
 	RemainTries      int `json:"remain_tries"`
+	Lease            string
 }
 
 // consume long-polls for tasks.

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -27,11 +28,21 @@ type api struct {
 	url  string
 	conn broker.Conn
 	srv  *serve.Server
+	// close stops the server, as a restart does (tasks handed out stay
+	// leased).
+	close func()
 }
 
 func start(t testing.TB, opts ...serve.Opt) *api {
 	t.Helper()
 	_, conn := testutil.StartBroker(t, "")
+	return startOn(t, conn, opts...)
+}
+
+// startOn starts a server on the broker of conn: another server of a
+// fleet, or one restarted.
+func startOn(t testing.TB, conn broker.Conn, opts ...serve.Opt) *api {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	srv, err := serve.New(ctx, append([]serve.Opt{serve.Conn(conn)}, opts...)...)
@@ -39,11 +50,13 @@ func start(t testing.TB, opts ...serve.Opt) *api {
 		t.Fatal(err)
 	}
 	hs := httptest.NewServer(srv.Handler())
-	t.Cleanup(func() {
+	a := &api{t: t, url: hs.URL, conn: conn, srv: srv}
+	a.close = sync.OnceFunc(func() {
 		hs.Close()
 		srv.Close()
 	})
-	return &api{t: t, url: hs.URL, conn: conn, srv: srv}
+	t.Cleanup(a.close)
+	return a
 }
 
 func (a *api) token(ns string, readOnly bool) string {

@@ -54,7 +54,7 @@ func New(ctx context.Context, opts ...Opt) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, mux: http.NewServeMux(), pull: pull{queues: map[string]*puller{}, leases: map[string]*lease{}},
+	s := &Server{cfg: cfg, mux: http.NewServeMux(), pull: pull{queues: map[string]*puller{}},
 		limiters: map[string]*rate.Limiter{}}
 	if s.m, err = newMetrics(cfg.reg); err != nil {
 		return nil, err
@@ -85,7 +85,15 @@ func New(ctx context.Context, opts ...Opt) (*Server, error) {
 		s.tokens.Close()
 		return nil, err
 	}
+	if s.pull.ledger, err = openLedger(ctx, cfg.conn, cfg.pullGroup, cfg.log.With("component", "leases")); err != nil {
+		s.p.Close()
+		s.dlq.Close()
+		s.in.Close()
+		s.tokens.Close()
+		return nil, err
+	}
 	if s.schedules, err = periodic.Open(ctx, cfg.conn, cfg.log.With("component", "periodic")); err != nil {
+		s.pull.ledger.close()
 		s.p.Close()
 		s.dlq.Close()
 		s.in.Close()
@@ -111,6 +119,7 @@ func (s *Server) Close() error {
 	for _, stop := range s.stops {
 		stop()
 	}
+	s.pull.ledger.close()
 	s.schedules.Close()
 	s.p.Close()
 	s.dlq.Close()
@@ -164,7 +173,7 @@ func (s *Server) apiRoutes() []route {
 		{"GET", "/api/{ns}/{queue}/job/{id}", "job", read, nil, s.job},
 		{"PUT", "/api/{ns}/{queue}/job/{id}", "republish", write, []string{"delay", "ttl", "tries", "timeout"}, s.republish},
 		{"GET", "/api/{ns}/{queue}/job/{id}/wait", "wait", read, []string{"timeout"}, s.wait},
-		{"DELETE", "/api/{ns}/{queue}/job/{id}", "cancel", write, nil, s.cancel},
+		{"DELETE", "/api/{ns}/{queue}/job/{id}", "cancel", write, []string{"lease"}, s.cancel},
 		{"POST", "/api/{ns}/{queue}/job/{id}/cancel", "cancel_job", write, []string{"ahead"}, s.cancelJob},
 		{"GET", "/api/{ns}/{queue}/workflow/{id}", "workflow", read, nil, s.workflowStatus},
 		{"GET", "/api/{ns}/{queue}/workflow/{id}/wait", "workflow_wait", read, []string{"timeout"}, s.workflowWait},

@@ -16,12 +16,24 @@ import (
 
 // Ensure creates a table's topic if it does not exist: one partition,
 // cleanup.policy=compact.
-func Ensure(ctx context.Context, adm *broker.Admin, topic string) error {
-	if err := adm.EnsureTopic(ctx, topic, 1, map[string]string{"cleanup.policy": "compact"}); err != nil {
+func Ensure(ctx context.Context, adm *broker.Admin, topic string, opts ...Opt) error {
+	configs := map[string]string{"cleanup.policy": "compact"}
+	for _, o := range opts {
+		o(configs)
+	}
+	if err := adm.EnsureTopic(ctx, topic, 1, configs); err != nil {
 		return fmt.Errorf("creating %s: %w", topic, err)
 	}
 	return nil
 }
+
+// An Opt adds to a table topic's configs, set when Follow or Ensure
+// creates it.
+type Opt func(configs map[string]string)
+
+// Config sets a config of the table's topic, such as cleanup.policy
+// (compact by default) or retention.ms.
+func Config(key, value string) Opt { return func(c map[string]string) { c[key] = value } }
 
 // A Follower applies a topic's records until Close.
 type Follower struct {
@@ -35,13 +47,13 @@ type Follower struct {
 // called with every record but transaction markers, in offset order, on
 // one goroutine at a time: before Follow returns for what the topic held,
 // on the Follower's goroutine after.
-func Follow(ctx context.Context, conn broker.Conn, topic string, log *slog.Logger, apply func(*kgo.Record)) (*Follower, error) {
+func Follow(ctx context.Context, conn broker.Conn, topic string, log *slog.Logger, apply func(*kgo.Record), opts ...Opt) (*Follower, error) {
 	adm, err := broker.NewAdmin(conn)
 	if err != nil {
 		return nil, err
 	}
 	defer adm.Close()
-	if err := Ensure(ctx, adm, topic); err != nil {
+	if err := Ensure(ctx, adm, topic, opts...); err != nil {
 		return nil, err
 	}
 	ends, err := adm.Kadm().ListCommittedOffsets(ctx, topic)

@@ -1,0 +1,94 @@
+package serve
+
+import (
+	"encoding/json"
+	"testing"
+	"time"
+)
+
+// TestLeaseFold: the order of the lease topic decides every race: the
+// first take holds the task, a second take while it is held does not
+// count, an acknowledgment and an expiry of one lease exclude each other,
+// an acknowledgment of an expired lease counts unless the task was taken
+// again, and one naming another lease never counts.
+func TestLeaseFold(t *testing.T) {
+	at := time.Unix(1000, 0)
+	take := func(n string) leaseEvent {
+		return leaseEvent{Kind: evTake, Nonce: n, Partition: 0, Offset: 7, Until: 2000, TTR: 1000}
+	}
+	steps := []struct {
+		ev     leaseEvent
+		counts bool
+		want   string // taken, expired, acked, free
+	}{
+		{leaseEvent{Kind: evAck, Nonce: "a0"}, false, "free"}, // never handed out
+		{leaseEvent{Kind: evExpire, Nonce: "e0", Lease: "L1"}, false, "free"},
+		{take("L1"), true, "taken"},
+		{take("L2"), false, "taken"},                                        // held by L1
+		{leaseEvent{Kind: evAck, Nonce: "a1", Lease: "L2"}, false, "taken"}, // names another lease
+		{leaseEvent{Kind: evExpire, Nonce: "e1", Lease: "L2"}, false, "taken"},
+		{leaseEvent{Kind: evExpire, Nonce: "e2", Lease: "L1"}, true, "expired"},
+		{leaseEvent{Kind: evExpire, Nonce: "e3", Lease: "L1"}, false, "expired"},
+		{take("L3"), true, "taken"},                                         // handed out again
+		{leaseEvent{Kind: evAck, Nonce: "a2", Lease: "L1"}, false, "taken"}, // the ended lease's ACK
+		{leaseEvent{Kind: evExpire, Nonce: "e4", Lease: "L3"}, true, "expired"},
+		{leaseEvent{Kind: evAck, Nonce: "a3", Result: []byte("r")}, true, "acked"}, // late, not taken again
+		{leaseEvent{Kind: evAck, Nonce: "a4", Result: []byte("s")}, false, "acked"},
+		{take("L4"), false, "acked"},
+	}
+	var st leaseState
+	for i, s := range steps {
+		got := st.apply(s.ev, at)
+		if got != s.counts || stateName(st) != s.want {
+			t.Fatalf("step %d (%s %s): counted %v, state %s; want %v, %s", i, s.ev.Kind, s.ev.Nonce, got, stateName(st), s.counts, s.want)
+		}
+		if got != st.counted(s.ev.Kind, s.ev.Nonce) && s.ev.Kind != evTake {
+			t.Fatalf("step %d: counted says %v", i, !got)
+		}
+	}
+	if string(st.Result) != "r" || st.Lease != "L3" {
+		t.Fatalf("final state %+v: want the first ACK's result, lease L3", st)
+	}
+}
+
+func stateName(st leaseState) string {
+	switch {
+	case st.Taken:
+		return "taken"
+	case st.Expired:
+		return "expired"
+	case st.Acked:
+		return "acked"
+	}
+	return "free"
+}
+
+// FuzzLeaseEvent: any bytes in the lease topic decode to an event or an
+// error, never a panic; what decodes folds without a panic, and encodes
+// back to an event that decodes the same.
+func FuzzLeaseEvent(f *testing.F) {
+	f.Add([]byte(`{"kind":"take","nonce":"N","partition":1,"offset":2,"until":3,"ttr_ms":4}`))
+	f.Add([]byte(`{"kind":"ack","nonce":"N","result":"cg=="}`))
+	f.Add([]byte(`{"kind":"expire","nonce":"N","lease":"L"}`))
+	f.Add([]byte(`{"kind":"take","nonce":"","until":-1}`))
+	f.Add([]byte(`[]`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		ev, err := decodeLeaseEvent(b)
+		if err != nil {
+			return
+		}
+		var st leaseState
+		st.apply(ev, time.Now())
+		again, err := json.Marshal(ev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ev2, err := decodeLeaseEvent(again)
+		if err != nil {
+			t.Fatalf("%s decoded, but its encoding %s does not: %v", b, again, err)
+		}
+		if ev2.Kind != ev.Kind || ev2.Nonce != ev.Nonce || ev2.Lease != ev.Lease || ev2.Until != ev.Until || string(ev2.Result) != string(ev.Result) {
+			t.Fatalf("%+v encoded and decoded is %+v", ev, ev2)
+		}
+	})
+}

@@ -1,0 +1,194 @@
+package serve
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/onceq/onceq/broker"
+	"github.com/onceq/onceq/internal/table"
+)
+
+// leaseTopic is the lease topic of a pull group (lease.go): one
+// partition, compacted (a task's acknowledgment that committed is a
+// tombstone) and kept for twice the longest a task is held.
+func leaseTopic(group string) string { return "onceq-leases-" + group }
+
+// leaseKeep is how long a lease no event touches is remembered: past the
+// longest time-to-run, an expired lease whose task never ran again and an
+// acknowledgment whose commit was never seen are forgotten.
+const leaseKeep = holdMax
+
+// ledger reads a pull group's lease topic into the states of its tasks
+// and writes to it. It is safe for concurrent use.
+type ledger struct {
+	topic string
+	log   *slog.Logger
+	cl    *kgo.Client // writes (acks=all)
+	adm   *kadm.Client
+	f     *table.Follower
+
+	progress table.Progress
+	mu       sync.Mutex
+	states   map[string]*leaseState   // by leaseKey
+	watchers map[string]chan struct{} // closed when the key's state changes
+	swept    time.Time
+}
+
+// openLedger creates the group's lease topic if needed and reads it to its
+// end.
+func openLedger(ctx context.Context, conn broker.Conn, group string, log *slog.Logger) (*ledger, error) {
+	cl, err := conn.NewClient(kgo.RequiredAcks(kgo.AllISRAcks()), kgo.ProducerLinger(0), kgo.WithLogger(broker.KgoLogger(log)))
+	if err != nil {
+		return nil, err
+	}
+	lg := &ledger{topic: leaseTopic(group), log: log, cl: cl, adm: kadm.NewClient(cl),
+		states: map[string]*leaseState{}, watchers: map[string]chan struct{}{}}
+	lg.f, err = table.Follow(ctx, conn, lg.topic, log, lg.apply,
+		table.Config("cleanup.policy", "compact,delete"),
+		table.Config("retention.ms", strconv.FormatInt(int64(2*leaseKeep/time.Millisecond), 10)))
+	if err != nil {
+		cl.Close()
+		return nil, fmt.Errorf("leases: %w", err)
+	}
+	return lg, nil
+}
+
+func (lg *ledger) close() {
+	lg.f.Close()
+	lg.cl.Close()
+}
+
+// apply folds one record of the topic.
+func (lg *ledger) apply(rec *kgo.Record) {
+	defer lg.progress.Applied(rec)
+	key := string(rec.Key)
+	lg.mu.Lock()
+	defer lg.mu.Unlock()
+	if rec.Value == nil {
+		delete(lg.states, key)
+		lg.changedLocked(key)
+		return
+	}
+	ev, err := decodeLeaseEvent(rec.Value)
+	if err != nil {
+		lg.log.Warn("lease record skipped", "topic", lg.topic, "offset", rec.Offset, "err", err)
+		return
+	}
+	st := lg.states[key]
+	if st == nil {
+		st = &leaseState{}
+	}
+	if st.apply(ev, rec.Timestamp) {
+		lg.states[key] = st
+		lg.changedLocked(key)
+	}
+	lg.sweepLocked(rec.Timestamp)
+}
+
+func (lg *ledger) changedLocked(key string) {
+	if ch, ok := lg.watchers[key]; ok {
+		close(ch)
+		delete(lg.watchers, key)
+	}
+}
+
+// sweepLocked forgets, at most once a minute, the states no event touched
+// for leaseKeep, by the topic's clock.
+func (lg *ledger) sweepLocked(now time.Time) {
+	if now.Sub(lg.swept) < time.Minute {
+		return
+	}
+	lg.swept = now
+	for k, st := range lg.states {
+		if now.Sub(st.touched) > leaseKeep && !st.Taken {
+			delete(lg.states, k)
+		}
+	}
+}
+
+// watch returns key's state (ok: the topic has one) and a channel closed
+// when it changes.
+func (lg *ledger) watch(key string) (st leaseState, ok bool, changed <-chan struct{}) {
+	lg.mu.Lock()
+	defer lg.mu.Unlock()
+	ch, had := lg.watchers[key]
+	if !had {
+		ch = make(chan struct{})
+		lg.watchers[key] = ch
+	}
+	if p := lg.states[key]; p != nil {
+		st, ok = *p, true
+	}
+	return st, ok, ch
+}
+
+// unwatch drops key's watch channel if nothing changed it: a watcher that
+// stops watching must call it.
+func (lg *ledger) unwatch(key string, changed <-chan struct{}) {
+	lg.mu.Lock()
+	defer lg.mu.Unlock()
+	if ch, ok := lg.watchers[key]; ok && (<-chan struct{})(ch) == changed {
+		delete(lg.watchers, key)
+	}
+}
+
+// state returns key's state as the topic says now.
+func (lg *ledger) state(key string) (leaseState, bool) {
+	lg.mu.Lock()
+	defer lg.mu.Unlock()
+	if p := lg.states[key]; p != nil {
+		return *p, true
+	}
+	return leaseState{}, false
+}
+
+// barrier returns once every event written to the topic before the call
+// was applied: what a writer learned was written, this server knows.
+func (lg *ledger) barrier(ctx context.Context) error {
+	ends, err := lg.adm.ListEndOffsets(ctx, lg.topic)
+	if err == nil {
+		err = ends.Error()
+	}
+	if err != nil {
+		return fmt.Errorf("leases: the end of %s: %w", lg.topic, err)
+	}
+	o, ok := ends.Lookup(lg.topic, 0)
+	if !ok || o.Offset == 0 {
+		return nil
+	}
+	return lg.progress.Wait(ctx, o.Offset-1)
+}
+
+// write appends ev for key, waits until it was applied, and reports
+// whether it counted and the state it left.
+func (lg *ledger) write(ctx context.Context, key string, ev leaseEvent) (bool, leaseState, error) {
+	ev.Nonce = rand.Text()
+	v, err := json.Marshal(ev)
+	if err != nil {
+		return false, leaseState{}, err
+	}
+	if err := lg.progress.Write(ctx, lg.cl, &kgo.Record{Topic: lg.topic, Key: []byte(key), Value: v}); err != nil {
+		return false, leaseState{}, fmt.Errorf("leases: %w", err)
+	}
+	st, _ := lg.state(key)
+	return st.counted(ev.Kind, ev.Nonce), st, nil
+}
+
+// forget writes key's tombstone without waiting: its acknowledgment
+// committed. A tombstone lost leaves the state for leaseKeep.
+func (lg *ledger) forget(key string) {
+	lg.cl.Produce(context.Background(), &kgo.Record{Topic: lg.topic, Key: []byte(key)}, func(_ *kgo.Record, err error) {
+		if err != nil {
+			lg.log.Debug("a lease's tombstone was not written", "err", err)
+		}
+	})
+}
