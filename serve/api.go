@@ -432,12 +432,12 @@ func (s *Server) cancel(w http.ResponseWriter, r *http.Request) {
 		writeError(w, badRequest("lease", "%q: want the lease a consume answered with (letters A-Z and digits 2-7), or none", lease))
 		return
 	}
-	var result []byte
-	if st, ok := s.pull.ledger.state(leaseKey(topic, id)); ok && !st.Acked {
-		if result, err = readBody(w, r, consumer.DefaultMaxResultBytes, "result limit, consumer.DefaultMaxResultBytes"); err != nil {
-			writeError(w, err) // the lease stays: acknowledge again with a smaller result
-			return
-		}
+	// The body is the result of a task handed out; which it is, the lease
+	// topic says once read to its end, in acknowledge.
+	result, err := readBody(w, r, consumer.DefaultMaxResultBytes, "result limit, consumer.DefaultMaxResultBytes")
+	if err != nil {
+		writeError(w, err) // the lease stays: acknowledge again with a smaller result
+		return
 	}
 	status, err := s.finish(r, topic, id, lease, result)
 	switch {
