@@ -46,6 +46,12 @@ bench:
 bench-queues:
 	$(GO) test ./consumer -run '^$$' -bench 'BenchmarkQueues$$' -benchtime 1x -timeout 30m
 
+## bench-read: the read side over 10,000 queues (ONCEQ_BENCH_QUEUES picks
+## another number): queue list, stats, pause, task get, dead letters, console
+.PHONY: bench-read
+bench-read:
+	$(GO) test ./serve -run '^$$' -bench 'BenchmarkReadSide' -benchtime 5x -timeout 30m
+
 ## bench-watermill: the exactly-once worker against Watermill's Kafka subscriber,
 ## side by side (bench/watermill, a module of its own: onceq depends on neither
 ## Watermill nor Sarama)

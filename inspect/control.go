@@ -215,13 +215,16 @@ func (in *Inspector) setPaused(ctx context.Context, queue string, paused bool) e
 }
 
 // Paused returns the queues that are paused now, as the control topic
-// says.
+// says: the inspector's reader of the topic, opened on first use, catches
+// up with its end (one request) before it answers.
 func (in *Inspector) Paused(ctx context.Context) (map[string]bool, error) {
-	r, err := control.Open(ctx, in.cfg.conn, in.cfg.log, nil)
+	r, err := in.controlReader(ctx)
 	if err != nil {
 		return nil, err
 	}
-	defer r.Close()
+	if err := r.Sync(ctx); err != nil {
+		return nil, fmt.Errorf("inspect: %w", err)
+	}
 	return r.PausedQueues(), nil
 }
 

@@ -1,6 +1,7 @@
 package inspect
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -414,16 +415,30 @@ func cmpStrings(a, b string) int {
 
 // Counts returns how many of a queue's retained tasks are in each state.
 func (in *Inspector) Counts(ctx context.Context, queue string) (map[onceq.TaskState]int64, error) {
-	q, err := in.view(ctx, queue)
+	counts, err := in.CountsOf(ctx, []string{queue})
 	if err != nil {
+		return nil, err
+	}
+	return counts[0], nil
+}
+
+// CountsOf is Counts of each of queues, in their order; the queues not
+// read yet are loaded together (one metadata and one ListOffsets request
+// for all of them). Its error is the first queue's that failed.
+func (in *Inspector) CountsOf(ctx context.Context, queues []string) ([]map[onceq.TaskState]int64, error) {
+	qs, errs := in.views(ctx, queues)
+	if err := cmp.Or(errs...); err != nil {
 		return nil, err
 	}
 	in.mu.Lock()
 	defer in.mu.Unlock()
-	out := map[onceq.TaskState]int64{}
-	for i, s := range onceq.TaskStates {
-		if q.counts[i] > 0 {
-			out[s] = q.counts[i]
+	out := make([]map[onceq.TaskState]int64, len(qs))
+	for i, q := range qs {
+		out[i] = map[onceq.TaskState]int64{}
+		for j, s := range onceq.TaskStates {
+			if q.counts[j] > 0 {
+				out[i][s] = q.counts[j]
+			}
 		}
 	}
 	return out, nil

@@ -10,7 +10,6 @@ import (
 
 	"github.com/cespare/xxhash/v2"
 	"github.com/cockroachdb/pebble/v2"
-	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/onceq/onceq"
@@ -21,76 +20,158 @@ import (
 // topic is read from where the view stopped (the start, for a new view) to
 // its last stable offsets as they are now, and followed from there on.
 func (in *Inspector) view(ctx context.Context, queue string) (*queueView, error) {
-	if err := onceq.ValidateTaskQueue(queue); err != nil {
-		return nil, err
-	}
+	qs, errs := in.views(ctx, []string{queue})
+	return qs[0], errs[0]
+}
+
+// views is view for many queues at once, each with its own error: the
+// queues not loaded yet are loaded together, with one metadata and one
+// ListOffsets request for all of them, whatever their number.
+func (in *Inspector) views(ctx context.Context, queues []string) ([]*queueView, []error) {
+	out, errs := make([]*queueView, len(queues)), make([]error, len(queues))
+	var load []*queueView
 	in.mu.Lock()
-	if in.closed {
-		in.mu.Unlock()
-		return nil, ErrClosed
+	for i, queue := range queues {
+		if errs[i] = onceq.ValidateTaskQueue(queue); errs[i] != nil {
+			continue
+		}
+		if in.closed {
+			errs[i] = ErrClosed
+			continue
+		}
+		q, ok := in.queues[queue]
+		if !ok {
+			q = &queueView{queue: queue, topic: broker.RecordsTopic(queue), ready: make(chan struct{}), seen: map[uint64]struct{}{}}
+			in.queues[queue] = q
+			load = append(load, q)
+		}
+		out[i] = q
 	}
-	q, ok := in.queues[queue]
-	if !ok {
-		q = &queueView{queue: queue, topic: broker.RecordsTopic(queue), ready: make(chan struct{}), seen: map[uint64]struct{}{}}
-		in.queues[queue] = q
+	if len(load) > 0 {
 		in.wg.Add(1)
 		go func() {
 			defer in.wg.Done()
-			in.load(q)
+			in.load(load)
 		}()
 	}
 	in.mu.Unlock()
-	select {
-	case <-q.ready:
-	case <-ctx.Done():
-		return nil, fmt.Errorf("inspect: loading the task records of %s: %w", queue, ctx.Err())
+	for i, q := range out {
+		if q == nil {
+			continue
+		}
+		select {
+		case <-q.ready:
+		case <-ctx.Done():
+			out[i], errs[i] = nil, fmt.Errorf("inspect: loading the task records of %s: %w", q.queue, ctx.Err())
+			continue
+		}
+		if q.err != nil {
+			out[i], errs[i] = nil, q.err
+		}
 	}
-	if q.err != nil {
-		return nil, q.err
-	}
-	return q, nil
+	return out, errs
 }
 
-// load finds where to read the queue's records topic from and to, starts
-// following it and, if there is anything to read, lets the follower close
-// q.ready once it has read that far. A failure is kept in q.err and the
-// queue is forgotten, so that the next query tries again.
-func (in *Inspector) load(q *queueView) {
-	fail := func(err error) {
+// load finds where to read the queues' records topics from and to, starts
+// following them and, for each queue with anything to read, lets the
+// follower close its ready once it has read that far. A failure is kept
+// in the queue's err and the queue is forgotten, so that the next query
+// tries again.
+func (in *Inspector) load(qs []*queueView) {
+	fail := func(q *queueView, err error) {
 		in.mu.Lock()
 		delete(in.queues, q.queue)
 		in.mu.Unlock()
 		q.err = err
 		close(q.ready)
 	}
+	failAll := func(err error) {
+		for _, q := range qs {
+			fail(q, err)
+		}
+	}
 	ctx, cancel := context.WithTimeout(in.ctx, in.cfg.loadTimeout)
 	defer cancel()
-	ends, err := in.adm.Kadm().ListCommittedOffsets(ctx, q.topic)
-	if err == nil {
-		err = ends.Error()
+	topics := make([]string, len(qs))
+	for i, q := range qs {
+		topics[i] = q.topic
 	}
-	if errors.Is(err, kerr.UnknownTopicOrPartition) || err == nil && len(ends[q.topic]) == 0 {
-		// The next query asks the brokers again: a worker or a producer
-		// may create the topic any moment.
-		in.adm.Forget(q.topic)
-		fail(fmt.Errorf("inspect: queue %s: %w", q.queue, ErrNoQueue))
-		return
-	}
+	counts, err := in.adm.PartitionCounts(ctx, topics...)
 	if err != nil {
-		fail(fmt.Errorf("inspect: end offsets of %s: %w", q.topic, in.cfg.conn.Explain(err)))
+		failAll(fmt.Errorf("inspect: %w", err))
 		return
 	}
+	parts := map[string][]int32{}
+	found := qs[:0:0]
+	for _, q := range qs {
+		n := counts[q.topic]
+		if n == 0 {
+			// The next query asks the brokers again: a worker or a
+			// producer may create the topic any moment.
+			in.adm.Forget(q.topic)
+			fail(q, fmt.Errorf("inspect: queue %s: %w", q.queue, ErrNoQueue))
+			continue
+		}
+		for p := range n {
+			parts[q.topic] = append(parts[q.topic], p)
+		}
+		found = append(found, q)
+	}
+	if len(found) == 0 {
+		return
+	}
+	ends, err := in.adm.StableOffsets(ctx, parts)
+	if err != nil {
+		for _, q := range found {
+			fail(q, fmt.Errorf("inspect: end offsets of %s: %w", q.topic, in.cfg.conn.Explain(err)))
+		}
+		return
+	}
+	from := map[string]map[int32]kgo.Offset{}
+	var started []*queueView
+	for _, q := range found {
+		if len(ends[q.topic]) != len(parts[q.topic]) {
+			fail(q, fmt.Errorf("inspect: end offsets of %s: the brokers did not answer for every partition: try again", q.topic))
+			continue
+		}
+		o, err := in.start(q, ends[q.topic])
+		if err != nil {
+			fail(q, err)
+			continue
+		}
+		from[q.topic] = o
+		started = append(started, q)
+	}
+	if len(started) == 0 {
+		return
+	}
+	if err := in.follow(from); err != nil {
+		for _, q := range started {
+			fail(q, err)
+		}
+		return
+	}
+	in.mu.Lock()
+	for _, q := range started {
+		in.checkLoaded(q)
+	}
+	in.mu.Unlock()
+}
+
+// start sets a queue's target (its records topic's end offsets) and its
+// positions from the store, counts what the store holds of it (or drops
+// it, if the topic is behind the view), and returns where to follow each
+// partition from.
+func (in *Inspector) start(q *queueView, ends map[int32]int64) (map[int32]kgo.Offset, error) {
 	q.target, q.pos = map[int32]int64{}, map[int32]int64{}
-	from := map[int32]kgo.Offset{}
 	rebuild := false
-	for p, o := range ends[q.topic] {
-		q.target[p] = o.Offset
+	for p, end := range ends {
+		q.target[p] = end
 		next, err := in.storedOffset(q.topic, p)
 		if err != nil {
-			fail(err)
-			return
+			return nil, err
 		}
-		if next > o.Offset {
+		if next > end {
 			rebuild = true // the topic is not the one the view read
 		}
 		q.pos[p] = next
@@ -98,23 +179,16 @@ func (in *Inspector) load(q *queueView) {
 	if rebuild {
 		in.cfg.log.Warn("task records topic is behind the view (recreated?): rebuilding the view of the queue", "queue", q.queue)
 		if err := in.dropQueue(q); err != nil {
-			fail(err)
-			return
+			return nil, err
 		}
 	} else if err := in.countQueue(q); err != nil {
-		fail(err)
-		return
+		return nil, err
 	}
+	from := make(map[int32]kgo.Offset, len(q.pos))
 	for p, next := range q.pos {
 		from[p] = kgo.NewOffset().At(next)
 	}
-	if err := in.follow(q.topic, from); err != nil {
-		fail(err)
-		return
-	}
-	in.mu.Lock()
-	in.checkLoaded(q)
-	in.mu.Unlock()
+	return from, nil
 }
 
 // checkLoaded closes q.ready once every partition is read to its target.
@@ -149,20 +223,20 @@ func (in *Inspector) storedOffset(topic string, p int32) (int64, error) {
 	return int64(binary.BigEndian.Uint64(v)), nil
 }
 
-// follow adds a topic's partitions to the follower, which it starts with
-// the first topic.
-func (in *Inspector) follow(topic string, from map[int32]kgo.Offset) error {
+// follow adds topics' partitions to the follower, which it starts with
+// the first ones.
+func (in *Inspector) follow(from map[string]map[int32]kgo.Offset) error {
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	if in.closed {
 		return ErrClosed
 	}
 	if in.cl != nil {
-		in.cl.AddConsumePartitions(map[string]map[int32]kgo.Offset{topic: from})
+		in.cl.AddConsumePartitions(from)
 		return nil
 	}
 	cl, err := in.cfg.conn.NewClient(
-		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: from}),
+		kgo.ConsumePartitions(from),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
 		// Transaction markers take offsets: seeing them is how the view
 		// knows it read a partition to its last stable offset.

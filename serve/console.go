@@ -87,6 +87,7 @@ func (s *Server) consoleRoutes() {
 	s.console("POST /console/q/{queue}/task/{id}/cancel", s.consoleCancel)
 	s.console("GET /console/workflow", s.workflowPage)
 	s.console("POST /console/workflow/cancel", s.consoleWorkflowCancel)
+	s.console("POST /console/workflow/retry", s.consoleWorkflowRetry)
 	s.console("GET /console/periodic", s.periodicPage)
 	s.console("POST /console/periodic/remove", s.consolePeriodicRemove)
 }
@@ -201,42 +202,6 @@ func consoleNext(next string) string {
 		return "/console/"
 	}
 	return next
-}
-
-// queueRow is a queue on the home page.
-type queueRow struct {
-	Queue   string
-	Paused  bool
-	Tasks   map[onceq.TaskState]int64
-	Waiting int64
-	Groups  []inspect.GroupStats
-	Overdue int64
-}
-
-func (s *Server) homePage(w http.ResponseWriter, r *http.Request, pg *page) {
-	pg.Title = "Queues"
-	queues, err := s.in.Queues(r.Context())
-	var rows []queueRow
-	for _, q := range queues {
-		if err != nil || !s.consoleSees(pg.Token, q) {
-			continue
-		}
-		st, serr := s.in.Stats(r.Context(), q)
-		if serr != nil {
-			err = serr
-			break
-		}
-		row := queueRow{Queue: q, Paused: st.Paused, Tasks: st.Tasks, Groups: st.Groups, Overdue: st.Overdue}
-		for _, g := range st.Groups {
-			row.Waiting = max(row.Waiting, g.Waiting)
-		}
-		rows = append(rows, row)
-	}
-	if err != nil {
-		pg.Error = err.Error()
-	}
-	pg.Data = map[string]any{"Queues": rows, "States": onceq.TaskStates}
-	s.render(w, "home", pg)
 }
 
 // chartBar is one bar of a chart: a minute and its value.

@@ -157,6 +157,9 @@ type workflowView struct {
 	Cut int
 	// Cancelable: the workflow is not done, and may be canceled.
 	Cancelable bool
+	// Retryable: the workflow failed before it started, and may be run
+	// again (workflow.Retry).
+	Retryable bool
 }
 
 // workflowPage: GET /console/workflow?id=ID: the workflow's page; without
@@ -177,7 +180,7 @@ func (s *Server) workflowPage(w http.ResponseWriter, r *http.Request, pg *page) 
 		return
 	}
 	pg.Title = "Workflow " + v.ID
-	v.Status, v.Cancelable = &st, !st.State.Final()
+	v.Status, v.Cancelable, v.Retryable = &st, !st.State.Final(), st.Retryable()
 	if st.Root != nil {
 		t := stepTree{sees: func(q string) bool { return s.consoleSees(pg.Token, q) }}
 		t.add(st.Root, "", 0)
@@ -224,6 +227,28 @@ func (s *Server) consoleWorkflowCancel(w http.ResponseWriter, r *http.Request, p
 		return
 	}
 	back(w, r, to, cancelWorkflow(r.Context(), s.in, full))
+}
+
+// consoleWorkflowRetry: POST /console/workflow/retry (id): runs again a
+// workflow that failed before it started (workflow.Retry), once its
+// cause is fixed; a namespace's token, only one whose every task is in
+// its namespace.
+func (s *Server) consoleWorkflowRetry(w http.ResponseWriter, r *http.Request, pg *page) {
+	id := strings.TrimSpace(r.FormValue("id"))
+	_, full, code, err := s.consoleWorkflow(r.Context(), pg.Token, id)
+	if code == http.StatusBadRequest {
+		http.Error(w, err.Error(), code)
+		return
+	}
+	to := "/console/workflow?id=" + url.QueryEscape(id)
+	if err == nil {
+		_, err = workflow.Retry(r.Context(), s.in, s.p, s.cfg.conn, full, retryIn(pg.Token.Namespace, id))
+	}
+	if err != nil {
+		back(w, r, to, err.Error())
+		return
+	}
+	back(w, r, to, "retried: its start task runs again")
 }
 
 // cancelWorkflow cancels workflow id and says what came of it.

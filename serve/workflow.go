@@ -255,15 +255,7 @@ func (s *Server) workflowRetry(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	inNamespace := func(queues []string) error {
-		for _, q := range queues {
-			if !strings.HasPrefix(q, ns+".") {
-				return &apiError{status: http.StatusForbidden, field: "id", msg: fmt.Sprintf("workflow %s has a task in queue %s, outside namespace %s", st.ID, q, ns)}
-			}
-		}
-		return nil
-	}
-	_, err = workflow.Retry(r.Context(), s.in, s.p, s.cfg.conn, full, workflow.RetryIf(inNamespace))
+	_, err = workflow.Retry(r.Context(), s.in, s.p, s.cfg.conn, full, retryIn(ns, st.ID))
 	switch {
 	case errors.Is(err, workflow.ErrNotRetryable):
 		writeError(w, &apiError{status: http.StatusConflict, field: "id", msg: err.Error()})
@@ -273,4 +265,19 @@ func (s *Server) workflowRetry(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusAccepted, shown(ns, st))
+}
+
+// retryIn lets workflow.Retry run workflow id again only if namespace ns
+// holds every task of it: the status of a workflow that did not start
+// does not name its queues, its dead start task does. Namespace "*" holds
+// every queue.
+func retryIn(ns, id string) workflow.RetryOpt {
+	return workflow.RetryIf(func(queues []string) error {
+		for _, q := range queues {
+			if ns != auth.AllNamespaces && !strings.HasPrefix(q, ns+".") {
+				return &apiError{status: http.StatusForbidden, field: "id", msg: fmt.Sprintf("workflow %s has a task in queue %s, outside namespace %s", id, q, ns)}
+			}
+		}
+		return nil
+	})
 }

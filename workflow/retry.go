@@ -85,7 +85,7 @@ func Retry(ctx context.Context, in *inspect.Inspector, p *producer.Producer, con
 	if err != nil {
 		return st, err
 	}
-	if st.State != StateFailed || st.Root != nil || st.Start == nil || st.Start.State == onceq.StateCanceled {
+	if !st.Retryable() {
 		return st, fmt.Errorf("workflow %s: %w: it is %s: %s", id, ErrNotRetryable, st.State, retryWay(&st))
 	}
 	r, err := dlq.NewReader(conn)
@@ -137,12 +137,18 @@ func RetryIf(check func(queues []string) error) RetryOpt {
 	return func(c *retryConfig) { c.check = check }
 }
 
+// Retryable reports whether Retry runs the workflow again: it failed
+// before it started, and was not canceled.
+func (st *Status) Retryable() bool {
+	return st.State == StateFailed && st.Root == nil && st.Start != nil && st.Start.State != onceq.StateCanceled
+}
+
 // retryWay says how a workflow in st runs again, if it can.
 func retryWay(st *Status) string {
 	switch {
 	case st.State != StateFailed:
 		return "only a failed workflow is retried"
-	case st.Root == nil && st.Start != nil && st.Start.State != onceq.StateCanceled:
+	case st.Retryable():
 		return "it did not start: once its cause is fixed, retry it with onceq workflow retry " + st.ID
 	}
 	return "its steps ran under their IDs, which run once: submit it again under a new ID"

@@ -41,6 +41,10 @@ func newQueueListCmd(g *globals, timeout *time.Duration) *cobra.Command {
 				if err != nil {
 					return err
 				}
+				counts, err := in.CountsOf(ctx, queues)
+				if err != nil {
+					return err
+				}
 				tw := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
 				header := "QUEUE\tPAUSED"
 				states := slices.DeleteFunc(slices.Clone(onceq.TaskStates), func(s onceq.TaskState) bool { return s == onceq.StatePending })
@@ -49,14 +53,10 @@ func newQueueListCmd(g *globals, timeout *time.Duration) *cobra.Command {
 					header += "\t" + string(s)
 				}
 				fmt.Fprintln(tw, header)
-				for _, q := range queues {
-					counts, err := in.Counts(ctx, q)
-					if err != nil {
-						return err
-					}
+				for i, q := range queues {
 					line := q + "\t" + strconv.FormatBool(paused[q])
 					for _, s := range states {
-						line += "\t" + strconv.FormatInt(counts[s], 10)
+						line += "\t" + strconv.FormatInt(counts[i][s], 10)
 					}
 					fmt.Fprintln(tw, line)
 				}
@@ -127,13 +127,9 @@ with or without a record, is counted per bucket by onceq delay stats.`,
 						return err
 					}
 				}
-				var all []inspect.QueueStats
-				for _, q := range queues {
-					st, err := in.Stats(ctx, q)
-					if err != nil {
-						return err
-					}
-					all = append(all, st)
+				all, err := in.StatsOf(ctx, queues)
+				if err != nil {
+					return err
 				}
 				if asJSON {
 					return writeJSONLines(g.stdout, all)

@@ -113,6 +113,15 @@ func (r *Reader) Paused(queue string) bool {
 // Close stops following the topic.
 func (r *Reader) Close() { r.f.Close() }
 
+// Sync returns once the Reader has applied everything the topic held when
+// Sync was called: what was written before, a pause say, shows after.
+func (r *Reader) Sync(ctx context.Context) error {
+	if err := r.f.Sync(ctx); err != nil {
+		return fmt.Errorf("control: %w", err)
+	}
+	return nil
+}
+
 // PausedQueues returns the queues paused now.
 func (r *Reader) PausedQueues() map[string]bool {
 	r.mu.RLock()

@@ -8,7 +8,9 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"sync"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/onceq/onceq/broker"
@@ -37,8 +39,57 @@ func Config(key, value string) Opt { return func(c map[string]string) { c[key] =
 
 // A Follower applies a topic's records until Close.
 type Follower struct {
-	cl   *kgo.Client
-	done chan struct{}
+	cl    *kgo.Client
+	topic string
+	done  chan struct{}
+
+	mu    sync.Mutex
+	pos   int64         // the next offset to apply
+	moved chan struct{} // closed when pos moves, then replaced
+}
+
+// advance records that everything below next is applied.
+func (f *Follower) advance(next int64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if next > f.pos {
+		f.pos = next
+		close(f.moved)
+		f.moved = make(chan struct{})
+	}
+}
+
+// Sync returns once every record the topic held when Sync was called is
+// applied: one ListOffsets request, and the wait for the follower to get
+// there. A reader that must see its own write (a pause, then the queue's
+// page) syncs before it looks, instead of reading the topic again.
+func (f *Follower) Sync(ctx context.Context) error {
+	ends, err := kadm.NewClient(f.cl).ListCommittedOffsets(ctx, f.topic)
+	if err == nil {
+		err = ends.Error()
+	}
+	if err != nil {
+		return fmt.Errorf("end of %s: %w", f.topic, err)
+	}
+	o, ok := ends.Lookup(f.topic, 0)
+	if !ok {
+		return nil
+	}
+	for {
+		f.mu.Lock()
+		pos, moved := f.pos, f.moved
+		f.mu.Unlock()
+		if pos >= o.Offset {
+			return nil
+		}
+		select {
+		case <-moved:
+		case <-f.done:
+			return fmt.Errorf("reading %s: closed", f.topic)
+		case <-ctx.Done():
+			return fmt.Errorf("reading %s: %w", f.topic, ctx.Err())
+		}
+	}
 }
 
 // Follow creates topic if it does not exist (with one partition and
@@ -76,10 +127,12 @@ func Follow(ctx context.Context, conn broker.Conn, topic string, log *slog.Logge
 	if err != nil {
 		return nil, err
 	}
+	f := &Follower{cl: cl, topic: topic, done: make(chan struct{}), moved: make(chan struct{})}
 	each := func(rec *kgo.Record) {
 		if !rec.Attrs.IsControl() {
 			apply(rec)
 		}
+		f.advance(rec.Offset + 1)
 	}
 	for pos := int64(0); pos < end; {
 		fs := cl.PollFetches(ctx)
@@ -92,7 +145,6 @@ func Follow(ctx context.Context, conn broker.Conn, topic string, log *slog.Logge
 			pos = rec.Offset + 1
 		})
 	}
-	f := &Follower{cl: cl, done: make(chan struct{})}
 	go func() {
 		defer close(f.done)
 		for {

@@ -1,0 +1,228 @@
+package serve_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+
+	"github.com/onceq/onceq"
+	"github.com/onceq/onceq/broker"
+	"github.com/onceq/onceq/consumer"
+	"github.com/onceq/onceq/dlq"
+	"github.com/onceq/onceq/inspect"
+	"github.com/onceq/onceq/producer"
+	"github.com/onceq/onceq/serve"
+)
+
+// BenchmarkReadSide measures the read side over many queues (N from
+// ONCEQ_BENCH_QUEUES, default 10,000) on the embedded broker: N queues
+// of namespace shop, each with its task records and dead-letter topics,
+// a consumer group with offsets on every one of them, and one queue,
+// shop.q-00000, whose worker ran 100 tasks (10 of them dead letters).
+// Each sub-benchmark is one operation, in ms/op:
+//
+//	queue-list    what onceq queue list does: a new inspector, every
+//	              queue with its tasks by state
+//	stats         a queue's statistics (onceq queue stats Q, GET .../stats)
+//	pause-resume  a pause and a resume of a queue
+//	task-get      onceq task get Q ID: a new inspector, one task
+//	dlq-size      a queue's dead letters counted
+//	dlq-stats     onceq dlq stats: every queue's dead letters by reason
+//	api-queues    GET /api/shop, the namespace's queues
+//	console-home  the console's queue list, its first page
+//	console-queue the console's page of shop.q-00000
+//
+// Run it with make bench-read.
+func BenchmarkReadSide(b *testing.B) {
+	n := 10_000
+	if v := os.Getenv("ONCEQ_BENCH_QUEUES"); v != "" {
+		var err error
+		if n, err = strconv.Atoi(v); err != nil || n < 1 {
+			b.Fatalf("ONCEQ_BENCH_QUEUES=%q: want a number of queues", v)
+		}
+	}
+	a := start(b, serve.Scheduler(false), serve.DelayService(false))
+	ctx := context.Background()
+	queues := make([]string, n)
+	specs := make([]broker.TopicSpec, 0, 3*n)
+	offsets := kadm.Offsets{}
+	for i := range queues {
+		q := fmt.Sprintf("shop.q-%05d", i)
+		queues[i] = q
+		for _, t := range []string{q, broker.RecordsTopic(q), broker.DLQTopic(q)} {
+			specs = append(specs, broker.TopicSpec{Name: t, Partitions: 1})
+		}
+		offsets.Add(kadm.Offset{Topic: q, Partition: 0, At: 0, LeaderEpoch: -1})
+	}
+	adm, err := broker.NewAdmin(a.conn)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer adm.Close()
+	setup := time.Now()
+	if _, err := adm.EnsureTopics(ctx, specs); err != nil {
+		b.Fatal(err)
+	}
+	if err := adm.Kadm().CommitAllOffsets(ctx, "workers", offsets); err != nil {
+		b.Fatal(err)
+	}
+	busy := queues[0]
+	runTasks(b, a, busy)
+	b.Logf("%d queues set up in %v", n, time.Since(setup).Round(time.Millisecond))
+
+	tok := a.token("shop", false)
+	in, err := inspect.Open(inspect.Conn(a.conn))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer in.Close()
+	r, err := dlq.NewReader(a.conn)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer r.Close()
+
+	op := func(name string, fn func() error) {
+		b.Run(name, func(b *testing.B) {
+			start := time.Now()
+			for b.Loop() {
+				if err := fn(); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(time.Since(start).Microseconds())/1000/float64(b.N), "ms/op")
+		})
+	}
+	op("queue-list", func() error {
+		in, err := inspect.Open(inspect.Conn(a.conn))
+		if err != nil {
+			return err
+		}
+		defer in.Close()
+		qs, err := in.Queues(ctx)
+		if err != nil {
+			return err
+		}
+		if _, err := in.CountsOf(ctx, qs); err != nil {
+			return err
+		}
+		if len(qs) != n {
+			return fmt.Errorf("%d queues listed, want %d", len(qs), n)
+		}
+		return nil
+	})
+	op("stats", func() error {
+		st, err := in.Stats(ctx, busy)
+		if err == nil && len(st.Groups) == 0 {
+			err = fmt.Errorf("stats of %s: no group", busy)
+		}
+		return err
+	})
+	op("pause-resume", func() error {
+		if err := in.Pause(ctx, busy); err != nil {
+			return err
+		}
+		return in.Resume(ctx, busy)
+	})
+	op("task-get", func() error {
+		in, err := inspect.Open(inspect.Conn(a.conn))
+		if err != nil {
+			return err
+		}
+		defer in.Close()
+		_, err = in.Get(ctx, busy, "t-42")
+		return err
+	})
+	op("dlq-size", func() error {
+		got := 0
+		err := r.Read(ctx, busy, func(dlq.Letter) error { got++; return nil })
+		if err == nil && got != 10 {
+			err = fmt.Errorf("%d dead letters, want 10", got)
+		}
+		return err
+	})
+	op("dlq-stats", func() error {
+		st, err := r.QueueStats(ctx)
+		if err == nil && len(st) != n {
+			err = fmt.Errorf("dead letters of %d queues, want %d", len(st), n)
+		}
+		return err
+	})
+	get := func(path string) error {
+		req, err := http.NewRequest("GET", a.url+path, nil)
+		if err != nil {
+			return err
+		}
+		req.SetBasicAuth("", tok)
+		req.Header.Set("X-Token", tok)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		body, err := io.ReadAll(resp.Body)
+		if err == nil && resp.StatusCode != 200 {
+			err = fmt.Errorf("GET %s: %d %.300s", path, resp.StatusCode, body)
+		}
+		return err
+	}
+	op("api-queues", func() error { return get("/api/shop") })
+	op("console-home", func() error { return get("/console/") })
+	op("console-queue", func() error { return get("/console/q/" + busy) })
+}
+
+// runTasks runs 100 tasks t-0 to t-99 of queue on a worker, every tenth
+// to a dead letter, and returns once each has its final record.
+func runTasks(b *testing.B, a *api, queue string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	w, err := consumer.New(consumer.Conn(a.conn), consumer.Queues(queue), consumer.CheckpointDir(b.TempDir()),
+		consumer.WithHandler(consumer.HandlerFunc(func(_ context.Context, t *consumer.Task) error {
+			if string(t.Payload) == "fail" {
+				return consumer.SkipRetry(errors.New("refused"))
+			}
+			return t.SetResult([]byte("ok"))
+		})))
+	if err != nil {
+		b.Fatal(err)
+	}
+	wctx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- w.Run(wctx) }()
+	defer func() {
+		stop()
+		<-done
+	}()
+	p, err := producer.New(producer.Conn(a.conn))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer p.Close()
+	for i := range 100 {
+		payload := "ok"
+		if i%10 == 0 {
+			payload = "fail"
+		}
+		if _, err := p.Submit(ctx, onceq.Task{Queue: queue, ID: "t-" + strconv.Itoa(i), Payload: []byte(payload)}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	in, err := inspect.Open(inspect.Conn(a.conn))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer in.Close()
+	for i := range 100 {
+		if _, err := in.Wait(ctx, queue, "t-"+strconv.Itoa(i)); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
