@@ -616,6 +616,11 @@ func (s *Server) pause(paused bool) http.HandlerFunc {
 // queues: GET /api/{ns}: the namespace's queues that have task records,
 // with whether each is paused.
 func (s *Server) queues(w http.ResponseWriter, r *http.Request) {
+	q, err := parseQueueQuery(r.URL.Query())
+	if err != nil {
+		writeError(w, err)
+		return
+	}
 	all, err := s.in.Queues(r.Context())
 	if err != nil {
 		writeError(w, err)
@@ -630,14 +635,20 @@ func (s *Server) queues(w http.ResponseWriter, r *http.Request) {
 		Queue  string `json:"queue"`
 		Paused bool   `json:"paused"`
 	}
-	out := []queue{}
-	prefix := r.PathValue("ns") + "."
-	for _, t := range all {
-		if q, ok := strings.CutPrefix(t, prefix); ok {
-			out = append(out, queue{q, paused[t]})
+	ns := r.PathValue("ns")
+	prefix := ns + "."
+	for _, c := range []*string{&q.After, &q.Before} {
+		if *c != "" {
+			*c = prefix + *c
 		}
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"namespace": r.PathValue("ns"), "queues": out})
+	list := listQueues(all, func(t string) bool { return strings.HasPrefix(t, prefix) }, q)
+	out := make([]queue, len(list.Queues))
+	for i, t := range list.Queues {
+		out[i] = queue{strings.TrimPrefix(t, prefix), paused[t]}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"namespace": ns, "queues": out, "total": list.Total,
+		"prev": strings.TrimPrefix(list.Prev, prefix), "next": strings.TrimPrefix(list.Next, prefix)})
 }
 
 //go:embed openapi.json

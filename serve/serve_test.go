@@ -291,6 +291,18 @@ func TestPublishAndAsk(t *testing.T) {
 	if qs, _ := body["queues"].([]any); code != 200 || fmt.Sprint(qs) != "[map[paused:true queue:emails] map[paused:false queue:sms]]" {
 		t.Fatalf("queues: %d %v", code, body)
 	}
+	// A page at a time.
+	code, body = a.do("GET", "/api/shop?limit=1", tok, "")
+	if qs, _ := body["queues"].([]any); code != 200 || len(qs) != 1 || body["next"] != "emails" || body["total"] != 2.0 {
+		t.Fatalf("queues, page 1: %d %v", code, body)
+	}
+	code, body = a.do("GET", "/api/shop?limit=1&after=emails", tok, "")
+	if qs, _ := body["queues"].([]any); code != 200 || fmt.Sprint(qs) != "[map[paused:false queue:sms]]" || body["next"] != "" || body["prev"] != "sms" {
+		t.Fatalf("queues, page 2: %d %v", code, body)
+	}
+	if code, body = a.do("GET", "/api/shop?limit=0", tok, ""); code != 400 || body["field"] != "limit" {
+		t.Fatalf("queues, limit=0: %d %v", code, body)
+	}
 	code, body = a.do("GET", "/api/shop/emails/stats", tok, "")
 	if tasks, _ := body["tasks"].(map[string]any); code != 200 || body["paused"] != true || tasks["succeeded"] == nil {
 		t.Fatalf("stats: %d %v", code, body)

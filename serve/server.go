@@ -163,7 +163,7 @@ var publishParams = []string{"id", "delay", "ttl", "tries", "timeout"}
 func (s *Server) apiRoutes() []route {
 	return []route{
 		{"GET", "/api/openapi.json", "openapi", read, nil, serveOpenAPI},
-		{"GET", "/api/{ns}", "queues", read, nil, s.queues},
+		{"GET", "/api/{ns}", "queues", read, []string{"filter", "after", "before", "limit"}, s.queues},
 		{"PUT", "/api/{ns}/{queue}", "publish", write, publishParams, s.publish},
 		{"GET", "/api/{ns}/{queue}", "consume", write, []string{"ttr", "timeout", "count", "freeze_tries"}, s.consume},
 		{"DELETE", "/api/{ns}/{queue}", "destroy", write, nil, s.destroy},
