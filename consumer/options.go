@@ -115,6 +115,7 @@ type config struct {
 	maxResultBytes  int
 	quietAfter      time.Duration
 	metricsPerQueue bool
+	onDemand        bool
 }
 
 func defaults() config {
@@ -374,6 +375,20 @@ const DefaultMetricsPerQueue = true
 // thousands of queues keeps its series to a few dozen. Default
 // DefaultMetricsPerQueue (on).
 func MetricsPerQueue(on bool) Opt { return optFunc(func(c *config) { c.metricsPerQueue = on }) }
+
+// OnDemand, when on, makes the worker fetch a queue's partitions only
+// while the queue is wanted (Worker.Want): a worker over every queue of a
+// server whose handler hands each task to a client that asked for its
+// queue (onceq serve) fetches nothing nobody waits for. A queue's
+// partitions, those assigned later included, start unfetched; the first
+// Want resumes them at once, and within 50 ms of the want's end they are
+// no longer fetched. Tasks fetched by then still run. A partition is
+// fetched only if it is not quiet (QuietAfter) and not paused in the
+// control topic either; a wake-up of a queue not wanted does not fetch
+// it. A partition restores from its changelog on its first record, as
+// always: a queue's first Want may wait for that. Default off: every
+// partition is fetched unless quiet or paused.
+func OnDemand(on bool) Opt { return optFunc(func(c *config) { c.onDemand = on }) }
 
 // resultRoom bounds what a task record holds besides its result: the ID,
 // queue, error text and the other fields.
