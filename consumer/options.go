@@ -116,6 +116,7 @@ type config struct {
 	quietAfter      time.Duration
 	metricsPerQueue bool
 	onDemand        bool
+	maxPerQueue     int
 }
 
 func defaults() config {
@@ -390,6 +391,16 @@ func MetricsPerQueue(on bool) Opt { return optFunc(func(c *config) { c.metricsPe
 // partition is fetched unless quiet or paused.
 func OnDemand(on bool) Opt { return optFunc(func(c *config) { c.onDemand = on }) }
 
+// MaxRunningPerQueue bounds the tasks of one queue that run at once in the
+// worker; 0 sets no bound. A task of a queue at its bound waits, in key
+// order, without taking a slot (Concurrency), while tasks of other queues
+// start on the free slots: a queue whose handlers wait long (onceq serve's
+// tasks wait for their clients' acknowledgements) cannot hold every slot.
+// A waiting task has not started: at shutdown or when its partition is
+// revoked it stays uncommitted and runs on the partition's next owner.
+// Default 0 (no bound).
+func MaxRunningPerQueue(n int) Opt { return optFunc(func(c *config) { c.maxPerQueue = n }) }
+
 // resultRoom bounds what a task record holds besides its result: the ID,
 // queue, error text and the other fields.
 const resultRoom = 4096
@@ -451,6 +462,9 @@ func (c *config) validate(nils int) error {
 	}
 	if c.concurrency < 1 {
 		errs.Bad("Concurrency", c.concurrency, "want 1 or more")
+	}
+	if c.maxPerQueue < 0 {
+		errs.Bad("MaxRunningPerQueue", c.maxPerQueue, "want 0 (no bound) or more")
 	}
 	if c.quietAfter < 2*broker.WakeEvery {
 		errs.Bad("QuietAfter", c.quietAfter, "want %v or more: twice the time between two wake-ups of a queue", 2*broker.WakeEvery)

@@ -378,6 +378,7 @@ func (w *Worker) finish(it *item, res *result) {
 		w.completed.Add(1)
 	}
 	w.buffered.Add(-1)
+	w.sched.done(it)
 	w.sched.start(ready)
 	if w.buffered.Load() == 0 || w.completed.Load() >= int64(w.cfg.maxPerCommit) {
 		w.signal()
@@ -395,7 +396,7 @@ func (w *Worker) dropped(n int) {
 // release lets go of a partition: nothing of it starts or commits any
 // more, and its running handlers are canceled.
 func (w *Worker) release(ps *partState) {
-	w.dropped(ps.revoke())
+	w.dropped(ps.revoke() + w.sched.drop(ps))
 	w.sched.cancelPartition(ps)
 }
 
