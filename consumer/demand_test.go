@@ -169,6 +169,56 @@ func TestOnDemand(t *testing.T) {
 	}
 }
 
+// TestOnDemandNewQueues: on-demand, the partitions of a queue that a
+// pattern finds while the worker runs start unfetched unless wanted: dp.a,
+// not wanted, runs nothing until its Want; dp.b, wanted before it exists,
+// runs its first task.
+func TestOnDemandNewQueues(t *testing.T) {
+	_, conn := testutil.StartBroker(t, "")
+	testutil.CreateTopic(t, conn, "dp.ctl", 1)
+	c := newRunCounter()
+	w, err := consumer.New(consumer.Conn(conn), consumer.Group("dp"), consumer.Queues(`dp\..*`), consumer.CheckpointDir(t.TempDir()),
+		consumer.OnDemand(true),
+		consumer.WithHandler(consumer.HandlerFunc(func(_ context.Context, task *consumer.Task) error {
+			c.add(task.ID)
+			return nil
+		})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Want("dp.ctl", time.Now().Add(time.Hour))
+	w.Want("dp.b", time.Now().Add(time.Hour))
+	runUntilCleanup(t, w)
+	p, err := producer.New(producer.Conn(conn))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	submitAll(t, p, "dp.ctl", "ctl-0")
+	c.waitRan(t, time.Minute, nil, "ctl-0")
+
+	testutil.CreateTopic(t, conn, "dp.a", 1)
+	submitAll(t, p, "dp.a", "a-0")
+	for deadline := time.Now().Add(time.Minute); !w.Owns("dp.a"); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the worker owns no partition of dp.a a minute after its first task")
+		}
+	}
+	for i := 1; i <= 2; i++ {
+		id := fmt.Sprintf("ctl-%d", i)
+		submitAll(t, p, "dp.ctl", id)
+		c.waitRan(t, time.Minute, nil, id)
+	}
+	if n := c.count("a-0"); n > 0 {
+		t.Fatalf("a-0, of a new queue nobody wants, ran %d times", n)
+	}
+	testutil.CreateTopic(t, conn, "dp.b", 1)
+	submitAll(t, p, "dp.b", "b-0")
+	c.waitRan(t, time.Minute, nil, "b-0")
+	w.Want("dp.a", time.Now().Add(time.Hour))
+	c.waitRan(t, time.Minute, nil, "a-0")
+}
+
 // TestMaxRunningPerQueue: with MaxRunningPerQueue(2) and 3 slots, queue A's
 // handlers, blocked, hold 2 slots at most, and B's tasks run on the third
 // meanwhile; once A's handlers are released every task of A runs, once,
