@@ -111,12 +111,12 @@ func New(opts ...Opt) (*Worker, error) {
 	}
 	w := &Worker{cfg: cfg, queues: newQueueSet(cfg.queues), parts: map[checkpoint.TP]*partState{}, byQueue: map[string][]*partState{}, wake: make(chan struct{}, 1), started: make(chan struct{}),
 		health: ops.NewBrokerHealth(cfg.sessionTimeout), fetchPaused: map[checkpoint.TP]bool{}, demand: demand{wants: map[string]*atomic.Int64{}}}
+	w.sched = newScheduler(w, cfg.concurrency, cfg.maxBuffered) // before the metrics, which read it
 	m, err := newMetrics(cfg.registerer, w)
 	if err != nil {
 		return nil, err
 	}
 	w.metrics = m
-	w.sched = newScheduler(w, cfg.concurrency, cfg.maxBuffered)
 	return w, nil
 }
 
