@@ -64,6 +64,25 @@
 // ID's duplicates with the same key. Within a partition, a duplicate runs
 // once whatever its key: records of one ID run one at a time too.
 //
+// MaxRunningPerQueue bounds the tasks of one queue running at once: a
+// task of a queue at its bound waits, in its key order, without taking a
+// slot, and the other queues' tasks start on the free slots. A worker
+// whose handlers wait long on some queues (onceq serve's wait for their
+// HTTP consumers) keeps the others going.
+//
+// Fetching on demand: with OnDemand(true) the worker fetches a queue's
+// partitions only while the queue is wanted, and Worker.Want(queue,
+// until) wants it until a time. The first Want of a queue resumes its
+// partitions at once; a Want while the queue is wanted costs no
+// allocation and no request, so it can be called on every request of a
+// pull API. Worker.Owns says whether the worker owns a partition of a
+// queue now:
+//
+//	if w.Owns(queue) {
+//		w.Want(queue, time.Now().Add(wait))
+//		// ... the handler hands the queue's next task to this request
+//	}
+//
 // Long tasks: a task may run as long as its time-to-run (onceq-timeout, or
 // TaskTimeout) allows. Its context is canceled at that deadline; the
 // worker's commits, transactions and group heartbeats go on meanwhile.

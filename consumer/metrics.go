@@ -23,6 +23,8 @@ type metrics struct {
 	expired   prometheus.Counter
 	paused    *prometheus.GaugeVec
 	quiet     prometheus.Gauge
+	wanted    prometheus.Gauge
+	bounded   prometheus.GaugeFunc
 	progress  *progressCollector
 }
 
@@ -57,6 +59,16 @@ func newMetrics(reg prometheus.Registerer, w *Worker) (*metrics, error) {
 			Help: "1 while the queue is paused (onceq queue pause): the worker fetches and starts none of its tasks."}, []string{"queue"}),
 		quiet: prometheus.NewGauge(prometheus.GaugeOpts{Name: "onceq_quiet_partitions",
 			Help: "Partitions the worker does not fetch because they had no task for a while; a wake-up or a new record makes them fetched again."}),
+		wanted: prometheus.NewGauge(prometheus.GaugeOpts{Name: "onceq_wanted_queues",
+			Help: "Queues wanted now (Worker.Want), whose partitions an on-demand worker fetches."}),
+		bounded: prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "onceq_bound_waiting_tasks",
+			Help: "Tasks ready to start that wait, outside the slots, for a task of their queue to finish (MaxRunningPerQueue)."},
+			func() float64 {
+				if b := w.sched.bound; b != nil {
+					return float64(b.waiting.Load())
+				}
+				return 0
+			}),
 		progress: &progressCollector{w: w,
 			oldest: prometheus.NewDesc("onceq_oldest_inflight_seconds",
 				"Age of the oldest handler running now, by queue (0 when none runs).", []string{"queue"}, nil),
@@ -73,7 +85,7 @@ func newMetrics(reg prometheus.Registerer, w *Worker) (*metrics, error) {
 		return m, nil
 	}
 	for _, c := range []prometheus.Collector{m.processed, m.handler, m.latency, m.commit, m.aborts, m.restore,
-		m.inflight, m.failed, m.dead, m.abandoned, m.canceled, m.expired, m.paused, m.quiet, m.progress} {
+		m.inflight, m.failed, m.dead, m.abandoned, m.canceled, m.expired, m.paused, m.quiet, m.wanted, m.bounded, m.progress} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("consumer: registering metrics (one worker per registerer): %w", err)
 		}

@@ -115,6 +115,8 @@ type config struct {
 	maxResultBytes  int
 	quietAfter      time.Duration
 	metricsPerQueue bool
+	onDemand        bool
+	maxPerQueue     int
 }
 
 func defaults() config {
@@ -375,6 +377,30 @@ const DefaultMetricsPerQueue = true
 // DefaultMetricsPerQueue (on).
 func MetricsPerQueue(on bool) Opt { return optFunc(func(c *config) { c.metricsPerQueue = on }) }
 
+// OnDemand, when on, makes the worker fetch a queue's partitions only
+// while the queue is wanted (Worker.Want): a worker over every queue of a
+// server whose handler hands each task to a client that asked for its
+// queue (onceq serve) fetches nothing nobody waits for. A queue's
+// partitions, those assigned later included, start unfetched; the first
+// Want resumes them at once, and within 50 ms of the want's end they are
+// no longer fetched. Tasks fetched by then still run. A partition is
+// fetched only if it is not quiet (QuietAfter) and not paused in the
+// control topic either; a wake-up of a queue not wanted does not fetch
+// it. A partition restores from its changelog on its first record, as
+// always: a queue's first Want may wait for that. Default off: every
+// partition is fetched unless quiet or paused.
+func OnDemand(on bool) Opt { return optFunc(func(c *config) { c.onDemand = on }) }
+
+// MaxRunningPerQueue bounds the tasks of one queue that run at once in the
+// worker; 0 sets no bound. A task of a queue at its bound waits, in key
+// order, without taking a slot (Concurrency), while tasks of other queues
+// start on the free slots: a queue whose handlers wait long (onceq serve's
+// tasks wait for their clients' acknowledgements) cannot hold every slot.
+// A waiting task has not started: at shutdown or when its partition is
+// revoked it stays uncommitted and runs on the partition's next owner.
+// Default 0 (no bound).
+func MaxRunningPerQueue(n int) Opt { return optFunc(func(c *config) { c.maxPerQueue = n }) }
+
 // resultRoom bounds what a task record holds besides its result: the ID,
 // queue, error text and the other fields.
 const resultRoom = 4096
@@ -436,6 +462,9 @@ func (c *config) validate(nils int) error {
 	}
 	if c.concurrency < 1 {
 		errs.Bad("Concurrency", c.concurrency, "want 1 or more")
+	}
+	if c.maxPerQueue < 0 {
+		errs.Bad("MaxRunningPerQueue", c.maxPerQueue, "want 0 (no bound) or more")
 	}
 	if c.quietAfter < 2*broker.WakeEvery {
 		errs.Bad("QuietAfter", c.quietAfter, "want %v or more: twice the time between two wake-ups of a queue", 2*broker.WakeEvery)

@@ -40,9 +40,6 @@ type partState struct {
 	restoring bool // a restore is running
 	held      []*item
 	q         quietness
-	// fetchPaused says the Kafka side does not fetch it; guarded by the
-	// worker's fetchMu (see refetch).
-	fetchPaused bool
 
 	offsets     offsetSet
 	leaderEpoch int32

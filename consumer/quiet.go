@@ -64,27 +64,48 @@ func (w *Worker) wakeLocked(ps *partState, now time.Time) bool {
 	return true
 }
 
-// refetch stops or resumes fetching parts as their quietness asks, in one call to the client each way: franz-go copies its
-// whole set of paused partitions on every call, so one call per partition
-// would cost a worker over thousands of them the square of their number.
-// Every change to a partition's quiet state is followed by a refetch of
-// it, and refetches run one at a time reading the state as it
-// is then, so the client ends up as the last change asked.
+// refetch stops or resumes fetching parts as their state asks: a
+// partition is fetched unless it is quiet or, OnDemand, its queue is not
+// wanted (demand.go). It makes one call to the client each way: franz-go
+// copies its whole set of paused partitions on every call, so one call per
+// partition would cost a worker over thousands of them the square of their
+// number. Every change to a partition's quiet state or its queue's want is
+// followed by a refetch of it, and refetches run one at a time reading the
+// state as it is then, so the client ends up as the last change asked.
+//
+// What the client pauses is kept by partition (fetchPaused), not by
+// partState: the client's paused set outlives an assignment, so a
+// partition revoked while paused and assigned again is still paused
+// there, whatever its new partState says.
 func (w *Worker) refetch(parts ...*partState) {
+	if len(parts) == 0 {
+		return
+	}
 	w.fetchMu.Lock()
 	defer w.fetchMu.Unlock()
+	if w.kafka == nil {
+		return // not started: the first refetch of a partition is at its assignment
+	}
 	var pause, resume map[string][]int32
 	for _, ps := range parts {
 		ps.mu.Lock()
 		revoked := ps.revoked
-		want := ps.q.quiet
+		stop := ps.q.quiet
 		ps.mu.Unlock()
-		if revoked || want == ps.fetchPaused {
-			continue // a revoked one's Kafka side may be another by now
+		if revoked {
+			continue // its partition may have another partState by now
 		}
-		ps.fetchPaused = want
+		stop = stop || !w.wanted(ps.tp.Topic)
+		if stop == w.fetchPaused[ps.tp] {
+			continue
+		}
+		if stop {
+			w.fetchPaused[ps.tp] = true
+		} else {
+			delete(w.fetchPaused, ps.tp)
+		}
 		m := &resume
-		if want {
+		if stop {
 			m = &pause
 		}
 		if *m == nil {

@@ -58,6 +58,9 @@ type scheduler struct {
 	// active counts the records taken by a slot and not yet finished: a
 	// handler that returned is active until its result is recorded.
 	active atomic.Int64
+	// bound holds the records of a queue past MaxRunningPerQueue (nil
+	// without one).
+	bound *queueBound
 }
 
 // slot is one place to run a handler; cur is the run in it.
@@ -94,6 +97,9 @@ func newScheduler(w *Worker, n, buffered int) *scheduler {
 	s := &scheduler{w: w, ready: make(chan *item, buffered+n), slots: make([]*slot, n), quit: make(chan struct{})}
 	for i := range s.slots {
 		s.slots[i] = &slot{}
+	}
+	if w.cfg.maxPerQueue > 0 {
+		s.bound = newQueueBound(w.cfg.maxPerQueue)
 	}
 	return s
 }
@@ -158,8 +164,17 @@ func (it *item) setKeys(eos bool) {
 	}
 }
 
-// start hands records to the slots.
+// start hands records that their keys let start to the slots, or to their
+// queues' lines (MaxRunningPerQueue). items is start's to reuse.
 func (s *scheduler) start(items []*item) {
+	if s.bound != nil {
+		items = s.bound.take(items)
+	}
+	s.send(items...)
+}
+
+// send hands records to the slots.
+func (s *scheduler) send(items ...*item) {
 	for _, it := range items {
 		select {
 		case s.ready <- it:
@@ -190,6 +205,26 @@ func (s *scheduler) loop(sl *slot) {
 			return
 		}
 	}
+}
+
+// done is told of every record a slot took, once it finished: the first
+// in its queue's line, if any, takes its place.
+func (s *scheduler) done(it *item) {
+	if s.bound == nil {
+		return
+	}
+	if next := s.bound.done(it); next != nil {
+		s.send(next)
+	}
+}
+
+// drop takes a revoked partition's records out of the lines and returns
+// how many it took.
+func (s *scheduler) drop(ps *partState) int {
+	if s.bound == nil {
+		return 0
+	}
+	return s.bound.drop(ps)
 }
 
 // stop ends the slots and waits for them no longer than their handlers

@@ -74,7 +74,11 @@ type Worker struct {
 	nothingToCommit bool
 	ckpt            ckptWriter
 
-	fetchMu     sync.Mutex   // orders refetch calls; guards partState.fetchPaused
+	fetchMu sync.Mutex // orders refetch calls; guards fetchPaused and the replacing of kafka
+	// fetchPaused holds the partitions the Kafka side was asked not to
+	// fetch (see refetch).
+	fetchPaused map[checkpoint.TP]bool
+	demand      demand       // the queues wanted, OnDemand
 	lastRefresh atomic.Int64 // unix ns of the last metadata refresh for a new queue
 	// noScanWake stops the look at the offsets from waking quiet
 	// partitions, so that a test sees the wake-ups do it (export_test.go).
@@ -106,13 +110,13 @@ func New(opts ...Opt) (*Worker, error) {
 		return nil, err
 	}
 	w := &Worker{cfg: cfg, queues: newQueueSet(cfg.queues), parts: map[checkpoint.TP]*partState{}, byQueue: map[string][]*partState{}, wake: make(chan struct{}, 1), started: make(chan struct{}),
-		health: ops.NewBrokerHealth(cfg.sessionTimeout)}
+		health: ops.NewBrokerHealth(cfg.sessionTimeout), fetchPaused: map[checkpoint.TP]bool{}, demand: demand{wants: map[string]*atomic.Int64{}}}
+	w.sched = newScheduler(w, cfg.concurrency, cfg.maxBuffered) // before the metrics, which read it
 	m, err := newMetrics(cfg.registerer, w)
 	if err != nil {
 		return nil, err
 	}
 	w.metrics = m
-	w.sched = newScheduler(w, cfg.concurrency, cfg.maxBuffered)
 	return w, nil
 }
 
@@ -173,6 +177,18 @@ func (w *Worker) Run(ctx context.Context) (err error) {
 		stopQuiet()
 		<-quietDone
 	}()
+	if w.cfg.onDemand {
+		dctx, stopDemand := context.WithCancel(ctx)
+		demandDone := make(chan struct{})
+		go func() {
+			defer close(demandDone)
+			w.demandLoop(dctx)
+		}()
+		defer func() {
+			stopDemand()
+			<-demandDone
+		}()
+	}
 	defer w.stopping.Store(true) // first of the deferred: restores stop retrying
 	w.cfg.log.Info("worker started", "group", w.cfg.group, "queues", w.cfg.queues, "instance", w.instanceID,
 		"guarantee", w.cfg.guarantee, "concurrency", w.cfg.concurrency)
@@ -271,6 +287,7 @@ func (w *Worker) restartSession(ctx context.Context, cause error) error {
 	var err error
 	w.fetchMu.Lock()
 	w.kafka, err = newKafkaSide(w)
+	clear(w.fetchPaused) // a new client fetches everything it is assigned
 	w.fetchMu.Unlock()
 	return err
 }
@@ -361,6 +378,7 @@ func (w *Worker) finish(it *item, res *result) {
 		w.completed.Add(1)
 	}
 	w.buffered.Add(-1)
+	w.sched.done(it)
 	w.sched.start(ready)
 	if w.buffered.Load() == 0 || w.completed.Load() >= int64(w.cfg.maxPerCommit) {
 		w.signal()
@@ -378,7 +396,7 @@ func (w *Worker) dropped(n int) {
 // release lets go of a partition: nothing of it starts or commits any
 // more, and its running handlers are canceled.
 func (w *Worker) release(ps *partState) {
-	w.dropped(ps.revoke())
+	w.dropped(ps.revoke() + w.sched.drop(ps))
 	w.sched.cancelPartition(ps)
 }
 
@@ -389,8 +407,8 @@ func (w *Worker) release(ps *partState) {
 // in progress, so the next owner runs them from the committed offset.
 func (w *Worker) assigned(_ context.Context, _ *kgo.Client, m map[string][]int32) {
 	w.health.Joined() // franz-go calls this after every join
+	var added []*partState
 	w.mu.Lock()
-	defer w.mu.Unlock()
 	for topic, ps := range m {
 		for _, p := range ps {
 			tp := checkpoint.TP{Topic: topic, Partition: p}
@@ -411,8 +429,14 @@ func (w *Worker) assigned(_ context.Context, _ *kgo.Client, m map[string][]int32
 			}
 			w.parts[tp] = st
 			w.byQueue[topic] = append(w.byQueue[topic], st)
+			added = append(added, st)
 		}
 	}
+	w.mu.Unlock()
+	// Before the client fetches them (it calls this first): a partition
+	// of a queue not wanted starts unfetched, and one the client still
+	// holds paused from an earlier assignment is fetched again.
+	w.refetch(added...)
 	w.cfg.log.Info("partitions assigned", "partitions", m)
 }
 

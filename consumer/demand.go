@@ -1,0 +1,160 @@
+package consumer
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Fetching on demand (OnDemand). A worker over every queue of a server,
+// whose handler hands each task to a client that asked for its queue
+// (onceq serve's HTTP consumers), fetches a queue's partitions only while
+// some client wants the queue: Want says so, until a time, and each call
+// is cheap enough to make on every request. The first Want of a queue
+// not wanted resumes fetching its partitions at once; the wants that
+// lapsed are found every demandTick and their queues stop being fetched
+// together, in one call to the client (see refetch). What was fetched
+// still runs.
+//
+// A partition is fetched when it is not quiet and its queue is wanted;
+// a control pause stops its topic apart from that (setPaused). The quiet
+// bookkeeping (quiet.go) goes on whether the queue is wanted or not: a
+// wake-up of a queue nobody wants makes its partitions not quiet, so that
+// they are fetched as soon as it is wanted, but not fetched before.
+
+// demandTick is how often the worker looks for wants that lapsed: a
+// queue is fetched up to this long after its want's end.
+const demandTick = 50 * time.Millisecond
+
+// demand is the queues wanted now: a queue is in wants from its first Want
+// to its want's end. An entry's until is raised under mu read-locked and
+// read under mu locked, so an entry never leaves wants while a Want
+// extends it.
+type demand struct {
+	mu    sync.RWMutex
+	wants map[string]*atomic.Int64 // until, in unix nanoseconds
+}
+
+// Want says that queue is wanted until until: while the worker runs
+// OnDemand, it fetches the queue's partitions it owns until then. A later
+// call extends the want; one with an earlier until leaves it as it is.
+// Partitions of queue assigned to the worker while the want lasts are
+// fetched from their assignment. Want is safe for concurrent use and cheap
+// while the queue is wanted: no allocation, no call to the brokers. It
+// does nothing for a queue the worker does not consume, or without
+// OnDemand.
+func (w *Worker) Want(queue string, until time.Time) {
+	if !w.cfg.onDemand {
+		return
+	}
+	u := until.UnixNano()
+	d := &w.demand
+	d.mu.RLock()
+	e := d.wants[queue]
+	if e != nil {
+		raise(e, u)
+	}
+	d.mu.RUnlock()
+	if e != nil || !until.After(time.Now()) || !w.queues.has(queue) {
+		return
+	}
+	d.mu.Lock()
+	e = d.wants[queue]
+	fresh := e == nil
+	if fresh {
+		e = new(atomic.Int64)
+		d.wants[queue] = e
+	}
+	raise(e, u)
+	n := len(d.wants)
+	d.mu.Unlock()
+	if !fresh {
+		return
+	}
+	w.mu.Lock()
+	parts := w.byQueue[queue]
+	w.mu.Unlock()
+	w.refetch(parts...)
+	w.metrics.wanted.Set(float64(n))
+}
+
+// raise sets e to u if u is later.
+func raise(e *atomic.Int64, u int64) {
+	for {
+		old := e.Load()
+		if u <= old || e.CompareAndSwap(old, u) {
+			return
+		}
+	}
+}
+
+// wanted says whether the worker fetches queue's partitions as far as the
+// demand for them goes: always, without OnDemand.
+func (w *Worker) wanted(queue string) bool {
+	if !w.cfg.onDemand {
+		return true
+	}
+	w.demand.mu.RLock()
+	defer w.demand.mu.RUnlock()
+	return w.demand.wants[queue] != nil
+}
+
+// Owns says whether the worker owns at least one partition of queue now:
+// whether a task of queue may run here. It is as cheap as a map lookup.
+func (w *Worker) Owns(queue string) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.byQueue[queue]) > 0
+}
+
+// demandLoop ends, every demandTick until ctx ends, the wants that lapsed.
+func (w *Worker) demandLoop(ctx context.Context) {
+	t := time.NewTicker(demandTick)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-t.C:
+			w.lapse(now)
+		}
+	}
+}
+
+// lapse removes the wants that ended by now and stops fetching their
+// queues, in one refetch.
+func (w *Worker) lapse(now time.Time) {
+	d := &w.demand
+	at := now.UnixNano()
+	ended := false
+	d.mu.RLock()
+	for _, e := range d.wants {
+		if e.Load() <= at {
+			ended = true
+			break
+		}
+	}
+	d.mu.RUnlock()
+	if !ended {
+		return
+	}
+	var lapsed []string
+	d.mu.Lock()
+	for q, e := range d.wants {
+		if e.Load() <= at {
+			delete(d.wants, q)
+			lapsed = append(lapsed, q)
+		}
+	}
+	n := len(d.wants)
+	d.mu.Unlock()
+	var parts []*partState
+	w.mu.Lock()
+	for _, q := range lapsed {
+		parts = append(parts, w.byQueue[q]...)
+	}
+	w.mu.Unlock()
+	w.refetch(parts...)
+	w.metrics.wanted.Set(float64(n)) // after: no fetch of the lapsed queues begins past it
+}
