@@ -6,9 +6,12 @@ package table
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/onceq/onceq/broker"
@@ -25,9 +28,17 @@ func Ensure(ctx context.Context, adm *broker.Admin, topic string) error {
 
 // A Follower applies a topic's records until Close.
 type Follower struct {
-	cl   *kgo.Client
-	done chan struct{}
+	cl    *kgo.Client
+	topic string
+	done  chan struct{}
+
+	mu    sync.Mutex
+	pos   int64         // the next offset to read: every record before it was applied
+	moved chan struct{} // closed when pos moves, then replaced
 }
+
+// ErrClosed is returned by Sync on a Follower that was closed.
+var ErrClosed = errors.New("table: the follower was closed")
 
 // Follow creates topic if it does not exist (with one partition and
 // cleanup.policy=compact), reads it as a read_committed consumer up to its
@@ -69,7 +80,8 @@ func Follow(ctx context.Context, conn broker.Conn, topic string, log *slog.Logge
 			apply(rec)
 		}
 	}
-	for pos := int64(0); pos < end; {
+	pos := int64(0)
+	for pos < end {
 		fs := cl.PollFetches(ctx)
 		if err := ctx.Err(); err != nil {
 			cl.Close()
@@ -80,7 +92,7 @@ func Follow(ctx context.Context, conn broker.Conn, topic string, log *slog.Logge
 			pos = rec.Offset + 1
 		})
 	}
-	f := &Follower{cl: cl, done: make(chan struct{})}
+	f := &Follower{cl: cl, topic: topic, done: make(chan struct{}), pos: pos, moved: make(chan struct{})}
 	go func() {
 		defer close(f.done)
 		for {
@@ -91,10 +103,64 @@ func Follow(ctx context.Context, conn broker.Conn, topic string, log *slog.Logge
 			fs.EachError(func(_ string, _ int32, err error) {
 				log.Warn("reading a table topic", "topic", topic, "err", err)
 			})
-			fs.EachRecord(each)
+			next := int64(-1)
+			fs.EachRecord(func(rec *kgo.Record) {
+				each(rec)
+				next = rec.Offset + 1
+			})
+			if next >= 0 {
+				f.mu.Lock()
+				f.pos = max(f.pos, next)
+				close(f.moved)
+				f.moved = make(chan struct{})
+				f.mu.Unlock()
+			}
 		}
 	}()
 	return f, nil
+}
+
+// Sync returns once every record the topic held when Sync was called (up
+// to its last stable offset) was applied: a read after Sync sees every
+// write acknowledged before it, by this process or another, where a read
+// without it may miss one made elsewhere a moment ago. It costs a request
+// to the broker. It returns ctx's error if ctx ends first, ErrClosed after
+// Close.
+func (f *Follower) Sync(ctx context.Context) error {
+	select {
+	case <-f.done:
+		return ErrClosed
+	default:
+	}
+	ends, err := kadm.NewClient(f.cl).ListCommittedOffsets(ctx, f.topic)
+	if err == nil {
+		err = ends.Error()
+	}
+	if errors.Is(err, kgo.ErrClientClosed) {
+		return ErrClosed
+	}
+	if err != nil {
+		return fmt.Errorf("end of %s: %w", f.topic, err)
+	}
+	end := int64(0)
+	if o, ok := ends.Lookup(f.topic, 0); ok {
+		end = o.Offset
+	}
+	for {
+		f.mu.Lock()
+		pos, moved := f.pos, f.moved
+		f.mu.Unlock()
+		if pos >= end {
+			return nil
+		}
+		select {
+		case <-moved:
+		case <-f.done:
+			return ErrClosed
+		case <-ctx.Done():
+			return fmt.Errorf("reading %s to offset %d: %w", f.topic, end, ctx.Err())
+		}
+	}
 }
 
 // Close stops following the topic and returns once apply will not be
