@@ -107,7 +107,7 @@ func (in *Inspector) Cancel(ctx context.Context, queue, id string, opts ...Cance
 	if err := onceq.ValidateID(id); err != nil {
 		return CancelAnswer{}, err
 	}
-	r, err := in.known(ctx, queue, id, string(recordKey(queue, id)))
+	r, err := in.Get(ctx, queue, id)
 	unknown := errors.Is(err, ErrNotFound) || errors.Is(err, ErrNoQueue)
 	switch {
 	case err != nil && !unknown:

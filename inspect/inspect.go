@@ -173,15 +173,36 @@ func (in *Inspector) Close() error {
 }
 
 // Get returns the task's last record: its state, attempt, times, error
-// and result. A task without one is ErrNotFound.
+// and result. A task without one is ErrNotFound. A task that SubmitUnique
+// of this Inspector submitted is found at once, with its pending (or
+// scheduled) record as submitted, even before the view read that record
+// back from the brokers.
 func (in *Inspector) Get(ctx context.Context, queue, id string) (onceq.TaskRecord, error) {
 	if err := onceq.ValidateID(id); err != nil {
 		return onceq.TaskRecord{}, err
 	}
-	if _, err := in.view(ctx, queue); err != nil {
+	_, err := in.view(ctx, queue)
+	if err != nil && !errors.Is(err, ErrNoQueue) {
 		return onceq.TaskRecord{}, err
 	}
-	return in.get(queue, id)
+	var r onceq.TaskRecord
+	if err == nil {
+		if r, err = in.get(queue, id); !errors.Is(err, ErrNotFound) {
+			return r, err
+		}
+	}
+	in.mu.Lock()
+	rs, ok := in.recent[string(recordKey(queue, id))]
+	in.mu.Unlock()
+	if ok && in.cfg.now().Sub(rs.at) < recentTTL {
+		return rs.rec, nil
+	}
+	if !ok && !errors.Is(err, ErrNoQueue) {
+		// The view drops a submission from recent once it has stored
+		// the record: it may have done so since the read above.
+		return in.get(queue, id)
+	}
+	return r, err
 }
 
 // get reads a task's record from the view.

@@ -68,7 +68,7 @@ func (in *Inspector) SubmitUnique(ctx context.Context, p *producer.Producer, tas
 			continue
 		}
 		subs[i].ID = t.ID
-		r, err := in.known(ctx, t.Queue, t.ID, keys[i])
+		r, err := in.Get(ctx, t.Queue, t.ID)
 		switch {
 		case err == nil:
 			subs[i].Record = r
@@ -117,22 +117,6 @@ type recentSubmit struct {
 // recentTTL is how long SubmitUnique remembers a task it submitted that
 // the view has not read back (the view drops it as soon as it does).
 const recentTTL = time.Minute
-
-// known returns the task's record as the view has it or, if the view has
-// not read it yet, as this process submitted it.
-func (in *Inspector) known(ctx context.Context, queue, id, key string) (onceq.TaskRecord, error) {
-	r, err := in.Get(ctx, queue, id)
-	if err == nil || !errors.Is(err, ErrNotFound) && !errors.Is(err, ErrNoQueue) {
-		return r, err
-	}
-	in.mu.Lock()
-	rs, ok := in.recent[key]
-	in.mu.Unlock()
-	if ok && in.cfg.now().Sub(rs.at) < recentTTL {
-		return rs.rec, nil
-	}
-	return r, err
-}
 
 // pendingRecord is the record SubmitPending wrote for a task, as far as
 // its receipt tells.

@@ -2,6 +2,7 @@ package inspect_test
 
 import (
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -83,5 +84,44 @@ func TestSubmitUnique(t *testing.T) {
 	}
 	if recs := testutil.ReadCommitted(t, conn, 3*time.Second, broker.RecordsTopic("u")); len(recs) != 4 {
 		t.Fatalf("records topic holds %d records; want the three pending ones and a's succeeded", len(recs))
+	}
+}
+
+// TestGetAfterSubmitUnique: Get finds a task SubmitUnique submitted the
+// moment SubmitUnique returns, as pending or scheduled, before the view
+// read its record back (a caller that submits and then asks, as the HTTP
+// server's publish and job status do, must not be told "not found"); once
+// the view has it, Get answers from the view.
+func TestGetAfterSubmitUnique(t *testing.T) {
+	_, conn := testutil.StartBroker(t, "")
+	testutil.CreateTopic(t, conn, "u", 4)
+	p, err := producer.New(producer.Conn(conn))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	in := open(t, conn)
+	ctx := ctxT(t)
+	for i := range 30 {
+		task := onceq.Task{Queue: "u", ID: fmt.Sprintf("t%d", i)}
+		want := onceq.StatePending
+		if i%2 == 1 {
+			task.Delay, want = time.Hour, onceq.StateScheduled
+		}
+		if _, err := in.SubmitUnique(ctx, p, task); err != nil {
+			t.Fatal(err)
+		}
+		r, err := in.Get(ctx, "u", task.ID)
+		if err != nil || r.ID != task.ID || r.Queue != "u" || r.State != want {
+			t.Fatalf("Get of %s right after SubmitUnique: %+v, %v; want it %s", task.ID, r, err, want)
+		}
+	}
+	done := onceq.TaskRecord{ID: "t0", Queue: "u", State: onceq.StateSucceeded, Attempt: 1, Worker: "w-1", Enqueued: time.Now(), Finished: time.Now(), Result: []byte("42")}
+	newWriter(t, conn).write(false, done)
+	if r, err := in.Wait(ctx, "u", "t0"); err != nil || string(r.Result) != "42" {
+		t.Fatalf("Wait for t0: %+v, %v", r, err)
+	}
+	if r, err := in.Get(ctx, "u", "t0"); err != nil || r.State != onceq.StateSucceeded || string(r.Result) != "42" {
+		t.Fatalf("Get of t0 once the view read it succeeded: %+v, %v", r, err)
 	}
 }

@@ -209,6 +209,18 @@ func (s *Store) queueExists(ctx context.Context, queue string) error {
 	return nil
 }
 
+// Sync returns once the store applied every record its topic held when
+// Sync was called: a Get or List after it sees every schedule added or
+// removed before it, through this store or another process's, where one
+// without it may miss a change made elsewhere a moment ago. Check a
+// schedule with Sync before a decision that rests on it.
+func (s *Store) Sync(ctx context.Context) error {
+	if err := s.f.Sync(ctx); err != nil {
+		return fmt.Errorf("periodic: %w", err)
+	}
+	return nil
+}
+
 // Remove deletes the schedule of this name and its cursor, and returns
 // once the store applied it. Ticks already submitted still run.
 func (s *Store) Remove(ctx context.Context, name string) error {

@@ -5,10 +5,12 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"reflect"
 	"testing"
 	"time"
 
+	"github.com/onceq/onceq/internal/table"
 	"github.com/onceq/onceq/internal/testutil"
 	"github.com/onceq/onceq/producer"
 )
@@ -111,6 +113,55 @@ func TestStore(t *testing.T) {
 	waitFor(t, "the removal in the first store", func() bool { _, ok := s.Get("hourly", now); return !ok })
 	if err := s.Remove(ctx, "hourly"); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("removing a removed schedule: %v", err)
+	}
+}
+
+// TestSyncSeesAnotherStoresWrite: after Sync, a store's Get sees every
+// schedule another store added or removed before it, with no wait (what
+// the server's PUT decides a namespace's claim on a name by); Sync on a
+// closed store says so.
+func TestSyncSeesAnotherStoresWrite(t *testing.T) {
+	_, conn := testutil.StartBroker(t, "")
+	testutil.CreateTopic(t, conn, "reports", 1)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	writer, err := Open(ctx, conn, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer writer.Close()
+	reader, err := Open(ctx, conn, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := reader.Sync(ctx); err != nil {
+		t.Fatalf("Sync of an empty store: %v", err)
+	}
+	now := time.Now()
+	for i := range 20 {
+		name := fmt.Sprintf("s%d", i)
+		if _, err := writer.Add(ctx, Schedule{Name: name, Queue: "reports", Every: time.Minute}); err != nil {
+			t.Fatal(err)
+		}
+		if err := reader.Sync(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := reader.Get(name, now); !ok {
+			t.Fatalf("%s, added by another store, is not in the store after Sync", name)
+		}
+		if err := writer.Remove(ctx, name); err != nil {
+			t.Fatal(err)
+		}
+		if err := reader.Sync(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := reader.Get(name, now); ok {
+			t.Fatalf("%s, removed by another store, is still in the store after Sync", name)
+		}
+	}
+	reader.Close()
+	if err := reader.Sync(ctx); !errors.Is(err, table.ErrClosed) {
+		t.Fatalf("Sync after Close: %v; want table.ErrClosed", err)
 	}
 }
 

@@ -53,6 +53,10 @@ func (s *Server) consolePeriodicRemove(w http.ResponseWriter, r *http.Request, p
 		http.Error(w, strings.TrimPrefix(err.Error(), "periodic: "), http.StatusBadRequest)
 		return
 	}
+	if err := s.schedules.Sync(r.Context()); err != nil {
+		back(w, r, "/console/periodic", err.Error())
+		return
+	}
 	e, ok := s.schedules.Get(name, time.Now())
 	tok := pg.Token
 	if ok && !consoleSeesSchedule(tok, e) || !ok && tok.Namespace != auth.AllNamespaces && !strings.HasPrefix(name, tok.Namespace+".") {

@@ -125,6 +125,13 @@ func (s *Server) putSchedule(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
+	// The namespace's claim on the name rests on the store as it is now,
+	// with a schedule added a moment ago by onceq periodic or another
+	// server.
+	if err := s.schedules.Sync(r.Context()); err != nil {
+		writeError(w, err)
+		return
+	}
 	old, replaced := s.schedules.Get(name, time.Now())
 	if _, ok := inNamespace(old, ns); replaced && !ok {
 		writeError(w, &apiError{status: http.StatusConflict, field: "name", msg: fmt.Sprintf(
@@ -262,6 +269,10 @@ func scheduleError(err error, ns, topic string) error {
 // deleteSchedule: DELETE /periodic/{ns}/{name}: 204 once the store
 // applied it; its ticks already submitted still run.
 func (s *Server) deleteSchedule(w http.ResponseWriter, r *http.Request) {
+	if err := s.schedules.Sync(r.Context()); err != nil {
+		writeError(w, err)
+		return
+	}
 	_, name, err := s.scheduleOfPath(r)
 	if err != nil {
 		writeError(w, err)

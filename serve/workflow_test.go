@@ -101,16 +101,15 @@ func TestWorkflows(t *testing.T) {
 	if code != 201 {
 		t.Fatalf("bulk: %d %v", code, body)
 	}
-	// The bulk's answer comes once its transaction commits; the server's
-	// view of the task records reads the workflow's pending record a
-	// moment later (inspect.Get sees what the view has read): until then
-	// the workflow is not found.
+	// The bulk's answer comes once its transaction commits: the workflow
+	// is known (pending) from then on, and waiting once the workflow
+	// service took it.
 	for deadline := time.Now().Add(time.Minute); ; {
 		code, body = a.do("GET", "/api/shop/orders/workflow/shop.orders%2Fship-8", tok, "")
 		if code == 200 && body["state"] == "waiting" {
 			break
 		}
-		if code == 200 && body["state"] != "pending" || code != 200 && code != 404 || time.Now().After(deadline) {
+		if code != 200 || body["state"] != "pending" || time.Now().After(deadline) {
 			t.Fatalf("the waiting workflow: %d %v", code, body)
 		}
 		time.Sleep(20 * time.Millisecond)

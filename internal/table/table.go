@@ -6,6 +6,7 @@ package table
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -59,38 +60,8 @@ func (f *Follower) advance(next int64) {
 	}
 }
 
-// Sync returns once every record the topic held when Sync was called is
-// applied: one ListOffsets request, and the wait for the follower to get
-// there. A reader that must see its own write (a pause, then the queue's
-// page) syncs before it looks, instead of reading the topic again.
-func (f *Follower) Sync(ctx context.Context) error {
-	ends, err := kadm.NewClient(f.cl).ListCommittedOffsets(ctx, f.topic)
-	if err == nil {
-		err = ends.Error()
-	}
-	if err != nil {
-		return fmt.Errorf("end of %s: %w", f.topic, err)
-	}
-	o, ok := ends.Lookup(f.topic, 0)
-	if !ok {
-		return nil
-	}
-	for {
-		f.mu.Lock()
-		pos, moved := f.pos, f.moved
-		f.mu.Unlock()
-		if pos >= o.Offset {
-			return nil
-		}
-		select {
-		case <-moved:
-		case <-f.done:
-			return fmt.Errorf("reading %s: closed", f.topic)
-		case <-ctx.Done():
-			return fmt.Errorf("reading %s: %w", f.topic, ctx.Err())
-		}
-	}
-}
+// ErrClosed is returned by Sync on a Follower that was closed.
+var ErrClosed = errors.New("table: the follower was closed")
 
 // Follow creates topic if it does not exist (with one partition and
 // cleanup.policy=compact), reads it as a read_committed consumer up to its
@@ -134,7 +105,8 @@ func Follow(ctx context.Context, conn broker.Conn, topic string, log *slog.Logge
 		}
 		f.advance(rec.Offset + 1)
 	}
-	for pos := int64(0); pos < end; {
+	pos := int64(0)
+	for pos < end {
 		fs := cl.PollFetches(ctx)
 		if err := ctx.Err(); err != nil {
 			cl.Close()
@@ -159,6 +131,49 @@ func Follow(ctx context.Context, conn broker.Conn, topic string, log *slog.Logge
 		}
 	}()
 	return f, nil
+}
+
+// Sync returns once every record the topic held when Sync was called (up
+// to its last stable offset) was applied: a read after Sync sees every
+// write acknowledged before it, by this process or another, where a read
+// without it may miss one made elsewhere a moment ago. It costs a request
+// to the broker. It returns ctx's error if ctx ends first, ErrClosed after
+// Close.
+func (f *Follower) Sync(ctx context.Context) error {
+	select {
+	case <-f.done:
+		return ErrClosed
+	default:
+	}
+	ends, err := kadm.NewClient(f.cl).ListCommittedOffsets(ctx, f.topic)
+	if err == nil {
+		err = ends.Error()
+	}
+	if errors.Is(err, kgo.ErrClientClosed) {
+		return ErrClosed
+	}
+	if err != nil {
+		return fmt.Errorf("end of %s: %w", f.topic, err)
+	}
+	end := int64(0)
+	if o, ok := ends.Lookup(f.topic, 0); ok {
+		end = o.Offset
+	}
+	for {
+		f.mu.Lock()
+		pos, moved := f.pos, f.moved
+		f.mu.Unlock()
+		if pos >= end {
+			return nil
+		}
+		select {
+		case <-moved:
+		case <-f.done:
+			return ErrClosed
+		case <-ctx.Done():
+			return fmt.Errorf("reading %s to offset %d: %w", f.topic, end, ctx.Err())
+		}
+	}
 }
 
 // Close stops following the topic and returns once apply will not be
