@@ -355,3 +355,20 @@ func ParseConfigs(pairs []string) (map[string]string, error) {
 	}
 	return out, nil
 }
+
+// GroupMembers counts the members of a classic consumer group now: 0 for
+// a group that has none, or does not exist.
+func (a *Admin) GroupMembers(ctx context.Context, group string) (int, error) {
+	gs, err := a.adm.DescribeGroups(ctx, group)
+	if err != nil {
+		return 0, fmt.Errorf("broker: describing group %q: %w", group, a.conn.Explain(err))
+	}
+	g, ok := gs[group]
+	if !ok {
+		return 0, nil
+	}
+	if g.Err != nil {
+		return 0, fmt.Errorf("broker: describing group %q: %w", group, g.Err)
+	}
+	return len(g.Members), nil
+}

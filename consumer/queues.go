@@ -108,10 +108,12 @@ func (w *Worker) recordsSpec(queue string, n int32) broker.TopicSpec {
 // changelog name. (Start prepares the named queues.)
 func (w *Worker) prepareQueues(ctx context.Context, queues []string) (refused map[string]error, err error) {
 	var todo []string
+	seen := map[string]bool{} // the partitions of one queue name it once each
 	for _, q := range queues {
-		if w.topics.isPrepared(q) {
+		if seen[q] || w.topics.isPrepared(q) {
 			continue
 		}
+		seen[q] = true
 		if w.cfg.guarantee == ExactlyOnce {
 			if err := broker.ValidateChangelog(w.cfg.group, q); err != nil {
 				if refused == nil {

@@ -60,8 +60,12 @@ type Worker struct {
 	// read outside mu (wakeQueue), so a removal makes a new one.
 	byQueue map[string][]*partState
 
-	buffered   atomic.Int64 // records admitted and not yet finished
-	completed  atomic.Int64 // records finished since the last commit
+	buffered  atomic.Int64 // records admitted and not yet finished
+	completed atomic.Int64 // records finished since the last commit
+	// pollCancel cancels the poll in progress, if any: a poll with
+	// nothing to commit waits idlePoll, and the first task to finish
+	// ends it.
+	pollCancel atomic.Pointer[context.CancelFunc]
 	wake       chan struct{}
 	instanceID string
 	stopping   atomic.Bool
@@ -212,8 +216,19 @@ func (w *Worker) Run(ctx context.Context) (err error) {
 		// Fetching stops only for the bound on buffered records, never
 		// for a commit: the commit does not wait for running tasks.
 		if room := w.cfg.maxBuffered - int(w.buffered.Load()); room > 0 {
-			pctx, cancel := context.WithDeadline(ctx, next)
+			// With nothing to commit, the poll waits longer than the commit
+			// interval: the first task to finish cuts it short (finish).
+			until := next
+			if w.nothingToCommit && w.completed.Load() == 0 && !w.hasTombstones() {
+				until = time.Now().Add(max(w.cfg.commitInterval, idlePoll))
+			}
+			pctx, cancel := context.WithDeadline(ctx, until)
+			w.pollCancel.Store(&cancel)
+			if w.completed.Load() > 0 {
+				cancel() // one finished since: commit first
+			}
 			fs := w.kafka.poll(pctx, room)
+			w.pollCancel.Store(nil)
 			cancel()
 			if err := broker.FetchErr(fs); err != nil {
 				return w.cfg.conn.Explain(err)
@@ -369,13 +384,21 @@ func (w *Worker) signal() {
 	}
 }
 
+// idlePoll is how long a poll of a worker with nothing to commit waits
+// at least, rather than its commit interval: a worker with a short commit
+// interval (onceq serve's) does not wake a thousand times a second for
+// nothing.
+const idlePoll = 250 * time.Millisecond
+
 // finish is called by a slot with a record it finished, successfully or
 // not; a nil result means its work was dropped (its partition was
 // revoked, or the worker stops) and it stays uncommitted.
 func (w *Worker) finish(it *item, res *result) {
 	ready := it.ps.complete(it, res)
-	if res != nil {
-		w.completed.Add(1)
+	if res != nil && w.completed.Add(1) == 1 {
+		if cancel := w.pollCancel.Load(); cancel != nil {
+			(*cancel)() // the worker's poll waits no longer: there is a commit to make
+		}
 	}
 	w.buffered.Add(-1)
 	w.sched.done(it)

@@ -26,9 +26,16 @@ import (
 
 // Kinds of lease events.
 const (
-	evTake   = "take"   // a consumer took the task until Until
+	evTake   = "take"   // a consumer of server Holder took the task until Until
 	evAck    = "ack"    // a consumer acknowledged it with Result
 	evExpire = "expire" // the time-to-run of lease Lease passed first
+	// The server running the task offers it to server Holder, whose
+	// consumers asked for its queue, until Until; a revoke ends the offer
+	// Lease if no take came first.
+	evGrant  = "grant"
+	evRevoke = "revoke"
+	// A server's consumers wait for a queue until Until (wantKey).
+	evWant = "want"
 )
 
 // leaseEvent is one record of the lease topic. A record with no value (a
@@ -50,6 +57,24 @@ type leaseEvent struct {
 	TTR    int64  `json:"ttr_ms,omitempty"`
 	Freeze bool   `json:"freeze,omitempty"`
 	Result []byte `json:"result,omitempty"`
+	// Holder is the server a take is for, a grant to, or a want from;
+	// Queue the queue a want is of.
+	Holder string `json:"holder,omitempty"`
+	Queue  string `json:"queue,omitempty"`
+	// Task is a grant's task, as its queue holds it.
+	Task *wireTask `json:"task,omitempty"`
+}
+
+// wireTask is a task's record in its queue: what a server that does not
+// run the task needs to hand it out.
+type wireTask struct {
+	Headers []wireHeader `json:"headers,omitempty"`
+	Value   []byte       `json:"value"`
+}
+
+type wireHeader struct {
+	Key   string `json:"k"`
+	Value []byte `json:"v"`
 }
 
 // maxLeaseEvent bounds a lease record: a result and its envelope.
@@ -64,60 +89,101 @@ func decodeLeaseEvent(v []byte) (leaseEvent, error) {
 	if err := json.Unmarshal(v, &ev); err != nil {
 		return ev, fmt.Errorf("lease record: %w", err)
 	}
+	switch ev.Kind {
+	case evTake, evAck, evExpire, evGrant, evRevoke, evWant:
+	default:
+		return ev, fmt.Errorf("lease record of kind %q: want take, ack, expire, grant, revoke or want", ev.Kind)
+	}
 	switch {
-	case ev.Kind != evTake && ev.Kind != evAck && ev.Kind != evExpire:
-		return ev, fmt.Errorf("lease record of kind %q: want take, ack or expire", ev.Kind)
 	case ev.Nonce == "":
 		return ev, errors.New("lease record without a nonce")
-	case ev.Kind == evExpire && ev.Lease == "":
-		return ev, errors.New("lease expiry without the lease it ends")
+	case (ev.Kind == evExpire || ev.Kind == evRevoke) && ev.Lease == "":
+		return ev, fmt.Errorf("lease %s without the lease it ends", ev.Kind)
 	case ev.Kind == evTake && (ev.Until <= 0 || ev.TTR <= 0 || ev.Offset < 0 || ev.Partition < 0):
 		return ev, errors.New("lease take without its run and time-to-run")
+	case (ev.Kind == evGrant || ev.Kind == evWant) && (ev.Holder == "" || ev.Until <= 0):
+		return ev, fmt.Errorf("lease %s without its server and end", ev.Kind)
+	case ev.Kind == evWant && ev.Queue == "":
+		return ev, errors.New("lease want without its queue")
+	case ev.Kind == evGrant && (ev.Task == nil || ev.Offset < 0 || ev.Partition < 0):
+		return ev, errors.New("lease grant without its task")
 	}
 	return ev, nil
+}
+
+// runRef locates a run of a task: its record in its queue.
+type runRef struct {
+	Partition int32
+	Offset    int64
 }
 
 // leaseState is what the lease topic says of one task.
 type leaseState struct {
 	Lease     string // the last take's nonce
-	Partition int32  // the run it took
+	Partition int32  // the run it took, or was granted
 	Offset    int64
 	Until     time.Time
 	TTR       time.Duration
 	Freeze    bool
-	// Taken: the lease is open. Expired: its time-to-run passed first.
-	// Acked: a consumer acknowledged it, with Result.
+	// Taken: the lease is open. Expired: its time-to-run passed first, in
+	// the run Ended. Acked: a consumer acknowledged it, with Result.
 	Taken, Expired, Acked bool
+	Ended                 runRef
 	Result                []byte
-	// AckNonce and ExpireNonce are the nonces of the events that counted.
-	AckNonce, ExpireNonce string
+	// Granted: the task is offered to the consumers of server Holder
+	// until GrantUntil, by the grant GrantNonce; Task is the task.
+	Granted    bool
+	Holder     string
+	GrantNonce string
+	GrantUntil time.Time
+	Task       *wireTask
+	// AckNonce, ExpireNonce and RevokeNonce are the nonces of the events
+	// that counted.
+	AckNonce, ExpireNonce, RevokeNonce string
 	// touched is when an event last counted: states no event touches for
 	// leaseKeep are forgotten.
 	touched time.Time
 }
 
 // apply folds ev into st and reports whether it counted: a take counts
-// unless the task is taken or acknowledged, an acknowledgment if the task
-// was taken (its lease open or expired, and the one it names if it names
-// one) and not acknowledged yet, an expiry if the lease it ends is open.
+// unless the task is taken or acknowledged, or offered to another server
+// than the take's; an acknowledgment if the task was taken (its lease
+// open or expired, and the one it names if it names one) and not
+// acknowledged yet; an expiry if the lease it ends is open; a grant if
+// the task is neither taken, acknowledged nor offered; a revoke if the
+// grant it ends is the open one.
 func (st *leaseState) apply(ev leaseEvent, at time.Time) bool {
 	switch ev.Kind {
 	case evTake:
-		if st.Taken || st.Acked {
+		if st.Taken || st.Acked || st.Granted && st.Holder != ev.Holder {
 			return false
 		}
-		*st = leaseState{Lease: ev.Nonce, Partition: ev.Partition, Offset: ev.Offset, Until: time.UnixMilli(ev.Until),
-			TTR: time.Duration(ev.TTR) * time.Millisecond, Freeze: ev.Freeze, Taken: true}
+		st.Lease, st.Partition, st.Offset, st.Until = ev.Nonce, ev.Partition, ev.Offset, time.UnixMilli(ev.Until)
+		st.TTR, st.Freeze, st.Taken, st.Expired = time.Duration(ev.TTR)*time.Millisecond, ev.Freeze, true, false
+		st.Granted, st.Task = false, nil
 	case evAck:
 		if st.Acked || !(st.Taken || st.Expired) || (ev.Lease != "" && ev.Lease != st.Lease) {
 			return false
 		}
 		st.Taken, st.Expired, st.Acked, st.Result, st.AckNonce = false, false, true, ev.Result, ev.Nonce
+		st.Granted, st.Task = false, nil
 	case evExpire:
 		if !st.Taken || ev.Lease != st.Lease {
 			return false
 		}
 		st.Taken, st.Expired, st.ExpireNonce = false, true, ev.Nonce
+		st.Ended = runRef{st.Partition, st.Offset}
+	case evGrant:
+		if st.Taken || st.Acked || st.Granted {
+			return false
+		}
+		st.Granted, st.Holder, st.GrantNonce, st.GrantUntil = true, ev.Holder, ev.Nonce, time.UnixMilli(ev.Until)
+		st.Partition, st.Offset, st.Task = ev.Partition, ev.Offset, ev.Task
+	case evRevoke:
+		if !st.Granted || ev.Lease != st.GrantNonce {
+			return false
+		}
+		st.Granted, st.Task, st.RevokeNonce = false, nil, ev.Nonce
 	default:
 		return false
 	}
@@ -134,6 +200,10 @@ func (st *leaseState) counted(kind, n string) bool {
 		return st.Acked && st.AckNonce == n
 	case evExpire:
 		return st.ExpireNonce == n
+	case evGrant:
+		return st.GrantNonce == n
+	case evRevoke:
+		return st.RevokeNonce == n
 	}
 	return false
 }

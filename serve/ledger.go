@@ -36,22 +36,36 @@ type ledger struct {
 	adm   *kadm.Client
 	f     *table.Follower
 
+	// id names this server in grants and wants; onWant and onGrant are
+	// called, on the reading goroutine, with another server's want of a
+	// queue and with a grant to this server.
+	id      string
+	onWant  func(topic string, until time.Time)
+	onGrant func(key string, st leaseState)
+
 	progress table.Progress
 	mu       sync.Mutex
 	states   map[string]*leaseState   // by leaseKey
 	watchers map[string]chan struct{} // closed when the key's state changes
-	swept    time.Time
+	// wants are the other servers' wants, by queue and server; wanted is
+	// closed when a queue gets a want.
+	wants     map[string]map[string]time.Time
+	wanted    map[string]chan struct{}
+	announced map[string]time.Time // this server's last want of a queue, and its end
+	swept     time.Time
 }
 
 // openLedger creates the group's lease topic if needed and reads it to its
-// end.
-func openLedger(ctx context.Context, conn broker.Conn, group string, log *slog.Logger) (*ledger, error) {
+// end. onWant and onGrant are as the ledger's fields say.
+func openLedger(ctx context.Context, conn broker.Conn, group string, log *slog.Logger,
+	onWant func(string, time.Time), onGrant func(string, leaseState)) (*ledger, error) {
 	cl, err := conn.NewClient(kgo.RequiredAcks(kgo.AllISRAcks()), kgo.ProducerLinger(0), kgo.WithLogger(broker.KgoLogger(log)))
 	if err != nil {
 		return nil, err
 	}
-	lg := &ledger{topic: leaseTopic(group), log: log, cl: cl, adm: kadm.NewClient(cl),
-		states: map[string]*leaseState{}, watchers: map[string]chan struct{}{}}
+	lg := &ledger{topic: leaseTopic(group), log: log, cl: cl, adm: kadm.NewClient(cl), id: rand.Text()[:12], onWant: onWant, onGrant: onGrant,
+		states: map[string]*leaseState{}, watchers: map[string]chan struct{}{},
+		wants: map[string]map[string]time.Time{}, wanted: map[string]chan struct{}{}, announced: map[string]time.Time{}}
 	lg.f, err = table.Follow(ctx, conn, lg.topic, log, lg.apply,
 		table.Config("cleanup.policy", "compact,delete"),
 		table.Config("retention.ms", strconv.FormatInt(int64(2*leaseKeep/time.Millisecond), 10)))
@@ -83,16 +97,100 @@ func (lg *ledger) apply(rec *kgo.Record) {
 		lg.log.Warn("lease record skipped", "topic", lg.topic, "offset", rec.Offset, "err", err)
 		return
 	}
+	lg.sweepLocked(rec.Timestamp)
+	if ev.Kind == evWant {
+		lg.wantLocked(ev)
+		return
+	}
 	st := lg.states[key]
 	if st == nil {
 		st = &leaseState{}
 	}
-	if st.apply(ev, rec.Timestamp) {
-		lg.states[key] = st
-		lg.changedLocked(key)
+	if !st.apply(ev, rec.Timestamp) {
+		return
 	}
-	lg.sweepLocked(rec.Timestamp)
+	lg.states[key] = st
+	lg.changedLocked(key)
+	if ev.Kind == evGrant && ev.Holder == lg.id && lg.onGrant != nil {
+		lg.onGrant(key, *st)
+	}
 }
+
+// wantLocked records another server's want of a queue.
+func (lg *ledger) wantLocked(ev leaseEvent) {
+	if ev.Holder == lg.id {
+		return
+	}
+	topic, until := ev.Queue, time.UnixMilli(ev.Until)
+	m := lg.wants[topic]
+	if m == nil {
+		m = map[string]time.Time{}
+		lg.wants[topic] = m
+	}
+	m[ev.Holder] = until
+	if ch, ok := lg.wanted[topic]; ok {
+		close(ch)
+		delete(lg.wanted, topic)
+	}
+	if lg.onWant != nil && time.Until(until) > 0 {
+		lg.onWant(topic, until)
+	}
+}
+
+// wantedElsewhere returns another server whose consumers wait for topic
+// now, the one whose want lasts the longest, and a channel closed when a
+// want of topic arrives.
+func (lg *ledger) wantedElsewhere(topic string) (holder string, ok bool, more <-chan struct{}) {
+	lg.mu.Lock()
+	defer lg.mu.Unlock()
+	now := time.Now()
+	var best time.Time
+	for h, until := range lg.wants[topic] {
+		if until.After(now) && until.After(best) {
+			holder, best, ok = h, until, true
+		}
+	}
+	ch, had := lg.wanted[topic]
+	if !had {
+		ch = make(chan struct{})
+		lg.wanted[topic] = ch
+	}
+	return holder, ok, ch
+}
+
+// unwanted forgets holder's want of topic: a grant to it found no
+// consumer.
+func (lg *ledger) unwanted(topic, holder string) {
+	lg.mu.Lock()
+	defer lg.mu.Unlock()
+	delete(lg.wants[topic], holder)
+}
+
+// announce writes, without waiting, that this server's consumers wait for
+// topic until until: at most one want a second for each queue.
+func (lg *ledger) announce(topic string, until time.Time) {
+	lg.mu.Lock()
+	last, ok := lg.announced[topic]
+	if ok && until.Before(last.Add(time.Second)) {
+		lg.mu.Unlock()
+		return
+	}
+	lg.announced[topic] = until
+	lg.mu.Unlock()
+	v, err := json.Marshal(leaseEvent{Kind: evWant, Nonce: rand.Text(), Queue: topic, Holder: lg.id, Until: until.UnixMilli()})
+	if err != nil {
+		return
+	}
+	lg.cl.Produce(context.Background(), &kgo.Record{Topic: lg.topic, Key: []byte(wantKey(topic, lg.id)), Value: v}, func(_ *kgo.Record, err error) {
+		if err != nil {
+			lg.log.Debug("a want was not written", "queue", topic, "err", err)
+		}
+	})
+}
+
+// wantKey is the key of a server's wants of a queue: compaction keeps the
+// last.
+func wantKey(topic, holder string) string { return "\x01want\x00" + topic + "\x00" + holder }
 
 func (lg *ledger) changedLocked(key string) {
 	if ch, ok := lg.watchers[key]; ok {
@@ -111,6 +209,21 @@ func (lg *ledger) sweepLocked(now time.Time) {
 	for k, st := range lg.states {
 		if now.Sub(st.touched) > leaseKeep && !st.Taken {
 			delete(lg.states, k)
+		}
+	}
+	for topic, m := range lg.wants {
+		for h, until := range m {
+			if now.After(until) {
+				delete(m, h)
+			}
+		}
+		if len(m) == 0 {
+			delete(lg.wants, topic)
+		}
+	}
+	for topic, until := range lg.announced {
+		if now.After(until) {
+			delete(lg.announced, topic)
 		}
 	}
 }

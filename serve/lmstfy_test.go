@@ -3,13 +3,10 @@ package serve_test
 import (
 	"encoding/base64"
 	"encoding/json"
-	"io"
-	"net/http"
 	"os/exec"
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/onceq/onceq/internal/testutil"
 	"github.com/onceq/onceq/serve"
@@ -63,7 +60,7 @@ func TestLmstfyCurl(t *testing.T) {
 	id1 := body["job_id"].(string)
 	// Both jobs wait for a consumer, each in its queue's handler: then a
 	// consume of both queues gets q1's first.
-	waitOffered(t, a, a.token("*", true), "ns.q1", "ns.q2")
+	a.waitHandlers(2)
 	// Consume q1 and q2 (timeout needed for several queues): q1 first.
 	for _, want := range []struct{ id, queue, data string }{{id1, "q1", "hello lmstfy"}, {id2, "q2", "second"}} {
 		code, body = run("-H", "X-Token: "+tok, a.url+"/api/ns/q1,q2?ttr=30&timeout=10")
@@ -87,35 +84,3 @@ func TestLmstfyCurl(t *testing.T) {
 	}
 }
 
-// waitOffered waits until each of the queues' pull workers has a task in
-// its handler, waiting for a consumer: onceq_inflight_tasks is 1.
-func waitOffered(t *testing.T, a *api, ops string, topics ...string) {
-	t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for {
-		req, err := http.NewRequest("GET", a.url+"/metrics", nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		req.Header.Set("X-Token", ops) // /metrics is an operator's
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		missing := ""
-		for _, topic := range topics {
-			if !strings.Contains(string(b), `onceq_inflight_tasks{pull="`+topic+`",queue="`+topic+`"} 1`) {
-				missing = topic
-			}
-		}
-		if missing == "" {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no task of %s waits for a consumer after a minute", missing)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}

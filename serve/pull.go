@@ -4,32 +4,32 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
 	"path/filepath"
-	"reflect"
-	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
-	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/onceq/onceq/broker"
 	"github.com/onceq/onceq/consumer"
 )
 
-// The pull model, lmstfy's: a worker of the server's group runs each
-// queue that HTTP consumers ask for, and its handler hands each task to
-// a waiting consumer and finishes when the consumer acknowledges it
-// (DELETE .../job/{id}), or fails it when its time-to-run passes: every
-// guarantee of the worker holds (the task commits once, with its record;
-// a task not acknowledged is retried with backoff, then dead-lettered),
-// and a slow consumer holds only its own task.
+// The pull model, lmstfy's: each server runs one worker of its pull group
+// over every namespace's queues (a pattern), which fetches a queue only
+// while an HTTP consumer of the server asks for it (consumer.OnDemand).
+// Its handler hands each task to a waiting consumer and finishes when the
+// consumer acknowledges it (DELETE .../job/{id}, through any server), or
+// fails it when its time-to-run passes: every guarantee of the worker
+// holds (the task commits once, with its record; a task not acknowledged
+// is retried with backoff, then dead-lettered), a slow consumer holds
+// only its own task, and a queue holds at most PullSlots of the worker's
+// places (consumer.MaxRunningPerQueue).
 
 // Defaults of the pull model.
 const (
-	// DefaultPullGroup is the consumer group of the server's workers.
+	// DefaultPullGroup is the consumer group of the servers' workers.
 	DefaultPullGroup = "onceq-serve"
 	// DefaultPullSlots is how many tasks of a queue one server holds for
 	// its consumers at once, handed out or waiting for one.
@@ -38,14 +38,27 @@ const (
 	DefaultTTR = 2 * time.Minute
 	// MaxCount bounds the tasks one consume asks for.
 	MaxCount = 100
-	// MaxConsumeQueues bounds the queues one consume names: each queue a
-	// server is asked for runs a worker until the server stops.
+	// MaxConsumeQueues bounds the queues one consume names.
 	MaxConsumeQueues = 16
 )
+
+// pullPattern matches the namespaces' queues: <namespace>.<queue>.
+const pullPattern = `[A-Za-z0-9_-]+\.[A-Za-z0-9-]+`
+
+// pullHeld bounds the tasks the worker holds at once, of every queue.
+const pullHeld = 4096
 
 // holdMax bounds how long a worker's task waits for a consumer, plus its
 // time-to-run: the worker's task timeout.
 const holdMax = 24 * time.Hour
+
+// releaseAfter is how long a task waits for a consumer after the last
+// consume of its queue ended before it goes back to its queue.
+const releaseAfter = 30 * time.Second
+
+// wantGrace keeps a queue fetched a little past a consume's timeout, so
+// that a consumer polling again finds what was fetched for the last one.
+const wantGrace = 10 * time.Second
 
 // errTTR fails a task not acknowledged within its time-to-run.
 var errTTR = errors.New("not acknowledged within its time-to-run (ttr)")
@@ -73,71 +86,140 @@ type takeReply struct {
 	err   error
 }
 
-// puller runs one queue's worker and hands its tasks out.
-type puller struct {
-	pull   *pull // the leases it hands out are kept there
-	topic  string
-	offers chan *lease
-	cancel context.CancelFunc
+// pull is the server's pull worker and what it hands out.
+type pull struct {
+	w      atomic.Pointer[consumer.Worker] // set once it started
+	ledger *ledger                         // the group's leases
+	adm    *broker.Admin
+	stop   context.CancelFunc
 	done   chan struct{}
+
+	// fleet counts the members of the pull group, looked at every
+	// fleetEvery: with one, no server's consumers wait elsewhere.
+	fleet atomic.Int32
+
+	mu     sync.Mutex
+	queues map[string]*pullQueue // by topic: the queues asked for or run
+	known  map[string]bool       // topics known to exist
 }
 
-// pull holds the pullers and the leases handed out.
-type pull struct {
-	mu      sync.Mutex
-	queues  map[string]*puller
-	ledger  *ledger // the group's leases
-	stopped bool
+// pullQueue is a queue whose tasks the server hands out.
+type pullQueue struct {
+	offers chan *lease
+	wanted atomic.Int64 // Unix nanoseconds until which a consumer waits
 }
+
+func (q *pullQueue) wantedUntil() time.Time { return time.Unix(0, q.wanted.Load()) }
 
 func leaseKey(topic, id string) string { return topic + "\x00" + id }
 
-// puller returns the puller of topic, starting its worker the first
-// time; nil for a queue that does not exist: a consume never creates
-// one (nor its worker's topics), it finds no job there.
-func (s *Server) puller(ctx context.Context, topic string) (*puller, error) {
-	s.pull.mu.Lock()
-	defer s.pull.mu.Unlock()
-	if s.pull.stopped {
-		return nil, errors.New("the server is stopping")
+// cutLeaseKey splits a lease key into its topic and ID.
+func cutLeaseKey(k string) (topic, id string, ok bool) { return strings.Cut(k, "\x00") }
+
+// queue returns topic's pullQueue, making it the first time.
+func (pl *pull) queue(topic string) *pullQueue {
+	pl.mu.Lock()
+	defer pl.mu.Unlock()
+	q := pl.queues[topic]
+	if q == nil {
+		q = &pullQueue{offers: make(chan *lease)}
+		pl.queues[topic] = q
 	}
-	if p, ok := s.pull.queues[topic]; ok {
-		return p, nil
+	return q
+}
+
+// want says that a consumer waits for topic until until: the worker
+// fetches it, and its tasks wait for consumers.
+func (pl *pull) want(topic string, until time.Time) *pullQueue {
+	q := pl.queue(topic)
+	for {
+		old := q.wanted.Load()
+		if old >= until.UnixNano() || q.wanted.CompareAndSwap(old, until.UnixNano()) {
+			break
+		}
 	}
-	if ok, err := s.queueExists(ctx, topic); !ok || err != nil {
-		return nil, err
+	if w := pl.w.Load(); w != nil {
+		w.Want(topic, until)
 	}
-	p := &puller{pull: &s.pull, topic: topic, offers: make(chan *lease), done: make(chan struct{})}
-	opts := []consumer.Opt{consumer.Conn(s.cfg.conn), consumer.Logger(s.cfg.log), consumer.Queues(topic),
-		consumer.Group(s.cfg.pullGroup), consumer.Concurrency(s.cfg.pullSlots), consumer.TaskTimeout(holdMax), consumer.CommitInterval(pullCommitInterval), consumer.ShutdownTimeout(pullShutdown),
-		consumer.WithHandler(consumer.HandlerFunc(p.handle)), consumer.ResultRetention(s.cfg.retention),
-		// One worker per registerer: each pulled queue's worker labels its
-		// metrics with the queue.
-		consumer.Registerer(prometheus.WrapRegistererWith(prometheus.Labels{"pull": topic}, s.cfg.reg))}
+	return q
+}
+
+// wantRemote makes the worker fetch topic until until: another server's
+// consumers wait for it, and this one may own its partitions.
+func (pl *pull) wantRemote(topic string, until time.Time) {
+	if w := pl.w.Load(); w != nil {
+		w.Want(topic, until)
+	}
+}
+
+// startPull starts the server's pull worker.
+func (s *Server) startPull() error {
+	opts := []consumer.Opt{consumer.Conn(s.cfg.conn), consumer.Logger(s.cfg.log.With("component", "pull")), consumer.Queues(pullPattern),
+		consumer.Group(s.cfg.pullGroup), consumer.OnDemand(true), consumer.Concurrency(pullHeld), consumer.MaxRunningPerQueue(s.cfg.pullSlots),
+		consumer.TaskTimeout(holdMax), consumer.CommitInterval(pullCommitInterval), consumer.ShutdownTimeout(pullShutdown),
+		consumer.WithHandler(consumer.HandlerFunc(s.pull.handle)), consumer.ResultRetention(s.cfg.retention),
+		consumer.MetricsPerQueue(false), consumer.Registerer(s.cfg.reg)}
 	if s.cfg.dataDir != "" {
-		opts = append(opts, consumer.CheckpointDir(filepath.Join(s.cfg.dataDir, "pull", topic)))
+		opts = append(opts, consumer.CheckpointDir(filepath.Join(s.cfg.dataDir, "pull")))
 	} else {
-		opts = append(opts, consumer.CheckpointFS(vfs.NewMem()), consumer.CheckpointDir("pull/"+topic))
+		opts = append(opts, consumer.CheckpointFS(vfs.NewMem()), consumer.CheckpointDir("pull"))
 	}
 	w, err := consumer.New(opts...)
 	if err != nil {
-		return nil, fmt.Errorf("starting the worker of %s: %w", topic, err)
+		return fmt.Errorf("starting the pull worker: %w", err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	p.cancel = cancel
+	if s.pull.adm, err = broker.NewAdmin(s.cfg.conn); err != nil {
+		return err
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	s.pull.w.Store(w)
+	s.pull.stop, s.pull.done = stop, make(chan struct{})
+	go s.pull.countFleet(ctx, s.cfg.pullGroup)
 	go func() {
-		defer close(p.done)
-		if err := w.Run(ctx); err != nil && ctx.Err() == nil {
-			s.cfg.log.Error("the worker of a pulled queue stopped", "queue", topic, "err", err)
+		defer close(s.pull.done)
+		for ctx.Err() == nil {
+			err := w.Run(ctx)
+			if ctx.Err() != nil {
+				return
+			}
+			s.cfg.log.Error("the pull worker stopped: starting it again in a second", "err", err)
+			select {
+			case <-ctx.Done():
+			case <-time.After(time.Second):
+			}
 		}
-		s.pull.mu.Lock()
-		if s.pull.queues[topic] == p {
-			delete(s.pull.queues, topic) // the next consume starts another
-		}
-		s.pull.mu.Unlock()
 	}()
-	s.pull.queues[topic] = p
-	return p, nil
+	return nil
+}
+
+// fleetEvery is how often a server counts the members of its pull group.
+const fleetEvery = 5 * time.Second
+
+// countFleet counts the pull group's members every fleetEvery until ctx
+// ends.
+func (pl *pull) countFleet(ctx context.Context, group string) {
+	for {
+		if n, err := pl.adm.GroupMembers(ctx, group); err == nil {
+			pl.fleet.Store(int32(n))
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(fleetEvery):
+		}
+	}
+}
+
+// stopPull stops the pull worker: tasks handed out and not acknowledged
+// stay leased, and the group's next owner of their partitions waits for
+// their acknowledgments.
+func (s *Server) stopPull() {
+	if s.pull.stop == nil {
+		return
+	}
+	s.pull.stop()
+	<-s.pull.done
+	s.pull.adm.Close()
 }
 
 // handle is the worker's handler: it offers the task to consumers, and
@@ -145,8 +227,8 @@ func (s *Server) puller(ctx context.Context, topic string) (*puller, error) {
 // end of its time-to-run. A run of a task that was handed out before (by
 // a server that stopped, or lost the task's partition) finds its lease
 // and does the same, without handing the task out again.
-func (p *puller) handle(ctx context.Context, t *consumer.Task) error {
-	lg := p.pull.ledger
+func (pl *pull) handle(ctx context.Context, t *consumer.Task) error {
+	lg := pl.ledger
 	key := leaseKey(t.Queue, t.ID)
 	// Every take written before this run started is known to it.
 	if err := lg.barrier(ctx); err != nil {
@@ -164,13 +246,15 @@ func (p *puller) handle(ctx context.Context, t *consumer.Task) error {
 			}
 			return nil
 		case ok && st.Taken:
-			end, err = p.hold(ctx, key, st, changed)
-		case ok && st.Expired && st.Partition == t.Partition && st.Offset == t.Offset:
+			end, err = pl.hold(ctx, key, st, changed)
+		case ok && st.Granted:
+			end, err = pl.awaitGrant(ctx, t.Queue, key, st, changed)
+		case ok && st.Expired && st.Ended == (runRef{t.Partition, t.Offset}):
 			// This run's lease expired before a restart: the try is spent.
 			lg.unwatch(key, changed)
 			return ttrError(st)
 		default:
-			end, err = p.offer(ctx, t, key, changed)
+			end, err = pl.offer(ctx, t, key, changed)
 		}
 		if end {
 			return err
@@ -181,8 +265,8 @@ func (p *puller) handle(ctx context.Context, t *consumer.Task) error {
 // hold waits while the lease st is open: for a change of it, or for the
 // end of its time-to-run, when it writes the lease's expiry. end says the
 // run is over, with err.
-func (p *puller) hold(ctx context.Context, key string, st leaseState, changed <-chan struct{}) (end bool, err error) {
-	lg := p.pull.ledger
+func (pl *pull) hold(ctx context.Context, key string, st leaseState, changed <-chan struct{}) (end bool, err error) {
+	lg := pl.ledger
 	timer := time.NewTimer(time.Until(st.Until))
 	defer timer.Stop()
 	select {
@@ -215,19 +299,45 @@ func ttrError(st leaseState) error {
 }
 
 // offer offers t to the server's consumers until one takes it, and writes
-// the take. end says the run is over, with err.
-func (p *puller) offer(ctx context.Context, t *consumer.Task, key string, changed <-chan struct{}) (end bool, err error) {
-	lg := p.pull.ledger
+// the take. end says the run is over, with err: a task no consumer asked
+// for in releaseAfter goes back to its queue (snoozed, its try unspent),
+// so that it holds no place in the worker while nobody consumes it.
+func (pl *pull) offer(ctx context.Context, t *consumer.Task, key string, changed <-chan struct{}) (end bool, err error) {
+	lg := pl.ledger
+	q := pl.queue(t.Queue)
 	l := &lease{task: t, terms: make(chan grant, 1), reply: make(chan takeReply, 1)}
-	select {
-	case p.offers <- l:
-	case <-changed:
-		return false, nil // acknowledged or taken elsewhere meanwhile
-	case <-ctx.Done():
-		lg.unwatch(key, changed)
-		return true, ctx.Err()
+	for offered := false; !offered; {
+		idle := time.NewTimer(time.Until(q.wantedUntil().Add(releaseAfter)))
+		// Another server's consumers wait for the queue: the task goes to
+		// them unless one of this server's takes it within remoteAfter.
+		var remote <-chan time.Time
+		holder, elsewhere, more := lg.wantedElsewhere(t.Queue)
+		if elsewhere {
+			remote = time.After(remoteAfter)
+		}
+		select {
+		case q.offers <- l:
+			offered = true
+		case <-remote:
+			idle.Stop()
+			lg.unwatch(key, changed)
+			return pl.grant(ctx, t, key, holder)
+		case <-more:
+		case <-idle.C:
+			if time.Since(q.wantedUntil()) >= releaseAfter && !elsewhere {
+				lg.unwatch(key, changed)
+				return true, consumer.Snooze(0, "no HTTP consumer asked for its queue: back in the queue")
+			}
+		case <-changed:
+			idle.Stop()
+			return false, nil // acknowledged or taken elsewhere meanwhile
+		case <-ctx.Done():
+			idle.Stop()
+			lg.unwatch(key, changed)
+			return true, ctx.Err()
+		}
+		idle.Stop()
 	}
-	lg.unwatch(key, changed)
 	var g grant
 	select {
 	case g = <-l.terms:
@@ -235,7 +345,7 @@ func (p *puller) offer(ctx context.Context, t *consumer.Task, key string, change
 		l.reply <- takeReply{err: ctx.Err()}
 		return true, ctx.Err()
 	}
-	counted, st, err := lg.write(ctx, key, leaseEvent{Kind: evTake, Partition: t.Partition, Offset: t.Offset,
+	counted, st, err := lg.write(ctx, key, leaseEvent{Kind: evTake, Holder: lg.id, Partition: t.Partition, Offset: t.Offset,
 		Until: time.Now().Add(g.ttr).UnixMilli(), TTR: g.ttr.Milliseconds(), Freeze: g.freeze})
 	switch {
 	case err != nil:
@@ -254,219 +364,6 @@ func (p *puller) offer(ctx context.Context, t *consumer.Task, key string, change
 func runError(ctx context.Context, err error) error {
 	if ctx.Err() != nil {
 		return ctx.Err()
-	}
-	return err
-}
-
-// stopPull stops every queue's worker; tasks handed out and not
-// acknowledged are run again by the group.
-func (s *Server) stopPull() {
-	s.pull.mu.Lock()
-	s.pull.stopped = true
-	ps := make([]*puller, 0, len(s.pull.queues))
-	for _, p := range s.pull.queues {
-		ps = append(ps, p)
-	}
-	s.pull.mu.Unlock()
-	for _, p := range ps {
-		p.cancel()
-	}
-	for _, p := range ps {
-		<-p.done
-	}
-}
-
-// consume: GET /api/{ns}/{q1},{q2}...?ttr=&timeout=&count=: long-polls
-// up to timeout seconds for tasks of the queues, the first queue first,
-// and hands out at most count, each for ttr seconds.
-func (s *Server) consume(w http.ResponseWriter, r *http.Request) {
-	ns := r.PathValue("ns")
-	q := r.URL.Query()
-	names := strings.Split(r.PathValue("queue"), ",")
-	if len(names) > MaxConsumeQueues {
-		writeError(w, badRequest("queue", "%d queues: one consume names at most %d: consume the others in another request", len(names), MaxConsumeQueues))
-		return
-	}
-	topics := make([]string, len(names))
-	for i, n := range names {
-		t, err := s.topicOf(ns, n)
-		if err != nil {
-			writeError(w, err)
-			return
-		}
-		topics[i] = t
-	}
-	ttr, err := durationParam(q, "ttr", DefaultTTR, time.Second, holdMax/2)
-	if err != nil {
-		writeError(w, err)
-		return
-	}
-	timeout, err := durationParam(q, "timeout", 0, 0, s.cfg.maxWait)
-	if err != nil {
-		writeError(w, err)
-		return
-	}
-	count := 1
-	if v := q.Get("count"); v != "" {
-		if count, err = strconv.Atoi(v); err != nil || count < 1 || count > MaxCount {
-			writeError(w, badRequest("count", "%q: want a number of tasks from 1 to %d", v, MaxCount))
-			return
-		}
-	}
-	freeze, err := boolParam(q, "freeze_tries")
-	if err != nil {
-		writeError(w, err)
-		return
-	}
-	pullers := make([]*puller, 0, len(topics))
-	for _, t := range topics {
-		p, err := s.puller(r.Context(), t)
-		if err != nil {
-			writeError(w, err)
-			return
-		}
-		if p != nil { // a queue that does not exist has no job
-			pullers = append(pullers, p)
-		}
-	}
-	ctx, cancel := context.WithTimeout(r.Context(), timeout)
-	defer cancel()
-	out := s.takeJobs(ctx, ns, pullers, count, grant{ttr: ttr, freeze: freeze})
-	if len(out) == 0 {
-		writeJSON(w, http.StatusNotFound, map[string]string{"msg": "no job available"})
-		return
-	}
-	if count == 1 {
-		writeJSON(w, http.StatusOK, out[0]) // lmstfy: one object unless count > 1
-		return
-	}
-	writeJSON(w, http.StatusOK, out)
-}
-
-// takeJobs takes up to count tasks offered by pullers on g's terms: the
-// first waits until ctx ends, the rest are taken if they are offered
-// already. A task is the consumer's once its take counted.
-func (s *Server) takeJobs(ctx context.Context, ns string, pullers []*puller, count int, g grant) []lmstfyJob {
-	var out []lmstfyJob
-	for len(out) < count {
-		var offered []*lease
-		if l := take(ctx, pullers, len(out) == 0); l != nil {
-			offered = append(offered, l)
-			for len(out)+len(offered) < count {
-				l := take(ctx, pullers, false)
-				if l == nil {
-					break
-				}
-				offered = append(offered, l)
-			}
-		}
-		if len(offered) == 0 {
-			break
-		}
-		for _, l := range offered {
-			l.terms <- g
-		}
-		now := time.Now()
-		for _, l := range offered {
-			rep := <-l.reply
-			if rep.err != nil {
-				s.cfg.log.Warn("a take was not written to the lease topic: the task is offered again", "queue", l.task.Queue, "id", l.task.ID, "err", rep.err)
-			}
-			if rep.lease == "" {
-				continue
-			}
-			j := lmstfyJobOf(ns, &l.task.Task, now, !g.freeze)
-			j.Msg, j.TTR, j.Lease = "new job", int64(g.ttr/time.Second), rep.lease
-			out = append(out, j)
-		}
-	}
-	return out
-}
-
-// take returns a task offered by the first puller that has one: at once,
-// or, when wait, as soon as one does before ctx ends; nil if none.
-func take(ctx context.Context, ps []*puller, wait bool) *lease {
-	for _, p := range ps {
-		select {
-		case l := <-p.offers:
-			return l
-		default:
-		}
-	}
-	if !wait {
-		return nil
-	}
-	cases := make([]reflect.SelectCase, 0, len(ps)+1)
-	cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(ctx.Done())})
-	for _, p := range ps {
-		cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(p.offers)})
-	}
-	i, v, _ := reflect.Select(cases)
-	if i == 0 {
-		return nil
-	}
-	return v.Interface().(*lease)
-}
-
-// durationParam reads seconds (or a Go duration) from q[name], def when
-// absent, within [lo, hi].
-func durationParam(q map[string][]string, name string, def, lo, hi time.Duration) (time.Duration, error) {
-	v := ""
-	if vs := q[name]; len(vs) > 0 {
-		v = vs[0]
-	}
-	if v == "" {
-		return def, nil
-	}
-	d, err := time.ParseDuration(seconds(v))
-	if err != nil || d < lo || d > hi {
-		return 0, badRequest(name, "%q: want seconds (or a duration such as 90s) from %v to %v", v, lo, hi)
-	}
-	return d, nil
-}
-
-// ackCommitWait bounds how long an acknowledgment waits for its commit.
-const ackCommitWait = 30 * time.Second
-
-// pullCommitInterval is the commit interval of the pulled queues'
-// workers: an acknowledgment answers once its commit is visible, so it
-// waits for the next commit. A worker with nothing finished does not
-// commit, so an idle queue costs no transactions.
-const pullCommitInterval = time.Millisecond
-
-// pullShutdown is how long a stopping server's workers wait for their
-// handlers: they wait for consumers, not work, so their tasks are
-// abandoned (and run again, at the same attempt) at once.
-const pullShutdown = time.Second
-
-// queueExists reports whether topic exists.
-func (s *Server) queueExists(ctx context.Context, topic string) (bool, error) {
-	adm, err := broker.NewAdmin(s.cfg.conn)
-	if err != nil {
-		return false, err
-	}
-	defer adm.Close()
-	_, err = adm.DescribeTopic(ctx, topic)
-	if errors.Is(err, broker.ErrTopicNotFound) {
-		return false, nil
-	}
-	return err == nil, err
-}
-
-// ensureQueue creates a queue that does not exist, with CreateQueues
-// partitions, or refuses it with CreateQueues(0).
-func (s *Server) ensureQueue(ctx context.Context, topic string) error {
-	adm, err := broker.NewAdmin(s.cfg.conn)
-	if err != nil {
-		return err
-	}
-	defer adm.Close()
-	_, err = adm.DescribeTopic(ctx, topic)
-	switch {
-	case errors.Is(err, broker.ErrTopicNotFound) && s.cfg.partitions == 0:
-		return &apiError{status: http.StatusNotFound, field: "queue", msg: fmt.Sprintf("queue %s does not exist and this server does not create queues (--no-create-queues)", topic)}
-	case errors.Is(err, broker.ErrTopicNotFound):
-		return adm.EnsureTopic(ctx, topic, s.cfg.partitions, nil)
 	}
 	return err
 }

@@ -54,7 +54,7 @@ func New(ctx context.Context, opts ...Opt) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, mux: http.NewServeMux(), pull: pull{queues: map[string]*puller{}},
+	s := &Server{cfg: cfg, mux: http.NewServeMux(), pull: pull{queues: map[string]*pullQueue{}, known: map[string]bool{}},
 		limiters: map[string]*rate.Limiter{}}
 	if s.m, err = newMetrics(cfg.reg); err != nil {
 		return nil, err
@@ -85,7 +85,7 @@ func New(ctx context.Context, opts ...Opt) (*Server, error) {
 		s.tokens.Close()
 		return nil, err
 	}
-	if s.pull.ledger, err = openLedger(ctx, cfg.conn, cfg.pullGroup, cfg.log.With("component", "leases")); err != nil {
+	if s.pull.ledger, err = openLedger(ctx, cfg.conn, cfg.pullGroup, cfg.log.With("component", "leases"), s.pull.wantRemote, s.pull.offerGranted); err != nil {
 		s.p.Close()
 		s.dlq.Close()
 		s.in.Close()
@@ -98,6 +98,10 @@ func New(ctx context.Context, opts ...Opt) (*Server, error) {
 		s.dlq.Close()
 		s.in.Close()
 		s.tokens.Close()
+		return nil, err
+	}
+	if err := s.startPull(); err != nil {
+		s.Close()
 		return nil, err
 	}
 	if err := s.startServices(); err != nil {

@@ -181,6 +181,11 @@ func TestServeFleetCrash(t *testing.T) {
 	if kills != 6 {
 		t.Fatalf("%d kills; want 6", kills)
 	}
+	if settled.Load() < int64(n) {
+		for i, s := range servers {
+			t.Logf("server %d's log:\n%s", i, lastBytes(s.proc.Output(), 8000))
+		}
+	}
 
 	// The records: every job succeeded with its consumer's result.
 	// A job's records may sit in several partitions (the producer's

@@ -1,0 +1,225 @@
+package serve
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"reflect"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/onceq/onceq/broker"
+)
+
+// consume: GET /api/{ns}/{q1},{q2}...?ttr=&timeout=&count=: long-polls
+// up to timeout seconds for tasks of the queues, the first queue first,
+// and hands out at most count, each for ttr seconds.
+func (s *Server) consume(w http.ResponseWriter, r *http.Request) {
+	ns := r.PathValue("ns")
+	q := r.URL.Query()
+	names := strings.Split(r.PathValue("queue"), ",")
+	if len(names) > MaxConsumeQueues {
+		writeError(w, badRequest("queue", "%d queues: one consume names at most %d: consume the others in another request", len(names), MaxConsumeQueues))
+		return
+	}
+	topics := make([]string, len(names))
+	for i, n := range names {
+		t, err := s.topicOf(ns, n)
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		topics[i] = t
+	}
+	ttr, err := durationParam(q, "ttr", DefaultTTR, time.Second, holdMax/2)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	timeout, err := durationParam(q, "timeout", 0, 0, s.cfg.maxWait)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	count := 1
+	if v := q.Get("count"); v != "" {
+		if count, err = strconv.Atoi(v); err != nil || count < 1 || count > MaxCount {
+			writeError(w, badRequest("count", "%q: want a number of tasks from 1 to %d", v, MaxCount))
+			return
+		}
+	}
+	freeze, err := boolParam(q, "freeze_tries")
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	until := time.Now().Add(timeout + wantGrace)
+	queues := make([]*pullQueue, 0, len(topics))
+	for _, t := range topics {
+		ok, err := s.queueExists(r.Context(), t)
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		if !ok {
+			continue // a queue that does not exist has no job, and is not made
+		}
+		queues = append(queues, s.pull.want(t, until))
+		if timeout > 0 && (s.pull.fleet.Load() > 1 || !s.pull.w.Load().Owns(t)) {
+			// Its partitions may be another server's.
+			s.pull.ledger.announce(t, until)
+		}
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), timeout)
+	defer cancel()
+	out := s.takeJobs(ctx, ns, queues, count, grant{ttr: ttr, freeze: freeze})
+	if len(out) == 0 {
+		writeJSON(w, http.StatusNotFound, map[string]string{"msg": "no job available"})
+		return
+	}
+	if count == 1 {
+		writeJSON(w, http.StatusOK, out[0]) // lmstfy: one object unless count > 1
+		return
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// takeJobs takes up to count tasks offered by pullers on g's terms: the
+// first waits until ctx ends, the rest are taken if they are offered
+// already. A task is the consumer's once its take counted.
+func (s *Server) takeJobs(ctx context.Context, ns string, queues []*pullQueue, count int, g grant) []lmstfyJob {
+	var out []lmstfyJob
+	for len(out) < count {
+		var offered []*lease
+		if l := take(ctx, queues, len(out) == 0); l != nil {
+			offered = append(offered, l)
+			for len(out)+len(offered) < count {
+				l := take(ctx, queues, false)
+				if l == nil {
+					break
+				}
+				offered = append(offered, l)
+			}
+		}
+		if len(offered) == 0 {
+			break
+		}
+		for _, l := range offered {
+			l.terms <- g
+		}
+		now := time.Now()
+		for _, l := range offered {
+			rep := <-l.reply
+			if rep.err != nil {
+				s.cfg.log.Warn("a take was not written to the lease topic: the task is offered again", "queue", l.task.Queue, "id", l.task.ID, "err", rep.err)
+			}
+			if rep.lease == "" {
+				continue
+			}
+			j := lmstfyJobOf(ns, &l.task.Task, now, !g.freeze)
+			j.Msg, j.TTR, j.Lease = "new job", int64(g.ttr/time.Second), rep.lease
+			out = append(out, j)
+		}
+	}
+	return out
+}
+
+// take returns a task offered in the first queue that has one: at once,
+// or, when wait, as soon as one does before ctx ends; nil if none.
+func take(ctx context.Context, ps []*pullQueue, wait bool) *lease {
+	for _, p := range ps {
+		select {
+		case l := <-p.offers:
+			return l
+		default:
+		}
+	}
+	if !wait {
+		return nil
+	}
+	cases := make([]reflect.SelectCase, 0, len(ps)+1)
+	cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(ctx.Done())})
+	for _, p := range ps {
+		cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(p.offers)})
+	}
+	i, v, _ := reflect.Select(cases)
+	if i == 0 {
+		return nil
+	}
+	return v.Interface().(*lease)
+}
+
+// durationParam reads seconds (or a Go duration) from q[name], def when
+// absent, within [lo, hi].
+func durationParam(q map[string][]string, name string, def, lo, hi time.Duration) (time.Duration, error) {
+	v := ""
+	if vs := q[name]; len(vs) > 0 {
+		v = vs[0]
+	}
+	if v == "" {
+		return def, nil
+	}
+	d, err := time.ParseDuration(seconds(v))
+	if err != nil || d < lo || d > hi {
+		return 0, badRequest(name, "%q: want seconds (or a duration such as 90s) from %v to %v", v, lo, hi)
+	}
+	return d, nil
+}
+
+// ackCommitWait bounds how long an acknowledgment waits for its commit.
+const ackCommitWait = 30 * time.Second
+
+// pullCommitInterval is the pull worker's commit interval: an
+// acknowledgment answers once its commit is visible, so it waits for the
+// next commit. A worker with nothing finished does not commit, so idle
+// queues cost no transactions.
+const pullCommitInterval = time.Millisecond
+
+// pullShutdown is how long a stopping server's worker waits for its
+// handlers: they wait for consumers, not work, so their tasks are
+// abandoned at once (and run again, at the same attempt, their leases
+// kept).
+const pullShutdown = time.Second
+
+// queueExists reports whether topic exists: a topic seen once is known
+// from then on.
+func (s *Server) queueExists(ctx context.Context, topic string) (bool, error) {
+	s.pull.mu.Lock()
+	known := s.pull.known[topic]
+	s.pull.mu.Unlock()
+	if known || s.pull.w.Load().Owns(topic) {
+		return true, nil
+	}
+	_, err := s.pull.adm.DescribeTopic(ctx, topic)
+	if errors.Is(err, broker.ErrTopicNotFound) {
+		s.pull.adm.Forget(topic) // asked again next time, not answered from the client's cache
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	s.pull.mu.Lock()
+	s.pull.known[topic] = true
+	s.pull.mu.Unlock()
+	return true, nil
+}
+
+// ensureQueue creates a queue that does not exist, with CreateQueues
+// partitions, or refuses it with CreateQueues(0).
+func (s *Server) ensureQueue(ctx context.Context, topic string) error {
+	adm, err := broker.NewAdmin(s.cfg.conn)
+	if err != nil {
+		return err
+	}
+	defer adm.Close()
+	_, err = adm.DescribeTopic(ctx, topic)
+	switch {
+	case errors.Is(err, broker.ErrTopicNotFound) && s.cfg.partitions == 0:
+		return &apiError{status: http.StatusNotFound, field: "queue", msg: fmt.Sprintf("queue %s does not exist and this server does not create queues (--no-create-queues)", topic)}
+	case errors.Is(err, broker.ErrTopicNotFound):
+		return adm.EnsureTopic(ctx, topic, s.cfg.partitions, nil)
+	}
+	return err
+}
