@@ -83,4 +83,3 @@ func TestLmstfyCurl(t *testing.T) {
 		t.Fatalf("size: %d %v", code, body)
 	}
 }
-
