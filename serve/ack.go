@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"time"
 
 	"github.com/onceq/onceq"
 )
@@ -52,6 +53,11 @@ func (s *Server) acknowledge(ctx context.Context, topic, id, lease string, resul
 		// Acknowledged, by this request or another first: an ACK is
 		// idempotent, and the first result counts.
 	}
+	// The run that commits it needs its partition fetched, here or on the
+	// server that owns it, consumer or not.
+	until := time.Now().Add(ackCommitWait)
+	s.pull.wantRemote(topic, until)
+	s.pull.announce(topic, until, true)
 	wctx, cancel := context.WithTimeout(ctx, ackCommitWait)
 	defer cancel()
 	// The record of the run that was taken, or of a later run: a task

@@ -67,9 +67,8 @@ func (s *Server) consume(w http.ResponseWriter, r *http.Request) {
 			continue // a queue that does not exist has no job, and is not made
 		}
 		queues = append(queues, s.pull.want(t, until))
-		if timeout > 0 && (s.pull.fleet.Load() > 1 || !s.pull.w.Load().Owns(t)) {
-			// Its partitions may be another server's.
-			s.pull.ledger.announce(t, until)
+		if timeout > 0 {
+			s.pull.announce(t, until, false)
 		}
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), timeout)

@@ -36,8 +36,9 @@
 //	                                             error and result
 //	PUT    /api/{ns}/{queue}/job/{id}            republish: ACK it, publish the body anew
 //	GET    /api/{ns}/{queue}/job/{id}/wait       the record once it is final (timeout=)
-//	DELETE /api/{ns}/{queue}/job/{id}            acknowledge a task handed out (body: its result),
-//	                                             else cancel it; final or unknown: 204
+//	DELETE /api/{ns}/{queue}/job/{id}            acknowledge a task handed out, through any
+//	                                             server (body: its result; lease=), else cancel
+//	                                             it; final or unknown: 204
 //	GET    /api/{ns}/{queue}/size                the jobs waiting for a consumer
 //	POST   /api/{ns}/{queue}/job/{id}/cancel     cancel it (ahead=): 200 canceled, 202 pending,
 //	                                             404 unknown, 409 already final, 410 too late
@@ -48,7 +49,8 @@
 //	GET    /api/{ns}/{queue}/deadletter/size     how many there are
 //	PUT    /api/{ns}/{queue}/deadletter          respawn (limit=, ttl=, id=), in one transaction
 //	DELETE /api/{ns}/{queue}/deadletter          delete the first ones (limit=)
-//	GET    /api/{ns}                             the namespace's queues
+//	GET    /api/{ns}                             the namespace's queues (filter=, after=, before=,
+//	                                             limit=)
 //	GET    /periodic/{ns}                    the namespace's periodic schedules
 //	GET    /periodic/{ns}/{name}             one schedule, with its next tick
 //	PUT    /periodic/{ns}/{name}             add or replace it: queue=, every= or cron= (tz=),
@@ -68,15 +70,33 @@
 //
 // # Consuming over HTTP
 //
-// A consume runs the queue's worker in the server (group onceq-serve,
-// PullGroup) on first use. Its handler offers each task to the waiting
-// consumers, the first queue of the path first, and waits for the one
-// that took it to acknowledge it within its ttr: the task then commits,
-// with its result, exactly once, and the DELETE answers 204 once the
-// commit is visible. A task not acknowledged in time is failed as a
-// handler's error is: retried with backoff (the server runs a delay
-// service, DelayService), dead-lettered after its tries; one taken with
-// freeze_tries is snoozed instead, and comes back at once with its try.
+// Each server runs one worker of its pull group (onceq-serve, PullGroup)
+// over every namespace's queue, which fetches a queue only while one of
+// the server's consumers waits for it, and holds at most PullSlots tasks
+// of a queue. Its handler offers each task to the waiting consumers, the
+// first queue of the path first, and waits for the one that took it to
+// acknowledge it within its ttr: the task then commits, with its result,
+// exactly once, and the DELETE answers 204 once the commit is visible. A
+// task not acknowledged in time is failed as a handler's error is:
+// retried with backoff (the server runs a delay service, DelayService),
+// dead-lettered after its tries; one taken with freeze_tries is snoozed
+// instead, and comes back at once with its try. A task that waited 30 s
+// with no consumer asking for its queue goes back to the queue.
+//
+// Leases live in Kafka, in the group's lease topic onceq-leases-<group>:
+// every take, acknowledgment and expiry is an event there, which every
+// server reads, and the topic's order decides every race. So an
+// acknowledgment works through any server of the group, before or after
+// a restart of the one that handed the job out, and a job is never handed
+// out twice within its ttr. A consume answers a lease; an acknowledgment
+// that names it (lease=) is refused (409) if the job was handed out again
+// since, and one that names none completes the job as lmstfy's does. An
+// acknowledgment after the ttr completes the job if it was not handed out
+// again (204 once committed, 202 while its retry waits to run). A queue's
+// partitions belong to one server at a time: a server whose consumers
+// wait for a queue it does not own says so in the lease topic, and the
+// server running the queue's tasks grants them to it.
+//
 // A DELETE of a task that is not handed out cancels it (202), as lmstfy's
 // DELETE makes sure it is never consumed again; of a task final or
 // unknown, it answers 204, as an ACK is idempotent.

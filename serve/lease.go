@@ -61,6 +61,9 @@ type leaseEvent struct {
 	// Queue the queue a want is of.
 	Holder string `json:"holder,omitempty"`
 	Queue  string `json:"queue,omitempty"`
+	// Fetch marks a want of no consumer: an acknowledgment waits for its
+	// task's run, which the server owning the queue must fetch.
+	Fetch bool `json:"fetch,omitempty"`
 	// Task is a grant's task, as its queue holds it.
 	Task *wireTask `json:"task,omitempty"`
 }

@@ -122,6 +122,12 @@ func (lg *ledger) wantLocked(ev leaseEvent) {
 		return
 	}
 	topic, until := ev.Queue, time.UnixMilli(ev.Until)
+	if ev.Fetch {
+		if lg.onWant != nil && time.Until(until) > 0 {
+			lg.onWant(topic, until)
+		}
+		return
+	}
 	m := lg.wants[topic]
 	if m == nil {
 		m = map[string]time.Time{}
@@ -167,17 +173,22 @@ func (lg *ledger) unwanted(topic, holder string) {
 }
 
 // announce writes, without waiting, that this server's consumers wait for
-// topic until until: at most one want a second for each queue.
-func (lg *ledger) announce(topic string, until time.Time) {
+// topic until until, or with fetch that an acknowledgment waits for a run
+// of its tasks: at most one want a second of each kind for each queue.
+func (lg *ledger) announce(topic string, until time.Time, fetch bool) {
+	seen := topic
+	if fetch {
+		seen = "\x00" + topic
+	}
 	lg.mu.Lock()
-	last, ok := lg.announced[topic]
+	last, ok := lg.announced[seen]
 	if ok && until.Before(last.Add(time.Second)) {
 		lg.mu.Unlock()
 		return
 	}
-	lg.announced[topic] = until
+	lg.announced[seen] = until
 	lg.mu.Unlock()
-	v, err := json.Marshal(leaseEvent{Kind: evWant, Nonce: rand.Text(), Queue: topic, Holder: lg.id, Until: until.UnixMilli()})
+	v, err := json.Marshal(leaseEvent{Kind: evWant, Nonce: rand.Text(), Queue: topic, Holder: lg.id, Until: until.UnixMilli(), Fetch: fetch})
 	if err != nil {
 		return
 	}

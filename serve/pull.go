@@ -144,6 +144,15 @@ func (pl *pull) want(topic string, until time.Time) *pullQueue {
 	return q
 }
 
+// announce tells the other servers of the group that this one waits for
+// topic until until (ledger.announce), when its partitions may be
+// another server's.
+func (pl *pull) announce(topic string, until time.Time, fetch bool) {
+	if w := pl.w.Load(); w != nil && (pl.fleet.Load() > 1 || !w.Owns(topic)) {
+		pl.ledger.announce(topic, until, fetch)
+	}
+}
+
 // wantRemote makes the worker fetch topic until until: another server's
 // consumers wait for it, and this one may own its partitions.
 func (pl *pull) wantRemote(topic string, until time.Time) {

@@ -9,7 +9,7 @@ import (
 )
 
 // runCLI runs the CLI in-process and returns its exit code and output.
-func runCLI(t *testing.T, stdin string, args ...string) (int, string, string) {
+func runCLI(t testing.TB, stdin string, args ...string) (int, string, string) {
 	t.Helper()
 	var out, errOut bytes.Buffer
 	code := run(context.Background(), args, strings.NewReader(stdin), &out, &errOut)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -15,7 +16,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
+
 	"github.com/onceq/onceq"
+	"github.com/onceq/onceq/broker"
 	"github.com/onceq/onceq/internal/testutil"
 )
 
@@ -185,6 +189,7 @@ func TestServeFleetCrash(t *testing.T) {
 		for i, s := range servers {
 			t.Logf("server %d's log:\n%s", i, lastBytes(s.proc.Output(), 8000))
 		}
+		logOffsets(t, conn, "shop.jobs", "onceq-serve")
 	}
 
 	// The records: every job succeeded with its consumer's result.
@@ -240,4 +245,25 @@ func TestServeFleetCrash(t *testing.T) {
 		}
 	}
 	t.Logf("%d jobs, 2 servers, %d kills: %d lost, %d canceled, %d held by two at once, %d handed out after their ACK", n, kills, lost, canceled, twice, again)
+}
+
+// logOffsets logs, for a stalled run, each partition of topic's end, last
+// stable offset and group's committed offset.
+func logOffsets(t *testing.T, conn broker.Conn, topic, group string) {
+	adm, err := broker.NewAdmin(conn)
+	if err != nil {
+		t.Log(err)
+		return
+	}
+	defer adm.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ends, _ := adm.Kadm().ListEndOffsets(ctx, topic)
+	stables, _ := adm.Kadm().ListCommittedOffsets(ctx, topic)
+	lags, err := adm.GroupLag(ctx, group)
+	t.Logf("group lag: %+v (%v)", lags, err)
+	ends.Each(func(o kadm.ListedOffset) {
+		st, _ := stables.Lookup(o.Topic, o.Partition)
+		t.Logf("%s/%d: end %d, last stable %d", o.Topic, o.Partition, o.Offset, st.Offset)
+	})
 }

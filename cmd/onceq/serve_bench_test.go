@@ -1,0 +1,301 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/onceq/onceq/internal/testutil"
+)
+
+// BenchmarkServeQueues: `onceq serve` (and the embedded broker) as
+// processes of their own, driven by lmstfy's API over HTTP, over 1 and 500
+// queues (ONCEQ_BENCH_SERVE_QUEUES picks others, e.g. "1,500"):
+//
+//   - publish: 2,000 jobs at 200 jobs/s, spread over the queues, no
+//     consumer: the server's and the broker's CPU per publish;
+//   - consume+ack: consumers (one per 16 queues, at least 4, each
+//     consuming its 16 queues in one request) take and acknowledge them:
+//     CPU per consume and ACK;
+//   - latency: 200 jobs/s published for 10 s while the consumers run: each
+//     job's publish to consume time, p50 and p99;
+//   - idle: 10 s with every queue idle and no consumer: CPU in % of a core.
+//
+// The same workload runs against another lmstfy-compatible server given
+// by ONCEQ_BENCH_SERVE_URL (its /api/{namespace}), ONCEQ_BENCH_SERVE_TOKEN
+// and ONCEQ_BENCH_SERVE_PIDS (the processes to measure, comma-separated:
+// the server, its store): lmstfy's own, side by side. Run:
+//
+//	go test ./cmd/onceq -run '^$' -bench BenchmarkServeQueues -benchtime 1x -timeout 30m
+func BenchmarkServeQueues(b *testing.B) {
+	counts := []int{1, 500}
+	if v := os.Getenv("ONCEQ_BENCH_SERVE_QUEUES"); v != "" {
+		counts = nil
+		for _, f := range strings.Split(v, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil || n < 1 || n > 10_000 {
+				b.Fatalf("ONCEQ_BENCH_SERVE_QUEUES=%q: want queue counts from 1 to 10000, comma-separated", v)
+			}
+			counts = append(counts, n)
+		}
+	}
+	for _, n := range counts {
+		b.Run(fmt.Sprintf("queues=%d", n), func(b *testing.B) {
+			for range b.N {
+				target := serveTarget(b)
+				runServeBench(b, target, n)
+			}
+		})
+	}
+}
+
+// benchTarget is the server under measure: its namespace's base URL, a
+// token, and the processes whose CPU counts, by name.
+type benchTarget struct {
+	base, token string
+	pids        map[string]int
+}
+
+// serveTarget starts a broker and `onceq serve` as processes, or takes the
+// server ONCEQ_BENCH_SERVE_URL names.
+func serveTarget(b *testing.B) benchTarget {
+	if u := os.Getenv("ONCEQ_BENCH_SERVE_URL"); u != "" {
+		tg := benchTarget{base: strings.TrimRight(u, "/"), token: os.Getenv("ONCEQ_BENCH_SERVE_TOKEN"), pids: map[string]int{}}
+		for i, f := range strings.Split(os.Getenv("ONCEQ_BENCH_SERVE_PIDS"), ",") {
+			pid, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil {
+				b.Fatalf("ONCEQ_BENCH_SERVE_PIDS=%q: want process IDs, comma-separated", os.Getenv("ONCEQ_BENCH_SERVE_PIDS"))
+			}
+			tg.pids[[]string{"server", "store"}[min(i, 1)]+strconv.Itoa(i)] = pid
+		}
+		return tg
+	}
+	brokerAddr := testutil.FreeAddr(b)
+	brk, _ := testutil.StartBrokerProcess(b, brokerAddr, b.TempDir())
+	code, out, stderr := runCLI(b, "", "--brokers", brokerAddr, "token", "create", "bench")
+	if code != 0 {
+		b.Fatalf("token create: %s", stderr)
+	}
+	listen := testutil.FreeAddr(b)
+	srv := testutil.Start(b, "serve", "--brokers", brokerAddr, "--listen", listen, "--data-dir", b.TempDir(), "--create-queues", "1")
+	b.Cleanup(srv.Kill)
+	srv.WaitOutput(b, "serving", 30*time.Second)
+	return benchTarget{base: "http://" + listen + "/api/bench", token: strings.TrimSpace(out),
+		pids: map[string]int{"server": srv.Cmd.Process.Pid, "broker": brk.Cmd.Process.Pid}}
+}
+
+// procCPU is the CPU time process pid has used.
+func procCPU(pid int) time.Duration {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	// Fields after the command's closing parenthesis: utime is the 12th,
+	// stime the 13th (proc(5)), in clock ticks of 1/100 s.
+	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+2:]))
+	if len(f) < 13 {
+		return 0
+	}
+	ut, _ := strconv.ParseInt(f[11], 10, 64)
+	st, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(ut+st) * 10 * time.Millisecond
+}
+
+// cpuMeter measures the target's processes' CPU over a phase.
+type cpuMeter struct {
+	pids  map[string]int
+	start map[string]time.Duration
+	at    time.Time
+}
+
+func meter(pids map[string]int) *cpuMeter {
+	m := &cpuMeter{pids: pids, start: map[string]time.Duration{}, at: time.Now()}
+	for name, pid := range pids {
+		m.start[name] = procCPU(pid)
+	}
+	return m
+}
+
+// perOp reports each process's CPU per op of n, in ms; and, with n 0,
+// its CPU in % of a core.
+func (m *cpuMeter) report(b *testing.B, phase string, n int) {
+	wall := time.Since(m.at)
+	for name, pid := range m.pids {
+		used := procCPU(pid) - m.start[name]
+		if n > 0 {
+			b.ReportMetric(float64(used.Microseconds())/1000/float64(n), name+"-cpu-ms/"+phase)
+		} else {
+			b.ReportMetric(100*used.Seconds()/wall.Seconds(), name+"-cpu-%/"+phase)
+		}
+	}
+}
+
+// runServeBench runs the four phases over n queues.
+func runServeBench(b *testing.B, tg benchTarget, n int) {
+	queues := make([]string, n)
+	for i := range queues {
+		queues[i] = fmt.Sprintf("q%d", i)
+	}
+	cl := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 256}}
+	do := func(method, path, body string) (int, []byte, error) {
+		req, _ := http.NewRequest(method, tg.base+path, strings.NewReader(body))
+		req.Header.Set("X-Token", tg.token)
+		resp, err := cl.Do(req)
+		if err != nil {
+			return 0, nil, err
+		}
+		defer resp.Body.Close()
+		out, err := io.ReadAll(resp.Body)
+		return resp.StatusCode, out, err
+	}
+	publish := func(q string) error {
+		code, body, err := do("PUT", "/"+q+"?tries=3&ttl=3600&delay=0", strconv.FormatInt(time.Now().UnixNano(), 10))
+		if err == nil && code != 201 {
+			err = fmt.Errorf("publish to %s: %d %s", q, code, body)
+		}
+		return err
+	}
+	// Each queue exists and was consumed once before anything is measured.
+	for _, q := range queues {
+		if err := publish(q); err != nil {
+			b.Fatal(err)
+		}
+	}
+	var consumed atomic.Int64
+	var lat latencySink
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	startConsumers := func() {
+		stop = make(chan struct{})
+		groups := max(4, (n+15)/16)
+		for c := range groups {
+			var mine []string
+			for i := c * 16 % n; len(mine) < min(16, n); i = (i + 1) % n {
+				mine = append(mine, queues[i])
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				path := "/" + strings.Join(mine, ",") + "?ttr=30&timeout=1"
+				for {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					code, body, err := do("GET", path, "")
+					if err != nil || code == 404 {
+						continue
+					}
+					got := time.Now()
+					var j struct {
+						Queue string `json:"queue"`
+						ID    string `json:"job_id"`
+						Data  []byte `json:"data"`
+					}
+					if code != 200 || json.Unmarshal(body, &j) != nil {
+						b.Errorf("consume: %d %s", code, body)
+						return
+					}
+					if sent, err := strconv.ParseInt(string(j.Data), 10, 64); err == nil {
+						lat.add(got.Sub(time.Unix(0, sent)))
+					}
+					if code, body, err := do("DELETE", "/"+j.Queue+"/job/"+j.ID, ""); err != nil || code != 204 {
+						b.Errorf("ack of %s: %d %s %v", j.ID, code, body, err)
+						return
+					}
+					consumed.Add(1)
+				}
+			}()
+		}
+	}
+	stopConsumers := func() {
+		close(stop)
+		wg.Wait()
+	}
+	waitConsumed := func(want int64) {
+		deadline := time.Now().Add(5 * time.Minute)
+		for consumed.Load() < want && time.Now().Before(deadline) {
+			time.Sleep(20 * time.Millisecond)
+		}
+		if consumed.Load() < want {
+			b.Fatalf("%d of %d jobs consumed after 5 minutes", consumed.Load(), want)
+		}
+	}
+	startConsumers()
+	waitConsumed(int64(n))
+	stopConsumers()
+	lat.reset()
+	b.ResetTimer()
+
+	const jobs, rate = 2000, 200
+	paced := func(count int) {
+		tick := time.NewTicker(time.Second / rate)
+		defer tick.Stop()
+		for i := range count {
+			<-tick.C
+			if err := publish(queues[i%n]); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	m := meter(tg.pids)
+	paced(jobs)
+	m.report(b, "publish", jobs)
+
+	m = meter(tg.pids)
+	base := consumed.Load()
+	startConsumers()
+	waitConsumed(base + jobs)
+	m.report(b, "consume-ack", jobs)
+	lat.reset()
+
+	base = consumed.Load()
+	paced(10 * rate)
+	waitConsumed(base + 10*rate)
+	stopConsumers()
+	lat.report(b, "publish-to-consume")
+
+	time.Sleep(12 * time.Second) // the consumers' wants lapse
+	m = meter(tg.pids)
+	time.Sleep(10 * time.Second)
+	m.report(b, "idle", 0)
+}
+
+// latencySink collects latencies from several goroutines.
+type latencySink struct {
+	mu sync.Mutex
+	d  []time.Duration
+}
+
+func (l *latencySink) add(d time.Duration) {
+	l.mu.Lock()
+	l.d = append(l.d, d)
+	l.mu.Unlock()
+}
+
+func (l *latencySink) reset() {
+	l.mu.Lock()
+	l.d = nil
+	l.mu.Unlock()
+}
+
+func (l *latencySink) report(b *testing.B, name string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.d) == 0 {
+		return
+	}
+	slices.Sort(l.d)
+	b.ReportMetric(float64(l.d[len(l.d)/2].Microseconds())/1000, name+"-p50-ms")
+	b.ReportMetric(float64(l.d[len(l.d)*99/100].Microseconds())/1000, name+"-p99-ms")
+}
