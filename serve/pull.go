@@ -60,6 +60,12 @@ const releaseAfter = 30 * time.Second
 // that a consumer polling again finds what was fetched for the last one.
 const wantGrace = 10 * time.Second
 
+// pullQuietAfter is the pull worker's QuietAfter: every fetch names every
+// partition it follows, and a queue's consumers keep it wanted, so a
+// queue stops being fetched soon after its last task; a publish wakes it
+// (broker.WakeEvery is 250 ms).
+const pullQuietAfter = 600 * time.Millisecond
+
 // errTTR fails a task not acknowledged within its time-to-run.
 var errTTR = errors.New("not acknowledged within its time-to-run (ttr)")
 
@@ -167,7 +173,7 @@ func (s *Server) startPull() error {
 		consumer.Group(s.cfg.pullGroup), consumer.OnDemand(true), consumer.Concurrency(pullHeld), consumer.MaxRunningPerQueue(s.cfg.pullSlots),
 		consumer.TaskTimeout(holdMax), consumer.CommitInterval(pullCommitInterval), consumer.ShutdownTimeout(pullShutdown),
 		consumer.WithHandler(consumer.HandlerFunc(s.pull.handle)), consumer.ResultRetention(s.cfg.retention),
-		consumer.MetricsPerQueue(false), consumer.Registerer(s.cfg.reg)}
+		consumer.MetricsPerQueue(false), consumer.Registerer(s.cfg.reg), consumer.QuietAfter(pullQuietAfter)}
 	if s.cfg.dataDir != "" {
 		opts = append(opts, consumer.CheckpointDir(filepath.Join(s.cfg.dataDir, "pull")))
 	} else {
