@@ -128,3 +128,28 @@ func waitState(t *testing.T, a *api, tok, queue, id, state string) {
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+// TestConsumeFromEitherServer: a queue of one partition belongs to one
+// server of the pull group, yet consumers of both servers get its jobs:
+// the owner grants them to the other server's consumers.
+func TestConsumeFromEitherServer(t *testing.T) {
+	a := start(t, serve.CreateQueues(1))
+	tok := a.token("shop", false)
+	b := startOn(t, a.conn)
+	for i := range 4 {
+		if code, body := a.do("PUT", "/api/shop/one?tries=3", tok, "x"); code != 201 {
+			t.Fatalf("publish %d: %d %v", i, code, body)
+		}
+	}
+	seen := map[string]bool{}
+	for _, srv := range []*api{a, b, a, b} {
+		j := consumeOne(t, srv, tok, "/api/shop/one?ttr=60&timeout=30")
+		if seen[j.JobID] {
+			t.Fatalf("%s handed out twice", j.JobID)
+		}
+		seen[j.JobID] = true
+		if code, body := srv.do("DELETE", "/api/shop/one/job/"+j.JobID+"?lease="+j.Lease, tok, "r"); code != 204 {
+			t.Fatalf("ACK of %s: %d %v", j.JobID, code, body)
+		}
+	}
+}
