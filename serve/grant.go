@@ -46,24 +46,12 @@ func (pl *pull) grant(ctx context.Context, t *consumer.Task, key, holder string)
 // change, or the end of the grant, when it revokes it. end says the run is
 // over, with err.
 func (pl *pull) awaitGrant(ctx context.Context, topic, key string, st leaseState, changed <-chan struct{}) (end bool, err error) {
-	lg := pl.ledger
-	timer := time.NewTimer(time.Until(st.GrantUntil))
-	defer timer.Stop()
-	select {
-	case <-changed:
-		return false, nil
-	case <-ctx.Done():
-		lg.unwatch(key, changed)
-		return true, ctx.Err()
-	case <-timer.C:
-	}
-	lg.unwatch(key, changed)
-	counted, _, err := lg.write(ctx, key, leaseEvent{Kind: evRevoke, Lease: st.GrantNonce})
+	_, counted, err := pl.endAt(ctx, key, st.GrantUntil, changed, leaseEvent{Kind: evRevoke, Lease: st.GrantNonce})
 	if err != nil {
-		return true, runError(ctx, err)
+		return true, err
 	}
 	if counted {
-		lg.unwanted(topic, st.Holder) // its consumers are gone
+		pl.ledger.unwanted(topic, st.Holder) // its consumers are gone
 	}
 	return false, nil
 }

@@ -281,26 +281,36 @@ func (pl *pull) handle(ctx context.Context, t *consumer.Task) error {
 // end of its time-to-run, when it writes the lease's expiry. end says the
 // run is over, with err.
 func (pl *pull) hold(ctx context.Context, key string, st leaseState, changed <-chan struct{}) (end bool, err error) {
+	first, counted, err := pl.endAt(ctx, key, st.Until, changed, leaseEvent{Kind: evExpire, Lease: st.Lease})
+	switch {
+	case err != nil:
+		return true, err
+	case first || !counted:
+		return false, nil // changed, or acknowledged first
+	}
+	return true, ttrError(st)
+}
+
+// endAt waits for key's state to change (first) or for until, when it
+// writes ev and reports whether it counted. An error is the run's.
+func (pl *pull) endAt(ctx context.Context, key string, until time.Time, changed <-chan struct{}, ev leaseEvent) (first, counted bool, err error) {
 	lg := pl.ledger
-	timer := time.NewTimer(time.Until(st.Until))
+	timer := time.NewTimer(time.Until(until))
 	defer timer.Stop()
 	select {
 	case <-changed:
-		return false, nil
+		return true, false, nil
 	case <-ctx.Done():
 		lg.unwatch(key, changed)
-		return true, ctx.Err()
+		return false, false, ctx.Err()
 	case <-timer.C:
 	}
 	lg.unwatch(key, changed)
-	counted, _, err := lg.write(ctx, key, leaseEvent{Kind: evExpire, Lease: st.Lease})
-	switch {
-	case err != nil:
-		return true, runError(ctx, err)
-	case !counted:
-		return false, nil // acknowledged first
+	counted, _, err = lg.write(ctx, key, ev)
+	if err != nil {
+		return false, false, runError(ctx, err)
 	}
-	return true, ttrError(st)
+	return false, counted, nil
 }
 
 // ttrError is how a run ends whose lease expired: failed, or snoozed when

@@ -3,7 +3,6 @@ package main
 import (
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"slices"
@@ -146,17 +145,7 @@ func runServeBench(b *testing.B, tg benchTarget, n int) {
 		queues[i] = fmt.Sprintf("q%d", i)
 	}
 	cl := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 256}}
-	do := func(method, path, body string) (int, []byte, error) {
-		req, _ := http.NewRequest(method, tg.base+path, strings.NewReader(body))
-		req.Header.Set("X-Token", tg.token)
-		resp, err := cl.Do(req)
-		if err != nil {
-			return 0, nil, err
-		}
-		defer resp.Body.Close()
-		out, err := io.ReadAll(resp.Body)
-		return resp.StatusCode, out, err
-	}
+	do := tokenRequests(cl, tg.token, tg.base)
 	publish := func(q string) error {
 		code, body, err := do("PUT", "/"+q+"?tries=3&ttl=3600&delay=0", strconv.FormatInt(time.Now().UnixNano(), 10))
 		if err == nil && code != 201 {

@@ -51,17 +51,7 @@ func TestServeCrashPull(t *testing.T) {
 	srv.WaitOutput(t, "serving", 30*time.Second)
 	base := "http://" + listen + "/api/shop/jobs"
 	cl := &http.Client{Timeout: 40 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 16}}
-	do := func(method, url, body string) (int, []byte, error) {
-		req, _ := http.NewRequest(method, url, strings.NewReader(body))
-		req.Header.Set("X-Token", tok)
-		resp, err := cl.Do(req)
-		if err != nil {
-			return 0, nil, err
-		}
-		defer resp.Body.Close()
-		b, err := io.ReadAll(resp.Body)
-		return resp.StatusCode, b, err
-	}
+	do := tokenRequests(cl, tok, "")
 	doomed := func(id string) bool { return hash(id)%500 == 7 }
 	for i := 0; i < n; i += 1000 {
 		var lines []string
@@ -221,3 +211,22 @@ func hash(s string) uint32 {
 
 // lastBytes is the end of a log, at most n bytes.
 func lastBytes(s string, n int) string { return s[max(len(s)-n, 0):] }
+
+// tokenRequests returns a function that sends a request with cl and the
+// token tok to base+path, and returns the status and the body.
+func tokenRequests(cl *http.Client, tok, base string) func(method, path, body string) (int, []byte, error) {
+	return func(method, path, body string) (int, []byte, error) {
+		req, err := http.NewRequest(method, base+path, strings.NewReader(body))
+		if err != nil {
+			return 0, nil, err
+		}
+		req.Header.Set("X-Token", tok)
+		resp, err := cl.Do(req)
+		if err != nil {
+			return 0, nil, err
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		return resp.StatusCode, b, err
+	}
+}

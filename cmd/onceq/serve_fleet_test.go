@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"slices"
@@ -71,17 +70,7 @@ func TestServeFleetCrash(t *testing.T) {
 		s.proc.WaitOutput(t, "serving", 30*time.Second)
 	}
 	cl := &http.Client{Timeout: 60 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 16}}
-	do := func(method, url, body string) (int, []byte, error) {
-		req, _ := http.NewRequest(method, url, strings.NewReader(body))
-		req.Header.Set("X-Token", tok)
-		resp, err := cl.Do(req)
-		if err != nil {
-			return 0, nil, err
-		}
-		defer resp.Body.Close()
-		b, err := io.ReadAll(resp.Body)
-		return resp.StatusCode, b, err
-	}
+	do := tokenRequests(cl, tok, "")
 	for i := 0; i < n; i += 500 {
 		var lines []string
 		for j := i; j < min(i+500, n); j++ {
