@@ -5,36 +5,22 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/onceq/onceq/internal/testutil"
 	"github.com/onceq/onceq/serve"
 )
 
-// latencies collects request times from several goroutines.
+// latencies collects request times from several goroutines, and the
+// first failed call's error.
 type latencies struct {
-	mu  sync.Mutex
-	d   []time.Duration
-	err error // the first failed call's
-}
-
-func (l *latencies) add(d time.Duration) {
-	l.mu.Lock()
-	l.d = append(l.d, d)
-	l.mu.Unlock()
-}
-
-func (l *latencies) report(b *testing.B, name string) {
-	slices.Sort(l.d)
-	if len(l.d) == 0 {
-		return
-	}
-	b.ReportMetric(float64(l.d[len(l.d)/2].Microseconds())/1000, name+"-p50-ms")
-	b.ReportMetric(float64(l.d[len(l.d)*99/100].Microseconds())/1000, name+"-p99-ms")
+	testutil.Latencies
+	mu  sync.Mutex // guards err
+	err error
 }
 
 // request sends one request with keep-alive and drains its answer.
@@ -69,7 +55,7 @@ func BenchmarkPublish(b *testing.B) {
 			return expect(request(cl, "PUT", a.url+"/api/bench/one", tok, "0123456789"))(201)
 		})
 		b.ReportMetric(single/took.Seconds(), "publish-tasks/s")
-		lat.report(b, "publish")
+		lat.Report(b, "publish")
 
 		var body strings.Builder
 		body.WriteByte('[')
@@ -84,7 +70,7 @@ func BenchmarkPublish(b *testing.B) {
 			return expect(request(cl, "POST", a.url+"/api/bench/many/bulk", tok, body.String()))(201)
 		})
 		b.ReportMetric(bulkTasks/took.Seconds(), "bulk-tasks/s")
-		blat.report(b, "bulk")
+		blat.Report(b, "bulk")
 		for _, err := range []error{lat.err, blat.err} {
 			if err != nil {
 				b.Fatal(err)
@@ -112,7 +98,7 @@ func hammer(clients, n int, fn func() error) (*latencies, time.Duration) {
 					lat.mu.Unlock()
 					return
 				}
-				lat.add(time.Since(t0))
+				lat.Add(time.Since(t0))
 			}
 		}()
 	}
@@ -171,7 +157,7 @@ func BenchmarkConsumeAck(b *testing.B) {
 					if code != 200 || len(jobs) != 1 {
 						return fmt.Errorf("consume: %d", code)
 					}
-					clat.add(time.Since(t0))
+					clat.Add(time.Since(t0))
 					return expect(request(cl, "DELETE", a.url+"/api/bench/"+queue+"/job/"+jobs[0], tok, ""))(204)
 				}
 			})
@@ -180,8 +166,8 @@ func BenchmarkConsumeAck(b *testing.B) {
 			}
 			name := fmt.Sprintf("%d-clients-", clients)
 			b.ReportMetric(tasks/took.Seconds(), name+"tasks/s")
-			clat.report(b, name+"consume")
-			alat.report(b, name+"consume+ack")
+			clat.Report(b, name+"consume")
+			alat.Report(b, name+"consume+ack")
 		}
 	}
 }

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -160,7 +159,7 @@ func runServeBench(b *testing.B, tg benchTarget, n int) {
 		}
 	}
 	var consumed atomic.Int64
-	var lat latencySink
+	var lat testutil.Latencies
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	startConsumers := func() {
@@ -196,7 +195,7 @@ func runServeBench(b *testing.B, tg benchTarget, n int) {
 						return
 					}
 					if sent, err := strconv.ParseInt(string(j.Data), 10, 64); err == nil {
-						lat.add(got.Sub(time.Unix(0, sent)))
+						lat.Add(got.Sub(time.Unix(0, sent)))
 					}
 					if code, body, err := do("DELETE", "/"+j.Queue+"/job/"+j.ID, ""); err != nil || code != 204 {
 						b.Errorf("ack of %s: %d %s %v", j.ID, code, body, err)
@@ -223,7 +222,7 @@ func runServeBench(b *testing.B, tg benchTarget, n int) {
 	startConsumers()
 	waitConsumed(int64(n))
 	stopConsumers()
-	lat.reset()
+	lat.Reset()
 	b.ResetTimer()
 
 	const jobs, rate = 2000, 200
@@ -246,45 +245,16 @@ func runServeBench(b *testing.B, tg benchTarget, n int) {
 	startConsumers()
 	waitConsumed(base + jobs)
 	m.report(b, "consume-ack", jobs)
-	lat.reset()
+	lat.Reset()
 
 	base = consumed.Load()
 	paced(10 * rate)
 	waitConsumed(base + 10*rate)
 	stopConsumers()
-	lat.report(b, "publish-to-consume")
+	lat.Report(b, "publish-to-consume")
 
 	time.Sleep(12 * time.Second) // the consumers' wants lapse
 	m = meter(tg.pids)
 	time.Sleep(10 * time.Second)
 	m.report(b, "idle", 0)
-}
-
-// latencySink collects latencies from several goroutines.
-type latencySink struct {
-	mu sync.Mutex
-	d  []time.Duration
-}
-
-func (l *latencySink) add(d time.Duration) {
-	l.mu.Lock()
-	l.d = append(l.d, d)
-	l.mu.Unlock()
-}
-
-func (l *latencySink) reset() {
-	l.mu.Lock()
-	l.d = nil
-	l.mu.Unlock()
-}
-
-func (l *latencySink) report(b *testing.B, name string) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if len(l.d) == 0 {
-		return
-	}
-	slices.Sort(l.d)
-	b.ReportMetric(float64(l.d[len(l.d)/2].Microseconds())/1000, name+"-p50-ms")
-	b.ReportMetric(float64(l.d[len(l.d)*99/100].Microseconds())/1000, name+"-p99-ms")
 }
