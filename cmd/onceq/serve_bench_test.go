@@ -22,8 +22,8 @@ import (
 //   - publish: 2,000 jobs at 200 jobs/s, spread over the queues, no
 //     consumer: the server's and the broker's CPU per publish;
 //   - consume+ack: consumers (one per 16 queues, at least 4, each
-//     consuming its 16 queues in one request) take and acknowledge them:
-//     CPU per consume and ACK;
+//     consuming its queues in one request, the queues dealt to them in
+//     turn) take and acknowledge them: CPU per consume and ACK;
 //   - latency: 200 jobs/s published for 10 s while the consumers run: each
 //     job's publish to consume time, p50 and p99;
 //   - idle: 10 s with every queue idle and no consumer: CPU in % of a core.
@@ -166,8 +166,10 @@ func runServeBench(b *testing.B, tg benchTarget, n int) {
 		stop = make(chan struct{})
 		groups := max(4, (n+15)/16)
 		for c := range groups {
-			var mine []string
-			for i := c * 16 % n; len(mine) < min(16, n); i = (i + 1) % n {
+			// Queue i is consumer i%groups's: the jobs, published to the
+			// queues in turn, go to the consumers in turn.
+			mine := []string{queues[c%n]}
+			for i := c + groups; i < n; i += groups {
 				mine = append(mine, queues[i])
 			}
 			wg.Add(1)
