@@ -2,7 +2,11 @@ package broker_test
 
 import (
 	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -11,7 +15,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/onceq/onceq/broker"
 	"github.com/onceq/onceq/internal/testutil"
@@ -202,4 +209,183 @@ func startInProcess(t *testing.T, dir, listen string, logs *testutil.SyncBuffer)
 	}
 	t.Cleanup(emb.Close)
 	return emb, broker.Conn{Brokers: []string{emb.Addr()}}
+}
+
+// TestRecoverAppliesOffsetsOfCutCommit kills the broker, as far as its
+// data dir goes, in the middle of committing a transaction that commits a
+// group's offset, and restarts it. The embedded broker writes the commit
+// markers first and the group's offsets after them:
+//
+//   - cut after the first marker (partition 0 holds it, partition 1 none),
+//     the records and the offset must both be committed: before, the
+//     group's offset stayed behind the records, and a worker ran their
+//     tasks again;
+//   - cut before any marker, neither is: the transaction is aborted.
+func TestRecoverAppliesOffsetsOfCutCommit(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		cut     []string // partitions whose marker the kill cut
+		records []string
+		offset  int64 // -1: none
+		log     string
+	}{
+		{"after the first marker", []string{"t-1"}, []string{"0@0", "1@1"}, 42, "commit_markers=1 abort_markers=0 producers_fenced=1 sequences_restored=2 offsets_restored=1"},
+		{"before the markers", []string{"t-0", "t-1"}, nil, -1, "commit_markers=0 abort_markers=2 producers_fenced=1 sequences_restored=2 offsets_restored=0"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			emb, conn := startInProcess(t, dir, "", nil)
+			testutil.CreateTopic(t, conn, "t", 2)
+			cl := txClient(t, emb.Addr(), "x")
+			if err := cl.BeginTransaction(); err != nil {
+				t.Fatal(err)
+			}
+			if err := produceIn(cl, "0@0", "1@1"); err != nil {
+				t.Fatal(err)
+			}
+			txnOffsetCommit(t, cl, "x", "g", "t", 0, 42)
+			if err := commitTx(cl); err != nil {
+				t.Fatal(err)
+			}
+
+			// The data dir as the kill leaves it.
+			crash := t.TempDir()
+			copyDir(t, dir, crash)
+			dropGroupCommits(t, filepath.Join(crash, "groups.log"), "g")
+			for _, part := range tc.cut {
+				pdir := filepath.Join(crash, "partitions", part)
+				raw, err := os.ReadFile(filepath.Join(pdir, "0.dat"))
+				if err != nil {
+					t.Fatal(err)
+				}
+				first := broker.FirstBatchSize(raw)
+				if first == 0 || first == len(raw) {
+					t.Fatalf("partition %s should hold a data batch and a marker (%d bytes)", part, len(raw))
+				}
+				for name, size := range map[string]int{"0.dat": first, "0.idx": broker.IndexEntrySize} {
+					if err := os.Truncate(filepath.Join(pdir, name), int64(size)); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			if err := os.WriteFile(filepath.Join(crash, "onceq.lock"), []byte("1\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+
+			var logs testutil.SyncBuffer
+			_, conn = startInProcess(t, crash, "", &logs)
+			if !strings.Contains(logs.String(), tc.log) {
+				t.Errorf("want the recovery logged with %s; logs:\n%s", tc.log, logs.String())
+			}
+			if got := committedValues(t, conn); !slices.Equal(got, tc.records) {
+				t.Fatalf("read_committed sees %q, want %q", got, tc.records)
+			}
+			adm, err := broker.NewAdmin(conn)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer adm.Close()
+			offs, err := adm.Kadm().FetchOffsets(t.Context(), "g")
+			if err != nil && !errors.Is(err, kerr.GroupIDNotFound) {
+				t.Fatal(err)
+			}
+			o, ok := offs.Lookup("t", 0)
+			if tc.offset < 0 && ok && o.At >= 0 || tc.offset >= 0 && (!ok || o.At != tc.offset) {
+				t.Fatalf("group g's offset of t/0 after the restart: %+v (found %v), want %d", o, ok, tc.offset)
+			}
+		})
+	}
+}
+
+// txnOffsetCommit commits group's offset of topic's partition in cl's open
+// transaction, as an admin commit (no member, generation -1).
+func txnOffsetCommit(t *testing.T, cl *kgo.Client, txid, group, topic string, part int32, offset int64) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	pid, epoch, err := cl.ProducerID(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := kmsg.NewPtrTxnOffsetCommitRequest()
+	req.TransactionalID, req.Group, req.ProducerID, req.ProducerEpoch, req.Generation = txid, group, pid, epoch, -1
+	rt := kmsg.NewTxnOffsetCommitRequestTopic()
+	rt.Topic = topic
+	topics, err := kadm.NewClient(cl).ListTopics(ctx, topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt.TopicID = topics[topic].ID
+	rp := kmsg.NewTxnOffsetCommitRequestTopicPartition()
+	rp.Partition, rp.Offset, rp.LeaderEpoch = part, offset, -1
+	rt.Partitions = append(rt.Partitions, rp)
+	req.Topics = append(req.Topics, rt)
+	resp, err := req.RequestWith(ctx, cl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, rt := range resp.Topics {
+		for _, rp := range rt.Partitions {
+			if err := kerr.ErrorForCode(rp.ErrorCode); err != nil {
+				t.Fatalf("TxnOffsetCommit %s/%d: %v", rt.Topic, rp.Partition, err)
+			}
+		}
+	}
+}
+
+// copyDir copies the files under src to dst.
+func copyDir(t *testing.T, src, dst string) {
+	t.Helper()
+	err := filepath.WalkDir(src, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(src, path)
+		to := filepath.Join(dst, rel)
+		if d.IsDir() {
+			return os.MkdirAll(to, 0o755)
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		return os.WriteFile(to, b, 0o644)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// dropGroupCommits removes group's commit entries from a groups.log
+// (framed as [length][crc][version][JSON], little-endian).
+func dropGroupCommits(t *testing.T, path, group string) {
+	t.Helper()
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kept []byte
+	dropped := 0
+	for pos := 0; pos+10 <= len(raw); {
+		end := pos + 8 + int(binary.LittleEndian.Uint32(raw[pos:pos+4]))
+		if end > len(raw) {
+			break
+		}
+		var e struct {
+			Type  string `json:"type"`
+			Group string `json:"g"`
+		}
+		if json.Unmarshal(raw[pos+10:end], &e) == nil && e.Type == "commit" && e.Group == group {
+			dropped++
+		} else {
+			kept = append(kept, raw[pos:end]...)
+		}
+		pos = end
+	}
+	if dropped == 0 {
+		t.Fatalf("%s holds no commit of group %s", path, group)
+	}
+	if err := os.WriteFile(path, kept, 0o644); err != nil {
+		t.Fatal(err)
+	}
 }

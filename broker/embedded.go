@@ -58,6 +58,7 @@ type Embedded struct {
 	closeOnce sync.Once
 	lock      *os.File
 	clusterID string
+	dataDir   string
 }
 
 // StartEmbedded starts the embedded broker. Close stops it.
@@ -108,8 +109,14 @@ func StartEmbedded(cfg EmbeddedConfig) (*Embedded, error) {
 			if cfg.Logger != nil && rec != (recovery{}) {
 				cfg.Logger.Warn("broker data dir was not closed cleanly: completed its open transactions and restored its producers' sequences",
 					"data_dir", cfg.DataDir, "commit_markers", rec.Committed, "abort_markers", rec.Aborted, "producers_fenced", rec.Producers,
-					"sequences_restored", rec.Sequences)
+					"sequences_restored", rec.Sequences, "offsets_restored", rec.Offsets)
 			}
+		}
+		// After a clean stop, or the recovery, no transaction is being
+		// committed: a note left is stale.
+		if err := clearTxnNote(cfg.DataDir); err != nil {
+			e.unlock()
+			return nil, fmt.Errorf("broker: %w", err)
 		}
 		if err := dropUnstorableTopics(cfg.DataDir, cfg.Logger); err != nil {
 			e.unlock()
@@ -140,6 +147,10 @@ func StartEmbedded(cfg EmbeddedConfig) (*Embedded, error) {
 		return nil, fmt.Errorf("broker: starting embedded broker: %w", err)
 	}
 	installGuards(e.cluster)
+	if cfg.DataDir != "" {
+		installTxnNotes(e.cluster, cfg.DataDir, cfg.Sync, cfg.Logger)
+		e.dataDir = cfg.DataDir
+	}
 	e.addr = e.cluster.ListenAddrs()[0]
 	return e, nil
 }
@@ -160,6 +171,9 @@ func (e *Embedded) Cluster() *kfake.Cluster { return e.cluster }
 func (e *Embedded) Close() {
 	e.closeOnce.Do(func() {
 		e.cluster.Close()
+		if e.dataDir != "" {
+			_ = clearTxnNote(e.dataDir) // every transaction's commit ended
+		}
 		if e.lock != nil {
 			_ = e.lock.Truncate(0) // a clean stop: nothing to recover
 			_ = e.lock.Sync()

@@ -56,7 +56,9 @@ import (
 //
 // The same pass restores the idempotent producers' sequence windows
 // (restoreSequences, recover_seq.go), which a Kafka broker rebuilds from
-// its log and the embedded broker would otherwise lose with the process.
+// its log and the embedded broker would otherwise lose with the process,
+// and applies the group offsets of a transaction whose commit the kill cut
+// after its markers (restoreTxnOffsets, txnoffsets.go).
 //
 // It writes the broker's own on-disk formats: segment files of Kafka
 // RecordBatches, their 15-byte index entries, and the framed JSON entries
@@ -103,6 +105,7 @@ type recovery struct {
 	Aborted   int // partition markers written for open transactions
 	Producers int // producers fenced by an epoch bump
 	Sequences int // producer sequence windows restored (restoreSequences)
+	Offsets   int // group offsets of a cut commit applied (restoreTxnOffsets)
 }
 
 // recoverOpenTxns completes the open transactions of the broker data dir
@@ -166,6 +169,9 @@ func recoverOpenTxns(dir string) (recovery, error) {
 	}
 	if rec.Sequences, err = restoreSequences(dir, sequenced); err != nil {
 		return rec, fmt.Errorf("seq_windows.json: %w", err)
+	}
+	if rec.Offsets, err = restoreTxnOffsets(dir, committed, ambiguous); err != nil {
+		return rec, fmt.Errorf("the offsets of the transaction being committed: %w", err)
 	}
 	return rec, nil
 }

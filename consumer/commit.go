@@ -84,7 +84,13 @@ func (w *Worker) commit(ctx context.Context) error {
 		keepTP checkpoint.TP
 		keep   = kgo.EpochOffset{Offset: -1}
 	)
+	synced := w.synced.Load()
 	for _, ps := range w.snapshotParts() {
+		if !synced.Has(ps.tp.Topic, ps.tp.Partition) {
+			// Moved away without a revoke callback: its next assignment
+			// callback releases it (assigned).
+			continue
+		}
 		res, to, moved, upTo := ps.collect()
 		if keep.Offset < 0 && to.Offset >= 0 {
 			keepTP, keep = ps.tp, to
@@ -155,7 +161,11 @@ func (w *Worker) commit(ctx context.Context) error {
 
 	w.hook(BeforeKafkaCommit)
 	start := time.Now()
-	committed, refused, err := w.kafka.commit(ctx, recs, offsets)
+	sources := make([]checkpoint.TP, len(parts))
+	for i, p := range parts {
+		sources[i] = p.ps.tp
+	}
+	committed, refused, err := w.kafka.commit(ctx, recs, offsets, sources)
 	w.metrics.commit.WithLabelValues("kafka").Observe(time.Since(start).Seconds())
 	if err != nil {
 		return fmt.Errorf("consumer: committing: %w", err)

@@ -3,6 +3,7 @@ package consumer
 import (
 	"context"
 	"errors"
+	"fmt"
 	"maps"
 	"slices"
 	"strings"
@@ -14,6 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/onceq/onceq/broker"
+	"github.com/onceq/onceq/checkpoint"
 )
 
 // kafkaSide is how the worker consumes and commits: a transact session
@@ -21,10 +23,12 @@ import (
 type kafkaSide interface {
 	poll(ctx context.Context, max int) kgo.Fetches
 	// commit writes recs and commits offsets, atomically for the
-	// transactional side. committed false with a nil error means the
-	// commit was aborted (a rebalance, a refused write); refused holds the
-	// records the brokers refused as too large, which no retry would take.
-	commit(ctx context.Context, recs []*kgo.Record, offsets map[string]map[int32]kgo.EpochOffset) (committed bool, refused []refusal, err error)
+	// transactional side, for the results of the partitions sources.
+	// committed false with a nil error means the commit was aborted (a
+	// rebalance, a refused write, a source no longer assigned); refused
+	// holds the records the brokers refused as too large, which no retry
+	// would take.
+	commit(ctx context.Context, recs []*kgo.Record, offsets map[string]map[int32]kgo.EpochOffset, sources []checkpoint.TP) (committed bool, refused []refusal, err error)
 	// pause and resume stop and resume fetching partitions.
 	pause(parts map[string][]int32)
 	resume(parts map[string][]int32)
@@ -94,8 +98,11 @@ func newKafkaSide(w *Worker) (kafkaSide, error) {
 		// Dynamic membership: a static member leaving with KIP-848 keeps
 		// its partitions until the session times out.
 		opts = append(opts, kgo.ServerSideBalancer(), kgo.Balancers(kgo.StickyBalancer()))
+		w.synced.Store(nil)
 	} else {
-		opts = append(opts, kgo.InstanceID(w.instanceID), kgo.Balancers(kgo.CooperativeStickyBalancer()))
+		balancer, synced := broker.TrackAssignment(kgo.CooperativeStickyBalancer())
+		w.synced.Store(synced)
+		opts = append(opts, kgo.InstanceID(w.instanceID), kgo.Balancers(balancer))
 	}
 	if w.cfg.guarantee == AtLeastOnce {
 		// The worker commits its marks every commit interval itself; the
@@ -167,20 +174,39 @@ func (s *txnSide) poll(ctx context.Context, max int) kgo.Fetches {
 	return s.sess.PollRecords(ctx, max)
 }
 
-func (s *txnSide) commit(ctx context.Context, recs []*kgo.Record, offsets map[string]map[int32]kgo.EpochOffset) (bool, []refusal, error) {
+func (s *txnSide) commit(ctx context.Context, recs []*kgo.Record, offsets map[string]map[int32]kgo.EpochOffset, sources []checkpoint.TP) (bool, []refusal, error) {
 	// The session would commit the position of everything polled. The
 	// worker commits, per partition, the offset of its first unfinished
 	// record instead: the session calls this hook with the request it
 	// built, fenced by the group's generation and member (KIP-447), and
 	// still aborts on a revocation, which is what keeps the guarantee
 	// across rebalances.
+	//
+	// The fence is the generation, not the partitions: a revocation the
+	// session did not pass on (broker.Assignment) would let the
+	// transaction commit a partition another member restored meanwhile.
+	// The hook runs after the records were written: a sync that took a
+	// source from the worker before it aborts the transaction, and one
+	// after it gives the partition to no one before this member rejoins,
+	// whose new owner then reads this transaction's changelog records, or
+	// waits for them.
 	setOffsets := func(req *kmsg.TxnOffsetCommitRequest) error {
+		synced := s.w.synced.Load()
+		for _, tp := range sources {
+			if !synced.Has(tp.Topic, tp.Partition) {
+				return fmt.Errorf("%w: %s", errNotAssigned, tp)
+			}
+		}
 		setTxnOffsets(req, offsets)
 		return nil
 	}
 	t, err := broker.RunTxn(ctx, s.sess, recs, setOffsets, func(first error) {
 		s.w.cfg.log.Warn("aborting commit: writing a record failed", "err", first)
 	})
+	if errors.Is(err, errNotAssigned) {
+		s.w.cfg.log.Info("commit aborted: a partition of it was assigned elsewhere", "err", err)
+		return false, nil, nil
+	}
 	if err != nil {
 		return false, nil, err
 	}
@@ -192,6 +218,10 @@ func (s *txnSide) commit(ctx context.Context, recs []*kgo.Record, offsets map[st
 	}
 	return t.Committed, refused, nil
 }
+
+// errNotAssigned aborts a commit with the results of a partition the
+// group's last sync did not assign to the worker.
+var errNotAssigned = errors.New("consumer: partition no longer assigned to this worker")
 
 // refusal is a record the brokers refused as too large.
 type refusal struct {
@@ -235,7 +265,7 @@ type plainSide struct{ baseSide }
 
 func (s *plainSide) poll(ctx context.Context, max int) kgo.Fetches { return s.cl.PollRecords(ctx, max) }
 
-func (s *plainSide) commit(ctx context.Context, recs []*kgo.Record, offsets map[string]map[int32]kgo.EpochOffset) (bool, []refusal, error) {
+func (s *plainSide) commit(ctx context.Context, recs []*kgo.Record, offsets map[string]map[int32]kgo.EpochOffset, _ []checkpoint.TP) (bool, []refusal, error) {
 	var refused []refusal
 	for _, pr := range s.cl.ProduceSync(ctx, recs...) {
 		switch {

@@ -51,8 +51,12 @@ type Worker struct {
 	// scanAdmin is quietScan's, with metadata cached longer.
 	scanAdmin *broker.Admin
 	kafka     kafkaSide
-	topics    *topicCache
-	sched     *scheduler
+	// synced is the assignment of the Kafka side's last sync (nil: not
+	// known, with the consumer group protocol), to find the partitions
+	// the transact session moved away without a revoke callback.
+	synced atomic.Pointer[broker.Assignment]
+	topics *topicCache
+	sched  *scheduler
 
 	mu    sync.Mutex
 	parts map[checkpoint.TP]*partState
@@ -455,7 +459,21 @@ func (w *Worker) assigned(_ context.Context, _ *kgo.Client, m map[string][]int32
 			added = append(added, st)
 		}
 	}
+	// The sync before this call may have taken partitions from the worker
+	// without a revoke callback (see broker.Assignment): they go as
+	// revoked ones do.
+	var gone []checkpoint.TP
+	synced := w.synced.Load()
+	for tp := range w.parts {
+		if !synced.Has(tp.Topic, tp.Partition) {
+			w.drop(tp)
+			gone = append(gone, tp)
+		}
+	}
 	w.mu.Unlock()
+	if len(gone) > 0 {
+		w.cfg.log.Info("partitions revoked without a callback: released", "partitions", gone)
+	}
 	// Before the client fetches them (it calls this first): a partition
 	// of a queue not wanted starts unfetched, and one the client still
 	// holds paused from an earlier assignment is fetched again.
@@ -468,18 +486,25 @@ func (w *Worker) revoked(_ context.Context, _ *kgo.Client, m map[string][]int32)
 	defer w.mu.Unlock()
 	for topic, ps := range m {
 		for _, p := range ps {
-			tp := checkpoint.TP{Topic: topic, Partition: p}
-			if st := w.parts[tp]; st != nil {
-				w.release(st)
-				delete(w.parts, tp)
-				w.byQueue[topic] = slices.DeleteFunc(slices.Clone(w.byQueue[topic]), func(o *partState) bool { return o == st })
-				if len(w.byQueue[topic]) == 0 {
-					delete(w.byQueue, topic)
-				}
-			}
+			w.drop(checkpoint.TP{Topic: topic, Partition: p})
 		}
 	}
 	w.cfg.log.Info("partitions revoked", "partitions", m)
+}
+
+// drop releases the partition tp, if the worker has it, and forgets it;
+// the caller holds w.mu.
+func (w *Worker) drop(tp checkpoint.TP) {
+	st := w.parts[tp]
+	if st == nil {
+		return
+	}
+	w.release(st)
+	delete(w.parts, tp)
+	w.byQueue[tp.Topic] = slices.DeleteFunc(slices.Clone(w.byQueue[tp.Topic]), func(o *partState) bool { return o == st })
+	if len(w.byQueue[tp.Topic]) == 0 {
+		delete(w.byQueue, tp.Topic)
+	}
 }
 
 func (w *Worker) snapshotParts() []*partState {

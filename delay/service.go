@@ -59,9 +59,12 @@ type Service struct {
 	instanceID string
 	sess       *kgo.GroupTransactSession
 	cl         *kgo.Client
-	adm        *broker.Admin
-	topics     *topicCache
-	topicIDs   map[string][16]byte
+	// synced is the assignment of the session's last sync, to find the
+	// partitions it moved away without a revoke callback.
+	synced   *broker.Assignment
+	adm      *broker.Admin
+	topics   *topicCache
+	topicIDs map[string][16]byte
 
 	// parts is the assignment, changed by the group callbacks; gen counts
 	// the changes. The loop works on its own copy, view.
@@ -225,6 +228,10 @@ func (s *Service) start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// franz-go's default balancer, whose syncs note what the member owns
+	// (broker.Assignment).
+	balancer, synced := broker.TrackAssignment(kgo.CooperativeStickyBalancer())
+	s.synced = synced
 	opts := append(base,
 		kgo.ConsumerGroup(s.cfg.group),
 		// Every bucket topic, of this ladder or another: a process that
@@ -239,6 +246,7 @@ func (s *Service) start(ctx context.Context) error {
 		// refused with a session of 3s or less).
 		kgo.HeartbeatInterval(min(3*time.Second, s.cfg.sessionTimeout/3)),
 		kgo.InstanceID(s.instanceID),
+		kgo.Balancers(balancer),
 		kgo.TransactionalID("onceq-"+s.cfg.group+"-"+s.instanceID),
 		kgo.TransactionTimeout(s.cfg.txnTimeout),
 		kgo.OnPartitionsAssigned(s.assigned),
@@ -307,6 +315,14 @@ func (s *Service) assigned(_ context.Context, _ *kgo.Client, m map[string][]int3
 				old.revoked.Store(true)
 			}
 			s.parts[k] = newPart(s.cfg.planner, topic, p, b)
+		}
+	}
+	// The sync before this call may have taken partitions without a
+	// revoke callback (see broker.Assignment): they go as revoked ones do.
+	for k, old := range s.parts {
+		if !s.synced.Has(k.topic, k.partition) {
+			old.revoked.Store(true)
+			delete(s.parts, k)
 		}
 	}
 	s.mu.Unlock()

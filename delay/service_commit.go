@@ -2,6 +2,7 @@ package delay
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -96,7 +97,7 @@ func (s *Service) commit(ctx context.Context) error {
 	})
 	done := time.Now()
 	s.m.commit.Observe(done.Sub(now).Seconds())
-	if err != nil {
+	if err != nil && !errors.Is(err, errNotAssigned) {
 		return fmt.Errorf("delay: moving records: %w", err)
 	}
 	if !t.Committed {
@@ -123,12 +124,24 @@ func (s *Service) commit(ctx context.Context) error {
 	return nil
 }
 
+// errNotAssigned aborts a transaction that moves records of a partition
+// the group's last sync did not assign to the service.
+var errNotAssigned = errors.New("delay: partition no longer assigned to this service")
+
 // offsetsHook replaces the offsets of the transaction's offset commit:
 // the group client would commit what was polled; the service commits each
 // moving partition's first record not moved, with its cursor as metadata,
 // and nothing for the other partitions.
 func (s *Service) offsetsHook(moves []*move) func(*kmsg.TxnOffsetCommitRequest) error {
 	return func(req *kmsg.TxnOffsetCommitRequest) error {
+		// A sync that took a moving partition from the service since the
+		// moves were read aborts them: the partition's next owner moves
+		// them (see broker.Assignment).
+		for _, mv := range moves {
+			if !s.synced.Has(mv.p.topic, mv.p.partition) {
+				return fmt.Errorf("%w: %s/%d", errNotAssigned, mv.p.topic, mv.p.partition)
+			}
+		}
 		byTopic := map[string]int{}
 		req.Topics = req.Topics[:0]
 		for _, mv := range moves {

@@ -1,17 +1,20 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"net"
 	"strings"
 	"testing"
+
+	"github.com/onceq/onceq/internal/testutil"
 )
 
 // runCLI runs the CLI in-process and returns its exit code and output.
+// Its outputs take writes from several goroutines at once (a command's
+// progress and its clients' logs), as os.Stdout and os.Stderr do.
 func runCLI(t testing.TB, stdin string, args ...string) (int, string, string) {
 	t.Helper()
-	var out, errOut bytes.Buffer
+	var out, errOut testutil.SyncBuffer
 	code := run(context.Background(), args, strings.NewReader(stdin), &out, &errOut)
 	return code, out.String(), errOut.String()
 }
