@@ -11,6 +11,7 @@ import (
 
 	"github.com/onceq/onceq"
 	"github.com/onceq/onceq/consumer"
+	"github.com/onceq/onceq/workflow"
 )
 
 // lmstfy's defaults and limits, which its clients count on.
@@ -50,6 +51,11 @@ type lmstfyJob struct {
 	// Lease names a consume's hold of the job, for an acknowledgment that
 	// names it (lease=): onceq's, not lmstfy's.
 	Lease string `json:"lease,omitempty"`
+	// Input is a workflow step's input (base64), what the step before it
+	// returned; Results, when that step was a group, its members' results
+	// in order: onceq's, not lmstfy's.
+	Input   []byte   `json:"input,omitempty"`
+	Results [][]byte `json:"results,omitempty"`
 }
 
 // lmstfyJobOf describes t at now. spent says whether the attempt t is at
@@ -75,6 +81,10 @@ func lmstfyJobOf(ns string, t *onceq.Task, now time.Time, spent bool) lmstfyJob 
 	}
 	if !t.Expires.IsZero() {
 		j.TTL = max(int64(t.Expires.Sub(now)/time.Second), 0)
+	}
+	if t.Input != nil {
+		j.Input = t.Input
+		j.Results, _ = workflow.Results(t.Input) // a group's output, or not
 	}
 	return j
 }

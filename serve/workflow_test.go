@@ -2,8 +2,11 @@ package serve_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
+	"net/url"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -168,4 +171,63 @@ func TestRefusedBulkCreatesNothing(t *testing.T) {
 	if _, err := adm.DescribeTopic(context.Background(), "shop.wfonly"); !errors.Is(err, broker.ErrTopicNotFound) {
 		t.Fatalf("the refused bulk's workflow queue: %v; want it not made", err)
 	}
+}
+
+// TestWorkflowInputsOverHTTP: HTTP consumers get a workflow step's input
+// with the job: a chord's callback, its members' results in order; the
+// step after it in a chain, the callback's result.
+func TestWorkflowInputsOverHTTP(t *testing.T) {
+	a := start(t, serve.CreateQueues(1))
+	tok := a.token("shop", false)
+	code, body := a.do("POST", "/api/shop/steps/bulk", tok, `[{"id":"flow","chain":[
+		{"chord":{"group":[{"payload":"a"},{"payload":"b"}],"callback":{"queue":"join","payload":"cb"}}},
+		{"queue":"last","payload":"end"}]}]`)
+	if code != 201 {
+		t.Fatalf("bulk: %d %v", code, body)
+	}
+	for range 2 {
+		j := consumeJob(t, a, tok, "steps")
+		if j.Input != nil {
+			t.Fatalf("a group member with an input: %+v", j)
+		}
+		if code, body := a.do("DELETE", "/api/shop/steps/job/"+url.PathEscape(j.JobID), tok, "result-"+string(j.Data)); code != 204 {
+			t.Fatalf("ACK: %d %v", code, body)
+		}
+	}
+	cb := consumeJob(t, a, tok, "join")
+	if string(cb.Data) != "cb" || len(cb.Results) != 2 || string(cb.Results[0]) != "result-a" || string(cb.Results[1]) != "result-b" {
+		t.Fatalf("the chord's callback: %+v; want the members' results in order", cb)
+	}
+	if code, body := a.do("DELETE", "/api/shop/join/job/"+url.PathEscape(cb.JobID), tok, "joined"); code != 204 {
+		t.Fatalf("ACK: %d %v", code, body)
+	}
+	last := consumeJob(t, a, tok, "last")
+	if string(last.Input) != "joined" || last.Results != nil {
+		t.Fatalf("the chain's last step: %+v; want the callback's result as its input", last)
+	}
+}
+
+// wfJob is a consumed job's fields a workflow step reads.
+type wfJob struct {
+	JobID   string `json:"job_id"`
+	Data    []byte
+	Input   []byte
+	Results [][]byte
+}
+
+// consumeJob consumes one job of queue with its workflow fields.
+func consumeJob(t *testing.T, a *api, tok, queue string) wfJob {
+	t.Helper()
+	req, _ := http.NewRequest("GET", a.url+"/api/shop/"+queue+"?ttr=60&timeout=30", nil)
+	req.Header.Set("X-Token", tok)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var j wfJob
+	if err := json.NewDecoder(resp.Body).Decode(&j); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("consume of %s: %d %v", queue, resp.StatusCode, err)
+	}
+	return j
 }
