@@ -50,6 +50,10 @@ func TestConsoleQueuePages(t *testing.T) {
 	}
 	createQueues(t, a.conn, queues...)
 	tok := a.token("shop", true)
+	// A page answers with the statistics its queues' views could load in
+	// time, and says so; on a loaded machine the first loads of a hundred
+	// views may take longer than a page waits. The views stay loaded.
+	a.waitPage("/console/", tok, `data-queue="shop.p-099"`)
 
 	b := newBrowser(t, chromium)
 	b.login(a.url, tok)
