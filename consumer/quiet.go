@@ -144,17 +144,34 @@ func (w *Worker) wakeQueue(queue string, now time.Time, woken []*partState) []*p
 // of the partition counts of the worker's queues (see topicCache.seed).
 const countsEvery = 10
 
-// newQueue asks the client for the brokers' topics now, at most once a
-// second: a wake-up named a queue that matches a pattern and that no
-// member of the group may have yet.
+// newQueueEvery bounds how often a worker asks for the brokers' topics
+// for new queues: each answer names every topic.
+const newQueueEvery = 200 * time.Millisecond
+
+// newQueue asks the client for the brokers' topics, at most every
+// newQueueEvery: a wake-up named a queue that matches a pattern and that
+// no member of the group may have yet. One asked for sooner is made when
+// that time is up, not dropped: a queue made right after another would
+// wait for the client's next refresh otherwise.
 func (w *Worker) newQueue(now time.Time) {
 	last := w.lastRefresh.Load()
-	if now.UnixNano()-last < int64(time.Second) || !w.lastRefresh.CompareAndSwap(last, now.UnixNano()) {
+	if wait := time.Duration(last + int64(newQueueEvery) - now.UnixNano()); wait > 0 {
+		if w.refreshDue.CompareAndSwap(false, true) {
+			time.AfterFunc(wait, func() {
+				w.refreshDue.Store(false)
+				w.newQueue(time.Now())
+			})
+		}
 		return
+	}
+	if !w.lastRefresh.CompareAndSwap(last, now.UnixNano()) {
+		return // another refresh, now
 	}
 	w.fetchMu.Lock() // w.kafka is replaced under it
 	defer w.fetchMu.Unlock()
-	w.kafka.refreshMetadata()
+	if w.kafka != nil {
+		w.kafka.refreshMetadata()
+	}
 }
 
 // quietLoop looks at the partitions' last stable offsets every

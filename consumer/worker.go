@@ -88,6 +88,7 @@ type Worker struct {
 	fetchPaused map[checkpoint.TP]bool
 	demand      demand       // the queues wanted, OnDemand
 	lastRefresh atomic.Int64 // unix ns of the last metadata refresh for a new queue
+	refreshDue  atomic.Bool  // a refresh for a new queue waits for its second
 	// noScanWake stops the look at the offsets from waking quiet
 	// partitions, so that a test sees the wake-ups do it (export_test.go).
 	noScanWake atomic.Bool
