@@ -215,18 +215,7 @@ func (s *Server) consoleWorkflow(ctx context.Context, tok auth.Token, id string)
 // consoleWorkflowCancel: POST /console/workflow/cancel (id): cancels a
 // workflow that is not done (workflow.Cancel).
 func (s *Server) consoleWorkflowCancel(w http.ResponseWriter, r *http.Request, pg *page) {
-	id := strings.TrimSpace(r.FormValue("id"))
-	_, full, code, err := s.consoleWorkflow(r.Context(), pg.Token, id)
-	if code == http.StatusBadRequest {
-		http.Error(w, err.Error(), code)
-		return
-	}
-	to := "/console/workflow?id=" + url.QueryEscape(id)
-	if err != nil {
-		back(w, r, to, err.Error())
-		return
-	}
-	back(w, r, to, cancelWorkflow(r.Context(), s.in, full))
+	s.consoleWorkflowAction(w, r, pg, func(full, _ string) string { return cancelWorkflow(r.Context(), s.in, full) })
 }
 
 // consoleWorkflowRetry: POST /console/workflow/retry (id): runs again a
@@ -234,6 +223,18 @@ func (s *Server) consoleWorkflowCancel(w http.ResponseWriter, r *http.Request, p
 // cause is fixed; a namespace's token, only one whose every task is in
 // its namespace.
 func (s *Server) consoleWorkflowRetry(w http.ResponseWriter, r *http.Request, pg *page) {
+	s.consoleWorkflowAction(w, r, pg, func(full, id string) string {
+		if _, err := workflow.Retry(r.Context(), s.in, s.p, s.cfg.conn, full, retryIn(pg.Token.Namespace, id)); err != nil {
+			return err.Error()
+		}
+		return "retried: its start task runs again"
+	})
+}
+
+// consoleWorkflowAction runs act on the workflow the form's id names, as
+// the token sees it, and goes back to its page with what act says: 400
+// for a bad id, the lookup's error for one the token cannot see.
+func (s *Server) consoleWorkflowAction(w http.ResponseWriter, r *http.Request, pg *page, act func(full, id string) string) {
 	id := strings.TrimSpace(r.FormValue("id"))
 	_, full, code, err := s.consoleWorkflow(r.Context(), pg.Token, id)
 	if code == http.StatusBadRequest {
@@ -241,14 +242,11 @@ func (s *Server) consoleWorkflowRetry(w http.ResponseWriter, r *http.Request, pg
 		return
 	}
 	to := "/console/workflow?id=" + url.QueryEscape(id)
-	if err == nil {
-		_, err = workflow.Retry(r.Context(), s.in, s.p, s.cfg.conn, full, retryIn(pg.Token.Namespace, id))
-	}
 	if err != nil {
 		back(w, r, to, err.Error())
 		return
 	}
-	back(w, r, to, "retried: its start task runs again")
+	back(w, r, to, act(full, id))
 }
 
 // cancelWorkflow cancels workflow id and says what came of it.
