@@ -109,3 +109,45 @@ func tasksOf(n *flow.Node, out map[flow.Ref]bool) {
 		tasksOf(n.Callback, out)
 	}
 }
+
+// neverRuns tells why task d, which has no record, never will have one:
+// it is a step, by its derived ID "<workflow>/<path>", of a workflow
+// that started and skips it (the rest of a failed chain, a callback not
+// taken). It returns "" while d may still run.
+func neverRuns(ctx context.Context, in *inspect.Inspector, d flow.Ref) (string, error) {
+	for i := strings.LastIndexByte(d.ID, '/'); i > 0; i = strings.LastIndexByte(d.ID[:i], '/') {
+		w := d.ID[:i]
+		if ValidateID(w) != nil {
+			continue
+		}
+		st, err := Get(ctx, in, w)
+		switch {
+		case errors.Is(err, inspect.ErrNotFound):
+			continue
+		case err != nil:
+			return "", err
+		}
+		if s := findStep(st.Root, d); s != nil && s.State == StateSkipped {
+			return "workflow " + w + " skips it (" + s.Reason + ")", nil
+		}
+	}
+	return "", nil
+}
+
+// findStep returns the task step of s that is d, or nil.
+func findStep(s *Step, d flow.Ref) *Step {
+	if s == nil {
+		return nil
+	}
+	if s.Queue == d.Queue && s.ID == d.ID {
+		return s
+	}
+	for _, ns := range [][]Step{s.Steps, s.OnSuccess, s.OnError} {
+		for i := range ns {
+			if f := findStep(&ns[i], d); f != nil {
+				return f
+			}
+		}
+	}
+	return findStep(s.Callback, d)
+}

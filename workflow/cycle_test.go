@@ -32,3 +32,23 @@ func TestCycleAcrossSubmissions(t *testing.T) {
 		return true
 	})
 }
+
+// TestDependencyOnASkippedStep: a workflow that waits for a step its own
+// workflow skips (the rest of a failed chain) ends failed, the reason
+// naming the skip, and its tasks never run; waiting would be forever.
+func TestDependencyOnASkippedStep(t *testing.T) {
+	var runs sync.Map
+	e := run(t, appender(&runs), "steps")
+	broken := e.submit(t, "broken-chain", workflow.Chain(task("steps", "fail"), task("steps", "never")))
+	if st := e.wait(t, broken); st.State != workflow.StateFailed {
+		t.Fatalf("the chain ended %s, want failed", st.State)
+	}
+	after := e.submit(t, "after-skipped", workflow.Task(onceq.Task{Queue: "steps", ID: "after"}).After(workflow.Ref{Queue: "steps", ID: broken + "/1"}))
+	st := e.wait(t, after)
+	if st.State != workflow.StateFailed || !strings.Contains(st.Reason, "never runs: workflow broken-chain skips it") {
+		t.Fatalf("the workflow waiting for a skipped step: %s %q, want failed, never runs", st.State, st.Reason)
+	}
+	if _, ran := runs.Load("steps/after"); ran {
+		t.Fatal("the task waiting for a skipped step ran")
+	}
+}

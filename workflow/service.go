@@ -258,6 +258,13 @@ func (s *Service) dependencies(ctx context.Context, after []flow.Ref) (cancel, w
 		rec, err := in.Get(ctx, d.Queue, d.ID)
 		switch {
 		case errors.Is(err, inspect.ErrNotFound), errors.Is(err, inspect.ErrNoQueue):
+			why, err := neverRuns(ctx, in, d)
+			if err != nil {
+				return "", "", fmt.Errorf("workflow: dependency %s: %w", d, err)
+			}
+			if why != "" {
+				return "dependency " + d.String() + " never runs: " + why, "", nil
+			}
 			if waiting == "" {
 				waiting = d.String() + " (no record yet)"
 			}
