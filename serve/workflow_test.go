@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -173,30 +174,58 @@ func TestRefusedBulkCreatesNothing(t *testing.T) {
 	}
 }
 
-// TestWorkflowInputsOverHTTP: HTTP consumers get a workflow step's input
-// with the job: a chord's callback, its members' results in order; the
-// step after it in a chain, the callback's result.
+// TestWorkflowInputsOverHTTP: an HTTP pull consumer of a workflow step
+// gets its input: a chord's callback the results of its 1,000 members in
+// member order, each as its consumer ACKed it, and the chain's next step
+// the callback's result.
 func TestWorkflowInputsOverHTTP(t *testing.T) {
+	const n = 1000
 	a := start(t, serve.CreateQueues(1))
 	tok := a.token("shop", false)
+	members := make([]string, n)
+	for i := range members {
+		members[i] = fmt.Sprintf(`{"payload":%q}`, fmt.Sprint(i))
+	}
 	code, body := a.do("POST", "/api/shop/steps/bulk", tok, `[{"id":"flow","chain":[
-		{"chord":{"group":[{"payload":"a"},{"payload":"b"}],"callback":{"queue":"join","payload":"cb"}}},
+		{"chord":{"group":[`+strings.Join(members, ",")+`],"callback":{"queue":"join","payload":"cb"}}},
 		{"queue":"last","payload":"end"}]}]`)
 	if code != 201 {
 		t.Fatalf("bulk: %d %v", code, body)
 	}
-	for range 2 {
-		j := consumeJob(t, a, tok, "steps")
-		if j.Input != nil {
-			t.Fatalf("a group member with an input: %+v", j)
-		}
-		if code, body := a.do("DELETE", "/api/shop/steps/job/"+url.PathEscape(j.JobID), tok, "result-"+string(j.Data)); code != 204 {
-			t.Fatalf("ACK: %d %v", code, body)
+	acks, failed := make(chan wfJob, n), make(chan error, n)
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			for j := range acks {
+				if code, body := a.do("DELETE", "/api/shop/steps/job/"+url.PathEscape(j.JobID), tok, "result-"+string(j.Data)); code != 204 {
+					failed <- fmt.Errorf("ACK of %s: %d %v", j.JobID, code, body)
+				}
+			}
+		})
+	}
+	for got := 0; got < n; {
+		for _, j := range consumeJobs(t, a, tok, "steps", 100) {
+			if j.Input != nil {
+				t.Fatalf("a group member with an input: %+v", j)
+			}
+			acks <- j
+			got++
 		}
 	}
+	close(acks)
+	wg.Wait()
+	close(failed)
+	for err := range failed {
+		t.Fatal(err)
+	}
 	cb := consumeJob(t, a, tok, "join")
-	if string(cb.Data) != "cb" || len(cb.Results) != 2 || string(cb.Results[0]) != "result-a" || string(cb.Results[1]) != "result-b" {
-		t.Fatalf("the chord's callback: %+v; want the members' results in order", cb)
+	if string(cb.Data) != "cb" || len(cb.Results) != n {
+		t.Fatalf("the chord's callback: payload %q, %d results; want cb, %d", cb.Data, len(cb.Results), n)
+	}
+	for i, r := range cb.Results {
+		if want := fmt.Sprint("result-", i); string(r) != want {
+			t.Fatalf("the callback's result %d is %q, want %q (the members' results in member order)", i, r, want)
+		}
 	}
 	if code, body := a.do("DELETE", "/api/shop/join/job/"+url.PathEscape(cb.JobID), tok, "joined"); code != 204 {
 		t.Fatalf("ACK: %d %v", code, body)
@@ -218,16 +247,31 @@ type wfJob struct {
 // consumeJob consumes one job of queue with its workflow fields.
 func consumeJob(t *testing.T, a *api, tok, queue string) wfJob {
 	t.Helper()
-	req, _ := http.NewRequest("GET", a.url+"/api/shop/"+queue+"?ttr=60&timeout=30", nil)
+	var j wfJob
+	consumeInto(t, a, tok, queue, 1, &j)
+	return j
+}
+
+// consumeJobs consumes up to count jobs of queue, at least one.
+func consumeJobs(t *testing.T, a *api, tok, queue string, count int) []wfJob {
+	t.Helper()
+	var js []wfJob
+	consumeInto(t, a, tok, queue, count, &js)
+	return js
+}
+
+// consumeInto consumes up to count jobs of queue into out: one object for
+// count 1, an array for more, as lmstfy answers.
+func consumeInto(t *testing.T, a *api, tok, queue string, count int, out any) {
+	t.Helper()
+	req, _ := http.NewRequest("GET", fmt.Sprintf("%s/api/shop/%s?ttr=60&timeout=30&count=%d", a.url, queue, count), nil)
 	req.Header.Set("X-Token", tok)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	var j wfJob
-	if err := json.NewDecoder(resp.Body).Decode(&j); err != nil || resp.StatusCode != 200 {
+	if err := json.NewDecoder(resp.Body).Decode(out); err != nil || resp.StatusCode != 200 {
 		t.Fatalf("consume of %s: %d %v", queue, resp.StatusCode, err)
 	}
-	return j
 }
