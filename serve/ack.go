@@ -32,12 +32,16 @@ const (
 func (s *Server) acknowledge(ctx context.Context, topic, id, lease string, result []byte) (ackOutcome, error) {
 	lg := s.pull.ledger
 	key := leaseKey(topic, id)
-	if err := lg.barrier(ctx); err != nil {
-		return 0, err
-	}
 	st, ok := lg.state(key)
-	if !ok {
-		return ackNotLeased, nil
+	if !ok || lease != "" && lease != st.Lease {
+		// Every event written before now is known before the answer
+		// says none or another lease; the write below decides the rest.
+		if err := lg.barrier(ctx); err != nil {
+			return 0, err
+		}
+		if st, ok = lg.state(key); !ok {
+			return ackNotLeased, nil
+		}
 	}
 	if !st.Acked {
 		if lease != "" && lease != st.Lease {

@@ -149,8 +149,10 @@ type leaseState struct {
 }
 
 // apply folds ev into st and reports whether it counted: a take counts
-// unless the task is taken or acknowledged, or offered to another server
-// than the take's; an acknowledgment if the task was taken (its lease
+// unless the task is taken or acknowledged, offered to another server
+// than the take's, or its run is the one whose lease expired (that run
+// spent its try: it ends failed, and a later run is handed out); an
+// acknowledgment if the task was taken (its lease
 // open or expired, and the one it names if it names one) and not
 // acknowledged yet; an expiry if the lease it ends is open; a grant if
 // the task is neither taken, acknowledged nor offered; a revoke if the
@@ -158,7 +160,7 @@ type leaseState struct {
 func (st *leaseState) apply(ev leaseEvent, at time.Time) bool {
 	switch ev.Kind {
 	case evTake:
-		if st.Taken || st.Acked || st.Granted && st.Holder != ev.Holder {
+		if st.Taken || st.Acked || st.Granted && st.Holder != ev.Holder || st.Expired && st.Ended == (runRef{ev.Partition, ev.Offset}) {
 			return false
 		}
 		st.Lease, st.Partition, st.Offset, st.Until = ev.Nonce, ev.Partition, ev.Offset, time.UnixMilli(ev.Until)

@@ -13,9 +13,7 @@ import (
 // again, and one naming another lease never counts.
 func TestLeaseFold(t *testing.T) {
 	at := time.Unix(1000, 0)
-	take := func(n string) leaseEvent {
-		return leaseEvent{Kind: evTake, Nonce: n, Partition: 0, Offset: 7, Until: 2000, TTR: 1000}
-	}
+	take := func(n string) leaseEvent { return takeOf(n, 7) }
 	steps := []struct {
 		ev     leaseEvent
 		counts bool
@@ -29,7 +27,8 @@ func TestLeaseFold(t *testing.T) {
 		{leaseEvent{Kind: evExpire, Nonce: "e1", Lease: "L2"}, false, "taken"},
 		{leaseEvent{Kind: evExpire, Nonce: "e2", Lease: "L1"}, true, "expired"},
 		{leaseEvent{Kind: evExpire, Nonce: "e3", Lease: "L1"}, false, "expired"},
-		{take("L3"), true, "taken"},                                         // handed out again
+		{take("L2b"), false, "expired"},                                     // the run whose lease expired spent its try
+		{takeOf("L3", 9), true, "taken"},                                    // its retry is handed out
 		{leaseEvent{Kind: evAck, Nonce: "a2", Lease: "L1"}, false, "taken"}, // the ended lease's ACK
 		{leaseEvent{Kind: evExpire, Nonce: "e4", Lease: "L3"}, true, "expired"},
 		{leaseEvent{Kind: evAck, Nonce: "a3", Result: []byte("r")}, true, "acked"}, // late, not taken again
@@ -49,6 +48,11 @@ func TestLeaseFold(t *testing.T) {
 	if string(st.Result) != "r" || st.Lease != "L3" {
 		t.Fatalf("final state %+v: want the first ACK's result, lease L3", st)
 	}
+}
+
+// takeOf is a take with nonce n of the run at offset o.
+func takeOf(n string, o int64) leaseEvent {
+	return leaseEvent{Kind: evTake, Nonce: n, Partition: 0, Offset: o, Until: 2000, TTR: 1000}
 }
 
 func stateName(st leaseState) string {

@@ -241,14 +241,12 @@ func (s *Server) stopPull() {
 // once one took it, waits for its acknowledgment (from any server) or the
 // end of its time-to-run. A run of a task that was handed out before (by
 // a server that stopped, or lost the task's partition) finds its lease
-// and does the same, without handing the task out again.
+// and does the same, without handing the task out again: if this server
+// has not read that lease yet, the take of its offer does not count (the
+// topic's order decides), and by then it has read it.
 func (pl *pull) handle(ctx context.Context, t *consumer.Task) error {
 	lg := pl.ledger
 	key := leaseKey(t.Queue, t.ID)
-	// Every take written before this run started is known to it.
-	if err := lg.barrier(ctx); err != nil {
-		return runError(ctx, err)
-	}
 	for {
 		st, ok, changed := lg.watch(key)
 		var end bool
