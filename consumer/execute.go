@@ -205,13 +205,13 @@ func (w *Worker) runHandler(sl *slot, it *item, t *Task, key string, now time.Ti
 	r.ctx.deadline, r.ctx.timeout = now.Add(timeout), timeout
 	inflight := it.ps.inflight
 	inflight.Inc()
-	sl.cur.Store(r)
+	w.sched.occupy(sl, r)
 	defer func() {
 		if p := recover(); p != nil {
 			w.cfg.log.Error("handler panicked", "id", t.ID, "panic", p, "stack", string(debug.Stack()))
 			err = fmt.Errorf("handler panicked: %v", p)
 		}
-		sl.cur.CompareAndSwap(r, nil)
+		w.sched.vacate(sl, r)
 		inflight.Dec()
 		if !r.state.CompareAndSwap(runRunning, runDone) {
 			switch r.state.Load() {

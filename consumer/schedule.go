@@ -58,6 +58,11 @@ type scheduler struct {
 	// active counts the records taken by a slot and not yet finished: a
 	// handler that returned is active until its result is recorded.
 	active atomic.Int64
+	// occupied counts the slots whose handler runs; nudge wakes the
+	// watchdog, which sleeps while none does (a worker with thousands of
+	// slots and nothing to run costs no ticks).
+	occupied atomic.Int64
+	nudge    chan struct{}
 	// bound holds the records of a queue past MaxRunningPerQueue (nil
 	// without one).
 	bound *queueBound
@@ -66,6 +71,24 @@ type scheduler struct {
 // slot is one place to run a handler; cur is the run in it.
 type slot struct {
 	cur atomic.Pointer[handlerRun]
+}
+
+// occupy puts run r in slot sl; the watchdog watches it.
+func (s *scheduler) occupy(sl *slot, r *handlerRun) {
+	sl.cur.Store(r)
+	if s.occupied.Add(1) == 1 {
+		select {
+		case s.nudge <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// vacate takes run r out of slot sl, if it is still there.
+func (s *scheduler) vacate(sl *slot, r *handlerRun) {
+	if sl.cur.CompareAndSwap(r, nil) {
+		s.occupied.Add(-1)
+	}
 }
 
 // handlerRun is a handler running in a slot.
@@ -94,7 +117,7 @@ const (
 const watchdogTick = 10 * time.Millisecond
 
 func newScheduler(w *Worker, n, buffered int) *scheduler {
-	s := &scheduler{w: w, ready: make(chan *item, buffered+n), slots: make([]*slot, n), quit: make(chan struct{})}
+	s := &scheduler{w: w, ready: make(chan *item, buffered+n), slots: make([]*slot, n), quit: make(chan struct{}), nudge: make(chan struct{}, 1)}
 	for i := range s.slots {
 		s.slots[i] = &slot{}
 	}
@@ -277,12 +300,22 @@ func (s *scheduler) cancelPartition(ps *partState) {
 	})
 }
 
-// watchdog enforces time-to-run on the running handlers.
+// watchdog enforces time-to-run on the running handlers, ticking while
+// any runs.
 func (s *scheduler) watchdog() {
 	defer s.wg.Done()
 	t := time.NewTicker(watchdogTick)
 	defer t.Stop()
 	for {
+		if s.occupied.Load() == 0 {
+			t.Stop()
+			select {
+			case <-s.quit:
+				return
+			case <-s.nudge:
+			}
+			t.Reset(watchdogTick)
+		}
 		select {
 		case <-s.quit:
 			return
@@ -324,7 +357,7 @@ func (s *scheduler) takeOver(sl *slot, r *handlerRun) {
 	w := s.w
 	w.metrics.abandoned.Inc()
 	w.cfg.log.Error("handler abandoned: it ignored its canceled context", "id", r.task.ID, "time_to_run", r.ctx.timeout, "grace", w.cfg.abandonGrace)
-	sl.cur.CompareAndSwap(r, nil)
+	s.vacate(sl, r)
 	res := w.retryInPlace(r.it, s.quit, func() (*result, error) {
 		return w.failure(r.task, r.key, errAbandoned, r.started)
 	})

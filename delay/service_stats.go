@@ -64,6 +64,11 @@ func Stats(ctx context.Context, conn broker.Conn, p *Planner, group string) ([]B
 		return nil, fmt.Errorf("delay: %w", err)
 	}
 	defer adm.Close()
+	return stats(ctx, adm, conn, p, group)
+}
+
+// stats is Stats through adm, an admin client of conn's brokers.
+func stats(ctx context.Context, adm *broker.Admin, conn broker.Conn, p *Planner, group string) ([]BucketStats, error) {
 	topics := p.Topics()
 	ends, err := adm.Kadm().ListCommittedOffsets(ctx, topics...)
 	if err != nil {
@@ -184,8 +189,16 @@ func (s *Service) refreshStats(ctx context.Context) {
 	defer close(s.statsDone)
 	t := time.NewTicker(s.cfg.statsInterval)
 	defer t.Stop()
+	// One client for every refresh: a client per refresh dials the
+	// brokers and reads their metadata every time.
+	adm, err := broker.NewAdmin(s.cfg.conn)
+	if err != nil {
+		s.cfg.log.Warn("delay stats are not refreshed", "err", err)
+		return
+	}
+	defer adm.Close()
 	for {
-		if st, err := Stats(ctx, s.cfg.conn, s.cfg.planner, s.cfg.group); err == nil {
+		if st, err := stats(ctx, adm, s.cfg.conn, s.cfg.planner, s.cfg.group); err == nil {
 			due := map[string]int64{}
 			for _, b := range st {
 				s.m.waiting.WithLabelValues(b.Bucket).Set(float64(b.Waiting))

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/onceq/onceq"
@@ -99,5 +100,54 @@ func TestStatsSamplesLongBacklogs(t *testing.T) {
 	cancel()
 	if _, err := delay.Stats(ctx, conn, p, delay.DefaultGroup); !errors.Is(err, context.Canceled) {
 		t.Fatalf("canceled: %v", err)
+	}
+}
+
+// TestServiceStatsGauge: the service's onceq_delayed_tasks follows its
+// buckets from one refresh to the next, through one client: a task
+// written to the longest bucket shows, then a second.
+func TestServiceStatsGauge(t *testing.T) {
+	_, conn := testutil.StartBroker(t, "")
+	p := delay.DefaultPlanner()
+	bucket := p.Topics()[len(p.Topics())-1] // 1d: nothing moves during the test
+	testutil.CreateTopic(t, conn, bucket, 1)
+	reg := prometheus.NewRegistry()
+	runService(t, delay.Conn(conn), delay.Logger(testLogger()), delay.Registerer(reg), delay.StatsInterval(100*time.Millisecond))
+	cl, err := conn.NewClient(kgo.DefaultProduceTopic(bucket))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	waiting := func() float64 {
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range mfs {
+			if mf.GetName() != "onceq_delayed_tasks" {
+				continue
+			}
+			for _, m := range mf.GetMetric() {
+				for _, l := range m.GetLabel() {
+					if l.GetName() == "bucket" && l.GetValue() == "1d" {
+						return m.GetGauge().GetValue()
+					}
+				}
+			}
+		}
+		return -1
+	}
+	for i, want := range []float64{1, 2} {
+		task := onceq.Task{ID: strconv.Itoa(i), Queue: "q", Due: time.Now().Add(30 * time.Hour)}
+		if err := cl.ProduceSync(context.Background(), task.Record(bucket)).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+		deadline := time.Now().Add(30 * time.Second)
+		for got := waiting(); got != want; got = waiting() {
+			if time.Now().After(deadline) {
+				t.Fatalf("onceq_delayed_tasks of the 1d bucket is %v after 30s, want %v", got, want)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
 	}
 }
