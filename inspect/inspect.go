@@ -155,6 +155,20 @@ func (in *Inspector) Close() error {
 	in.mu.Unlock()
 	in.cancel()
 	if cl != nil {
+		// Partitions purged first: a metadata update during Close would
+		// assign them again and start a fetch beside the client's own
+		// ending of its fetch session. The purge waits for the client's
+		// metadata loop, which a broker that went away holds up: Close
+		// waits for it a second at most.
+		purged := make(chan struct{})
+		go func() {
+			defer close(purged)
+			cl.PurgeTopicsFromConsuming(cl.GetConsumeTopics()...)
+		}()
+		select {
+		case <-purged:
+		case <-time.After(time.Second):
+		}
 		cl.Close()
 	}
 	in.controlMu.Lock()
