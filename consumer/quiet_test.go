@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kadm"
 
 	"github.com/onceq/onceq"
 	"github.com/onceq/onceq/consumer"
@@ -107,4 +108,47 @@ func TestQuietPartitionsWake(t *testing.T) {
 		t.Fatalf("kcat -P: %v\n%s", err, out)
 	}
 	wait("k1")
+}
+
+// TestFetchesWhileACommitIsDue: a task finished and not yet committed
+// does not hold up the next one. With an hour between commits, a task
+// written after the first one finished starts before any commit (the
+// worker's poll once returned at once, again and again, until the commit
+// was due, reading nothing meanwhile).
+func TestFetchesWhileACommitIsDue(t *testing.T) {
+	_, conn := testutil.StartBroker(t, "")
+	testutil.CreateTopic(t, conn, "in", 1)
+	started := make(chan string, 2)
+	h := consumer.HandlerFunc(func(_ context.Context, task *consumer.Task) error {
+		started <- task.ID
+		return nil
+	})
+	stop := runWorker(t, consumer.Conn(conn), consumer.Group("poll"), consumer.Queues("in"), consumer.CheckpointDir(t.TempDir()),
+		consumer.WithHandler(h), consumer.CommitInterval(time.Hour))
+	for _, id := range []string{"a", "b"} {
+		produceTasks(t, conn, "in", []string{id})
+		select {
+		case got := <-started:
+			if got != id {
+				t.Fatalf("task %s started, want %s", got, id)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatalf("task %s did not start within 30 s; the task before it finished and waits for its commit", id)
+		}
+	}
+	cl, err := conn.NewClient()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	offsets, err := kadm.NewClient(cl).FetchOffsets(context.Background(), "poll")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o, ok := offsets.Lookup("in", 0); ok && o.At >= 0 {
+		t.Fatalf("the group committed offset %d before the second task started: the test shows nothing", o.At)
+	}
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
 }

@@ -222,18 +222,27 @@ func (w *Worker) Run(ctx context.Context) (err error) {
 		// for a commit: the commit does not wait for running tasks.
 		if room := w.cfg.maxBuffered - int(w.buffered.Load()); room > 0 {
 			// With nothing to commit, the poll waits longer than the commit
-			// interval: the first task to finish cuts it short (finish).
+			// interval: the first task to finish cuts it short (finish),
+			// and the next poll lasts until the commit is due. A poll with
+			// something to commit lasts until then: cut short, it would
+			// return at once again and again, reading nothing, until the
+			// commit is due.
 			until := next
-			if w.nothingToCommit && w.completed.Load() == 0 && !w.hasTombstones() {
+			idle := w.nothingToCommit && w.completed.Load() == 0 && !w.hasTombstones()
+			if idle {
 				until = time.Now().Add(max(w.cfg.commitInterval, idlePoll))
 			}
 			pctx, cancel := context.WithDeadline(ctx, until)
-			w.pollCancel.Store(&cancel)
-			if w.completed.Load() > 0 {
-				cancel() // one finished since: commit first
+			if idle {
+				w.pollCancel.Store(&cancel)
+				if w.completed.Load() > 0 {
+					cancel() // one finished meanwhile: poll until the commit is due
+				}
 			}
 			fs := w.kafka.poll(pctx, room)
-			w.pollCancel.Store(nil)
+			if idle {
+				w.pollCancel.Store(nil)
+			}
 			cancel()
 			if err := broker.FetchErr(fs); err != nil {
 				return w.cfg.conn.Explain(err)
