@@ -10,7 +10,7 @@ BIN           := bin/onceq
 all: build
 
 build:
-	$(GO) build -o $(BIN) ./cmd/onceq
+	$(GO) build -buildvcs=auto -o $(BIN) ./cmd/onceq
 
 ## test: every test with the race detector (what CI runs), each package's
 ## start and end printed as they happen (internal/testprogress), the output

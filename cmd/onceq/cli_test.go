@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"net"
+	"os/exec"
+	"runtime/debug"
 	"strings"
 	"testing"
 
@@ -55,6 +57,38 @@ func TestVersion(t *testing.T) {
 	code, out, _ := runCLI(t, "", "version")
 	if code != 0 || !strings.HasPrefix(out, "onceq ") {
 		t.Fatalf("exit %d, %q", code, out)
+	}
+}
+
+// TestVersionNamesTheCommit: a binary built in a git checkout says which
+// commit it was built from.
+func TestVersionNamesTheCommit(t *testing.T) {
+	head, err := exec.Command("git", "rev-parse", "HEAD").Output()
+	if err != nil {
+		t.Skipf("not a git checkout, or no git: %v", err)
+	}
+	out, err := exec.Command(testutil.Binary(t), "version").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := string(head[:12]); !strings.Contains(string(out), want) {
+		t.Fatalf("onceq version printed %q, want it to name %q", out, want)
+	}
+}
+
+func TestCommitOf(t *testing.T) {
+	for _, c := range []struct {
+		settings    []debug.BuildSetting
+		rev, detail string
+	}{
+		{nil, "", ""},
+		{[]debug.BuildSetting{{Key: "vcs.revision", Value: "0123456789abcdef0123"}, {Key: "vcs.time", Value: "2026-11-26T12:00:00Z"}, {Key: "vcs.modified", Value: "false"}},
+			"0123456789ab", "0123456789ab 2026-11-26T12:00:00Z"},
+		{[]debug.BuildSetting{{Key: "vcs.revision", Value: "abc"}, {Key: "vcs.modified", Value: "true"}}, "abc", "abc+dirty"},
+	} {
+		if rev, detail := commitOf(c.settings); rev != c.rev || detail != c.detail {
+			t.Errorf("commitOf(%v) = %q, %q; want %q, %q", c.settings, rev, detail, c.rev, c.detail)
+		}
 	}
 }
 

@@ -28,7 +28,9 @@ func Binary(t testing.TB) string {
 			return
 		}
 		binPath = filepath.Join(dir, "onceq")
-		args := []string{"build", "-o", binPath}
+		// -buildvcs=auto over a GOFLAGS that turns it off: the binary
+		// names the commit it was built from (onceq version).
+		args := []string{"build", "-buildvcs=auto", "-o", binPath}
 		if raceEnabled && os.Getenv("ONCEQ_RACE_BINARY") == "1" {
 			args = append(args, "-race")
 		}
