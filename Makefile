@@ -10,7 +10,9 @@ BIN           := bin/onceq
 all: build
 
 build:
-	$(GO) build -buildvcs=auto -o $(BIN) ./cmd/onceq
+	@# The commit it was built from, for onceq version; a checkout git
+	@# cannot read (another user's) builds without it.
+	$(GO) build -buildvcs=auto -o $(BIN) ./cmd/onceq 2>/dev/null || $(GO) build -buildvcs=false -o $(BIN) ./cmd/onceq
 
 ## test: every test with the race detector (what CI runs), each package's
 ## start and end printed as they happen (internal/testprogress), the output

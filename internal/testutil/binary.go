@@ -4,6 +4,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 )
@@ -34,8 +35,12 @@ func Binary(t testing.TB) string {
 		if raceEnabled && os.Getenv("ONCEQ_RACE_BINARY") == "1" {
 			args = append(args, "-race")
 		}
-		cmd := exec.Command("go", append(args, "github.com/onceq/onceq/cmd/onceq")...)
-		out, err := cmd.CombinedOutput()
+		out, err := exec.Command("go", append(args, "github.com/onceq/onceq/cmd/onceq")...).CombinedOutput()
+		if err != nil && strings.Contains(string(out), "VCS") {
+			// A checkout git cannot read: built without its commit.
+			args[1] = "-buildvcs=false"
+			out, err = exec.Command("go", append(args, "github.com/onceq/onceq/cmd/onceq")...).CombinedOutput()
+		}
 		if err != nil {
 			buildErr = &buildError{err: err, out: string(out)}
 		}
