@@ -57,11 +57,7 @@ func dependencyCycle(ctx context.Context, in *inspect.Inspector, def *flow.Defin
 // waitingOwner returns the shape of the waiting workflow task d belongs
 // to, or nil if there is none (it started, or d is no workflow's task).
 func waitingOwner(ctx context.Context, in *inspect.Inspector, d flow.Ref) (*flow.Definition, error) {
-	candidates := []string{d.Queue + "/" + d.ID}
-	for i := strings.LastIndexByte(d.ID, '/'); i > 0; i = strings.LastIndexByte(d.ID[:i], '/') {
-		candidates = append(candidates, d.ID[:i])
-	}
-	for _, w := range candidates {
+	for _, w := range append([]string{d.Queue + "/" + d.ID}, derivedOwners(d.ID)...) {
 		if ValidateID(w) != nil {
 			continue
 		}
@@ -115,8 +111,7 @@ func tasksOf(n *flow.Node, out map[flow.Ref]bool) {
 // that started and skips it (the rest of a failed chain, a callback not
 // taken). It returns "" while d may still run.
 func neverRuns(ctx context.Context, in *inspect.Inspector, d flow.Ref) (string, error) {
-	for i := strings.LastIndexByte(d.ID, '/'); i > 0; i = strings.LastIndexByte(d.ID[:i], '/') {
-		w := d.ID[:i]
+	for _, w := range derivedOwners(d.ID) {
 		if ValidateID(w) != nil {
 			continue
 		}
@@ -132,6 +127,16 @@ func neverRuns(ctx context.Context, in *inspect.Inspector, d flow.Ref) (string, 
 		}
 	}
 	return "", nil
+}
+
+// derivedOwners returns the workflows a derived step ID "<w>/<path>" may
+// be a step of: its prefixes before each '/', longest first.
+func derivedOwners(id string) []string {
+	var out []string
+	for i := strings.LastIndexByte(id, '/'); i > 0; i = strings.LastIndexByte(id[:i], '/') {
+		out = append(out, id[:i])
+	}
+	return out
 }
 
 // findStep returns the task step of s that is d, or nil.
