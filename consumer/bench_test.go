@@ -179,7 +179,7 @@ func BenchmarkWorkerRSS(b *testing.B) {
 		p := testutil.Start(b, append(args, strings.Fields(os.Getenv("ONCEQ_BENCH_WORKER_FLAGS"))...)...)
 		waitCommitted(b, conn, group, int64(n))
 		took := time.Since(start)
-		hwm, err := peakRSS(p.Cmd.Process.Pid)
+		hwm, _, err := testutil.ProcMem(p.Cmd.Process.Pid)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -190,21 +190,6 @@ func BenchmarkWorkerRSS(b *testing.B) {
 		b.ReportMetric(float64(hwm)/(1<<20), "peak-rss-MB")
 		b.ReportMetric(float64(n)/took.Seconds(), "tasks/s")
 	}
-}
-
-// peakRSS reads a process's VmHWM in bytes.
-func peakRSS(pid int) (int64, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0, err
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if rest, ok := strings.CutPrefix(line, "VmHWM:"); ok {
-			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
-			return kb << 10, err
-		}
-	}
-	return 0, fmt.Errorf("no VmHWM in /proc/%d/status", pid)
 }
 
 // BenchmarkRestoreChangelog measures what a worker that lost its

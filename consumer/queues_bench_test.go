@@ -17,6 +17,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 
 	"github.com/onceq/onceq"
+	"github.com/onceq/onceq/broker"
 	"github.com/onceq/onceq/consumer"
 	"github.com/onceq/onceq/internal/testutil"
 	"github.com/onceq/onceq/producer"
@@ -24,13 +25,15 @@ import (
 
 // BenchmarkQueues measures what a queue costs a worker: one exactly-once
 // worker over N queues of one partition each (N from ONCEQ_BENCH_QUEUES,
-// default 1,1000,10000), in one process with the embedded broker. It
-// reports the time from Run to Ready, submit->start latency of tasks
-// spread evenly over the queues at 200 tasks/s (every queue's first task
-// included, which restores its partition), the CPU that the process
-// (worker and broker) uses once every queue is idle and quiet, and its
-// peak RSS. ONCEQ_BENCH_TASKS sets the number of tasks (default the
-// larger of 2,000 and N).
+// default 1,1000,10000), in the benchmark's process, the embedded broker
+// in a process of its own ("onceq broker", memory only). It reports the
+// time from Run to Ready, submit->start latency of tasks spread evenly
+// over the queues at 200 tasks/s (every queue's first task included,
+// which restores its partition), the CPU that the worker's process and the
+// broker use once every queue is idle and quiet, and the peak RSS of each.
+// The worker's process also holds the producer that submits the tasks.
+// ONCEQ_BENCH_TASKS sets the number of tasks (default the larger of 2,000
+// and N).
 func BenchmarkQueues(b *testing.B) {
 	counts := []int{1, 1000, 10000}
 	if v := os.Getenv("ONCEQ_BENCH_QUEUES"); v != "" {
@@ -53,7 +56,8 @@ func BenchmarkQueues(b *testing.B) {
 }
 
 func benchQueues(b *testing.B, n int) {
-	_, conn := testutil.StartBroker(b, "")
+	brk, addr := testutil.StartBrokerProcess(b, "", "")
+	conn := broker.Conn{Brokers: []string{addr}}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	queues := make([]string, n)
@@ -176,9 +180,12 @@ func benchQueues(b *testing.B, n int) {
 			b.Fatal(err)
 		}
 	}
-	cpu0, wall0 := cpuTime(), time.Now()
+	brokerPID := brk.Cmd.Process.Pid
+	cpu0, brokerCPU0, wall0 := cpuTime(), testutil.ProcCPU(brokerPID), time.Now()
 	time.Sleep(10 * time.Second)
-	idle := float64(cpuTime()-cpu0) / float64(time.Since(wall0)) * 100
+	wall := float64(time.Since(wall0))
+	idle := float64(cpuTime()-cpu0) / wall * 100
+	brokerIdle := float64(testutil.ProcCPU(brokerPID)-brokerCPU0) / wall * 100
 	pprof.StopCPUProfile()
 
 	mu.Lock()
@@ -192,11 +199,17 @@ func benchQueues(b *testing.B, n int) {
 	b.ReportMetric(pct(lat, 0.99).Seconds()*1000, "p99-ms")
 	b.ReportMetric(pct(acks, 0.99).Seconds()*1000, "ack-p99-ms")
 	b.ReportMetric(idle, "idle-cpu-%")
-	rss, err := peakRSS(os.Getpid())
+	b.ReportMetric(brokerIdle, "broker-idle-cpu-%")
+	rss, _, err := testutil.ProcMem(os.Getpid())
+	if err != nil {
+		b.Fatal(err)
+	}
+	brokerRSS, _, err := testutil.ProcMem(brokerPID)
 	if err != nil {
 		b.Fatal(err)
 	}
 	b.ReportMetric(float64(rss)/(1<<20), "peak-rss-MB")
+	b.ReportMetric(float64(brokerRSS)/(1<<20), "broker-peak-rss-MB")
 	b.ReportMetric(metricValue(b, reg, "onceq_quiet_partitions"), "quiet-partitions")
 	b.ReportMetric(0, "ns/op")
 	cancel()

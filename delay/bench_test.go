@@ -2,9 +2,7 @@ package delay_test
 
 import (
 	"context"
-	"fmt"
 	"math/rand/v2"
-	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -358,7 +356,10 @@ func benchRSS(b *testing.B, n int) {
 	proc := testutil.Start(b, "delay", "--brokers", conn.Brokers[0], "--state-dir", filepath.Join(b.TempDir(), "state"), "--metrics-addr", "")
 	proc.WaitOutput(b, `partitions assigned`, time.Minute)
 	time.Sleep(20 * time.Second)
-	hwm, rss := procMem(b, proc.Cmd.Process.Pid)
+	hwm, rss, err := testutil.ProcMem(proc.Cmd.Process.Pid)
+	if err != nil {
+		b.Skipf("no /proc: %v", err)
+	}
 	st, err := delay.Stats(context.Background(), conn, p, delay.DefaultGroup)
 	if err != nil {
 		b.Fatal(err)
@@ -370,26 +371,4 @@ func benchRSS(b *testing.B, n int) {
 	b.ReportMetric(float64(hwm)/(1<<20), "peak-RSS-MB")
 	b.ReportMetric(float64(rss)/(1<<20), "RSS-MB")
 	b.Logf("onceq delay with %d tasks waiting: peak RSS %d MB, RSS %d MB", waiting, hwm>>20, rss>>20)
-}
-
-// procMem reads a process's peak and current resident set, in bytes.
-func procMem(b *testing.B, pid int) (hwm, rss int64) {
-	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		b.Skipf("no /proc: %v", err)
-	}
-	for _, line := range strings.Split(string(status), "\n") {
-		f := strings.Fields(line)
-		if len(f) < 2 {
-			continue
-		}
-		kb, _ := strconv.ParseInt(f[1], 10, 64)
-		switch f[0] {
-		case "VmHWM:":
-			hwm = kb << 10
-		case "VmRSS:":
-			rss = kb << 10
-		}
-	}
-	return hwm, rss
 }

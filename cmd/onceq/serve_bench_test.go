@@ -91,23 +91,6 @@ func serveTarget(b *testing.B) benchTarget {
 		pids: map[string]int{"server": srv.Cmd.Process.Pid, "broker": brk.Cmd.Process.Pid}}
 }
 
-// procCPU is the CPU time process pid has used.
-func procCPU(pid int) time.Duration {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0
-	}
-	// Fields after the command's closing parenthesis: utime is the 12th,
-	// stime the 13th (proc(5)), in clock ticks of 1/100 s.
-	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+2:]))
-	if len(f) < 13 {
-		return 0
-	}
-	ut, _ := strconv.ParseInt(f[11], 10, 64)
-	st, _ := strconv.ParseInt(f[12], 10, 64)
-	return time.Duration(ut+st) * 10 * time.Millisecond
-}
-
 // cpuMeter measures the target's processes' CPU over a phase.
 type cpuMeter struct {
 	pids  map[string]int
@@ -118,7 +101,7 @@ type cpuMeter struct {
 func meter(pids map[string]int) *cpuMeter {
 	m := &cpuMeter{pids: pids, start: map[string]time.Duration{}, at: time.Now()}
 	for name, pid := range pids {
-		m.start[name] = procCPU(pid)
+		m.start[name] = testutil.ProcCPU(pid)
 	}
 	return m
 }
@@ -128,7 +111,7 @@ func meter(pids map[string]int) *cpuMeter {
 func (m *cpuMeter) report(b *testing.B, phase string, n int) {
 	wall := time.Since(m.at)
 	for name, pid := range m.pids {
-		used := procCPU(pid) - m.start[name]
+		used := testutil.ProcCPU(pid) - m.start[name]
 		if n > 0 {
 			b.ReportMetric(float64(used.Microseconds())/1000/float64(n), name+"-cpu-ms/"+phase)
 		} else {
