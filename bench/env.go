@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/onceq/onceq/broker"
+	"github.com/onceq/onceq/broker/embedded"
 )
 
 // Kinds of broker a report names.
@@ -28,7 +29,7 @@ type env struct {
 	o      *Options
 	conn   broker.Conn
 	kind   string
-	emb    *broker.Embedded
+	emb    *embedded.Broker
 	brk    *brokerProc
 	adm    *broker.Admin
 	tmp    string
@@ -61,7 +62,7 @@ func setup(ctx context.Context, o *Options) (e *env, err error) {
 		e.conn = broker.Conn{Brokers: []string{e.brk.addr}}
 	default:
 		e.kind = brokerEmbedded
-		e.emb, err = broker.StartEmbedded(broker.EmbeddedConfig{DataDir: dataDir, Partitions: o.Partitions})
+		e.emb, err = embedded.Start(embedded.Config{DataDir: dataDir, Partitions: o.Partitions})
 		if err != nil {
 			return nil, err
 		}

@@ -86,14 +86,14 @@ func (t TopicInfo) Records() int64 {
 // (kerr.InvalidPartitions, kerr.InvalidConfig, ...) and carries their
 // message.
 func (a *Admin) CreateTopic(ctx context.Context, name string, partitions int32, configs map[string]string) error {
-	if p := topicNameProblem(name); p != "" {
+	if p := TopicNameProblem(name); p != "" {
 		return topicErr("topic %q: %s", name, p)
 	}
 	if partitions < 1 || partitions > MaxPartitions {
 		return topicErr("topic %q: %d partitions: want 1 to %d", name, partitions, MaxPartitions)
 	}
 	for _, k := range slices.Sorted(maps.Keys(configs)) {
-		if p := topicConfigProblem(k, configs[k]); p != "" {
+		if p := TopicConfigProblem(k, configs[k]); p != "" {
 			return topicErr("topic %q: %s", name, p)
 		}
 	}

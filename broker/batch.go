@@ -87,14 +87,14 @@ func (a *Admin) EnsureTopics(ctx context.Context, specs []TopicSpec) (map[string
 	var legacy []string
 	owner := map[string][2]string{} // legacy changelog name -> group, queue
 	for _, s := range specs {
-		if p := topicNameProblem(s.Name); p != "" {
+		if p := TopicNameProblem(s.Name); p != "" {
 			return nil, topicErr("topic %q: %s", s.Name, p)
 		}
 		if s.Partitions < 1 || s.Partitions > MaxPartitions {
 			return nil, topicErr("topic %q: %d partitions: want 1 to %d", s.Name, s.Partitions, MaxPartitions)
 		}
 		for _, k := range slices.Sorted(maps.Keys(s.Configs)) {
-			if p := topicConfigProblem(k, s.Configs[k]); p != "" {
+			if p := TopicConfigProblem(k, s.Configs[k]); p != "" {
 				return nil, topicErr("topic %q: %s", s.Name, p)
 			}
 		}

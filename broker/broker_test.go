@@ -3,7 +3,7 @@ package broker_test
 import (
 	"context"
 	"errors"
-	"fmt"
+	"net"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -15,93 +15,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/onceq/onceq/broker"
+	"github.com/onceq/onceq/broker/embedded"
 	"github.com/onceq/onceq/internal/testutil"
 )
-
-// TestEmbeddedPersistence writes 10,000 records in transactions, restarts
-// the broker on the same data dir and reads all of them back with
-// read_committed.
-func TestEmbeddedPersistence(t *testing.T) {
-	const n = 10_000
-	dir := t.TempDir()
-	emb, err := broker.StartEmbedded(broker.EmbeddedConfig{DataDir: dir})
-	if err != nil {
-		t.Fatal(err)
-	}
-	conn := broker.Conn{Brokers: []string{emb.Addr()}}
-	testutil.CreateTopic(t, conn, "persist", 4)
-	clusterID := emb.ClusterID()
-
-	cl, err := conn.NewClient(kgo.TransactionalID("persist-test"), kgo.DefaultProduceTopic("persist"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	for batch := 0; batch < 10; batch++ {
-		if err := cl.BeginTransaction(); err != nil {
-			t.Fatal(err)
-		}
-		for i := 0; i < n/10; i++ {
-			id := batch*(n/10) + i
-			cl.Produce(ctx, &kgo.Record{Key: []byte(fmt.Sprint(id)), Value: []byte(fmt.Sprintf("v%d", id))}, nil)
-		}
-		if err := cl.Flush(ctx); err != nil {
-			t.Fatal(err)
-		}
-		if err := cl.EndTransaction(ctx, kgo.TryCommit); err != nil {
-			t.Fatal(err)
-		}
-	}
-	cl.Close()
-	emb.Close()
-
-	emb2, err := broker.StartEmbedded(broker.EmbeddedConfig{DataDir: dir})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer emb2.Close()
-	if emb2.ClusterID() != clusterID {
-		t.Fatalf("cluster ID changed across restart: %s then %s", clusterID, emb2.ClusterID())
-	}
-	recs := testutil.ReadCommitted(t, broker.Conn{Brokers: []string{emb2.Addr()}}, time.Minute, "persist")
-	seen := make(map[string]bool, n)
-	for _, r := range recs {
-		if string(r.Value) != "v"+string(r.Key) {
-			t.Fatalf("record %s has value %s", r.Key, r.Value)
-		}
-		seen[string(r.Key)] = true
-	}
-	if len(recs) != n || len(seen) != n {
-		t.Fatalf("read %d records (%d distinct) after restart, want %d", len(recs), len(seen), n)
-	}
-}
-
-func TestEmbeddedDataDirInUse(t *testing.T) {
-	dir := t.TempDir()
-	emb, err := broker.StartEmbedded(broker.EmbeddedConfig{DataDir: dir})
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, err = broker.StartEmbedded(broker.EmbeddedConfig{DataDir: dir})
-	if !errors.Is(err, broker.ErrDataDirInUse) {
-		t.Fatalf("second broker on one data dir: got %v, want ErrDataDirInUse", err)
-	}
-	emb.Close()
-	emb2, err := broker.StartEmbedded(broker.EmbeddedConfig{DataDir: dir})
-	if err != nil {
-		t.Fatalf("data dir not released by Close: %v", err)
-	}
-	emb2.Close()
-}
-
-func TestEmbeddedBadListen(t *testing.T) {
-	for _, addr := range []string{"nope", "127.0.0.1:x", "127.0.0.1:70000"} {
-		if _, err := broker.StartEmbedded(broker.EmbeddedConfig{Listen: addr}); !errors.Is(err, broker.ErrConfig) {
-			t.Errorf("listen %q: got %v, want ErrConfig", addr, err)
-		}
-	}
-}
 
 func TestAdminTopics(t *testing.T) {
 	_, conn := testutil.StartBroker(t, "")
@@ -249,5 +165,40 @@ func TestDescribeTopicPartitionErrors(t *testing.T) {
 	_, err = adm.DescribeTopic(context.Background(), "jobs")
 	if !errors.Is(err, kerr.UnknownServerError) || !strings.Contains(err.Error(), "offset of jobs partition") {
 		t.Fatalf("a persistent error: %v", err)
+	}
+}
+
+// TestUnreachableBrokerErrorNoSASL pins the last part of bug 8 of issue 17:
+// after the broker died in the middle of a request, the error said "is
+// SASL missing?" (franz-go's guess for a connection closed right after a
+// request). It now says the broker is unreachable.
+func TestUnreachableBrokerErrorNoSASL(t *testing.T) {
+	emb, err := embedded.Start(embedded.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	adm, err := broker.NewAdmin(broker.Conn{Brokers: []string{emb.Addr()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer adm.Close()
+	addr := emb.Addr()
+	emb.Cluster().ControlKey(int16(kmsg.CreateTopics), func(kmsg.Request) (kmsg.Response, error, bool) {
+		go emb.Close() // the broker dies while it handles the request
+		for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+			c, err := net.Dial("tcp", addr)
+			if err != nil {
+				break
+			}
+			c.Close()
+		}
+		return nil, errors.New("killed"), true
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	err = adm.CreateTopic(ctx, "jobs", 1, nil)
+	t.Logf("after the broker died: %v", err)
+	if err == nil || strings.Contains(err.Error(), "SASL") || !strings.Contains(err.Error(), "unreachable") || !errors.Is(err, broker.ErrUnreachable) {
+		t.Fatalf("after the broker died: %v; want an error that says the broker is unreachable, without SASL", err)
 	}
 }

@@ -195,10 +195,10 @@ func ValidateChangelog(group string, queues ...string) error {
 	return nil
 }
 
-// topicNameProblem checks a topic name against Kafka's rules: 1 to
+// TopicNameProblem checks a topic name against Kafka's rules: 1 to
 // MaxTopicLen bytes of letters, digits, '.', '_' and '-', and not "." or
 // "..". It returns "" for a valid name and what is wrong otherwise.
-func topicNameProblem(name string) string {
+func TopicNameProblem(name string) string {
 	switch {
 	case name == "":
 		return "a topic name may not be empty"

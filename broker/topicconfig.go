@@ -60,13 +60,6 @@ var topicConfigs = map[string]checkValue{
 	"unclean.leader.election.enable":          boolean,
 }
 
-// embeddedTopicConfigs are the topic configs the embedded broker acts on;
-// it refuses the others instead of keeping a setting it would ignore.
-var embeddedTopicConfigs = []string{
-	"cleanup.policy", "compression.type", "delete.retention.ms", "max.message.bytes", "message.timestamp.type",
-	"min.insync.replicas", "retention.bytes", "retention.ms", "segment.bytes", "segment.ms",
-}
-
 // vendorPrefixes start the configs of Kafka-compatible brokers that Kafka
 // does not know.
 var vendorPrefixes = []string{"redpanda.", "confluent."}
@@ -78,16 +71,22 @@ var vendorPrefixes = []string{"redpanda.", "confluent."}
 // config.
 func ValidateTopicConfigs(configs map[string]string) error {
 	for _, k := range slices.Sorted(maps.Keys(configs)) {
-		if p := topicConfigProblem(k, configs[k]); p != "" {
+		if p := TopicConfigProblem(k, configs[k]); p != "" {
 			return topicErr("%s", p)
 		}
 	}
 	return nil
 }
 
-// topicConfigProblem returns "" for a valid topic config and what is wrong
-// otherwise.
-func topicConfigProblem(k, v string) string {
+// KnownTopicConfig reports whether k is one of Kafka's topic configs.
+func KnownTopicConfig(k string) bool {
+	_, ok := topicConfigs[k]
+	return ok
+}
+
+// TopicConfigProblem returns "" for a valid topic config and what is wrong
+// otherwise (see ValidateTopicConfigs).
+func TopicConfigProblem(k, v string) string {
 	if len(v) > MaxTopicConfigLen {
 		return fmt.Sprintf("topic config %s: a value of %d bytes is over the limit of %d", k, len(v), MaxTopicConfigLen)
 	}
@@ -104,21 +103,6 @@ func topicConfigProblem(k, v string) string {
 		return fmt.Sprintf("topic config %s=%q: %s", k, v, p)
 	}
 	return ""
-}
-
-// embeddedTopicConfigProblem is topicConfigProblem for the embedded broker,
-// which takes only the configs it acts on.
-func embeddedTopicConfigProblem(k string, v *string) string {
-	if !slices.Contains(embeddedTopicConfigs, k) {
-		if _, known := topicConfigs[k]; known {
-			return fmt.Sprintf("topic config %s is not supported by the embedded broker: it supports %s", k, strings.Join(embeddedTopicConfigs, ", "))
-		}
-		return fmt.Sprintf("topic config %q is not a topic config the embedded broker knows: use one of %s", k, strings.Join(embeddedTopicConfigs, ", "))
-	}
-	if v == nil {
-		return ""
-	}
-	return topicConfigProblem(k, *v)
 }
 
 func anyValue(string) string { return "" }

@@ -11,13 +11,14 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/onceq/onceq/broker"
+	"github.com/onceq/onceq/broker/embedded"
 	"github.com/onceq/onceq/consumer"
 	"github.com/onceq/onceq/internal/testutil"
 )
 
 // failNextTxnOffsetCommit makes the broker answer the next TxnOffsetCommit
 // with UNKNOWN_SERVER_ERROR for every partition, which aborts that commit.
-func failNextTxnOffsetCommit(emb *broker.Embedded, fired *atomic.Bool) {
+func failNextTxnOffsetCommit(emb *embedded.Broker, fired *atomic.Bool) {
 	emb.Cluster().ControlKey(kmsg.TxnOffsetCommit.Int16(), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
 		req := kreq.(*kmsg.TxnOffsetCommitRequest)
 		resp := req.ResponseKind().(*kmsg.TxnOffsetCommitResponse)

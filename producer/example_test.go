@@ -8,12 +8,13 @@ import (
 
 	"github.com/onceq/onceq"
 	"github.com/onceq/onceq/broker"
+	"github.com/onceq/onceq/broker/embedded"
 	"github.com/onceq/onceq/producer"
 )
 
 func Example() {
 	// A development broker; production points Conn at Kafka or Redpanda.
-	emb, err := broker.StartEmbedded(broker.EmbeddedConfig{})
+	emb, err := embedded.Start(embedded.Config{})
 	if err != nil {
 		panic(err)
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/onceq/onceq/bench"
 	"github.com/onceq/onceq/broker"
+	"github.com/onceq/onceq/broker/embedded"
 )
 
 // BenchmarkWorkerVsWatermill drains one pre-loaded queue of 100-byte tasks
@@ -22,7 +23,7 @@ import (
 // turns at going first; run -benchtime 2x for both orders.
 func BenchmarkWorkerVsWatermill(b *testing.B) {
 	n := bench.EnvTasks()
-	emb, err := broker.StartEmbedded(broker.EmbeddedConfig{Listen: "127.0.0.1:0"})
+	emb, err := embedded.Start(embedded.Config{Listen: "127.0.0.1:0"})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -4,12 +4,13 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/onceq/onceq/broker"
+	"github.com/onceq/onceq/broker/embedded"
 	"github.com/onceq/onceq/internal/ops"
 )
 
 func newBrokerCmd(g *globals) *cobra.Command {
 	var (
-		cfg         broker.EmbeddedConfig
+		cfg         embedded.Config
 		metricsAddr string
 		autoCreate  bool
 	)
@@ -35,7 +36,7 @@ It stops cleanly on SIGINT or SIGTERM, flushing its data dir.`,
 			}
 			cfg.NoAutoCreate = !autoCreate
 			cfg.Logger = g.log
-			emb, err := broker.StartEmbedded(cfg)
+			emb, err := embedded.Start(cfg)
 			if err != nil {
 				return err
 			}

@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/onceq/onceq/broker"
+	"github.com/onceq/onceq/broker/embedded"
 	"github.com/onceq/onceq/demo"
 	"github.com/onceq/onceq/producer"
 )
@@ -100,7 +101,7 @@ func runDemo(ctx context.Context, g *globals, mix demo.Mix, workers int, dir str
 	}
 	d := &demoRun{g: g, dir: dir, started: time.Now()}
 	out := g.stdout
-	emb, err := broker.StartEmbedded(broker.EmbeddedConfig{DataDir: filepath.Join(dir, "broker"), Partitions: 4})
+	emb, err := embedded.Start(embedded.Config{DataDir: filepath.Join(dir, "broker"), Partitions: 4})
 	if err != nil {
 		return err
 	}

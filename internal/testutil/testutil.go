@@ -12,14 +12,15 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/onceq/onceq/broker"
+	"github.com/onceq/onceq/broker/embedded"
 )
 
 // StartBroker starts an embedded broker on a random loopback port, in
 // memory (dataDir "") or persisted to dataDir, and closes it when the test
 // ends.
-func StartBroker(t testing.TB, dataDir string) (*broker.Embedded, broker.Conn) {
+func StartBroker(t testing.TB, dataDir string) (*embedded.Broker, broker.Conn) {
 	t.Helper()
-	emb, err := broker.StartEmbedded(broker.EmbeddedConfig{DataDir: dataDir})
+	emb, err := embedded.Start(embedded.Config{DataDir: dataDir})
 	if err != nil {
 		t.Fatalf("starting embedded broker: %v", err)
 	}

@@ -1,4 +1,4 @@
-package broker
+package embedded
 
 import (
 	"encoding/binary"

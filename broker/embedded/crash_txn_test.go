@@ -1,4 +1,4 @@
-package broker_test
+package embedded_test
 
 import (
 	"context"
@@ -21,6 +21,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/onceq/onceq/broker"
+	"github.com/onceq/onceq/broker/embedded"
 	"github.com/onceq/onceq/internal/testutil"
 )
 
@@ -148,11 +149,11 @@ func TestRecoverCompletesTornCommitOnTheBroker(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	first := broker.FirstBatchSize(raw)
+	first := embedded.FirstBatchSize(raw)
 	if first == 0 || first == len(raw) {
 		t.Fatalf("partition 1 should hold a data batch and a marker (%d bytes)", len(raw))
 	}
-	for name, size := range map[string]int{"0.dat": first, "0.idx": broker.IndexEntrySize} {
+	for name, size := range map[string]int{"0.dat": first, "0.idx": embedded.IndexEntrySize} {
 		if err := os.Truncate(filepath.Join(pdir, name), int64(size)); err != nil {
 			t.Fatal(err)
 		}
@@ -197,13 +198,13 @@ func TestCleanRestartKeepsOpenTransactions(t *testing.T) {
 
 // startInProcess starts an embedded broker on dir, listening on listen
 // (empty: a free port), logging warnings to logs if not nil.
-func startInProcess(t *testing.T, dir, listen string, logs *testutil.SyncBuffer) (*broker.Embedded, broker.Conn) {
+func startInProcess(t *testing.T, dir, listen string, logs *testutil.SyncBuffer) (*embedded.Broker, broker.Conn) {
 	t.Helper()
-	cfg := broker.EmbeddedConfig{DataDir: dir, Listen: listen}
+	cfg := embedded.Config{DataDir: dir, Listen: listen}
 	if logs != nil {
 		cfg.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	}
-	emb, err := broker.StartEmbedded(cfg)
+	emb, err := embedded.Start(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -258,11 +259,11 @@ func TestRecoverAppliesOffsetsOfCutCommit(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				first := broker.FirstBatchSize(raw)
+				first := embedded.FirstBatchSize(raw)
 				if first == 0 || first == len(raw) {
 					t.Fatalf("partition %s should hold a data batch and a marker (%d bytes)", part, len(raw))
 				}
-				for name, size := range map[string]int{"0.dat": first, "0.idx": broker.IndexEntrySize} {
+				for name, size := range map[string]int{"0.dat": first, "0.idx": embedded.IndexEntrySize} {
 					if err := os.Truncate(filepath.Join(pdir, name), int64(size)); err != nil {
 						t.Fatal(err)
 					}

@@ -1,4 +1,4 @@
-package broker
+package embedded
 
 import (
 	"encoding/json"
@@ -7,10 +7,14 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/onceq/onceq/broker"
 )
 
 // The embedded broker's guards. kfake takes any topic a client asks for: a
@@ -23,11 +27,11 @@ import (
 // a bad one with Kafka's error code and a message naming the limit:
 //
 //   - CreateTopics: INVALID_TOPIC_EXCEPTION for a name Kafka refuses
-//     (longer than MaxTopicLen, or bytes other than letters, digits, '.',
-//     '_' and '-'), INVALID_PARTITIONS for more than MaxPartitions,
+//     (longer than broker.MaxTopicLen, or bytes other than letters, digits, '.',
+//     '_' and '-'), INVALID_PARTITIONS for more than broker.MaxPartitions,
 //     INVALID_CONFIG for a config the embedded broker does not act on or a
 //     malformed value.
-//   - CreatePartitions: INVALID_PARTITIONS above MaxPartitions.
+//   - CreatePartitions: INVALID_PARTITIONS above broker.MaxPartitions.
 //   - AlterConfigs, IncrementalAlterConfigs on a topic: INVALID_CONFIG.
 //   - Metadata that would auto-create a topic with a bad name: the topic is
 //     not created (UNKNOWN_TOPIC_OR_PARTITION).
@@ -116,14 +120,14 @@ func guardCreateTopics(kreq kmsg.Request) kmsg.Response {
 // checkNewTopic returns why the embedded broker refuses to create t, and
 // false if it creates it.
 func checkNewTopic(t kmsg.CreateTopicsRequestTopic) (refusal, bool) {
-	if p := topicNameProblem(t.Topic); p != "" {
+	if p := broker.TopicNameProblem(t.Topic); p != "" {
 		return refusal{kerr.InvalidTopicException.Code, fmt.Sprintf("topic %q: %s", t.Topic, p)}, true
 	}
 	n := int64(t.NumPartitions)
 	if len(t.ReplicaAssignment) > 0 {
 		n = int64(len(t.ReplicaAssignment))
 	}
-	if n > MaxPartitions {
+	if n > broker.MaxPartitions {
 		return tooManyPartitions(t.Topic, n), true
 	}
 	for _, c := range t.Configs {
@@ -134,9 +138,9 @@ func checkNewTopic(t kmsg.CreateTopicsRequestTopic) (refusal, bool) {
 	return refusal{}, false
 }
 
-// tooManyPartitions refuses n partitions for topic, n over MaxPartitions.
+// tooManyPartitions refuses n partitions for topic, n over broker.MaxPartitions.
 func tooManyPartitions(topic string, n int64) refusal {
-	return refusal{kerr.InvalidPartitions.Code, fmt.Sprintf("topic %q: %d partitions is over the embedded broker's limit of %d", topic, n, MaxPartitions)}
+	return refusal{kerr.InvalidPartitions.Code, fmt.Sprintf("topic %q: %d partitions is over the embedded broker's limit of %d", topic, n, broker.MaxPartitions)}
 }
 
 func guardCreatePartitions(kreq kmsg.Request) kmsg.Response {
@@ -146,7 +150,7 @@ func guardCreatePartitions(kreq kmsg.Request) kmsg.Response {
 		names[i] = t.Topic
 	}
 	refused := refusals(names, func(i int) (refusal, bool) {
-		if t := req.Topics[i]; t.Count > MaxPartitions {
+		if t := req.Topics[i]; t.Count > broker.MaxPartitions {
 			return tooManyPartitions(t.Topic, int64(t.Count)), true
 		}
 		return refusal{}, false
@@ -254,7 +258,7 @@ func guardMetadata(kreq kmsg.Request) kmsg.Response {
 		return nil
 	}
 	for _, t := range req.Topics {
-		if t.Topic != nil && topicNameProblem(*t.Topic) != "" {
+		if t.Topic != nil && broker.TopicNameProblem(*t.Topic) != "" {
 			req.AllowAutoTopicCreation = false
 			break
 		}
@@ -286,7 +290,7 @@ func dropUnstorableTopics(dir string, log *slog.Logger) error {
 	var dropped []string
 	for _, t := range topics {
 		var name string
-		if json.Unmarshal(t["name"], &name) == nil && topicNameProblem(name) != "" {
+		if json.Unmarshal(t["name"], &name) == nil && broker.TopicNameProblem(name) != "" {
 			dropped = append(dropped, name)
 			continue
 		}
@@ -308,7 +312,7 @@ func dropUnstorableTopics(dir string, log *slog.Logger) error {
 	if log != nil {
 		for _, name := range dropped {
 			log.Warn("dropped a topic whose name the data dir cannot store (it held no records)",
-				"topic", name, "bytes", len(name), "limit", MaxTopicLen, "data_dir", dir)
+				"topic", name, "bytes", len(name), "limit", broker.MaxTopicLen, "data_dir", dir)
 		}
 	}
 	return nil
@@ -321,4 +325,26 @@ func writeFileSync(path string, data []byte) error {
 		return err
 	}
 	return os.Rename(tmp, path)
+}
+
+// embeddedTopicConfigs are the topic configs the embedded broker acts on;
+// it refuses the others instead of keeping a setting it would ignore.
+var embeddedTopicConfigs = []string{
+	"cleanup.policy", "compression.type", "delete.retention.ms", "max.message.bytes", "message.timestamp.type",
+	"min.insync.replicas", "retention.bytes", "retention.ms", "segment.bytes", "segment.ms",
+}
+
+// embeddedTopicConfigProblem is broker.TopicConfigProblem for the embedded broker,
+// which takes only the configs it acts on.
+func embeddedTopicConfigProblem(k string, v *string) string {
+	if !slices.Contains(embeddedTopicConfigs, k) {
+		if broker.KnownTopicConfig(k) {
+			return fmt.Sprintf("topic config %s is not supported by the embedded broker: it supports %s", k, strings.Join(embeddedTopicConfigs, ", "))
+		}
+		return fmt.Sprintf("topic config %q is not a topic config the embedded broker knows: use one of %s", k, strings.Join(embeddedTopicConfigs, ", "))
+	}
+	if v == nil {
+		return ""
+	}
+	return broker.TopicConfigProblem(k, *v)
 }

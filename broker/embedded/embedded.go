@@ -1,4 +1,4 @@
-package broker
+package embedded
 
 import (
 	"context"
@@ -17,14 +17,21 @@ import (
 	"syscall"
 
 	"github.com/twmb/franz-go/pkg/kfake"
+
+	"github.com/onceq/onceq/broker"
 )
+
+// configErr is a refused setting: it wraps broker.ErrConfig.
+func configErr(format string, args ...any) error {
+	return fmt.Errorf("broker: %s: %w", fmt.Sprintf(format, args...), broker.ErrConfig)
+}
 
 // ErrDataDirInUse is returned when another process holds the data dir.
 var ErrDataDirInUse = errors.New("data dir in use")
 
-// EmbeddedConfig configures the embedded broker. The zero value listens on
+// Config configures the embedded broker. The zero value listens on
 // a random loopback port and keeps everything in memory.
-type EmbeddedConfig struct {
+type Config struct {
 	// Listen is host:port. Default "127.0.0.1:0", a random free port. The
 	// host is also what the broker advertises to clients.
 	Listen string
@@ -35,7 +42,7 @@ type EmbeddedConfig struct {
 	// page cache holds writes until a segment rolls or the broker stops.
 	Sync bool
 	// Partitions is the partition count of topics created without one and
-	// of auto-created topics: 1 to MaxPartitions. Default 8.
+	// of auto-created topics: 1 to broker.MaxPartitions. Default 8.
 	Partitions int
 	// NoAutoCreate turns off the creation of topics on first use. By
 	// default a topic that a client asks for in a metadata request that
@@ -51,8 +58,8 @@ type EmbeddedConfig struct {
 	Configs map[string]string
 }
 
-// Embedded is a running single-node broker.
-type Embedded struct {
+// Broker is a running single-node broker.
+type Broker struct {
 	cluster   *kfake.Cluster
 	addr      string
 	closeOnce sync.Once
@@ -61,8 +68,8 @@ type Embedded struct {
 	dataDir   string
 }
 
-// StartEmbedded starts the embedded broker. Close stops it.
-func StartEmbedded(cfg EmbeddedConfig) (*Embedded, error) {
+// Start starts the embedded broker. Close stops it.
+func Start(cfg Config) (*Broker, error) {
 	if cfg.Listen == "" {
 		cfg.Listen = "127.0.0.1:0"
 	}
@@ -77,10 +84,10 @@ func StartEmbedded(cfg EmbeddedConfig) (*Embedded, error) {
 	if cfg.Partitions == 0 {
 		cfg.Partitions = 8
 	}
-	if cfg.Partitions < 0 || cfg.Partitions > MaxPartitions {
-		return nil, configErr("default partitions %d: want 1 to %d", cfg.Partitions, MaxPartitions)
+	if cfg.Partitions < 0 || cfg.Partitions > broker.MaxPartitions {
+		return nil, configErr("default partitions %d: want 1 to %d", cfg.Partitions, broker.MaxPartitions)
 	}
-	e := &Embedded{clusterID: "onceq-embedded"}
+	e := &Broker{clusterID: "onceq-embedded"}
 	opts := []kfake.Opt{
 		kfake.NumBrokers(1),
 		kfake.Ports(port),
@@ -156,19 +163,19 @@ func StartEmbedded(cfg EmbeddedConfig) (*Embedded, error) {
 }
 
 // Addr is the host:port clients connect to.
-func (e *Embedded) Addr() string { return e.addr }
+func (e *Broker) Addr() string { return e.addr }
 
 // ClusterID is the broker's cluster ID, stable across restarts on one data
 // dir.
-func (e *Embedded) ClusterID() string { return e.clusterID }
+func (e *Broker) ClusterID() string { return e.clusterID }
 
 // Cluster exposes the underlying kfake cluster, for fault injection in
 // tests (ControlKey).
-func (e *Embedded) Cluster() *kfake.Cluster { return e.cluster }
+func (e *Broker) Cluster() *kfake.Cluster { return e.cluster }
 
 // Close stops the broker, flushes its data dir and releases it.
 // It is safe to call more than once.
-func (e *Embedded) Close() {
+func (e *Broker) Close() {
 	e.closeOnce.Do(func() {
 		e.cluster.Close()
 		if e.dataDir != "" {
@@ -183,12 +190,12 @@ func (e *Embedded) Close() {
 }
 
 // Run serves until ctx is done, then closes the broker.
-func (e *Embedded) Run(ctx context.Context) {
+func (e *Broker) Run(ctx context.Context) {
 	<-ctx.Done()
 	e.Close()
 }
 
-func (e *Embedded) unlock() {
+func (e *Broker) unlock() {
 	if e.lock != nil {
 		_ = syscall.Flock(int(e.lock.Fd()), syscall.LOCK_UN)
 		_ = e.lock.Close()

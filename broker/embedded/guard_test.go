@@ -1,11 +1,10 @@
-package broker_test
+package embedded_test
 
 import (
 	"bytes"
 	"context"
 	"errors"
 	"log/slog"
-	"net"
 	"strings"
 	"testing"
 	"time"
@@ -17,6 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/onceq/onceq/broker"
+	"github.com/onceq/onceq/broker/embedded"
 	"github.com/onceq/onceq/internal/testutil"
 )
 
@@ -48,7 +48,7 @@ func topicNames(t *testing.T, adm *kadm.Client) []string {
 // such a name from any client, and restarts on its data dir.
 func TestEmbeddedRefusesUnstorableTopicNames(t *testing.T) {
 	dir := t.TempDir()
-	emb, err := broker.StartEmbedded(broker.EmbeddedConfig{DataDir: dir})
+	emb, err := embedded.Start(embedded.Config{DataDir: dir})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,7 +86,7 @@ func TestEmbeddedRefusesUnstorableTopicNames(t *testing.T) {
 	}
 	emb.Close()
 
-	emb, err = broker.StartEmbedded(broker.EmbeddedConfig{DataDir: dir})
+	emb, err = embedded.Start(embedded.Config{DataDir: dir})
 	if err != nil {
 		t.Fatalf("restart on the data dir after a refused long name: %v", err)
 	}
@@ -118,7 +118,7 @@ func TestEmbeddedRepairsPoisonedDataDir(t *testing.T) {
 	}
 
 	var logs bytes.Buffer
-	emb, err := broker.StartEmbedded(broker.EmbeddedConfig{DataDir: dir, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	emb, err := embedded.Start(embedded.Config{DataDir: dir, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	if err != nil {
 		t.Fatalf("start on a poisoned data dir: %v", err)
 	}
@@ -244,7 +244,7 @@ func TestEmbeddedTopicConfigs(t *testing.T) {
 // never one with a bad name; NoAutoCreate turns it off.
 func TestEmbeddedAutoCreate(t *testing.T) {
 	for _, auto := range []bool{true, false} {
-		emb, err := broker.StartEmbedded(broker.EmbeddedConfig{Partitions: 3, NoAutoCreate: !auto})
+		emb, err := embedded.Start(embedded.Config{Partitions: 3, NoAutoCreate: !auto})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -286,40 +286,5 @@ func TestEmbeddedAutoCreate(t *testing.T) {
 				t.Errorf("auto-created topic: %+v, %v", info, err)
 			}
 		}
-	}
-}
-
-// TestUnreachableBrokerErrorNoSASL pins the last part of bug 8 of issue 17:
-// after the broker died in the middle of a request, the error said "is
-// SASL missing?" (franz-go's guess for a connection closed right after a
-// request). It now says the broker is unreachable.
-func TestUnreachableBrokerErrorNoSASL(t *testing.T) {
-	emb, err := broker.StartEmbedded(broker.EmbeddedConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	adm, err := broker.NewAdmin(broker.Conn{Brokers: []string{emb.Addr()}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer adm.Close()
-	addr := emb.Addr()
-	emb.Cluster().ControlKey(int16(kmsg.CreateTopics), func(kmsg.Request) (kmsg.Response, error, bool) {
-		go emb.Close() // the broker dies while it handles the request
-		for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-			c, err := net.Dial("tcp", addr)
-			if err != nil {
-				break
-			}
-			c.Close()
-		}
-		return nil, errors.New("killed"), true
-	})
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	err = adm.CreateTopic(ctx, "jobs", 1, nil)
-	t.Logf("after the broker died: %v", err)
-	if err == nil || strings.Contains(err.Error(), "SASL") || !strings.Contains(err.Error(), "unreachable") || !errors.Is(err, broker.ErrUnreachable) {
-		t.Fatalf("after the broker died: %v; want an error that says the broker is unreachable, without SASL", err)
 	}
 }

@@ -1,4 +1,4 @@
-package broker_test
+package embedded_test
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kversion"
 
 	"github.com/onceq/onceq/broker"
+	"github.com/onceq/onceq/broker/embedded"
 	"github.com/onceq/onceq/internal/testutil"
 )
 
@@ -51,7 +52,7 @@ func TestKilledBrokerDeduplicatesRetries(t *testing.T) {
 			recs = r.AppendTo(recs)
 		}
 		now := time.Now().UnixMilli()
-		b := broker.EncodeBatch(kmsg.RecordBatch{PartitionLeaderEpoch: -1, Magic: 2, LastOffsetDelta: int32(len(vals) - 1),
+		b := embedded.EncodeBatch(kmsg.RecordBatch{PartitionLeaderEpoch: -1, Magic: 2, LastOffsetDelta: int32(len(vals) - 1),
 			FirstTimestamp: now, MaxTimestamp: now, ProducerID: init.ProducerID, ProducerEpoch: init.ProducerEpoch,
 			FirstSequence: seq, NumRecords: int32(len(vals)), Records: recs})
 		req := &kmsg.ProduceRequest{Acks: -1, TimeoutMillis: 10000, Topics: []kmsg.ProduceRequestTopic{{

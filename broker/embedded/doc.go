@@ -1,0 +1,15 @@
+// Package embedded runs a single-node Kafka broker in the process, for
+// development, tests and demos: franz-go's kfake, speaking the real Kafka
+// protocol over TCP and persisting its log to a data directory. It is a
+// package of its own so that onceq's library packages do not link it.
+//
+//	emb, err := embedded.Start(embedded.Config{DataDir: "./onceq-data/broker"})
+//	if err != nil { ... }
+//	defer emb.Close()
+//	conn := broker.Conn{Brokers: []string{emb.Addr()}}
+//
+// A data dir whose broker was killed is recovered before the broker loads
+// it: the transactions it left open get their commit or abort markers and
+// their producers are fenced, as a Kafka transaction coordinator does when
+// it takes over (see recover.go).
+package embedded
