@@ -129,7 +129,8 @@ func (c Conn) Validate() error {
 	return nil
 }
 
-// Opts returns the franz-go options for this connection.
+// Opts returns the franz-go options for this connection, with onceq's
+// partitioner (KeyPartitioner), which options after them may replace.
 func (c Conn) Opts() ([]kgo.Opt, error) {
 	if err := c.Validate(); err != nil {
 		return nil, err
@@ -142,7 +143,7 @@ func (c Conn) Opts() ([]kgo.Opt, error) {
 	if id == "" {
 		id = "onceq"
 	}
-	opts := []kgo.Opt{kgo.SeedBrokers(brokers...), kgo.ClientID(id)}
+	opts := []kgo.Opt{kgo.SeedBrokers(brokers...), kgo.ClientID(id), kgo.RecordPartitioner(KeyPartitioner())}
 	if tc, err := c.TLS.config(); err != nil {
 		return nil, err
 	} else if tc != nil {
