@@ -87,7 +87,7 @@
 // TaskTimeout) allows. Its context is canceled at that deadline; the
 // worker's commits, transactions and group heartbeats go on meanwhile.
 //
-// Cancels: a task canceled in the control topic (inspect.Cancel, onceq
+// Cancels: a task canceled in the control topic (control.Cancel, onceq
 // task cancel) ends canceled instead of running; one running when the
 // cancel comes has its context canceled, and ends canceled if its handler
 // returns an error, or as it returns if it finishes all the same. Either

@@ -66,11 +66,9 @@ type Inspector struct {
 	cl      *kgo.Client // follows the records topics; made by the first load
 	queues  map[string]*queueView
 	waiters map[string][]chan struct{} // recordKey -> waiters of a final state
-	// recent holds the tasks SubmitUnique submitted that the view has not
+	// recent holds the records Expect was told of that the view has not
 	// read back yet, by recordKey.
 	recent map[string]recentSubmit
-
-	idLocks [64]sync.Mutex // SubmitUnique's, by the hash of a recordKey
 
 	controlMu sync.Mutex
 	control   *control.Reader // follows the control topic, opened on first use
@@ -187,9 +185,9 @@ func (in *Inspector) Close() error {
 }
 
 // Get returns the task's last record: its state, attempt, times, error
-// and result. A task without one is ErrNotFound. A task that SubmitUnique
-// of this Inspector submitted is found at once, with its pending (or
-// scheduled) record as submitted, even before the view read that record
+// and result. A task without one is ErrNotFound. A record the view was
+// told of with Expect (a task control.SubmitUnique submitted through this
+// Inspector) is found at once, as submitted, even before the view read it
 // back from the brokers.
 func (in *Inspector) Get(ctx context.Context, queue, id string) (onceq.TaskRecord, error) {
 	if err := onceq.ValidateID(id); err != nil {
@@ -218,6 +216,35 @@ func (in *Inspector) Get(ctx context.Context, queue, id string) (onceq.TaskRecor
 	}
 	return r, err
 }
+
+// recentSubmit is a record Expect was told of.
+type recentSubmit struct {
+	at  time.Time
+	rec onceq.TaskRecord
+}
+
+// recentTTL is how long the view answers with a record Expect was told
+// of and has not read back (it drops it as soon as it does).
+const recentTTL = time.Minute
+
+// Expect tells the view of task records written that it may not have read
+// back yet (control.SubmitUnique's pending records): Get answers with
+// them, as if read, until the view reads them or a minute has passed.
+func (in *Inspector) Expect(recs ...onceq.TaskRecord) {
+	now := in.cfg.now()
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	for _, r := range recs {
+		in.recent[string(recordKey(r.Queue, r.ID))] = recentSubmit{at: now, rec: r}
+	}
+}
+
+// Conn is how the inspector reaches the brokers.
+func (in *Inspector) Conn() broker.Conn { return in.cfg.conn }
+
+// Retention is how long a finished task stays in the view (the Retention
+// option): the workers' dedup window and result retention.
+func (in *Inspector) Retention() time.Duration { return in.cfg.retention }
 
 // get reads a task's record from the view.
 func (in *Inspector) get(queue, id string) (onceq.TaskRecord, error) {

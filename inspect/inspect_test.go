@@ -17,41 +17,6 @@ import (
 	"github.com/onceq/onceq/internal/testutil"
 )
 
-// writer writes task records as workers do: JSON lines in transactions.
-type writer struct {
-	t  *testing.T
-	cl *kgo.Client
-}
-
-func newWriter(t *testing.T, conn broker.Conn) *writer {
-	cl, err := conn.NewClient(kgo.TransactionalID("test-"+t.Name()), kgo.ProducerLinger(0))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(cl.Close)
-	return &writer{t, cl}
-}
-
-// write writes rs to the records topic of their queue as one batch per
-// record key, in one transaction that commits or, with abort, aborts.
-func (w *writer) write(abort bool, rs ...onceq.TaskRecord) {
-	w.t.Helper()
-	ctx := context.Background()
-	if err := w.cl.BeginTransaction(); err != nil {
-		w.t.Fatal(err)
-	}
-	var value []byte
-	for _, r := range rs {
-		value = append(r.AppendJSON(value), '\n')
-	}
-	if err := w.cl.ProduceSync(ctx, &kgo.Record{Topic: broker.RecordsTopic(rs[0].Queue), Key: []byte("q/0"), Value: value}).FirstErr(); err != nil {
-		w.t.Fatal(err)
-	}
-	if err := w.cl.EndTransaction(ctx, kgo.TransactionEndTry(!abort)); err != nil {
-		w.t.Fatal(err)
-	}
-}
-
 func open(t *testing.T, conn broker.Conn, opts ...inspect.Opt) *inspect.Inspector {
 	t.Helper()
 	in, err := inspect.Open(append([]inspect.Opt{inspect.Conn(conn)}, opts...)...)
@@ -83,12 +48,12 @@ func rec(id string, st onceq.TaskState, attempt int, at time.Time) onceq.TaskRec
 func TestGetWaitAndTheLastRecord(t *testing.T) {
 	_, conn := testutil.StartBroker(t, "")
 	testutil.CreateTopic(t, conn, broker.RecordsTopic("q"), 4)
-	w := newWriter(t, conn)
+	w := testutil.NewRecordsWriter(t, conn)
 	now := time.Now().Truncate(time.Millisecond)
-	w.write(false, rec("a", onceq.StateRetrying, 1, now), rec("b", onceq.StateSucceeded, 1, now))
-	w.write(true, rec("a", onceq.StateDead, 2, now)) // aborted
+	w.Write(false, rec("a", onceq.StateRetrying, 1, now), rec("b", onceq.StateSucceeded, 1, now))
+	w.Write(true, rec("a", onceq.StateDead, 2, now)) // aborted
 	pending := onceq.TaskRecord{ID: "b", Queue: "q", State: onceq.StatePending, Enqueued: now}
-	w.write(false, pending, onceq.TaskRecord{ID: "c", Queue: "q", State: onceq.StatePending, Enqueued: now})
+	w.Write(false, pending, onceq.TaskRecord{ID: "c", Queue: "q", State: onceq.StatePending, Enqueued: now})
 	in := open(t, conn)
 	ctx := ctxT(t)
 	for id, want := range map[string]onceq.TaskState{"a": onceq.StateRetrying, "b": onceq.StateSucceeded, "c": onceq.StatePending} {
@@ -121,7 +86,7 @@ func TestGetWaitAndTheLastRecord(t *testing.T) {
 	}
 	final := rec("a", onceq.StateSucceeded, 2, now)
 	final.Result = []byte("42")
-	w.write(false, final)
+	w.Write(false, final)
 	committed := time.Now()
 	select {
 	case at := <-done:
@@ -146,14 +111,14 @@ func TestGetWaitAndTheLastRecord(t *testing.T) {
 func TestListPages(t *testing.T) {
 	_, conn := testutil.StartBroker(t, "")
 	testutil.CreateTopic(t, conn, broker.RecordsTopic("q"), 2)
-	w := newWriter(t, conn)
+	w := testutil.NewRecordsWriter(t, conn)
 	base := time.Now().Add(-time.Hour).Truncate(time.Millisecond)
 	var batch []onceq.TaskRecord
 	for i := 0; i < 250; i++ {
 		st := []onceq.TaskState{onceq.StateSucceeded, onceq.StateDead, onceq.StateRetrying}[i%3]
 		batch = append(batch, rec(fmt.Sprintf("t-%03d", i), st, 1, base.Add(time.Duration(i)*time.Second)))
 	}
-	w.write(false, batch...)
+	w.Write(false, batch...)
 	in := open(t, conn)
 	ctx := ctxT(t)
 	var all []string
@@ -201,10 +166,10 @@ func TestListPages(t *testing.T) {
 func TestDirResumes(t *testing.T) {
 	_, conn := testutil.StartBroker(t, "")
 	testutil.CreateTopic(t, conn, broker.RecordsTopic("q"), 2)
-	w := newWriter(t, conn)
+	w := testutil.NewRecordsWriter(t, conn)
 	dir := t.TempDir()
 	now := time.Now()
-	w.write(false, rec("a", onceq.StateSucceeded, 1, now))
+	w.Write(false, rec("a", onceq.StateSucceeded, 1, now))
 	in, err := inspect.Open(inspect.Conn(conn), inspect.Dir(dir))
 	if err != nil {
 		t.Fatal(err)
@@ -218,7 +183,7 @@ func TestDirResumes(t *testing.T) {
 	if _, err := in.Get(ctxT(t), "q", "a"); !errors.Is(err, inspect.ErrClosed) {
 		t.Fatalf("Get after Close: %v", err)
 	}
-	w.write(false, rec("b", onceq.StateDead, 1, now))
+	w.Write(false, rec("b", onceq.StateDead, 1, now))
 	in2 := open(t, conn, inspect.Dir(dir))
 	for _, id := range []string{"a", "b"} {
 		if _, err := in2.Get(ctxT(t), "q", id); err != nil {
@@ -255,16 +220,16 @@ func TestErrors(t *testing.T) {
 func TestStatsDue(t *testing.T) {
 	_, conn := testutil.StartBroker(t, "")
 	testutil.CreateTopic(t, conn, broker.RecordsTopic("q"), 2)
-	w := newWriter(t, conn)
+	w := testutil.NewRecordsWriter(t, conn)
 	now := time.Now().Truncate(time.Millisecond)
 	sched := func(id string, due time.Time) onceq.TaskRecord {
 		return onceq.TaskRecord{ID: id, Queue: "q", State: onceq.StateScheduled, Enqueued: now, Due: due}
 	}
 	overdue := rec("late", onceq.StateRetrying, 1, now.Add(-time.Minute))
 	overdue.Due = now.Add(-2 * time.Second)
-	w.write(false, sched("soon", now.Add(30*time.Second)), sched("hours", now.Add(2*time.Hour)), sched("moved", now.Add(time.Minute/2)),
+	w.Write(false, sched("soon", now.Add(30*time.Second)), sched("hours", now.Add(2*time.Hour)), sched("moved", now.Add(time.Minute/2)),
 		sched("days", now.Add(72*time.Hour)), overdue, rec("done", onceq.StateSucceeded, 1, now))
-	w.write(false, rec("moved", onceq.StateSucceeded, 1, now))
+	w.Write(false, rec("moved", onceq.StateSucceeded, 1, now))
 	in := open(t, conn)
 	st, err := in.Stats(ctxT(t), "q")
 	if err != nil {
@@ -287,17 +252,17 @@ func TestStatsWaitingCountsTasks(t *testing.T) {
 	_, conn := testutil.StartBroker(t, "")
 	testutil.CreateTopic(t, conn, "q", 1)
 	testutil.CreateTopic(t, conn, broker.RecordsTopic("q"), 1)
-	w := newWriter(t, conn)
+	w := testutil.NewRecordsWriter(t, conn)
 	ctx := ctxT(t)
 	for i := range 3 { // three transactions: a task and a marker each
-		if err := w.cl.BeginTransaction(); err != nil {
+		if err := w.Client().BeginTransaction(); err != nil {
 			t.Fatal(err)
 		}
 		task := onceq.Task{ID: fmt.Sprint("t-", i), Queue: "q"}
-		if err := w.cl.ProduceSync(ctx, task.Record("q")).FirstErr(); err != nil {
+		if err := w.Client().ProduceSync(ctx, task.Record("q")).FirstErr(); err != nil {
 			t.Fatal(err)
 		}
-		if err := w.cl.EndTransaction(ctx, kgo.TryCommit); err != nil {
+		if err := w.Client().EndTransaction(ctx, kgo.TryCommit); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -16,6 +16,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/onceq/onceq/control"
+
 	"github.com/onceq/onceq"
 	"github.com/onceq/onceq/consumer"
 	"github.com/onceq/onceq/inspect"
@@ -78,7 +80,7 @@ func taskError(err error) error {
 		return &apiError{status: http.StatusBadRequest, field: e.Field, msg: strings.TrimPrefix(e.Error(), "onceq: ")}
 	case errors.Is(err, producer.ErrQueueNotFound):
 		return &apiError{status: http.StatusNotFound, field: "queue", msg: "the queue does not exist and this server does not create queues (--no-create-queues): create it with onceq topics create"}
-	case errors.Is(err, inspect.ErrDuplicateID):
+	case errors.Is(err, control.ErrDuplicateID):
 		return &apiError{status: http.StatusBadRequest, field: "id", msg: err.Error()}
 	case errors.Is(err, workflow.ErrInvalid):
 		return &apiError{status: http.StatusBadRequest, msg: err.Error()}
@@ -103,7 +105,7 @@ type published struct {
 	WorkflowState workflow.State `json:"workflow_state,omitempty"`
 }
 
-func answer(s inspect.Submission) published {
+func answer(s control.Submission) published {
 	if s.New {
 		return published{Msg: "published", JobID: s.ID, New: true, Delayed: s.Receipt.Delayed}
 	}
@@ -145,7 +147,7 @@ func (s *Server) publish(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusCreated, published{Msg: "published", JobID: rc.ID, New: true, Delayed: rc.Delayed})
 		return
 	}
-	subs, err := s.in.SubmitUnique(r.Context(), s.p, task)
+	subs, err := s.ctl.SubmitUnique(r.Context(), s.p, task)
 	if err != nil {
 		writeError(w, taskError(err))
 		return
@@ -246,7 +248,7 @@ func (s *Server) bulk(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}
-	subs, err := s.in.SubmitUnique(r.Context(), s.p, tasks...)
+	subs, err := s.ctl.SubmitUnique(r.Context(), s.p, tasks...)
 	if err != nil {
 		writeError(w, taskError(err))
 		return
@@ -310,7 +312,7 @@ type job struct {
 	Done      bool            `json:"done"`
 	Task      json.RawMessage `json:"task,omitempty"`
 	// Cancel and Message answer a cancel: what it did
-	// (inspect.CancelAnswer's Outcome), in a sentence.
+	// (control.CancelAnswer's Outcome), in a sentence.
 	Cancel  string `json:"cancel,omitempty"`
 	Message string `json:"message,omitempty"`
 	*lmstfyJob
@@ -473,7 +475,7 @@ func (s *Server) finish(r *http.Request, topic, id, lease string, result []byte)
 // cancelUntaken cancels a task that was never handed out, unless it is
 // final or unknown.
 func (s *Server) cancelUntaken(r *http.Request, topic, id string) (canceled bool, err error) {
-	var opts []inspect.CancelOpt
+	var opts []control.CancelOpt
 	rec, err := s.in.Get(r.Context(), topic, id)
 	switch {
 	case err == nil && rec.State.Final():
@@ -490,25 +492,25 @@ func (s *Server) cancelUntaken(r *http.Request, topic, id string) (canceled bool
 		if !ok {
 			return false, nil
 		}
-		// It waits with no record: inspect.Cancel writes a cancel for
+		// It waits with no record: control.Cancel writes a cancel for
 		// such a task only when asked to cancel ahead.
-		opts = append(opts, inspect.CancelAhead())
+		opts = append(opts, control.CancelAhead())
 	case err != nil:
 		return false, err
 	}
-	a, err := s.in.Cancel(r.Context(), topic, id, opts...)
+	a, err := s.ctl.Cancel(r.Context(), topic, id, opts...)
 	if err != nil {
 		return false, lookupError(err)
 	}
 	switch a.Outcome {
-	case inspect.CancelDone, inspect.CancelPending, inspect.CancelAheadOf:
+	case control.CancelDone, control.CancelPending, control.CancelAheadOf:
 		return true, nil
 	}
 	return false, nil // final by now, or finished first: nothing to cancel
 }
 
 // cancelJob: POST /api/{ns}/{queue}/job/{id}/cancel[?ahead=true]: the
-// task is canceled (inspect.Cancel), a task handed out to a consumer
+// task is canceled (control.Cancel), a task handed out to a consumer
 // included (its consumer's ACK then finds it canceled), and the status
 // says what came of it:
 //
@@ -529,7 +531,7 @@ func (s *Server) cancelJob(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	var opts []inspect.CancelOpt
+	var opts []control.CancelOpt
 	if v := r.URL.Query().Get("ahead"); v != "" {
 		ahead, err := strconv.ParseBool(v)
 		if err != nil {
@@ -537,16 +539,16 @@ func (s *Server) cancelJob(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		if ahead {
-			opts = append(opts, inspect.CancelAhead())
+			opts = append(opts, control.CancelAhead())
 		}
 	}
-	a, err := s.in.Cancel(r.Context(), topic, id, opts...)
+	a, err := s.ctl.Cancel(r.Context(), topic, id, opts...)
 	if err != nil {
 		writeError(w, lookupError(err))
 		return
 	}
 	msg := a.Describe(r.PathValue("queue"), id)
-	if a.Outcome == inspect.CancelUnknown {
+	if a.Outcome == control.CancelUnknown {
 		writeError(w, &apiError{status: http.StatusNotFound, field: "id", msg: msg + "; ahead=true cancels it all the same, and a submission of it to come within the dedup window"})
 		return
 	}
@@ -559,11 +561,11 @@ func (s *Server) cancelJob(w http.ResponseWriter, r *http.Request) {
 
 // cancelStatus is the status of each answer of a cancel but unknown.
 var cancelStatus = map[string]int{
-	inspect.CancelDone:    http.StatusOK,
-	inspect.CancelPending: http.StatusAccepted,
-	inspect.CancelAheadOf: http.StatusAccepted,
-	inspect.CancelFinal:   http.StatusConflict,
-	inspect.CancelTooLate: http.StatusGone,
+	control.CancelDone:    http.StatusOK,
+	control.CancelPending: http.StatusAccepted,
+	control.CancelAheadOf: http.StatusAccepted,
+	control.CancelFinal:   http.StatusConflict,
+	control.CancelTooLate: http.StatusGone,
 }
 
 // queueOf reads a queue route's path.
@@ -601,9 +603,9 @@ func (s *Server) pause(paused bool) http.HandlerFunc {
 			return
 		}
 		if paused {
-			err = s.in.Pause(r.Context(), topic)
+			err = s.ctl.Pause(r.Context(), topic)
 		} else {
-			err = s.in.Resume(r.Context(), topic)
+			err = s.ctl.Resume(r.Context(), topic)
 		}
 		if err != nil {
 			writeError(w, err)

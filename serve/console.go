@@ -400,9 +400,9 @@ func (s *Server) consolePause(paused bool) func(http.ResponseWriter, *http.Reque
 		queue := r.PathValue("queue")
 		var err error
 		if paused {
-			err = s.in.Pause(r.Context(), queue)
+			err = s.ctl.Pause(r.Context(), queue)
 		} else {
-			err = s.in.Resume(r.Context(), queue)
+			err = s.ctl.Resume(r.Context(), queue)
 		}
 		msg := map[bool]string{true: "paused", false: "resumed"}[paused]
 		if err != nil {
@@ -439,7 +439,7 @@ func (s *Server) consoleCancel(w http.ResponseWriter, r *http.Request, _ *page) 
 
 // cancelTask cancels a task and says what came of it.
 func (s *Server) cancelTask(ctx context.Context, queue, id string) string {
-	a, err := s.in.Cancel(ctx, queue, id)
+	a, err := s.ctl.Cancel(ctx, queue, id)
 	if err != nil {
 		return err.Error()
 	}

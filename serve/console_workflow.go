@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/onceq/onceq/control"
+
 	"github.com/onceq/onceq/auth"
 	"github.com/onceq/onceq/inspect"
 	"github.com/onceq/onceq/workflow"
@@ -215,7 +217,7 @@ func (s *Server) consoleWorkflow(ctx context.Context, tok auth.Token, id string)
 // consoleWorkflowCancel: POST /console/workflow/cancel (id): cancels a
 // workflow that is not done (workflow.Cancel).
 func (s *Server) consoleWorkflowCancel(w http.ResponseWriter, r *http.Request, pg *page) {
-	s.consoleWorkflowAction(w, r, pg, func(full, _ string) string { return cancelWorkflow(r.Context(), s.in, full) })
+	s.consoleWorkflowAction(w, r, pg, func(full, _ string) string { return cancelWorkflow(r.Context(), s.ctl, full) })
 }
 
 // consoleWorkflowRetry: POST /console/workflow/retry (id): runs again a
@@ -250,8 +252,8 @@ func (s *Server) consoleWorkflowAction(w http.ResponseWriter, r *http.Request, p
 }
 
 // cancelWorkflow cancels workflow id and says what came of it.
-func cancelWorkflow(ctx context.Context, in *inspect.Inspector, id string) string {
-	st, err := workflow.Cancel(ctx, in, id)
+func cancelWorkflow(ctx context.Context, ctl *control.Controller, id string) string {
+	st, err := workflow.Cancel(ctx, ctl, id)
 	switch {
 	case err != nil:
 		return err.Error()

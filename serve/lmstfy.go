@@ -203,7 +203,7 @@ func (s *Server) bulkLmstfy(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	subs, err := s.in.SubmitUnique(r.Context(), s.p, tasks...)
+	subs, err := s.ctl.SubmitUnique(r.Context(), s.p, tasks...)
 	if err != nil {
 		writeError(w, taskError(err))
 		return

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/onceq/onceq/control"
+
 	"github.com/twmb/franz-go/pkg/kadm"
 
 	"github.com/onceq/onceq"
@@ -127,10 +129,11 @@ func BenchmarkReadSide(b *testing.B) {
 		return err
 	})
 	op("pause-resume", func() error {
-		if err := in.Pause(ctx, busy); err != nil {
+		ctl := control.New(in)
+		if err := ctl.Pause(ctx, busy); err != nil {
 			return err
 		}
-		return in.Resume(ctx, busy)
+		return ctl.Resume(ctx, busy)
 	})
 	op("task-get", func() error {
 		in, err := inspect.Open(inspect.Conn(a.conn))

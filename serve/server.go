@@ -14,6 +14,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/onceq/onceq/control"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"golang.org/x/time/rate"
@@ -32,6 +34,7 @@ import (
 type Server struct {
 	cfg       config
 	in        *inspect.Inspector
+	ctl       *control.Controller // writes through in
 	p         *producer.Producer
 	tokens    *auth.Store
 	dlq       *dlq.Reader
@@ -73,6 +76,7 @@ func New(ctx context.Context, opts ...Opt) (*Server, error) {
 		s.tokens.Close()
 		return nil, err
 	}
+	s.ctl = control.New(s.in)
 	if s.dlq, err = dlq.NewReader(cfg.conn); err != nil {
 		s.in.Close()
 		s.tokens.Close()

@@ -223,7 +223,7 @@ func (s *Server) workflowCancel(w http.ResponseWriter, r *http.Request) {
 			"workflow %s is pending: the workflow service has not read it yet, so the queues of its steps are not known: retry in a moment", r.PathValue("id"))})
 		return
 	}
-	if st, err = workflow.Cancel(r.Context(), s.in, full); err != nil {
+	if st, err = workflow.Cancel(r.Context(), s.ctl, full); err != nil {
 		writeError(w, err)
 		return
 	}

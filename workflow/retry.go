@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/onceq/onceq/control"
+
 	"github.com/onceq/onceq"
 	"github.com/onceq/onceq/broker"
 	"github.com/onceq/onceq/dlq"
@@ -38,11 +40,11 @@ func (s Submission) Known() string {
 }
 
 // SubmitUnique submits workflow n as Submit does if its ID is unknown to
-// the inspector's view, and otherwise writes nothing and answers the
+// the view of ctl's inspector, and otherwise writes nothing and answers the
 // known workflow's status: a second submission of an ID never starts it
 // again, and SubmitUnique says so (Submission.Known), with the way to run
 // a failed one again.
-func SubmitUnique(ctx context.Context, in *inspect.Inspector, p *producer.Producer, id string, n Node) (Submission, error) {
+func SubmitUnique(ctx context.Context, ctl *control.Controller, p *producer.Producer, id string, n Node) (Submission, error) {
 	task, err := Prepare(id, n, p.MaxMessageBytes())
 	if err != nil {
 		return Submission{}, err
@@ -52,13 +54,13 @@ func SubmitUnique(ctx context.Context, in *inspect.Inspector, p *producer.Produc
 			return Submission{}, fmt.Errorf("workflow %s: %w", task.ID, err)
 		}
 	}
-	subs, err := in.SubmitUnique(ctx, p, task)
+	subs, err := ctl.SubmitUnique(ctx, p, task)
 	if err != nil {
 		return Submission{}, fmt.Errorf("workflow %s: %w", task.ID, err)
 	}
 	s := Submission{ID: task.ID, New: subs[0].New}
 	if !s.New {
-		if s.Status, err = Get(ctx, in, task.ID); err != nil {
+		if s.Status, err = Get(ctx, ctl.Inspector(), task.ID); err != nil {
 			return s, err
 		}
 	}

@@ -38,7 +38,7 @@ func TestRetryAndKnownIDs(t *testing.T) {
 		t.Fatal(err)
 	}
 	testutil.CreateTopic(t, e.conn, "later", 2)
-	sub, err := workflow.SubmitUnique(ctx, e.in, e.p, "late", n)
+	sub, err := workflow.SubmitUnique(ctx, e.ctl, e.p, "late", n)
 	if err != nil || sub.New || !strings.Contains(sub.Known(), "known, in state failed") || !strings.Contains(sub.Known(), "retry it with onceq workflow retry late") {
 		t.Fatalf("a known failed ID submitted again: %+v %q, %v", sub, sub.Known(), err)
 	}

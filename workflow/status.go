@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"strconv"
 
+	"github.com/onceq/onceq/control"
+
 	"github.com/onceq/onceq"
 	"github.com/onceq/onceq/inspect"
 	"github.com/onceq/onceq/internal/flow"
@@ -162,12 +164,12 @@ func shapeStatus(ctx context.Context, in *inspect.Inspector, id string, b []byte
 // workflow ends failed at the first of them (a delayed step ends when it
 // comes due). A workflow already done is left as it is: its status says
 // so.
-func Cancel(ctx context.Context, in *inspect.Inspector, id string) (Status, error) {
-	st, err := Get(ctx, in, id)
+func Cancel(ctx context.Context, ctl *control.Controller, id string) (Status, error) {
+	st, err := Get(ctx, ctl.Inspector(), id)
 	if err != nil || st.State.Final() {
 		return st, err
 	}
-	return st, in.CancelWorkflow(ctx, id)
+	return st, ctl.CancelWorkflow(ctx, id)
 }
 
 // Wait returns the workflow's status once it succeeded or failed, waking

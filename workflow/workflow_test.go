@@ -12,12 +12,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/onceq/onceq/control"
+
 	"github.com/onceq/onceq"
 	"github.com/onceq/onceq/broker"
 	"github.com/onceq/onceq/consumer"
 	"github.com/onceq/onceq/delay"
 	"github.com/onceq/onceq/inspect"
-	"github.com/onceq/onceq/internal/control"
+	ctltopic "github.com/onceq/onceq/internal/control"
 	"github.com/onceq/onceq/internal/testutil"
 	"github.com/onceq/onceq/producer"
 	"github.com/onceq/onceq/workflow"
@@ -39,6 +41,7 @@ type env struct {
 	conn broker.Conn
 	p    *producer.Producer
 	in   *inspect.Inspector
+	ctl  *control.Controller
 }
 
 // run starts everything; h handles the tasks of the queues.
@@ -102,7 +105,7 @@ func startEnv(tb testing.TB, h consumer.Handler, partitions int32, queues []stri
 		tb.Fatal(err)
 	}
 	tb.Cleanup(func() { in.Close() })
-	return &env{conn: conn, p: p, in: in}
+	return &env{conn: conn, p: p, in: in, ctl: control.New(in)}
 }
 
 // wait waits for workflow id to finish.
@@ -368,7 +371,7 @@ func TestCancelWaiting(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	if _, err := e.in.Cancel(ctx, onceq.WorkflowQueue, id); err != nil {
+	if _, err := e.ctl.Cancel(ctx, onceq.WorkflowQueue, id); err != nil {
 		t.Fatal(err)
 	}
 	st := e.wait(t, id)
@@ -482,13 +485,13 @@ func TestCancelRunning(t *testing.T) {
 	defer free() // a failure below must not leave the handler blocked
 	// The inspector's view may not have the start task's commit yet: the
 	// status before the cancel is pending or running.
-	st, err := workflow.Cancel(ctx, e.in, id)
+	st, err := workflow.Cancel(ctx, e.ctl, id)
 	if err != nil || st.State.Final() {
 		t.Fatalf("Cancel of the running workflow: %s, %v", st.State, err)
 	}
 	// The worker reads the cancel from the control topic as this reader
 	// does, milliseconds after it is written, and before the step ends.
-	cr, err := control.Open(ctx, e.conn, slog.New(slog.DiscardHandler), nil)
+	cr, err := ctltopic.Open(ctx, e.conn, slog.New(slog.DiscardHandler), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -533,7 +536,7 @@ func TestCancelRunning(t *testing.T) {
 	if st.Root.Steps[0].State != workflow.StateSucceeded {
 		t.Errorf("the first step: %s, want succeeded", st.Root.Steps[0].State)
 	}
-	again, err := workflow.Cancel(ctx, e.in, id)
+	again, err := workflow.Cancel(ctx, e.ctl, id)
 	if err != nil || again.State != workflow.StateFailed {
 		t.Fatalf("Cancel of the done workflow: %s, %v", again.State, err)
 	}

@@ -7,6 +7,8 @@ import (
 	"io"
 	"time"
 
+	"github.com/onceq/onceq/control"
+
 	"github.com/spf13/cobra"
 
 	"github.com/onceq/onceq"
@@ -223,7 +225,7 @@ func submitUnique(ctx context.Context, g *globals, p *producer.Producer, task on
 		return err
 	}
 	defer in.Close()
-	subs, err := in.SubmitUnique(ctx, p, task)
+	subs, err := control.New(in).SubmitUnique(ctx, p, task)
 	if err != nil {
 		return err
 	}

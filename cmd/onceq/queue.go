@@ -8,6 +8,8 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/onceq/onceq/control"
+
 	"github.com/spf13/cobra"
 
 	"github.com/onceq/onceq"
@@ -84,13 +86,13 @@ tasks they fetched already wait, unstarted). Nothing of the queue is lost.`,
 			}
 			return withInspectorOf(cmd, g, *timeout, func(ctx context.Context, in *inspect.Inspector) error {
 				if pause {
-					if err := in.Pause(ctx, args[0]); err != nil {
+					if err := control.New(in).Pause(ctx, args[0]); err != nil {
 						return err
 					}
 					fmt.Fprintf(g.stdout, "paused %s\n", args[0])
 					return nil
 				}
-				if err := in.Resume(ctx, args[0]); err != nil {
+				if err := control.New(in).Resume(ctx, args[0]); err != nil {
 					return err
 				}
 				fmt.Fprintf(g.stdout, "resumed %s\n", args[0])

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/onceq/onceq/control"
+
 	"github.com/spf13/cobra"
 
 	"github.com/onceq/onceq"
@@ -195,7 +197,7 @@ func newTaskListCmd(g *globals, timeout *time.Duration) *cobra.Command {
 
 func newTaskCancelCmd(g *globals, timeout *time.Duration) *cobra.Command {
 	var ahead bool
-	wait := inspect.DefaultCancelWait
+	wait := control.DefaultCancelWait
 	cmd := &cobra.Command{
 		Use:   "cancel QUEUE ID",
 		Short: "Cancel a task, and say what came of it",
@@ -219,17 +221,17 @@ say which way it ended.`,
 			if wait < 0 {
 				return usagef("--wait %v: want 0 (do not wait) or a positive duration such as 3s", wait)
 			}
-			opts := []inspect.CancelOpt{inspect.CancelWait(wait)}
+			opts := []control.CancelOpt{control.CancelWait(wait)}
 			if ahead {
-				opts = append(opts, inspect.CancelAhead())
+				opts = append(opts, control.CancelAhead())
 			}
 			return withInspector(cmd, g, *timeout, args[0], args[1], func(ctx context.Context, in *inspect.Inspector) error {
-				a, err := in.Cancel(ctx, args[0], args[1], opts...)
+				a, err := control.New(in).Cancel(ctx, args[0], args[1], opts...)
 				if err != nil {
 					return err
 				}
 				say := a.Describe(args[0], args[1])
-				if a.Outcome == inspect.CancelUnknown {
+				if a.Outcome == control.CancelUnknown {
 					say += "; to cancel it all the same, and a submission of it to come within the dedup window, run again with --ahead"
 				}
 				if !a.Canceled() {
@@ -241,6 +243,6 @@ say which way it ended.`,
 		},
 	}
 	cmd.Flags().BoolVar(&ahead, "ahead", false, "cancel a task of which there is no record yet: the first submission of the ID within the dedup window ends canceled")
-	cmd.Flags().DurationVar(&wait, "wait", inspect.DefaultCancelWait, "how long to wait for a running or due task to end, to say which way it ended (0: do not wait)")
+	cmd.Flags().DurationVar(&wait, "wait", control.DefaultCancelWait, "how long to wait for a running or due task to end, to say which way it ended (0: do not wait)")
 	return cmd
 }

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/onceq/onceq/control"
+
 	"github.com/spf13/cobra"
 
 	"github.com/onceq/onceq"
@@ -122,7 +124,7 @@ end.`,
 				return err
 			}
 			return withInspectorOf(cmd, g, *timeout, func(ctx context.Context, in *inspect.Inspector) error {
-				st, err := workflow.Cancel(ctx, in, id)
+				st, err := workflow.Cancel(ctx, control.New(in), id)
 				switch {
 				case err != nil:
 					return err

@@ -1,13 +1,15 @@
-package inspect
+package control
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"slices"
 	"time"
 
 	"github.com/onceq/onceq"
+	"github.com/onceq/onceq/inspect"
 	"github.com/onceq/onceq/producer"
 )
 
@@ -27,7 +29,7 @@ type Submission struct {
 
 // ErrDuplicateID is returned by SubmitUnique when one call names an ID
 // twice.
-var ErrDuplicateID = errors.New("inspect: a task ID appears twice in one SubmitUnique: give each task its own ID")
+var ErrDuplicateID = errors.New("control: a task ID appears twice in one SubmitUnique: give each task its own ID")
 
 // SubmitUnique submits the tasks whose IDs the records of their queues do
 // not know, in one transaction of p, each with its pending (or scheduled)
@@ -41,24 +43,24 @@ var ErrDuplicateID = errors.New("inspect: a task ID appears twice in one SubmitU
 // before the view has read it back. Across processes, two calls for a new
 // ID at the same moment may both submit it: both say New, and the
 // workers' deduplication still runs it once.
-func (in *Inspector) SubmitUnique(ctx context.Context, p *producer.Producer, tasks ...onceq.Task) ([]Submission, error) {
+func (c *Controller) SubmitUnique(ctx context.Context, p *producer.Producer, tasks ...onceq.Task) ([]Submission, error) {
 	keys := make([]string, len(tasks))
 	for i, t := range tasks {
 		if err := onceq.ValidateTaskQueue(t.Queue); err != nil {
-			return nil, fmt.Errorf("inspect: task %d: %w", i, err)
+			return nil, fmt.Errorf("control: task %d: %w", i, err)
 		}
 		if t.ID == "" {
 			continue
 		}
 		if err := onceq.ValidateID(t.ID); err != nil {
-			return nil, fmt.Errorf("inspect: task %d: %w", i, err)
+			return nil, fmt.Errorf("control: task %d: %w", i, err)
 		}
-		keys[i] = string(recordKey(t.Queue, t.ID))
+		keys[i] = t.Queue + "\x00" + t.ID
 		if slices.Contains(keys[:i], keys[i]) {
 			return nil, fmt.Errorf("%w: %s of %s", ErrDuplicateID, t.ID, t.Queue)
 		}
 	}
-	unlock := in.lockIDs(keys)
+	unlock := c.lockIDs(keys)
 	defer unlock()
 	subs := make([]Submission, len(tasks))
 	var fresh []int // the indexes of the tasks to submit
@@ -68,11 +70,11 @@ func (in *Inspector) SubmitUnique(ctx context.Context, p *producer.Producer, tas
 			continue
 		}
 		subs[i].ID = t.ID
-		r, err := in.Get(ctx, t.Queue, t.ID)
+		r, err := c.in.Get(ctx, t.Queue, t.ID)
 		switch {
 		case err == nil:
 			subs[i].Record = r
-		case errors.Is(err, ErrNotFound) || errors.Is(err, ErrNoQueue):
+		case errors.Is(err, inspect.ErrNotFound) || errors.Is(err, inspect.ErrNoQueue):
 			fresh = append(fresh, i)
 		default:
 			return nil, err
@@ -95,28 +97,15 @@ func (in *Inspector) SubmitUnique(ctx context.Context, p *producer.Producer, tas
 	if err != nil {
 		return nil, err
 	}
-	now := in.cfg.now()
-	in.mu.Lock()
+	now := time.Now()
 	for j, i := range fresh {
 		subs[i].ID, subs[i].New, subs[i].Receipt = receipts[j].ID, true, receipts[j]
 		if keys[i] != "" {
-			in.recent[keys[i]] = recentSubmit{at: now, rec: pendingRecord(tasks[i], receipts[j], now)}
+			c.in.Expect(pendingRecord(tasks[i], receipts[j], now))
 		}
 	}
-	in.mu.Unlock()
 	return subs, nil
 }
-
-// recentSubmit is a task SubmitUnique submitted that the view may not
-// have read back yet.
-type recentSubmit struct {
-	at  time.Time
-	rec onceq.TaskRecord
-}
-
-// recentTTL is how long SubmitUnique remembers a task it submitted that
-// the view has not read back (the view drops it as soon as it does).
-const recentTTL = time.Minute
 
 // pendingRecord is the record SubmitPending wrote for a task, as far as
 // its receipt tells.
@@ -134,21 +123,23 @@ func pendingRecord(t onceq.Task, rc producer.Receipt, now time.Time) onceq.TaskR
 
 // lockIDs locks the stripes of keys, in order, and returns their unlock:
 // one process never submits the same ID from two calls at once.
-func (in *Inspector) lockIDs(keys []string) func() {
+func (c *Controller) lockIDs(keys []string) func() {
 	var stripes []int
 	for _, k := range keys {
 		if k != "" {
-			stripes = append(stripes, int(hashKey(k)%uint64(len(in.idLocks))))
+			stripes = append(stripes, int(maphash.String(seed, k)%uint64(len(c.idLocks))))
 		}
 	}
 	slices.Sort(stripes)
 	stripes = slices.Compact(stripes)
 	for _, s := range stripes {
-		in.idLocks[s].Lock()
+		c.idLocks[s].Lock()
 	}
 	return func() {
 		for _, s := range slices.Backward(stripes) {
-			in.idLocks[s].Unlock()
+			c.idLocks[s].Unlock()
 		}
 	}
 }
+
+var seed = maphash.MakeSeed()

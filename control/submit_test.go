@@ -1,4 +1,4 @@
-package inspect_test
+package control_test
 
 import (
 	"errors"
@@ -8,7 +8,7 @@ import (
 
 	"github.com/onceq/onceq"
 	"github.com/onceq/onceq/broker"
-	"github.com/onceq/onceq/inspect"
+	"github.com/onceq/onceq/control"
 	"github.com/onceq/onceq/internal/testutil"
 	"github.com/onceq/onceq/producer"
 )
@@ -25,10 +25,10 @@ func TestSubmitUnique(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(p.Close)
-	in := open(t, conn)
+	ctl := open(t, conn)
 	ctx := ctxT(t)
 
-	subs, err := in.SubmitUnique(ctx, p, onceq.Task{Queue: "u", ID: "a"}, onceq.Task{Queue: "u", ID: "later", Delay: time.Hour})
+	subs, err := ctl.SubmitUnique(ctx, p, onceq.Task{Queue: "u", ID: "a"}, onceq.Task{Queue: "u", ID: "later", Delay: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -40,7 +40,7 @@ func TestSubmitUnique(t *testing.T) {
 	if !subs[1].Receipt.Delayed {
 		t.Fatalf("delayed task's receipt: %+v", subs[1].Receipt)
 	}
-	subs, err = in.SubmitUnique(ctx, p, onceq.Task{Queue: "u", ID: "a"}, onceq.Task{Queue: "u", ID: "later", Delay: time.Hour})
+	subs, err = ctl.SubmitUnique(ctx, p, onceq.Task{Queue: "u", ID: "a"}, onceq.Task{Queue: "u", ID: "later", Delay: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,8 +57,8 @@ func TestSubmitUnique(t *testing.T) {
 	// A worker's record of the task finishing.
 	now := time.Now().Truncate(time.Millisecond)
 	done := onceq.TaskRecord{ID: "a", Queue: "u", State: onceq.StateSucceeded, Attempt: 1, Worker: "w-1", Enqueued: now, Started: now, Finished: now, Result: []byte("42")}
-	newWriter(t, conn).write(false, done)
-	if _, err := other.Wait(ctx, "u", "a"); err != nil {
+	testutil.NewRecordsWriter(t, conn).Write(false, done)
+	if _, err := other.Inspector().Wait(ctx, "u", "a"); err != nil {
 		t.Fatal(err)
 	}
 	subs, err = other.SubmitUnique(ctx, p, onceq.Task{Queue: "u", ID: "a"})
@@ -66,15 +66,15 @@ func TestSubmitUnique(t *testing.T) {
 		t.Fatalf("SubmitUnique of a finished task: %+v, %v; want known succeeded with its result", subs, err)
 	}
 
-	subs, err = in.SubmitUnique(ctx, p, onceq.Task{Queue: "u", Delay: time.Hour})
+	subs, err = ctl.SubmitUnique(ctx, p, onceq.Task{Queue: "u", Delay: time.Hour})
 	if err != nil || !subs[0].New || len(subs[0].ID) != 36 || subs[0].Receipt.ID != subs[0].ID {
 		t.Fatalf("SubmitUnique of a task without an ID: %+v, %v; want New with a generated ID", subs, err)
 	}
 
-	if _, err := in.SubmitUnique(ctx, p, onceq.Task{Queue: "u", ID: "x"}, onceq.Task{Queue: "u", ID: "x"}); !errors.Is(err, inspect.ErrDuplicateID) {
+	if _, err := ctl.SubmitUnique(ctx, p, onceq.Task{Queue: "u", ID: "x"}, onceq.Task{Queue: "u", ID: "x"}); !errors.Is(err, control.ErrDuplicateID) {
 		t.Fatalf("an ID twice in one call: %v; want ErrDuplicateID", err)
 	}
-	if _, err := in.SubmitUnique(ctx, p, onceq.Task{Queue: "bad queue", ID: "z"}); err == nil {
+	if _, err := ctl.SubmitUnique(ctx, p, onceq.Task{Queue: "bad queue", ID: "z"}); err == nil {
 		t.Fatal("a bad queue name was accepted")
 	}
 	// Written: the three new tasks (one in the queue, two in a delay
@@ -100,7 +100,7 @@ func TestGetAfterSubmitUnique(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(p.Close)
-	in := open(t, conn)
+	ctl := open(t, conn)
 	ctx := ctxT(t)
 	for i := range 30 {
 		task := onceq.Task{Queue: "u", ID: fmt.Sprintf("t%d", i)}
@@ -108,20 +108,20 @@ func TestGetAfterSubmitUnique(t *testing.T) {
 		if i%2 == 1 {
 			task.Delay, want = time.Hour, onceq.StateScheduled
 		}
-		if _, err := in.SubmitUnique(ctx, p, task); err != nil {
+		if _, err := ctl.SubmitUnique(ctx, p, task); err != nil {
 			t.Fatal(err)
 		}
-		r, err := in.Get(ctx, "u", task.ID)
+		r, err := ctl.Inspector().Get(ctx, "u", task.ID)
 		if err != nil || r.ID != task.ID || r.Queue != "u" || r.State != want {
 			t.Fatalf("Get of %s right after SubmitUnique: %+v, %v; want it %s", task.ID, r, err, want)
 		}
 	}
 	done := onceq.TaskRecord{ID: "t0", Queue: "u", State: onceq.StateSucceeded, Attempt: 1, Worker: "w-1", Enqueued: time.Now(), Finished: time.Now(), Result: []byte("42")}
-	newWriter(t, conn).write(false, done)
-	if r, err := in.Wait(ctx, "u", "t0"); err != nil || string(r.Result) != "42" {
+	testutil.NewRecordsWriter(t, conn).Write(false, done)
+	if r, err := ctl.Inspector().Wait(ctx, "u", "t0"); err != nil || string(r.Result) != "42" {
 		t.Fatalf("Wait for t0: %+v, %v", r, err)
 	}
-	if r, err := in.Get(ctx, "u", "t0"); err != nil || r.State != onceq.StateSucceeded || string(r.Result) != "42" {
+	if r, err := ctl.Inspector().Get(ctx, "u", "t0"); err != nil || r.State != onceq.StateSucceeded || string(r.Result) != "42" {
 		t.Fatalf("Get of t0 once the view read it succeeded: %+v, %v", r, err)
 	}
 }

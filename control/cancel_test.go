@@ -1,4 +1,4 @@
-package inspect_test
+package control_test
 
 import (
 	"context"
@@ -8,8 +8,9 @@ import (
 
 	"github.com/onceq/onceq"
 	"github.com/onceq/onceq/consumer"
+	"github.com/onceq/onceq/control"
 	"github.com/onceq/onceq/inspect"
-	"github.com/onceq/onceq/internal/control"
+	ctltopic "github.com/onceq/onceq/internal/control"
 	"github.com/onceq/onceq/internal/testutil"
 	"github.com/onceq/onceq/producer"
 )
@@ -55,18 +56,18 @@ func TestCancelAnswersWhatItDid(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { p.Close() })
-	in := open(t, conn)
+	ctl := open(t, conn)
 	ctx := ctxT(t)
 	submit := func(task onceq.Task) {
 		t.Helper()
 		task.Queue = "q"
-		if _, err := in.SubmitUnique(ctx, p, task); err != nil {
+		if _, err := ctl.SubmitUnique(ctx, p, task); err != nil {
 			t.Fatal(err)
 		}
 	}
-	cancel := func(id, want string, opts ...inspect.CancelOpt) inspect.CancelAnswer {
+	cancel := func(id, want string, opts ...control.CancelOpt) control.CancelAnswer {
 		t.Helper()
-		a, err := in.Cancel(ctx, "q", id, opts...)
+		a, err := ctl.Cancel(ctx, "q", id, opts...)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -77,7 +78,7 @@ func TestCancelAnswersWhatItDid(t *testing.T) {
 	}
 	wait := func(id string, want onceq.TaskState) onceq.TaskRecord {
 		t.Helper()
-		r, err := in.Wait(ctx, "q", id)
+		r, err := ctl.Inspector().Wait(ctx, "q", id)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -92,18 +93,18 @@ func TestCancelAnswersWhatItDid(t *testing.T) {
 	wait("first", onceq.StateSucceeded)
 
 	// Unknown: nothing written; a submission later runs.
-	cancel("never", inspect.CancelUnknown)
+	cancel("never", control.CancelUnknown)
 	submit(onceq.Task{ID: "never"})
 	wait("never", onceq.StateSucceeded)
 
 	// Final: nothing written.
-	if a := cancel("first", inspect.CancelFinal); a.Record.State != onceq.StateSucceeded {
+	if a := cancel("first", control.CancelFinal); a.Record.State != onceq.StateSucceeded {
 		t.Fatalf("final: record %+v", a.Record)
 	}
 
 	// Scheduled an hour ahead: pending, until one dedup window ahead.
 	submit(onceq.Task{ID: "later", Delay: time.Hour})
-	a := cancel("later", inspect.CancelPending)
+	a := cancel("later", control.CancelPending)
 	if d := time.Until(a.Until); d < inspect.DefaultRetention-time.Minute || d > inspect.DefaultRetention {
 		t.Fatalf("pending: the cancel lapses in %v, want the dedup window", d)
 	}
@@ -111,7 +112,7 @@ func TestCancelAnswersWhatItDid(t *testing.T) {
 	// Running, and it gives up: canceled, with its start.
 	submit(onceq.Task{ID: "slow"})
 	<-started
-	if a := cancel("slow", inspect.CancelDone); a.Record.Started.IsZero() || a.Record.State != onceq.StateCanceled {
+	if a := cancel("slow", control.CancelDone); a.Record.Started.IsZero() || a.Record.State != onceq.StateCanceled {
 		t.Fatalf("running: record %+v", a.Record)
 	}
 
@@ -119,22 +120,22 @@ func TestCancelAnswersWhatItDid(t *testing.T) {
 	// withdrawn.
 	submit(onceq.Task{ID: "stubborn"})
 	<-started
-	if a := cancel("stubborn", inspect.CancelTooLate); a.Record.State != onceq.StateSucceeded {
+	if a := cancel("stubborn", control.CancelTooLate); a.Record.State != onceq.StateSucceeded {
 		t.Fatalf("too late: record %+v", a.Record)
 	}
 
 	// Ahead: the first submission ends canceled.
-	cancel("ahead-1", inspect.CancelAheadOf, inspect.CancelAhead())
+	cancel("ahead-1", control.CancelAheadOf, control.CancelAhead())
 	submit(onceq.Task{ID: "ahead-1"})
 	wait("ahead-1", onceq.StateCanceled)
 
 	// What stays in the control topic: the pending cancel alone.
 	last := map[string][]byte{}
-	for _, r := range testutil.ReadCommitted(t, conn, 10*time.Second, control.Topic) {
+	for _, r := range testutil.ReadCommitted(t, conn, 10*time.Second, ctltopic.Topic) {
 		last[string(r.Key)] = r.Value
 	}
 	for id, want := range map[string]bool{"never": false, "first": false, "later": true, "slow": false, "stubborn": false, "ahead-1": false} {
-		v, ok := last[string(control.CancelKey("q", id))]
+		v, ok := last[string(ctltopic.CancelKey("q", id))]
 		if has := ok && v != nil; has != want {
 			t.Errorf("cancel of %s in the control topic: %v, want %v", id, has, want)
 		}
