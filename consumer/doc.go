@@ -54,7 +54,9 @@
 //	}))
 //
 // Package consumer/consumertest runs a handler in a unit test, without a
-// broker, and reports what it emitted, wrote to State and returned.
+// broker, through the code a worker runs for one attempt (time-to-run,
+// panic recovery, retry or dead letter, workflow continuation), and
+// reports what the worker would commit.
 //
 // Ordering and concurrency: records with the same key run one at a time in
 // offset order; different keys run concurrently, up to Concurrency, and a

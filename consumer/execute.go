@@ -6,6 +6,8 @@ import (
 	"runtime/debug"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kgo"
+
 	"github.com/onceq/onceq"
 	"github.com/onceq/onceq/dlq"
 	"github.com/onceq/onceq/internal/flow"
@@ -76,101 +78,214 @@ func (w *Worker) retryInPlace(it *item, quit <-chan struct{}, fn func() (*result
 	}
 }
 
-// attempt decodes, deduplicates, checks expiry and the due time, and
-// handles a record once.
+// attempt runs a record once, one concern after another: it decodes the
+// task, settles without running it a record that must not run here (a
+// duplicate, one outside its key's partition, a canceled, expired or later
+// task), waits while its queue is paused, and runs the rest.
 func (w *Worker) attempt(sl *slot, it *item) (*result, error) {
 	r := it.rec
-	task, err := onceq.FromRecord(r)
-	var cont flow.Cont
-	if err == nil && len(task.Workflow) > 0 {
-		cont, err = flow.Decode(task.Workflow) // so that its end can continue it
-	}
+	task, cont, err := decode(r)
 	if err != nil {
-		w.cfg.log.Warn("malformed task: dead-lettered", "topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "err", err)
-		return w.deadLetterRaw(r, onceq.RecordID(r.Topic, r.Partition, r.Offset), err)
+		return w.malformed(r, err)
 	}
 	key := task.DedupKey()
-	if w.cfg.guarantee == ExactlyOnce {
-		if res, err := w.forwardHome(r, &task); res != nil || err != nil {
-			return res, err
-		}
-		dup, err := it.ps.duplicate(it, key, task.IdempotencyKey())
-		if err != nil {
-			return nil, err
-		}
-		if dup {
-			return &result{id: key, noMark: true, outcome: outcomeDuplicate}, nil
-		}
+	if res, err := w.deduplicate(it, &task, key); res != nil || err != nil {
+		return res, err
 	}
-	if w.control.Canceled(r.Topic, task.ID) {
-		return w.cancel(&task, key, r.Topic, "")
-	}
-	// A step of a canceled workflow ends canceled instead of starting,
-	// whenever it comes: the workflow's cancel stays in the control topic.
-	// The workflow service's own records (join reports) go on, so that
-	// what they continue is canceled in its turn.
-	if cont.W != "" && r.Topic != onceq.WorkflowQueue && w.control.Canceled(onceq.WorkflowQueue, cont.W) {
-		return w.cancel(&task, key, r.Topic, "workflow "+cont.W+" canceled")
-	}
-	if task.Cancel != "" {
-		return w.cancel(&task, key, r.Topic, task.Cancel)
+	if why, ok := w.canceledBefore(&task, cont, r.Topic); ok {
+		return w.cancel(&task, key, r.Topic, why)
 	}
 	if err := w.waitUnpaused(it, r.Topic); err != nil {
 		return nil, err
 	}
 	now := time.Now()
-	if !task.Expires.IsZero() && now.After(task.Expires) {
-		text := "expired at " + task.Expires.UTC().Format(time.RFC3339Nano)
-		if w.cfg.dropExpired {
-			res := &result{id: key, at: now, outcome: outcomeExpired, queue: task.Queue,
-				rec: taskOutcome{state: onceq.StateExpired, task: factsOf(&task), reason: dlq.ReasonExpired, err: text}}
-			return res, w.failFlow(res, &task, now)
-		}
-		res, err := w.deadLetter(&task, key, dlq.ReasonExpired, text, now)
-		if res != nil {
-			res.outcome = outcomeExpired
-		}
+	if res, err := w.expire(&task, key, now); res != nil || err != nil {
 		return res, err
 	}
-	if task.DelayedAt(now) {
-		// Written straight to the queue with a due time ahead (any
-		// client can): never early, so it waits, here if briefly, or
-		// through the delay buckets.
-		if wait := task.Due.Sub(now); wait <= maxWaitInPlace {
-			if !sleep(wait, w.sched.quit) {
-				return nil, errCanceledRun
-			}
-			now = time.Now()
-		} else {
-			return w.hold(&task, key, now)
-		}
+	now, res, err := w.awaitDue(&task, key, now)
+	if res != nil || err != nil {
+		return res, err
 	}
 	it.ps.latency.Observe(sinceDue(&task, now).Seconds())
 	t := &Task{Task: task, Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, w: w, state: State{ps: it.ps}, started: now}
-	stopped, herr := w.runHandler(sl, it, t, key, now)
-	if herr != nil {
-		if errors.Is(herr, errTakenOver) || errors.Is(herr, errCanceledRun) {
-			return nil, herr
-		}
-		if it.stale() {
-			// Its partition was revoked and its context canceled: the
-			// result would be dropped; the next owner runs the task.
-			return nil, errCanceledRun
-		}
-		if stopped {
-			// Canceled while it ran, and it gave up: it ends canceled.
-			return w.stopRun(&task, key, r.Topic, herr, now)
-		}
-		if d, ok := snoozed(herr); ok && task.Attempt < onceq.MaxAttemptCount {
-			return w.snooze(&task, key, herr.Error(), d, now, t.result)
-		}
-		res, err := w.failure(&task, key, herr, now)
-		w.withdrawLateCancel(res, r.Topic, task.ID)
+	res, _, err = w.run(sl, it, t, key)
+	return res, err
+}
+
+// decode reads a record's task from its headers and, for a workflow's
+// step, its continuation, so that the step's end can continue it.
+func decode(r *kgo.Record) (onceq.Task, flow.Cont, error) {
+	task, err := onceq.FromRecord(r)
+	if err != nil || len(task.Workflow) == 0 {
+		return task, flow.Cont{}, err
+	}
+	cont, err := flow.Decode(task.Workflow)
+	return task, cont, err
+}
+
+// malformed dead-letters a record whose headers do not decode: it never
+// runs.
+func (w *Worker) malformed(r *kgo.Record, err error) (*result, error) {
+	w.cfg.log.Warn("malformed task: dead-lettered", "topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "err", err)
+	return w.deadLetterRaw(r, onceq.RecordID(r.Topic, r.Partition, r.Offset), err)
+}
+
+// deduplicate settles, under ExactlyOnce, a record that must not run here:
+// one outside its key's partition goes home (forwardHome), and a duplicate
+// of a processed ID is acknowledged without running. nil, nil: it runs.
+func (w *Worker) deduplicate(it *item, task *onceq.Task, key string) (*result, error) {
+	if w.cfg.guarantee != ExactlyOnce {
+		return nil, nil
+	}
+	if res, err := w.forwardHome(it.rec, task); res != nil || err != nil {
 		return res, err
 	}
-	res, err := w.success(t, key)
-	w.withdrawLateCancel(res, r.Topic, task.ID)
+	dup, err := it.ps.duplicate(it, key, task.IdempotencyKey())
+	if err != nil || !dup {
+		return nil, err
+	}
+	return &result{id: key, noMark: true, outcome: outcomeDuplicate}, nil
+}
+
+// canceledBefore reports whether a task ends canceled instead of starting,
+// and why (empty for a cancel of the control topic, which its outcome
+// withdraws): canceled in the control topic, a step of a canceled
+// workflow, or a task that carries its own cancel (onceq-cancel).
+//
+// A workflow's cancel stays in the control topic, so its steps end
+// canceled whenever they come; the workflow service's own records (join
+// reports) go on, so that what they continue is canceled in its turn.
+func (w *Worker) canceledBefore(task *onceq.Task, cont flow.Cont, queue string) (why string, canceled bool) {
+	switch {
+	case w.control.Canceled(queue, task.ID):
+		return "", true
+	case cont.W != "" && queue != onceq.WorkflowQueue && w.control.Canceled(onceq.WorkflowQueue, cont.W):
+		return "workflow " + cont.W + " canceled", true
+	case task.Cancel != "":
+		return task.Cancel, true
+	}
+	return "", false
+}
+
+// expiry reports whether a task is past its expiry time at now, and the
+// text its dead letter or record carries.
+func expiry(task *onceq.Task, now time.Time) (text string, expired bool) {
+	if task.Expires.IsZero() || !now.After(task.Expires) {
+		return "", false
+	}
+	return "expired at " + task.Expires.UTC().Format(time.RFC3339Nano), true
+}
+
+// expire ends a task past its expiry time without running it: a dead
+// letter with reason expired or, with DropExpired, only its expired
+// record. nil, nil: it has not expired.
+func (w *Worker) expire(task *onceq.Task, key string, now time.Time) (*result, error) {
+	text, expired := expiry(task, now)
+	if !expired {
+		return nil, nil
+	}
+	if w.cfg.dropExpired {
+		res := &result{id: key, at: now, outcome: outcomeExpired, queue: task.Queue,
+			rec: taskOutcome{state: onceq.StateExpired, task: factsOf(task), reason: dlq.ReasonExpired, err: text}}
+		return res, w.failFlow(res, task, now)
+	}
+	res, err := w.deadLetter(task, key, dlq.ReasonExpired, text, now)
+	if res != nil {
+		res.outcome = outcomeExpired
+	}
 	return res, err
+}
+
+// awaitDue holds a task written straight to its queue ahead of its due
+// time (any client can): never early, so it waits in its slot when the
+// wait is short, or goes through the delay buckets (hold). It returns the
+// time the task starts, or the result that holds it.
+func (w *Worker) awaitDue(task *onceq.Task, key string, now time.Time) (time.Time, *result, error) {
+	if !task.DelayedAt(now) {
+		return now, nil, nil
+	}
+	wait := task.Due.Sub(now)
+	if wait > maxWaitInPlace {
+		res, err := w.hold(task, key, now)
+		return now, res, err
+	}
+	if !sleep(wait, w.sched.quit) {
+		return now, nil, errCanceledRun
+	}
+	return time.Now(), nil, nil
+}
+
+// run is the part of an attempt that runs the handler: the run under its
+// time-to-run with panics recovered (runHandler), how it ended turned into
+// the result (settle), and the withdrawal of a cancel the run outlived.
+// The test kit (package consumertest) runs a task through it. herr is the
+// run's error as settle saw it: the handler's, its panic, or its
+// time-to-run passing.
+func (w *Worker) run(sl *slot, it *item, t *Task, key string) (res *result, herr, err error) {
+	stopped, herr := w.runHandler(sl, it, t, key)
+	res, err = w.settle(it, t, key, stopped, herr)
+	w.withdrawLateCancel(res, it.rec.Topic, t.ID)
+	return res, herr, err
+}
+
+// ending is how a handler's run ends its attempt.
+type ending int
+
+const (
+	endSucceeded ending = iota
+	endTakenOver        // the watchdog abandoned it: takeOver records the failure
+	endShutdown         // canceled at shutdown: dropped, it runs again
+	endRevoked          // its partition was revoked: dropped, the next owner runs it
+	endStopped          // a cancel from the control topic stopped it: it ends canceled
+	endSnoozed          // it asked for Snooze: it runs again, no attempt counted
+	endFailed           // a retry or a dead letter (failure)
+)
+
+// endingOf maps a handler's run to its ending: herr is what the run
+// returned, revoked whether its partition was revoked meanwhile, stopped
+// whether a cancel stopped it, and attempt its task's attempt. A run that
+// succeeds ends succeeded whatever happened meanwhile; a snooze at the
+// largest attempt count the wire format holds is a failure.
+func endingOf(herr error, revoked, stopped bool, attempt int) ending {
+	switch {
+	case herr == nil:
+		return endSucceeded
+	case errors.Is(herr, errTakenOver):
+		return endTakenOver
+	case errors.Is(herr, errCanceledRun):
+		return endShutdown
+	case revoked:
+		return endRevoked
+	case stopped:
+		return endStopped
+	}
+	if _, ok := snoozed(herr); ok && attempt < onceq.MaxAttemptCount {
+		return endSnoozed
+	}
+	return endFailed
+}
+
+// settle turns a handler's run into its attempt's result: its effects
+// (success), a canceled end (stopRun), a snooze, or a retry or dead letter
+// (failure). A dropped run returns no result and the error that drops it
+// (errTakenOver, errCanceledRun).
+func (w *Worker) settle(it *item, t *Task, key string, stopped bool, herr error) (*result, error) {
+	switch endingOf(herr, it.stale(), stopped, t.Attempt) {
+	case endTakenOver:
+		return nil, errTakenOver
+	case endShutdown, endRevoked:
+		// A revoked partition's results would be dropped, and its
+		// context was canceled: the next owner runs the task.
+		return nil, errCanceledRun
+	case endStopped:
+		return w.stopRun(&t.Task, key, it.rec.Topic, herr, t.started)
+	case endSnoozed:
+		d, _ := snoozed(herr)
+		return w.snooze(&t.Task, key, herr.Error(), d, t.started, t.result)
+	case endFailed:
+		return w.failure(&t.Task, key, herr, t.started)
+	}
+	return w.success(t, key)
 }
 
 // maxWaitInPlace is the longest a task due ahead waits in its slot; one
@@ -189,46 +304,71 @@ func sleep(d time.Duration, quit <-chan struct{}) bool {
 	}
 }
 
-// runHandler calls the handler on the slot's goroutine with the task's
-// time-to-run, turning a panic into an error. The watchdog cancels the
-// context at the deadline and abandons the run after the grace period;
-// shutdown cancels it at the shutdown timeout.
+// timeToRun is how long a task's handler may run: its own onceq-timeout,
+// or the worker's TaskTimeout.
+func timeToRun(task *onceq.Task, taskTimeout time.Duration) time.Duration {
+	if task.Timeout > 0 {
+		return task.Timeout
+	}
+	return taskTimeout
+}
+
+// runHandler calls the handler on the slot's goroutine under the task's
+// time-to-run (startRun, endRun), turning a panic into an error
+// (panicked). The watchdog cancels the context at the deadline and
+// abandons the run after the grace period; shutdown cancels it at the
+// shutdown timeout.
 //
 // stopped reports whether a cancel in the control topic canceled the
 // context while the handler ran.
-func (w *Worker) runHandler(sl *slot, it *item, t *Task, key string, now time.Time) (stopped bool, err error) {
-	timeout := t.Timeout
-	if timeout <= 0 {
-		timeout = w.cfg.taskTimeout
-	}
-	r := &handlerRun{it: it, task: &t.Task, key: key, started: now, abandonAt: now.Add(timeout + w.cfg.abandonGrace)}
-	r.ctx.deadline, r.ctx.timeout = now.Add(timeout), timeout
-	inflight := it.ps.inflight
-	inflight.Inc()
-	w.sched.occupy(sl, r)
+func (w *Worker) runHandler(sl *slot, it *item, t *Task, key string) (stopped bool, err error) {
+	r := w.startRun(sl, it, t, key)
 	defer func() {
 		if p := recover(); p != nil {
-			w.cfg.log.Error("handler panicked", "id", t.ID, "panic", p, "stack", string(debug.Stack()))
-			err = fmt.Errorf("handler panicked: %v", p)
+			err = w.panicked(t, p)
 		}
-		w.sched.vacate(sl, r)
-		inflight.Dec()
-		if !r.state.CompareAndSwap(runRunning, runDone) {
-			switch r.state.Load() {
-			case runCanceled:
-				err = errCanceledRun
-			default:
-				err = errTakenOver
-			}
-			return
-		}
-		// One clock read serves the metric, the deadline and the result.
-		t.ended = time.Now()
-		w.metrics.handler.Observe(t.ended.Sub(now).Seconds())
-		if err == nil && t.ended.After(r.ctx.deadline) {
-			err = fmt.Errorf("task %q exceeded its time-to-run of %v", t.ID, timeout)
-		}
-		stopped = r.stopped.Load()
+		stopped, err = w.endRun(sl, r, t, err)
 	}()
 	return false, w.cfg.handler.Handle(&r.ctx, t)
+}
+
+// startRun puts the task's run in its slot, where the watchdog holds it
+// to its time-to-run and the control topic's cancels, and counts it in
+// flight.
+func (w *Worker) startRun(sl *slot, it *item, t *Task, key string) *handlerRun {
+	timeout := timeToRun(&t.Task, w.cfg.taskTimeout)
+	r := &handlerRun{it: it, task: &t.Task, key: key, started: t.started, abandonAt: t.started.Add(timeout + w.cfg.abandonGrace)}
+	r.ctx.deadline, r.ctx.timeout = t.started.Add(timeout), timeout
+	it.ps.inflight.Inc()
+	w.sched.occupy(sl, r)
+	return r
+}
+
+// endRun takes the run out of its slot once its handler returned err. A
+// run the watchdog abandoned, or shutdown canceled, ends with
+// errTakenOver or errCanceledRun: its result is not this goroutine's to
+// give. A run that returned nil past its time-to-run failed all the same.
+func (w *Worker) endRun(sl *slot, r *handlerRun, t *Task, err error) (stopped bool, _ error) {
+	w.sched.vacate(sl, r)
+	r.it.ps.inflight.Dec()
+	if !r.state.CompareAndSwap(runRunning, runDone) {
+		if r.state.Load() == runCanceled {
+			return false, errCanceledRun
+		}
+		return false, errTakenOver
+	}
+	// One clock read serves the metric, the deadline and the result.
+	t.ended = time.Now()
+	w.metrics.handler.Observe(t.ended.Sub(t.started).Seconds())
+	if err == nil && t.ended.After(r.ctx.deadline) {
+		err = fmt.Errorf("task %q exceeded its time-to-run of %v", t.ID, r.ctx.timeout)
+	}
+	return r.stopped.Load(), err
+}
+
+// panicked is the failure of a handler that panicked with p: logged with
+// its stack, and retried or dead-lettered like any failure.
+func (w *Worker) panicked(t *Task, p any) error {
+	w.cfg.log.Error("handler panicked", "id", t.ID, "panic", p, "stack", string(debug.Stack()))
+	return fmt.Errorf("handler panicked: %v", p)
 }

@@ -54,9 +54,6 @@ type Task struct {
 	// started and ended bound its handler's run: ended is the time its
 	// result carries.
 	started, ended time.Time
-	// kitMaxBytes is Emit's size limit of a Task built by NewKitTask,
-	// which has no Worker.
-	kitMaxBytes int
 	// result is what SetResult set (nil: none).
 	result []byte
 }
@@ -97,7 +94,7 @@ func (t *Task) State() *State { return &t.state }
 // downstream deduplication holds across retries. A task with a Due or
 // Delay in the future goes through the delay buckets.
 func (t *Task) Emit(out onceq.Task) error {
-	maxBytes := t.kitMaxBytes
+	maxBytes := onceq.DefaultMaxMessageBytes
 	if t.w != nil {
 		maxBytes = t.w.cfg.maxMessageBytes
 	}
@@ -132,11 +129,6 @@ type State struct {
 	ps     *partState
 	writes []stateWrite
 	byKey  map[string]int // indexes writes once there are many
-
-	// kitBase and kitOnWrite serve a Task built by NewKitTask, which has
-	// no partition: the committed values, and a hook told of each write.
-	kitBase    map[string][]byte
-	kitOnWrite func(key, value []byte)
 }
 
 type stateWrite struct {
@@ -151,11 +143,8 @@ func (s *State) Get(key []byte) ([]byte, bool, error) {
 		return v, v != nil, nil
 	}
 	if s.ps == nil {
-		v, ok := s.kitBase[string(key)]
-		if ok {
-			v = append([]byte{}, v...) // the kit's caller owns its map
-		}
-		return v, ok, nil
+		// A Task built outside a worker has its own writes alone.
+		return nil, false, nil
 	}
 	if v, ok, found := s.ps.overlayGet(key); found {
 		return v, ok, nil
@@ -183,9 +172,6 @@ func (s *State) put(key, value []byte) {
 	var v []byte
 	if value != nil {
 		v = append([]byte{}, value...)
-	}
-	if s.kitOnWrite != nil {
-		s.kitOnWrite(k, v)
 	}
 	if i := s.written(k); i >= 0 {
 		s.writes[i].value = v

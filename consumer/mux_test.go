@@ -8,10 +8,11 @@ import (
 
 	"github.com/onceq/onceq"
 	"github.com/onceq/onceq/consumer"
+	"github.com/onceq/onceq/consumer/consumertest"
 )
 
 func kitTask(id, queue string, payload string) *consumer.Task {
-	return consumer.NewKitTask(onceq.Task{ID: id, Queue: queue, Payload: []byte(payload)}, consumer.KitConfig{Topic: queue})
+	return consumertest.NewTask(onceq.Task{ID: id, Queue: queue, Payload: []byte(payload)}).Consumer()
 }
 
 func TestMuxRoutesByQueue(t *testing.T) {

@@ -81,6 +81,16 @@ func (w *Worker) failFlow(res *result, task *onceq.Task, now time.Time) error {
 		State: res.rec.state, Reason: res.rec.reason, Error: res.rec.err}), now)
 }
 
+// ensureTopic makes sure a topic a result writes to exists. The test
+// kit's worker (kit.go) has no brokers: it writes nothing, so it checks
+// nothing.
+func (w *Worker) ensureTopic(topic string) error {
+	if w.topics == nil {
+		return nil
+	}
+	return w.topics.ensure(topic)
+}
+
 // route encodes a task for its queue, or for a delay bucket when it is due
 // later, making sure the topic exists.
 func (w *Worker) route(t *onceq.Task, now time.Time) (*kgo.Record, error) {
@@ -88,71 +98,96 @@ func (w *Worker) route(t *onceq.Task, now time.Time) (*kgo.Record, error) {
 	if t.DelayedAt(now) {
 		topic = w.cfg.planner.Route(now, t.Due).Topic
 	}
-	if err := w.topics.ensure(topic); err != nil {
+	if err := w.ensureTopic(topic); err != nil {
 		return nil, fmt.Errorf("consumer: writing to %s: %w", topic, err)
 	}
 	return t.Record(topic), nil
 }
 
 // failure turns a failed run into a retry through the delay buckets, or a
-// dead letter after the last attempt or a SkipRetry. The retry record is
-// committed with this run's offset, so a retry is scheduled exactly once.
+// dead letter after the last attempt or a SkipRetry (failureVerdict). The
+// retry record is committed with this run's offset, so a retry is
+// scheduled exactly once.
 func (w *Worker) failure(task *onceq.Task, key string, herr error, started time.Time) (*result, error) {
 	w.metrics.failed.WithLabelValues(w.qlabel(task.Queue)).Inc()
 	now := time.Now()
-	dead := func(reason, text string) (*result, error) {
-		res, err := w.deadLetter(task, key, reason, text, now)
+	v := failureVerdict(herr, task.Attempt, w.maxAttemptsOf(task), w.backoffOf(task), w.cfg.jitter, rand.Float64())
+	if v.reason != "" {
+		res, err := w.deadLetter(task, key, v.reason, v.text, now)
 		if res != nil {
 			res.rec.started, res.rec.err = started, herr.Error()
 		}
 		return res, err
 	}
-	if IsSkipRetry(herr) {
-		return dead(dlq.ReasonFailed, herr.Error())
-	}
-	maxAttempts := task.MaxAttempts
-	if maxAttempts <= 0 {
-		maxAttempts = w.cfg.maxAttempts
-	}
-	if task.Attempt >= maxAttempts {
-		return dead(dlq.ReasonMaxAttempts, "attempt "+strconv.Itoa(task.Attempt)+" of "+strconv.Itoa(maxAttempts)+": "+herr.Error())
-	}
-	b := task.Backoff
-	if b.IsZero() {
-		b = w.cfg.backoff
-	}
-	delay, asked := RetryDelay(herr)
-	if asked {
-		delay = CapRetryDelay(delay, b.Max)
-	} else {
-		delay = b.Delay(task.Attempt)
-		delay += time.Duration(rand.Float64() * w.cfg.jitter * float64(delay))
-	}
-	w.cfg.log.Info("task failed; retry scheduled", "id", task.ID, "queue", task.Queue, "attempt", task.Attempt, "retry_in", delay, "err", herr)
-	return w.again(task, key, herr.Error(), delay, task.MaxAttempts, outcomeRetried, onceq.StateRetrying, started, now)
+	w.cfg.log.Info("task failed; retry scheduled", "id", task.ID, "queue", task.Queue, "attempt", task.Attempt, "retry_in", v.delay, "err", herr)
+	return w.again(task, key, herr.Error(), v.delay, task.MaxAttempts, outcomeRetried, onceq.StateRetrying, started, now)
 }
 
-// snooze schedules the task's next run after d (capped as RetryAfter's
-// delay is), as a retry that counts no attempt: attempt and max attempts
-// both one more. Its scheduled record keeps the result the run set, if
-// any: what it has to show while it waits.
+// verdict is what a failed run leads to: a dead letter with its reason
+// and text, or a retry after delay.
+type verdict struct {
+	reason string // the dead letter's (dlq.ReasonFailed, dlq.ReasonMaxAttempts); empty: a retry
+	text   string // the dead letter's error text
+	delay  time.Duration
+}
+
+// failureVerdict maps a run that failed with herr, at attempt of
+// maxAttempts, to its verdict: SkipRetry and the last attempt dead-letter
+// the task; otherwise it runs again after the delay RetryAfter asks for
+// (capped at the backoff's max) or after its backoff b, spread by up to
+// jitter of it (rnd, in [0, 1), picks how much).
+func failureVerdict(herr error, attempt, maxAttempts int, b onceq.Backoff, jitter, rnd float64) verdict {
+	if IsSkipRetry(herr) {
+		return verdict{reason: dlq.ReasonFailed, text: herr.Error()}
+	}
+	if attempt >= maxAttempts {
+		return verdict{reason: dlq.ReasonMaxAttempts, text: "attempt " + strconv.Itoa(attempt) + " of " + strconv.Itoa(maxAttempts) + ": " + herr.Error()}
+	}
+	if d, asked := RetryDelay(herr); asked {
+		return verdict{delay: CapRetryDelay(d, b.Max)}
+	}
+	d := b.Delay(attempt)
+	return verdict{delay: d + time.Duration(rnd*jitter*float64(d))}
+}
+
+// maxAttemptsOf is the task's max attempts (onceq-max-attempts), or the
+// worker's MaxAttempts.
+func (w *Worker) maxAttemptsOf(task *onceq.Task) int {
+	if task.MaxAttempts > 0 {
+		return task.MaxAttempts
+	}
+	return w.cfg.maxAttempts
+}
+
+// backoffOf is the task's backoff (onceq-backoff), or the worker's
+// Backoff.
+func (w *Worker) backoffOf(task *onceq.Task) onceq.Backoff {
+	if !task.Backoff.IsZero() {
+		return task.Backoff
+	}
+	return w.cfg.backoff
+}
+
+// snooze schedules the task's next run after d (snoozePlan), as a retry
+// that counts no attempt. Its scheduled record keeps the result the run
+// set, if any: what it has to show while it waits.
 func (w *Worker) snooze(task *onceq.Task, key, why string, d time.Duration, started time.Time, result []byte) (*result, error) {
 	now := time.Now()
-	b := task.Backoff
-	if b.IsZero() {
-		b = w.cfg.backoff
-	}
-	maxAttempts := task.MaxAttempts
-	if maxAttempts <= 0 {
-		maxAttempts = w.cfg.maxAttempts
-	}
-	d = CapRetryDelay(d, b.Max)
+	d, maxAttempts := snoozePlan(d, w.maxAttemptsOf(task), w.backoffOf(task))
 	w.cfg.log.Debug("task snoozed", "id", task.ID, "queue", task.Queue, "attempt", task.Attempt, "for", d, "why", why)
-	res, err := w.again(task, key, why, d, min(maxAttempts+1, onceq.MaxAttemptCount), outcomeSnoozed, onceq.StateScheduled, started, now)
+	res, err := w.again(task, key, why, d, maxAttempts, outcomeSnoozed, onceq.StateScheduled, started, now)
 	if res != nil {
 		res.rec.value = result
 	}
 	return res, err
+}
+
+// snoozePlan is a snooze's delay, capped as RetryAfter's is at the
+// backoff's max, and the max attempts of its next run: one more than the
+// task's maxAttempts, so that its attempt, one more too, counts nothing
+// (within what the wire format holds).
+func snoozePlan(d time.Duration, maxAttempts int, b onceq.Backoff) (time.Duration, int) {
+	return CapRetryDelay(d, b.Max), min(maxAttempts+1, onceq.MaxAttemptCount)
 }
 
 // again schedules the task's next attempt after delay, through the delay
@@ -195,7 +230,7 @@ func (w *Worker) deadLetter(task *onceq.Task, key, reason, text string, now time
 
 func (w *Worker) ensureDLQ(queue string) error {
 	topic := broker.DLQTopic(queue)
-	if err := w.topics.ensure(topic); err != nil {
+	if err := w.ensureTopic(topic); err != nil {
 		return fmt.Errorf("consumer: creating dead-letter topic %s: %w", topic, err)
 	}
 	return nil

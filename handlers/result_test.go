@@ -11,6 +11,7 @@ import (
 
 	"github.com/onceq/onceq"
 	"github.com/onceq/onceq/consumer"
+	"github.com/onceq/onceq/consumer/consumertest"
 )
 
 // TestResults: exec: returns its command's stdout and http: its answer's
@@ -43,7 +44,7 @@ func TestResults(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		task := consumer.NewKitTask(onceq.Task{ID: "t1", Queue: "q", Payload: []byte("p")}, consumer.KitConfig{Topic: "q"})
+		task := consumertest.NewTask(onceq.Task{ID: "t1", Queue: "q", Payload: []byte("p")}).Consumer()
 		err = h.Handle(context.Background(), task)
 		if tc.tooLarge {
 			if !consumer.IsSkipRetry(err) || !errors.Is(err, consumer.ErrResultTooLarge) {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -70,11 +71,13 @@ func TestKitState(t *testing.T) {
 			got = append(got, "set "+string(w.Key)+"="+string(w.Value))
 		}
 	}
-	want := "set a=x|set empty=|del seeded|set c=2|set c=5|set a=y"
+	// One write per key, in the order of the first, with the last value:
+	// what the worker commits.
+	want := "set a=y|set empty=|del seeded|set c=5"
 	if strings.Join(got, "|") != want {
 		t.Fatalf("writes %q, want %q", strings.Join(got, "|"), want)
 	}
-	if res.Writes[1].Value == nil || res.Writes[2].Value != nil {
+	if res.Outcome != onceq.StateSucceeded || res.Writes[1].Value == nil || res.Writes[2].Value != nil {
 		t.Fatal("Set(nil) must record an empty value, Delete a nil one")
 	}
 	if len(res.State) != 3 || string(res.State["a"]) != "y" || string(res.State["c"]) != "5" || res.State["empty"] == nil {
@@ -93,7 +96,7 @@ func TestKitEmit(t *testing.T) {
 		if err := t.Emit(onceq.Task{ID: "mine", Queue: "out"}); err != nil {
 			return err
 		}
-		if err := t.Emit(onceq.Task{Queue: "out", Payload: bytes.Repeat([]byte("x"), 1000)}); err == nil {
+		if err := t.Emit(onceq.Task{Queue: "out", Payload: bytes.Repeat([]byte("x"), 9000)}); err == nil {
 			return errors.New("oversized task accepted")
 		}
 		if err := t.Emit(onceq.Task{Queue: "a b"}); err == nil {
@@ -101,7 +104,7 @@ func TestKitEmit(t *testing.T) {
 		}
 		return t.Emit(onceq.Task{Queue: "out"})
 	})
-	res := consumertest.Run(context.Background(), h, onceq.Task{ID: "in"}, consumertest.MaxMessageBytes(600))
+	res := consumertest.Run(context.Background(), h, onceq.Task{ID: "in"}, consumertest.MaxMessageBytes(8192))
 	if res.Err != nil {
 		t.Fatal(res.Err)
 	}
@@ -146,5 +149,38 @@ func TestKitResultErrors(t *testing.T) {
 	}), onceq.Task{ID: "a"})
 	if d, ok := later.RetryAfter(); !ok || d != 3*time.Second || later.SkipRetry() {
 		t.Fatalf("RetryAfter: %v %v", d, ok)
+	}
+}
+
+// TestStateManyWrites: a task's own writes read back, overwritten and
+// deleted, below and past the number where State starts indexing them.
+func TestStateManyWrites(t *testing.T) {
+	s := consumertest.NewTask(onceq.Task{ID: "in", Queue: "q"}, consumertest.State([]byte("k3"), []byte("seed"))).Consumer().State()
+	key := func(i int) []byte { return []byte("k" + strconv.Itoa(i)) }
+	for i := range 40 {
+		s.Set(key(i), []byte(strconv.Itoa(i)))
+		if i%3 == 0 {
+			s.Set(key(i/2), []byte("again"+strconv.Itoa(i)))
+		}
+		if i%7 == 0 {
+			s.Delete(key(i / 3))
+		}
+	}
+	want := map[int]string{}
+	for i := range 40 {
+		want[i] = strconv.Itoa(i)
+		if i%3 == 0 {
+			want[i/2] = "again" + strconv.Itoa(i)
+		}
+		if i%7 == 0 {
+			delete(want, i/3)
+		}
+	}
+	for i := range 40 {
+		v, ok, err := s.Get(key(i))
+		w, wok := want[i]
+		if err != nil || ok != wok || string(v) != w {
+			t.Errorf("%s: %q %v %v, want %q %v", key(i), v, ok, err, w, wok)
+		}
 	}
 }

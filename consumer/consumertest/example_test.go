@@ -25,15 +25,15 @@ func Example() {
 	res := consumertest.Run(context.Background(), h,
 		onceq.Task{ID: "email-1", Queue: "emails", Payload: []byte(`{"to":"you@example.com"}`)},
 		consumertest.State([]byte("sent/you@example.com"), []byte("41")))
-	fmt.Println(res.Err)
+	fmt.Println(res.Outcome, res.Err)
 	fmt.Println(res.Emitted[0].ID, res.Emitted[0].Queue, string(res.Emitted[0].Payload))
 	fmt.Println(string(res.State["sent/you@example.com"]))
 
 	res = consumertest.Run(context.Background(), h, onceq.Task{ID: "email-2", Queue: "emails", Payload: []byte(`not json`)})
-	fmt.Println(res.SkipRetry(), len(res.Emitted))
+	fmt.Println(res.Outcome, res.DeadLetter.Reason, len(res.Emitted))
 	// Output:
-	// <nil>
+	// succeeded <nil>
 	// email-1/0 receipts 42
 	// 42
-	// true 0
+	// dead failed 0
 }
