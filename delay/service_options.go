@@ -163,6 +163,13 @@ func StatsInterval(d time.Duration) ServiceOpt {
 	return serviceOptFunc(func(cfg *serviceConfig) { cfg.statsInterval = d })
 }
 
+// member is the service's group membership as its options set it (see
+// Service.start for the rest).
+func (c *serviceConfig) member() broker.MemberConfig {
+	return broker.MemberConfig{Conn: c.conn, Group: c.group, Protocol: broker.ClassicGroup, SessionTimeout: c.sessionTimeout,
+		TransactionTimeout: c.txnTimeout, Log: c.log}
+}
+
 // buildService applies opts over the defaults and checks the result,
 // reporting every refused option at once.
 func buildService(opts []ServiceOpt) (serviceConfig, error) {
@@ -179,17 +186,12 @@ func buildService(opts []ServiceOpt) (serviceConfig, error) {
 	if c.planner == nil {
 		c.planner = DefaultPlanner()
 	}
-	if err := onceq.ValidateTopic(c.group); err != nil {
-		errs.Bad("Group", c.group, "use letters, digits, '.', '_' or '-'")
-	}
+	c.member().Check(&errs) // Group, TransactionTimeout
 	if c.commitInterval < time.Millisecond || c.commitInterval > time.Minute {
 		errs.Bad("CommitInterval", c.commitInterval, "want 1ms to 1m")
 	}
 	if c.maxHeld < 1 {
 		errs.Bad("MaxHeld", c.maxHeld, "want 1 or more")
-	}
-	if c.txnTimeout < time.Second || c.txnTimeout >= c.sessionTimeout {
-		errs.Bad("TransactionTimeout", c.txnTimeout, "want 1s or more and below the session timeout (%v)", c.sessionTimeout)
 	}
 	if c.statsInterval < 100*time.Millisecond {
 		errs.Bad("StatsInterval", c.statsInterval, "want 100ms or more")
