@@ -20,18 +20,22 @@ import (
 // again on the new owner, and both commit. Every sync gives the member its
 // whole assignment, so comparing with the partitions it works on finds
 // what it was not told of.
+//
+// A Member notes its syncs in one (MemberConfig.Assignment), and its
+// Commit aborts a transaction with a partition the last sync took away.
+// With ConsumerGroup (KIP-848) no sync tells: Has reports every partition.
+// The zero value is ready to use.
 type Assignment struct {
 	mu    sync.Mutex
 	known bool
 	parts map[string]map[int32]bool
 }
 
-// TrackAssignment returns b, noting in the returned Assignment every
-// assignment b reads from a SyncGroup response. Use the returned balancer
-// in kgo.Balancers, one Assignment per client.
-func TrackAssignment(b kgo.GroupBalancer) (kgo.GroupBalancer, *Assignment) {
-	a := &Assignment{}
-	return trackingBalancer{b, a}, a
+// track returns b, noting in a every assignment b reads from a SyncGroup
+// response: the balancer of one client (Member). The zero Assignment is
+// ready for it.
+func (a *Assignment) track(b kgo.GroupBalancer) kgo.GroupBalancer {
+	return trackingBalancer{b, a}
 }
 
 type trackingBalancer struct {

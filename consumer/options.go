@@ -294,10 +294,10 @@ const (
 	// ClassicGroup is the client-driven group protocol with the
 	// cooperative-sticky balancer: a rebalance moves only the partitions
 	// that change owner.
-	ClassicGroup = "classic"
+	ClassicGroup = broker.ClassicGroup
 	// ConsumerGroup is KIP-848's protocol, where the broker assigns the
 	// partitions (Kafka 4.0+; 4.3+ recommended).
-	ConsumerGroup = "consumer"
+	ConsumerGroup = broker.ConsumerGroup
 )
 
 // GroupProtocol selects ClassicGroup or ConsumerGroup. Default
@@ -414,6 +414,13 @@ func maxResult(maxMessageBytes int) int { return (maxMessageBytes - resultRoom) 
 // there. Default none.
 func CommitHook(fn func(CommitPoint)) Opt { return optFunc(func(c *config) { c.commitHook = fn }) }
 
+// member is the worker's group membership as its options set it (see
+// newKafkaSide for the rest).
+func (c *config) member() broker.MemberConfig {
+	return broker.MemberConfig{Conn: c.conn, Group: c.group, Protocol: c.groupProtocol, SessionTimeout: c.sessionTimeout,
+		TransactionTimeout: c.txnTimeout, AtLeastOnce: c.guarantee == AtLeastOnce, Log: c.log}
+}
+
 // validate checks the options and fills in what derives from them; it
 // reports every refused option at once, and nils nil options.
 func (c *config) validate(nils int) error {
@@ -448,9 +455,8 @@ func (c *config) validate(nils int) error {
 	if _, err := ParseGuarantee(string(c.guarantee)); err != nil {
 		errs.Bad("WithGuarantee", string(c.guarantee), "use exactly-once or at-least-once")
 	}
-	if err := onceq.ValidateTopic(c.group); err != nil {
-		errs.Bad("Group", c.group, "use letters, digits, '.', '_' or '-'")
-	} else if c.guarantee == ExactlyOnce {
+	c.member().Check(&errs) // Group, TransactionTimeout, GroupProtocol
+	if onceq.ValidateTopic(c.group) == nil && c.guarantee == ExactlyOnce {
 		// The changelog topic of each queue must fit Kafka's limit on
 		// topic names: a longer one cannot be created (or, on the
 		// embedded broker before it refused such names, broke its data
@@ -484,9 +490,6 @@ func (c *config) validate(nils int) error {
 	if c.taskTimeout <= 0 {
 		errs.Bad("TaskTimeout", c.taskTimeout, "want more than 0")
 	}
-	if c.txnTimeout < time.Second || c.txnTimeout >= c.sessionTimeout {
-		errs.Bad("TransactionTimeout", c.txnTimeout, "want 1s or more and below the session timeout (%v)", c.sessionTimeout)
-	}
 	if c.shutdownTimeout < 0 {
 		errs.Bad("ShutdownTimeout", c.shutdownTimeout, "want 0 or more")
 	}
@@ -501,9 +504,6 @@ func (c *config) validate(nils int) error {
 	}
 	if c.abandonGrace < 0 {
 		errs.Bad("AbandonGrace", c.abandonGrace, "want 0 or more")
-	}
-	if c.groupProtocol != ClassicGroup && c.groupProtocol != ConsumerGroup {
-		errs.Bad("GroupProtocol", c.groupProtocol, "use classic or consumer")
 	}
 	if _, err := onceq.ParseBackoff(onceq.FormatBackoff(c.backoff)); err != nil || c.backoff.Base%time.Millisecond != 0 || c.backoff.Max%time.Millisecond != 0 {
 		errs.Bad("Backoff", c.backoff, "want whole milliseconds with max >= base > 0 and a factor from 1 to 100")

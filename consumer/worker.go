@@ -51,9 +51,10 @@ type Worker struct {
 	// scanAdmin is quietScan's, with metadata cached longer.
 	scanAdmin *broker.Admin
 	kafka     kafkaSide
-	// synced is the assignment of the Kafka side's last sync (nil: not
-	// known, with the consumer group protocol), to find the partitions
-	// the transact session moved away without a revoke callback.
+	// synced is the assignment of the Kafka side's last sync (every
+	// partition, with the consumer group protocol, where no sync says),
+	// to find the partitions the transact session moved away without a
+	// revoke callback.
 	synced atomic.Pointer[broker.Assignment]
 	topics *topicCache
 	sched  *scheduler
@@ -73,9 +74,8 @@ type Worker struct {
 	wake       chan struct{}
 	instanceID string
 	stopping   atomic.Bool
-	phase      atomic.Int32  // phaseNotStarted, phaseRunning, phaseStopped
 	started    chan struct{} // closed once Run passed its start
-	health     *ops.BrokerHealth
+	health     *broker.MemberHealth
 	restarts   int // session restarts since the last successful commit
 	// nothingToCommit says the last commit found nothing to commit (see
 	// commit); only Run's goroutine uses it.
@@ -119,7 +119,7 @@ func New(opts ...Opt) (*Worker, error) {
 		return nil, err
 	}
 	w := &Worker{cfg: cfg, queues: newQueueSet(cfg.queues), parts: map[checkpoint.TP]*partState{}, byQueue: map[string][]*partState{}, wake: make(chan struct{}, 1), started: make(chan struct{}),
-		health: ops.NewBrokerHealth(cfg.sessionTimeout), fetchPaused: map[checkpoint.TP]bool{}, demand: demand{wants: map[string]*atomic.Int64{}}}
+		health: broker.NewMemberHealth("consumer", cfg.group, cfg.sessionTimeout), fetchPaused: map[checkpoint.TP]bool{}, demand: demand{wants: map[string]*atomic.Int64{}}}
 	w.sched = newScheduler(w, cfg.concurrency, cfg.maxBuffered) // before the metrics, which read it
 	m, err := newMetrics(cfg.registerer, w)
 	if err != nil {
@@ -146,11 +146,10 @@ var ErrTasksCanceled = errors.New("consumer: tasks canceled at the shutdown time
 // to the shutdown timeout while it goes on committing, cancels those still
 // running then, commits what finished and leaves the group.
 func (w *Worker) Run(ctx context.Context) (err error) {
-	if !w.phase.CompareAndSwap(phaseNotStarted, phaseRunning) {
+	if !w.health.Start() {
 		return errors.New("consumer: Run called twice: create another Worker")
 	}
-	defer w.phase.Store(phaseStopped)
-	w.health.Start()
+	defer w.health.Stop(nil)
 	if ok, err := ops.Start(ctx, w.cfg.log, w.start, w.close); !ok {
 		return err
 	}
@@ -437,13 +436,13 @@ func (w *Worker) release(ps *partState) {
 	w.sched.cancelPartition(ps)
 }
 
-// assigned and revoked are the group's callbacks. They must not block on
-// the commit loop: the transact session holds its lock while calling them.
+// assigned and revoked are the group's callbacks (the member notes the
+// join first). They must not block on the commit loop: the transact
+// session holds its lock while calling them.
 // A revoked partition is released at once, its tasks still running or
 // not: whatever they finish is dropped, and the session aborts the commit
 // in progress, so the next owner runs them from the committed offset.
 func (w *Worker) assigned(_ context.Context, _ *kgo.Client, m map[string][]int32) {
-	w.health.Joined() // franz-go calls this after every join
 	var added []*partState
 	w.mu.Lock()
 	for topic, ps := range m {

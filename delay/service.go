@@ -46,20 +46,17 @@ type Service struct {
 	cfg      serviceConfig
 	m        *serviceMetrics
 	smallest time.Duration
-	started  atomic.Bool
 
-	// health tracks the client's brokers and group; phase is where Run
-	// is (notStarted, running, stopped), runErr why it stopped, ready
-	// whether the loop took over an assignment. See Healthy and Ready.
-	health *ops.BrokerHealth
-	phase  atomic.Int32
-	runErr atomic.Pointer[error]
+	// health is where Run is and whether the member reaches its brokers
+	// and group; ready whether the loop took over an assignment. See
+	// Healthy and Ready.
+	health *broker.MemberHealth
 	ready  atomic.Bool
 
 	instanceID string
-	sess       *kgo.GroupTransactSession
-	cl         *kgo.Client
-	// synced is the assignment of the session's last sync, to find the
+	member     *broker.Member
+	cl         *kgo.Client // member's
+	// synced is the assignment of the member's last sync, to find the
 	// partitions it moved away without a revoke callback.
 	synced   *broker.Assignment
 	adm      *broker.Admin
@@ -96,51 +93,20 @@ func NewService(opts ...ServiceOpt) (*Service, error) {
 		return nil, err
 	}
 	return &Service{cfg: cfg, m: m, smallest: cfg.planner.Smallest(), parts: map[tp]*part{}, view: map[tp]*part{},
-		health: ops.NewBrokerHealth(cfg.sessionTimeout)}, nil
+		health: broker.NewMemberHealth("delay", cfg.group, cfg.sessionTimeout)}, nil
 }
-
-// Phases of Run.
-const (
-	notStarted int32 = iota
-	running
-	stopped
-)
 
 // Healthy returns nil while the service works: before Run, and while Run
 // reaches the brokers and is a member of its group. It reports a service
 // that heard from no broker for its session timeout, whose group session
 // broke and was not joined again, or whose Run returned. It implements
 // the health check of the command's /healthz.
-func (s *Service) Healthy() error {
-	switch s.phase.Load() {
-	case notStarted:
-		return nil
-	case stopped:
-		if err := s.runErr.Load(); err != nil && *err != nil {
-			return fmt.Errorf("delay: stopped: %w", *err)
-		}
-		return errors.New("delay: stopped")
-	}
-	if err := s.health.Healthy(); err != nil {
-		return fmt.Errorf("delay: %w", err)
-	}
-	return nil
-}
+func (s *Service) Healthy() error { return s.health.Healthy() }
 
 // Ready returns nil once Run joined the group and loaded the committed
 // cursors of its partitions, until it returns: the service moves records.
 // It implements the readiness check of the command's /readyz.
-func (s *Service) Ready() error {
-	switch {
-	case s.phase.Load() == notStarted:
-		return errors.New("delay: not started")
-	case s.phase.Load() == stopped:
-		return errors.New("delay: stopped")
-	case !s.ready.Load():
-		return errors.New("delay: joining the group " + s.cfg.group)
-	}
-	return nil
-}
+func (s *Service) Ready() error { return s.health.Ready(s.ready.Load) }
 
 // InstanceID is the instance ID Run uses, once Run has started.
 func (s *Service) InstanceID() string { return s.instanceID }
@@ -150,15 +116,10 @@ func (s *Service) InstanceID() string { return s.instanceID }
 // returns nil. Records held in memory and not yet released stay in their
 // bucket for the next owner. Run may be called once.
 func (s *Service) Run(ctx context.Context) (err error) {
-	if !s.started.CompareAndSwap(false, true) {
+	if !s.health.Start() {
 		return errors.New("delay: Run called twice: create another Service")
 	}
-	s.health.Start()
-	s.phase.Store(running)
-	defer func() {
-		s.runErr.Store(&err)
-		s.phase.Store(stopped)
-	}()
+	defer func() { s.health.Stop(err) }()
 	if ok, err := ops.Start(ctx, s.cfg.log, s.start, s.close); !ok {
 		return err
 	}
@@ -186,7 +147,7 @@ func (s *Service) Run(ctx context.Context) (err error) {
 			continue
 		}
 		pctx, cancel := context.WithDeadline(ctx, s.nextWake(now))
-		fs := s.sess.PollRecords(pctx, maxPoll)
+		fs := s.member.Poll(pctx, maxPoll)
 		cancel()
 		if err := broker.FetchErr(fs); err != nil {
 			return err
@@ -224,48 +185,30 @@ func (s *Service) start(ctx context.Context) error {
 	if s.instanceID, err = loadInstanceID(s.cfg.stateDir, s.cfg.instanceID); err != nil {
 		return err
 	}
-	base, err := s.cfg.conn.Opts()
-	if err != nil {
-		return err
-	}
-	// franz-go's default balancer, whose syncs note what the member owns
-	// (broker.Assignment).
-	balancer, synced := broker.TrackAssignment(kgo.CooperativeStickyBalancer())
-	s.synced = synced
-	opts := append(base,
-		kgo.ConsumerGroup(s.cfg.group),
+	mc := s.cfg.member()
+	mc.InstanceID, mc.Health, mc.Assigned, mc.Revoked = s.instanceID, s.health, s.assigned, s.revoked
+	// Before the client: the group callbacks read it from their first
+	// call on.
+	s.synced = &broker.Assignment{}
+	mc.Assignment = s.synced
+	mc.Opts = []kgo.Opt{
 		// Every bucket topic, of this ladder or another: a process that
 		// routed by an earlier ladder, or a bucket created since, is
 		// read all the same, found within bucketRecheck.
 		kgo.ConsumeRegex(),
-		kgo.ConsumeTopics("^"+regexp.QuoteMeta(broker.DelayPrefix)+"[0-9]+(ms|s|m|h|d)$"),
+		kgo.ConsumeTopics("^" + regexp.QuoteMeta(broker.DelayPrefix) + "[0-9]+(ms|s|m|h|d)$"),
 		kgo.MetadataMaxAge(bucketRecheck),
-		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
-		kgo.SessionTimeout(s.cfg.sessionTimeout),
-		// Three heartbeats fit in a session (franz-go's default is 3s,
-		// refused with a session of 3s or less).
-		kgo.HeartbeatInterval(min(3*time.Second, s.cfg.sessionTimeout/3)),
-		kgo.InstanceID(s.instanceID),
-		kgo.Balancers(balancer),
-		kgo.TransactionalID("onceq-"+s.cfg.group+"-"+s.instanceID),
-		kgo.TransactionTimeout(s.cfg.txnTimeout),
-		kgo.OnPartitionsAssigned(s.assigned),
-		kgo.OnPartitionsRevoked(s.revoked),
-		kgo.OnPartitionsLost(s.health.OnLost(s.revoked)),
-		kgo.WithHooks(s.health),
 		kgo.RecordPartitioner(kgo.StickyKeyPartitioner(nil)),
-		kgo.ProducerLinger(0),
 		// A resumed partition joins the next fetch request: a short wait
 		// keeps that well inside the read-ahead.
 		kgo.FetchMaxWait(min(max(s.smallest/4, 10*time.Millisecond), 200*time.Millisecond)),
-		kgo.FetchMaxBytes(8<<20),
-		kgo.FetchMaxPartitionBytes(256<<10),
-		kgo.WithLogger(broker.KgoLogger(s.cfg.log)),
-	)
-	if s.sess, err = kgo.NewGroupTransactSession(opts...); err != nil {
+		kgo.FetchMaxBytes(8 << 20),
+		kgo.FetchMaxPartitionBytes(256 << 10),
+	}
+	if s.member, err = broker.NewMember(mc); err != nil {
 		return fmt.Errorf("delay: %w", err)
 	}
-	s.cl = s.sess.Client()
+	s.cl = s.member.Client()
 	return nil
 }
 
@@ -297,9 +240,10 @@ func (s *Service) lookupTopicIDs(ctx context.Context) error {
 	return nil
 }
 
-// assigned and revoked are the group's callbacks; revoked is also called
-// for partitions lost with the group session. They run while the session
-// holds its lock and must not wait for the loop.
+// assigned and revoked are the group's callbacks (the member notes the
+// join first); revoked is also called for partitions lost with the group
+// session. They run while the session holds its lock and must not wait
+// for the loop.
 func (s *Service) assigned(_ context.Context, _ *kgo.Client, m map[string][]int32) {
 	s.mu.Lock()
 	for topic, ps := range m {
@@ -327,7 +271,6 @@ func (s *Service) assigned(_ context.Context, _ *kgo.Client, m map[string][]int3
 	}
 	s.mu.Unlock()
 	s.gen.Add(1)
-	s.health.Joined()
 	s.cfg.log.Info("partitions assigned", "partitions", m)
 }
 
@@ -486,18 +429,14 @@ func (s *Service) shutdown() error {
 	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.txnTimeout)
 	defer cancel()
 	err := s.commit(ctx)
-	s.sess.Close()
-	s.sess = nil
-	if _, lerr := s.adm.Kadm().LeaveGroup(ctx, kadm.LeaveGroup(s.cfg.group).InstanceIDs(s.instanceID).Reason("onceq delay service shutdown")); lerr != nil {
-		s.cfg.log.Warn("leaving the group", "err", lerr)
-	}
+	s.member.Leave(ctx, "onceq delay service shutdown")
 	s.cfg.log.Info("delay service stopped", "instance", s.instanceID)
 	return err
 }
 
 func (s *Service) close() {
-	if s.sess != nil {
-		s.sess.Close()
+	if s.member != nil {
+		s.member.Close()
 	}
 	if s.adm != nil {
 		s.adm.Close()

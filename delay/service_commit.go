@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
-	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/onceq/onceq"
 	"github.com/onceq/onceq/broker"
@@ -92,12 +91,12 @@ func (s *Service) commit(ctx context.Context) error {
 		}
 	}
 	recs = broker.AppendWakeUps(recs)
-	t, err := broker.RunTxn(ctx, s.sess, recs, s.offsetsHook(moves), func(first error) {
+	t, err := s.member.Commit(ctx, recs, s.offsets(moves), nil, func(first error) {
 		s.cfg.log.Warn("aborting a transaction: writing a moved record failed; its records move again", "err", first)
 	})
 	done := time.Now()
 	s.m.commit.Observe(done.Sub(now).Seconds())
-	if err != nil && !errors.Is(err, errNotAssigned) {
+	if err != nil && !errors.Is(err, broker.ErrNotAssigned) {
 		return fmt.Errorf("delay: moving records: %w", err)
 	}
 	if !t.Committed {
@@ -124,42 +123,20 @@ func (s *Service) commit(ctx context.Context) error {
 	return nil
 }
 
-// errNotAssigned aborts a transaction that moves records of a partition
-// the group's last sync did not assign to the service.
-var errNotAssigned = errors.New("delay: partition no longer assigned to this service")
-
-// offsetsHook replaces the offsets of the transaction's offset commit:
-// the group client would commit what was polled; the service commits each
-// moving partition's first record not moved, with its cursor as metadata,
-// and nothing for the other partitions.
-func (s *Service) offsetsHook(moves []*move) func(*kmsg.TxnOffsetCommitRequest) error {
-	return func(req *kmsg.TxnOffsetCommitRequest) error {
-		// A sync that took a moving partition from the service since the
-		// moves were read aborts them: the partition's next owner moves
-		// them (see broker.Assignment).
-		for _, mv := range moves {
-			if !s.synced.Has(mv.p.topic, mv.p.partition) {
-				return fmt.Errorf("%w: %s/%d", errNotAssigned, mv.p.topic, mv.p.partition)
-			}
-		}
-		byTopic := map[string]int{}
-		req.Topics = req.Topics[:0]
-		for _, mv := range moves {
-			i, ok := byTopic[mv.p.topic]
-			if !ok {
-				t := kmsg.NewTxnOffsetCommitRequestTopic()
-				t.Topic, t.TopicID = mv.p.topic, s.topicIDs[mv.p.topic]
-				req.Topics = append(req.Topics, t)
-				i = len(req.Topics) - 1
-				byTopic[mv.p.topic] = i
-			}
-			meta := mv.to.encode()
-			rp := kmsg.NewTxnOffsetCommitRequestTopicPartition()
-			rp.Partition, rp.Offset, rp.LeaderEpoch, rp.Metadata = mv.p.partition, mv.to.Offset, -1, &meta
-			req.Topics[i].Partitions = append(req.Topics[i].Partitions, rp)
-		}
-		return nil
+// offsets are the offsets of the transaction's offset commit: the member
+// would commit what was polled; the service commits each moving
+// partition's first record not moved, with its cursor as metadata, and
+// nothing for the other partitions. A sync that took a moving partition
+// from the service since the moves were read aborts them: the partition's
+// next owner moves them (see broker.Member.Commit).
+func (s *Service) offsets(moves []*move) []broker.TxnOffset {
+	offsets := make([]broker.TxnOffset, len(moves))
+	for i, mv := range moves {
+		meta := mv.to.encode()
+		offsets[i] = broker.TxnOffset{Topic: mv.p.topic, Partition: mv.p.partition, At: kgo.EpochOffset{Epoch: -1, Offset: mv.to.Offset},
+			Metadata: &meta, TopicID: s.topicIDs[mv.p.topic]}
 	}
+	return offsets
 }
 
 // resetAll drops everything read since the last commit and rewinds every

@@ -29,6 +29,8 @@ const (
 	DefaultTransactionTimeout = 8 * time.Second
 	// DefaultStatsInterval is how often the waiting counts are refreshed.
 	DefaultStatsInterval = 5 * time.Second
+	// DefaultGroupProtocol is the group protocol. See GroupProtocol.
+	DefaultGroupProtocol = broker.ClassicGroup
 )
 
 // A ServiceOpt configures a Service. Options are applied in order;
@@ -53,6 +55,7 @@ type serviceConfig struct {
 	sessionTimeout time.Duration
 	txnTimeout     time.Duration
 	statsInterval  time.Duration
+	groupProtocol  string
 }
 
 func defaultServiceConfig() serviceConfig {
@@ -64,6 +67,7 @@ func defaultServiceConfig() serviceConfig {
 		sessionTimeout: DefaultSessionTimeout,
 		txnTimeout:     DefaultTransactionTimeout,
 		statsInterval:  DefaultStatsInterval,
+		groupProtocol:  DefaultGroupProtocol,
 	}
 }
 
@@ -163,6 +167,25 @@ func StatsInterval(d time.Duration) ServiceOpt {
 	return serviceOptFunc(func(cfg *serviceConfig) { cfg.statsInterval = d })
 }
 
+// GroupProtocol selects broker.ClassicGroup ("classic") or
+// broker.ConsumerGroup ("consumer", KIP-848: the broker assigns the
+// partitions; Kafka 4.0+, 4.3+ recommended). Default DefaultGroupProtocol
+// (classic). With classic an instance is a static member (its instance
+// ID): a restart takes its partitions back without a rebalance. With
+// consumer it is a dynamic member: a clean stop hands its partitions over
+// at once, a crashed instance's move after the broker's
+// group.consumer.session.timeout.ms.
+func GroupProtocol(p string) ServiceOpt {
+	return serviceOptFunc(func(cfg *serviceConfig) { cfg.groupProtocol = p })
+}
+
+// member is the service's group membership as its options set it (see
+// Service.start for the rest).
+func (c *serviceConfig) member() broker.MemberConfig {
+	return broker.MemberConfig{Conn: c.conn, Group: c.group, Protocol: c.groupProtocol, SessionTimeout: c.sessionTimeout,
+		TransactionTimeout: c.txnTimeout, Log: c.log}
+}
+
 // buildService applies opts over the defaults and checks the result,
 // reporting every refused option at once.
 func buildService(opts []ServiceOpt) (serviceConfig, error) {
@@ -179,17 +202,12 @@ func buildService(opts []ServiceOpt) (serviceConfig, error) {
 	if c.planner == nil {
 		c.planner = DefaultPlanner()
 	}
-	if err := onceq.ValidateTopic(c.group); err != nil {
-		errs.Bad("Group", c.group, "use letters, digits, '.', '_' or '-'")
-	}
+	c.member().Check(&errs) // Group, TransactionTimeout, GroupProtocol
 	if c.commitInterval < time.Millisecond || c.commitInterval > time.Minute {
 		errs.Bad("CommitInterval", c.commitInterval, "want 1ms to 1m")
 	}
 	if c.maxHeld < 1 {
 		errs.Bad("MaxHeld", c.maxHeld, "want 1 or more")
-	}
-	if c.txnTimeout < time.Second || c.txnTimeout >= c.sessionTimeout {
-		errs.Bad("TransactionTimeout", c.txnTimeout, "want 1s or more and below the session timeout (%v)", c.sessionTimeout)
 	}
 	if c.statsInterval < 100*time.Millisecond {
 		errs.Bad("StatsInterval", c.statsInterval, "want 100ms or more")

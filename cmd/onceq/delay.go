@@ -30,6 +30,7 @@ func newDelayCmd(g *globals) *cobra.Command {
 		maxHeld        int
 		sessionTimeout time.Duration
 		txnTimeout     time.Duration
+		groupProtocol  string
 	)
 	cmd := &cobra.Command{
 		Use:   "delay",
@@ -68,7 +69,7 @@ and stops cleanly on SIGINT or SIGTERM. "onceq delay stats" shows what waits.`,
 			reg := ops.NewRegistry()
 			svc, err := delay.NewService(delay.Conn(conn), delay.WithPlanner(p), delay.Group(f.group),
 				delay.StateDir(stateDir), delay.CommitInterval(commitInterval), delay.MaxHeld(maxHeld),
-				delay.SessionTimeout(sessionTimeout), delay.TransactionTimeout(txnTimeout),
+				delay.SessionTimeout(sessionTimeout), delay.TransactionTimeout(txnTimeout), delay.GroupProtocol(groupProtocol),
 				delay.Registerer(reg), delay.Logger(g.log))
 			if err != nil {
 				return flagError(cmd.Flags(), err)
@@ -91,6 +92,7 @@ and stops cleanly on SIGINT or SIGTERM. "onceq delay stats" shows what waits.`,
 	fl.IntVar(&maxHeld, "max-held", delay.DefaultMaxHeld, "records held in memory ahead of their move, at most (bounds memory)")
 	fl.DurationVar(&sessionTimeout, "session-timeout", delay.DefaultSessionTimeout, "group session timeout: how long a silent instance keeps its partitions")
 	fl.DurationVar(&txnTimeout, "transaction-timeout", delay.DefaultTransactionTimeout, "transaction timeout, below --session-timeout")
+	fl.StringVar(&groupProtocol, "group-protocol", delay.DefaultGroupProtocol, "classic (cooperative-sticky, static membership) or consumer (KIP-848, Kafka 4.0+)")
 	cmd.AddCommand(newDelayStatsCmd(g, &f), newDelayLadderCmd(g))
 	return cmd
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/onceq/onceq"
+	"github.com/onceq/onceq/broker"
 	"github.com/onceq/onceq/delay"
 	"github.com/onceq/onceq/internal/testutil"
 )
@@ -30,6 +31,8 @@ func TestDelayUsageErrors(t *testing.T) {
 		{[]string{"delay", "--group", "a b"}, `--group "a b": use letters`},
 		{[]string{"delay", "--max-held", "0", "--commit-interval", "0s"}, "--commit-interval 0s: want 1ms to 1m\n--max-held 0: want 1 or more"},
 		{[]string{"delay", "--transaction-timeout", "20s"}, "below the session timeout"},
+		{[]string{"delay", "--group-protocol", "eager"}, `--group-protocol "eager": use classic or consumer`},
+		{[]string{"delay", "--group-protocol", "kip848", "--max-held", "0"}, `--group-protocol "kip848": use classic or consumer` + "\n--max-held 0: want 1 or more"},
 		// Issue 17: the days overflowed into a negative duration.
 		{[]string{"delay", "--buckets", "1s,1000000d"}, `--buckets: delay: bucket "1000000d": at most 365d`},
 		{[]string{"delay", "stats", "--buckets", "99999999999999999999d"}, "at most 365d"},
@@ -101,16 +104,32 @@ func TestDelayStats(t *testing.T) {
 	}
 }
 
+// TestDelayGroupProtocolFlag: --group-protocol defaults to the library's
+// default, as the worker's does.
+func TestDelayGroupProtocolFlag(t *testing.T) {
+	f := newDelayCmd(&globals{}).Flag("group-protocol")
+	if f == nil || f.DefValue != delay.DefaultGroupProtocol {
+		t.Fatalf("onceq delay --group-protocol: %v, want the default %q", f, delay.DefaultGroupProtocol)
+	}
+}
+
 // TestDelayRunsAndStops runs "onceq delay" in-process until its context
-// ends: it joins the group, then commits, leaves and exits 0.
+// ends, with each group protocol: it joins the group, then commits,
+// leaves and exits 0.
 func TestDelayRunsAndStops(t *testing.T) {
+	for _, protocol := range []string{broker.ClassicGroup, broker.ConsumerGroup} {
+		t.Run(protocol, func(t *testing.T) { testDelayRunsAndStops(t, protocol) })
+	}
+}
+
+func testDelayRunsAndStops(t *testing.T, protocol string) {
 	_, conn := testutil.StartBroker(t, "")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var stderr testutil.SyncBuffer
 	done := make(chan int, 1)
 	go func() {
-		done <- run(ctx, []string{"--brokers", conn.Brokers[0], "delay", "--buckets", "100ms,1s",
+		done <- run(ctx, []string{"--brokers", conn.Brokers[0], "delay", "--buckets", "100ms,1s", "--group-protocol", protocol,
 			"--state-dir", t.TempDir(), "--metrics-addr", "127.0.0.1:0"}, strings.NewReader(""), &bytes.Buffer{}, &stderr)
 	}()
 	deadline := time.Now().Add(30 * time.Second)
