@@ -56,14 +56,14 @@ func (c *topicCache) queue(ctx context.Context, name string) (bool, error) {
 	return true, nil
 }
 
-// deadLetters makes sure a dead-letter topic exists.
+// deadLetters makes sure a dead-letter topic exists (broker.DeadLettersSpec).
 func (c *topicCache) deadLetters(ctx context.Context, name string) error {
 	if c.known[name] {
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	if err := c.adm.EnsureTopic(ctx, name, 1, nil); err != nil {
+	if _, err := c.adm.EnsureTopics(ctx, []broker.TopicSpec{broker.DeadLettersSpec(name)}); err != nil {
 		return err
 	}
 	c.known[name] = true

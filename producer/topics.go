@@ -30,7 +30,6 @@ const missingRecheck = time.Second
 // topic. Once ready, the hot path only loads it from the map.
 type topicState struct {
 	name    string
-	bucket  bool
 	records string      // for a queue: its records topic, once SubmitPending ensured it
 	ready   atomic.Bool // the topic exists
 
@@ -106,7 +105,7 @@ func (p *Producer) planner(ctx context.Context) (*delay.Planner, error) {
 func (p *Producer) ensure(ctx context.Context, name string, bucket bool) (*topicState, error) {
 	v, ok := p.topics.Load(name)
 	if !ok {
-		s := &topicState{name: name, bucket: bucket}
+		s := &topicState{name: name}
 		if !bucket && name != broker.WakeTopic {
 			s.submitted = p.m.submitted.WithLabelValues(name)
 			s.duration = p.m.duration.WithLabelValues(name)
@@ -120,8 +119,10 @@ func (p *Producer) ensure(ctx context.Context, name string, bucket bool) (*topic
 	return s, p.lookup(ctx, s)
 }
 
-// lookup asks the broker whether the topic exists, creating bucket topics
-// and the workflow queue always, and queues when CreateQueues is set.
+// lookup asks the broker whether the topic exists, creating onceq's own
+// topics (bucket topics, the workflow queue, the wake-up topic) always,
+// as the catalogue (broker.SpecOf) says, and queues when CreateQueues is
+// set.
 func (p *Producer) lookup(ctx context.Context, s *topicState) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -133,20 +134,15 @@ func (p *Producer) lookup(ctx context.Context, s *topicState) error {
 		return p.missing(s.name)
 	}
 	var err error
+	spec, own := broker.SpecOf(s.name)
 	switch {
-	case s.bucket || create > 0 || s.name == onceq.WorkflowQueue || s.name == broker.WakeTopic:
-		partitions, configs := create, map[string]string(nil)
-		switch {
-		case s.bucket:
-			partitions, configs = delay.DefaultBucketPartitions, delay.BucketTopicConfigs()
-		case s.name == onceq.WorkflowQueue:
-			partitions = broker.WorkflowPartitions // onceq's own, like the buckets
-		case s.name == broker.WakeTopic:
-			partitions, configs = 1, broker.WakeTopicConfigs()
+	case own || create > 0:
+		if !own {
+			spec = broker.TopicSpec{Name: s.name, Partitions: create} // a queue: the broker's configs
 		}
 		var adm *broker.Admin
 		if adm, err = p.admin(); err == nil {
-			err = adm.EnsureTopic(ctx, s.name, partitions, configs)
+			_, err = adm.EnsureTopics(ctx, []broker.TopicSpec{spec})
 		}
 	default:
 		var exists bool
