@@ -2,11 +2,8 @@ package delay
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
-
-	"github.com/twmb/franz-go/pkg/kerr"
 
 	"github.com/onceq/onceq/broker"
 	"github.com/onceq/onceq/internal/instance"
@@ -39,17 +36,13 @@ func (c *topicCache) queue(ctx context.Context, name string) (bool, error) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	details, err := c.adm.Kadm().ListTopics(ctx, name)
+	counts, err := c.adm.PartitionCounts(ctx, name)
 	if err != nil {
 		return false, err
 	}
-	d, ok := details[name]
-	switch {
-	case !ok || errors.Is(d.Err, kerr.UnknownTopicOrPartition):
+	if _, ok := counts[name]; !ok {
 		c.missing[name] = time.Now()
 		return false, nil
-	case d.Err != nil:
-		return false, d.Err
 	}
 	delete(c.missing, name)
 	c.known[name] = true

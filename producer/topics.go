@@ -10,7 +10,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kerr"
-	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/onceq/onceq"
 	"github.com/onceq/onceq/broker"
@@ -160,29 +159,17 @@ func (p *Producer) lookup(ctx context.Context, s *topicState) error {
 }
 
 // exists asks the brokers whether a topic exists. The request goes out
-// every time: kadm's topic listing answers from a metadata cache up to 5s
-// old, which would keep refusing a queue created just after a refusal.
+// every time (Admin.PartitionCounts): kadm's topic listing answers from a
+// metadata cache up to 5s old, which would keep refusing a queue created
+// just after a refusal.
 func (p *Producer) exists(ctx context.Context, name string) (bool, error) {
-	req := kmsg.NewPtrMetadataRequest()
-	req.AllowAutoTopicCreation = false
-	rt := kmsg.NewMetadataRequestTopic()
-	rt.Topic = kmsg.StringPtr(name)
-	req.Topics = append(req.Topics, rt)
-	resp, err := req.RequestWith(ctx, p.cl)
+	adm, err := p.admin()
 	if err != nil {
 		return false, err
 	}
-	for _, t := range resp.Topics {
-		if t.Topic == nil || *t.Topic != name {
-			continue
-		}
-		err := kerr.ErrorForCode(t.ErrorCode)
-		if errors.Is(err, kerr.UnknownTopicOrPartition) {
-			return false, nil
-		}
-		return err == nil, err
-	}
-	return false, nil
+	counts, err := adm.PartitionCounts(ctx, name)
+	_, ok := counts[name]
+	return ok, err
 }
 
 func (p *Producer) missing(queue string) error {
