@@ -86,8 +86,9 @@ func (a *Admin) partitionCounts(ctx context.Context, names []string) (map[string
 // EnsureTopics creates those of specs that do not exist, in as few
 // requests as it can: EnsureTopic for many topics at once. Existing
 // topics are left as they are, but for the retention of those whose spec
-// says RaiseRetention (one more request for them all). It returns the partition count of every
-// topic, existing or created, so that a caller can check them.
+// says RaiseRetention (one more request for them all, and one to raise
+// those that are short). It returns the partition count of every topic,
+// existing or created, so that a caller can check them.
 func (a *Admin) EnsureTopics(ctx context.Context, specs []TopicSpec) (map[string]int32, error) {
 	names := make([]string, 0, len(specs))
 	var legacy []string

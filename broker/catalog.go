@@ -152,7 +152,7 @@ func BucketSpec(topic string) TopicSpec {
 
 // DeadLettersSpec is the spec of a dead-letter topic (DLQTopic of a queue,
 // or of a bucket topic for a record whose queue is unknown): one
-// partition, so that a queue's dead letters read in the order they died.
+// partition, and the brokers' configs.
 func DeadLettersSpec(topic string) TopicSpec { return TopicSpec{Name: topic, Partitions: 1} }
 
 // RecordsSpec is the spec of queue's task records topic (RecordsTopic),
@@ -177,8 +177,8 @@ func RecordsSpec(queue string, partitions int32, retention time.Duration) TopicS
 
 // ChangelogSpec is the spec of the checkpoint changelog of group's
 // consumption of queue (ChangelogTopic): one partition for each of the
-// queue's, compacted, since each record is a partition's marks and state
-// keyed to be replaced or tombstoned.
+// queue's, compacted: what a later record replaces, or a tombstone
+// expires, is dropped.
 func ChangelogSpec(group, queue string, partitions int32) TopicSpec {
 	return TopicSpec{Name: ChangelogTopic(group, queue), Partitions: partitions, Configs: map[string]string{"cleanup.policy": "compact"}}
 }
