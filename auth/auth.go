@@ -33,7 +33,7 @@ import (
 )
 
 // Topic is the token store's topic.
-const Topic = "onceq-tokens"
+const Topic = broker.TokensTopic
 
 // AllNamespaces is the namespace of a token that opens every namespace:
 // an operator's.

@@ -22,11 +22,16 @@ import (
 // createBatch bounds the topics one CreateTopics request names.
 const createBatch = 1000
 
-// TopicSpec is a topic to ensure: its name, partitions and configs.
+// TopicSpec is a topic to ensure: its name, partitions and configs. The
+// catalogue (catalog.go) gives the specs of onceq's own topics.
 type TopicSpec struct {
 	Name       string
 	Partitions int32
 	Configs    map[string]string
+	// RaiseRetention makes Configs' retention.ms the least the topic
+	// keeps: EnsureTopics raises the retention of an existing topic that
+	// is shorter, and never lowers one.
+	RaiseRetention bool
 }
 
 // PartitionCounts returns how many partitions each of the named topics has,
@@ -80,8 +85,10 @@ func (a *Admin) partitionCounts(ctx context.Context, names []string) (map[string
 
 // EnsureTopics creates those of specs that do not exist, in as few
 // requests as it can: EnsureTopic for many topics at once. Existing
-// topics are left as they are. It returns the partition count of every
-// topic, existing or created, so that a caller can check them.
+// topics are left as they are, but for the retention of those whose spec
+// says RaiseRetention (one more request for them all, and one to raise
+// those that are short). It returns the partition count of every topic,
+// existing or created, so that a caller can check them.
 func (a *Admin) EnsureTopics(ctx context.Context, specs []TopicSpec) (map[string]int32, error) {
 	names := make([]string, 0, len(specs))
 	var legacy []string
@@ -157,11 +164,16 @@ func (a *Admin) EnsureTopics(ctx context.Context, specs []TopicSpec) (map[string
 			}
 		}
 	}
-	if len(groups) == 0 {
-		return counts, nil
+	if len(groups) > 0 {
+		// Topics another process created first keep their own counts.
+		if counts, err = a.PartitionCounts(ctx, names...); err != nil {
+			return nil, err
+		}
 	}
-	// Topics another process created first keep their own counts.
-	return a.PartitionCounts(ctx, names...)
+	if err := a.raiseRetention(ctx, specs); err != nil {
+		return nil, err
+	}
+	return counts, nil
 }
 
 // configKey is a canonical text of configs, to group topics by them.

@@ -22,11 +22,6 @@ const (
 	MaxPartitions = 10_000
 )
 
-// WorkflowPartitions is how many partitions the workflow service's queue
-// (onceq.WorkflowQueue) has when onceq creates it: the service's workers
-// share them.
-const WorkflowPartitions = 8
-
 // Prefixes of onceq's internal topics. Queue names may not use "onceq-".
 const (
 	DelayPrefix = "onceq-delay-"
@@ -86,23 +81,6 @@ func DLQTopic(queue string) string { return DLQPrefix + queue }
 // (onceq.TaskRecord): onceq-rec-<queue>. The root package's ValidateQueue
 // keeps queue names short enough for it to fit MaxTopicLen.
 func RecordsTopic(queue string) string { return RecordsPrefix + queue }
-
-// DefaultRecordsRetention is how long a records topic keeps its records
-// when its creator names no retention: the workers' default dedup window
-// and result retention, 7 days.
-const DefaultRecordsRetention = 7 * 24 * time.Hour
-
-// RecordsTopicConfigs are the configs of a records topic: records are
-// deleted past retention (0: DefaultRecordsRetention), which is how long
-// finished tasks are known. The topic is not compacted: a worker's records
-// are batches keyed by queue partition, and compaction would keep only the
-// last of each.
-func RecordsTopicConfigs(retention time.Duration) map[string]string {
-	if retention <= 0 {
-		retention = DefaultRecordsRetention
-	}
-	return map[string]string{"cleanup.policy": "delete", "retention.ms": strconv.FormatInt(retention.Milliseconds(), 10)}
-}
 
 // QueueOfRecords returns the queue whose task records topic is topic.
 func QueueOfRecords(topic string) (string, bool) {

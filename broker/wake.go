@@ -1,7 +1,6 @@
 package broker
 
 import (
-	"strconv"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -29,13 +28,6 @@ const WakeTopic = "onceq-wake"
 // record or wake-up (see consumer.DefaultQuietAfter), so a task written
 // between two wake-ups of its queue always finds the partition fetched.
 const WakeEvery = 250 * time.Millisecond
-
-// WakeTopicConfigs are the configs of WakeTopic: wake-ups are worth
-// nothing after a moment, so the topic keeps an hour of them.
-func WakeTopicConfigs() map[string]string {
-	return map[string]string{"cleanup.policy": "delete", "retention.ms": strconv.FormatInt(time.Hour.Milliseconds(), 10),
-		"segment.ms": strconv.FormatInt((10 * time.Minute).Milliseconds(), 10)}
-}
 
 // workflowQueue is onceq.WorkflowQueue, the one queue with onceq's
 // reserved prefix (this package is below the root package).

@@ -93,13 +93,14 @@ func checkPattern(q string) error {
 
 // changelogSpec is the changelog topic of queue, of n partitions.
 func (w *Worker) changelogSpec(queue string, n int32) broker.TopicSpec {
-	return broker.TopicSpec{Name: broker.ChangelogTopic(w.cfg.group, queue), Partitions: n,
-		Configs: map[string]string{"cleanup.policy": "compact"}}
+	return broker.ChangelogSpec(w.cfg.group, queue, n)
 }
 
-// recordsSpec is the task records topic of queue, of n partitions.
+// recordsSpec is the task records topic of queue, of n partitions, kept
+// at least as long as the worker needs (recordsRetention): a topic a
+// producer or another worker created keeping them less is raised.
 func (w *Worker) recordsSpec(queue string, n int32) broker.TopicSpec {
-	return broker.TopicSpec{Name: broker.RecordsTopic(queue), Partitions: n, Configs: w.recordsTopicConfigs()}
+	return broker.RecordsSpec(queue, n, w.recordsRetention())
 }
 
 // prepareQueues makes the changelog and records topics of the queues a

@@ -91,7 +91,7 @@ func (w *Worker) start(ctx context.Context) error {
 	if w.cfg.planner, err = delay.ClusterPlanner(ctx, w.cfg.conn, w.cfg.planner); err != nil {
 		return fmt.Errorf("consumer: %w", err)
 	}
-	if _, err := w.admin.EnsureTopics(ctx, []broker.TopicSpec{{Name: broker.WakeTopic, Partitions: 1, Configs: broker.WakeTopicConfigs()}}); err != nil {
+	if _, err := w.admin.EnsureTopics(ctx, []broker.TopicSpec{broker.WakeSpec()}); err != nil {
 		return fmt.Errorf("consumer: creating the wake-up topic: %w", err)
 	}
 	if w.cfg.taskRecords {

@@ -6,7 +6,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/onceq/onceq"
-	"github.com/onceq/onceq/broker"
 )
 
 // taskOutcome is what a result's task record says, beside what the result
@@ -102,8 +101,8 @@ func (w *Worker) appendRecordBatches(recs []*kgo.Record, ps *partState, res []*r
 	return recs
 }
 
-// recordsTopicConfigs are the configs of a records topic the worker
-// creates: kept for the result retention, or the dedup window if longer.
-func (w *Worker) recordsTopicConfigs() map[string]string {
-	return broker.RecordsTopicConfigs(max(w.cfg.resultRetention, w.cfg.dedupWindow))
+// recordsRetention is how long the worker needs its records topics to
+// keep records: the result retention, or the dedup window if longer.
+func (w *Worker) recordsRetention() time.Duration {
+	return max(w.cfg.resultRetention, w.cfg.dedupWindow)
 }

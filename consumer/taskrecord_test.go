@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"github.com/onceq/onceq/broker"
 	"github.com/onceq/onceq/consumer"
 	"github.com/onceq/onceq/internal/testutil"
+	"github.com/onceq/onceq/producer"
 )
 
 // taskRecords decodes a records topic, failing on any malformed value or
@@ -115,5 +117,57 @@ func TestTaskRecordsOff(t *testing.T) {
 	defer adm.Close()
 	if _, err := adm.DescribeTopic(context.Background(), broker.RecordsTopic("in")); !errors.Is(err, broker.ErrTopicNotFound) {
 		t.Fatalf("records topic with task records off: %v", err)
+	}
+}
+
+// TestRecordsTopicKeptAsLongAsTheWorkerNeeds: a producer's SubmitPending
+// creates the records topic first, with the default 7 days; a worker
+// whose result retention is 30 days then starts on the queue and raises
+// the topic's retention to 30 days, so its results are kept as long as it
+// promises whoever created the topic. The worker used to leave it at 7.
+func TestRecordsTopicKeptAsLongAsTheWorkerNeeds(t *testing.T) {
+	_, conn := testutil.StartBroker(t, "")
+	testutil.CreateTopic(t, conn, "in", 2)
+	p, err := producer.New(producer.Conn(conn))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := p.Tx(ctx, func(tx *producer.Tx) error {
+		return tx.SubmitPending(onceq.Task{Queue: "in", ID: "pending"})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	adm, err := broker.NewAdmin(conn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer adm.Close()
+	retention := func() string {
+		t.Helper()
+		info, err := adm.DescribeTopic(ctx, broker.RecordsTopic("in"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return info.Configs["retention.ms"]
+	}
+	ms := func(d time.Duration) string { return strconv.FormatInt(d.Milliseconds(), 10) }
+	if got := retention(); got != ms(broker.DefaultRecordsRetention) {
+		t.Fatalf("records topic created by the producer: retention.ms=%s, want %s", got, ms(broker.DefaultRecordsRetention))
+	}
+	const month = 30 * 24 * time.Hour
+	stop := runWorker(t, consumer.Conn(conn), consumer.Group("gr"), consumer.Queues("in"), consumer.CheckpointDir(t.TempDir()),
+		consumer.WithHandler(consumer.HandlerFunc(func(context.Context, *consumer.Task) error { return nil })),
+		consumer.ResultRetention(month))
+	// The producer's pending record, then the worker's succeeded one: the
+	// worker has started, and ensured its topics.
+	waitRecords(t, conn, broker.RecordsTopic("in"), 2, 30*time.Second)
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if got := retention(); got != ms(month) {
+		t.Fatalf("after a worker with a result retention of 30 days started: retention.ms=%s, want %s", got, ms(month))
 	}
 }

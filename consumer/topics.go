@@ -3,18 +3,16 @@ package consumer
 import (
 	"context"
 	"fmt"
-	"strings"
 	"sync"
 	"time"
 
-	"github.com/onceq/onceq"
 	"github.com/onceq/onceq/broker"
-	"github.com/onceq/onceq/delay"
 )
 
 // topicCache checks that the topics a worker writes to exist, asking the
-// brokers once per topic. onceq's own topics (delay buckets, dead letters)
-// are created when missing; a missing user queue is an error.
+// brokers once per topic. onceq's own topics (delay buckets, dead letters,
+// the workflow queue) are created when missing, as the catalogue
+// (broker.SpecOf) says; a missing user queue is an error.
 type topicCache struct {
 	adm  *broker.Admin
 	ok   sync.Map // topic -> struct{}
@@ -106,14 +104,9 @@ func (c *topicCache) ensure(topic string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	var err error
-	switch {
-	case strings.HasPrefix(topic, broker.DelayPrefix):
-		err = c.adm.EnsureTopic(ctx, topic, delay.DefaultBucketPartitions, delay.BucketTopicConfigs())
-	case strings.HasPrefix(topic, broker.DLQPrefix):
-		err = c.adm.EnsureTopic(ctx, topic, 1, nil)
-	case topic == onceq.WorkflowQueue:
-		err = c.adm.EnsureTopic(ctx, topic, broker.WorkflowPartitions, nil)
-	default:
+	if spec, own := broker.SpecOf(topic); own {
+		_, err = c.adm.EnsureTopics(ctx, []broker.TopicSpec{spec})
+	} else {
 		var counts map[string]int32
 		if counts, err = c.adm.PartitionCounts(ctx, topic); err == nil {
 			if n, ok := counts[topic]; ok {

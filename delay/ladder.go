@@ -27,7 +27,7 @@ import (
 // that started before a change still moves on.
 
 // LadderTopic is the compacted topic that holds the cluster's ladder.
-const LadderTopic = "onceq-ladder"
+const LadderTopic = broker.LadderTopic
 
 // ladderKey is the key of the ladder record.
 var ladderKey = []byte("ladder")
@@ -113,10 +113,12 @@ func SetLadder(ctx context.Context, conn broker.Conn, p *Planner) error {
 		return err
 	}
 	defer adm.Close()
+	var specs []broker.TopicSpec
 	for _, t := range p.Topics() {
-		if err := adm.EnsureTopic(ctx, t, DefaultBucketPartitions, BucketTopicConfigs()); err != nil {
-			return fmt.Errorf("delay: creating bucket topic: %w", err)
-		}
+		specs = append(specs, broker.BucketSpec(t))
+	}
+	if _, err := adm.EnsureTopics(ctx, specs); err != nil {
+		return fmt.Errorf("delay: creating the bucket topics: %w", err)
 	}
 	if err := table.Ensure(ctx, adm, LadderTopic); err != nil {
 		return fmt.Errorf("delay: %w", err)

@@ -21,11 +21,9 @@ var DefaultBuckets = []time.Duration{
 var ErrLadder = errors.New("invalid bucket ladder")
 
 // BucketTopicConfigs are the topic configs every bucket topic is created
-// with: the broker stamps each record with its append time, so producers'
-// clock skew cannot reorder a bucket partition.
-func BucketTopicConfigs() map[string]string {
-	return map[string]string{"message.timestamp.type": "LogAppendTime"}
-}
+// with (broker.BucketSpec): the broker stamps each record with its append
+// time, so producers' clock skew cannot reorder a bucket partition.
+func BucketTopicConfigs() map[string]string { return broker.BucketSpec("").Configs }
 
 // MaxBucket is the longest bucket of a ladder, 365 days. A record waits a
 // whole bucket in its topic, so the topic's retention must be longer than
@@ -33,8 +31,9 @@ func BucketTopicConfigs() map[string]string {
 const MaxBucket = 365 * 24 * time.Hour
 
 // DefaultBucketPartitions is the partition count of a bucket topic onceq
-// creates. Several delay service instances share a bucket's partitions.
-const DefaultBucketPartitions = 8
+// creates (broker.BucketSpec). Several delay service instances share a
+// bucket's partitions.
+const DefaultBucketPartitions = broker.BucketPartitions
 
 // Kind says where a Hop goes.
 type Kind uint8

@@ -2,11 +2,8 @@ package delay
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
-
-	"github.com/twmb/franz-go/pkg/kerr"
 
 	"github.com/onceq/onceq/broker"
 	"github.com/onceq/onceq/internal/instance"
@@ -39,31 +36,27 @@ func (c *topicCache) queue(ctx context.Context, name string) (bool, error) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	details, err := c.adm.Kadm().ListTopics(ctx, name)
+	counts, err := c.adm.PartitionCounts(ctx, name)
 	if err != nil {
 		return false, err
 	}
-	d, ok := details[name]
-	switch {
-	case !ok || errors.Is(d.Err, kerr.UnknownTopicOrPartition):
+	if _, ok := counts[name]; !ok {
 		c.missing[name] = time.Now()
 		return false, nil
-	case d.Err != nil:
-		return false, d.Err
 	}
 	delete(c.missing, name)
 	c.known[name] = true
 	return true, nil
 }
 
-// deadLetters makes sure a dead-letter topic exists.
+// deadLetters makes sure a dead-letter topic exists (broker.DeadLettersSpec).
 func (c *topicCache) deadLetters(ctx context.Context, name string) error {
 	if c.known[name] {
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	if err := c.adm.EnsureTopic(ctx, name, 1, nil); err != nil {
+	if _, err := c.adm.EnsureTopics(ctx, []broker.TopicSpec{broker.DeadLettersSpec(name)}); err != nil {
 		return err
 	}
 	c.known[name] = true

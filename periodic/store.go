@@ -24,7 +24,7 @@ import (
 // record is keyed by its name, and removing it writes a tombstone; the
 // latest tick submitted of each schedule, its cursor, is keyed
 // "<name>@last".
-const Topic = "onceq-periodic"
+const Topic = broker.PeriodicTopic
 
 const cursorSuffix = "@last"
 

@@ -23,7 +23,8 @@ import (
 // let it replace a record a worker wrote for the same ID, so a duplicate
 // submitted after the task ran does not make it look pending again. The
 // records topic is created if it does not exist yet, with the queue's
-// partitions and broker.RecordsTopicConfigs.
+// partitions (broker.RecordsSpec), and is made to keep records at least
+// broker.DefaultRecordsRetention.
 func (tx *Tx) SubmitPending(task onceq.Task) error {
 	now := time.Now()
 	if task.ID == "" {
@@ -87,10 +88,10 @@ func (p *Producer) recordsTopic(ctx context.Context, queue string) (string, erro
 	if err != nil {
 		return "", err
 	}
-	name := broker.RecordsTopic(queue)
-	if err := adm.EnsureTopic(ctx, name, int32(len(info.Partitions)), broker.RecordsTopicConfigs(0)); err != nil {
-		return "", fmt.Errorf("creating the task records topic %s: %w", name, err)
+	spec := broker.RecordsSpec(queue, int32(len(info.Partitions)), broker.DefaultRecordsRetention)
+	if _, err := adm.EnsureTopics(ctx, []broker.TopicSpec{spec}); err != nil {
+		return "", fmt.Errorf("creating the task records topic %s: %w", spec.Name, err)
 	}
-	s.records = name
-	return name, nil
+	s.records = spec.Name
+	return spec.Name, nil
 }

@@ -10,7 +10,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kerr"
-	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/onceq/onceq"
 	"github.com/onceq/onceq/broker"
@@ -30,7 +29,6 @@ const missingRecheck = time.Second
 // topic. Once ready, the hot path only loads it from the map.
 type topicState struct {
 	name    string
-	bucket  bool
 	records string      // for a queue: its records topic, once SubmitPending ensured it
 	ready   atomic.Bool // the topic exists
 
@@ -106,7 +104,7 @@ func (p *Producer) planner(ctx context.Context) (*delay.Planner, error) {
 func (p *Producer) ensure(ctx context.Context, name string, bucket bool) (*topicState, error) {
 	v, ok := p.topics.Load(name)
 	if !ok {
-		s := &topicState{name: name, bucket: bucket}
+		s := &topicState{name: name}
 		if !bucket && name != broker.WakeTopic {
 			s.submitted = p.m.submitted.WithLabelValues(name)
 			s.duration = p.m.duration.WithLabelValues(name)
@@ -120,8 +118,10 @@ func (p *Producer) ensure(ctx context.Context, name string, bucket bool) (*topic
 	return s, p.lookup(ctx, s)
 }
 
-// lookup asks the broker whether the topic exists, creating bucket topics
-// and the workflow queue always, and queues when CreateQueues is set.
+// lookup asks the broker whether the topic exists, creating onceq's own
+// topics (bucket topics, the workflow queue, the wake-up topic) always,
+// as the catalogue (broker.SpecOf) says, and queues when CreateQueues is
+// set.
 func (p *Producer) lookup(ctx context.Context, s *topicState) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -133,20 +133,15 @@ func (p *Producer) lookup(ctx context.Context, s *topicState) error {
 		return p.missing(s.name)
 	}
 	var err error
+	spec, own := broker.SpecOf(s.name)
 	switch {
-	case s.bucket || create > 0 || s.name == onceq.WorkflowQueue || s.name == broker.WakeTopic:
-		partitions, configs := create, map[string]string(nil)
-		switch {
-		case s.bucket:
-			partitions, configs = delay.DefaultBucketPartitions, delay.BucketTopicConfigs()
-		case s.name == onceq.WorkflowQueue:
-			partitions = broker.WorkflowPartitions // onceq's own, like the buckets
-		case s.name == broker.WakeTopic:
-			partitions, configs = 1, broker.WakeTopicConfigs()
+	case own || create > 0:
+		if !own {
+			spec = broker.TopicSpec{Name: s.name, Partitions: create} // a queue: the broker's configs
 		}
 		var adm *broker.Admin
 		if adm, err = p.admin(); err == nil {
-			err = adm.EnsureTopic(ctx, s.name, partitions, configs)
+			_, err = adm.EnsureTopics(ctx, []broker.TopicSpec{spec})
 		}
 	default:
 		var exists bool
@@ -164,29 +159,17 @@ func (p *Producer) lookup(ctx context.Context, s *topicState) error {
 }
 
 // exists asks the brokers whether a topic exists. The request goes out
-// every time: kadm's topic listing answers from a metadata cache up to 5s
-// old, which would keep refusing a queue created just after a refusal.
+// every time (Admin.PartitionCounts): kadm's topic listing answers from a
+// metadata cache up to 5s old, which would keep refusing a queue created
+// just after a refusal.
 func (p *Producer) exists(ctx context.Context, name string) (bool, error) {
-	req := kmsg.NewPtrMetadataRequest()
-	req.AllowAutoTopicCreation = false
-	rt := kmsg.NewMetadataRequestTopic()
-	rt.Topic = kmsg.StringPtr(name)
-	req.Topics = append(req.Topics, rt)
-	resp, err := req.RequestWith(ctx, p.cl)
+	adm, err := p.admin()
 	if err != nil {
 		return false, err
 	}
-	for _, t := range resp.Topics {
-		if t.Topic == nil || *t.Topic != name {
-			continue
-		}
-		err := kerr.ErrorForCode(t.ErrorCode)
-		if errors.Is(err, kerr.UnknownTopicOrPartition) {
-			return false, nil
-		}
-		return err == nil, err
-	}
-	return false, nil
+	counts, err := adm.PartitionCounts(ctx, name)
+	_, ok := counts[name]
+	return ok, err
 }
 
 func (p *Producer) missing(queue string) error {

@@ -70,7 +70,7 @@ func (s *Service) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	err = adm.EnsureTopic(ctx, onceq.WorkflowQueue, broker.WorkflowPartitions, nil)
+	_, err = adm.EnsureTopics(ctx, []broker.TopicSpec{broker.WorkflowSpec()})
 	adm.Close()
 	if err != nil {
 		return fmt.Errorf("workflow: creating %s: %w", onceq.WorkflowQueue, err)

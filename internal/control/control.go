@@ -26,7 +26,7 @@ import (
 )
 
 // Topic is the control topic.
-const Topic = "onceq-control"
+const Topic = broker.ControlTopic
 
 // Key prefixes.
 const (

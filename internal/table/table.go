@@ -18,13 +18,13 @@ import (
 )
 
 // Ensure creates a table's topic if it does not exist: one partition,
-// cleanup.policy=compact.
+// cleanup.policy=compact (broker.TableSpec), and opts' configs.
 func Ensure(ctx context.Context, adm *broker.Admin, topic string, opts ...Opt) error {
-	configs := map[string]string{"cleanup.policy": "compact"}
+	spec := broker.TableSpec(topic)
 	for _, o := range opts {
-		o(configs)
+		o(spec.Configs)
 	}
-	if err := adm.EnsureTopic(ctx, topic, 1, configs); err != nil {
+	if _, err := adm.EnsureTopics(ctx, []broker.TopicSpec{spec}); err != nil {
 		return fmt.Errorf("creating %s: %w", topic, err)
 	}
 	return nil
