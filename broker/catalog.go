@@ -31,6 +31,7 @@ import (
 //	KindLadder       onceq-ladder                          1                   compact                          SetLadder
 //	KindPeriodic     onceq-periodic                        1                   compact                          the periodic store
 //	KindTokens       onceq-tokens                          1                   compact                          the token store
+//	KindLeases       onceq-leases-<group>                  1                   compact,delete, 2 leases' keep   onceq serve's pull group (LeasesSpec)
 //
 // A records topic is the one kind whose creators need different configs:
 // a producer needs its pending records kept DefaultRecordsRetention, a
@@ -56,10 +57,11 @@ const (
 	KindLadder
 	KindPeriodic
 	KindTokens
+	KindLeases
 )
 
 var kindNames = [...]string{"not onceq's", "delay bucket", "dead letters", "task records", "checkpoint changelog",
-	"wake-ups", "workflow queue", "control", "delay ladder", "periodic schedules", "tokens"}
+	"wake-ups", "workflow queue", "control", "delay ladder", "periodic schedules", "tokens", "leases"}
 
 func (k Kind) String() string {
 	if int(k) < len(kindNames) {
@@ -113,7 +115,7 @@ func KindOf(topic string) Kind {
 	for _, p := range []struct {
 		prefix string
 		kind   Kind
-	}{{DelayPrefix, KindBuckets}, {DLQPrefix, KindDeadLetters}, {RecordsPrefix, KindRecords}, {ChangelogPrefix, KindChangelog}} {
+	}{{DelayPrefix, KindBuckets}, {DLQPrefix, KindDeadLetters}, {RecordsPrefix, KindRecords}, {ChangelogPrefix, KindChangelog}, {LeasesPrefix, KindLeases}} {
 		if len(topic) > len(p.prefix) && strings.HasPrefix(topic, p.prefix) {
 			return p.kind
 		}
@@ -124,8 +126,8 @@ func KindOf(topic string) Kind {
 // SpecOf returns the spec of one of onceq's topics whose spec follows
 // from its name alone: a bucket, dead-letter, wake-up, workflow or table
 // topic. A records topic or a changelog takes its queue's partitions
-// (RecordsSpec, ChangelogSpec), and a user's queue is not onceq's: ok is
-// false for them.
+// (RecordsSpec, ChangelogSpec), a lease topic its server's lease keep
+// (LeasesSpec), and a user's queue is not onceq's: ok is false for them.
 func SpecOf(topic string) (spec TopicSpec, ok bool) {
 	switch KindOf(topic) {
 	case KindBuckets:
@@ -205,8 +207,22 @@ func TableSpec(topic string) TopicSpec {
 	return TopicSpec{Name: topic, Partitions: 1, Configs: map[string]string{"cleanup.policy": "compact"}}
 }
 
-// WakeTopicConfigs are the configs of WakeTopic: WakeSpec's.
-func WakeTopicConfigs() map[string]string { return WakeSpec().Configs }
+// LeasesPrefix starts the lease topic of each pull group of onceq serve.
+const LeasesPrefix = "onceq-leases-"
+
+// LeasesTopic is the lease topic of onceq serve's pull group group.
+func LeasesTopic(group string) string { return LeasesPrefix + group }
+
+// LeasesSpec is the spec of the lease topic of pull group group: a table
+// (one partition) whose records are compacted by job and also deleted
+// after twice keep, how long a server keeps an ended lease, so that the
+// leases of jobs long done do not pile up.
+func LeasesSpec(group string, keep time.Duration) TopicSpec {
+	spec := TableSpec(LeasesTopic(group))
+	spec.Configs["cleanup.policy"] = "compact,delete"
+	spec.Configs["retention.ms"] = strconv.FormatInt(int64(2*keep/time.Millisecond), 10)
+	return spec
+}
 
 // raiseRetention raises the retention.ms of the existing topics among
 // specs that RaiseRetention to the spec's, where it is shorter. A topic

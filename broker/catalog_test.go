@@ -81,6 +81,7 @@ func TestCatalogTopics(t *testing.T) {
 		{broker.TableSpec(broker.LadderTopic), broker.KindLadder, true, 1, map[string]string{"cleanup.policy": "compact"}},
 		{broker.TableSpec(broker.PeriodicTopic), broker.KindPeriodic, true, 1, map[string]string{"cleanup.policy": "compact"}},
 		{broker.TableSpec(broker.TokensTopic), broker.KindTokens, true, 1, map[string]string{"cleanup.policy": "compact"}},
+		{broker.LeasesSpec("pull", 5*time.Minute), broker.KindLeases, false, 1, map[string]string{"cleanup.policy": "compact,delete", "retention.ms": "600000"}},
 	} {
 		name := tc.spec.Name
 		if k := broker.KindOf(name); k != tc.kind {
@@ -104,7 +105,7 @@ func TestCatalogTopics(t *testing.T) {
 			t.Errorf("%s (%v): %d partitions, configs %v; want %d, %v", name, tc.kind, parts[name], configs[name], tc.partitions, tc.configs)
 		}
 	}
-	for _, name := range []string{"emails", "onceq-", "onceq-delay-", "onceq-leases-pull", "__consumer_offsets"} {
+	for _, name := range []string{"emails", "onceq-", "onceq-delay-", "onceq-leases-", "__consumer_offsets"} {
 		if k := broker.KindOf(name); k != broker.KindNotOwn {
 			t.Errorf("KindOf(%q) = %v, want %v", name, k, broker.KindNotOwn)
 		}

@@ -349,8 +349,9 @@ func ParseCommitPoint(s string) (CommitPoint, error) {
 func TaskRecords(on bool) Opt { return optFunc(func(c *config) { c.taskRecords = on }) }
 
 // ResultRetention sets how long task records keep their results: the
-// records topic keeps records this long (its retention.ms, set when the
-// worker creates it; the dedup window if that is longer). 0 keeps no
+// records topic keeps records this long (its retention.ms, the dedup
+// window if that is longer: set when the worker creates the topic, and
+// raised at start where the topic keeps them for less). 0 keeps no
 // results, only the states, for the dedup window. Default
 // DefaultResultRetention (the dedup window, 7 days).
 func ResultRetention(d time.Duration) Opt { return optFunc(func(c *config) { c.resultRetention = d }) }

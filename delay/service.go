@@ -171,9 +171,9 @@ func (s *Service) start(ctx context.Context) error {
 		return err
 	}
 	s.smallest = s.cfg.planner.Smallest()
-	specs := []broker.TopicSpec{{Name: broker.WakeTopic, Partitions: 1, Configs: broker.WakeTopicConfigs()}}
+	specs := []broker.TopicSpec{broker.WakeSpec()}
 	for _, t := range s.cfg.planner.Topics() {
-		specs = append(specs, broker.TopicSpec{Name: t, Partitions: DefaultBucketPartitions, Configs: BucketTopicConfigs()})
+		specs = append(specs, broker.BucketSpec(t))
 	}
 	if _, err := s.adm.EnsureTopics(ctx, specs); err != nil {
 		return fmt.Errorf("delay: creating the bucket and wake-up topics: %w", err)

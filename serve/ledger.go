@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
-	"strconv"
 	"sync"
 	"time"
 
@@ -20,7 +19,7 @@ import (
 // leaseTopic is the lease topic of a pull group (lease.go): one
 // partition, compacted (a task's acknowledgment that committed is a
 // tombstone) and kept for twice the longest a task is held.
-func leaseTopic(group string) string { return "onceq-leases-" + group }
+func leaseTopic(group string) string { return broker.LeasesTopic(group) }
 
 // leaseKeep is how long a lease no event touches is remembered: past the
 // longest time-to-run, an expired lease whose task never ran again and an
@@ -66,9 +65,7 @@ func openLedger(ctx context.Context, conn broker.Conn, group string, log *slog.L
 	lg := &ledger{topic: leaseTopic(group), log: log, cl: cl, adm: kadm.NewClient(cl), id: rand.Text()[:12], onWant: onWant, onGrant: onGrant,
 		states: map[string]*leaseState{}, watchers: map[string]chan struct{}{},
 		wants: map[string]map[string]time.Time{}, wanted: map[string]chan struct{}{}, announced: map[string]time.Time{}}
-	lg.f, err = table.Follow(ctx, conn, lg.topic, log, lg.apply,
-		table.Config("cleanup.policy", "compact,delete"),
-		table.Config("retention.ms", strconv.FormatInt(int64(2*leaseKeep/time.Millisecond), 10)))
+	lg.f, err = table.Follow(ctx, conn, lg.topic, log, lg.apply, table.Configs(broker.LeasesSpec(group, leaseKeep).Configs))
 	if err != nil {
 		cl.Close()
 		return nil, fmt.Errorf("leases: %w", err)

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"sync"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -37,6 +38,12 @@ type Opt func(configs map[string]string)
 // Config sets a config of the table's topic, such as cleanup.policy
 // (compact by default) or retention.ms.
 func Config(key, value string) Opt { return func(c map[string]string) { c[key] = value } }
+
+// Configs sets configs of the table's topic, as a catalogue's spec has
+// them (broker.LeasesSpec).
+func Configs(configs map[string]string) Opt {
+	return func(c map[string]string) { maps.Copy(c, configs) }
+}
 
 // A Follower applies a topic's records until Close.
 type Follower struct {
