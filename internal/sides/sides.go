@@ -203,16 +203,18 @@ func (s *Set) Run(ctx context.Context, after <-chan struct{}) error {
 	for range s.services {
 		r := <-results
 		asked := runCtx.Err() != nil // ctx ended, or another service stopped first
+		cause := r.err
 		switch {
-		case asked && errors.Is(r.err, context.Canceled):
-			// Stopped while starting: the error is the stop itself.
-		case r.err != nil:
-			errs = append(errs, fmt.Errorf("%s stopped: %w", r.svc.What, r.err))
-		case !asked:
-			errs = append(errs, fmt.Errorf("%s stopped by itself, without an error", r.svc.What))
+		case asked && errors.Is(cause, context.Canceled):
+			continue // stopped while starting: the error is the stop itself
+		case cause == nil && asked:
+			continue
+		case cause == nil:
+			cause = errors.New("it returned without an error")
 		}
+		errs = append(errs, fmt.Errorf("%s stopped: %w", r.svc.What, cause))
 		if !asked {
-			s.log.Error(r.svc.What+" stopped: stopping the other services", "component", r.svc.Name, "err", errors.Join(errs...))
+			s.log.Error(r.svc.What+" stopped: stopping the other services", "component", r.svc.Name, "err", cause)
 			stop()
 		}
 	}
