@@ -72,7 +72,14 @@ It serves /metrics and /healthz on --metrics-addr and stops cleanly on SIGINT or
 SIGTERM: it stops fetching, lets in-flight tasks finish (up to
 --shutdown-timeout), commits and leaves the group. Tasks still running then are
 canceled and nothing of theirs is committed: they run again on restart, and the
-exit code is 1.`,
+exit code is 1.
+
+Once the worker started, it runs the side services its flags ask for
+(--delay-service, --workflow-service, --scheduler). One that stops (a state
+directory under --checkpoint-dir it cannot write, a broker that refuses it)
+stops the worker as SIGTERM does, and the command ends with exit code 1 and an
+error naming it, for its supervisor to restart; /healthz and /readyz name it
+meanwhile.`,
 		Args: exactArgs(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return runWorker(cmd, g, f)
