@@ -120,39 +120,38 @@ func New(cfg Config) (*Set, error) {
 		return filepath.Join(cfg.Dir, name)
 	}
 	s := &Set{log: log}
-	if cfg.Delay {
-		svc, err := delay.NewService(delay.Conn(cfg.Conn), delay.WithPlanner(cfg.Planner), delay.Registerer(reg),
-			delay.StateDir(dir("delay")), delay.Logger(log.With("component", "delay")))
+	for _, b := range []struct {
+		on         bool
+		name, what string
+		build      func(log *slog.Logger) (Runner, error)
+	}{
+		{cfg.Delay, "delay", "the delay service", func(log *slog.Logger) (Runner, error) {
+			return delay.NewService(delay.Conn(cfg.Conn), delay.WithPlanner(cfg.Planner), delay.Registerer(reg),
+				delay.StateDir(dir("delay")), delay.Logger(log))
+		}},
+		{cfg.Workflow, "workflow", "the workflow service", func(log *slog.Logger) (Runner, error) {
+			return workflow.NewService(workflow.Conn(cfg.Conn), workflow.Planner(cfg.Planner), workflow.Registerer(reg),
+				workflow.Dir(dir("workflow")), workflow.Logger(log))
+		}},
+		{cfg.Scheduler, "scheduler", "the periodic scheduler", func(log *slog.Logger) (Runner, error) {
+			opts := []periodic.Opt{periodic.Conn(cfg.Conn), periodic.Registerer(reg), periodic.Logger(log)}
+			if cfg.Planner != nil {
+				opts = append(opts, periodic.Planner(cfg.Planner))
+			}
+			return periodic.NewScheduler(opts...)
+		}},
+	} {
+		if !b.on {
+			continue
+		}
+		svc, err := b.build(log.With("component", b.name))
 		if err != nil {
-			return nil, fmt.Errorf("the delay service: %w", err)
+			return nil, fmt.Errorf("%s: %w", b.what, err)
 		}
-		s.add(Service{"delay", "the delay service", svc})
-	}
-	if cfg.Workflow {
-		svc, err := workflow.NewService(workflow.Conn(cfg.Conn), workflow.Planner(cfg.Planner), workflow.Registerer(reg),
-			workflow.Dir(dir("workflow")), workflow.Logger(log.With("component", "workflow")))
-		if err != nil {
-			return nil, fmt.Errorf("the workflow service: %w", err)
-		}
-		s.add(Service{"workflow", "the workflow service", svc})
-	}
-	if cfg.Scheduler {
-		opts := []periodic.Opt{periodic.Conn(cfg.Conn), periodic.Registerer(reg), periodic.Logger(log.With("component", "scheduler"))}
-		if cfg.Planner != nil {
-			opts = append(opts, periodic.Planner(cfg.Planner))
-		}
-		svc, err := periodic.NewScheduler(opts...)
-		if err != nil {
-			return nil, fmt.Errorf("the periodic scheduler: %w", err)
-		}
-		s.add(Service{"scheduler", "the periodic scheduler", svc})
+		s.services = append(s.services, Service{b.name, b.what, svc})
+		s.health.Register(b.name, svc)
 	}
 	return s, nil
-}
-
-func (s *Set) add(svc Service) {
-	s.services = append(s.services, svc)
-	s.health.Register(svc.Name, svc)
 }
 
 // Services are the set's services, for a command to report their health
@@ -168,15 +167,15 @@ func (s *Set) Healthy() error { return s.health.Healthy() }
 func (s *Set) Ready() error { return s.health.Ready() }
 
 // Run starts the services once after is closed (nil: at once) and runs
-// them until ctx ends, when it stops them and returns nil, or until one
-// of them stops (the failure policy, in the package's doc): then it
-// stops the others and returns an error naming the one that stopped
-// (and any other that returned an error on its way out, but for the
-// cancellation it was stopped with). Either way Run returns once every
-// service returned. A ctx that
-// ends before after is closed starts none. With no services, Run waits
-// for ctx all the same, so that a caller that runs it beside its own
-// work may treat any return as a stop. Run may be called once.
+// them until ctx ends or one of them stops, whichever comes first; then
+// it stops the others and returns once every service returned. Its error
+// names the service that stopped while it should have run (the failure
+// policy, in the package's doc) and any that returned an error on its
+// way out, but for the cancellation it was stopped with; it is nil when
+// ctx ended and every service stopped cleanly. A ctx that ends before
+// after is closed starts none. With no services Run waits for ctx all
+// the same, so that a caller that runs it beside its own work may take
+// any return for a stop. Run may be called once.
 func (s *Set) Run(ctx context.Context, after <-chan struct{}) error {
 	if after != nil {
 		select {

@@ -57,7 +57,6 @@ func TestFailedServiceStopsTheOthers(t *testing.T) {
 		t.Fatalf("%d services, want 3", got)
 	}
 	err = runSet(t, t.Context(), set, nil).wait(3 * time.Minute)
-	t.Logf("Run: %v", err)
 	if err == nil || !strings.HasPrefix(err.Error(), "the delay service stopped: delay: state dir:") {
 		t.Fatalf("Run: %v; want the delay service's failure, named", err)
 	}
@@ -92,12 +91,10 @@ func TestRunUntilContextEnds(t *testing.T) {
 	after := make(chan struct{})
 	run := runSet(t, ctx, set, after)
 	close(after)
-	deadline := time.Now().Add(3 * time.Minute)
-	for set.Ready() != nil {
+	for deadline := time.Now().Add(3 * time.Minute); set.Ready() != nil; time.Sleep(50 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatalf("not ready after 3 minutes: %v", set.Ready())
 		}
-		time.Sleep(50 * time.Millisecond)
 	}
 	if err := set.Healthy(); err != nil {
 		t.Fatalf("Healthy while running: %v", err)
