@@ -244,8 +244,8 @@ func listenOps(addr string, reg *prometheus.Registry, log *slog.Logger, cs ...co
 	return srv.Close, nil
 }
 
-// runTogether runs the worker and its side services (a sides.Set) until
-// both stop; the first to stop stops the other.
+// runTogether runs services (the worker, and its side services as one
+// sides.Set) until all stop; the first to stop stops the others.
 func runTogether(ctx context.Context, services ...func(context.Context) error) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
