@@ -24,7 +24,8 @@
 //
 // # Endpoints
 //
-//	GET    /healthz                              no token: 200 "ok"
+//	GET    /healthz                              no token: 200 "ok", 503 naming an unhealthy side service
+//	GET    /readyz                               no token: 200 "ok" once the side services are ready, else 503
 //	GET    /metrics                              Prometheus metrics: an operator's token ("*")
 //	PUT    /api/{ns}/{queue}                     publish one task: the body is its payload
 //	GET    /api/{ns}/{q1},{q2}                   consume (long-poll): ttr=, timeout=, count=, freeze_tries=
@@ -110,6 +111,17 @@
 // reaches a worker, 404 no record of it (nothing written; ahead=true
 // cancels it all the same), 409 already final, 410 it was running and
 // finished first.
+//
+// # Side services
+//
+// A server runs a delay service, a workflow service and a periodic
+// scheduler (DelayService, WorkflowService, Scheduler) as onceq worker
+// does, under the same failure policy (package internal/sides): one that
+// stops stops the others and closes Done, with Err naming it. The server
+// goes on answering, but delayed tasks and retries no longer move, so
+// whoever serves Handler stops serving and ends on Err, as onceq serve
+// does (exit code 1), for the supervisor to restart the process.
+// /healthz and /readyz report the side services' health and readiness.
 //
 // # The console
 //

@@ -78,7 +78,7 @@ func Logger(l *slog.Logger) Opt { return optFunc(func(cfg *config) { cfg.log = l
 func Registerer(r prometheus.Registerer) Opt { return optFunc(func(cfg *config) { cfg.reg = r }) }
 
 // InsecureNoAuth opens every endpoint without a token. Default false:
-// every endpoint but /healthz needs one.
+// every endpoint but /healthz and /readyz needs one.
 func InsecureNoAuth(b bool) Opt { return optFunc(func(cfg *config) { cfg.insecure = b }) }
 
 // CreateQueues sets the partition count of a queue created by its first

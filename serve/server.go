@@ -8,7 +8,6 @@ import (
 	"math"
 	"net"
 	"net/http"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -21,12 +20,12 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/onceq/onceq/auth"
-	"github.com/onceq/onceq/delay"
 	"github.com/onceq/onceq/dlq"
 	"github.com/onceq/onceq/inspect"
+	"github.com/onceq/onceq/internal/ops"
+	"github.com/onceq/onceq/internal/sides"
 	"github.com/onceq/onceq/periodic"
 	"github.com/onceq/onceq/producer"
-	"github.com/onceq/onceq/workflow"
 )
 
 // Server is onceq's HTTP server. Create it with New, serve its Handler
@@ -43,8 +42,13 @@ type Server struct {
 	m         *metrics
 	gather    prometheus.Gatherer
 	pull      pull
-	// stops stop the services the server runs (delay, workflow).
-	stops []func()
+	// sides are the side services the server runs (DelayService,
+	// WorkflowService, Scheduler); stopSides stops them, sidesDone is
+	// closed once they stopped, with sidesErr.
+	sides     *sides.Set
+	stopSides context.CancelFunc
+	sidesDone chan struct{}
+	sidesErr  error
 
 	limitMu  sync.Mutex
 	limiters map[string]*rate.Limiter // by token ID, with RateLimit
@@ -120,12 +124,14 @@ func New(ctx context.Context, opts ...Opt) (*Server, error) {
 }
 
 // Close stops the workers of the pulled queues (the tasks handed out and
-// not acknowledged run again), and releases the producer (flushing what
-// it holds), the inspector and the token and schedule stores.
+// not acknowledged run again) and the side services, and releases the
+// producer (flushing what it holds), the inspector and the token and
+// schedule stores.
 func (s *Server) Close() error {
 	s.stopPull()
-	for _, stop := range s.stops {
-		stop()
+	if s.stopSides != nil {
+		s.stopSides()
+		<-s.sidesDone
 	}
 	s.pull.ledger.close()
 	s.schedules.Close()
@@ -203,10 +209,10 @@ func (s *Server) apiRoutes() []route {
 }
 
 func (s *Server) routes() {
-	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		_, _ = w.Write([]byte("ok\n"))
-	})
+	// Probes, without a token: the server's side services' health and
+	// readiness (ops.Checker), one line each that is not.
+	s.mux.HandleFunc("GET /healthz", ops.Probe(s.sides.Healthy))
+	s.mux.HandleFunc("GET /readyz", ops.Probe(s.sides.Ready))
 	if s.gather != nil {
 		metrics := promhttp.HandlerFor(s.gather, promhttp.HandlerOpts{})
 		// Every namespace's queues and volumes: an operator's token only.
@@ -395,53 +401,41 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	return m, nil
 }
 
-// startServices starts the delay and workflow services and the periodic
-// scheduler the server runs (DelayService, WorkflowService, Scheduler).
+// startServices starts the side services the server runs (DelayService,
+// WorkflowService, Scheduler), under the failure policy of package
+// sides: one that stops stops the others and closes Done.
 func (s *Server) startServices() error {
-	if s.cfg.delaySvc {
-		opts := []delay.ServiceOpt{delay.Conn(s.cfg.conn), delay.Registerer(s.cfg.reg), delay.Logger(s.cfg.log.With("component", "delay"))}
-		if s.cfg.dataDir != "" {
-			opts = append(opts, delay.StateDir(filepath.Join(s.cfg.dataDir, "delay")))
-		}
-		svc, err := delay.NewService(opts...)
-		if err != nil {
-			return fmt.Errorf("serve: the delay service: %w", err)
-		}
-		s.background("delay", svc.Run)
+	set, err := sides.New(sides.Config{Conn: s.cfg.conn, Registerer: s.cfg.reg, Logger: s.cfg.log, Dir: s.cfg.dataDir,
+		Delay: s.cfg.delaySvc, Workflow: s.cfg.workflowSvc, Scheduler: s.cfg.scheduler})
+	if err != nil {
+		return fmt.Errorf("serve: %w", err)
 	}
-	if s.cfg.workflowSvc {
-		opts := []workflow.Opt{workflow.Conn(s.cfg.conn), workflow.Registerer(s.cfg.reg), workflow.Logger(s.cfg.log.With("component", "workflow"))}
-		if s.cfg.dataDir != "" {
-			opts = append(opts, workflow.Dir(filepath.Join(s.cfg.dataDir, "workflow")))
-		}
-		svc, err := workflow.NewService(opts...)
-		if err != nil {
-			return fmt.Errorf("serve: the workflow service: %w", err)
-		}
-		s.background("workflow", svc.Run)
-	}
-	if s.cfg.scheduler {
-		svc, err := periodic.NewScheduler(periodic.Conn(s.cfg.conn), periodic.Registerer(s.cfg.reg), periodic.Logger(s.cfg.log.With("component", "scheduler")))
-		if err != nil {
-			return fmt.Errorf("serve: the periodic scheduler: %w", err)
-		}
-		s.background("periodic scheduler", svc.Run)
-	}
+	ctx, stop := context.WithCancel(context.Background())
+	s.sides, s.stopSides, s.sidesDone = set, stop, make(chan struct{})
+	go func() {
+		defer close(s.sidesDone)
+		s.sidesErr = set.Run(ctx, nil)
+	}()
 	return nil
 }
 
-// background runs a service until Close.
-func (s *Server) background(name string, run func(context.Context) error) {
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		if err := run(ctx); err != nil && ctx.Err() == nil {
-			s.cfg.log.Error("the "+name+" service stopped", "err", err)
-		}
-	}()
-	s.stops = append(s.stops, func() {
-		cancel()
-		<-done
-	})
+// Done is closed once the side services the server runs (DelayService,
+// WorkflowService, Scheduler) stopped: because one of them stopped, when
+// Err names it, or because Close stopped them. A server whose side
+// service stopped goes on answering requests, but retries and delayed
+// tasks no longer move (or workflows do not start, or schedules do not
+// tick): stop serving and return Err, so that the process's supervisor
+// starts the server again, as onceq serve does.
+func (s *Server) Done() <-chan struct{} { return s.sidesDone }
+
+// Err is nil until Done is closed; then the error naming the side
+// service that stopped ("the delay service stopped: ..."), or nil when
+// Close stopped them.
+func (s *Server) Err() error {
+	select {
+	case <-s.sidesDone:
+		return s.sidesErr
+	default:
+		return nil
+	}
 }

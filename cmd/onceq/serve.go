@@ -33,7 +33,7 @@ func newServeCmd(g *globals) *cobra.Command {
 	var f serveFlags
 	cmd := &cobra.Command{
 		Use:   "serve",
-		Short: "Serve the HTTP API (lmstfy's paths) with tokens, /metrics and /healthz",
+		Short: "Serve the HTTP API (lmstfy's paths) with tokens, /metrics, /healthz and /readyz",
 		Long: `Serve onceq's HTTP API: publish (one task or a bulk array in one transaction),
 consume and acknowledge, a task's state and result, waiting for it, cancel, peek,
 queue size, dead letters, statistics, pause and resume, under
@@ -42,11 +42,19 @@ schedules under /periodic/{namespace}. A namespace's
 queue is the topic <namespace>.<queue>, created on its first publish with
 --create-queues partitions unless --no-create-queues.
 
-Every endpoint but /healthz needs a token of the namespace (onceq token create
-NS), as the X-Token header, Authorization: Bearer or the token parameter; a
-read-only token does not write. --insecure-no-auth opens every endpoint and
-logs a warning. SIGINT or SIGTERM stops accepting requests, lets those in flight
-finish (at most --shutdown-timeout), then exits.`,
+Every endpoint but /healthz and /readyz needs a token of the namespace (onceq
+token create NS), as the X-Token header, Authorization: Bearer or the token
+parameter; a read-only token does not write. --insecure-no-auth opens every
+endpoint and logs a warning. SIGINT or SIGTERM stops accepting requests, lets
+those in flight finish (at most --shutdown-timeout), then exits.
+
+The server runs the side services its flags ask for (--delay-service,
+--workflow-service, --scheduler), as onceq worker does, under the same policy:
+one that stops (a state directory under --data-dir it cannot write, a broker
+that refuses it) stops the server as SIGTERM does, and the command ends with
+exit code 1 and an error naming it, for its supervisor to restart. /healthz
+(503 while one is unhealthy) and /readyz (200 once they are all ready) report
+them.`,
 		Example: `  onceq token create shop
   onceq serve --listen :7700
   curl -X PUT -H "X-Token: $TOKEN" 'localhost:7700/api/shop/emails?delay=60&tries=3' -d '{"to":"ada"}'`,
@@ -65,7 +73,7 @@ finish (at most --shutdown-timeout), then exits.`,
 	fl.IntVar(&f.maxBulk, "max-bulk-bytes", serve.DefaultMaxBulkBytes, "largest bulk publish body accepted (larger: 413)")
 	fl.StringVar(&f.viewDir, "view-dir", "", "keep the task records' view in this directory (default: in memory)")
 	fl.DurationVar(&f.retention, "retention", 7*24*time.Hour, "how long finished tasks stay visible: the workers' --result-retention")
-	fl.StringVar(&f.dataDir, "data-dir", "", "keep the pulled queues' worker checkpoints and the delay service's state here (default: in memory)")
+	fl.StringVar(&f.dataDir, "data-dir", "", "keep the pulled queues' worker checkpoints and the side services' state (delay/, workflow/) here (default: in memory)")
 	fl.StringVar(&f.pullGroup, "pull-group", serve.DefaultPullGroup, "consumer group of the workers that hand tasks to HTTP consumers")
 	fl.IntVar(&f.pullSlots, "pull-slots", serve.DefaultPullSlots, "tasks of a queue held for HTTP consumers at once, per server")
 	fl.BoolVar(&f.delaySvc, "delay-service", true, "run a delay service (retries and delayed tasks move when due)")
@@ -171,16 +179,24 @@ func (f *serveFlags) run(cmd *cobra.Command, g *globals) error {
 		g.log.Info("serving the token admin API", "url", scheme+"://"+aln.Addr().String())
 		go func() { done <- admin.Serve(aln) }()
 	}
+	// A side service that stops ends the command too (package sides'
+	// failure policy), after the requests in flight, with its error.
+	var failed error
 	select {
 	case err := <-done:
 		return err
+	case <-srv.Done():
+		failed = srv.Err()
 	case <-ctx.Done():
 	}
 	g.log.Info("stopping: finishing the requests in flight", "timeout", f.shutdown)
 	sctx, scancel := context.WithTimeout(context.Background(), f.shutdown)
 	defer scancel()
 	if err := hs.Shutdown(sctx); err != nil {
-		return fmt.Errorf("stopping the server: %w", err)
+		return errors.Join(failed, fmt.Errorf("stopping the server: %w", err))
+	}
+	if failed != nil {
+		return failed
 	}
 	g.log.Info("stopped")
 	return nil

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"path/filepath"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -13,11 +12,9 @@ import (
 
 	"github.com/onceq/onceq"
 	"github.com/onceq/onceq/consumer"
-	"github.com/onceq/onceq/delay"
 	"github.com/onceq/onceq/handlers"
 	"github.com/onceq/onceq/internal/ops"
-	"github.com/onceq/onceq/periodic"
-	"github.com/onceq/onceq/workflow"
+	"github.com/onceq/onceq/internal/sides"
 )
 
 type workerFlags struct {
@@ -75,7 +72,14 @@ It serves /metrics and /healthz on --metrics-addr and stops cleanly on SIGINT or
 SIGTERM: it stops fetching, lets in-flight tasks finish (up to
 --shutdown-timeout), commits and leaves the group. Tasks still running then are
 canceled and nothing of theirs is committed: they run again on restart, and the
-exit code is 1.`,
+exit code is 1.
+
+Once the worker started, it runs the side services its flags ask for
+(--delay-service, --workflow-service, --scheduler). One that stops (a state
+directory under --checkpoint-dir it cannot write, a broker that refuses it)
+stops the worker as SIGTERM does, and the command ends with exit code 1 and an
+error naming it, for its supervisor to restart; /healthz and /readyz name it
+meanwhile.`,
 		Args: exactArgs(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return runWorker(cmd, g, f)
@@ -188,48 +192,27 @@ func runWorker(cmd *cobra.Command, g *globals, f workerFlags) error {
 	if err != nil {
 		return flagError(cmd.Flags(), err)
 	}
-	// The services beside the worker, each with its flag.
-	var sides []component
-	if f.delayService {
-		svc, err := delay.NewService(delay.Conn(conn), delay.WithPlanner(planner), delay.Registerer(reg),
-			delay.StateDir(filepath.Join(f.checkpointDir, "delay")), delay.Logger(g.log.With("component", "delay")))
-		if err != nil {
-			return flagError(cmd.Flags(), err)
-		}
-		sides = append(sides, component{"delay", svc})
-	}
-	if f.workflowService {
-		wf, err := workflow.NewService(workflow.Conn(conn), workflow.Planner(planner), workflow.Registerer(reg),
-			workflow.Dir(filepath.Join(f.checkpointDir, "workflow")), workflow.Logger(g.log.With("component", "workflow")))
-		if err != nil {
-			return flagError(cmd.Flags(), err)
-		}
-		sides = append(sides, component{"workflow", wf})
-	}
-	if f.scheduler {
-		popts := []periodic.Opt{periodic.Conn(conn), periodic.Registerer(reg), periodic.Logger(g.log.With("component", "scheduler"))}
-		if planner != nil {
-			popts = append(popts, periodic.Planner(planner))
-		}
-		sched, err := periodic.NewScheduler(popts...)
-		if err != nil {
-			return flagError(cmd.Flags(), err)
-		}
-		sides = append(sides, component{"scheduler", sched})
+	set, err := sides.New(sides.Config{Conn: conn, Planner: planner, Registerer: reg, Logger: g.log, Dir: f.checkpointDir,
+		Delay: f.delayService, Workflow: f.workflowService, Scheduler: f.scheduler})
+	if err != nil {
+		return flagError(cmd.Flags(), err)
 	}
 	if err := checkQueuesExist(ctx, conn, outputs); err != nil {
 		return err
 	}
-	stop, err := listenOps(f.metricsAddr, reg, g.log, append([]component{{"worker", w}}, sides...)...)
+	comps := []component{{"worker", w}}
+	for _, svc := range set.Services() {
+		comps = append(comps, component{svc.Name, svc})
+	}
+	stop, err := listenOps(f.metricsAddr, reg, g.log, comps...)
 	if err != nil {
 		return err
 	}
 	defer stop()
-	runs := []func(context.Context) error{w.Run}
-	for _, c := range sides {
-		runs = append(runs, after(w.Started(), c.svc.Run))
-	}
-	err = runTogether(ctx, runs...)
+	// The side services start once the worker passed its own start, so
+	// that a worker refused there (a bad changelog, a missing queue)
+	// leaves nothing of theirs; one that stops ends the worker too.
+	err = runTogether(ctx, w.Run, func(ctx context.Context) error { return set.Run(ctx, w.Started()) })
 	if errors.Is(err, consumer.ErrTasksCanceled) {
 		return fmt.Errorf("%w, nothing of theirs committed: they run again on restart, or on the worker of group %q "+
 			"that takes their partitions (a longer --shutdown-timeout lets them finish)", err, f.group)
@@ -241,10 +224,7 @@ func runWorker(cmd *cobra.Command, g *globals, f workerFlags) error {
 // healthy it is.
 type component struct {
 	name string
-	svc  interface {
-		Run(context.Context) error
-		ops.Checker
-	}
+	svc  sides.Runner
 }
 
 // listenOps serves /metrics, /healthz and /readyz of the components on
@@ -264,22 +244,8 @@ func listenOps(addr string, reg *prometheus.Registry, log *slog.Logger, cs ...co
 	return srv.Close, nil
 }
 
-// after runs run once started is closed: a service beside a worker
-// starts once the worker passed its own start, so that a worker refused
-// there (a bad changelog, a missing queue) leaves nothing of theirs.
-func after(started <-chan struct{}, run func(context.Context) error) func(context.Context) error {
-	return func(ctx context.Context) error {
-		select {
-		case <-started:
-			return run(ctx)
-		case <-ctx.Done():
-			return nil
-		}
-	}
-}
-
-// runTogether runs the services (the worker, the delay and workflow services, the
-// scheduler) until all stop; the first to stop stops the others.
+// runTogether runs services (the worker, and its side services as one
+// sides.Set) until all stop; the first to stop stops the others.
 func runTogether(ctx context.Context, services ...func(context.Context) error) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()

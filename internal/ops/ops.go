@@ -148,8 +148,8 @@ func Listen(addr string, reg *prometheus.Registry, health *Health, log *slog.Log
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
-	mux.HandleFunc("/healthz", probe(health.Healthy))
-	mux.HandleFunc("/readyz", probe(health.Ready))
+	mux.HandleFunc("/healthz", Probe(health.Healthy))
+	mux.HandleFunc("/readyz", Probe(health.Ready))
 	s := &Server{ln: ln, srv: &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}}
 	go func() {
 		if err := s.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
@@ -160,7 +160,9 @@ func Listen(addr string, reg *prometheus.Registry, health *Health, log *slog.Log
 	return s, nil
 }
 
-func probe(check func() error) http.HandlerFunc {
+// Probe answers a health probe from check: 200 "ok" while it returns
+// nil, else 503 with its error (Health's: one line per component).
+func Probe(check func() error) http.HandlerFunc {
 	return func(w http.ResponseWriter, _ *http.Request) {
 		if err := check(); err != nil {
 			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
