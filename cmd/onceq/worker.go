@@ -117,7 +117,7 @@ meanwhile.`,
 	fl.BoolVar(&f.workflowService, "workflow-service", true, "also run the workflow service (starts workflows, joins groups and chords); every worker may run one")
 	fl.BoolVar(&f.scheduler, "scheduler", true, "also run the periodic scheduler (submits the ticks of 'onceq periodic' schedules); off when it runs apart (onceq periodic run)")
 	bucketsFlag(fl, &f.buckets)
-	fl.StringVar(&f.groupProtocol, "group-protocol", consumer.DefaultGroupProtocol, "classic (cooperative-sticky, static membership) or consumer (KIP-848, Kafka 4.0+)")
+	fl.StringVar(&f.groupProtocol, "group-protocol", consumer.DefaultGroupProtocol, "classic (cooperative-sticky, static membership) or consumer (KIP-848, Kafka 4.0+), for the worker and the delay service beside it")
 	fl.StringVar(&f.memoryLimit, "memory-limit", "192MiB", "soft limit of the Go heap and runtime (Go's GOMEMLIMIT, which wins when set): the garbage collector works harder near it; the checkpoint's cache (up to 96 MiB) comes on top; 0 for none")
 	fl.StringVar(&f.crashAt, "crash-at", "", "fault injection: POINT:N kills this process (SIGKILL) at commit point POINT (before-kafka, between, after) of its Nth commit")
 	_ = fl.MarkHidden("crash-at")
@@ -193,7 +193,7 @@ func runWorker(cmd *cobra.Command, g *globals, f workerFlags) error {
 		return flagError(cmd.Flags(), err)
 	}
 	set, err := sides.New(sides.Config{Conn: conn, Planner: planner, Registerer: reg, Logger: g.log, Dir: f.checkpointDir,
-		Delay: f.delayService, Workflow: f.workflowService, Scheduler: f.scheduler})
+		Delay: f.delayService, Workflow: f.workflowService, Scheduler: f.scheduler, GroupProtocol: f.groupProtocol})
 	if err != nil {
 		return flagError(cmd.Flags(), err)
 	}

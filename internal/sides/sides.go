@@ -66,6 +66,9 @@ type Config struct {
 	// Delay runs the delay service, Workflow the workflow service and
 	// Scheduler the periodic scheduler.
 	Delay, Workflow, Scheduler bool
+	// GroupProtocol is the delay service's consumer group protocol
+	// (delay.GroupProtocol), the worker's beside it. Empty: the default.
+	GroupProtocol string
 }
 
 // A Service is one side service, with its names.
@@ -126,8 +129,12 @@ func New(cfg Config) (*Set, error) {
 		build      func(log *slog.Logger) (Runner, error)
 	}{
 		{cfg.Delay, "delay", "the delay service", func(log *slog.Logger) (Runner, error) {
-			return delay.NewService(delay.Conn(cfg.Conn), delay.WithPlanner(cfg.Planner), delay.Registerer(reg),
-				delay.StateDir(dir("delay")), delay.Logger(log))
+			opts := []delay.ServiceOpt{delay.Conn(cfg.Conn), delay.WithPlanner(cfg.Planner), delay.Registerer(reg),
+				delay.StateDir(dir("delay")), delay.Logger(log)}
+			if cfg.GroupProtocol != "" {
+				opts = append(opts, delay.GroupProtocol(cfg.GroupProtocol))
+			}
+			return delay.NewService(opts...)
 		}},
 		{cfg.Workflow, "workflow", "the workflow service", func(log *slog.Logger) (Runner, error) {
 			return workflow.NewService(workflow.Conn(cfg.Conn), workflow.Planner(cfg.Planner), workflow.Registerer(reg),
