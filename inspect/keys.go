@@ -7,8 +7,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/cespare/xxhash/v2"
-
 	"github.com/onceq/onceq"
 )
 
@@ -153,7 +151,3 @@ func parseCursor(s string) (cursor, error) {
 func (c cursor) before(last int64, id string) bool {
 	return last < c.last || last == c.last && id < c.id
 }
-
-// hashKey is the hash of a record key that the seen sets and the ID locks
-// use.
-func hashKey(k string) uint64 { return xxhash.Sum64String(k) }
