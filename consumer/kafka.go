@@ -65,7 +65,7 @@ func newKafkaSide(w *Worker) (kafkaSide, error) {
 		// partition ending in one can go quiet (quiet.go); dispatch drops
 		// them.
 		kgo.KeepControlRecords(),
-		kgo.RecordPartitioner(outPartitioner{kgo.StickyKeyPartitioner(nil)}),
+		kgo.RecordPartitioner(outPartitioner{broker.KeyPartitioner()}),
 		kgo.ProducerBatchMaxBytes(int32(min(w.cfg.maxMessageBytes, 1<<20))),
 		// Fetch sizes count compressed bytes, and tasks compress well: at
 		// the client's defaults (50 MiB, 1 MiB a partition) one fetch of a

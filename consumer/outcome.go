@@ -265,9 +265,8 @@ func (w *Worker) hold(task *onceq.Task, key string, now time.Time) (*result, err
 const maxRefusals = 3
 
 // homePartitioner is Kafka's default partitioner of keyed records
-// (murmur2), which the onceq producer uses; it is safe for concurrent use
-// with keys.
-var homePartitioner = kgo.StickyKeyPartitioner(nil).ForTopic("")
+// (murmur2), which the onceq producer uses; it keeps no state.
+var homePartitioner = broker.KeyPartitioner().ForTopic("")
 
 // forwardHome moves a task with a client-chosen ID found in a partition
 // other than the one its key maps to (a producer whose partitioner is not
