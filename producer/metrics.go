@@ -23,13 +23,15 @@ import (
 const latencySample = 16
 
 type metrics struct {
+	aggregate bool // every series has queue "*" (MetricsPerQueue off)
 	submitted *prometheus.CounterVec
 	errors    *prometheus.CounterVec
 	duration  *prometheus.HistogramVec
 }
 
-func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+func newMetrics(reg prometheus.Registerer, aggregate bool) (*metrics, error) {
 	m := &metrics{
+		aggregate: aggregate,
 		submitted: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "onceq_tasks_submitted_total",
 			Help: "Tasks the brokers acknowledged, by queue (delayed tasks count for their queue).",
@@ -70,10 +72,19 @@ func register[C prometheus.Collector](reg prometheus.Registerer, c C) (C, error)
 	return c, err
 }
 
+// label is the queue label of queue's series.
+func (m *metrics) label(queue string) string {
+	if m.aggregate {
+		return "*"
+	}
+	return queue
+}
+
 // fail counts a refused task.
 func (m *metrics) fail(queue string, err error) {
 	if onceq.ValidateQueue(queue) != nil {
 		queue = "" // do not make a label of arbitrary input
 	}
+	queue = m.label(queue)
 	m.errors.WithLabelValues(queue, reason(err)).Inc()
 }

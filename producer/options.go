@@ -48,6 +48,7 @@ type config struct {
 	buckets            []time.Duration
 	maxMessageBytes    int
 	registerer         prometheus.Registerer
+	aggregate          bool // !MetricsPerQueue
 	log                *slog.Logger
 	now                func() time.Time
 	realClock          bool // now is time.Now: one clock read per task
@@ -191,6 +192,14 @@ func MaxMessageBytes(n int) Opt {
 // kept but not exported, so tests can create many producers.
 func Registerer(r prometheus.Registerer) Opt {
 	return optFunc(func(cfg *config) { cfg.registerer = r })
+}
+
+// MetricsPerQueue says whether the producer's metrics have a series per
+// queue. Off, every series has queue "*", summed over the queues: a
+// producer of thousands of queues keeps its series to a few, as the
+// worker's MetricsPerQueue does. Default on.
+func MetricsPerQueue(on bool) Opt {
+	return optFunc(func(cfg *config) { cfg.aggregate = !on })
 }
 
 // Logger receives the producer's logs: topics it creates, transactions it

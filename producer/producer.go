@@ -84,7 +84,7 @@ func New(opts ...Opt) (*Producer, error) {
 	if err != nil {
 		return nil, err
 	}
-	m, err := newMetrics(cfg.registerer)
+	m, err := newMetrics(cfg.registerer, cfg.aggregate)
 	if err != nil {
 		return nil, err
 	}

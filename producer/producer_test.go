@@ -476,6 +476,39 @@ func TestMetrics(t *testing.T) {
 	}
 }
 
+// TestMetricsAggregated: with MetricsPerQueue off, every queue's tasks
+// count in one series, queue "*", and no series names a queue.
+func TestMetricsAggregated(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	_, p := setup(t, []string{"a", "b"}, producer.Registerer(reg), producer.MetricsPerQueue(false))
+	ctx := ctxT(t)
+	for _, q := range []string{"a", "b", "b"} {
+		if _, err := p.Submit(ctx, onceq.Task{Queue: q}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, _ = p.Submit(ctx, onceq.Task{Queue: "missing"})
+	if got := metric(t, reg, "onceq_tasks_submitted_total", map[string]string{"queue": "*"}); got != 3 {
+		t.Errorf("onceq_tasks_submitted_total{queue=*} = %v, want 3", got)
+	}
+	if got := metric(t, reg, "onceq_submit_errors_total", map[string]string{"queue": "*", "reason": "no_queue"}); got != 1 {
+		t.Errorf("onceq_submit_errors_total{queue=*,reason=no_queue} = %v, want 1", got)
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "queue" && l.GetValue() != "*" {
+					t.Errorf("%s has a series of queue %q", mf.GetName(), l.GetValue())
+				}
+			}
+		}
+	}
+}
+
 func TestClose(t *testing.T) {
 	_, p := setup(t, []string{"jobs"})
 	ctx := ctxT(t)

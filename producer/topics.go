@@ -106,8 +106,8 @@ func (p *Producer) ensure(ctx context.Context, name string, bucket bool) (*topic
 	if !ok {
 		s := &topicState{name: name}
 		if !bucket && name != broker.WakeTopic {
-			s.submitted = p.m.submitted.WithLabelValues(name)
-			s.duration = p.m.duration.WithLabelValues(name)
+			s.submitted = p.m.submitted.WithLabelValues(p.m.label(name))
+			s.duration = p.m.duration.WithLabelValues(p.m.label(name))
 		}
 		v, _ = p.topics.LoadOrStore(name, s)
 	}

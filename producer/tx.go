@@ -305,7 +305,7 @@ func (tx *Tx) count(committed bool, start time.Time) {
 	d := time.Since(start).Seconds()
 	for _, q := range tx.queues {
 		if !committed {
-			tx.p.m.errors.WithLabelValues(q.name, "aborted").Inc()
+			tx.p.m.errors.WithLabelValues(tx.p.m.label(q.name), "aborted").Inc()
 			continue
 		}
 		q.submitted.Inc()
