@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"os"
+	"sort"
 	"strconv"
 	"strings"
 
@@ -86,6 +87,30 @@ func commandFlags(cmd *cobra.Command) *pflag.FlagSet {
 	return cmd.Flags()
 }
 
+// configure runs before every command, once cobra parsed its command
+// line: the flags the command line left unset take their values from the
+// environment and the config file (a command that parses its own flags,
+// config print, applies them itself), then the logger starts and warns of
+// ONCEQ_ variables that name no flag.
+func (g *globals) configure(cmd *cobra.Command) error {
+	if !cmd.DisableFlagParsing {
+		if _, err := applyConfig(cmd); err != nil {
+			return err
+		}
+	}
+	if err := g.setupLogger(); err != nil {
+		return err
+	}
+	for _, v := range strayEnv(cmd.Root()) {
+		attrs := []any{"variable", v[0]}
+		if v[1] != "" {
+			attrs = append(attrs, "did_you_mean", v[1])
+		}
+		g.log.Warn("an environment variable names no flag of any onceq command: ignored", attrs...)
+	}
+	return nil
+}
+
 // applyConfig gives each flag of cmd that the command line did not set its
 // value from the environment or the config file, and returns where every
 // flag's value came from, by flag name. The errors of all the flags come
@@ -162,4 +187,39 @@ func badValue(src string, f *pflag.Flag, err error) string {
 		want = "a " + f.Value.Type()
 	}
 	return fmt.Sprintf("%s: --%s wants %s: %v", src, f.Name, want, err)
+}
+
+// strayEnv returns, sorted, the ONCEQ_ variables of the environment that
+// name no flag of any command under root (a typo, or a flag of another
+// onceq version), each with the nearest variable that does, if one is near:
+// they are ignored, and the caller warns of them.
+func strayEnv(root *cobra.Command) [][2]string {
+	known := map[string]bool{envName(configFlag): true}
+	var names []string
+	var walk func(c *cobra.Command)
+	walk = func(c *cobra.Command) {
+		commandFlags(c).VisitAll(func(f *pflag.Flag) {
+			if configurable(f) && !known[envName(f.Name)] {
+				known[envName(f.Name)] = true
+				names = append(names, strings.TrimPrefix(envName(f.Name), envPrefix))
+			}
+		})
+		for _, sub := range c.Commands() {
+			walk(sub)
+		}
+	}
+	walk(root)
+	var stray [][2]string
+	for _, kv := range os.Environ() {
+		name, value, _ := strings.Cut(kv, "=")
+		if strings.HasPrefix(name, envPrefix) && value != "" && !known[name] {
+			near := nearest(strings.TrimPrefix(name, envPrefix), names)
+			if near != "" {
+				near = envPrefix + near
+			}
+			stray = append(stray, [2]string{name, near})
+		}
+	}
+	sort.Slice(stray, func(i, j int) bool { return stray[i][0] < stray[j][0] })
+	return stray
 }

@@ -248,3 +248,17 @@ lead="1s"
 		}
 	}
 }
+
+// TestStrayEnvWarns: an ONCEQ_ variable that names no flag of any command
+// is ignored with a warning naming it and the nearest that does; one
+// naming a flag of another command is not stray.
+func TestStrayEnvWarns(t *testing.T) {
+	clearEnv(t)
+	t.Setenv("ONCEQ_CONCURENCY", "8")
+	t.Setenv("ONCEQ_QUEUE", "emails") // the worker's, not version's
+	code, _, stderr := runCLI(t, "", "version")
+	if code != exitOK || !strings.Contains(stderr, "variable=ONCEQ_CONCURENCY did_you_mean=ONCEQ_CONCURRENCY") ||
+		strings.Contains(stderr, "ONCEQ_QUEUE") {
+		t.Errorf("exit %d, stderr %q; want a warning of ONCEQ_CONCURENCY alone", code, stderr)
+	}
+}

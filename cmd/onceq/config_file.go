@@ -238,18 +238,24 @@ func tomlScalar(v any) (string, bool) {
 }
 
 // suggest returns "; did you mean X?" for the candidate nearest to name,
-// within two edits, or "".
+// or "" when none is near.
 func suggest(name string, candidates []string) string {
-	best, bestD := "", 3
+	if best := nearest(name, candidates); best != "" {
+		return "; did you mean " + best + "?"
+	}
+	return ""
+}
+
+// nearest returns the candidate nearest to name, within two edits and
+// fewer than half its length, or "".
+func nearest(name string, candidates []string) string {
+	best, bestD := "", min(3, (len(name)+1)/2)
 	for _, c := range candidates {
 		if d := editDistance(name, c); d < bestD {
 			best, bestD = c, d
 		}
 	}
-	if best == "" {
-		return ""
-	}
-	return "; did you mean " + best + "?"
+	return best
 }
 
 // editDistance is the Levenshtein distance of a and b.

@@ -130,17 +130,8 @@ by --config or ONCEQ_CONFIG; a flag wins over the environment, which wins over
 the file. "onceq config print COMMAND" shows what a command would run with.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
-		// After cobra parsed the command line: the flags it left unset
-		// take their values from the environment and the config file. A
-		// command that parses its own flags (config print) applies them
-		// itself.
 		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
-			if !cmd.DisableFlagParsing {
-				if _, err := applyConfig(cmd); err != nil {
-					return err
-				}
-			}
-			return g.setupLogger()
+			return g.configure(cmd)
 		},
 	}
 	pf := root.PersistentFlags()
