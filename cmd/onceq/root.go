@@ -64,11 +64,12 @@ func exitCode(err error) int {
 
 // globals are the flags every command shares.
 type globals struct {
-	brokers   string
-	logLevel  string
-	logFormat string
-	tls       broker.TLS
-	sasl      broker.SASL
+	configPath string
+	brokers    string
+	logLevel   string
+	logFormat  string
+	tls        broker.TLS
+	sasl       broker.SASL
 
 	stdin          io.Reader
 	stdout, stderr io.Writer
@@ -121,19 +122,21 @@ func newRootCmd(g *globals) *cobra.Command {
 length, and proves it under failure.
 
 Start a development broker with "onceq broker", or point --brokers at Kafka or
-Redpanda. Exit codes: 0 ok, 1 failure, 2 usage or bad input.`,
+Redpanda. Exit codes: 0 ok, 1 failure, 2 usage or bad input.
+
+Every flag can also be set by the environment variable ONCEQ_<FLAG> (the name
+in upper case, '-' as '_': ONCEQ_CHECKPOINT_DIR) or in a TOML config file named
+by --config or ONCEQ_CONFIG; a flag wins over the environment, which wins over
+the file. "onceq config print COMMAND" shows what a command would run with.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
-		PersistentPreRunE: func(*cobra.Command, []string) error {
-			return g.setupLogger()
+		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
+			return g.configure(cmd)
 		},
 	}
-	brokersDefault := broker.DefaultBrokers
-	if env := os.Getenv("ONCEQ_BROKERS"); env != "" {
-		brokersDefault = env
-	}
 	pf := root.PersistentFlags()
-	pf.StringVar(&g.brokers, "brokers", brokersDefault, "Kafka seed brokers, host:port[,host:port] (env ONCEQ_BROKERS)")
+	pf.StringVar(&g.configPath, configFlag, "", "config file (TOML) of flag values, env ONCEQ_CONFIG; every flag also reads env ONCEQ_<FLAG>: flag > env > file > default")
+	pf.StringVar(&g.brokers, "brokers", broker.DefaultBrokers, "Kafka seed brokers, host:port[,host:port]")
 	pf.StringVar(&g.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	pf.StringVar(&g.logFormat, "log-format", "text", "log format: text or json")
 	pf.BoolVar(&g.tls.Enabled, "tls", false, "connect to the brokers with TLS")
@@ -144,7 +147,7 @@ Redpanda. Exit codes: 0 ok, 1 failure, 2 usage or bad input.`,
 	pf.BoolVar(&g.tls.InsecureSkipVerify, "tls-insecure-skip-verify", false, "do not verify the brokers' certificates (testing only)")
 	pf.StringVar(&g.sasl.Mechanism, "sasl-mechanism", "", "SASL mechanism: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512")
 	pf.StringVar(&g.sasl.User, "sasl-user", "", "SASL user")
-	pf.StringVar(&g.sasl.Password, "sasl-password", os.Getenv("ONCEQ_SASL_PASSWORD"), "SASL password (env ONCEQ_SASL_PASSWORD)")
+	pf.StringVar(&g.sasl.Password, "sasl-password", "", "SASL password (better in env ONCEQ_SASL_PASSWORD than on the command line)")
 
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	root.AddCommand(
@@ -164,6 +167,7 @@ Redpanda. Exit codes: 0 ok, 1 failure, 2 usage or bad input.`,
 		newPeriodicCmd(g),
 		newServeCmd(g),
 		newBenchCmd(g),
+		newConfigCmd(g),
 	)
 	return root
 }
