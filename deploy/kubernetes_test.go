@@ -521,8 +521,9 @@ func checkReferences(t *testing.T, objs []object) {
 
 // TestKubernetesProbesServed starts each onceq container's command line
 // for real, on the embedded broker, and gets its probes: /readyz answers
-// 200 once it is ready, /healthz 200, and SIGTERM stops it with exit code 0
-// within the pod's grace period. The command line is the manifest's but
+// 200 once it is ready, /healthz 200, SIGTERM stops it with exit code 0
+// within the pod's grace period, and it wrote to the directories its
+// flags name (which the manifests put on volumes). The command line is the manifest's but
 // for what must differ on this machine: the brokers (the embedded
 // broker's, without TLS or SASL), the directories (temporary ones) and the
 // listeners (free loopback ports).
@@ -533,12 +534,14 @@ func TestKubernetesProbesServed(t *testing.T) {
 		t.Run(w.obj.Metadata.Name+"/"+w.c.Name, func(t *testing.T) {
 			run := command{name: w.cmd.name}
 			ports := map[string]string{} // the manifest's port -> the local one
+			dirs := map[string]string{}  // flag -> the local directory
 			for _, f := range w.cmd.flags {
 				switch {
 				case connFlag(f.name) || f.name == "brokers":
 					continue
 				case slices.Contains(dirFlags, f.name):
 					f.value = filepath.Join(t.TempDir(), filepath.Base(f.value))
+					dirs[f.name] = f.value
 				case slices.Contains(addrFlags, f.name):
 					local := testutil.FreeAddr(t)
 					if p, ok := addrPort(f.value); ok {
@@ -580,6 +583,12 @@ func TestKubernetesProbesServed(t *testing.T) {
 			}
 			if code != 0 {
 				t.Fatalf("SIGTERM: exit code %d, want 0\n%s", code, p.Output())
+			}
+			// What the volumes must keep is there.
+			for name, dir := range dirs {
+				if entries, err := os.ReadDir(dir); err != nil || len(entries) == 0 {
+					t.Errorf("--%s %s: nothing written there (%v)", name, dir, err)
+				}
 			}
 		})
 	}
