@@ -1,0 +1,208 @@
+package deploy_test
+
+import (
+	"debug/elf"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// instruction is one Dockerfile instruction, its continuation lines
+// joined.
+type instruction struct {
+	op, args string
+}
+
+// stage is a Dockerfile build stage: FROM image [AS name] and what
+// follows.
+type stage struct {
+	image, name string
+	ins         []instruction
+}
+
+func (s stage) all(op string) []string {
+	var out []string
+	for _, in := range s.ins {
+		if in.op == op {
+			out = append(out, in.args)
+		}
+	}
+	return out
+}
+
+func loadDockerfile(t *testing.T) []stage {
+	t.Helper()
+	b, err := os.ReadFile("Dockerfile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stages []stage
+	text := strings.ReplaceAll(string(b), "\\\n", " ")
+	for _, line := range strings.Split(text, "\n") {
+		if line = strings.TrimSpace(line); line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		op, args, _ := strings.Cut(line, " ")
+		in := instruction{strings.ToUpper(op), strings.TrimSpace(args)}
+		if in.op == "FROM" {
+			f := strings.Fields(in.args)
+			s := stage{image: f[0]}
+			if len(f) == 3 && strings.EqualFold(f[1], "AS") {
+				s.name = f[2]
+			}
+			stages = append(stages, s)
+			continue
+		}
+		if len(stages) == 0 {
+			t.Fatalf("Dockerfile: %s before FROM", in.op)
+		}
+		stages[len(stages)-1].ins = append(stages[len(stages)-1].ins, in)
+	}
+	if len(stages) < 2 {
+		t.Fatalf("Dockerfile: %d stages, want a builder and the image", len(stages))
+	}
+	return stages
+}
+
+var (
+	goImageRe = regexp.MustCompile(`^golang:(\d+)\.(\d+)`)
+	goModRe   = regexp.MustCompile(`(?m)^go (\d+)\.(\d+)`)
+)
+
+// TestDockerfile checks the image the Dockerfile describes without a
+// container runtime (this machine's docker client has no daemon, and
+// there is no podman): its builder's Go is the one go.mod asks for, its
+// go build is static (CGO_ENABLED=0), -trimpath and of cmd/onceq; the
+// image is an empty (or distroless static) base with that binary as its
+// entrypoint, run as a user that is not root, and exposes the ports the
+// Kubernetes manifests use. Then it runs the Dockerfile's go build itself
+// and checks that the binary needs no dynamic loader or library (what an
+// empty base lacks) and runs: onceq version.
+func TestDockerfile(t *testing.T) {
+	stages := loadDockerfile(t)
+	build, final := stages[0], stages[len(stages)-1]
+
+	mod, err := os.ReadFile("../go.mod")
+	if err != nil {
+		t.Fatal(err)
+	}
+	goLine := goModRe.FindSubmatch(mod)
+	if goLine == nil {
+		t.Fatal("go.mod has no go line")
+	}
+	m := goImageRe.FindStringSubmatch(build.image)
+	if m == nil {
+		t.Fatalf("builder image %q: want golang:<major>.<minor>", build.image)
+	}
+	if want := string(goLine[1]) + "." + string(goLine[2]); m[1]+"."+m[2] != want {
+		t.Errorf("builder image %s, go.mod asks for go %s: want golang:%s", build.image, want, want)
+	}
+
+	// The build: its environment, flags, package and output.
+	var goBuild []string
+	for _, run := range build.all("RUN") {
+		if strings.Contains(run, "go build") {
+			goBuild = strings.Fields(run)
+		}
+	}
+	if goBuild == nil {
+		t.Fatal("Dockerfile: the builder has no RUN ... go build")
+	}
+	var env []string
+	for len(goBuild) > 0 && strings.Contains(goBuild[0], "=") && !strings.HasPrefix(goBuild[0], "-") {
+		env, goBuild = append(env, goBuild[0]), goBuild[1:]
+	}
+	if !slices.Contains(env, "CGO_ENABLED=0") {
+		t.Errorf("go build without CGO_ENABLED=0 (env %q): the binary would need the builder's libc", env)
+	}
+	if !slices.Contains(goBuild, "-trimpath") {
+		t.Errorf("go build without -trimpath: %q", goBuild)
+	}
+	out := ""
+	if i := slices.Index(goBuild, "-o"); i >= 0 && i+1 < len(goBuild) {
+		out = goBuild[i+1]
+	} else {
+		t.Fatalf("go build names no output (-o PATH): %q", goBuild)
+	}
+	pkg := goBuild[len(goBuild)-1]
+	if pkg != "./cmd/onceq" {
+		t.Errorf("go build of %s, want ./cmd/onceq", pkg)
+	}
+	if main, err := os.ReadFile(filepath.Join("..", pkg, "main.go")); err != nil || !strings.Contains(string(main), "package main") {
+		t.Errorf("go build of %s: no main package there (%v)", pkg, err)
+	}
+
+	// The image.
+	if final.image != "scratch" && !strings.HasPrefix(final.image, "gcr.io/distroless/static") {
+		t.Errorf("image based on %s, want scratch or gcr.io/distroless/static", final.image)
+	}
+	dest := ""
+	for _, c := range final.all("COPY") {
+		f := strings.Fields(c)
+		if len(f) == 3 && f[0] == "--from="+build.name && f[1] == out {
+			dest = f[2]
+		}
+	}
+	if dest == "" {
+		t.Errorf("the image copies no %s from stage %s", out, build.name)
+	}
+	var entry []string
+	if e := final.all("ENTRYPOINT"); len(e) != 1 || json.Unmarshal([]byte(e[0]), &entry) != nil || len(entry) != 1 || entry[0] != dest {
+		t.Errorf("ENTRYPOINT %q, want the exec form [%q]", e, dest)
+	}
+	users := final.all("USER")
+	if len(users) == 0 {
+		t.Error("no USER: the image runs as root")
+	} else {
+		uid, _, _ := strings.Cut(users[len(users)-1], ":")
+		if n, err := strconv.Atoi(uid); err != nil || n == 0 {
+			t.Errorf("USER %s: want a numeric user other than 0 (Kubernetes' runAsNonRoot checks a number)", users[len(users)-1])
+		}
+	}
+	exposed := strings.Fields(strings.Join(final.all("EXPOSE"), " "))
+	for _, o := range loadManifests(t) {
+		if o.Spec.Template == nil {
+			continue
+		}
+		for _, c := range o.Spec.Template.Spec.Containers {
+			for _, p := range c.Ports {
+				if !slices.Contains(exposed, strconv.Itoa(p.ContainerPort)) {
+					t.Errorf("%s: %s/%s uses port %d, which the image does not EXPOSE (%v)", o.File, o.Kind, o.Metadata.Name, p.ContainerPort, exposed)
+				}
+			}
+		}
+	}
+
+	// The build, run here as the Dockerfile runs it.
+	bin := filepath.Join(t.TempDir(), "onceq")
+	args := slices.Clone(goBuild[1:]) // after "go"
+	args[slices.Index(args, "-o")+1] = bin
+	cmd := exec.Command("go", args...)
+	cmd.Dir = ".."
+	cmd.Env = append(os.Environ(), env...)
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go %s: %v\n%s", strings.Join(args, " "), err, b)
+	}
+	f, err := elf.Open(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_INTERP {
+			t.Error("the binary names a dynamic loader: it would not start on an empty base")
+		}
+	}
+	if libs, err := f.ImportedLibraries(); err != nil || len(libs) > 0 {
+		t.Errorf("the binary needs libraries %q (%v): it would not start on an empty base", libs, err)
+	}
+	if b, err := exec.Command(bin, "version").CombinedOutput(); err != nil {
+		t.Errorf("onceq version: %v\n%s", err, b)
+	}
+}
