@@ -64,8 +64,8 @@ them.`,
 	fl := cmd.Flags()
 	fl.StringVar(&f.listen, "listen", "127.0.0.1:7700", "serve on this address")
 	fl.StringVar(&f.adminListen, "admin-listen", "", "serve the admin API (POST, GET /token/{ns}, DELETE /token/{ns}/{token}, GET /info, /version, /pools) here, for operators' tokens (empty: off)")
-	fl.StringVar(&f.tlsCert, "tls-cert", "", "serve HTTPS with this certificate (PEM), with --tls-key")
-	fl.StringVar(&f.tlsKey, "tls-key", "", "the certificate's private key (PEM)")
+	fl.StringVar(&f.tlsCert, "https-cert", "", "serve HTTPS with this certificate (PEM), with --https-key (--tls-cert is the brokers' client certificate)")
+	fl.StringVar(&f.tlsKey, "https-key", "", "the HTTPS certificate's private key (PEM)")
 	fl.BoolVar(&f.insecure, "insecure-no-auth", false, "serve every endpoint without a token (logs a warning)")
 	fl.Int32Var(&f.partitions, "create-queues", serve.DefaultPartitions, "partitions of a queue created by its first publish")
 	fl.BoolVar(&f.noCreate, "no-create-queues", false, "refuse to publish to a queue that does not exist")
@@ -102,7 +102,7 @@ func (f *serveFlags) check() error {
 		}
 	}
 	if (f.tlsCert == "") != (f.tlsKey == "") {
-		return usagef("--tls-cert and --tls-key go together: give both for HTTPS, or neither")
+		return usagef("--https-cert and --https-key go together: give both for HTTPS, or neither")
 	}
 	if f.partitions < 1 {
 		return usagef("--create-queues %d: want a partition count of 1 or more (or --no-create-queues)", f.partitions)
@@ -118,6 +118,13 @@ func (f *serveFlags) run(cmd *cobra.Command, g *globals) error {
 	if err := f.check(); err != nil {
 		return err
 	}
+	if g.tls.CertFile != "" && !g.tls.Enabled && g.tls.CAFile == "" {
+		// Before --https-cert, serve's --tls-cert was its HTTPS
+		// certificate: a command line of then must not now serve plain
+		// HTTP with the certificate sent to the brokers instead.
+		return usagef("--tls-cert %q is the client certificate for the brokers (mutual TLS): add --tls (or --tls-ca) to connect with it; "+
+			"the HTTPS certificate of onceq serve is --https-cert, with --https-key", g.tls.CertFile)
+	}
 	conn, err := g.conn()
 	if err != nil {
 		return err
@@ -126,7 +133,7 @@ func (f *serveFlags) run(cmd *cobra.Command, g *globals) error {
 	if f.tlsCert != "" {
 		cert, err := tls.LoadX509KeyPair(f.tlsCert, f.tlsKey)
 		if err != nil {
-			return usageError{fmt.Errorf("--tls-cert, --tls-key: %w", err)}
+			return usageError{fmt.Errorf("--https-cert, --https-key: %w", err)}
 		}
 		tlsCfg = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
 	}

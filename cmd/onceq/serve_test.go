@@ -84,7 +84,10 @@ func TestServeCommand(t *testing.T) {
 		want string
 	}{
 		{[]string{"serve", "--listen", "nope"}, `--listen "nope"`},
-		{[]string{"serve", "--tls-cert", "c.pem"}, "--tls-cert and --tls-key go together"},
+		{[]string{"serve", "--https-cert", "c.pem"}, "--https-cert and --https-key go together"},
+		{[]string{"serve", "--tls-cert", "c.pem", "--tls-key", "k.pem"}, "the HTTPS certificate of onceq serve is --https-cert"},
+		// The brokers' client certificate reaches the connection to them.
+		{[]string{"serve", "--tls", "--tls-cert", "/nonexistent/c.pem", "--tls-key", "/nonexistent/k.pem"}, `TLS file "/nonexistent/c.pem" cannot be read`},
 		{[]string{"serve", "--create-queues", "0"}, "--create-queues 0"},
 		{[]string{"serve", "--shutdown-timeout", "0s"}, "--shutdown-timeout 0s"},
 		{[]string{"serve", "extra"}, "want no arguments"},
@@ -100,7 +103,7 @@ func TestServeCommand(t *testing.T) {
 	}
 }
 
-// TestServeTLS: with --tls-cert and --tls-key the server answers HTTPS
+// TestServeTLS: with --https-cert and --https-key the server answers HTTPS
 // with the certificate, and plain HTTP gets no answer of the API.
 func TestServeTLS(t *testing.T) {
 	addr, _ := produceBroker(t)
@@ -127,7 +130,7 @@ func TestServeTLS(t *testing.T) {
 	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder}), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	p := testutil.Start(t, "serve", "--brokers", addr, "--listen", "127.0.0.1:0", "--tls-cert", certFile, "--tls-key", keyFile)
+	p := testutil.Start(t, "serve", "--brokers", addr, "--listen", "127.0.0.1:0", "--https-cert", certFile, "--https-key", keyFile)
 	defer p.Kill()
 	line := p.WaitOutput(t, `serving.*url=https://127\.0\.0\.1:\d+`, 30*time.Second)
 	url := regexp.MustCompile(`https://127\.0\.0\.1:\d+`).FindString(line)
@@ -150,7 +153,7 @@ func TestServeTLS(t *testing.T) {
 		resp.Body.Close()
 		t.Fatal("plain HTTP answered on the TLS listener")
 	}
-	if code, _, stderr := runCLI(t, "", "serve", "--brokers", addr, "--tls-cert", keyFile, "--tls-key", certFile); code != exitUsage || !strings.Contains(stderr, "--tls-cert, --tls-key") {
+	if code, _, stderr := runCLI(t, "", "serve", "--brokers", addr, "--https-cert", keyFile, "--https-key", certFile); code != exitUsage || !strings.Contains(stderr, "--https-cert, --https-key") {
 		t.Fatalf("swapped certificate and key: exit %d: %s", code, stderr)
 	}
 }
