@@ -137,11 +137,16 @@ func TestMaxRunningPerQueueShutdown(t *testing.T) {
 	submitAll(t, p, "qs", all...)
 
 	first := newRunCounter()
+	started := make(chan struct{}, 1)
 	reg := prometheus.NewRegistry()
 	w1, err := consumer.New(consumer.Conn(conn), consumer.Group("gs"), consumer.Queues("qs"), consumer.CheckpointDir(t.TempDir()),
 		consumer.Registerer(reg), consumer.Concurrency(3), consumer.MaxRunningPerQueue(1), consumer.ShutdownTimeout(0),
 		consumer.WithHandler(consumer.HandlerFunc(func(ctx context.Context, task *consumer.Task) error {
 			first.add(task.ID)
+			select {
+			case started <- struct{}{}:
+			default: // a second start fails the test below
+			}
 			<-ctx.Done()
 			return ctx.Err()
 		})))
@@ -153,6 +158,13 @@ func TestMaxRunningPerQueueShutdown(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- w1.Run(ctx) }()
 	waitMetric(t, reg, "onceq_bound_waiting_tasks", float64(len(all)-1))
+	// The task that holds the bound may be between the bound and its
+	// slot's handler: stopped there, it is dropped rather than canceled.
+	select {
+	case <-started:
+	case <-time.After(time.Minute):
+		t.Fatal("no task started on the first worker within a minute")
+	}
 	cancel()
 	if err := <-done; !errors.Is(err, consumer.ErrTasksCanceled) {
 		t.Fatalf("the first worker's Run returned %v, want ErrTasksCanceled", err)
