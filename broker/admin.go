@@ -28,6 +28,7 @@ type Admin struct {
 	conn Conn
 	cl   *kgo.Client
 	adm  *kadm.Client
+	repl clusterReplication // what checkReplication learned
 }
 
 // NewAdmin connects an admin client. Close releases it. extra adds to the
@@ -82,7 +83,9 @@ func (t TopicInfo) Records() int64 {
 // CreateTopic creates a topic, failing if it exists. configs may be nil.
 // The name, the partition count (1 to MaxPartitions) and the configs
 // (ValidateTopicConfigs) are checked before anything is sent: bad ones
-// wrap ErrConfig. A refusal by the brokers wraps their error code
+// wrap ErrConfig. The topic is replicated as the Conn's Replication says,
+// and one replica on a cluster of several brokers is refused with
+// ErrSingleReplica unless it allows it. A refusal by the brokers wraps their error code
 // (kerr.InvalidPartitions, kerr.InvalidConfig, ...) and carries their
 // message.
 func (a *Admin) CreateTopic(ctx context.Context, name string, partitions int32, configs map[string]string) error {
@@ -97,7 +100,11 @@ func (a *Admin) CreateTopic(ctx context.Context, name string, partitions int32, 
 			return topicErr("topic %q: %s", name, p)
 		}
 	}
-	resp, err := a.adm.CreateTopic(ctx, partitions, -1, ptrConfigs(configs), name)
+	configs = a.conn.Replication.createConfigs(configs)
+	if err := a.checkReplication(ctx, name, 0, configs); err != nil {
+		return err
+	}
+	resp, err := a.adm.CreateTopic(ctx, partitions, a.conn.Replication.factor(), ptrConfigs(configs), name)
 	if err == nil {
 		err = resp.Err
 	}

@@ -88,7 +88,8 @@ func (a *Admin) partitionCounts(ctx context.Context, names []string) (map[string
 // topics are left as they are, but for the retention of those whose spec
 // says RaiseRetention (one more request for them all, and one to raise
 // those that are short). It returns the partition count of every topic,
-// existing or created, so that a caller can check them.
+// existing or created, so that a caller can check them. Topics are
+// created with the Conn's Replication, as CreateTopic creates them.
 func (a *Admin) EnsureTopics(ctx context.Context, specs []TopicSpec) (map[string]int32, error) {
 	names := make([]string, 0, len(specs))
 	var legacy []string
@@ -144,13 +145,17 @@ func (a *Admin) EnsureTopics(ctx context.Context, specs []TopicSpec) (map[string
 		groups[k] = append(groups[k], s)
 	}
 	for _, g := range groups {
+		configs := a.conn.Replication.createConfigs(g[0].Configs)
+		if err := a.checkReplication(ctx, g[0].Name, len(g)-1, configs); err != nil {
+			return nil, err
+		}
 		for i := 0; i < len(g); i += createBatch {
 			part := g[i:min(i+createBatch, len(g))]
 			names := make([]string, len(part))
 			for j, s := range part {
 				names[j] = s.Name
 			}
-			resps, err := a.adm.CreateTopics(ctx, part[0].Partitions, -1, ptrConfigs(part[0].Configs), names...)
+			resps, err := a.adm.CreateTopics(ctx, part[0].Partitions, a.conn.Replication.factor(), ptrConfigs(configs), names...)
 			if err != nil {
 				return nil, fmt.Errorf("broker: creating %d topics: %w", len(names), a.conn.Explain(err))
 			}

@@ -34,6 +34,11 @@ type Conn struct {
 	TLS TLS
 	// SASL configures authentication; off when Mechanism is empty.
 	SASL SASL
+	// Replication is how the topics an Admin of this connection creates
+	// are replicated, onceq's own and queues alike. Default: the brokers'
+	// defaults, refused when they give one replica on a cluster of
+	// several brokers (see Replication).
+	Replication Replication
 }
 
 // TLS settings. Giving any file turns TLS on.
@@ -126,7 +131,7 @@ func (c Conn) Validate() error {
 	default:
 		return configErr("SASL mechanism %q is not supported: use PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512", c.SASL.Mechanism)
 	}
-	return nil
+	return c.Replication.validate()
 }
 
 // Opts returns the franz-go options for this connection, with onceq's

@@ -53,7 +53,7 @@ func exitCode(err error) int {
 		return exitOK
 	case errors.Is(err, ops.ErrListen):
 		return exitFailure
-	case errors.As(err, &ue), errors.As(err, &ve), errors.Is(err, broker.ErrConfig), errors.Is(err, producer.ErrConfig),
+	case errors.As(err, &ue), errors.As(err, &ve), errors.Is(err, broker.ErrConfig), errors.Is(err, broker.ErrSingleReplica), errors.Is(err, producer.ErrConfig),
 		errors.Is(err, delay.ErrServiceConfig), errors.Is(err, delay.ErrLadder), errors.Is(err, delay.ErrLadderMismatch), errors.Is(err, ops.ErrAddress),
 		errors.Is(err, workflow.ErrInvalid), errors.Is(err, workflow.ErrConfig),
 		errors.Is(err, periodic.ErrInvalid), errors.Is(err, periodic.ErrConfig):
@@ -70,6 +70,11 @@ type globals struct {
 	logFormat  string
 	tls        broker.TLS
 	sasl       broker.SASL
+	// replication of the topics onceq creates: --replication-factor is
+	// an int, checked against broker.MaxReplicationFactor before it
+	// becomes the int16 of broker.Replication.Factor.
+	replicationFactor int
+	replication       broker.Replication
 
 	stdin          io.Reader
 	stdout, stderr io.Writer
@@ -90,7 +95,13 @@ func (g *globals) conn() (broker.Conn, error) {
 			return broker.Conn{}, usagef("--brokers: broker address %q: the port is a number from 1 to 65535, for example 127.0.0.1:9092", b)
 		}
 	}
-	c := broker.Conn{Brokers: brokers, TLS: g.tls, SASL: g.sasl}
+	if f := g.replicationFactor; f != broker.DefaultReplicationFactor && (f < 1 || f > broker.MaxReplicationFactor) {
+		return broker.Conn{}, usagef("--replication-factor %d: want %d (the brokers' default.replication.factor) or 1 to %d, for example 3",
+			f, broker.DefaultReplicationFactor, broker.MaxReplicationFactor)
+	}
+	repl := g.replication
+	repl.Factor = int16(g.replicationFactor)
+	c := broker.Conn{Brokers: brokers, TLS: g.tls, SASL: g.sasl, Replication: repl}
 	if err := c.Validate(); err != nil {
 		return broker.Conn{}, usageError{err}
 	}
@@ -148,6 +159,12 @@ the file. "onceq config print COMMAND" shows what a command would run with.`,
 	pf.StringVar(&g.sasl.Mechanism, "sasl-mechanism", "", "SASL mechanism: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512")
 	pf.StringVar(&g.sasl.User, "sasl-user", "", "SASL user")
 	pf.StringVar(&g.sasl.Password, "sasl-password", "", "SASL password (better in env ONCEQ_SASL_PASSWORD than on the command line)")
+	pf.IntVar(&g.replicationFactor, "replication-factor", broker.DefaultReplicationFactor,
+		fmt.Sprintf("replication factor of the topics onceq creates: %d for the brokers' default.replication.factor, or 1 to %d", broker.DefaultReplicationFactor, broker.MaxReplicationFactor))
+	pf.IntVar(&g.replication.MinInsyncReplicas, "min-insync-replicas", 0,
+		"min.insync.replicas of the topics onceq creates: 0 for the brokers' default, or 1 to --replication-factor")
+	pf.BoolVar(&g.replication.AllowSingleReplica, "allow-single-replica", false,
+		"create topics of one replica on a cluster of several brokers, which losing one broker would lose (refused otherwise)")
 
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	root.AddCommand(
