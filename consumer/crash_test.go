@@ -45,21 +45,31 @@ func startWorker(t *testing.T, addr, group, dir string, extra ...string) *testut
 // A fresh read_committed reader must see every ID exactly once, and the
 // per-ID run counters in the changelog must each be 1.
 func TestCrashCopyExactlyOnce(t *testing.T) {
-	runCrash(t, 0)
+	runCrash(t, crashTasks(), 0, nil)
 }
 
 // TestCrashCopyWithDuplicates is the same with 5% of the IDs submitted
 // twice: every ID must still execute once.
 func TestCrashCopyWithDuplicates(t *testing.T) {
-	runCrash(t, 0.05)
+	runCrash(t, crashTasks(), 0.05, nil)
 }
 
-func runCrash(t *testing.T, dupFraction float64) {
+// TestCrashCopyOnMovingLeaders is TestCrashCopyExactlyOnce on a three-node
+// "onceq broker" process whose partition leaders and group and
+// transaction coordinators move every second, with 5,000 tasks: the
+// workers' kills meet elections.
+func TestCrashCopyOnMovingLeaders(t *testing.T) {
+	runCrash(t, 5000, 0, []string{"--nodes", "3", "--move-leaders-every", "1s"})
+}
+
+// runCrash is a crashRunOn of n tasks, of which the fraction dupFraction
+// is submitted twice, on the broker of brokerArgs.
+func runCrash(t *testing.T, n int, dupFraction float64, brokerArgs []string) {
 	if testing.Short() && dupFraction > 0 {
 		t.Skip("the duplicate variant runs in the full suite")
 	}
 	rng := seededRand(t)
-	all := ids(crashTasks())
+	all := ids(n)
 	submitted := make([]onceq.Task, 0, len(all))
 	for _, id := range all {
 		submitted = append(submitted, onceq.Task{ID: id, Payload: []byte("payload-" + id)})
@@ -70,7 +80,7 @@ func runCrash(t *testing.T, dupFraction float64) {
 		}
 	}
 	rng.Shuffle(len(submitted), func(i, j int) { submitted[i], submitted[j] = submitted[j], submitted[i] })
-	crashRun(t, rng, submitted, all)
+	crashRunOn(t, rng, brokerArgs, submitted, all)
 }
 
 // seededRand returns the random source of a test, from the clock or from
@@ -87,15 +97,28 @@ func seededRand(t *testing.T) *rand.Rand {
 	return rand.New(rand.NewPCG(seed, 0))
 }
 
-// crashRun submits tasks to the queue "in" of a fresh broker, spread over
+// crashRun is crashRunOn the embedded broker in the test's process.
+func crashRun(t *testing.T, rng *rand.Rand, tasks []onceq.Task, want []string, extra ...string) {
+	crashRunOn(t, rng, nil, tasks, want, extra...)
+}
+
+// crashRunOn submits tasks to the queue "in" of a fresh broker, spread over
 // about 15 s, while three "onceq worker" processes of one group (with the
 // count:out handler and the extra flags) run them and one of them, chosen
 // by rng, is SIGKILLed and restarted every 1-3 s. A fresh read_committed
 // reader must then see every ID of want exactly once in "out", and the
-// per-ID run counters in the changelog must each be 1.
-func crashRun(t *testing.T, rng *rand.Rand, tasks []onceq.Task, want []string, extra ...string) {
-	_, conn := testutil.StartBroker(t, "")
-	addr := conn.Brokers[0]
+// per-ID run counters in the changelog must each be 1. The broker is the
+// embedded one in the test's process when brokerArgs is nil, and otherwise
+// an "onceq broker" process in memory, on free ports, with brokerArgs.
+func crashRunOn(t *testing.T, rng *rand.Rand, brokerArgs []string, tasks []onceq.Task, want []string, extra ...string) {
+	var addr string
+	if brokerArgs == nil {
+		_, conn := testutil.StartBroker(t, "")
+		addr = conn.Brokers[0]
+	} else {
+		_, addr = testutil.StartBrokerProcess(t, "127.0.0.1:0", "", brokerArgs...)
+	}
+	conn := broker.Conn{Brokers: []string{addr}}
 	testutil.CreateTopic(t, conn, "in", 8)
 	testutil.CreateTopic(t, conn, "out", 8)
 	n := len(want)

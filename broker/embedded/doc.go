@@ -1,6 +1,8 @@
-// Package embedded runs a single-node Kafka broker in the process, for
-// development, tests and demos: franz-go's kfake, speaking the real Kafka
-// protocol over TCP and persisting its log to a data directory. It is a
+// Package embedded runs a Kafka broker in the process, for development,
+// tests and demos: franz-go's kfake, speaking the real Kafka protocol over
+// TCP and persisting its log to a data directory. It runs one node or a
+// cluster of several (Config.Nodes) whose leaders and coordinators move on
+// demand (Broker.MoveLeaders), so clients can be tested under elections. It is a
 // package of its own so that onceq's library packages do not link it.
 //
 //	emb, err := embedded.Start(embedded.Config{DataDir: "./onceq-data/broker"})

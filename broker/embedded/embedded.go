@@ -15,6 +15,7 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kfake"
 
@@ -29,12 +30,35 @@ func configErr(format string, args ...any) error {
 // ErrDataDirInUse is returned when another process holds the data dir.
 var ErrDataDirInUse = errors.New("data dir in use")
 
+// MaxNodes is the most nodes an embedded cluster runs (Config.Nodes).
+const MaxNodes = 9
+
+// MinMoveLeadersEvery is the shortest Config.MoveLeadersEvery: moving
+// leaders more often leaves clients no time to act between two moves.
+const MinMoveLeadersEvery = 100 * time.Millisecond
+
 // Config configures the embedded broker. The zero value listens on
 // a random loopback port and keeps everything in memory.
 type Config struct {
-	// Listen is host:port. Default "127.0.0.1:0", a random free port. The
-	// host is also what the broker advertises to clients.
+	// Listen is host:port of the first node. Default "127.0.0.1:0", a
+	// random free port. The host is also what the broker advertises to
+	// clients.
 	Listen string
+	// Nodes is the number of brokers of the cluster, 1 to MaxNodes.
+	// Default 1. Node i listens on Listen's port plus i (9092, 9093,
+	// 9094, ... as a laptop Kafka cluster would), or, when that port is 0,
+	// every node on a free port of its own. The nodes share one log in
+	// this process (a partition has one replica, on its leader): they
+	// exist so that clients meet leaders and group and transaction
+	// coordinators on several nodes, and follow them when they move
+	// (MoveLeaders, MoveLeadersEvery). A data dir records each
+	// partition's leader and restores it when the cluster restarts with
+	// the same number of nodes.
+	Nodes int
+	// MoveLeadersEvery, when above zero, moves leaders and coordinators
+	// (MoveLeaders) at this interval until Close, for tests of clients
+	// under elections. At least MinMoveLeadersEvery. Default 0: never.
+	MoveLeadersEvery time.Duration
 	// DataDir persists the log, groups and transactions. Empty: in memory
 	// only. Only one process may use a data dir at a time.
 	DataDir string
@@ -58,11 +82,13 @@ type Config struct {
 	Configs map[string]string
 }
 
-// Broker is a running single-node broker.
+// Broker is a running embedded broker of one or more nodes.
 type Broker struct {
 	cluster   *kfake.Cluster
-	addr      string
+	addrs     []string
 	closeOnce sync.Once
+	stop      chan struct{} // closed by Close: ends the leader mover
+	moved     sync.WaitGroup
 	lock      *os.File
 	clusterID string
 	dataDir   string
@@ -87,12 +113,36 @@ func Start(cfg Config) (*Broker, error) {
 	if cfg.Partitions < 0 || cfg.Partitions > broker.MaxPartitions {
 		return nil, configErr("default partitions %d: want 1 to %d", cfg.Partitions, broker.MaxPartitions)
 	}
-	e := &Broker{clusterID: "onceq-embedded"}
+	if cfg.Nodes == 0 {
+		cfg.Nodes = 1
+	}
+	if cfg.Nodes < 0 || cfg.Nodes > MaxNodes {
+		return nil, configErr("nodes %d: want 1 to %d", cfg.Nodes, MaxNodes)
+	}
+	if port > 0 && port+cfg.Nodes-1 > 65535 {
+		return nil, configErr("listen address %q with %d nodes: ports %d to %d do not all exist: choose a lower port", cfg.Listen, cfg.Nodes, port, port+cfg.Nodes-1)
+	}
+	if cfg.MoveLeadersEvery < 0 || (cfg.MoveLeadersEvery > 0 && cfg.MoveLeadersEvery < MinMoveLeadersEvery) {
+		return nil, configErr("move leaders every %v: want 0 (never) or at least %v", cfg.MoveLeadersEvery, MinMoveLeadersEvery)
+	}
+	e := &Broker{clusterID: "onceq-embedded", stop: make(chan struct{})}
+	ports := make([]int, cfg.Nodes)
+	for i := range ports {
+		if port > 0 {
+			ports[i] = port + i
+		}
+	}
 	opts := []kfake.Opt{
-		kfake.NumBrokers(1),
-		kfake.Ports(port),
-		kfake.ListenFn(func(network, _ string) (net.Listener, error) {
-			return net.Listen(network, net.JoinHostPort(host, strconv.Itoa(port)))
+		kfake.NumBrokers(cfg.Nodes),
+		kfake.Ports(ports...),
+		// kfake asks for 127.0.0.1:<port>: listen on the configured host
+		// instead, which the nodes then advertise.
+		kfake.ListenFn(func(network, addr string) (net.Listener, error) {
+			_, p, err := net.SplitHostPort(addr)
+			if err != nil {
+				return nil, err
+			}
+			return net.Listen(network, net.JoinHostPort(host, p))
 		}),
 		kfake.DefaultNumPartitions(cfg.Partitions),
 	}
@@ -149,7 +199,11 @@ func Start(cfg Config) (*Broker, error) {
 	if err != nil {
 		e.unlock()
 		if strings.Contains(err.Error(), "address already in use") {
-			return nil, fmt.Errorf("broker: listening on %s: the address is in use: stop what listens there or choose another --listen: %w", cfg.Listen, err)
+			where := cfg.Listen
+			if cfg.Nodes > 1 && port > 0 {
+				where = fmt.Sprintf("%s (ports %d to %d, one a node)", cfg.Listen, port, port+cfg.Nodes-1)
+			}
+			return nil, fmt.Errorf("broker: listening on %s: the address is in use: stop what listens there or choose another --listen: %w", where, err)
 		}
 		return nil, fmt.Errorf("broker: starting embedded broker: %w", err)
 	}
@@ -158,12 +212,48 @@ func Start(cfg Config) (*Broker, error) {
 		installTxnNotes(e.cluster, cfg.DataDir, cfg.Sync, cfg.Logger)
 		e.dataDir = cfg.DataDir
 	}
-	e.addr = e.cluster.ListenAddrs()[0]
+	e.addrs = e.cluster.ListenAddrs()
+	if cfg.MoveLeadersEvery > 0 {
+		e.moved.Add(1)
+		go e.moveLeadersEvery(cfg.MoveLeadersEvery)
+	}
 	return e, nil
 }
 
-// Addr is the host:port clients connect to.
-func (e *Broker) Addr() string { return e.addr }
+// Addr is the host:port of the first node, which clients may use as their
+// only seed: metadata names the others.
+func (e *Broker) Addr() string { return e.addrs[0] }
+
+// Addrs are the host:ports of every node, the first one's first.
+func (e *Broker) Addrs() []string { return append([]string(nil), e.addrs...) }
+
+// MoveLeaders simulates elections across the cluster: every partition
+// gets a leader drawn at random among the nodes (possibly the one it had)
+// with its leader epoch bumped, and every group and transactional ID is
+// rehashed to a coordinator, so clients see NOT_LEADER_OR_FOLLOWER,
+// FENCED_LEADER_EPOCH and NOT_COORDINATOR and must reload metadata, as
+// they do when a Kafka broker fails over. With one node only the epochs
+// and the coordinator hash change. The log itself does not move: no
+// record is lost or duplicated by a move.
+func (e *Broker) MoveLeaders() {
+	e.cluster.ShufflePartitionLeaders()
+	e.cluster.RehashCoordinators()
+}
+
+// moveLeadersEvery calls MoveLeaders every d until Close.
+func (e *Broker) moveLeadersEvery(d time.Duration) {
+	defer e.moved.Done()
+	tick := time.NewTicker(d)
+	defer tick.Stop()
+	for {
+		select {
+		case <-e.stop:
+			return
+		case <-tick.C:
+			e.MoveLeaders()
+		}
+	}
+}
 
 // ClusterID is the broker's cluster ID, stable across restarts on one data
 // dir.
@@ -177,6 +267,8 @@ func (e *Broker) Cluster() *kfake.Cluster { return e.cluster }
 // It is safe to call more than once.
 func (e *Broker) Close() {
 	e.closeOnce.Do(func() {
+		close(e.stop)
+		e.moved.Wait() // MoveLeaders must not reach a closed cluster
 		e.cluster.Close()
 		if e.dataDir != "" {
 			_ = clearTxnNote(e.dataDir) // every transaction's commit ended

@@ -60,7 +60,14 @@ func TestEmbeddedPersistence(t *testing.T) {
 	if emb2.ClusterID() != clusterID {
 		t.Fatalf("cluster ID changed across restart: %s then %s", clusterID, emb2.ClusterID())
 	}
-	recs := testutil.ReadCommitted(t, broker.Conn{Brokers: []string{emb2.Addr()}}, time.Minute, "persist")
+	checkReadBack(t, emb2, "persist", n)
+}
+
+// checkReadBack reads topic on emb with read_committed and checks it holds
+// n records with distinct keys, each record's value "v" and its key.
+func checkReadBack(t *testing.T, emb *embedded.Broker, topic string, n int) {
+	t.Helper()
+	recs := testutil.ReadCommitted(t, broker.Conn{Brokers: []string{emb.Addr()}}, time.Minute, topic)
 	seen := make(map[string]bool, n)
 	for _, r := range recs {
 		if string(r.Value) != "v"+string(r.Key) {

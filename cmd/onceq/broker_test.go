@@ -2,10 +2,13 @@ package main
 
 import (
 	"os/exec"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/onceq/onceq"
 	"github.com/onceq/onceq/broker"
@@ -73,5 +76,63 @@ func TestKcatInterop(t *testing.T) {
 	if task.ID != "kcat-1" || task.Attempt != 2 || task.Due.UnixMilli() != 1700000000000 || string(task.Payload) != "payload-one" ||
 		len(task.Headers) != 1 || task.Headers[0].Key != "trace" {
 		t.Fatalf("decoded %+v", task)
+	}
+}
+
+// TestBrokerNodes runs a three-node broker process with moving leaders:
+// its "broker listening" line names every node, the first as addr, and
+// clients see the three brokers.
+func TestBrokerNodes(t *testing.T) {
+	p, addr := testutil.StartBrokerProcess(t, "127.0.0.1:0", "", "--nodes", "3", "--move-leaders-every", "200ms")
+	nodes := strings.Split(p.WaitOutput(t, `broker listening.* nodes=(\S+)`, 10*time.Second), ",")
+	if len(nodes) != 3 || nodes[0] != addr {
+		t.Fatalf("nodes %v, addr %s: want three, the first addr", nodes, addr)
+	}
+	conn := broker.Conn{Brokers: []string{addr}}
+	testutil.CreateTopic(t, conn, "spread", 8)
+	cl, err := conn.NewClient()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	// The moves bump the partitions' leader epochs: wait for one.
+	req := kmsg.NewPtrMetadataRequest()
+	topic := kmsg.NewMetadataRequestTopic()
+	topic.Topic = kmsg.StringPtr("spread")
+	req.Topics = append(req.Topics, topic)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		meta, err := req.RequestWith(t.Context(), cl)
+		if err != nil || len(meta.Brokers) != 3 || len(meta.Topics) != 1 {
+			t.Fatalf("metadata: %v: want 3 brokers and the topic, got %+v", err, meta)
+		}
+		if slices.ContainsFunc(meta.Topics[0].Partitions, func(p kmsg.MetadataResponseTopicPartition) bool { return p.LeaderEpoch > 0 }) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no leader moved within 30s: %+v", meta.Topics[0].Partitions)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	p.Signal(syscall.SIGTERM)
+	if code, err := p.Wait(30 * time.Second); err != nil || code != 0 {
+		t.Fatalf("broker after SIGTERM: exit %d, %v\n%s", code, err, p.Output())
+	}
+}
+
+// TestBrokerBadNodes: node counts and move intervals out of range exit 2
+// naming the flag.
+func TestBrokerBadNodes(t *testing.T) {
+	for _, tc := range []struct{ args, want string }{
+		{"--nodes 0", "--nodes 0: want 1 to 9"},
+		{"--nodes 10", "--nodes 10: want 1 to 9"},
+		{"--move-leaders-every 10ms", "--move-leaders-every 10ms: want 0 (never) or at least 100ms"},
+		{"--move-leaders-every -1s", "--move-leaders-every -1s: want 0"},
+	} {
+		args := append([]string{"broker", "--listen", "127.0.0.1:0", "--data-dir", ""}, strings.Fields(tc.args)...)
+		code, _, stderr := runCLI(t, "", args...)
+		if code != 2 || !strings.Contains(stderr, tc.want) {
+			t.Errorf("%s: exit %d, stderr %q: want 2 and %q", tc.args, code, stderr, tc.want)
+		}
 	}
 }
