@@ -6,14 +6,15 @@ import (
 	"testing"
 )
 
-// TestKitReadmeExample keeps the README's "Testing handlers" example the
-// code of Example, so the README's example is tested.
+// TestKitReadmeExample keeps the "Testing handlers" example of
+// docs/operations.md (linked from the README) the code of Example, so the
+// documented example is tested.
 func TestKitReadmeExample(t *testing.T) {
 	src, err := os.ReadFile("example_test.go")
 	if err != nil {
 		t.Fatal(err)
 	}
-	readme, err := os.ReadFile("../../README.md")
+	readme, err := os.ReadFile("../../docs/operations.md")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -28,6 +29,6 @@ func TestKitReadmeExample(t *testing.T) {
 		b.WriteString("\n")
 	}
 	if !strings.Contains(string(readme), "```go\n"+b.String()+"```\n") {
-		t.Fatalf("README.md's Testing handlers example is not Example's body; want:\n%s", b.String())
+		t.Fatalf("docs/operations.md's Testing handlers example is not Example's body; want:\n%s", b.String())
 	}
 }
