@@ -16,7 +16,7 @@ var (
 	inlineCode = regexp.MustCompile("`[^`]*`")
 )
 
-// TestDocLinks checks every relative link of README.md and docs/*.md: the
+// TestDocLinks checks every relative link of README.md, CHANGELOG.md and docs/*.md: the
 // file it names exists, and so does the heading its #fragment names
 // (GitHub's anchors: the heading in lower case, without punctuation,
 // spaces as '-'). Code blocks and code spans are not read.
@@ -25,7 +25,7 @@ func TestDocLinks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	files := append([]string{"README.md"}, docs...)
+	files := append([]string{"README.md", "CHANGELOG.md"}, docs...)
 	anchors := map[string]map[string]bool{}
 	anchorsOf := func(path string) map[string]bool {
 		if a, ok := anchors[path]; ok {
