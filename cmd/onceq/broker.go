@@ -79,6 +79,6 @@ It stops cleanly on SIGINT or SIGTERM, flushing its data dir.`,
 	f.IntVar(&cfg.Partitions, "partitions", 8, "partitions of topics created without a count and of auto-created topics")
 	f.BoolVar(&autoCreate, "auto-create", true, "create a topic on first use when a client asks for it, as Kafka does")
 	f.BoolVar(&cfg.Sync, "sync", false, "fsync every produced batch (slower; survives power loss)")
-	f.StringVar(&metricsAddr, "metrics-addr", "", "serve /metrics and /healthz on this address (empty: off)")
+	f.StringVar(&metricsAddr, "metrics-addr", "", "serve /metrics, /healthz and /readyz on this address (empty: off)")
 	return cmd
 }

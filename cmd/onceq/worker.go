@@ -68,7 +68,7 @@ commit exactly once across crashes and rebalances.
 Handler kinds (--handler):
 ` + handlers.Kinds + `
 
-It serves /metrics and /healthz on --metrics-addr and stops cleanly on SIGINT or
+It serves /metrics, /healthz and /readyz on --metrics-addr and stops cleanly on SIGINT or
 SIGTERM: it stops fetching, lets in-flight tasks finish (up to
 --shutdown-timeout), commits and leaves the group. Tasks still running then are
 canceled and nothing of theirs is committed: they run again on restart, and the
@@ -94,7 +94,7 @@ meanwhile.`,
 	fl.DurationVar(&f.commitInterval, "commit-interval", consumer.DefaultCommitInterval, "how often completed tasks are committed")
 	fl.IntVar(&f.maxPerCommit, "max-records-per-commit", consumer.DefaultMaxRecordsPerCommit, "commit early after this many completed tasks")
 	fl.StringVar(&f.guarantee, "guarantee", string(consumer.DefaultGuarantee), "exactly-once or at-least-once (no transactions, no dedup)")
-	fl.StringVar(&f.metricsAddr, "metrics-addr", "127.0.0.1:0", "serve /metrics and /healthz here (port 0: any free port, logged; empty: off)")
+	fl.StringVar(&f.metricsAddr, "metrics-addr", "127.0.0.1:0", "serve /metrics, /healthz and /readyz here (port 0: any free port, logged; empty: off)")
 	fl.DurationVar(&f.shutdownTimeout, "shutdown-timeout", consumer.DefaultShutdownTimeout, "on shutdown, wait this long for in-flight tasks")
 	fl.DurationVar(&f.timeout, "timeout", consumer.DefaultTaskTimeout, "time-to-run of tasks without onceq-timeout")
 	fl.DurationVar(&f.dedupWindow, "dedup-window", consumer.DefaultDedupWindow, "how long processed task IDs are remembered")
