@@ -109,6 +109,7 @@ func (r Replication) createConfigs(configs map[string]string) map[string]string 
 type clusterReplication struct {
 	mu            sync.Mutex
 	brokers       int
+	nodes         []int32 // the brokers' IDs
 	defaultFactor int16
 }
 
@@ -175,12 +176,13 @@ func (a *Admin) brokerCount(ctx context.Context) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("broker: counting the brokers, to check the replication of the topics to create: %w", a.conn.Explain(err))
 	}
-	a.repl.brokers = max(1, len(m.Brokers))
+	a.repl.brokers, a.repl.nodes = max(1, len(m.Brokers)), m.Brokers.NodeIDs()
 	return a.repl.brokers, nil
 }
 
 // defaultReplicationFactor returns the smallest default.replication.factor
-// of the cluster's brokers, asked once. Each broker is asked for its own
+// of the cluster's brokers (those brokerCount found), asked once. Each
+// broker is asked for its own
 // (the cluster-wide describe returns only dynamic values, not a broker's
 // server.properties); the smallest is what a topic may get.
 func (a *Admin) defaultReplicationFactor(ctx context.Context) (int16, error) {
@@ -194,11 +196,7 @@ func (a *Admin) defaultReplicationFactor(ctx context.Context) (int16, error) {
 			"get more than one replica (this client needs DescribeConfigs on the cluster): %w; "+
 			"give --replication-factor explicitly (3 for example) and onceq need not read it", err)
 	}
-	m, err := a.adm.BrokerMetadata(ctx)
-	if err != nil {
-		return 0, unreadable(a.conn.Explain(err))
-	}
-	rcs, err := a.adm.DescribeBrokerConfigs(ctx, m.Brokers.NodeIDs()...)
+	rcs, err := a.adm.DescribeBrokerConfigs(ctx, a.repl.nodes...)
 	if err != nil {
 		return 0, unreadable(a.conn.Explain(err))
 	}

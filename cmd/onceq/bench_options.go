@@ -88,7 +88,7 @@ func benchOptions(cmd *cobra.Command, g *globals, f benchFlags) (bench.Options, 
 		MaxDelay: f.maxDelay, KillBroker: f.killBroker, KillInterval: f.killInterval, NoBaselines: !f.baselines,
 		Binary: f.binary, Work: work, Slow: slow, Progress: bench.NewProgress(g.stderr, isTerminal(g.stderr)), Logger: g.log,
 	}
-	if changed("brokers") || os.Getenv("ONCEQ_BROKERS") != "" {
+	if changed("brokers") { // from the flag, ONCEQ_BROKERS or the config file
 		if f.killBroker {
 			return o, usagef("--kill-broker kills the bench's own broker: leave --brokers (and ONCEQ_BROKERS) unset")
 		}

@@ -48,6 +48,11 @@ func TestBenchUsageErrorsExit2(t *testing.T) {
 			t.Errorf("onceq bench %s: exit %d, stderr %q; want exit 2 and %q", strings.Join(tc.args, " "), code, stderr, tc.want)
 		}
 	}
+	// Brokers from the environment count as given, as from the flag.
+	t.Setenv("ONCEQ_BROKERS", "127.0.0.1:1")
+	if code, _, stderr := runCLI(t, "", "bench", "--scenario", "chaos", "--kill-broker"); code != exitUsage || !strings.Contains(stderr, "leave --brokers") {
+		t.Errorf("ONCEQ_BROKERS=127.0.0.1:1 onceq bench --scenario chaos --kill-broker: exit %d, stderr %q; want exit 2 and %q", code, stderr, "leave --brokers")
+	}
 }
 
 // TestBenchProfileUsageErrorsExit2: a bad --work or --slow, or one given
