@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
@@ -197,9 +198,58 @@ func configKey(configs map[string]string) string {
 // (what read_committed readers can see up to), in one ListOffsets request
 // per broker, from the client's cached metadata: unlike kadm's listings it
 // sends no metadata request first, which matters when it is asked every
-// second about thousands of topics. A partition the brokers answer with an
+// second about thousands of topics. A partition whose leader is moving
+// (or any other retriable error) is asked again, up to stableRetries
+// times over about a second; a partition the brokers still answer with an
 // error is left out.
 func (a *Admin) StableOffsets(ctx context.Context, parts map[string][]int32) (map[string]map[int32]int64, error) {
+	out := make(map[string]map[int32]int64, len(parts))
+	backoff := 50 * time.Millisecond
+	for try := 0; ; try++ {
+		again := a.stableOffsets(ctx, parts, out)
+		if len(again) == 0 || try == stableRetries {
+			break
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(backoff):
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		parts, backoff = again, 2*backoff
+	}
+	if len(out) == 0 && len(parts) > 0 {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// shardMayPass says whether a broker's failure to answer may pass: a
+// network error or a retriable Kafka error may, an error of
+// authorization, a closed client or the caller's end may not.
+func shardMayPass(ctx context.Context, err error) bool {
+	var ke *kerr.Error
+	switch {
+	case ctx.Err() != nil, errors.Is(err, kgo.ErrClientClosed):
+		return false
+	case errors.As(err, &ke):
+		return ke.Retriable
+	}
+	return true
+}
+
+// stableRetries is how many times StableOffsets asks again for partitions
+// answered with a retriable error: after 50, 100, 200 and 400 ms.
+const stableRetries = 4
+
+// stableOffsets asks once for parts' last stable offsets, adds the answers
+// to out, and returns the partitions to ask again: those of a broker that
+// did not answer, or answered with a retriable error (a leader that moved,
+// an offset not yet available on a new leader).
+func (a *Admin) stableOffsets(ctx context.Context, parts map[string][]int32, out map[string]map[int32]int64) (again map[string][]int32) {
 	req := kmsg.NewPtrListOffsetsRequest()
 	req.ReplicaID = -1
 	req.IsolationLevel = 1
@@ -215,30 +265,52 @@ func (a *Admin) StableOffsets(ctx context.Context, parts map[string][]int32) (ma
 		}
 		req.Topics = append(req.Topics, rt)
 	}
-	out := make(map[string]map[int32]int64, len(parts))
+	answered := make(map[string]map[int32]bool, len(parts))
+	retry := map[string]bool{} // topics with a partition to ask again
 	for _, shard := range a.cl.RequestSharded(ctx, req) {
 		if shard.Err != nil {
-			continue // the partitions of an unreachable broker are left out
+			// The partitions of an unreachable broker: asked again if
+			// the failure may pass.
+			if shardMayPass(ctx, shard.Err) {
+				if r, ok := shard.Req.(*kmsg.ListOffsetsRequest); ok {
+					for _, t := range r.Topics {
+						retry[t.Topic] = true
+					}
+				}
+			}
+			continue
 		}
 		resp := shard.Resp.(*kmsg.ListOffsetsResponse)
 		for _, t := range resp.Topics {
 			for _, p := range t.Partitions {
 				if p.ErrorCode != 0 {
+					if kerr.IsRetriable(kerr.ErrorForCode(p.ErrorCode)) {
+						retry[t.Topic] = true
+					}
 					continue
 				}
 				if out[t.Topic] == nil {
 					out[t.Topic] = map[int32]int64{}
 				}
 				out[t.Topic][p.Partition] = p.Offset
+				if answered[t.Topic] == nil {
+					answered[t.Topic] = map[int32]bool{}
+				}
+				answered[t.Topic][p.Partition] = true
 			}
 		}
 	}
-	if len(out) == 0 && len(parts) > 0 {
-		if err := ctx.Err(); err != nil {
-			return nil, err
+	for t := range retry {
+		for _, p := range parts[t] {
+			if !answered[t][p] {
+				if again == nil {
+					again = map[string][]int32{}
+				}
+				again[t] = append(again[t], p)
+			}
 		}
 	}
-	return out, nil
+	return again
 }
 
 // CommittedOffsets returns the offsets that each of groups committed on

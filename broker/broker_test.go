@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -200,5 +201,54 @@ func TestUnreachableBrokerErrorNoSASL(t *testing.T) {
 	t.Logf("after the broker died: %v", err)
 	if err == nil || strings.Contains(err.Error(), "SASL") || !strings.Contains(err.Error(), "unreachable") || !errors.Is(err, broker.ErrUnreachable) {
 		t.Fatalf("after the broker died: %v; want an error that says the broker is unreachable, without SASL", err)
+	}
+}
+
+// TestStableOffsetsWhileLeadersMove asks for the stable offsets of eight
+// partitions, again and again, of a three-node broker whose leaders move
+// every 100 ms: every answer must hold every partition, at the offset
+// written, the partitions whose leader just moved asked again rather than
+// left out.
+func TestStableOffsetsWhileLeadersMove(t *testing.T) {
+	emb, err := embedded.Start(embedded.Config{Nodes: 3, MoveLeadersEvery: embedded.MinMoveLeadersEvery})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(emb.Close)
+	conn := broker.Conn{Brokers: emb.Addrs()}
+	testutil.CreateTopic(t, conn, "moving", 8)
+	cl, err := conn.NewClient(kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	for p := range int32(8) {
+		if err := cl.ProduceSync(t.Context(), &kgo.Record{Topic: "moving", Partition: p, Value: []byte("x")}).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	adm, err := broker.NewAdmin(conn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer adm.Close()
+	parts := map[string][]int32{"moving": {0, 1, 2, 3, 4, 5, 6, 7}}
+	first := testutil.Leaders(emb, "moving", 8)
+	for i := 0; i < 2000 || slices.Equal(testutil.Leaders(emb, "moving", 8), first); i++ {
+		if i == 20000 {
+			t.Fatalf("the leaders never moved from %v", first)
+		}
+		ends, err := adm.StableOffsets(t.Context(), parts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(ends["moving"]) != 8 {
+			t.Fatalf("ask %d: %d of 8 partitions answered: %v", i, len(ends["moving"]), ends)
+		}
+		for p, o := range ends["moving"] {
+			if o != 1 {
+				t.Fatalf("ask %d: partition %d at %d, want 1", i, p, o)
+			}
+		}
 	}
 }
