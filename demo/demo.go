@@ -16,13 +16,28 @@ import (
 	"github.com/onceq/onceq/workflow"
 )
 
-// The demo's queues, group and header.
-const (
-	Queue     = "demo-orders"
-	Out       = "demo-done"
-	Group     = "demo"
-	DueHeader = "demo-due" // the due time, kept in the output to check "never early"
-)
+// DueHeader holds a delayed task's due time, kept in the output to check
+// "never early".
+const DueHeader = "demo-due"
+
+// Names are the names one run of the demo uses: its queue, the output
+// queue its workers write to, their group, and the start of its workflow
+// IDs (workflow IDs are the cluster's, not a queue's).
+type Names struct {
+	Queue, Out, Group, Workflows string
+}
+
+// NamesFor returns the names of the run named run: demo-orders,
+// demo-done, group demo and workflows chord-N and chain-N for the run of
+// an own fresh broker (run ""), and demo-<run>-orders, demo-<run>-done,
+// demo-<run> and <run>-chord-N for a run on a cluster that other runs
+// may have used.
+func NamesFor(run string) Names {
+	if run == "" {
+		return Names{Queue: "demo-orders", Out: "demo-done", Group: "demo"}
+	}
+	return Names{Queue: "demo-" + run + "-orders", Out: "demo-" + run + "-done", Group: "demo-" + run, Workflows: run + "-"}
+}
 
 // Mix is how many tasks of each kind the demo submits.
 type Mix struct {
@@ -42,7 +57,8 @@ type Mix struct {
 
 // Plan is the tasks of a Mix and what must become of them.
 type Plan struct {
-	Mix Mix
+	Mix   Mix
+	Names Names
 	// Tasks in the order to submit them.
 	Tasks []onceq.Task
 	// OK are the IDs that must end in Out once each, Dead the ones that
@@ -52,43 +68,45 @@ type Plan struct {
 	Chords, Chains []string
 }
 
-// NewPlan builds the tasks of mix, the delayed ones due from now on.
-func NewPlan(mix Mix, now time.Time) *Plan {
-	p := &Plan{Mix: mix}
+// NewPlan builds the tasks of mix for the run of names, the delayed ones
+// due from now on.
+func NewPlan(mix Mix, names Names, now time.Time) *Plan {
+	p := &Plan{Mix: mix, Names: names}
+	queue := names.Queue
 	add := func(t onceq.Task) { p.Tasks = append(p.Tasks, t) }
 	for i := 0; i < mix.Immediate; i++ {
 		id := fmt.Sprintf("order-%d", i)
 		p.OK = append(p.OK, id)
-		add(onceq.Task{ID: id, Queue: Queue, Payload: []byte(`{"order":` + strconv.Itoa(i) + `}`)})
+		add(onceq.Task{ID: id, Queue: queue, Payload: []byte(`{"order":` + strconv.Itoa(i) + `}`)})
 	}
 	for i := 0; i < mix.Delayed; i++ {
 		id := fmt.Sprintf("reminder-%d", i)
 		due := now.Add(time.Second + time.Duration(i)*(mix.MaxDelay-time.Second)/time.Duration(max(mix.Delayed, 1)))
 		p.OK = append(p.OK, id)
-		add(onceq.Task{ID: id, Queue: Queue, Due: due, Headers: []onceq.Header{{Key: DueHeader, Value: []byte(strconv.FormatInt(due.UnixMilli(), 10))}}})
+		add(onceq.Task{ID: id, Queue: queue, Due: due, Headers: []onceq.Header{{Key: DueHeader, Value: []byte(strconv.FormatInt(due.UnixMilli(), 10))}}})
 	}
 	for i := 0; i < mix.Duplicates; i++ {
-		add(onceq.Task{ID: fmt.Sprintf("order-%d", i*max(mix.Immediate/max(mix.Duplicates, 1), 1)), Queue: Queue, Payload: []byte("again")})
+		add(onceq.Task{ID: fmt.Sprintf("order-%d", i*max(mix.Immediate/max(mix.Duplicates, 1), 1)), Queue: queue, Payload: []byte("again")})
 	}
 	for i := 0; i < mix.Flaky; i++ {
 		id := fmt.Sprintf("flaky-%d", i)
 		p.OK = append(p.OK, id)
-		add(onceq.Task{ID: id, Queue: Queue, Headers: []onceq.Header{{Key: handlers.FailHeader, Value: []byte("2")}}})
+		add(onceq.Task{ID: id, Queue: queue, Headers: []onceq.Header{{Key: handlers.FailHeader, Value: []byte("2")}}})
 	}
 	for i := 0; i < mix.Doomed; i++ {
 		id := fmt.Sprintf("doomed-%d", i)
 		p.Dead = append(p.Dead, id)
-		add(onceq.Task{ID: id, Queue: Queue, Headers: []onceq.Header{{Key: handlers.FailHeader, Value: []byte("always")}}})
+		add(onceq.Task{ID: id, Queue: queue, Headers: []onceq.Header{{Key: handlers.FailHeader, Value: []byte("always")}}})
 	}
 	step := func(n int) workflow.Node {
-		t := onceq.Task{Queue: Queue}
+		t := onceq.Task{Queue: queue}
 		if n%10 == 3 {
 			t.Headers = []onceq.Header{{Key: handlers.FailHeader, Value: []byte("1")}}
 		}
 		return workflow.Task(t)
 	}
 	for i := 0; i < mix.Chords; i++ {
-		id := fmt.Sprintf("chord-%d", i)
+		id := fmt.Sprintf("%schord-%d", names.Workflows, i)
 		members := make([]workflow.Node, mix.ChordMembers)
 		for m := range members {
 			members[m] = step(m)
@@ -98,7 +116,7 @@ func NewPlan(mix Mix, now time.Time) *Plan {
 		p.OK, p.Chords = append(p.OK, id+"/cb"), append(p.Chords, id)
 	}
 	for i := 0; i < mix.Chains; i++ {
-		id := fmt.Sprintf("chain-%d", i)
+		id := fmt.Sprintf("%schain-%d", names.Workflows, i)
 		steps := make([]workflow.Node, mix.ChainSteps)
 		for s := range steps {
 			steps[s] = step(i + s)
@@ -130,7 +148,7 @@ func check(ok bool, format string, args ...any) Check {
 	return Check{OK: ok, Text: fmt.Sprintf(format, args...)}
 }
 
-// CheckOutputs checks the records of Out: executed once (every OK ID
+// CheckOutputs checks the records of the run's Out: executed once (every OK ID
 // once, every run counter 1), never early (no delayed task started before
 // its due time) and retried (every flaky task succeeded). A record that
 // does not decode is a failed check of its own.
@@ -183,7 +201,7 @@ func (p *Plan) CheckOutputs(outs []*kgo.Record) []Check {
 	mix := p.Mix
 	checks = append(checks, check(missing == 0 && dups == 0 && len(seen) == len(p.OK) && runsAbove1 == 0,
 		"executed once: %d distinct task IDs in %s, %d duplicated, %d missing, %d per-ID run counters above 1 (%d resubmitted duplicates skipped)",
-		len(seen), Out, dups, missing, runsAbove1, mix.Duplicates))
+		len(seen), p.Names.Out, dups, missing, runsAbove1, mix.Duplicates))
 	if mix.Delayed > 0 {
 		slices.Sort(late)
 		checks = append(checks, check(early == 0 && len(late) == mix.Delayed,
@@ -238,7 +256,7 @@ func (p *Plan) checkWorkflows(inputs map[string][]byte) Check {
 		chords, len(p.Chords), p.Mix.ChordMembers, chains, len(p.Chains), p.Mix.ChainSteps)
 }
 
-// CheckDeadLetters checks the records of Queue's dead-letter topic: every
+// CheckDeadLetters checks the records of the run's queue's dead-letter topic: every
 // Dead ID there once, and nothing else.
 func (p *Plan) CheckDeadLetters(dls []*kgo.Record) Check {
 	reasons := map[string]int{}
@@ -258,7 +276,7 @@ func (p *Plan) CheckDeadLetters(dls []*kgo.Record) Check {
 	for _, id := range p.Dead {
 		okDead = okDead && deadSeen[id] == 1
 	}
-	return check(okDead, "dead letters: %d in %s (want %d), by reason %v; e.g. %q", len(dls), broker.DLQTopic(Queue), len(p.Dead), reasons, sample)
+	return check(okDead, "dead letters: %d in %s (want %d), by reason %v; e.g. %q", len(dls), broker.DLQTopic(p.Names.Queue), len(p.Dead), reasons, sample)
 }
 
 // LatenessSummary writes the p50, p99 and max of sorted lateness, or

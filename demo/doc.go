@@ -5,7 +5,7 @@
 // queue and the dead letters (Plan.CheckOutputs, Plan.CheckDeadLetters).
 //
 // The tasks are meant for workers running the flaky: handler of package
-// handlers, writing to Out: it fails a task as its handlers.FailHeader
+// handlers, writing to the run's Names.Out: it fails a task as its handlers.FailHeader
 // says and stamps handlers.RunsHeader and handlers.StartedHeader on its
 // output, which the checks read. Starting the broker and the workers is
 // the caller's part.

@@ -3,13 +3,16 @@ package main
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/onceq/onceq/broker"
 	"github.com/onceq/onceq/broker/embedded"
@@ -27,12 +30,19 @@ func newDemoCmd(g *globals) *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "demo",
-		Short: "Show the guarantees on the embedded broker: exactly once, never early, dead letters",
+		Short: "Show the guarantees on the embedded broker or a cluster: exactly once, never early, dead letters",
 		Long: `Start an embedded broker and worker processes, submit a mix of tasks (immediate,
 delayed, duplicate IDs, failing then succeeding, always failing) and workflows
 (chords and chains, a tenth of their tasks failing once first), SIGKILL one
 worker in the middle, and check each guarantee with an independent
-read_committed reader. Exit 0 when every check holds, 1 otherwise.`,
+read_committed reader. Exit 0 when every check holds, 1 otherwise.
+
+With --brokers (flag, ONCEQ_BROKERS or the config file) the demo starts no
+broker: it runs on that cluster, its workers inheriting the connection flags
+(TLS, SASL, replication) through their environment, and names its queues,
+group and workflows after the run (demo-<run>-orders, demo-<run>-done, group
+demo-<run>, workflows <run>-chord-N), so that runs on one cluster never meet.
+It leaves its topics behind: delete them with "onceq topics delete" when done.`,
 		Args: exactArgs(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			switch {
@@ -49,7 +59,16 @@ read_committed reader. Exit 0 when every check holds, 1 otherwise.`,
 			case timeout < 10*time.Second:
 				return usagef("--timeout %v: want 10s or more", timeout)
 			}
-			return runDemo(cmd.Context(), g, mix, workers, dir, keep, timeout)
+			d := &demoRun{g: g, dir: dir, workers: make([]*demoWorker, 0, workers), names: demo.NamesFor("")}
+			if cmd.Flags().Changed("brokers") { // from the flag, ONCEQ_BROKERS or the config file
+				conn, err := g.conn()
+				if err != nil {
+					return err
+				}
+				d.conn, d.names = conn, demo.NamesFor(runName(time.Now()))
+				d.env = append(os.Environ(), inheritedEnv(cmd)...)
+			}
+			return d.run(cmd.Context(), mix, workers, keep, timeout)
 		},
 	}
 	f := cmd.Flags()
@@ -72,18 +91,44 @@ read_committed reader. Exit 0 when every check holds, 1 otherwise.`,
 
 // demoRun is one run of the demo: where things are and what was submitted.
 type demoRun struct {
-	g       *globals
-	dir     string
-	addr    string
+	g   *globals
+	dir string
+	// conn is the cluster the run was given, or once started its own
+	// embedded broker; env, for a given cluster, is the workers'
+	// environment, which carries the connection flags.
 	conn    broker.Conn
+	env     []string
+	names   demo.Names
 	workers []*demoWorker
 	started time.Time
 	plan    *demo.Plan
 }
 
-func runDemo(ctx context.Context, g *globals, mix demo.Mix, workers int, dir string, keep bool, timeout time.Duration) (err error) {
-	if dir == "" {
-		if dir, err = os.MkdirTemp("", "onceq-demo-"); err != nil {
+// runName names a run on a cluster of the user's: its start time to the
+// second and four random hex digits, which keep two runs started in the
+// same second apart.
+func runName(now time.Time) string {
+	return fmt.Sprintf("%s-%04x", now.UTC().Format("20060102t150405"), rand.N(1<<16))
+}
+
+// inheritedEnv returns the global flags cmd was given (on the command
+// line, in the environment or in the config file) as the ONCEQ_<FLAG>
+// variables of a child process, so that the demo's workers reach the
+// cluster as the demo does, without secrets on their command lines.
+func inheritedEnv(cmd *cobra.Command) []string {
+	var env []string
+	cmd.InheritedFlags().Visit(func(f *pflag.Flag) {
+		if f.Name != configFlag {
+			env = append(env, envName(f.Name)+"="+f.Value.String())
+		}
+	})
+	return env
+}
+
+func (d *demoRun) run(ctx context.Context, mix demo.Mix, workers int, keep bool, timeout time.Duration) (err error) {
+	g := d.g
+	if d.dir == "" {
+		if d.dir, err = os.MkdirTemp("", "onceq-demo-"); err != nil {
 			return err
 		}
 		// Its own temporary dir goes once everything stopped (deferred
@@ -91,24 +136,28 @@ func runDemo(ctx context.Context, g *globals, mix demo.Mix, workers int, dir str
 		// failed: the worker logs then say why.
 		defer func() {
 			if keep || err != nil {
-				fmt.Fprintf(g.stdout, "data and logs kept in %s\n", dir)
+				fmt.Fprintf(g.stdout, "data and logs kept in %s\n", d.dir)
 				return
 			}
-			if rerr := os.RemoveAll(dir); rerr != nil {
-				fmt.Fprintf(g.stderr, "onceq demo: removing %s: %v\n", dir, rerr)
+			if rerr := os.RemoveAll(d.dir); rerr != nil {
+				fmt.Fprintf(g.stderr, "onceq demo: removing %s: %v\n", d.dir, rerr)
 			}
 		}()
 	}
-	d := &demoRun{g: g, dir: dir, started: time.Now()}
+	d.started = time.Now()
 	out := g.stdout
-	emb, err := embedded.Start(embedded.Config{DataDir: filepath.Join(dir, "broker"), Partitions: 4})
-	if err != nil {
-		return err
+	if d.env == nil {
+		emb, err := embedded.Start(embedded.Config{DataDir: filepath.Join(d.dir, "broker"), Partitions: 4})
+		if err != nil {
+			return err
+		}
+		defer emb.Close()
+		d.conn = broker.Conn{Brokers: []string{emb.Addr()}}
+		fmt.Fprintf(out, "onceq demo: embedded broker at %s, data and logs in %s\n", emb.Addr(), d.dir)
+	} else {
+		fmt.Fprintf(out, "onceq demo: brokers %s, queue %s, group %s, data and logs in %s\n",
+			strings.Join(d.conn.Brokers, ","), d.names.Queue, d.names.Group, d.dir)
 	}
-	defer emb.Close()
-	d.addr = emb.Addr()
-	d.conn = broker.Conn{Brokers: []string{d.addr}}
-	fmt.Fprintf(out, "onceq demo: embedded broker at %s, data and logs in %s\n", d.addr, dir)
 	if err := d.createTopics(ctx); err != nil {
 		return err
 	}
@@ -157,7 +206,7 @@ func runDemo(ctx context.Context, g *globals, mix demo.Mix, workers int, dir str
 		d.explore(ctx)
 	}
 	if failed > 0 {
-		return fmt.Errorf("demo: %d check(s) failed; worker logs are in %s", failed, dir)
+		return fmt.Errorf("demo: %d check(s) failed; worker logs are in %s", failed, d.dir)
 	}
 	return nil
 }
@@ -168,7 +217,7 @@ func (d *demoRun) createTopics(ctx context.Context) error {
 		return err
 	}
 	defer adm.Close()
-	for _, q := range []string{demo.Queue, demo.Out} {
+	for _, q := range []string{d.names.Queue, d.names.Out} {
 		if err := adm.EnsureTopic(ctx, q, 4, nil); err != nil {
 			return err
 		}
@@ -178,7 +227,7 @@ func (d *demoRun) createTopics(ctx context.Context) error {
 
 // submit writes the mix's plan through the producer library.
 func (d *demoRun) submit(ctx context.Context, mix demo.Mix) error {
-	d.plan = demo.NewPlan(mix, time.Now())
+	d.plan = demo.NewPlan(mix, d.names, time.Now())
 	p, err := producer.New(producer.Conn(d.conn))
 	if err != nil {
 		return err

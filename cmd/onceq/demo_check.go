@@ -19,8 +19,8 @@ func (d *demoRun) waitFor(ctx context.Context, outputs, dead int, timeout time.D
 	deadline := d.started.Add(timeout)
 	var lastLine time.Time
 	for {
-		o := d.count(demo.Out)
-		dl := d.count(broker.DLQTopic(demo.Queue))
+		o := d.count(d.names.Out)
+		dl := d.count(broker.DLQTopic(d.names.Queue))
 		line := fmt.Sprintf("  %5.1fs  done %d/%d  dead letters %d/%d", time.Since(d.started).Seconds(), min(o, len(d.plan.OK)), len(d.plan.OK), dl, len(d.plan.Dead))
 		finished := o >= outputs && dl >= dead
 		switch {
@@ -83,15 +83,15 @@ func (d *demoRun) report() int {
 		fmt.Fprintf(out, "  %s %s\n", mark, c.Text)
 	}
 	fmt.Fprintln(out, "\nchecks (a fresh read_committed reader of every topic):")
-	outs, err := readAll(d.conn, demo.Out, time.Minute)
+	outs, err := readAll(d.conn, d.names.Out, time.Minute)
 	if err != nil {
-		show(demo.Check{Text: fmt.Sprintf("reading %s: %v", demo.Out, err)})
+		show(demo.Check{Text: fmt.Sprintf("reading %s: %v", d.names.Out, err)})
 		return failed
 	}
 	for _, c := range d.plan.CheckOutputs(outs) {
 		show(c)
 	}
-	dls, err := readAll(d.conn, broker.DLQTopic(demo.Queue), time.Minute)
+	dls, err := readAll(d.conn, broker.DLQTopic(d.names.Queue), time.Minute)
 	if err != nil && d.plan.Mix.Doomed > 0 {
 		show(demo.Check{Text: fmt.Sprintf("reading the dead letters: %v", err)})
 		return failed
@@ -140,8 +140,8 @@ func (d *demoRun) showLives() int {
 	defer cancel()
 	failed := 0
 	for _, id := range ids {
-		fmt.Fprintf(d.g.stdout, "\na task's life (onceq task get %s %s):\n", demo.Queue, id)
-		r, err := in.Wait(ctx, demo.Queue, id)
+		fmt.Fprintf(d.g.stdout, "\na task's life (onceq task get %s %s):\n", d.names.Queue, id)
+		r, err := in.Wait(ctx, d.names.Queue, id)
 		if err == nil {
 			err = inspect.WriteTask(d.g.stdout, r)
 		}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"os"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -71,5 +72,41 @@ func TestDemoRemovesItsDir(t *testing.T) {
 		if strings.HasPrefix(e.Name(), "onceq-demo-") {
 			t.Errorf("the demo left %s in %s", e.Name(), tmp)
 		}
+	}
+}
+
+// TestDemoOnCluster runs "onceq demo --brokers" twice on a three-node
+// broker process whose partition leaders move every second: the demo
+// starts no broker of its own, every check holds while leaders move, and
+// the second run on the same cluster, with names of its own, checks only
+// its own tasks.
+func TestDemoOnCluster(t *testing.T) {
+	_, addr := testutil.StartBrokerProcess(t, "127.0.0.1:0", "", "--nodes", "3", "--move-leaders-every", "1s")
+	var queues []string
+	for run := range 2 {
+		p := testutil.Start(t, "demo", "--brokers", addr, "--replication-factor", "3", "--immediate", "200", "--delayed", "40",
+			"--duplicates", "20", "--flaky", "10", "--doomed", "5", "--max-delay", "3s", "--chords", "3", "--chains", "3", "--dir", t.TempDir())
+		code, err := p.Wait(3 * time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := p.Output()
+		if code != 0 || strings.Contains(out, "FAIL") || strings.Count(out, "  ok   ") != 5 || strings.Contains(out, "embedded broker") {
+			t.Fatalf("demo run %d on the cluster: exit %d:\n%s", run, code, out)
+		}
+		m := regexp.MustCompile(`onceq demo: brokers \S+, queue (demo-\S+-orders), group (demo-\S+),`).FindStringSubmatch(out)
+		if m == nil {
+			t.Fatalf("demo run %d names no queue of its own:\n%s", run, out)
+		}
+		queues = append(queues, m[1])
+		for _, want := range []string{"executed once: 270 distinct task IDs", "0 duplicated, 0 missing", "0 started before their due time",
+			"dead letters: 5 in onceq-dlq-" + m[1], "workflows: 3 of 3 chords' callbacks ran once"} {
+			if !strings.Contains(out, want) {
+				t.Errorf("demo run %d output lacks %q:\n%s", run, want, out)
+			}
+		}
+	}
+	if queues[0] == queues[1] {
+		t.Errorf("both runs used queue %s", queues[0])
 	}
 }

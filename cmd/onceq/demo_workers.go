@@ -10,8 +10,6 @@ import (
 	"strings"
 	"syscall"
 	"time"
-
-	"github.com/onceq/onceq/demo"
 )
 
 // demoWorker is an "onceq worker" process of the demo.
@@ -33,11 +31,11 @@ func (d *demoRun) startWorker(n int) (*demoWorker, error) {
 		return nil, err
 	}
 	defer logf.Close()
-	args := []string{self, "worker", "--brokers", d.addr, "--queue", demo.Queue, "--handler", "flaky:" + demo.Out,
-		"--group", demo.Group, "--checkpoint-dir", filepath.Join(d.dir, fmt.Sprintf("worker-%d", n)),
+	args := []string{self, "worker", "--brokers", strings.Join(d.conn.Brokers, ","), "--queue", d.names.Queue, "--handler", "flaky:" + d.names.Out,
+		"--group", d.names.Group, "--checkpoint-dir", filepath.Join(d.dir, fmt.Sprintf("worker-%d", n)),
 		"--max-attempts", "3", "--backoff-base", "500ms", "--backoff-factor", "2", "--session-timeout", "6s",
 		"--transaction-timeout", "5s", "--metrics-addr", "127.0.0.1:0"}
-	w.proc, err = os.StartProcess(self, args, &os.ProcAttr{Files: []*os.File{nil, logf, logf}})
+	w.proc, err = os.StartProcess(self, args, &os.ProcAttr{Env: d.env, Files: []*os.File{nil, logf, logf}})
 	if err != nil {
 		return nil, fmt.Errorf("demo: starting worker %d: %w", n, err)
 	}
@@ -64,7 +62,7 @@ func (d *demoRun) stopWorkers() {
 // explore keeps everything running until ctx is done.
 func (d *demoRun) explore(ctx context.Context) {
 	out := d.g.stdout
-	fmt.Fprintf(out, "\nkept running (Ctrl-C to stop): --brokers %s\n", d.addr)
+	fmt.Fprintf(out, "\nkept running (Ctrl-C to stop): --brokers %s\n", strings.Join(d.conn.Brokers, ","))
 	for _, w := range d.workers {
 		if url := metricsURL(w.logPath); url != "" {
 			fmt.Fprintf(out, "  worker %d metrics: %s\n", w.n, url)
