@@ -10,4 +10,6 @@
 // manifests' arguments), the directories the flags name are writable
 // volumes, the supervisors wait longer than the shutdown timeout, nothing
 // runs as root, and the Dockerfile's build makes a static binary that runs.
+// Where podman is installed, the image itself is built and runs onceq
+// demo (TestImage).
 package deploy

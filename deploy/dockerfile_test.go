@@ -76,8 +76,8 @@ var (
 )
 
 // TestDockerfile checks the image the Dockerfile describes without a
-// container runtime (this machine's docker client has no daemon, and
-// there is no podman): its builder's Go is the one go.mod asks for, its
+// container runtime (TestImage builds and runs it where podman is): its
+// builder's Go is the one go.mod asks for, its
 // go build is static (CGO_ENABLED=0), -trimpath and of cmd/onceq; the
 // image is an empty (or distroless static) base with that binary as its
 // entrypoint, run as a user that is not root, and exposes the ports the
@@ -105,19 +105,7 @@ func TestDockerfile(t *testing.T) {
 	}
 
 	// The build: its environment, flags, package and output.
-	var goBuild []string
-	for _, run := range build.all("RUN") {
-		if strings.Contains(run, "go build") {
-			goBuild = strings.Fields(run)
-		}
-	}
-	if goBuild == nil {
-		t.Fatal("Dockerfile: the builder has no RUN ... go build")
-	}
-	var env []string
-	for len(goBuild) > 0 && strings.Contains(goBuild[0], "=") && !strings.HasPrefix(goBuild[0], "-") {
-		env, goBuild = append(env, goBuild[0]), goBuild[1:]
-	}
+	env, goBuild := builderGoBuild(t, build, "")
 	if !slices.Contains(env, "CGO_ENABLED=0") {
 		t.Errorf("go build without CGO_ENABLED=0 (env %q): the binary would need the builder's libc", env)
 	}
@@ -180,15 +168,7 @@ func TestDockerfile(t *testing.T) {
 	}
 
 	// The build, run here as the Dockerfile runs it.
-	bin := filepath.Join(t.TempDir(), "onceq")
-	args := slices.Clone(goBuild[1:]) // after "go"
-	args[slices.Index(args, "-o")+1] = bin
-	cmd := exec.Command("go", args...)
-	cmd.Dir = ".."
-	cmd.Env = append(os.Environ(), env...)
-	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go %s: %v\n%s", strings.Join(args, " "), err, b)
-	}
+	bin := runGoBuild(t, env, goBuild)
 	f, err := elf.Open(bin)
 	if err != nil {
 		t.Fatal(err)
@@ -202,7 +182,77 @@ func TestDockerfile(t *testing.T) {
 	if libs, err := f.ImportedLibraries(); err != nil || len(libs) > 0 {
 		t.Errorf("the binary needs libraries %q (%v): it would not start on an empty base", libs, err)
 	}
-	if b, err := exec.Command(bin, "version").CombinedOutput(); err != nil {
-		t.Errorf("onceq version: %v\n%s", err, b)
+	if b, err := exec.Command(bin, "version").CombinedOutput(); err != nil || !strings.HasPrefix(string(b), "onceq dev ") {
+		t.Errorf("onceq version: %v: %q, want the VERSION argument's default, dev", err, b)
 	}
+}
+
+// builderGoBuild returns the environment and the words of the builder
+// stage's go build, its ARGs replaced by their defaults or, for VERSION,
+// by version when not "".
+func builderGoBuild(t *testing.T, build stage, version string) (env, goBuild []string) {
+	t.Helper()
+	args := map[string]string{}
+	for _, a := range build.all("ARG") {
+		name, def, _ := strings.Cut(a, "=")
+		args[name] = def
+	}
+	if version != "" {
+		args["VERSION"] = version
+	}
+	for _, run := range build.all("RUN") {
+		if strings.Contains(run, "go build") {
+			goBuild = shellWords(os.Expand(run, func(k string) string { return args[k] }))
+		}
+	}
+	if goBuild == nil {
+		t.Fatal("Dockerfile: the builder has no RUN ... go build")
+	}
+	for len(goBuild) > 0 && strings.Contains(goBuild[0], "=") && !strings.HasPrefix(goBuild[0], "-") {
+		env, goBuild = append(env, goBuild[0]), goBuild[1:]
+	}
+	return env, goBuild
+}
+
+// shellWords splits a RUN line into words as sh does for the quoting the
+// Dockerfile uses: double quotes group, and are removed.
+func shellWords(s string) []string {
+	var words []string
+	var w strings.Builder
+	in, inWord := false, false
+	for _, r := range s {
+		switch {
+		case r == '"':
+			in, inWord = !in, true
+		case r == ' ' && !in:
+			if inWord {
+				words = append(words, w.String())
+				w.Reset()
+			}
+			inWord = false
+		default:
+			w.WriteRune(r)
+			inWord = true
+		}
+	}
+	if inWord {
+		words = append(words, w.String())
+	}
+	return words
+}
+
+// runGoBuild runs the builder's go build here, from the repository's
+// root, and returns the binary's path.
+func runGoBuild(t *testing.T, env, goBuild []string) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "onceq")
+	args := slices.Clone(goBuild[1:]) // after "go"
+	args[slices.Index(args, "-o")+1] = bin
+	cmd := exec.Command("go", args...)
+	cmd.Dir = ".."
+	cmd.Env = append(os.Environ(), env...)
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go %s: %v\n%s", strings.Join(args, " "), err, b)
+	}
+	return bin
 }
