@@ -76,6 +76,12 @@ chaos:
 	ONCEQ_SCENARIO_STEPS=200 $(GO) test -count=3 -timeout 3h -v \
 	  -run 'TestRandomScenario|TestCrash|TestSystem|TestProtocolFaults|TestDiskFaults|TestChainedStages|TestSlowTask|TestCrashSlowTail|TestSlowTail' ./consumer
 
+## test-crash-cluster: the crash tests on a three-node embedded broker whose
+## partition leaders and coordinators move every second
+test-crash-cluster:
+	ONCEQ_TEST_NODES=3 ONCEQ_TEST_MOVE_LEADERS_EVERY=1s $(GO) test -count=1 -timeout 1h -v -run 'TestCrash' ./consumer
+.PHONY: test-crash-cluster
+
 ## soak: one worker for an hour under steady load; memory and goroutines must stay flat
 soak:
 	ONCEQ_SOAK=1h $(GO) test -count=1 -timeout 2h -v -run TestSoak ./consumer

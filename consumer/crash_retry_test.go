@@ -13,6 +13,7 @@ import (
 
 	"github.com/onceq/onceq"
 	"github.com/onceq/onceq/broker"
+	"github.com/onceq/onceq/broker/embedded"
 	"github.com/onceq/onceq/handlers"
 	"github.com/onceq/onceq/internal/testutil"
 )
@@ -26,6 +27,22 @@ import (
 // the dead letters with its reason (the last of three attempts, a skipped
 // retry, or expiry before its first run).
 func TestCrashRetriesAndDeadLetters(t *testing.T) {
+	_, conn := testutil.StartBroker(t, "")
+	crashRetries(t, conn)
+}
+
+// TestCrashRetriesOnMovingLeaders is TestCrashRetriesAndDeadLetters on
+// three nodes whose partition leaders and coordinators move every second.
+func TestCrashRetriesOnMovingLeaders(t *testing.T) {
+	emb, err := embedded.Start(embedded.Config{Nodes: 3, MoveLeadersEvery: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(emb.Close)
+	crashRetries(t, broker.Conn{Brokers: emb.Addrs()})
+}
+
+func crashRetries(t *testing.T, conn broker.Conn) {
 	n := 20_000
 	if testing.Short() {
 		n = 3_000
@@ -33,7 +50,6 @@ func TestCrashRetriesAndDeadLetters(t *testing.T) {
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("seed %d", seed)
 	rng := rand.New(rand.NewPCG(seed, 1))
-	_, conn := testutil.StartBroker(t, "")
 	addr := conn.Brokers[0]
 	testutil.CreateTopic(t, conn, "in", 4)
 	testutil.CreateTopic(t, conn, "out", 4)

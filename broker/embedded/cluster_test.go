@@ -121,3 +121,55 @@ func TestClusterBadConfig(t *testing.T) {
 		}
 	}
 }
+
+// TestMovesDeliverOnce consumes four partitions while a producer writes
+// to them and the leaders move every 100 ms: every record must come once,
+// in offset order. A move bumps each partition's leader epoch, and a
+// consumer then asks the new leader where its old epoch ended; answered
+// "undefined epoch", franz-go resets to the partition's start and delivers
+// everything again (see answerLeaderEpochs).
+func TestMovesDeliverOnce(t *testing.T) {
+	emb, err := embedded.Start(embedded.Config{Nodes: 3, MoveLeadersEvery: embedded.MinMoveLeadersEvery})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer emb.Close()
+	conn := broker.Conn{Brokers: emb.Addrs()}
+	testutil.CreateTopic(t, conn, "moving", 4)
+	prod, err := conn.NewClient(kgo.DefaultProduceTopic("moving"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer prod.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	const n = 20_000
+	go func() {
+		for i := range n {
+			prod.Produce(ctx, &kgo.Record{Value: fmt.Append(nil, i)}, nil)
+			if i%500 == 499 {
+				time.Sleep(25 * time.Millisecond) // spreads the writes over many moves
+			}
+		}
+	}()
+	cl, err := conn.NewClient(kgo.ConsumeTopics("moving"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	next := map[int32]int64{}
+	got := 0
+	for got < n {
+		fs := cl.PollFetches(ctx)
+		if ctx.Err() != nil {
+			t.Fatalf("%d of %d records within a minute", got, n)
+		}
+		fs.EachRecord(func(r *kgo.Record) {
+			if r.Offset != next[r.Partition] {
+				t.Fatalf("partition %d: offset %d delivered after %d", r.Partition, r.Offset, next[r.Partition]-1)
+			}
+			next[r.Partition]++
+			got++
+		})
+	}
+}

@@ -208,6 +208,7 @@ func Start(cfg Config) (*Broker, error) {
 		return nil, fmt.Errorf("broker: starting embedded broker: %w", err)
 	}
 	installGuards(e.cluster)
+	answerLeaderEpochs(e.cluster)
 	if cfg.DataDir != "" {
 		installTxnNotes(e.cluster, cfg.DataDir, cfg.Sync, cfg.Logger)
 		e.dataDir = cfg.DataDir

@@ -6,6 +6,8 @@ package testutil
 import (
 	"context"
 	"errors"
+	"os"
+	"strconv"
 	"testing"
 	"time"
 
@@ -17,15 +19,33 @@ import (
 
 // StartBroker starts an embedded broker on a random loopback port, in
 // memory (dataDir "") or persisted to dataDir, and closes it when the test
-// ends.
+// ends. It has one node, or as many as ONCEQ_TEST_NODES says, whose
+// partition leaders and coordinators move every
+// ONCEQ_TEST_MOVE_LEADERS_EVERY if that is set: make test-crash-cluster
+// runs the crash tests so.
 func StartBroker(t testing.TB, dataDir string) (*embedded.Broker, broker.Conn) {
 	t.Helper()
-	emb, err := embedded.Start(embedded.Config{DataDir: dataDir})
+	cfg := embedded.Config{DataDir: dataDir}
+	if v := os.Getenv("ONCEQ_TEST_NODES"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > embedded.MaxNodes {
+			t.Fatalf("ONCEQ_TEST_NODES=%q: want 1 to %d", v, embedded.MaxNodes)
+		}
+		cfg.Nodes = n
+	}
+	if v := os.Getenv("ONCEQ_TEST_MOVE_LEADERS_EVERY"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < embedded.MinMoveLeadersEvery {
+			t.Fatalf("ONCEQ_TEST_MOVE_LEADERS_EVERY=%q: want a duration of at least %v", v, embedded.MinMoveLeadersEvery)
+		}
+		cfg.MoveLeadersEvery = d
+	}
+	emb, err := embedded.Start(cfg)
 	if err != nil {
 		t.Fatalf("starting embedded broker: %v", err)
 	}
 	t.Cleanup(emb.Close)
-	return emb, broker.Conn{Brokers: []string{emb.Addr()}}
+	return emb, broker.Conn{Brokers: emb.Addrs()}
 }
 
 // CreateTopic creates a topic or fails the test.
