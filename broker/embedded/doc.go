@@ -2,8 +2,10 @@
 // tests and demos: franz-go's kfake, speaking the real Kafka protocol over
 // TCP and persisting its log to a data directory. It runs one node or a
 // cluster of several (Config.Nodes) whose leaders and coordinators move on
-// demand (Broker.MoveLeaders), so clients can be tested under elections. It is a
-// package of its own so that onceq's library packages do not link it.
+// demand (Broker.MoveLeaders), so clients can be tested under elections; the
+// nodes share one log, and the broker answers clients' questions about
+// truncation after a move accordingly (epochs.go). It is a package of its
+// own so that onceq's library packages do not link it.
 //
 //	emb, err := embedded.Start(embedded.Config{DataDir: "./onceq-data/broker"})
 //	if err != nil { ... }
