@@ -84,9 +84,13 @@ func TestDemoOnCluster(t *testing.T) {
 	_, addr := testutil.StartBrokerProcess(t, "127.0.0.1:0", "", "--nodes", "3", "--move-leaders-every", "1s")
 	var queues []string
 	for run := range 2 {
+		// --timeout 3m: a classic group on the embedded broker sometimes
+		// stalls for about a minute at a rebalance (see
+		// TestCrashPausedWorker); the checks are what this test is about.
 		p := testutil.Start(t, "demo", "--brokers", addr, "--replication-factor", "3", "--immediate", "200", "--delayed", "40",
-			"--duplicates", "20", "--flaky", "10", "--doomed", "5", "--max-delay", "3s", "--chords", "3", "--chains", "3", "--dir", t.TempDir())
-		code, err := p.Wait(3 * time.Minute)
+			"--duplicates", "20", "--flaky", "10", "--doomed", "5", "--max-delay", "3s", "--chords", "3", "--chains", "3",
+			"--timeout", "3m", "--dir", t.TempDir())
+		code, err := p.Wait(4 * time.Minute)
 		if err != nil {
 			t.Fatal(err)
 		}
