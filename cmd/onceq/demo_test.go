@@ -103,7 +103,7 @@ func TestDemoOnCluster(t *testing.T) {
 			t.Fatalf("demo run %d names no queue of its own:\n%s", run, out)
 		}
 		queues = append(queues, m[1])
-		for _, want := range []string{"executed once: 270 distinct task IDs", "0 duplicated, 0 missing", "0 started before their due time",
+		for _, want := range []string{"executed once: 298 distinct task IDs", "0 duplicated, 0 missing", "0 started before their due time",
 			"dead letters: 5 in onceq-dlq-" + m[1], "workflows: 3 of 3 chords' callbacks ran once"} {
 			if !strings.Contains(out, want) {
 				t.Errorf("demo run %d output lacks %q:\n%s", run, want, out)
