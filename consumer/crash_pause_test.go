@@ -1,8 +1,6 @@
 package consumer_test
 
 import (
-	"fmt"
-	"path/filepath"
 	"syscall"
 	"testing"
 	"time"
@@ -41,16 +39,9 @@ func TestCrashPausedWorker(t *testing.T) {
 func pauseRun(t *testing.T, brokerArgs []string, n int, extra ...string) {
 	rng := seededRand(t)
 	_, addr := testutil.StartBrokerProcess(t, "127.0.0.1:0", "", brokerArgs...)
-	conn := broker.Conn{Brokers: []string{addr}}
-	testutil.CreateTopic(t, conn, "in", 8)
-	testutil.CreateTopic(t, conn, "out", 8)
 	want := ids(n)
 	const group = "pause"
-	slots := make([]*workerProc, 3)
-	for i := range slots {
-		dir := filepath.Join(t.TempDir(), fmt.Sprintf("w%d", i))
-		slots[i] = &workerProc{dir: dir, proc: startWorker(t, addr, group, dir, extra...)}
-	}
+	conn, slots := startThreeWorkers(t, addr, group, extra...)
 	go func() {
 		wave := max(n/100, 1)
 		for i := 0; i < n; i += wave {

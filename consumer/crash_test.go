@@ -40,6 +40,21 @@ func startWorker(t *testing.T, addr, group, dir string, extra ...string) *testut
 	return testutil.Start(t, append(args, extra...)...)
 }
 
+// startThreeWorkers creates the queue "in" and the output "out", of 8
+// partitions each, on the broker at addr, and starts three workers of
+// group (startWorker, with extra), each on a checkpoint dir of its own.
+func startThreeWorkers(t *testing.T, addr, group string, extra ...string) (broker.Conn, []*workerProc) {
+	conn := broker.Conn{Brokers: []string{addr}}
+	testutil.CreateTopic(t, conn, "in", 8)
+	testutil.CreateTopic(t, conn, "out", 8)
+	slots := make([]*workerProc, 3)
+	for i := range slots {
+		dir := filepath.Join(t.TempDir(), fmt.Sprintf("w%d", i))
+		slots[i] = &workerProc{dir: dir, proc: startWorker(t, addr, group, dir, extra...)}
+	}
+	return conn, slots
+}
+
 // TestCrashCopyExactlyOnce runs tasks through three worker processes while
 // one of them, chosen at random, is SIGKILLed and restarted every 1-3 s.
 // A fresh read_committed reader must see every ID exactly once, and the
@@ -118,17 +133,9 @@ func crashRunOn(t *testing.T, rng *rand.Rand, brokerArgs []string, tasks []onceq
 	} else {
 		_, addr = testutil.StartBrokerProcess(t, "127.0.0.1:0", "", brokerArgs...)
 	}
-	conn := broker.Conn{Brokers: []string{addr}}
-	testutil.CreateTopic(t, conn, "in", 8)
-	testutil.CreateTopic(t, conn, "out", 8)
-	n := len(want)
-
 	const group = "crash"
-	slots := make([]*workerProc, 3)
-	for i := range slots {
-		dir := filepath.Join(t.TempDir(), fmt.Sprintf("w%d", i))
-		slots[i] = &workerProc{dir: dir, proc: startWorker(t, addr, group, dir, extra...)}
-	}
+	conn, slots := startThreeWorkers(t, addr, group, extra...)
+	n := len(want)
 	// Submit while the workers run, spread over about 15 s, so that many
 	// kills land in the middle of the work.
 	go func() {
