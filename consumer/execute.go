@@ -11,6 +11,7 @@ import (
 	"github.com/onceq/onceq"
 	"github.com/onceq/onceq/dlq"
 	"github.com/onceq/onceq/internal/flow"
+	"github.com/onceq/onceq/internal/tracing"
 )
 
 // errTakenOver ends a slot goroutine whose handler the watchdog abandoned.
@@ -323,11 +324,17 @@ func timeToRun(task *onceq.Task, taskTimeout time.Duration) time.Duration {
 // context while the handler ran.
 func (w *Worker) runHandler(sl *slot, it *item, t *Task, key string) (stopped bool, err error) {
 	r := w.startRun(sl, it, t, key)
+	if tracing.Has(t.Headers) {
+		startSpans(r, t)
+	}
 	defer func() {
 		if p := recover(); p != nil {
 			err = w.panicked(t, p)
 		}
 		stopped, err = w.endRun(sl, r, t, err)
+		if t.span != nil {
+			endSpan(t.span, err)
+		}
 	}()
 	return false, w.cfg.handler.Handle(&r.ctx, t)
 }

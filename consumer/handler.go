@@ -8,7 +8,10 @@ import (
 	"strconv"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/onceq/onceq"
+	"github.com/onceq/onceq/internal/tracing"
 )
 
 // Handler runs one task. A nil error commits the task's effects (state
@@ -56,6 +59,11 @@ type Task struct {
 	started, ended time.Time
 	// result is what SetResult set (nil: none).
 	result []byte
+	// trace is the context of the run's span, and span the span, when
+	// the task's headers carry a trace (both nil otherwise): emitted tasks
+	// and a workflow's next steps carry it on.
+	trace context.Context
+	span  trace.Span
 }
 
 // ErrResultTooLarge is returned by SetResult for a result over the
@@ -92,7 +100,9 @@ func (t *Task) State() *State { return &t.state }
 // so it exists exactly once downstream. A task without an ID gets one
 // derived from this task's ID, the same on every run of this task, so that
 // downstream deduplication holds across retries. A task with a Due or
-// Delay in the future goes through the delay buckets.
+// Delay in the future goes through the delay buckets. When this task is
+// traced (its headers carry a traceparent), the emitted task's traceparent
+// names this run's span.
 func (t *Task) Emit(out onceq.Task) error {
 	maxBytes := onceq.DefaultMaxMessageBytes
 	if t.w != nil {
@@ -110,6 +120,11 @@ func (t *Task) Emit(out onceq.Task) error {
 		// submit it again, so it needs no idempotency mark downstream.
 		// At-least-once may write it twice after a crash.
 		out.GeneratedID = t.w == nil || t.w.cfg.guarantee == ExactlyOnce
+	}
+	if t.trace != nil {
+		// The emitted task is this run's doing, whatever trace the
+		// headers it copied named.
+		out.Headers = tracing.Set(t.trace, out.Headers)
 	}
 	t.emits = append(t.emits, out.Clone())
 	return nil

@@ -2,6 +2,7 @@ package consumer
 
 import (
 	"cmp"
+	"context"
 	"fmt"
 	"math/rand/v2"
 	"strconv"
@@ -14,6 +15,7 @@ import (
 	"github.com/onceq/onceq/broker"
 	"github.com/onceq/onceq/dlq"
 	"github.com/onceq/onceq/internal/flow"
+	"github.com/onceq/onceq/internal/tracing"
 )
 
 // Outcomes of a task, as counted in onceq_tasks_processed_total.
@@ -46,7 +48,7 @@ func (w *Worker) success(t *Task, key string) (*result, error) {
 		}
 		res.outputs = append(res.outputs, rec)
 	}
-	if err := w.continueFlow(res, &t.Task, flow.Succeeded(t.result), now); err != nil {
+	if err := w.continueFlow(res, &t.Task, t.trace, flow.Succeeded(t.result), now); err != nil {
 		return nil, err
 	}
 	return res, nil
@@ -56,7 +58,10 @@ func (w *Worker) success(t *Task, key string) (*result, error) {
 // the same transaction (package internal/flow): the next steps, callbacks,
 // or its report to its group's join. A task outside workflows emits
 // nothing.
-func (w *Worker) continueFlow(res *result, task *onceq.Task, o flow.Outcome, now time.Time) error {
+//
+// The next steps carry the trace of the step's run (run, nil when the run
+// was not traced or there was no run), or else the step's own.
+func (w *Worker) continueFlow(res *result, task *onceq.Task, run context.Context, o flow.Outcome, now time.Time) error {
 	if len(task.Workflow) == 0 {
 		return nil
 	}
@@ -64,7 +69,11 @@ func (w *Worker) continueFlow(res *result, task *onceq.Task, o flow.Outcome, now
 	if err != nil {
 		return fmt.Errorf("consumer: task %q: %w", task.ID, err)
 	}
+	if run == nil {
+		run = tracing.Extract(context.Background(), task.Headers)
+	}
 	for i := range next {
+		next[i].Headers = tracing.Set(run, next[i].Headers)
 		next[i].Resolve(now)
 		rec, err := w.route(&next[i], now)
 		if err != nil {
@@ -77,7 +86,7 @@ func (w *Worker) continueFlow(res *result, task *onceq.Task, o flow.Outcome, now
 
 // failFlow continues a workflow's step that failed for good.
 func (w *Worker) failFlow(res *result, task *onceq.Task, now time.Time) error {
-	return w.continueFlow(res, task, flow.Failed(flow.Failure{ID: task.ID, Queue: task.Queue,
+	return w.continueFlow(res, task, nil, flow.Failed(flow.Failure{ID: task.ID, Queue: task.Queue,
 		State: res.rec.state, Reason: res.rec.reason, Error: res.rec.err}), now)
 }
 

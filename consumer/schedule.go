@@ -378,12 +378,21 @@ type taskCtx struct {
 	mu       sync.Mutex
 	done     chan struct{}
 	err      error
+	// values answers Value: the run's trace (nil: the run is not traced,
+	// and the context holds no values).
+	values context.Context
 }
 
 var _ context.Context = (*taskCtx)(nil)
 
 func (c *taskCtx) Deadline() (time.Time, bool) { return c.deadline, true }
-func (c *taskCtx) Value(any) any               { return nil }
+
+func (c *taskCtx) Value(key any) any {
+	if c.values == nil {
+		return nil
+	}
+	return c.values.Value(key)
+}
 
 func (c *taskCtx) Done() <-chan struct{} {
 	c.mu.Lock()

@@ -15,6 +15,7 @@ import (
 	"github.com/onceq/onceq"
 	"github.com/onceq/onceq/broker"
 	"github.com/onceq/onceq/delay"
+	"github.com/onceq/onceq/internal/tracing"
 )
 
 // ErrClosed is returned for tasks submitted after Close, and for tasks
@@ -235,6 +236,9 @@ func (p *Producer) submitMany(ctx context.Context, tasks []onceq.Task, fn func(i
 func (p *Producer) submit(ctx context.Context, task onceq.Task, fn func(Receipt, error), sync bool) string {
 	if fn == nil {
 		fn = func(Receipt, error) {}
+	}
+	if tracing.Traced(ctx) {
+		ctx, fn = traceSubmit(ctx, &task, fn)
 	}
 	var clk clockReads
 	s, err := p.prepare(ctx, &task, &clk, false)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/onceq/onceq"
 	"github.com/onceq/onceq/broker"
+	"github.com/onceq/onceq/internal/tracing"
 )
 
 // endTxTimeout bounds committing or aborting a transaction. Ending one is
@@ -104,6 +105,11 @@ func (p *Producer) txOnce(ctx context.Context, fn func(*Tx) error) (err error) {
 	if err := cl.BeginTransaction(); err != nil {
 		p.dropTxClient()
 		return fmt.Errorf("producer: beginning a transaction: %w", err)
+	}
+	if tracing.Traced(ctx) {
+		var end func(error)
+		ctx, end = traceTx(ctx)
+		defer func() { end(err) }()
 	}
 	tx := &Tx{p: p, cl: cl, ctx: ctx}
 	start := time.Now()
@@ -258,6 +264,10 @@ func (tx *Tx) Submit(task onceq.Task) error {
 	tx.mu.Unlock()
 	if ended {
 		return errTxEnded
+	}
+	if tracing.Traced(tx.ctx) && !tracing.Has(task.Headers) {
+		// The transaction's span is every task's submission.
+		task.Headers = tracing.Set(tx.ctx, task.Headers)
 	}
 	s, err := tx.p.prepare(tx.ctx, &task, &clockReads{}, true)
 	if err != nil {

@@ -24,6 +24,7 @@ import (
 	"github.com/onceq/onceq/inspect"
 	"github.com/onceq/onceq/internal/ops"
 	"github.com/onceq/onceq/internal/sides"
+	"github.com/onceq/onceq/internal/tracing"
 	"github.com/onceq/onceq/periodic"
 	"github.com/onceq/onceq/producer"
 )
@@ -239,6 +240,11 @@ func (s *Server) handle(rt route) {
 	s.mux.HandleFunc(rt.method+" "+rt.path, func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		sw := &statusWriter{ResponseWriter: w, status: http.StatusOK}
+		if r.Header.Get(tracing.ParentHeader) != "" {
+			var end func(status int)
+			r, end = traceRequest(r, rt)
+			defer func() { end(sw.status) }()
+		}
 		if _, err := s.authorize(r, rt.need, inNS); err != nil {
 			writeError(sw, err)
 		} else if err := allowParams(r.URL.Query(), rt.params...); err != nil {
