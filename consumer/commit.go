@@ -180,6 +180,7 @@ func (w *Worker) commit(ctx context.Context) error {
 			"why", why, "tasks", countResults(parts))
 		w.deadLetterRefused(refused, recs, parts)
 		for _, p := range parts {
+			commitSpans(p.results, false)
 			p.ps.putBack(p.results)
 		}
 		return nil
@@ -192,6 +193,9 @@ func (w *Worker) commit(ctx context.Context) error {
 		}
 	}
 	w.countOutcomes(parts)
+	for _, p := range parts {
+		commitSpans(p.results, true)
+	}
 	if !eos {
 		w.hook(AfterCommits)
 		return nil

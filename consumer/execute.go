@@ -225,6 +225,9 @@ func (w *Worker) awaitDue(task *onceq.Task, key string, now time.Time) (time.Tim
 func (w *Worker) run(sl *slot, it *item, t *Task, key string) (res *result, herr, err error) {
 	stopped, herr := w.runHandler(sl, it, t, key)
 	res, err = w.settle(it, t, key, stopped, herr)
+	if t.trace != nil && res != nil {
+		res.commit = startCommitSpan(t)
+	}
 	w.withdrawLateCancel(res, it.rec.Topic, t.ID)
 	return res, herr, err
 }

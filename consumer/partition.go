@@ -9,6 +9,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/onceq/onceq/broker"
 	"github.com/onceq/onceq/checkpoint"
@@ -85,6 +86,9 @@ type result struct {
 	queue   string      // its queue, for a dead letter
 	refused int         // commits that refused an output as too large
 	rec     taskOutcome // what its task record says
+	// commit is the span of a traced run's wait for its commit (nil: the
+	// run was not traced), ended once the commit took the result.
+	commit trace.Span
 }
 
 func newPartState(tp checkpoint.TP, store *checkpoint.Store) *partState {

@@ -45,3 +45,25 @@ func endSpan(span trace.Span, err error) {
 	}
 	span.End()
 }
+
+// startCommitSpan starts "onceq commit", a traced run's wait from its
+// handler's end to the commit of its effects.
+func startCommitSpan(t *Task) trace.Span {
+	_, span := tracing.Tracer().Start(t.trace, "onceq commit "+t.Queue, trace.WithAttributes(attribute.String("onceq.task.id", t.ID)))
+	return span
+}
+
+// commitSpans ends the commit spans of results a commit took, or notes
+// on them that a commit aborted: the next one takes them.
+func commitSpans(results []*result, committed bool) {
+	for _, r := range results {
+		switch {
+		case r.commit == nil:
+		case committed:
+			r.commit.End()
+			r.commit = nil
+		default:
+			r.commit.AddEvent("commit aborted: the next commit takes the result")
+		}
+	}
+}

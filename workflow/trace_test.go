@@ -5,6 +5,7 @@ import (
 	"errors"
 	"sync"
 	"testing"
+	"time"
 
 	"go.opentelemetry.io/otel"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -64,8 +65,23 @@ func TestTraceThroughWorkflow(t *testing.T) {
 	if len(runs) != 3 {
 		t.Fatalf("runs %+v: want a's two attempts and b", runs)
 	}
+	// A run's commit span ends just after its commit, which the
+	// workflow's state may show first: wait for the three.
+	var spans []sdktrace.ReadOnlySpan
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		spans = exp.GetSpans().Snapshots()
+		n := 0
+		for _, s := range spans {
+			if s.Name() == "onceq commit traced" {
+				n++
+			}
+		}
+		if n >= 3 || time.Now().After(deadline) {
+			break
+		}
+	}
 	runSpans := map[trace.SpanID]sdktrace.ReadOnlySpan{}
-	for _, s := range exp.GetSpans().Snapshots() {
+	for _, s := range spans {
 		if s.SpanContext().TraceID() != want {
 			t.Errorf("span %q in trace %s, want the submitter's %s", s.Name(), s.SpanContext().TraceID(), want)
 		}
@@ -95,6 +111,18 @@ func TestTraceThroughWorkflow(t *testing.T) {
 	if a1.Parent().SpanID() != a2.Parent().SpanID() || a1.Status().Code.String() != "Error" {
 		t.Errorf("a's attempts: parents %s and %s, first status %v: want one parent and an error", a1.Parent().SpanID(), a2.Parent().SpanID(), a1.Status())
 	}
+	commits := 0
+	for _, s := range runSpans {
+		if s.Name() == "onceq commit traced" {
+			commits++
+			if p := s.Parent().SpanID(); p != a1.SpanContext().SpanID() && p != a2.SpanContext().SpanID() && p != b.SpanContext().SpanID() {
+				t.Errorf("a commit span's parent %s is none of the runs", p)
+			}
+		}
+	}
+	if commits != 3 {
+		t.Errorf("%d commit spans, want one for each of the three runs", commits)
+	}
 	if b.Parent().SpanID() != a2.SpanContext().SpanID() {
 		t.Errorf("b's parent %s, want a's successful run %s", b.Parent().SpanID(), a2.SpanContext().SpanID())
 	}
@@ -102,7 +130,7 @@ func TestTraceThroughWorkflow(t *testing.T) {
 	for _, s := range runSpans {
 		names[s.Name()]++
 	}
-	for _, n := range []string{"client", "onceq submit transaction", "onceq wait traced", "onceq run " + onceq.WorkflowQueue} {
+	for _, n := range []string{"client", "onceq submit transaction", "onceq wait traced", "onceq run " + onceq.WorkflowQueue, "onceq commit traced"} {
 		if names[n] == 0 {
 			t.Errorf("no %q span among %v", n, names)
 		}
