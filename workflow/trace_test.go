@@ -7,13 +7,12 @@ import (
 	"testing"
 	"time"
 
-	"go.opentelemetry.io/otel"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
-	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/onceq/onceq"
 	"github.com/onceq/onceq/consumer"
+	"github.com/onceq/onceq/internal/testutil"
 	"github.com/onceq/onceq/workflow"
 )
 
@@ -24,11 +23,7 @@ import (
 // the retry must be a sibling of the failed attempt, and the second step
 // a child of the first step's successful run.
 func TestTraceThroughWorkflow(t *testing.T) {
-	exp := tracetest.NewInMemoryExporter()
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
-	prev := otel.GetTracerProvider()
-	otel.SetTracerProvider(tp)
-	t.Cleanup(func() { otel.SetTracerProvider(prev) })
+	tp, exp := testutil.Tracing(t)
 
 	type seen struct {
 		payload string
