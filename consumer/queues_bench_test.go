@@ -38,6 +38,10 @@ import (
 // ONCEQ_BENCH_TASKS sets the number of tasks (default the larger of 2,000
 // and N); ONCEQ_BENCH_HEAP_PROFILE and ONCEQ_BENCH_IDLE_PROFILE name files
 // for the live heap after the tasks ran and a CPU profile of the idle.
+// ONCEQ_BENCH_GUARANTEE=at-least-once and ONCEQ_BENCH_TASK_RECORDS=off
+// measure the floor of a topic per queue: a worker that writes nothing
+// per queue (no changelog, no records), so that no queue's first task
+// meets a topic new to its client.
 func BenchmarkQueues(b *testing.B) {
 	counts := []int{1, 1000, 10000}
 	if v := os.Getenv("ONCEQ_BENCH_QUEUES"); v != "" {
@@ -99,9 +103,24 @@ func benchQueues(b *testing.B, n int) {
 			b.Fatalf("ONCEQ_BENCH_TASKS=%q: want a number of tasks", v)
 		}
 	}
+	guarantee := consumer.ExactlyOnce
+	if v := os.Getenv("ONCEQ_BENCH_GUARANTEE"); v != "" {
+		var err error
+		if guarantee, err = consumer.ParseGuarantee(v); err != nil {
+			b.Fatalf("ONCEQ_BENCH_GUARANTEE=%q: %v", v, err)
+		}
+	}
+	records := true
+	switch v := os.Getenv("ONCEQ_BENCH_TASK_RECORDS"); v {
+	case "", "on":
+	case "off":
+		records = false
+	default:
+		b.Fatalf("ONCEQ_BENCH_TASK_RECORDS=%q: want on or off", v)
+	}
 	reg := prometheus.NewRegistry()
 	w, err := consumer.New(consumer.Conn(conn), consumer.Queues(queues...), consumer.CheckpointDir(b.TempDir()), consumer.Registerer(reg),
-		consumer.MetricsPerQueue(false),
+		consumer.MetricsPerQueue(false), consumer.WithGuarantee(guarantee), consumer.TaskRecords(records),
 		consumer.WithHandler(consumer.HandlerFunc(func(_ context.Context, t *consumer.Task) error {
 			ns, _ := strconv.ParseInt(string(t.Payload), 10, 64)
 			d := time.Since(time.Unix(0, ns))
