@@ -1,11 +1,13 @@
 package deploy_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -47,7 +49,7 @@ func TestImage(t *testing.T) {
 			continue
 		}
 		src := bin
-		if f[1] != goBuild[indexOf(goBuild, "-o")+1] {
+		if f[1] != goBuild[slices.Index(goBuild, "-o")+1] {
 			src = f[1] // a file of the builder's Debian, which this machine runs too
 		}
 		b, err := os.ReadFile(src)
@@ -101,28 +103,11 @@ func TestImage(t *testing.T) {
 // if it fails or takes longer than limit.
 func podman(t *testing.T, limit time.Duration, args ...string) string {
 	t.Helper()
-	cmd := exec.Command("podman", args...)
-	done := make(chan struct{})
-	go func() {
-		select {
-		case <-done:
-		case <-time.After(limit):
-			_ = cmd.Process.Kill()
-		}
-	}()
-	b, err := cmd.CombinedOutput()
-	close(done)
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
+	defer cancel()
+	b, err := exec.CommandContext(ctx, "podman", args...).CombinedOutput()
 	if err != nil {
 		t.Fatalf("podman %s: %v\n%s", strings.Join(args, " "), err, b)
 	}
 	return string(b)
-}
-
-func indexOf(words []string, w string) int {
-	for i, x := range words {
-		if x == w {
-			return i
-		}
-	}
-	return -1
 }

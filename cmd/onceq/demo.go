@@ -93,9 +93,10 @@ It leaves its topics behind: delete them with "onceq topics delete" when done.`,
 type demoRun struct {
 	g   *globals
 	dir string
-	// conn is the cluster the run was given, or once started its own
-	// embedded broker; env, for a given cluster, is the workers'
-	// environment, which carries the connection flags.
+	// conn is the cluster the run was given (none: the run starts its
+	// own embedded broker, and conn is that); env, for a given cluster,
+	// is the workers' environment, which carries the connection flags
+	// (nil: they inherit the demo's).
 	conn    broker.Conn
 	env     []string
 	names   demo.Names
@@ -146,7 +147,7 @@ func (d *demoRun) run(ctx context.Context, mix demo.Mix, workers int, keep bool,
 	}
 	d.started = time.Now()
 	out := g.stdout
-	if d.env == nil {
+	if len(d.conn.Brokers) == 0 { // no cluster given: the demo's own broker
 		emb, err := embedded.Start(embedded.Config{DataDir: filepath.Join(d.dir, "broker"), Partitions: 4})
 		if err != nil {
 			return err
