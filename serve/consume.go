@@ -66,8 +66,11 @@ func (s *Server) consume(w http.ResponseWriter, r *http.Request) {
 		if !ok {
 			continue // a queue that does not exist has no job, and is not made
 		}
-		queues = append(queues, s.pull.want(t, until))
+		q := s.pull.want(t, until)
+		queues = append(queues, q)
 		if timeout > 0 {
+			q.waiting.Add(1)
+			defer q.waiting.Add(-1)
 			s.pull.announce(t, until, false)
 		}
 	}

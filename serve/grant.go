@@ -51,7 +51,7 @@ func (pl *pull) awaitGrant(ctx context.Context, topic, key string, st leaseState
 		return true, err
 	}
 	if counted {
-		pl.ledger.unwanted(topic, st.Holder) // its consumers are gone
+		pl.ledger.unwanted(topic, st.Holder, st.GrantUntil.Add(-grantHold)) // its consumers are gone
 	}
 	return false, nil
 }

@@ -96,3 +96,32 @@ func FuzzLeaseEvent(f *testing.F) {
 		}
 	})
 }
+
+// TestUnwantedKeepsLaterWants: a revoked grant forgets the want it was
+// made on, not one its holder wrote after the grant (a consumer that came
+// later and waits still).
+func TestUnwantedKeepsLaterWants(t *testing.T) {
+	lg := &ledger{id: "self", wants: map[string]map[string]want{}, wanted: map[string]chan struct{}{}}
+	now := time.Now()
+	wantOf := func(holder string, at time.Time) {
+		lg.wantLocked(leaseEvent{Kind: evWant, Queue: "q", Holder: holder, Until: at.Add(time.Minute).UnixMilli()}, at)
+	}
+	wantOf("b", now)
+	granted := now.Add(time.Second)
+	if h, ok, _ := lg.wantedElsewhere("q"); !ok || h != "b" {
+		t.Fatalf("wanted by %q, %v; want b", h, ok)
+	}
+	wantOf("b", granted.Add(time.Second)) // a consumer came after the grant
+	lg.unwanted("q", "b", granted)
+	if h, ok, _ := lg.wantedElsewhere("q"); !ok || h != "b" {
+		t.Fatalf("the later want was forgotten: %q, %v", h, ok)
+	}
+	lg.unwanted("q", "b", granted.Add(2*time.Second)) // a grant made after it found no one
+	if h, ok, _ := lg.wantedElsewhere("q"); ok {
+		t.Fatalf("a want a grant found no consumer for is kept: %q", h)
+	}
+	wantOf("self", now) // this server's own wants are not others'
+	if h, ok, _ := lg.wantedElsewhere("q"); ok {
+		t.Fatalf("wanted by %q: its own want", h)
+	}
+}

@@ -48,7 +48,7 @@ type ledger struct {
 	watchers map[string]chan struct{} // closed when the key's state changes
 	// wants are the other servers' wants, by queue and server; wanted is
 	// closed when a queue gets a want.
-	wants     map[string]map[string]time.Time
+	wants     map[string]map[string]want
 	wanted    map[string]chan struct{}
 	announced map[string]time.Time // this server's last want of a queue, and its end
 	swept     time.Time
@@ -64,7 +64,7 @@ func openLedger(ctx context.Context, conn broker.Conn, group string, log *slog.L
 	}
 	lg := &ledger{topic: leaseTopic(group), log: log, cl: cl, adm: kadm.NewClient(cl), id: rand.Text()[:12], onWant: onWant, onGrant: onGrant,
 		states: map[string]*leaseState{}, watchers: map[string]chan struct{}{},
-		wants: map[string]map[string]time.Time{}, wanted: map[string]chan struct{}{}, announced: map[string]time.Time{}}
+		wants: map[string]map[string]want{}, wanted: map[string]chan struct{}{}, announced: map[string]time.Time{}}
 	lg.f, err = table.Follow(ctx, conn, lg.topic, log, lg.apply, table.Configs(broker.LeasesSpec(group, leaseKeep).Configs))
 	if err != nil {
 		cl.Close()
@@ -96,7 +96,7 @@ func (lg *ledger) apply(rec *kgo.Record) {
 	}
 	lg.sweepLocked(rec.Timestamp)
 	if ev.Kind == evWant {
-		lg.wantLocked(ev)
+		lg.wantLocked(ev, rec.Timestamp)
 		return
 	}
 	st := lg.states[key]
@@ -113,8 +113,12 @@ func (lg *ledger) apply(rec *kgo.Record) {
 	}
 }
 
-// wantLocked records another server's want of a queue.
-func (lg *ledger) wantLocked(ev leaseEvent) {
+// want is another server's want of a queue: its consumers wait until
+// until; at is when it was written.
+type want struct{ until, at time.Time }
+
+// wantLocked records another server's want of a queue, written at at.
+func (lg *ledger) wantLocked(ev leaseEvent, at time.Time) {
 	if ev.Holder == lg.id {
 		return
 	}
@@ -127,10 +131,10 @@ func (lg *ledger) wantLocked(ev leaseEvent) {
 	}
 	m := lg.wants[topic]
 	if m == nil {
-		m = map[string]time.Time{}
+		m = map[string]want{}
 		lg.wants[topic] = m
 	}
-	m[ev.Holder] = until
+	m[ev.Holder] = want{until: until, at: at}
 	if ch, ok := lg.wanted[topic]; ok {
 		close(ch)
 		delete(lg.wanted, topic)
@@ -148,9 +152,9 @@ func (lg *ledger) wantedElsewhere(topic string) (holder string, ok bool, more <-
 	defer lg.mu.Unlock()
 	now := time.Now()
 	var best time.Time
-	for h, until := range lg.wants[topic] {
-		if until.After(now) && until.After(best) {
-			holder, best, ok = h, until, true
+	for h, w := range lg.wants[topic] {
+		if w.until.After(now) && w.until.After(best) {
+			holder, best, ok = h, w.until, true
 		}
 	}
 	ch, had := lg.wanted[topic]
@@ -161,12 +165,15 @@ func (lg *ledger) wantedElsewhere(topic string) (holder string, ok bool, more <-
 	return holder, ok, ch
 }
 
-// unwanted forgets holder's want of topic: a grant to it found no
-// consumer.
-func (lg *ledger) unwanted(topic, holder string) {
+// unwanted forgets holder's want of topic if it was written before
+// granted: a grant made then found no consumer. A want written since is
+// a consumer that came later, and stays.
+func (lg *ledger) unwanted(topic, holder string, granted time.Time) {
 	lg.mu.Lock()
 	defer lg.mu.Unlock()
-	delete(lg.wants[topic], holder)
+	if w, ok := lg.wants[topic][holder]; ok && w.at.Before(granted) {
+		delete(lg.wants[topic], holder)
+	}
 }
 
 // announce writes, without waiting, that this server's consumers wait for
@@ -220,8 +227,8 @@ func (lg *ledger) sweepLocked(now time.Time) {
 		}
 	}
 	for topic, m := range lg.wants {
-		for h, until := range m {
-			if now.After(until) {
+		for h, w := range m {
+			if now.After(w.until) {
 				delete(m, h)
 			}
 		}

@@ -113,6 +113,10 @@ type pull struct {
 type pullQueue struct {
 	offers chan *lease
 	wanted atomic.Int64 // Unix nanoseconds until which a consumer waits
+	// waiting counts the consumers waiting for the queue now (with a
+	// timeout): their want is told to the other servers again when the
+	// queue's partitions move (reannounce).
+	waiting atomic.Int32
 }
 
 func (q *pullQueue) wantedUntil() time.Time { return time.Unix(0, q.wanted.Load()) }
@@ -159,6 +163,41 @@ func (pl *pull) announce(topic string, until time.Time, fetch bool) {
 	}
 }
 
+// reannounceEvery is how often a server tells the others again of the
+// queues its consumers wait for: the partitions of a queue it owned when
+// a consumer came, so that it told no one, may have moved since.
+const reannounceEvery = 500 * time.Millisecond
+
+// reannounce announces, every reannounceEvery until ctx ends, the queues
+// consumers of this server wait for. A want already written is not
+// written again (ledger.announce).
+func (pl *pull) reannounce(ctx context.Context) {
+	t := time.NewTicker(reannounceEvery)
+	defer t.Stop()
+	var wanted map[string]time.Time
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		clear(wanted)
+		pl.mu.Lock()
+		for topic, q := range pl.queues {
+			if q.waiting.Load() > 0 {
+				if wanted == nil {
+					wanted = map[string]time.Time{}
+				}
+				wanted[topic] = q.wantedUntil()
+			}
+		}
+		pl.mu.Unlock()
+		for topic, until := range wanted {
+			pl.announce(topic, until, false)
+		}
+	}
+}
+
 // wantRemote makes the worker fetch topic until until: another server's
 // consumers wait for it, and this one may own its partitions.
 func (pl *pull) wantRemote(topic string, until time.Time) {
@@ -190,6 +229,7 @@ func (s *Server) startPull() error {
 	s.pull.w.Store(w)
 	s.pull.stop, s.pull.done = stop, make(chan struct{})
 	go s.pull.countFleet(ctx, s.cfg.pullGroup)
+	go s.pull.reannounce(ctx)
 	go func() {
 		defer close(s.pull.done)
 		for ctx.Err() == nil {
