@@ -32,6 +32,7 @@ import (
 //	KindPeriodic     onceq-periodic                        1                   compact                          the periodic store
 //	KindTokens       onceq-tokens                          1                   compact                          the token store
 //	KindLeases       onceq-leases-<group>                  1                   compact,delete, 2 leases' keep   onceq serve's pull group (LeasesSpec)
+//	KindLimits       onceq-limits                          1                   compact, a minute's lag, append  workers, limits set (LimitsSpec)
 //
 // A records topic is the one kind whose creators need different configs:
 // a producer needs its pending records kept DefaultRecordsRetention, a
@@ -58,10 +59,11 @@ const (
 	KindPeriodic
 	KindTokens
 	KindLeases
+	KindLimits
 )
 
 var kindNames = [...]string{"not onceq's", "delay bucket", "dead letters", "task records", "checkpoint changelog",
-	"wake-ups", "workflow queue", "control", "delay ladder", "periodic schedules", "tokens", "leases"}
+	"wake-ups", "workflow queue", "control", "delay ladder", "periodic schedules", "tokens", "leases", "limits"}
 
 func (k Kind) String() string {
 	if int(k) < len(kindNames) {
@@ -80,6 +82,9 @@ const (
 	PeriodicTopic = "onceq-periodic"
 	// TokensTopic holds the tokens of onceq serve (package auth).
 	TokensTopic = "onceq-tokens"
+	// LimitsTopic holds the limits of queues and the claims of the
+	// tasks they hold (package internal/limit).
+	LimitsTopic = "onceq-limits"
 )
 
 // BucketPartitions is the partition count of a delay bucket topic onceq
@@ -111,6 +116,8 @@ func KindOf(topic string) Kind {
 		return KindPeriodic
 	case TokensTopic:
 		return KindTokens
+	case LimitsTopic:
+		return KindLimits
 	}
 	for _, p := range []struct {
 		prefix string
@@ -140,6 +147,8 @@ func SpecOf(topic string) (spec TopicSpec, ok bool) {
 		return WorkflowSpec(), true
 	case KindControl, KindLadder, KindPeriodic, KindTokens:
 		return TableSpec(topic), true
+	case KindLimits:
+		return LimitsSpec(), true
 	}
 	return TopicSpec{}, false
 }
@@ -221,6 +230,17 @@ func LeasesSpec(group string, keep time.Duration) TopicSpec {
 	spec := TableSpec(LeasesTopic(group))
 	spec.Configs["cleanup.policy"] = "compact,delete"
 	spec.Configs["retention.ms"] = strconv.FormatInt(int64(2*keep/time.Millisecond), 10)
+	return spec
+}
+
+// LimitsSpec is the spec of the limits topic: a table whose last minute
+// is never compacted, so that a worker that starts reads every claim the
+// windows of the rates need, and whose records carry the broker's append
+// time, one clock for every reader (package internal/limit).
+func LimitsSpec() TopicSpec {
+	spec := TableSpec(LimitsTopic)
+	spec.Configs["min.compaction.lag.ms"] = "60000"
+	spec.Configs["message.timestamp.type"] = "LogAppendTime"
 	return spec
 }
 

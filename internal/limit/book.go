@@ -1,0 +1,212 @@
+package limit
+
+import (
+	"slices"
+	"sort"
+	"strconv"
+	"time"
+)
+
+// Book is the fold of the limits topic: each queue's limit, and the claims
+// on it. It is not safe for concurrent use; Client guards it.
+type Book struct {
+	queues map[string]*queueBook
+}
+
+// queueBook is one queue's part of the Book.
+type queueBook struct {
+	limit  Limit
+	claims map[string]*held // by holder and slot
+	// starts are the At of the admitted claims, ascending, those of the
+	// last windows only.
+	starts []int64
+}
+
+// held is a slot's last claim, and how the Book decided it.
+type held struct {
+	Claim
+	admitted bool
+}
+
+// NewBook returns an empty Book.
+func NewBook() *Book { return &Book{queues: map[string]*queueBook{}} }
+
+func (b *Book) queue(q string) *queueBook {
+	qb := b.queues[q]
+	if qb == nil {
+		qb = &queueBook{claims: map[string]*held{}}
+		b.queues[q] = qb
+	}
+	return qb
+}
+
+// Limit returns queue's limit.
+func (b *Book) Limit(queue string) Limit {
+	if qb := b.queues[queue]; qb != nil {
+		return qb.limit
+	}
+	return Limit{}
+}
+
+// Limits returns every queue's limit.
+func (b *Book) Limits() map[string]Limit {
+	out := map[string]Limit{}
+	for q, qb := range b.queues {
+		if !qb.limit.None() {
+			out[q] = qb.limit
+		}
+	}
+	return out
+}
+
+// Apply folds one record, written at ts (the broker's append time).
+func (b *Book) Apply(r Record, ts time.Time) {
+	qb := b.queue(r.Queue)
+	if r.Claim == nil {
+		qb.limit = r.Limit
+		return
+	}
+	slot := slotKey(r.Holder, r.Slot)
+	c := *r.Claim
+	if c.Released {
+		if h := qb.claims[slot]; h != nil && h.Nonce == c.Nonce {
+			h.Released = true
+		}
+		return
+	}
+	now := ts.UnixMilli()
+	h := &held{Claim: c}
+	qb.claims[slot] = h
+	qb.prune(now)
+	if qb.runningAt(now) >= qb.limit.Running && qb.limit.Running > 0 {
+		return
+	}
+	if qb.limit.Count > 0 && !qb.fits(c.At) {
+		return
+	}
+	h.admitted = true
+	if qb.limit.Count == 0 {
+		return
+	}
+	qb.starts = slices.Insert(qb.starts, sort.Search(len(qb.starts), func(i int) bool { return qb.starts[i] > c.At }), c.At)
+}
+
+// Admitted reports how the Book decided the claim nonce of a holder's slot
+// on queue: decided is false until the Book folded it.
+func (b *Book) Admitted(queue, holder string, slot int, nonce string) (admitted, decided bool) {
+	qb := b.queues[queue]
+	if qb == nil {
+		return false, false
+	}
+	h := qb.claims[slotKey(holder, slot)]
+	if h == nil || h.Nonce != nonce {
+		return false, false
+	}
+	return h.admitted, true
+}
+
+// Running counts the claims on queue admitted, not released and not past
+// their Until at now.
+func (b *Book) Running(queue string, now time.Time) int {
+	if qb := b.queues[queue]; qb != nil {
+		return qb.runningAt(now.UnixMilli())
+	}
+	return 0
+}
+
+// Next returns when a claim on queue could next be admitted, at after
+// or later: by the windows of its rate, and by the Until of the claims
+// that hold its running limit full (a release may come sooner).
+func (b *Book) Next(queue string, after time.Time) time.Time {
+	qb := b.queues[queue]
+	if qb == nil {
+		return after
+	}
+	t := after.UnixMilli()
+	if l := qb.limit.Running; l > 0 {
+		var ends []int64
+		for _, h := range qb.claims {
+			if h.admitted && !h.Released && h.Until > t {
+				ends = append(ends, h.Until)
+			}
+		}
+		if len(ends) >= l {
+			slices.Sort(ends)
+			t = ends[len(ends)-l] + 1
+		}
+	}
+	if qb.limit.Count > 0 {
+		// Each try moves past the window that refused it: at most as
+		// many tries as starts kept.
+		for range len(qb.starts) + 1 {
+			next, ok := qb.after(t)
+			if ok {
+				break
+			}
+			t = next
+		}
+	}
+	return time.UnixMilli(t)
+}
+
+func slotKey(holder string, slot int) string { return holder + "/" + strconv.Itoa(slot) }
+
+// window is the span that holds at most Count starts.
+func (qb *queueBook) window() int64 { return (qb.limit.Per + Margin).Milliseconds() }
+
+// prune drops the starts no window of a claim from now on reaches: those
+// two windows or more before now (one of slack, for claims that name a
+// start a little before their record's time), and every start while the
+// queue has no rate.
+func (qb *queueBook) prune(now int64) {
+	if qb.limit.Count == 0 {
+		qb.starts = qb.starts[:0]
+		return
+	}
+	cut := now - 2*qb.window()
+	if i := sort.Search(len(qb.starts), func(i int) bool { return qb.starts[i] >= cut }); i > 0 {
+		qb.starts = slices.Delete(qb.starts, 0, i)
+	}
+}
+
+// runningAt counts the admitted claims not released and not past Until at
+// now.
+func (qb *queueBook) runningAt(now int64) int {
+	n := 0
+	for _, h := range qb.claims {
+		if h.admitted && !h.Released && h.Until > now {
+			n++
+		}
+	}
+	return n
+}
+
+// fits reports whether a start at at keeps every window to Count starts.
+func (qb *queueBook) fits(at int64) bool {
+	_, ok := qb.after(at)
+	return ok
+}
+
+// after reports whether a start at t fits the windows; if not, next is
+// the earliest time past the first window that refuses it.
+func (qb *queueBook) after(t int64) (next int64, ok bool) {
+	w, c := qb.window(), qb.limit.Count
+	s := qb.starts
+	// The starts in (t-w, t+w) with t among them, ascending: every window
+	// of w that holds t lies within.
+	lo := sort.Search(len(s), func(i int) bool { return s[i] > t-w })
+	hi := sort.Search(len(s), func(i int) bool { return s[i] >= t+w })
+	p := sort.Search(len(s), func(i int) bool { return s[i] > t })
+	near := make([]int64, 0, hi-lo+1)
+	near = append(near, s[lo:p]...)
+	near = append(near, t)
+	near = append(near, s[p:hi]...)
+	// A window [x, x+w) holds more than c starts iff some c+1 consecutive
+	// starts span less than w.
+	for i := 0; i+c < len(near); i++ {
+		if near[i+c]-near[i] < w {
+			return near[i] + w, false
+		}
+	}
+	return 0, true
+}
