@@ -185,7 +185,9 @@ func TestBookSameOrderSameDecisions(t *testing.T) {
 	}
 }
 
-func itoaTest(i int) string { return strings.Repeat("n", 1+i%3) + string(rune('a'+i%26)) + time.Duration(i).String() }
+func itoaTest(i int) string {
+	return strings.Repeat("n", 1+i%3) + string(rune('a'+i%26)) + time.Duration(i).String()
+}
 
 func FuzzDecode(f *testing.F) {
 	f.Add([]byte("limit/q"), []byte(`{"v":1,"count":10,"per_ms":1000,"running":5}`))
