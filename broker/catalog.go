@@ -32,7 +32,7 @@ import (
 //	KindPeriodic     onceq-periodic                        1                   compact                          the periodic store
 //	KindTokens       onceq-tokens                          1                   compact                          the token store
 //	KindLeases       onceq-leases-<group>                  1                   compact,delete, 2 leases' keep   onceq serve's pull group (LeasesSpec)
-//	KindLimits       onceq-limits                          1                   compact, a minute's lag, append  workers, limits set (LimitsSpec)
+//	KindLimits       onceq-limits                          1                   compact, append time             workers, limits set (LimitsSpec)
 //
 // A records topic is the one kind whose creators need different configs:
 // a producer needs its pending records kept DefaultRecordsRetention, a
@@ -233,13 +233,11 @@ func LeasesSpec(group string, keep time.Duration) TopicSpec {
 	return spec
 }
 
-// LimitsSpec is the spec of the limits topic: a table whose last minute
-// is never compacted, so that a worker that starts reads every claim the
-// windows of the rates need, and whose records carry the broker's append
-// time, one clock for every reader (package internal/limit).
+// LimitsSpec is the spec of the limits topic: a table whose records
+// carry the broker's append time, one clock for every reader (package
+// internal/limit).
 func LimitsSpec() TopicSpec {
 	spec := TableSpec(LimitsTopic)
-	spec.Configs["min.compaction.lag.ms"] = "60000"
 	spec.Configs["message.timestamp.type"] = "LogAppendTime"
 	return spec
 }

@@ -81,7 +81,7 @@ func TestCatalogTopics(t *testing.T) {
 		{broker.TableSpec(broker.LadderTopic), broker.KindLadder, true, 1, map[string]string{"cleanup.policy": "compact"}},
 		{broker.TableSpec(broker.PeriodicTopic), broker.KindPeriodic, true, 1, map[string]string{"cleanup.policy": "compact"}},
 		{broker.TableSpec(broker.TokensTopic), broker.KindTokens, true, 1, map[string]string{"cleanup.policy": "compact"}},
-		{broker.LimitsSpec(), broker.KindLimits, true, 1, map[string]string{"cleanup.policy": "compact", "min.compaction.lag.ms": "60000", "message.timestamp.type": "LogAppendTime"}},
+		{broker.LimitsSpec(), broker.KindLimits, true, 1, map[string]string{"cleanup.policy": "compact", "message.timestamp.type": "LogAppendTime"}},
 		{broker.LeasesSpec("pull", 5*time.Minute), broker.KindLeases, false, 1, map[string]string{"cleanup.policy": "compact,delete", "retention.ms": "600000"}},
 	} {
 		name := tc.spec.Name

@@ -1,12 +1,15 @@
 package consumer
 
 import (
+	"context"
+	"errors"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/onceq/onceq"
 	"github.com/onceq/onceq/internal/control"
+	"github.com/onceq/onceq/internal/limit"
 )
 
 // cancel ends a canceled task without running it: marked processed like a
@@ -97,4 +100,37 @@ func (w *Worker) waitUnpaused(it *item, queue string) error {
 		}
 	}
 	return nil
+}
+
+// waitLimit holds a task of a limited queue in its slot until the queue's
+// limit lets it start (package internal/limit): a limited task waits,
+// and its wait spends no attempt. It gives up, leaving the task to run
+// later, when its partition is revoked or the worker stops. Its Release
+// ends the task's claim; without a limit it is nil.
+func (w *Worker) waitLimit(it *item, queue string, task *onceq.Task) (limit.Release, error) {
+	if w.limits.Limit(queue).None() {
+		return nil, nil
+	}
+	label := w.qlabel(queue)
+	waiting := w.metrics.limited.WithLabelValues(label)
+	waiting.Inc()
+	defer waiting.Dec()
+	start := time.Now()
+	hold := timeToRun(task, w.cfg.taskTimeout) + w.cfg.abandonGrace
+	rel, err := w.limits.Acquire(context.Background(), queue, hold, func() bool {
+		select {
+		case <-w.sched.quit:
+			return true
+		default:
+		}
+		return it.stale() || w.stopping.Load()
+	})
+	switch {
+	case errors.Is(err, limit.ErrGone):
+		return nil, errCanceledRun
+	case err != nil:
+		return nil, err
+	}
+	w.metrics.limitWait.WithLabelValues(label).Observe(time.Since(start).Seconds())
+	return rel, nil
 }

@@ -107,6 +107,14 @@ func (w *Worker) attempt(sl *slot, it *item) (*result, error) {
 	if res != nil || err != nil {
 		return res, err
 	}
+	release, err := w.waitLimit(it, r.Topic, &task)
+	if err != nil {
+		return nil, err
+	}
+	if release != nil {
+		defer release()
+		now = time.Now()
+	}
 	it.ps.latency.Observe(sinceDue(&task, now).Seconds())
 	t := &Task{Task: task, Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, w: w, state: State{ps: it.ps}, started: now}
 	res, _, err = w.run(sl, it, t, key)

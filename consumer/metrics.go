@@ -22,6 +22,8 @@ type metrics struct {
 	canceled  prometheus.Counter
 	expired   prometheus.Counter
 	paused    *prometheus.GaugeVec
+	limited   *prometheus.GaugeVec
+	limitWait *prometheus.HistogramVec
 	quiet     prometheus.Gauge
 	wanted    prometheus.Gauge
 	bounded   prometheus.GaugeFunc
@@ -57,6 +59,11 @@ func newMetrics(reg prometheus.Registerer, w *Worker) (*metrics, error) {
 			Help: "Idempotency keys forgotten past the dedup window (a duplicate submitted later runs again)."}),
 		paused: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "onceq_queue_paused",
 			Help: "1 while the queue is paused (onceq queue pause): the worker fetches and starts none of its tasks."}, []string{"queue"}),
+		limited: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "onceq_limit_waiting_tasks",
+			Help: "Tasks that wait in their slot for their queue's limit (onceq queue limit): its rate or its running tasks, by queue."}, []string{"queue"}),
+		limitWait: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "onceq_limit_wait_seconds",
+			Help:    "How long a task of a limited queue waited for its limit before it started, by queue.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 4, 10)}, []string{"queue"}),
 		quiet: prometheus.NewGauge(prometheus.GaugeOpts{Name: "onceq_quiet_partitions",
 			Help: "Partitions the worker does not fetch because they had no task for a while; a wake-up or a new record makes them fetched again."}),
 		wanted: prometheus.NewGauge(prometheus.GaugeOpts{Name: "onceq_wanted_queues",
@@ -85,7 +92,7 @@ func newMetrics(reg prometheus.Registerer, w *Worker) (*metrics, error) {
 		return m, nil
 	}
 	for _, c := range []prometheus.Collector{m.processed, m.handler, m.latency, m.commit, m.aborts, m.restore,
-		m.inflight, m.failed, m.dead, m.abandoned, m.canceled, m.expired, m.paused, m.quiet, m.wanted, m.bounded, m.progress} {
+		m.inflight, m.failed, m.dead, m.abandoned, m.canceled, m.expired, m.paused, m.limited, m.limitWait, m.quiet, m.wanted, m.bounded, m.progress} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("consumer: registering metrics (one worker per registerer): %w", err)
 		}

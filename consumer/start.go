@@ -14,6 +14,7 @@ import (
 	"github.com/onceq/onceq/delay"
 	"github.com/onceq/onceq/internal/control"
 	"github.com/onceq/onceq/internal/instance"
+	"github.com/onceq/onceq/internal/limit"
 )
 
 // start connects, checks the queues, makes the changelog topics, opens the
@@ -109,6 +110,9 @@ func (w *Worker) start(ctx context.Context) error {
 	// Before the first fetch: a task canceled, or a queue paused, before
 	// this worker started is so for it from its first task.
 	if w.control, err = control.Open(ctx, w.cfg.conn, w.cfg.log, w.setPaused); err != nil {
+		return fmt.Errorf("consumer: %w", err)
+	}
+	if w.limits, err = limit.Open(ctx, w.cfg.conn, w.cfg.log); err != nil {
 		return fmt.Errorf("consumer: %w", err)
 	}
 	w.pauseMu.Lock()

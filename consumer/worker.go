@@ -36,6 +36,7 @@ import (
 	"github.com/onceq/onceq/broker"
 	"github.com/onceq/onceq/checkpoint"
 	"github.com/onceq/onceq/internal/control"
+	"github.com/onceq/onceq/internal/limit"
 	"github.com/onceq/onceq/internal/ops"
 )
 
@@ -100,6 +101,7 @@ type Worker struct {
 	tombs  []checkpoint.Removed // changelog tombstones expiry handed over
 
 	control *control.Reader // cancels and pauses
+	limits  *limit.Client   // limits of queues across workers
 	pauseMu sync.Mutex      // orders pause changes and the kafka side's start
 }
 
@@ -532,6 +534,9 @@ func (w *Worker) close() {
 	}
 	if w.control != nil {
 		w.control.Close()
+	}
+	if w.limits != nil {
+		w.limits.Close()
 	}
 	if w.admin != nil {
 		w.admin.Close()

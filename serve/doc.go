@@ -46,6 +46,9 @@
 //	GET    /api/{ns}/{queue}/stats               tasks by state and due time, groups
 //	POST   /api/{ns}/{queue}/pause               stop workers fetching the queue
 //	POST   /api/{ns}/{queue}/resume              and start again
+//	GET    /api/{ns}/{queue}/limit               the queue's limit across every worker
+//	PUT    /api/{ns}/{queue}/limit               set it: rate= (10/s, 600/m), running=
+//	DELETE /api/{ns}/{queue}/limit               lift it
 //	GET    /api/{ns}/{queue}/deadletter          peek the dead letters (limit=)
 //	GET    /api/{ns}/{queue}/deadletter/size     how many there are
 //	PUT    /api/{ns}/{queue}/deadletter          respawn (limit=, ttl=, id=), in one transaction

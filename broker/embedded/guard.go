@@ -331,7 +331,7 @@ func writeFileSync(path string, data []byte) error {
 // it refuses the others instead of keeping a setting it would ignore.
 var embeddedTopicConfigs = []string{
 	"cleanup.policy", "compression.type", "delete.retention.ms", "max.message.bytes", "message.timestamp.type",
-	"min.compaction.lag.ms", "min.insync.replicas", "retention.bytes", "retention.ms", "segment.bytes", "segment.ms",
+	"min.insync.replicas", "retention.bytes", "retention.ms", "segment.bytes", "segment.ms",
 }
 
 // embeddedTopicConfigProblem is broker.TopicConfigProblem for the embedded broker,

@@ -1,7 +1,10 @@
 package main
 
 import (
+	"fmt"
+	"io/fs"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -87,16 +90,17 @@ func TestDemoOnCluster(t *testing.T) {
 		// --timeout 3m: a classic group on the embedded broker sometimes
 		// stalls for about a minute at a rebalance (see
 		// TestCrashPausedWorker); the checks are what this test is about.
+		dir := t.TempDir()
 		p := testutil.Start(t, "demo", "--brokers", addr, "--replication-factor", "3", "--immediate", "200", "--delayed", "40",
 			"--duplicates", "20", "--flaky", "10", "--doomed", "5", "--max-delay", "3s", "--chords", "3", "--chains", "3",
-			"--timeout", "3m", "--dir", t.TempDir())
+			"--timeout", "3m", "--dir", dir)
 		code, err := p.Wait(4 * time.Minute)
 		if err != nil {
 			t.Fatal(err)
 		}
 		out := p.Output()
 		if code != 0 || strings.Contains(out, "FAIL") || strings.Count(out, "  ok   ") != 5 || strings.Contains(out, "embedded broker") {
-			t.Fatalf("demo run %d on the cluster: exit %d:\n%s", run, code, out)
+			t.Fatalf("demo run %d on the cluster: exit %d:\n%s\nwarnings and errors of its workers:\n%s", run, code, out, logProblems(t, dir))
 		}
 		m := regexp.MustCompile(`onceq demo: brokers \S+, queue (demo-\S+-orders), group (demo-\S+),`).FindStringSubmatch(out)
 		if m == nil {
@@ -113,4 +117,28 @@ func TestDemoOnCluster(t *testing.T) {
 	if queues[0] == queues[1] {
 		t.Errorf("both runs used queue %s", queues[0])
 	}
+}
+
+// logProblems returns the warnings and errors of the logs under dir, the
+// last 30 of each log.
+func logProblems(t *testing.T, dir string) string {
+	var b strings.Builder
+	_ = filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || !strings.HasSuffix(path, ".log") {
+			return nil
+		}
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return nil
+		}
+		var lines []string
+		for l := range strings.Lines(string(data)) {
+			if strings.Contains(l, "level=WARN") || strings.Contains(l, "level=ERROR") {
+				lines = append(lines, l)
+			}
+		}
+		fmt.Fprintf(&b, "%s: %d\n%s", path, len(lines), strings.Join(lines[max(0, len(lines)-30):], ""))
+		return nil
+	})
+	return b.String()
 }

@@ -21,10 +21,11 @@ func newQueueCmd(g *globals) *cobra.Command {
 	var timeout time.Duration
 	cmd := &cobra.Command{
 		Use:   "queue",
-		Short: "List queues with their tasks by state; pause and resume them",
+		Short: "List queues with their tasks by state; pause, resume and limit them",
 	}
 	cmd.PersistentFlags().DurationVar(&timeout, "timeout", time.Minute, "give up after this long")
-	cmd.AddCommand(newQueueListCmd(g, &timeout), newQueueStatsCmd(g, &timeout), newQueuePauseCmd(g, &timeout, true), newQueuePauseCmd(g, &timeout, false))
+	cmd.AddCommand(newQueueListCmd(g, &timeout), newQueueStatsCmd(g, &timeout), newQueuePauseCmd(g, &timeout, true), newQueuePauseCmd(g, &timeout, false),
+		newQueueLimitCmd(g, &timeout), newQueueLimitsCmd(g, &timeout))
 	return cmd
 }
 

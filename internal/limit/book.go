@@ -3,7 +3,6 @@ package limit
 import (
 	"slices"
 	"sort"
-	"strconv"
 	"time"
 )
 
@@ -16,13 +15,13 @@ type Book struct {
 // queueBook is one queue's part of the Book.
 type queueBook struct {
 	limit  Limit
-	claims map[string]*held // by holder and slot
+	claims map[string]*held // by holder and nonce
 	// starts are the At of the admitted claims, ascending, those of the
 	// last windows only.
 	starts []int64
 }
 
-// held is a slot's last claim, and how the Book decided it.
+// held is a claim, and how the Book decided it.
 type held struct {
 	Claim
 	admitted bool
@@ -62,22 +61,30 @@ func (b *Book) Limits() map[string]Limit {
 // Apply folds one record, written at ts (the broker's append time).
 func (b *Book) Apply(r Record, ts time.Time) {
 	qb := b.queue(r.Queue)
-	if r.Claim == nil {
+	if r.Holder == "" {
 		qb.limit = r.Limit
 		return
 	}
-	slot := slotKey(r.Holder, r.Slot)
-	c := *r.Claim
-	if c.Released {
-		if h := qb.claims[slot]; h != nil && h.Nonce == c.Nonce {
-			h.Released = true
-		}
+	key := r.Holder + "/" + r.Nonce
+	now := ts.UnixMilli()
+	switch h := qb.claims[key]; {
+	case r.Claim == nil:
+		delete(qb.claims, key)
+		return
+	case h != nil:
+		h.Released = h.Released || r.Claim.Released
+		return
+	case r.Claim.Released:
+		// A release whose claim compaction dropped: the claim was
+		// admitted (only those are released), and its start counts.
+		qb.claims[key] = &held{Claim: *r.Claim, admitted: true}
+		qb.addStart(r.Claim.At)
 		return
 	}
-	now := ts.UnixMilli()
-	h := &held{Claim: c}
-	qb.claims[slot] = h
 	qb.prune(now)
+	c := *r.Claim
+	h := &held{Claim: c}
+	qb.claims[key] = h
 	if qb.runningAt(now) >= qb.limit.Running && qb.limit.Running > 0 {
 		return
 	}
@@ -85,21 +92,26 @@ func (b *Book) Apply(r Record, ts time.Time) {
 		return
 	}
 	h.admitted = true
+	qb.addStart(c.At)
+}
+
+// addStart counts a start at at in the windows of the queue's rate.
+func (qb *queueBook) addStart(at int64) {
 	if qb.limit.Count == 0 {
 		return
 	}
-	qb.starts = slices.Insert(qb.starts, sort.Search(len(qb.starts), func(i int) bool { return qb.starts[i] > c.At }), c.At)
+	qb.starts = slices.Insert(qb.starts, sort.Search(len(qb.starts), func(i int) bool { return qb.starts[i] > at }), at)
 }
 
-// Admitted reports how the Book decided the claim nonce of a holder's slot
-// on queue: decided is false until the Book folded it.
-func (b *Book) Admitted(queue, holder string, slot int, nonce string) (admitted, decided bool) {
+// Admitted reports how the Book decided holder's claim nonce on queue:
+// decided is false until the Book folded it.
+func (b *Book) Admitted(queue, holder, nonce string) (admitted, decided bool) {
 	qb := b.queues[queue]
 	if qb == nil {
 		return false, false
 	}
-	h := qb.claims[slotKey(holder, slot)]
-	if h == nil || h.Nonce != nonce {
+	h := qb.claims[holder+"/"+nonce]
+	if h == nil {
 		return false, false
 	}
 	return h.admitted, true
@@ -149,7 +161,6 @@ func (b *Book) Next(queue string, after time.Time) time.Time {
 	return time.UnixMilli(t)
 }
 
-func slotKey(holder string, slot int) string { return holder + "/" + strconv.Itoa(slot) }
 
 // window is the span that holds at most Count starts.
 func (qb *queueBook) window() int64 { return (qb.limit.Per + Margin).Milliseconds() }
@@ -157,13 +168,23 @@ func (qb *queueBook) window() int64 { return (qb.limit.Per + Margin).Millisecond
 // prune drops the starts no window of a claim from now on reaches: those
 // two windows or more before now (one of slack, for claims that name a
 // start a little before their record's time), and every start while the
-// queue has no rate.
+// queue has no rate; and the claims that no longer run, once their start
+// is that old (a claim's holder reads its decision as soon as the Book
+// folds it, and only running claims decide others).
 func (qb *queueBook) prune(now int64) {
+	cut := now - 2*qb.window()
 	if qb.limit.Count == 0 {
 		qb.starts = qb.starts[:0]
+		cut = now - 2*int64(Margin/time.Millisecond)
+	}
+	for k, h := range qb.claims {
+		if (h.Released || h.Until <= now || !h.admitted) && h.At < cut {
+			delete(qb.claims, k)
+		}
+	}
+	if qb.limit.Count == 0 {
 		return
 	}
-	cut := now - 2*qb.window()
 	if i := sort.Search(len(qb.starts), func(i int) bool { return qb.starts[i] >= cut }); i > 0 {
 		qb.starts = slices.Delete(qb.starts, 0, i)
 	}

@@ -54,21 +54,26 @@ func TestRecordsRoundTrip(t *testing.T) {
 		t.Fatalf("lifted limit: %+v, %v", r, err)
 	}
 	c := Claim{Nonce: "n1", At: 1000, Until: 2000}
-	rec = ClaimRecord("shop.orders", "h1", 3, c)
+	rec = ClaimRecord("shop.orders", "h1", c)
 	r, err = Decode(rec.Key, rec.Value)
-	if err != nil || r.Queue != "shop.orders" || r.Holder != "h1" || r.Slot != 3 || *r.Claim != c {
+	if err != nil || r.Queue != "shop.orders" || r.Holder != "h1" || r.Nonce != "n1" || *r.Claim != c {
 		t.Fatalf("claim: %+v, %v", r, err)
+	}
+	rec = ForgetRecord("shop.orders", "h1", "n1")
+	if r, err := Decode(rec.Key, rec.Value); err != nil || r.Claim != nil || r.Nonce != "n1" {
+		t.Fatalf("forgotten claim: %+v, %v", r, err)
 	}
 	for _, bad := range []struct{ key, val string }{
 		{"limit/", `{"v":1,"count":1,"per_ms":1000}`},
 		{"limit/q", `{"v":2,"count":1,"per_ms":1000}`},
 		{"limit/q", `{"v":1,"count":1,"per_ms":1}`},
 		{"limit/q", `{"v":1,"running":-1}`},
-		{"claim/q/h", `{"v":1,"nonce":"n","at":1,"until":2}`},
-		{"claim/q/h/x", `{"v":1,"nonce":"n","at":1,"until":2}`},
-		{"claim/q//1", `{"v":1,"nonce":"n","at":1,"until":2}`},
-		{"claim/q/h/1", `{"v":1,"at":1,"until":2}`},
-		{"claim/q/h/1", `{"v":1,"nonce":"n","at":3,"until":2}`},
+		{"claim/q/h", `{"v":1,"at":1,"until":2}`},
+		{"claim/q/h/", `{"v":1,"at":1,"until":2}`},
+		{"claim/q//n", `{"v":1,"at":1,"until":2}`},
+		{"claim/q/h/n", `{"v":2,"at":1,"until":2}`},
+		{"claim/q/h/n", `{"v":1,"at":3,"until":2}`},
+		{"claim/q/h/n", `{"v":1,"at":0,"until":2}`},
 		{"other/q", `{}`},
 	} {
 		if _, err := Decode([]byte(bad.key), []byte(bad.val)); err == nil {
@@ -77,10 +82,10 @@ func TestRecordsRoundTrip(t *testing.T) {
 	}
 }
 
-// fold applies claims to b at ts and reports which it admitted.
-func fold(b *Book, ts time.Time, q, holder string, slot int, c Claim) bool {
-	b.Apply(Record{Queue: q, Holder: holder, Slot: slot, Claim: &c}, ts)
-	ok, decided := b.Admitted(q, holder, slot, c.Nonce)
+// fold applies a claim to b at ts and reports whether it admitted it.
+func fold(b *Book, ts time.Time, q, holder string, c Claim) bool {
+	b.Apply(Record{Queue: q, Holder: holder, Nonce: c.Nonce, Claim: &c}, ts)
+	ok, decided := b.Admitted(q, holder, c.Nonce)
 	if !decided {
 		panic("undecided")
 	}
@@ -96,25 +101,25 @@ func TestBookRunning(t *testing.T) {
 	claim := func(n string, at time.Time) Claim {
 		return Claim{Nonce: n, At: at.UnixMilli(), Until: at.Add(time.Minute).UnixMilli()}
 	}
-	if !fold(b, t0, "q", "a", 0, claim("1", t0)) || !fold(b, t0, "q", "b", 0, claim("2", t0)) {
+	if !fold(b, t0, "q", "a", claim("1", t0)) || !fold(b, t0, "q", "b", claim("2", t0)) {
 		t.Fatal("the first two claims were refused")
 	}
-	if fold(b, t0, "q", "c", 0, claim("3", t0)) {
+	if fold(b, t0, "q", "c", claim("3", t0)) {
 		t.Fatal("a third claim was admitted with two running")
 	}
 	if next := b.Next("q", t0); !next.After(t0.Add(59 * time.Second)) {
 		t.Fatalf("next %v: want the end of a claim", next.Sub(t0))
 	}
-	b.Apply(Record{Queue: "q", Holder: "a", Slot: 0, Claim: &Claim{Nonce: "1", At: t0.UnixMilli(), Until: t0.Add(time.Minute).UnixMilli(), Released: true}}, t0)
-	if !fold(b, t0, "q", "c", 0, claim("4", t0)) {
+	b.Apply(Record{Queue: "q", Holder: "a", Nonce: "1", Claim: &Claim{Nonce: "1", At: t0.UnixMilli(), Until: t0.Add(time.Minute).UnixMilli(), Released: true}}, t0)
+	if !fold(b, t0, "q", "c", claim("4", t0)) {
 		t.Fatal("a claim was refused after a release")
 	}
 	// b's claim ends at its Until: a claim past it is admitted.
 	late := t0.Add(time.Minute + time.Millisecond)
-	if fold(b, t0.Add(time.Second), "q", "d", 0, claim("5", t0)) {
+	if fold(b, t0.Add(time.Second), "q", "d", claim("5", t0)) {
 		t.Fatal("admitted while two run")
 	}
-	if !fold(b, late, "q", "d", 0, claim("6", late)) {
+	if !fold(b, late, "q", "d", claim("6", late)) {
 		t.Fatal("refused after the claims' Until")
 	}
 }
@@ -141,7 +146,7 @@ func TestBookRateRandom(t *testing.T) {
 				}
 			}
 			c := Claim{Nonce: itoaTest(i), At: at.UnixMilli(), Until: at.Add(time.Second).UnixMilli()}
-			if fold(b, now, "q", "h", r.IntN(5), c) {
+			if fold(b, now, "q", "h", c) {
 				starts = append(starts, c.At)
 			}
 		}
@@ -173,12 +178,17 @@ func TestBookSameOrderSameDecisions(t *testing.T) {
 		if r.IntN(4) == 0 {
 			c.Released = true
 		}
-		slot := r.IntN(6)
-		rec := Record{Queue: "q", Holder: "h", Slot: slot, Claim: &c}
+		if c.Released && i > 0 {
+			c.Nonce = itoaTest(r.IntN(i)) // the release of an earlier claim
+		}
+		rec := Record{Queue: "q", Holder: "h", Nonce: c.Nonce, Claim: &c}
+		if r.IntN(10) == 0 {
+			rec.Claim = nil // a tombstone
+		}
 		a.Apply(rec, ts)
 		b.Apply(rec, ts)
-		x, _ := a.Admitted("q", "h", slot, c.Nonce)
-		y, _ := b.Admitted("q", "h", slot, c.Nonce)
+		x, _ := a.Admitted("q", "h", c.Nonce)
+		y, _ := b.Admitted("q", "h", c.Nonce)
 		if x != y {
 			t.Fatalf("claim %d decided %v and %v", i, x, y)
 		}
@@ -191,25 +201,26 @@ func itoaTest(i int) string {
 
 func FuzzDecode(f *testing.F) {
 	f.Add([]byte("limit/q"), []byte(`{"v":1,"count":10,"per_ms":1000,"running":5}`))
-	f.Add([]byte("claim/q/h/1"), []byte(`{"v":1,"nonce":"n","at":1,"until":2}`))
+	f.Add([]byte("claim/q/h/n"), []byte(`{"v":1,"at":1,"until":2,"released":true}`))
+	f.Add([]byte("claim/q/h/n"), []byte(nil))
 	f.Add([]byte("limit/q"), []byte(nil))
 	f.Fuzz(func(t *testing.T, key, val []byte) {
 		r, err := Decode(key, val)
 		if err != nil {
 			return
 		}
-		var again Record
-		if r.Claim != nil {
-			rec := ClaimRecord(r.Queue, r.Holder, r.Slot, *r.Claim)
-			again, err = Decode(rec.Key, rec.Value)
-		} else {
-			rec := LimitRecord(r.Queue, r.Limit)
-			again, err = Decode(rec.Key, rec.Value)
+		rec := LimitRecord(r.Queue, r.Limit)
+		switch {
+		case r.Claim != nil:
+			rec = ClaimRecord(r.Queue, r.Holder, *r.Claim)
+		case r.Holder != "":
+			rec = ForgetRecord(r.Queue, r.Holder, r.Nonce)
 		}
+		again, err := Decode(rec.Key, rec.Value)
 		if err != nil {
 			t.Fatalf("%q %q decoded as %+v, which does not decode again: %v", key, val, r, err)
 		}
-		if again.Queue != r.Queue || again.Limit != r.Limit || (r.Claim != nil && *again.Claim != *r.Claim) {
+		if again.Queue != r.Queue || again.Limit != r.Limit || again.Nonce != r.Nonce || (r.Claim != nil && *again.Claim != *r.Claim) {
 			t.Fatalf("%+v written back as %+v", r, again)
 		}
 		b := NewBook()

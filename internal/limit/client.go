@@ -25,6 +25,11 @@ const (
 	maxLead = time.Second
 )
 
+// maxLate is how late after its claim's start a task may start: the rest
+// of Margin absorbs what happens between the start and the first effect
+// of the handler (a request on its way).
+const maxLate = Margin / 2
+
 // check is how often a wait looks whether its caller gave up.
 const check = 100 * time.Millisecond
 
@@ -44,6 +49,10 @@ type Client struct {
 
 	mu      sync.Mutex
 	book    *Book
+	// stale are the claims read while opening whose Until is an hour
+	// past: their holders died; Open forgets them.
+	stale   map[string]Record
+	opening bool
 	changed map[string]chan struct{} // closed when a queue's part changes
 	turns   map[string]chan struct{} // one claimant of a queue at a time
 }
@@ -56,15 +65,26 @@ func Open(ctx context.Context, conn broker.Conn, log *slog.Logger) (*Client, err
 		return nil, err
 	}
 	c := &Client{cl: cl, log: log, holder: rand.Text()[:12], book: NewBook(),
-		changed: map[string]chan struct{}{}, turns: map[string]chan struct{}{}}
+		changed: map[string]chan struct{}{}, turns: map[string]chan struct{}{}, stale: map[string]Record{}, opening: true}
 	c.lead.Store(int64(20 * time.Millisecond))
 	c.f, err = table.Follow(ctx, conn, Topic, log, c.apply, table.Configs(broker.LimitsSpec().Configs))
 	if err != nil {
 		cl.Close()
 		return nil, fmt.Errorf("limits: %w", err)
 	}
+	c.mu.Lock()
+	c.opening = false
+	for _, r := range c.stale {
+		cl.Produce(context.Background(), ForgetRecord(r.Queue, r.Holder, r.Nonce), nil)
+	}
+	c.stale = nil
+	c.mu.Unlock()
 	return c, nil
 }
+
+// staleAfter is how long past its Until a claim is forgotten by a worker
+// that opens: its holder died without forgetting it.
+const staleAfter = time.Hour
 
 // Close stops following the topic.
 func (c *Client) Close() {
@@ -81,6 +101,14 @@ func (c *Client) apply(rec *kgo.Record) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.opening && r.Holder != "" {
+		k := string(rec.Key)
+		if r.Claim != nil && time.Since(time.UnixMilli(r.Claim.Until)) > staleAfter {
+			c.stale[k] = r
+		} else {
+			delete(c.stale, k)
+		}
+	}
 	c.book.Apply(r, rec.Timestamp)
 	if r.Claim == nil {
 		c.any.Store(len(c.book.Limits()) > 0)
@@ -91,9 +119,9 @@ func (c *Client) apply(rec *kgo.Record) {
 	}
 }
 
-// Limit returns queue's limit.
+// Limit returns queue's limit. A nil Client has none.
 func (c *Client) Limit(queue string) Limit {
-	if !c.any.Load() {
+	if c == nil || !c.any.Load() {
 		return Limit{}
 	}
 	c.mu.Lock()
@@ -119,7 +147,7 @@ type Release func()
 // time-to-run and grace): past it, the claim no longer counts. gone is
 // asked every 100 ms while it waits: true gives up, with ErrGone. A queue
 // without a limit returns at once, with a Release that does nothing.
-func (c *Client) Acquire(ctx context.Context, queue string, slot int, hold time.Duration, gone func() bool) (Release, error) {
+func (c *Client) Acquire(ctx context.Context, queue string, hold time.Duration, gone func() bool) (Release, error) {
 	if c.Limit(queue).None() {
 		return func() {}, nil
 	}
@@ -148,29 +176,30 @@ func (c *Client) Acquire(ctx context.Context, queue string, slot int, hold time.
 		}
 		claim := Claim{Nonce: rand.Text()[:12], At: at.UnixMilli(), Until: at.Add(hold).UnixMilli()}
 		sent := time.Now()
-		if err := c.progress.Write(ctx, c.cl, ClaimRecord(queue, c.holder, slot, claim)); err != nil {
+		if err := c.progress.Write(ctx, c.cl, ClaimRecord(queue, c.holder, claim)); err != nil {
 			return nil, fmt.Errorf("limits: %w", err)
 		}
 		c.learn(time.Since(sent))
 		c.mu.Lock()
-		admitted, _ := c.book.Admitted(queue, c.holder, slot, claim.Nonce)
+		admitted, _ := c.book.Admitted(queue, c.holder, claim.Nonce)
 		c.mu.Unlock()
 		if !admitted {
+			c.forget(queue, claim.Nonce, 0)
 			continue // another claim came first: the book moved
 		}
 		if err := c.wait(ctx, time.Until(at), nil, gone); err != nil {
-			c.release(queue, slot, claim)
+			c.release(queue, claim)
 			return nil, err
 		}
-		if late := time.Since(at); late > Margin {
+		if late := time.Since(at); late > maxLate {
 			// Read back too late to start within the window's margin:
 			// give the place up and claim a later one, further ahead.
-			c.release(queue, slot, claim)
+			c.release(queue, claim)
 			c.lead.Store(min(int64(maxLead), 2*c.lead.Load()))
 			continue
 		}
 		var once sync.Once
-		return func() { once.Do(func() { c.release(queue, slot, claim) }) }, nil
+		return func() { once.Do(func() { c.release(queue, claim) }) }, nil
 	}
 }
 
@@ -182,15 +211,36 @@ func (c *Client) learn(rt time.Duration) {
 	c.lead.Store(int64(min(maxLead, max(minLead, next))))
 }
 
-// release writes, without waiting, that a claim ended. A release lost
-// holds the claim's place until its Until.
-func (c *Client) release(queue string, slot int, claim Claim) {
+// release writes, without waiting, that a claim ended, and forgets it
+// once no window reaches its start. A release lost holds the claim's
+// place until its Until.
+func (c *Client) release(queue string, claim Claim) {
 	claim.Released = true
-	c.cl.Produce(context.Background(), ClaimRecord(queue, c.holder, slot, claim), func(_ *kgo.Record, err error) {
+	c.cl.Produce(context.Background(), ClaimRecord(queue, c.holder, claim), func(_ *kgo.Record, err error) {
 		if err != nil {
 			c.log.Warn("a limit's claim was not released: it holds its place until its time-to-run ends", "queue", queue, "err", err)
 		}
 	})
+	l := c.Limit(queue)
+	c.forget(queue, claim.Nonce, time.Until(time.UnixMilli(claim.At))+2*(l.Per+Margin)+time.Second)
+}
+
+// forget writes the tombstone of a claim after d. A tombstone lost
+// leaves the claim in the topic until a worker starts, which forgets it
+// an hour past its Until.
+func (c *Client) forget(queue, nonce string, d time.Duration) {
+	write := func() {
+		c.cl.Produce(context.Background(), ForgetRecord(queue, c.holder, nonce), func(_ *kgo.Record, err error) {
+			if err != nil && !errors.Is(err, kgo.ErrClientClosed) {
+				c.log.Debug("a limit's claim was not forgotten", "queue", queue, "err", err)
+			}
+		})
+	}
+	if d <= 0 {
+		write()
+		return
+	}
+	time.AfterFunc(d, write)
 }
 
 // changedLocked returns a channel closed when queue's part of the book

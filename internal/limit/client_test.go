@@ -46,7 +46,7 @@ func TestClientsKeepTheLimits(t *testing.T) {
 		for slot := range 4 {
 			wg.Go(func() {
 				for i := 0; time.Now().Before(stop); i++ {
-					release, err := c.Acquire(ctx, "q", slot, 10*time.Second, gone)
+					release, err := c.Acquire(ctx, "q", 10*time.Second, gone)
 					if err != nil {
 						t.Error(err)
 						return

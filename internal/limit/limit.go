@@ -5,13 +5,16 @@
 // The limits topic, onceq-limits (one partition, compacted, its last
 // minute never compacted), holds two kinds of record:
 //
-//	limit/<queue>                 the queue's Limit (JSON); a tombstone lifts it
-//	claim/<queue>/<holder>/<slot>  a worker's claim to start a task of the queue
+//	limit/<queue>                  the queue's Limit (JSON); a tombstone lifts it
+//	claim/<queue>/<holder>/<nonce>  a worker's claim to start a task of the queue
 //
 // A claim names when its task starts (At) and until when it may run
 // (Until: its time-to-run and grace, so that a worker that dies holds its
 // place no longer); its holder writes it again, Released, when the
-// handler returns. Every worker folds the topic in offset order into a
+// handler returns, and forgets it (a tombstone) once no window reaches
+// its start. Each claim has a key of its own, so compaction never drops
+// a start a window still needs: it keeps a claim's last record, which
+// names its start, until the tombstone. Every worker folds the topic in offset order into a
 // Book, which admits or refuses each claim where the topic has it, by the
 // record's timestamp and the claims before it: a claim is admitted if
 // fewer than Running claims of its queue are admitted, not released and
@@ -22,9 +25,8 @@
 // admitted, and not later than At+Margin, so that the starts themselves
 // keep to the windows.
 //
-// A worker that starts reads the topic from its start: compaction leaves
-// the last claim of each slot, which is all the running limit needs, and
-// the uncompacted last minute holds every claim the windows need.
+// A worker that starts reads the topic from its start, and forgets the
+// claims of workers that died long ago (their Until an hour past).
 package limit
 
 import (
@@ -157,9 +159,9 @@ const (
 // LimitKey is the key of queue's limit.
 func LimitKey(queue string) []byte { return []byte(limitPrefix + queue) }
 
-// ClaimKey is the key of the claims of a holder's slot on queue.
-func ClaimKey(queue, holder string, slot int) []byte {
-	return []byte(claimPrefix + queue + "/" + holder + "/" + strconv.Itoa(slot))
+// ClaimKey is the key of a holder's claim nonce on queue.
+func ClaimKey(queue, holder, nonce string) []byte {
+	return []byte(claimPrefix + queue + "/" + holder + "/" + nonce)
 }
 
 // limitValue is a limit record's JSON.
@@ -172,8 +174,8 @@ type limitValue struct {
 
 // Claim is a worker's claim to start a task.
 type Claim struct {
-	// Nonce names this claim among the slot's.
-	Nonce string `json:"nonce"`
+	// Nonce names this claim among its holder's (in its key).
+	Nonce string `json:"-"`
 	// At is when the task starts, Until when its claim lapses (Unix
 	// milliseconds).
 	At    int64 `json:"at"`
@@ -188,13 +190,13 @@ type claimValue struct {
 	Claim
 }
 
-// Record is a decoded record of the topic: a limit (Claim nil) or a
-// claim of Slot (Holder, Slot) on Queue.
+// Record is a decoded record of the topic: a limit (Holder empty), or a
+// claim of Holder on Queue (Claim), or its tombstone (Claim nil).
 type Record struct {
 	Queue  string
 	Limit  Limit
 	Holder string
-	Slot   int
+	Nonce  string
 	Claim  *Claim
 }
 
@@ -207,10 +209,15 @@ func LimitRecord(queue string, l Limit) *kgo.Record {
 	return rec
 }
 
-// ClaimRecord encodes a claim of holder's slot on queue.
-func ClaimRecord(queue, holder string, slot int, c Claim) *kgo.Record {
-	v, _ := json.Marshal(claimValue{V: 1, Claim: c}) // numbers, a bool and a nonce
-	return &kgo.Record{Topic: Topic, Key: ClaimKey(queue, holder, slot), Value: v}
+// ClaimRecord encodes a claim of holder on queue.
+func ClaimRecord(queue, holder string, c Claim) *kgo.Record {
+	v, _ := json.Marshal(claimValue{V: 1, Claim: c}) // numbers and a bool
+	return &kgo.Record{Topic: Topic, Key: ClaimKey(queue, holder, c.Nonce), Value: v}
+}
+
+// ForgetRecord is the tombstone of holder's claim nonce on queue.
+func ForgetRecord(queue, holder, nonce string) *kgo.Record {
+	return &kgo.Record{Topic: Topic, Key: ClaimKey(queue, holder, nonce)}
 }
 
 // Decode reads a record of the topic.
@@ -242,23 +249,25 @@ func Decode(key, val []byte) (Record, error) {
 			j = strings.LastIndexByte(rest[:i], '/')
 		}
 		if j <= 0 {
-			return Record{}, fmt.Errorf("limits: key %q: want claim/<queue>/<holder>/<slot>", k)
+			return Record{}, fmt.Errorf("limits: key %q: want claim/<queue>/<holder>/<nonce>", k)
 		}
-		r := Record{Queue: rest[:j], Holder: rest[j+1 : i]}
-		slot, err := strconv.Atoi(rest[i+1:])
-		if err != nil || slot < 0 || r.Holder == "" || onceq.ValidateQueue(r.Queue) != nil {
-			return Record{}, fmt.Errorf("limits: key %q: want claim/<queue>/<holder>/<slot>", k)
+		r := Record{Queue: rest[:j], Holder: rest[j+1 : i], Nonce: rest[i+1:]}
+		if r.Holder == "" || r.Nonce == "" || onceq.ValidateQueue(r.Queue) != nil {
+			return Record{}, fmt.Errorf("limits: key %q: want claim/<queue>/<holder>/<nonce>", k)
 		}
-		r.Slot = slot
+		if val == nil {
+			return r, nil
+		}
 		var v claimValue
 		if err := json.Unmarshal(val, &v); err != nil || v.V != 1 {
 			return Record{}, fmt.Errorf("limits: %s: want a version 1 claim: %v", k, err)
 		}
-		if v.Nonce == "" || v.At <= 0 || v.Until < v.At {
-			return Record{}, fmt.Errorf("limits: %s: a claim needs a nonce, and a start no later than its end", k)
+		if v.At <= 0 || v.Until < v.At {
+			return Record{}, fmt.Errorf("limits: %s: a claim needs a start no later than its end", k)
 		}
+		v.Nonce = r.Nonce
 		r.Claim = &v.Claim
 		return r, nil
 	}
-	return Record{}, fmt.Errorf("limits: key %q: want limit/<queue> or claim/<queue>/<holder>/<slot>", k)
+	return Record{}, fmt.Errorf("limits: key %q: want limit/<queue> or claim/<queue>/<holder>/<nonce>", k)
 }
