@@ -161,7 +161,6 @@ func (b *Book) Next(queue string, after time.Time) time.Time {
 	return time.UnixMilli(t)
 }
 
-
 // window is the span that holds at most Count starts.
 func (qb *queueBook) window() int64 { return (qb.limit.Per + Margin).Milliseconds() }
 

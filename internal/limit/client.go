@@ -47,8 +47,8 @@ type Client struct {
 	lead     atomic.Int64 // nanoseconds
 	any      atomic.Bool  // some queue has a limit
 
-	mu      sync.Mutex
-	book    *Book
+	mu   sync.Mutex
+	book *Book
 	// stale are the claims read while opening whose Until is an hour
 	// past: their holders died; Open forgets them.
 	stale   map[string]Record
