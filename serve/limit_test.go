@@ -1,0 +1,54 @@
+package serve_test
+
+import (
+	"testing"
+)
+
+// TestLimitEndpoints: PUT sets a queue's limit, GET reads it, DELETE
+// lifts it; bad values answer 400 naming the parameter and write
+// nothing; a read-only token cannot set one; a namespace's limit is its
+// own queue's.
+func TestLimitEndpoints(t *testing.T) {
+	a := start(t)
+	tok := a.token("shop", false)
+	ro := a.token("shop", true)
+	other := a.token("mail", false)
+	for _, tc := range []struct{ query, field string }{
+		{"", "rate"},
+		{"rate=10", "rate"},
+		{"rate=10/fortnight", "rate"},
+		{"rate=0/s", "rate"},
+		{"running=0", "running"},
+		{"running=x", "running"},
+		{"rate=10/s&colour=red", ""},
+	} {
+		code, body := a.do("PUT", "/api/shop/pay/limit?"+tc.query, tok, "")
+		if code != 400 || (tc.field != "" && body["field"] != tc.field) {
+			t.Errorf("PUT limit?%s: %d %v; want 400 naming %q", tc.query, code, body, tc.field)
+		}
+	}
+	if code, body := a.do("GET", "/api/shop/pay/limit", tok, ""); code != 200 || body["rate"] != nil || body["running"] != nil {
+		t.Fatalf("a refused PUT set a limit: %d %v", code, body)
+	}
+	if code, body := a.do("PUT", "/api/shop/pay/limit?rate=10/s&running=5", ro, ""); code != 403 {
+		t.Fatalf("PUT with a read-only token: %d %v", code, body)
+	}
+	if code, body := a.do("PUT", "/api/shop/pay/limit?rate=10/s&running=5", tok, ""); code != 200 || body["rate"] != "10/s" || body["running"] != 5.0 {
+		t.Fatalf("PUT limit: %d %v", code, body)
+	}
+	if code, body := a.do("GET", "/api/shop/pay/limit", ro, ""); code != 200 || body["rate"] != "10/s" || body["running"] != 5.0 || body["queue"] != "pay" {
+		t.Fatalf("GET limit: %d %v", code, body)
+	}
+	if code, body := a.do("GET", "/api/mail/pay/limit", other, ""); code != 200 || body["rate"] != nil {
+		t.Fatalf("another namespace's queue of the same name: %d %v", code, body)
+	}
+	if code, body := a.do("PUT", "/api/shop/pay/limit?running=2", tok, ""); code != 200 || body["rate"] != nil || body["running"] != 2.0 {
+		t.Fatalf("PUT replacing the limit: %d %v", code, body)
+	}
+	if code, body := a.do("DELETE", "/api/shop/pay/limit", tok, ""); code != 200 {
+		t.Fatalf("DELETE limit: %d %v", code, body)
+	}
+	if code, body := a.do("GET", "/api/shop/pay/limit", tok, ""); code != 200 || body["running"] != nil {
+		t.Fatalf("GET after DELETE: %d %v", code, body)
+	}
+}
