@@ -110,3 +110,16 @@ func TestBusyMetricsPortExits1(t *testing.T) {
 		t.Fatalf("a port out of range: exit %d, stderr %q; want exit 2", code, stderr)
 	}
 }
+
+// cliOn returns a runner of onceq commands on the brokers at addr that
+// fails the test unless a command exits 0, and returns its stdout.
+func cliOn(t *testing.T, addr string) func(args ...string) string {
+	return func(args ...string) string {
+		t.Helper()
+		code, out, stderr := runCLI(t, "", append([]string{"--brokers", addr}, args...)...)
+		if code != 0 {
+			t.Fatalf("onceq %s: exit %d: %s%s", strings.Join(args, " "), code, out, stderr)
+		}
+		return out
+	}
+}

@@ -19,14 +19,7 @@ import (
 func TestOneLadder(t *testing.T) {
 	addr, conn := produceBroker(t)
 	testutil.CreateTopic(t, conn, "out", 2)
-	cli := func(args ...string) string {
-		t.Helper()
-		code, out, stderr := runCLI(t, "", append([]string{"--brokers", addr}, args...)...)
-		if code != 0 {
-			t.Fatalf("onceq %s: exit %d: %s%s", strings.Join(args, " "), code, out, stderr)
-		}
-		return out
-	}
+	cli := cliOn(t, addr)
 	if out := cli("delay", "ladder"); !strings.Contains(out, "1s 5s 30s 2m 10m 1h 6h 1d (default: none set)") {
 		t.Fatalf("delay ladder of a new cluster: %s", out)
 	}

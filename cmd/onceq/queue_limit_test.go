@@ -10,14 +10,7 @@ import (
 // with what to give instead, and write nothing.
 func TestQueueLimitCommands(t *testing.T) {
 	addr, _ := produceBroker(t)
-	cli := func(args ...string) string {
-		t.Helper()
-		code, out, stderr := runCLI(t, "", append([]string{"--brokers", addr}, args...)...)
-		if code != 0 {
-			t.Fatalf("onceq %s: exit %d: %s%s", strings.Join(args, " "), code, out, stderr)
-		}
-		return out
-	}
+	cli := cliOn(t, addr)
 	for _, tc := range []struct {
 		args []string
 		want string

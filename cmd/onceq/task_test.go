@@ -103,14 +103,7 @@ func TestTaskCommands(t *testing.T) {
 func TestCancelAndPauseCommands(t *testing.T) {
 	addr, conn := produceBroker(t)
 	testutil.CreateTopic(t, conn, "out", 2)
-	cli := func(args ...string) string {
-		t.Helper()
-		code, out, stderr := runCLI(t, "", append([]string{"--brokers", addr}, args...)...)
-		if code != 0 {
-			t.Fatalf("onceq %s: exit %d: %s%s", strings.Join(args, " "), code, out, stderr)
-		}
-		return out
-	}
+	cli := cliOn(t, addr)
 	cli("queue", "pause", "jobs")
 	w := testutil.Start(t, "worker", "--brokers", addr, "--queue", "jobs", "--handler", "count:out", "--checkpoint-dir", t.TempDir(),
 		"--metrics-addr", "", "--buckets", "100ms,1s")
