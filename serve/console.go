@@ -19,6 +19,7 @@ import (
 	"github.com/onceq/onceq"
 	"github.com/onceq/onceq/auth"
 	"github.com/onceq/onceq/broker"
+	"github.com/onceq/onceq/control"
 	"github.com/onceq/onceq/delay"
 	"github.com/onceq/onceq/dlq"
 	"github.com/onceq/onceq/inspect"
@@ -83,6 +84,7 @@ func (s *Server) consoleRoutes() {
 	s.console("GET /console/groups", s.groupsPage)
 	s.console("POST /console/q/{queue}/pause", s.consolePause(true))
 	s.console("POST /console/q/{queue}/resume", s.consolePause(false))
+	s.console("POST /console/q/{queue}/limit", s.consoleLimit)
 	s.console("POST /console/q/{queue}/requeue", s.consoleRequeue)
 	s.console("POST /console/q/{queue}/task/{id}/cancel", s.consoleCancel)
 	s.console("GET /console/workflow", s.workflowPage)
@@ -300,10 +302,14 @@ func (s *Server) queuePage(w http.ResponseWriter, r *http.Request, pg *page) {
 		err = lerr
 		done, p99 = charts(recent.Tasks, time.Now())
 	}
+	var lim control.Limit
+	if err == nil {
+		lim, err = s.queueLimit(r.Context(), queue)
+	}
 	if err != nil {
 		pg.Error = err.Error()
 	}
-	pg.Data = map[string]any{"Queue": queue, "Stats": st, "Page": tasks, "State": state, "States": onceq.TaskStates, "Done": done, "P99": p99}
+	pg.Data = map[string]any{"Queue": queue, "Stats": st, "Page": tasks, "State": state, "States": onceq.TaskStates, "Done": done, "P99": p99, "Limit": lim}
 	s.render(w, "queue", pg)
 }
 

@@ -190,6 +190,27 @@ func TestConsole(t *testing.T) {
 	if _, st := a.do("GET", "/api/shop/jobs/stats", tok, ""); st["paused"] != false {
 		t.Fatalf("the queue is still paused after the console's resume: %v", st)
 	}
+	// A limit across workers: set, refused, lifted.
+	// The page after an action has a flash of its own: the one before
+	// goes first, so that waiting for a flash waits for that page.
+	noFlash := chromedp.Evaluate[chromedp.Void](`document.querySelector("#flash")?.remove()`)
+	flash := chromedp.WaitVisible(chromedp.CSS("#flash"))
+	run("limit", chromedp.SendKeys(chromedp.CSS("#limit-rate"), "10/s"), chromedp.SendKeys(chromedp.CSS("#limit-running"), "5"),
+		chromedp.Click(chromedp.CSS("#limit-set")), chromedp.WaitVisible(chromedp.CSS("#limit-lift")), shot("limit"))
+	if l, flash := text("#limit"), text("#flash"); l != "rate 10/s, running 5" || flash != "shop.jobs limit: rate 10/s, running 5" {
+		t.Fatalf("after setting a limit: %q, flash %q", l, flash)
+	}
+	if _, l := a.do("GET", "/api/shop/jobs/limit", tok, ""); l["rate"] != "10/s" || l["running"] != 5.0 {
+		t.Fatalf("the API's limit after the console's: %v", l)
+	}
+	run("bad limit", chromedp.SetValue(chromedp.CSS("#limit-rate"), "10"), noFlash, chromedp.Click(chromedp.CSS("#limit-set")), flash)
+	if l, f := text("#limit"), text("#flash"); l != "rate 10/s, running 5" || !strings.Contains(f, "want <count>/<unit>") {
+		t.Fatalf("a refused limit: %q, flash %q", l, f)
+	}
+	run("lift limit", noFlash, chromedp.Click(chromedp.CSS("#limit-lift")), flash)
+	if l, f := text("#limit"), text("#flash"); l != "none" || f != "shop.jobs limit: none" {
+		t.Fatalf("after lifting the limit: %q, flash %q", l, f)
+	}
 	run("delay ladder", chromedp.Navigate(a.url+"/console/delay"), chromedp.WaitVisible(chromedp.CSS("#buckets")), shot("delay"))
 	run("groups", chromedp.Navigate(a.url+"/console/groups"), chromedp.WaitVisible(chromedp.CSS(`h2[data-group="onceq"]`)), shot("groups"))
 	if lag := text("table.lag"); !strings.Contains(lag, "shop.jobs") {
@@ -199,12 +220,12 @@ func TestConsole(t *testing.T) {
 	// Read-only: the pages, without their buttons.
 	b.login(a.url, ro)
 	run("read-only queue", chromedp.Navigate(a.url+"/console/q/shop.jobs"), chromedp.WaitVisible(chromedp.CSS("#tasks")))
-	buttons, err := chromedp.Run(ctx, chromedp.Evaluate[int](`document.querySelectorAll("#pause, #resume").length`))
+	buttons, err := chromedp.Run(ctx, chromedp.Evaluate[int](`document.querySelectorAll("#pause, #resume, #limit-set").length`))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if buttons != 0 || !strings.Contains(text("#who"), "read-only") {
-		t.Fatalf("read-only page: %d pause/resume buttons", buttons)
+		t.Fatalf("read-only page: %d pause, resume or limit buttons", buttons)
 	}
 }
 

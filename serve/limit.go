@@ -1,10 +1,13 @@
 package serve
 
 import (
+	"context"
 	"net/http"
+	"net/url"
 	"strconv"
 
 	"github.com/onceq/onceq/control"
+	"github.com/onceq/onceq/internal/limit"
 )
 
 // limitJSON is a queue's limit as the API answers it.
@@ -19,6 +22,51 @@ func limitOf(r *http.Request, l control.Limit) limitJSON {
 	return limitJSON{Namespace: r.PathValue("ns"), Queue: r.PathValue("queue"), Rate: l.Rate(), Running: l.Running}
 }
 
+// queueLimit returns topic's limit as the limits topic holds it now: the
+// server's follower of the topic (opened on first use) reads it to its
+// end first, so that a limit just set is seen.
+func (s *Server) queueLimit(ctx context.Context, topic string) (control.Limit, error) {
+	s.queueLimitsMu.Lock()
+	if s.queueLimits == nil {
+		c, err := limit.Open(ctx, s.cfg.conn, s.cfg.log)
+		if err != nil {
+			s.queueLimitsMu.Unlock()
+			return control.Limit{}, err
+		}
+		s.queueLimits = c
+	}
+	c := s.queueLimits
+	s.queueLimitsMu.Unlock()
+	if err := c.Sync(ctx); err != nil {
+		return control.Limit{}, err
+	}
+	return c.Limit(topic), nil
+}
+
+// parseLimit reads a limit from its rate and running parameters (the
+// API's query, the console's form): at least one, each valid.
+func parseLimit(rate, running string) (control.Limit, error) {
+	var l control.Limit
+	var err error
+	if rate != "" {
+		if l.Count, l.Per, err = control.ParseRate(rate); err != nil {
+			return l, badRequest("rate", "%v", err)
+		}
+	}
+	if running != "" {
+		if l.Running, err = strconv.Atoi(running); err != nil || l.Running < 1 {
+			return l, badRequest("running", "%q: want a whole number of tasks running at once, 1 or more", running)
+		}
+	}
+	if l.None() {
+		return l, badRequest("rate", "give a rate (10/s, 600/m), a number of tasks running at once, or both")
+	}
+	if err := l.Validate(); err != nil {
+		return l, badRequest("rate", "%v", err)
+	}
+	return l, nil
+}
+
 // getLimit: GET /api/{ns}/{queue}/limit.
 func (s *Server) getLimit(w http.ResponseWriter, r *http.Request) {
 	topic, err := s.queueOf(r)
@@ -26,12 +74,12 @@ func (s *Server) getLimit(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	limits, err := s.ctl.Limits(r.Context())
+	l, err := s.queueLimit(r.Context(), topic)
 	if err != nil {
 		writeError(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, limitOf(r, limits[topic]))
+	writeJSON(w, http.StatusOK, limitOf(r, l))
 }
 
 // setLimit: PUT /api/{ns}/{queue}/limit?rate=&running=: the limit given
@@ -42,26 +90,9 @@ func (s *Server) setLimit(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	q := r.URL.Query()
-	var l control.Limit
-	if v := q.Get("rate"); v != "" {
-		if l.Count, l.Per, err = control.ParseRate(v); err != nil {
-			writeError(w, badRequest("rate", "%v", err))
-			return
-		}
-	}
-	if v := q.Get("running"); v != "" {
-		if l.Running, err = strconv.Atoi(v); err != nil || l.Running < 1 {
-			writeError(w, badRequest("running", "%q: want a whole number of tasks running at once, 1 or more (DELETE lifts the limit)", v))
-			return
-		}
-	}
-	if l.None() {
-		writeError(w, badRequest("rate", "give rate= (10/s, 600/m), running=, or both; DELETE lifts the limit"))
-		return
-	}
-	if err := l.Validate(); err != nil {
-		writeError(w, badRequest("rate", "%v", err))
+	l, err := parseLimit(r.URL.Query().Get("rate"), r.URL.Query().Get("running"))
+	if err != nil {
+		writeError(w, err)
 		return
 	}
 	if err := s.ctl.SetLimit(r.Context(), topic, l); err != nil {
@@ -83,4 +114,23 @@ func (s *Server) liftLimit(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, limitOf(r, control.Limit{}))
+}
+
+// consoleLimit: POST /console/q/{queue}/limit: sets the queue's limit
+// from the form's rate and running, or lifts it (lift).
+func (s *Server) consoleLimit(w http.ResponseWriter, r *http.Request, _ *page) {
+	queue := r.PathValue("queue")
+	var l control.Limit
+	var err error
+	if r.FormValue("lift") == "" {
+		l, err = parseLimit(r.FormValue("rate"), r.FormValue("running"))
+	}
+	if err == nil {
+		err = s.ctl.SetLimit(r.Context(), queue, l)
+	}
+	msg := queue + " limit: " + l.String()
+	if err != nil {
+		msg = err.Error()
+	}
+	back(w, r, "/console/q/"+url.PathEscape(queue), msg)
 }

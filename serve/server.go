@@ -22,6 +22,7 @@ import (
 	"github.com/onceq/onceq/auth"
 	"github.com/onceq/onceq/dlq"
 	"github.com/onceq/onceq/inspect"
+	"github.com/onceq/onceq/internal/limit"
 	"github.com/onceq/onceq/internal/ops"
 	"github.com/onceq/onceq/internal/sides"
 	"github.com/onceq/onceq/internal/tracing"
@@ -53,6 +54,11 @@ type Server struct {
 
 	limitMu  sync.Mutex
 	limiters map[string]*rate.Limiter // by token ID, with RateLimit
+
+	// queueLimits follows the limits of queues, opened on first use
+	// (queueLimit).
+	queueLimitsMu sync.Mutex
+	queueLimits   *limit.Client
 }
 
 // New checks the options and opens what the server stands on: a producer,
@@ -140,6 +146,11 @@ func (s *Server) Close() error {
 	s.dlq.Close()
 	err := s.in.Close()
 	s.tokens.Close()
+	s.queueLimitsMu.Lock()
+	if s.queueLimits != nil {
+		s.queueLimits.Close()
+	}
+	s.queueLimitsMu.Unlock()
 	return err
 }
 
