@@ -39,14 +39,6 @@ func (b *Book) queue(q string) *queueBook {
 	return qb
 }
 
-// Limit returns queue's limit.
-func (b *Book) Limit(queue string) Limit {
-	if qb := b.queues[queue]; qb != nil {
-		return qb.limit
-	}
-	return Limit{}
-}
-
 // Limits returns every queue's limit.
 func (b *Book) Limits() map[string]Limit {
 	out := map[string]Limit{}

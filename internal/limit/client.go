@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -45,7 +46,9 @@ type Client struct {
 	holder   string
 	progress table.Progress
 	lead     atomic.Int64 // nanoseconds
-	any      atomic.Bool  // some queue has a limit
+	// limits are the queues' limits, replaced whole when one changes:
+	// every task of a worker asks, without a lock.
+	limits atomic.Pointer[map[string]Limit]
 
 	mu   sync.Mutex
 	book *Book
@@ -110,8 +113,9 @@ func (c *Client) apply(rec *kgo.Record) {
 		}
 	}
 	c.book.Apply(r, rec.Timestamp)
-	if r.Claim == nil {
-		c.any.Store(len(c.book.Limits()) > 0)
+	if r.Holder == "" {
+		limits := c.book.Limits()
+		c.limits.Store(&limits)
 	}
 	if ch, ok := c.changed[r.Queue]; ok {
 		close(ch)
@@ -121,19 +125,21 @@ func (c *Client) apply(rec *kgo.Record) {
 
 // Limit returns queue's limit. A nil Client has none.
 func (c *Client) Limit(queue string) Limit {
-	if c == nil || !c.any.Load() {
+	if c == nil {
 		return Limit{}
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.book.Limit(queue)
+	if m := c.limits.Load(); m != nil {
+		return (*m)[queue]
+	}
+	return Limit{}
 }
 
 // Limits returns every queue's limit.
 func (c *Client) Limits() map[string]Limit {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.book.Limits()
+	if m := c.limits.Load(); m != nil {
+		return maps.Clone(*m)
+	}
+	return map[string]Limit{}
 }
 
 // Sync waits until the client read the topic to its end as of the call.
