@@ -1,7 +1,10 @@
 package serve_test
 
 import (
+	"strconv"
 	"testing"
+
+	"github.com/onceq/onceq/serve"
 )
 
 // TestLimitEndpoints: PUT sets a queue's limit, GET reads it, DELETE
@@ -50,5 +53,34 @@ func TestLimitEndpoints(t *testing.T) {
 	}
 	if code, body := a.do("GET", "/api/shop/pay/limit", tok, ""); code != 200 || body["running"] != nil {
 		t.Fatalf("GET after DELETE: %d %v", code, body)
+	}
+}
+
+// TestLimitHoldsHandOuts: on a queue HTTP consumers pull, a limit of one
+// running counts the jobs handed out and not yet acknowledged: a second
+// consumer gets nothing while the first holds its job, and gets the
+// next one once that job is acknowledged.
+func TestLimitHoldsHandOuts(t *testing.T) {
+	a := start(t, serve.CreateQueues(2))
+	tok := a.token("shop", false)
+	if code, body := a.do("PUT", "/api/shop/jobs/limit?running=1", tok, ""); code != 200 {
+		t.Fatalf("PUT limit: %d %v", code, body)
+	}
+	for i := range 2 {
+		if code, body := a.do("PUT", "/api/shop/jobs?tries=3", tok, "job-"+strconv.Itoa(i)); code != 201 {
+			t.Fatalf("publish %d: %d %v", i, code, body)
+		}
+	}
+	first := consumeOne(t, a, tok, "/api/shop/jobs?ttr=60&timeout=30")
+	if code, jobs := consume(t, a, tok, "/api/shop/jobs?ttr=60&timeout=3"); code != 404 {
+		t.Fatalf("a second job handed out while the first is held under running=1: %d %+v", code, jobs)
+	}
+	got := make(chan handedOut, 1)
+	go func() { got <- consumeOne(t, a, tok, "/api/shop/jobs?ttr=60&timeout=30") }()
+	if code, body := a.do("DELETE", "/api/shop/jobs/job/"+first.JobID+"?lease="+first.Lease, tok, "done"); code != 204 {
+		t.Fatalf("ACK: %d %v", code, body)
+	}
+	if second := <-got; second.JobID == first.JobID {
+		t.Fatalf("%s handed out twice", first.JobID)
 	}
 }
