@@ -29,12 +29,24 @@ func (c *Controller) SetLimit(ctx context.Context, queue string, l Limit) error 
 	return nil
 }
 
+// QueueLimit is a queue's limit, and how many of its tasks run now
+// under it across every worker (their claims admitted and not released
+// or ended).
+type QueueLimit struct {
+	Limit
+	RunningNow int
+}
+
 // Limits returns the limits set, by queue.
-func (c *Controller) Limits(ctx context.Context) (map[string]Limit, error) {
+func (c *Controller) Limits(ctx context.Context) (map[string]QueueLimit, error) {
 	cl, err := limit.Open(ctx, c.in.Conn(), slog.New(slog.DiscardHandler))
 	if err != nil {
 		return nil, fmt.Errorf("control: reading the limits: %w", err)
 	}
 	defer cl.Close()
-	return cl.Limits(), nil
+	out := map[string]QueueLimit{}
+	for q, l := range cl.Limits() {
+		out[q] = QueueLimit{Limit: l, RunningNow: cl.Running(q)}
+	}
+	return out, nil
 }

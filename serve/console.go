@@ -302,7 +302,7 @@ func (s *Server) queuePage(w http.ResponseWriter, r *http.Request, pg *page) {
 		err = lerr
 		done, p99 = charts(recent.Tasks, time.Now())
 	}
-	var lim control.Limit
+	var lim control.QueueLimit
 	if err == nil {
 		lim, err = s.queueLimit(r.Context(), queue)
 	}

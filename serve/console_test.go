@@ -197,8 +197,8 @@ func TestConsole(t *testing.T) {
 	flash := chromedp.WaitVisible(chromedp.CSS("#flash"))
 	run("limit", chromedp.SendKeys(chromedp.CSS("#limit-rate"), "10/s"), chromedp.SendKeys(chromedp.CSS("#limit-running"), "5"),
 		chromedp.Click(chromedp.CSS("#limit-set")), chromedp.WaitVisible(chromedp.CSS("#limit-lift")), shot("limit"))
-	if l, flash := text("#limit"), text("#flash"); l != "rate 10/s, running 5" || flash != "shop.jobs limit: rate 10/s, running 5" {
-		t.Fatalf("after setting a limit: %q, flash %q", l, flash)
+	if l, now, flash := text("#limit"), text("#running-now"), text("#flash"); l != "rate 10/s, running 5" || now != "(0 running now)" || flash != "shop.jobs limit: rate 10/s, running 5" {
+		t.Fatalf("after setting a limit: %q %q, flash %q", l, now, flash)
 	}
 	if _, l := a.do("GET", "/api/shop/jobs/limit", tok, ""); l["rate"] != "10/s" || l["running"] != 5.0 {
 		t.Fatalf("the API's limit after the console's: %v", l)

@@ -16,31 +16,35 @@ type limitJSON struct {
 	Queue     string `json:"queue"`
 	Rate      string `json:"rate,omitempty"`
 	Running   int    `json:"running,omitempty"`
+	// RunningNow counts the queue's tasks its limit holds running now,
+	// across every worker (GET only).
+	RunningNow *int `json:"running_now,omitempty"`
 }
 
 func limitOf(r *http.Request, l control.Limit) limitJSON {
 	return limitJSON{Namespace: r.PathValue("ns"), Queue: r.PathValue("queue"), Rate: l.Rate(), Running: l.Running}
 }
 
-// queueLimit returns topic's limit as the limits topic holds it now: the
-// server's follower of the topic (opened on first use) reads it to its
-// end first, so that a limit just set is seen.
-func (s *Server) queueLimit(ctx context.Context, topic string) (control.Limit, error) {
+// queueLimit returns topic's limit as the limits topic holds it now, and
+// its tasks running under it: the server's follower of the topic (opened
+// on first use) reads it to its end first, so that a limit just set is
+// seen.
+func (s *Server) queueLimit(ctx context.Context, topic string) (control.QueueLimit, error) {
 	s.queueLimitsMu.Lock()
 	if s.queueLimits == nil {
 		c, err := limit.Open(ctx, s.cfg.conn, s.cfg.log)
 		if err != nil {
 			s.queueLimitsMu.Unlock()
-			return control.Limit{}, err
+			return control.QueueLimit{}, err
 		}
 		s.queueLimits = c
 	}
 	c := s.queueLimits
 	s.queueLimitsMu.Unlock()
 	if err := c.Sync(ctx); err != nil {
-		return control.Limit{}, err
+		return control.QueueLimit{}, err
 	}
-	return c.Limit(topic), nil
+	return control.QueueLimit{Limit: c.Limit(topic), RunningNow: c.Running(topic)}, nil
 }
 
 // parseLimit reads a limit from its rate and running parameters (the
@@ -79,7 +83,9 @@ func (s *Server) getLimit(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, limitOf(r, l))
+	out := limitOf(r, l.Limit)
+	out.RunningNow = &l.RunningNow
+	writeJSON(w, http.StatusOK, out)
 }
 
 // setLimit: PUT /api/{ns}/{queue}/limit?rate=&running=: the limit given

@@ -3,6 +3,7 @@ package serve_test
 import (
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/onceq/onceq/serve"
 )
@@ -39,7 +40,7 @@ func TestLimitEndpoints(t *testing.T) {
 	if code, body := a.do("PUT", "/api/shop/pay/limit?rate=10/s&running=5", tok, ""); code != 200 || body["rate"] != "10/s" || body["running"] != 5.0 {
 		t.Fatalf("PUT limit: %d %v", code, body)
 	}
-	if code, body := a.do("GET", "/api/shop/pay/limit", ro, ""); code != 200 || body["rate"] != "10/s" || body["running"] != 5.0 || body["queue"] != "pay" {
+	if code, body := a.do("GET", "/api/shop/pay/limit", ro, ""); code != 200 || body["rate"] != "10/s" || body["running"] != 5.0 || body["queue"] != "pay" || body["running_now"] != 0.0 {
 		t.Fatalf("GET limit: %d %v", code, body)
 	}
 	if code, body := a.do("GET", "/api/mail/pay/limit", other, ""); code != 200 || body["rate"] != nil {
@@ -75,12 +76,29 @@ func TestLimitHoldsHandOuts(t *testing.T) {
 	if code, jobs := consume(t, a, tok, "/api/shop/jobs?ttr=60&timeout=3"); code != 404 {
 		t.Fatalf("a second job handed out while the first is held under running=1: %d %+v", code, jobs)
 	}
+	if code, body := a.do("GET", "/api/shop/jobs/limit", tok, ""); code != 200 || body["running_now"] != 1.0 {
+		t.Fatalf("the limit while a job is held: %d %v; want 1 running now", code, body)
+	}
 	got := make(chan handedOut, 1)
 	go func() { got <- consumeOne(t, a, tok, "/api/shop/jobs?ttr=60&timeout=30") }()
 	if code, body := a.do("DELETE", "/api/shop/jobs/job/"+first.JobID+"?lease="+first.Lease, tok, "done"); code != 204 {
 		t.Fatalf("ACK: %d %v", code, body)
 	}
-	if second := <-got; second.JobID == first.JobID {
+	second := <-got
+	if second.JobID == first.JobID {
 		t.Fatalf("%s handed out twice", first.JobID)
+	}
+	if code, body := a.do("DELETE", "/api/shop/jobs/job/"+second.JobID+"?lease="+second.Lease, tok, "done"); code != 204 {
+		t.Fatalf("ACK: %d %v", code, body)
+	}
+	// Both released: none runs now.
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		code, body := a.do("GET", "/api/shop/jobs/limit", tok, "")
+		if code == 200 && body["running_now"] == 0.0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the limit after both ACKs: %d %v; want 0 running now", code, body)
+		}
 	}
 }

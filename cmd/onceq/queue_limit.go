@@ -83,7 +83,7 @@ worker that dies holds its places until its tasks' time-to-run ends).`,
 func newQueueLimitsCmd(g *globals, timeout *time.Duration) *cobra.Command {
 	return &cobra.Command{
 		Use:   "limits",
-		Short: "List the queues' limits (onceq queue limit)",
+		Short: "List the queues' limits (onceq queue limit), and their tasks running now across workers",
 		Args:  exactArgs(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return withInspectorOf(cmd, g, *timeout, func(ctx context.Context, in *inspect.Inspector) error {
@@ -97,7 +97,7 @@ func newQueueLimitsCmd(g *globals, timeout *time.Duration) *cobra.Command {
 				}
 				slices.Sort(queues)
 				tw := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
-				fmt.Fprintln(tw, "QUEUE\tRATE\tRUNNING")
+				fmt.Fprintln(tw, "QUEUE\tRATE\tRUNNING\tRUNNING NOW")
 				for _, q := range queues {
 					l := limits[q]
 					r, n := "-", "-"
@@ -107,7 +107,7 @@ func newQueueLimitsCmd(g *globals, timeout *time.Duration) *cobra.Command {
 					if l.Running > 0 {
 						n = strconv.Itoa(l.Running)
 					}
-					fmt.Fprintf(tw, "%s\t%s\t%s\n", q, r, n)
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%d\n", q, r, n, l.RunningNow)
 				}
 				return tw.Flush()
 			})

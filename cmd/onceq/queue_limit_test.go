@@ -36,12 +36,12 @@ func TestQueueLimitCommands(t *testing.T) {
 		t.Fatalf("queue limit: %s", out)
 	}
 	cli("queue", "limit", "emails", "--rate", "600/m")
-	if got, want := rows(cli("queue", "limits")), "QUEUE RATE RUNNING|emails 600/m -|jobs 10/s 5"; got != want {
+	if got, want := rows(cli("queue", "limits")), "QUEUE RATE RUNNING RUNNING NOW|emails 600/m - 0|jobs 10/s 5 0"; got != want {
 		t.Fatalf("queue limits: %q; want %q", got, want)
 	}
 	cli("queue", "limit", "jobs", "--running", "2") // replaces the rate too
 	cli("queue", "limit", "emails", "--clear")
-	if got, want := rows(cli("queue", "limits")), "QUEUE RATE RUNNING|jobs - 2"; got != want {
+	if got, want := rows(cli("queue", "limits")), "QUEUE RATE RUNNING RUNNING NOW|jobs - 2 0"; got != want {
 		t.Fatalf("queue limits after a change and a lift: %q; want %q", got, want)
 	}
 }

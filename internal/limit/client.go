@@ -142,6 +142,14 @@ func (c *Client) Limits() map[string]Limit {
 	return map[string]Limit{}
 }
 
+// Running counts the tasks of queue whose claims hold now, across every
+// worker: admitted, not released, not past their end.
+func (c *Client) Running(queue string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.book.Running(queue, time.Now())
+}
+
 // Sync waits until the client read the topic to its end as of the call.
 func (c *Client) Sync(ctx context.Context) error { return c.f.Sync(ctx) }
 

@@ -63,6 +63,14 @@ func TestClientsKeepTheLimits(t *testing.T) {
 		}
 	}
 	wg.Wait()
+	// Every claim released: none runs now, for any client.
+	for _, c := range clients {
+		for deadline := time.Now().Add(10 * time.Second); c.Running("q") != 0; time.Sleep(10 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%d running after every release", c.Running("q"))
+			}
+		}
+	}
 	slices.SortFunc(runs, func(a, b run) int { return a.start.Compare(b.start) })
 	for i := 0; i+l.Count < len(runs); i++ {
 		if d := runs[i+l.Count].start.Sub(runs[i].start); d < l.Per {
