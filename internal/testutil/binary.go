@@ -1,6 +1,9 @@
 package testutil
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -23,32 +26,52 @@ var (
 func Binary(t testing.TB) string {
 	t.Helper()
 	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "onceq-bin-")
+		dir, err := binDir()
 		if err != nil {
 			buildErr = err
 			return
 		}
 		binPath = filepath.Join(dir, "onceq")
+		// Built aside and renamed over the last build: processes still
+		// running the last one keep it, and the directory holds one
+		// binary whatever the runs.
+		out := filepath.Join(dir, fmt.Sprintf("onceq.%d", os.Getpid()))
+		defer os.Remove(out)
 		// -buildvcs=auto over a GOFLAGS that turns it off: the binary
 		// names the commit it was built from (onceq version).
-		args := []string{"build", "-buildvcs=auto", "-o", binPath}
+		args := []string{"build", "-buildvcs=auto", "-o", out}
 		if raceEnabled && os.Getenv("ONCEQ_RACE_BINARY") == "1" {
 			args = append(args, "-race")
 		}
-		out, err := exec.Command("go", append(args, "github.com/onceq/onceq/cmd/onceq")...).CombinedOutput()
-		if err != nil && strings.Contains(string(out), "VCS") {
+		log, err := exec.Command("go", append(args, "github.com/onceq/onceq/cmd/onceq")...).CombinedOutput()
+		if err != nil && strings.Contains(string(log), "VCS") {
 			// A checkout git cannot read: built without its commit.
 			args[1] = "-buildvcs=false"
-			out, err = exec.Command("go", append(args, "github.com/onceq/onceq/cmd/onceq")...).CombinedOutput()
+			log, err = exec.Command("go", append(args, "github.com/onceq/onceq/cmd/onceq")...).CombinedOutput()
 		}
 		if err != nil {
-			buildErr = &buildError{err: err, out: string(out)}
+			buildErr = &buildError{err: err, out: string(log)}
+			return
 		}
+		buildErr = os.Rename(out, binPath)
 	})
 	if buildErr != nil {
 		t.Fatalf("building onceq: %v", buildErr)
 	}
 	return binPath
+}
+
+// binDir is where the test binaries of the package in the working
+// directory build onceq: one directory per package and checkout, reused
+// by every run, so that runs leave no binary of their own behind.
+func binDir() (string, error) {
+	wd, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	sum := sha256.Sum256([]byte(wd))
+	dir := filepath.Join(os.TempDir(), "onceq-bin-"+hex.EncodeToString(sum[:6]))
+	return dir, os.MkdirAll(dir, 0o755)
 }
 
 type buildError struct {
