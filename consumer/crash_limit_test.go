@@ -80,7 +80,7 @@ func TestCrashLimitedQueue(t *testing.T) {
 		return testutil.Start(t, "worker", "--brokers", addr, "--group", "limited", "--queue", "in", "--handler", "http:"+srv.URL,
 			"--checkpoint-dir", dir, "--metrics-addr", "", "--session-timeout", "6s",
 			"--transaction-timeout", "5s", "--commit-interval", "50ms", "--log-level", "warn", "--delay-service=false",
-			"--concurrency", "4", "--timeout", "3s", "--abandon-grace", "1s")
+			"--concurrency", "4", "--timeout", "2s", "--abandon-grace", "500ms")
 	}
 	slots := make([]*workerProc, 5)
 	for i := range slots {

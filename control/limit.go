@@ -9,7 +9,7 @@ import (
 )
 
 // Limit is a queue's limit across every worker that runs it: at most
-// Count starts in any window of Per (plus limit.Margin, 40 ms), and at
+// Count starts in any window of Per (plus limit.Margin, 30 ms), and at
 // most Running tasks running at once. A zero Count or Running sets no
 // limit of that kind. A task its limit holds waits in its worker's slot,
 // unstarted: it never fails for it and spends no attempt.
