@@ -64,13 +64,20 @@ func (b *Book) Apply(r Record, ts time.Time) {
 		delete(qb.claims, key)
 		return
 	case h != nil:
+		if r.Claim.Withdrawn && h.admitted && !h.Withdrawn {
+			qb.dropStart(h.At)
+		}
 		h.Released = h.Released || r.Claim.Released
+		h.Withdrawn = h.Withdrawn || r.Claim.Withdrawn
 		return
 	case r.Claim.Released:
 		// A release whose claim compaction dropped: the claim was
-		// admitted (only those are released), and its start counts.
+		// admitted (only those are released), and its start counts
+		// unless it was withdrawn.
 		qb.claims[key] = &held{Claim: *r.Claim, admitted: true}
-		qb.addStart(r.Claim.At)
+		if !r.Claim.Withdrawn {
+			qb.addStart(r.Claim.At)
+		}
 		return
 	}
 	qb.prune(now)
@@ -93,6 +100,15 @@ func (qb *queueBook) addStart(at int64) {
 		return
 	}
 	qb.starts = slices.Insert(qb.starts, sort.Search(len(qb.starts), func(i int) bool { return qb.starts[i] > at }), at)
+}
+
+// dropStart takes one start at at out of the windows: a claim withdrawn
+// before its task started.
+func (qb *queueBook) dropStart(at int64) {
+	i := sort.Search(len(qb.starts), func(i int) bool { return qb.starts[i] >= at })
+	if i < len(qb.starts) && qb.starts[i] == at {
+		qb.starts = slices.Delete(qb.starts, i, i+1)
+	}
 }
 
 // Admitted reports how the Book decided holder's claim nonce on queue:
@@ -139,15 +155,16 @@ func (b *Book) Next(queue string, after time.Time) time.Time {
 			t = ends[len(ends)-l] + 1
 		}
 	}
-	if qb.limit.Count > 0 {
-		// Each try moves past the window that refused it: at most as
-		// many tries as starts kept.
-		for range len(qb.starts) + 1 {
-			next, ok := qb.after(t)
-			if ok {
+	if qb.limit.Count > 0 && !qb.fits(t) {
+		// A window lets a start in only when a start leaves it: the
+		// first time that fits is one of the starts' ends, s+window.
+		// The last of them fits: no start is kept after it.
+		w := qb.window()
+		for i := sort.Search(len(qb.starts), func(i int) bool { return qb.starts[i]+w > t }); i < len(qb.starts); i++ {
+			if end := qb.starts[i] + w; qb.fits(end) {
+				t = end
 				break
 			}
-			t = next
 		}
 	}
 	return time.UnixMilli(t)
@@ -193,15 +210,8 @@ func (qb *queueBook) runningAt(now int64) int {
 	return n
 }
 
-// fits reports whether a start at at keeps every window to Count starts.
-func (qb *queueBook) fits(at int64) bool {
-	_, ok := qb.after(at)
-	return ok
-}
-
-// after reports whether a start at t fits the windows; if not, next is
-// the earliest time past the first window that refuses it.
-func (qb *queueBook) after(t int64) (next int64, ok bool) {
+// fits reports whether a start at t keeps every window to Count starts.
+func (qb *queueBook) fits(t int64) bool {
 	w, c := qb.window(), qb.limit.Count
 	s := qb.starts
 	// The starts in (t-w, t+w) with t among them, ascending: every window
@@ -217,8 +227,8 @@ func (qb *queueBook) after(t int64) (next int64, ok bool) {
 	// starts span less than w.
 	for i := 0; i+c < len(near); i++ {
 		if near[i+c]-near[i] < w {
-			return near[i] + w, false
+			return false
 		}
 	}
-	return 0, true
+	return true
 }

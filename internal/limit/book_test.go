@@ -124,17 +124,19 @@ func TestBookRunning(t *testing.T) {
 	}
 }
 
-// TestBookRateRandom: whatever the claims, in whatever order, the
-// admitted starts hold at most Count in any window of Per+Margin, and
-// Next never names a start the book refuses.
+// TestBookRateRandom: whatever the claims, in whatever order, and with
+// some withdrawn, the starts admitted and not withdrawn hold at most Count
+// in any window of Per+Margin, and Next never names a start the book
+// refuses.
 func TestBookRateRandom(t *testing.T) {
-	for seed := range uint64(50) {
+	for seed := range uint64(200) {
 		r := rand.New(rand.NewPCG(seed, 7))
 		b := NewBook()
 		t0 := time.UnixMilli(10_000_000)
 		l := Limit{Count: 1 + r.IntN(12), Per: time.Duration(50+r.IntN(1000)) * time.Millisecond}
 		b.Apply(Record{Queue: "q", Limit: l}, t0)
-		var starts []int64
+		var admitted []Claim
+		withdrawn := 0
 		now := t0
 		for i := range 400 {
 			now = now.Add(time.Duration(r.IntN(40)) * time.Millisecond)
@@ -142,16 +144,30 @@ func TestBookRateRandom(t *testing.T) {
 			if r.IntN(3) == 0 {
 				at = b.Next("q", at)
 				if !b.queues["q"].fits(at.UnixMilli()) {
-					t.Fatalf("seed %d: Next named %v, which the book refuses", seed, at.Sub(t0))
+					t.Fatalf("seed %d: Next named %v, which the book refuses (limit %v)", seed, at.Sub(t0), l)
 				}
 			}
 			c := Claim{Nonce: itoaTest(i), At: at.UnixMilli(), Until: at.Add(time.Second).UnixMilli()}
 			if fold(b, now, "q", "h", c) {
-				starts = append(starts, c.At)
+				admitted = append(admitted, c)
+			}
+			// Now and then a claim admitted is withdrawn, its task never
+			// started: its start leaves the windows.
+			if len(admitted) > 0 && r.IntN(6) == 0 {
+				k := r.IntN(len(admitted))
+				w := admitted[k]
+				w.Released, w.Withdrawn = true, true
+				b.Apply(Record{Queue: "q", Holder: "h", Nonce: w.Nonce, Claim: &w}, now)
+				admitted = slices.Delete(admitted, k, k+1)
+				withdrawn++
 			}
 		}
-		if len(starts) < l.Count {
-			t.Fatalf("seed %d: only %d starts admitted", seed, len(starts))
+		var starts []int64
+		for _, c := range admitted {
+			starts = append(starts, c.At)
+		}
+		if len(starts) < l.Count || withdrawn == 0 {
+			t.Fatalf("seed %d: only %d starts admitted, %d withdrawn", seed, len(starts), withdrawn)
 		}
 		slices.Sort(starts)
 		w := (l.Per + Margin).Milliseconds()

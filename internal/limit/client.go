@@ -202,13 +202,13 @@ func (c *Client) Acquire(ctx context.Context, queue string, hold time.Duration, 
 			continue // another claim came first: the book moved
 		}
 		if err := c.wait(ctx, time.Until(at), nil, gone); err != nil {
-			c.release(queue, claim)
+			c.withdraw(queue, claim)
 			return nil, err
 		}
 		if late := time.Since(at); late > maxLate {
 			// Read back too late to start within the window's margin:
-			// give the place up and claim a later one, further ahead.
-			c.release(queue, claim)
+			// give the place up, and claim a later one further ahead.
+			c.withdraw(queue, claim)
 			c.lead.Store(min(int64(maxLead), 2*c.lead.Load()))
 			continue
 		}
@@ -223,6 +223,13 @@ func (c *Client) learn(rt time.Duration) {
 	old := time.Duration(c.lead.Load())
 	next := (3*old + 2*rt) / 4
 	c.lead.Store(int64(min(maxLead, max(minLead, next))))
+}
+
+// withdraw releases a claim whose task did not start: its start leaves
+// the windows, for the next claims to take.
+func (c *Client) withdraw(queue string, claim Claim) {
+	claim.Withdrawn = true
+	c.release(queue, claim)
 }
 
 // release writes, without waiting, that a claim ended, and forgets it

@@ -11,7 +11,8 @@
 // A claim names when its task starts (At) and until when it may run
 // (Until: its time-to-run and grace, so that a worker that dies holds its
 // place no longer); its holder writes it again, Released, when the
-// handler returns, and forgets it (a tombstone) once no window reaches
+// handler returns (Withdrawn too if the task never started, which takes
+// its start out of the windows), and forgets it (a tombstone) once no window reaches
 // its start. Each claim has a key of its own, so compaction never drops
 // a start a window still needs: it keeps a claim's last record, which
 // names its start, until the tombstone. Every worker folds the topic in offset order into a
@@ -182,8 +183,12 @@ type Claim struct {
 	// milliseconds).
 	At    int64 `json:"at"`
 	Until int64 `json:"until"`
-	// Released: the task's handler returned (or the claim was given up).
+	// Released: the task's handler returned, or the claim was given up.
 	Released bool `json:"released,omitempty"`
+	// Withdrawn: given up before its task started (it was read back too
+	// late, or the task no longer waits): its start no longer counts in
+	// the windows.
+	Withdrawn bool `json:"withdrawn,omitempty"`
 }
 
 // claimValue is a claim record's JSON.
@@ -266,6 +271,9 @@ func Decode(key, val []byte) (Record, error) {
 		}
 		if v.At <= 0 || v.Until < v.At {
 			return Record{}, fmt.Errorf("limits: %s: a claim needs a start no later than its end", k)
+		}
+		if v.Withdrawn && !v.Released {
+			return Record{}, fmt.Errorf("limits: %s: a claim withdrawn is released too", k)
 		}
 		v.Nonce = r.Nonce
 		r.Claim = &v.Claim
