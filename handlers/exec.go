@@ -100,6 +100,7 @@ func (t *tailBuffer) String() string { return string(t.b) }
 
 func httpHandler(target string, client *http.Client) consumer.Handler {
 	return consumer.HandlerFunc(func(ctx context.Context, t *consumer.Task) error {
+		started := time.Now()
 		out, ctype := t.Payload, "application/octet-stream"
 		if t.Input != nil {
 			out, ctype = envelope(t), StepContentType
@@ -112,6 +113,7 @@ func httpHandler(target string, client *http.Client) consumer.Handler {
 		req.Header.Set("Onceq-Id", t.ID)
 		req.Header.Set("Onceq-Queue", t.Queue)
 		req.Header.Set("Onceq-Attempt", strconv.Itoa(t.Attempt))
+		req.Header.Set(StartedHTTPHeader, strconv.FormatInt(started.UnixMilli(), 10))
 		resp, err := client.Do(req)
 		if err != nil {
 			return fmt.Errorf("http: POST %s: %w", target, err)

@@ -38,7 +38,8 @@ exec:COMMAND    run COMMAND with sh -c, the payload on stdin and ONCEQ_TASK_ID,
                 output) is in the file ONCEQ_INPUT_FILE; a group's output (a
                 chord callback's input) also as one file per member result in
                 ONCEQ_RESULTS_DIR (00000, 00001, ...), ONCEQ_RESULTS of them
-http:URL        POST the payload with Onceq-Id, Onceq-Queue, Onceq-Attempt headers;
+http:URL        POST the payload with Onceq-Id, Onceq-Queue, Onceq-Attempt headers
+                and Onceq-Started (when the handler started, unix ms);
                 a workflow step with an input is posted as a JSON envelope
                 (Content-Type application/vnd.onceq.step+json): id, queue,
                 attempt, payload, input and, for a group's output, results,
@@ -46,6 +47,11 @@ http:URL        POST the payload with Onceq-Id, Onceq-Queue, Onceq-Attempt heade
                 other than 408 and 429 fails without retry; other answers are
                 retried, honouring Retry-After. A result over the worker's
                 --max-result-bytes fails the task without retry`
+
+// StartedHTTPHeader carries, on an http: handler's request, when the
+// handler started (unix ms): the start a queue's limit counts, which the
+// request reaches its server some network time after.
+const StartedHTTPHeader = "Onceq-Started"
 
 // Headers the count: and flaky: handlers read and write.
 const (

@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/onceq/onceq"
 	"github.com/onceq/onceq/consumer"
@@ -16,13 +18,22 @@ import (
 
 // TestResults: exec: returns its command's stdout and http: its answer's
 // body as the task's result; none when empty; one over the limit fails the
-// task without retry and names the limit.
+// task without retry and names the limit. An http: request says when the
+// handler started.
 func TestResults(t *testing.T) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case "/big":
 			fmt.Fprint(w, strings.Repeat("x", consumer.DefaultMaxResultBytes+1))
 		case "/empty":
+		case "/started":
+			// The handler's start, a moment before the request came.
+			ms, err := strconv.ParseInt(r.Header.Get(StartedHTTPHeader), 10, 64)
+			if d := time.Since(time.UnixMilli(ms)); err != nil || d < 0 || d > time.Minute {
+				http.Error(w, fmt.Sprintf("%s: %q", StartedHTTPHeader, r.Header.Get(StartedHTTPHeader)), http.StatusBadRequest)
+				return
+			}
+			fmt.Fprint(w, "started")
 		default:
 			fmt.Fprintf(w, `{"id":%q}`, r.Header.Get("Onceq-Id"))
 		}
@@ -38,6 +49,7 @@ func TestResults(t *testing.T) {
 		{spec: "exec:head -c 2000000 /dev/zero", tooLarge: true},
 		{spec: "http:" + srv.URL + "/ok", want: `{"id":"t1"}`},
 		{spec: "http:" + srv.URL + "/empty", want: ""},
+		{spec: "http:" + srv.URL + "/started", want: "started"},
 		{spec: "http:" + srv.URL + "/big", tooLarge: true},
 	} {
 		h, _, err := Parse(tc.spec)
