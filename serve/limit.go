@@ -58,15 +58,12 @@ func parseLimit(rate, running string) (control.Limit, error) {
 		}
 	}
 	if running != "" {
-		if l.Running, err = strconv.Atoi(running); err != nil || l.Running < 1 {
-			return l, badRequest("running", "%q: want a whole number of tasks running at once, 1 or more", running)
+		if l.Running, err = strconv.Atoi(running); err != nil || l.Running < 1 || l.Running > limit.MaxRunning {
+			return l, badRequest("running", "%q: want a whole number of tasks running at once, 1 to %d", running, limit.MaxRunning)
 		}
 	}
 	if l.None() {
 		return l, badRequest("rate", "give a rate (10/s, 600/m), a number of tasks running at once, or both")
-	}
-	if err := l.Validate(); err != nil {
-		return l, badRequest("rate", "%v", err)
 	}
 	return l, nil
 }

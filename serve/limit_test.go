@@ -24,6 +24,7 @@ func TestLimitEndpoints(t *testing.T) {
 		{"rate=0/s", "rate"},
 		{"running=0", "running"},
 		{"running=x", "running"},
+		{"running=2000000", "running"},
 		{"rate=10/s&colour=red", ""},
 	} {
 		code, body := a.do("PUT", "/api/shop/pay/limit?"+tc.query, tok, "")

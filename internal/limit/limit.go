@@ -129,11 +129,11 @@ func (l Limit) Validate() error {
 func ParseRate(s string) (count int, per time.Duration, err error) {
 	c, p, ok := strings.Cut(strings.TrimSpace(s), "/")
 	if !ok {
-		return 0, 0, fmt.Errorf("rate %q: want <count>/<unit>, such as 10/s, 600/m or 5/250ms", s)
+		return 0, 0, fmt.Errorf("%q: want <count>/<unit>, such as 10/s, 600/m or 5/250ms", s)
 	}
 	count, err = strconv.Atoi(c)
 	if err != nil || count < 1 || count > MaxCount {
-		return 0, 0, fmt.Errorf("rate %q: the count %q: want a whole number from 1 to %d", s, c, MaxCount)
+		return 0, 0, fmt.Errorf("%q: the count %q: want a whole number from 1 to %d", s, c, MaxCount)
 	}
 	switch p {
 	case "s":
@@ -144,11 +144,11 @@ func ParseRate(s string) (count int, per time.Duration, err error) {
 		per = time.Hour
 	default:
 		if per, err = time.ParseDuration(p); err != nil {
-			return 0, 0, fmt.Errorf("rate %q: the window %q: want s, m, h or a duration such as 250ms", s, p)
+			return 0, 0, fmt.Errorf("%q: the window %q: want s, m, h or a duration such as 250ms", s, p)
 		}
 	}
 	if per < MinPer || per > MaxPer {
-		return 0, 0, fmt.Errorf("rate %q: a window of %v: want %v to %v", s, per, MinPer, MaxPer)
+		return 0, 0, fmt.Errorf("%q: a window of %v: want %v to %v", s, per, MinPer, MaxPer)
 	}
 	return count, per, nil
 }
