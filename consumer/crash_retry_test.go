@@ -7,7 +7,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -102,36 +101,14 @@ func crashRetries(t *testing.T, conn broker.Conn) {
 		_ = cl.Flush(context.Background())
 	}()
 
-	kills := 0
-	deadline := time.Now().Add(5 * time.Minute)
-	for {
-		time.Sleep(time.Duration(1000+rng.IntN(2000)) * time.Millisecond)
+	kills := killWhile(t, rng, conn, slots, 5*time.Minute, func(dir string) *testutil.Process {
+		return startWorker(t, addr, "retry", dir, extra...)
+	}, func() (int, bool, string) {
 		outs, _ := testutil.ReadCommittedErr(conn, time.Minute, "out")
 		dls, _ := testutil.ReadCommittedErr(conn, time.Minute, "onceq-dlq-in")
-		if len(outs) >= len(succeed) && len(dls) >= len(dead) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after 5 minutes: %d of %d outputs, %d of %d dead letters (%d kills)", len(outs), len(succeed), len(dls), len(dead), kills)
-		}
-		checkRunning(t, slots)
-		s := slots[rng.IntN(len(slots))]
-		s.proc.Signal(syscall.SIGKILL)
-		if _, err := s.proc.Wait(10 * time.Second); err != nil {
-			t.Fatal(err)
-		}
-		kills++
-		s.proc = startWorker(t, addr, "retry", s.dir, extra...)
-	}
-	time.Sleep(2 * time.Second) // late duplicates would land by now
-	for _, s := range slots {
-		s.proc.Signal(syscall.SIGTERM)
-	}
-	for _, s := range slots {
-		if code, err := s.proc.Wait(60 * time.Second); err != nil || code != 0 {
-			t.Errorf("worker exit %d (%v):\n%s", code, err, tail(s.proc.Output(), 2000))
-		}
-	}
+		return len(outs) + len(dls), len(outs) >= len(succeed) && len(dls) >= len(dead),
+			fmt.Sprintf("%d of %d outputs, %d of %d dead letters", len(outs), len(succeed), len(dls), len(dead))
+	})
 	t.Logf("%d tasks, %d kills", n, kills)
 	if kills < 3 {
 		t.Fatalf("only %d kills: the run was too short to test crashes", kills)

@@ -159,31 +159,69 @@ func crashRunOn(t *testing.T, rng *rand.Rand, brokerArgs []string, tasks []onceq
 
 // killUntil SIGKILLs one of slots, chosen by rng, every 1-3 s and
 // restarts it with start, until "out" holds n records (counted by a
-// read_committed reader), failing the test after limit; then it stops
-// every worker with SIGTERM, which must exit 0. It returns the kills.
+// read_committed reader), failing the test after limit (killWhile);
+// then it stops every worker with SIGTERM, which must exit 0. It returns
+// the kills.
 func killUntil(t *testing.T, rng *rand.Rand, conn broker.Conn, slots []*workerProc, n int, limit time.Duration, start func(dir string) *testutil.Process) int {
 	t.Helper()
-	deadline := time.Now().Add(limit)
-	kills := 0
-	for {
-		time.Sleep(time.Duration(1000+rng.IntN(2000)) * time.Millisecond)
+	return killWhile(t, rng, conn, slots, limit, start, func() (int, bool, string) {
 		// Offsets count transaction markers too: confirm with a reader.
 		got := countRecords(t, conn, "out")
 		if got >= n {
-			if got = len(testutil.ReadCommitted(t, conn, time.Minute, "out")); got >= n {
-				break
-			}
+			got = len(testutil.ReadCommitted(t, conn, time.Minute, "out"))
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("only %d of %d outputs after %v (%d kills)", got, n, limit, kills)
+		return got, got >= n, fmt.Sprintf("%d of %d outputs", got, n)
+	})
+}
+
+// killWhile SIGKILLs one of slots, chosen by rng, every 1-3 s and
+// restarts it with start, until progress says the run is done. progress
+// counts what the run has finished so far and describes it. The test
+// fails after limit, or after two minutes in which nothing finished,
+// with the workers' logs and the broker's groups and transactions.
+//
+// A kill comes only once something has finished since the last one:
+// kills faster than the workers recover from them would test nothing but
+// the group protocol's patience. (Under load a static member notices a
+// rebalance only at its next heartbeat, up to 3 s later; a member
+// replaced every 2 s keeps its group in rebalance for good.)
+//
+// Then it stops every worker with SIGTERM, which must exit 0. It returns
+// the kills.
+func killWhile(t *testing.T, rng *rand.Rand, conn broker.Conn, slots []*workerProc, limit time.Duration,
+	start func(dir string) *testutil.Process, progress func() (finished int, done bool, status string)) int {
+	t.Helper()
+	begin := time.Now()
+	kills, killedAt, last, lastMoved := 0, -1, 0, begin
+	var trail []string // the status at each look, shown if the run never ends
+	for {
+		time.Sleep(time.Duration(1000+rng.IntN(2000)) * time.Millisecond)
+		n, done, status := progress()
+		if done {
+			break
+		}
+		trail = append(trail, fmt.Sprintf("%.0fs: %s", time.Since(begin).Seconds(), status))
+		if n > last {
+			last, lastMoved = n, time.Now()
+		}
+		if time.Since(begin) > limit || time.Since(lastMoved) > 2*time.Minute {
+			for _, s := range slots {
+				t.Logf("worker %s:\n%s", s.dir, tail(s.proc.Output(), 3000))
+			}
+			t.Logf("broker:\n%s", testutil.BrokerState(conn))
+			t.Fatalf("after %v, %v of them without progress, and %d kills: %s; at each look: %s",
+				time.Since(begin).Round(time.Second), time.Since(lastMoved).Round(time.Second), kills, status, strings.Join(trail, ", "))
 		}
 		checkRunning(t, slots)
+		if n <= killedAt {
+			continue // not yet recovered from the last kill
+		}
 		s := slots[rng.IntN(len(slots))]
 		s.proc.Signal(syscall.SIGKILL)
 		if _, err := s.proc.Wait(10 * time.Second); err != nil {
 			t.Fatal(err)
 		}
-		kills++
+		kills, killedAt = kills+1, n
 		s.proc = start(s.dir)
 	}
 	time.Sleep(time.Second) // a duplicate would land after the originals

@@ -1,0 +1,89 @@
+package testutil
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+
+	"github.com/onceq/onceq/broker"
+)
+
+// BrokerState describes what a stalled test needs to know about the broker:
+// every consumer group's state, members and partitions with lag; every
+// partition whose last stable offset trails its high watermark (a
+// transaction still open); and every transaction not yet ended. It never
+// fails: what it cannot read it says it could not.
+func BrokerState(conn broker.Conn) string {
+	adm, err := broker.NewAdmin(conn)
+	if err != nil {
+		return "broker state: " + err.Error()
+	}
+	defer adm.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	k := adm.Kadm()
+	var b strings.Builder
+
+	groups, err := k.ListGroups(ctx)
+	if err != nil {
+		fmt.Fprintf(&b, "groups: %v\n", err)
+	}
+	lags, err := k.Lag(ctx, groups.Groups()...)
+	if err != nil {
+		fmt.Fprintf(&b, "group lag: %v\n", err)
+	}
+	for _, g := range lags.Sorted() {
+		fmt.Fprintf(&b, "group %s: %s, %d members", g.Group, g.State, len(g.Members))
+		if err := g.Error(); err != nil {
+			fmt.Fprintf(&b, ", error %v", err)
+		}
+		for _, l := range g.Lag.Sorted() {
+			if l.Lag != 0 {
+				who := "unassigned"
+				if l.Member != nil {
+					who = l.Member.ClientID
+				}
+				fmt.Fprintf(&b, "; %s/%d lag %d (commit %d, end %d, %s)", l.Topic, l.Partition, l.Lag, l.Commit.At, l.End.Offset, who)
+			}
+		}
+		b.WriteString("\n")
+	}
+
+	topics, err := k.ListTopics(ctx)
+	if err != nil {
+		fmt.Fprintf(&b, "topics: %v\n", err)
+	}
+	names := topics.Names()
+	ends, err := k.ListEndOffsets(ctx, names...)
+	if err != nil {
+		fmt.Fprintf(&b, "end offsets: %v\n", err)
+	}
+	stable, err := k.ListCommittedOffsets(ctx, names...)
+	if err != nil {
+		fmt.Fprintf(&b, "stable offsets: %v\n", err)
+	}
+	var open []string
+	ends.Each(func(o kadm.ListedOffset) {
+		s, ok := stable.Lookup(o.Topic, o.Partition)
+		if ok && s.Offset != o.Offset {
+			open = append(open, fmt.Sprintf("%s/%d stable %d end %d", o.Topic, o.Partition, s.Offset, o.Offset))
+		}
+	})
+	sort.Strings(open)
+	fmt.Fprintf(&b, "partitions with an open transaction: %d %s\n", len(open), strings.Join(open, ", "))
+
+	txns, err := k.ListTransactions(ctx, nil, nil)
+	if err != nil {
+		fmt.Fprintf(&b, "transactions: %v\n", err)
+	}
+	for _, tx := range txns.Sorted() {
+		if tx.State != "Empty" && tx.State != "CompleteCommit" && tx.State != "CompleteAbort" {
+			fmt.Fprintf(&b, "transaction %s (producer %d): %s\n", tx.TxnID, tx.ProducerID, tx.State)
+		}
+	}
+	return b.String()
+}
