@@ -4,8 +4,10 @@ import (
 	"cmp"
 	"context"
 	"errors"
-	"fmt"
+	"maps"
 	"slices"
+	"strconv"
+	"strings"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -28,11 +30,31 @@ type TxnOffset struct {
 	TopicID [16]byte
 }
 
-// ErrNotAssigned is wrapped by Commit's error when the member's last sync
-// no longer assigns it a partition the transaction commits or carries the
-// work of: the transaction aborts, and the partition's next owner does
-// that work.
+// ErrNotAssigned is wrapped by Commit's error when the member no longer
+// holds a partition the transaction commits or carries the work of: the
+// transaction aborts, and the partition's next owner does that work. The
+// error is a *NotAssignedError, which names the partitions.
 var ErrNotAssigned = errors.New("partition no longer assigned to this member")
+
+// NotAssignedError names the partitions a Commit found the member no
+// longer holds, by topic. Its user lets them go as revoked ones: their
+// revocation may have come without a callback (see Commit).
+type NotAssignedError struct {
+	Partitions map[string][]int32
+}
+
+func (e *NotAssignedError) Error() string {
+	var parts []string
+	for _, topic := range slices.Sorted(maps.Keys(e.Partitions)) {
+		for _, p := range e.Partitions[topic] {
+			parts = append(parts, topic+"/"+strconv.Itoa(int(p)))
+		}
+	}
+	return "broker: " + strings.Join(parts, ", ") + ": " + ErrNotAssigned.Error()
+}
+
+// Is makes errors.Is(err, ErrNotAssigned) hold.
+func (e *NotAssignedError) Is(target error) bool { return target == ErrNotAssigned }
 
 // Commit runs one transaction of the member (RunTxn): it writes recs and
 // commits exactly offsets, each partition's in place of the position the
@@ -41,16 +63,32 @@ var ErrNotAssigned = errors.New("partition no longer assigned to this member")
 // transaction on a revocation: that is what keeps exactly once across
 // rebalances.
 //
-// The fence is the generation, not the partitions: a revocation the
-// session did not pass on (see Assignment) would let the transaction
-// commit a partition another member took meanwhile. So Commit aborts,
-// with an error wrapping ErrNotAssigned, when the last sync did not assign
-// the member a partition of offsets or of also (the partitions whose work
-// recs carry without moving their offsets, by topic). The check runs after
-// recs were written: a sync that took a partition before it aborts the
-// transaction, and one after it gives the partition to no one before this
-// member rejoins, whose new owner then reads this transaction's records,
-// or waits for them.
+// The fence is the generation (a classic group's) or the member epoch (a
+// KIP-848 group's), not the partitions: a revocation the session did not
+// pass on would let the transaction commit a partition another member
+// took meanwhile. kgo's session passes the first revocation (or loss)
+// between two ends of a transaction to the member's callback and drops
+// the next ones until End clears its flag; a KIP-848 member also keeps
+// its epoch valid after giving a partition up, so the brokers accept the
+// commit. So Commit aborts, with a *NotAssignedError, when the member no
+// longer holds a partition of offsets or of also (the partitions whose
+// work recs carry without moving their offsets, by topic):
+//   - ClassicGroup: the last sync did not assign it (see Assignment);
+//   - ConsumerGroup: the client, just before the transaction ends, holds
+//     no offset of it. kgo forgets a partition's offsets when it gives
+//     the partition up, callback or not, and knows those of every
+//     partition it has polled records from since it got it, which a
+//     partition with work or a moved offset always is.
+//
+// The classic check runs after recs were written: a sync that took a
+// partition before it aborts the transaction, and one after it gives the
+// partition to no one before this member rejoins, whose new owner then
+// reads this transaction's records, or waits for them. A KIP-848 member
+// acknowledges a revocation only after its client forgot the partition's
+// offsets: a commit that found them sends its offsets before that
+// acknowledgement, so the new owner's fetch of the group's offsets waits
+// for this transaction (KIP-447), or under the epoch the revocation made
+// stale, which the brokers refuse.
 //
 // onAbort is RunTxn's. An AtLeastOnce member has no transactions: Commit
 // returns an error.
@@ -59,23 +97,44 @@ func (m *Member) Commit(ctx context.Context, recs []*kgo.Record, offsets []TxnOf
 	if m.sess == nil {
 		return Txn{}, errors.New("broker: Commit on an at-least-once member: produce and commit offsets with its Client")
 	}
+	var held map[string]map[int32]kgo.EpochOffset // ConsumerGroup: the client's offsets before End
+	beforeEnd := func() {
+		if m.cfg.Protocol == ConsumerGroup {
+			held = m.cl.CommittedOffsets()
+		}
+	}
 	setOffsets := func(req *kmsg.TxnOffsetCommitRequest) error {
+		var gone map[string][]int32
+		check := func(topic string, p int32) {
+			ok := m.cfg.Assignment.Has(topic, p)
+			if m.cfg.Protocol == ConsumerGroup {
+				_, ok = held[topic][p]
+			}
+			if !ok && !slices.Contains(gone[topic], p) {
+				if gone == nil {
+					gone = map[string][]int32{}
+				}
+				gone[topic] = append(gone[topic], p)
+			}
+		}
 		for topic, ps := range also {
 			for _, p := range ps {
-				if !m.cfg.Assignment.Has(topic, p) {
-					return fmt.Errorf("broker: %s/%d: %w", topic, p, ErrNotAssigned)
-				}
+				check(topic, p)
 			}
 		}
 		for _, o := range offsets {
-			if !m.cfg.Assignment.Has(o.Topic, o.Partition) {
-				return fmt.Errorf("broker: %s/%d: %w", o.Topic, o.Partition, ErrNotAssigned)
+			check(o.Topic, o.Partition)
+		}
+		if gone != nil {
+			for _, ps := range gone {
+				slices.Sort(ps)
 			}
+			return &NotAssignedError{Partitions: gone}
 		}
 		setTxnOffsets(req, offsets)
 		return nil
 	}
-	return RunTxn(ctx, m.sess, recs, setOffsets, onAbort)
+	return RunTxn(ctx, m.sess, recs, beforeEnd, setOffsets, onAbort)
 }
 
 // setTxnOffsets makes req commit exactly offsets, in topic and partition

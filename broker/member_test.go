@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"reflect"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -192,5 +195,139 @@ func produce(t *testing.T, conn broker.Conn, topic string, n int) {
 	}
 	if err := cl.ProduceSync(context.Background(), recs...).FirstErr(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestMemberCommitAfterUnheardRevocation: kgo's transact session passes
+// a KIP-848 member the first revocation between two ends of a transaction
+// and drops the next ones, and the member's epoch stays valid after it
+// gives a partition up. A member that polled three partitions and had two
+// of them taken, the second without a callback, must not commit the
+// second one's offset (the brokers would accept it while its new owner
+// runs the same records): Commit refuses it with a NotAssignedError that
+// names it, and the group's offset of it stays uncommitted.
+func TestMemberCommitAfterUnheardRevocation(t *testing.T) {
+	_, conn := testutil.StartBroker(t, "")
+	testutil.CreateTopic(t, conn, "in", 3)
+	testutil.CreateTopic(t, conn, "out", 1)
+	produce(t, conn, "in", 30)
+	const group = "unheard"
+	var (
+		mu      sync.Mutex
+		heard   []int32              // what the first member's callbacks revoked
+		holders = map[int32]string{} // the other members' assignments
+	)
+	member := func(id string) *broker.Member {
+		m, err := broker.NewMember(broker.MemberConfig{Conn: conn, Group: group, InstanceID: id, Protocol: broker.ConsumerGroup,
+			SessionTimeout: 6 * time.Second, TransactionTimeout: 3 * time.Second,
+			Assigned: func(_ context.Context, _ *kgo.Client, m map[string][]int32) {
+				mu.Lock()
+				defer mu.Unlock()
+				for _, p := range m["in"] {
+					holders[p] = id
+				}
+			},
+			Revoked: func(_ context.Context, _ *kgo.Client, m map[string][]int32) {
+				mu.Lock()
+				defer mu.Unlock()
+				if id == "a" {
+					heard = append(heard, m["in"]...)
+				}
+			},
+			Opts: []kgo.Opt{kgo.ConsumeTopics("in"), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart())}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(m.Close)
+		return m
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	a := member("a")
+	for polled := 0; polled < 30; {
+		fs := a.Poll(ctx, 100)
+		if err := broker.FetchErr(fs); err != nil {
+			t.Fatal(err)
+		}
+		polled += fs.NumRecords()
+	}
+	// waitFor polls m (a member's client acts on its group as it polls)
+	// until cond holds.
+	waitFor := func(what string, cond func() bool, ms ...*broker.Member) {
+		t.Helper()
+		for {
+			mu.Lock()
+			ok := cond()
+			mu.Unlock()
+			if ok {
+				return
+			}
+			if ctx.Err() != nil {
+				t.Fatalf("waiting for %s: %v", what, ctx.Err())
+			}
+			for _, m := range ms {
+				pctx, pcancel := context.WithTimeout(ctx, 50*time.Millisecond)
+				m.Poll(pctx, 10)
+				pcancel()
+			}
+		}
+	}
+	others := func(ids ...string) bool {
+		for _, id := range ids {
+			if !slices.Contains(slices.Collect(maps.Values(holders)), id) {
+				return false
+			}
+		}
+		return true
+	}
+	b := member("b")
+	waitFor("b to get a partition from a", func() bool { return len(heard) > 0 && others("b") }, a, b)
+	c := member("c")
+	waitFor("c to get a partition", func() bool { return others("b", "c") }, a, b, c)
+
+	mu.Lock()
+	var taken int32 = -1 // a partition c holds that a never heard it lost
+	for p, id := range holders {
+		if id == "c" && !slices.Contains(heard, p) {
+			taken = p
+		}
+	}
+	mu.Unlock()
+	if taken < 0 {
+		t.Skipf("a heard every revocation (%v): kgo passes them all now", heard)
+	}
+	offsets := []broker.TxnOffset{{Topic: "in", Partition: taken, At: kgo.EpochOffset{Epoch: -1, Offset: 5}}}
+	// The first end after the revocation a heard aborts; the next one
+	// would commit.
+	for range 2 {
+		tx, err := a.Commit(ctx, []*kgo.Record{{Topic: "out", Value: []byte("late")}}, offsets, nil, nil)
+		if tx.Committed {
+			t.Fatalf("a committed in/%d, which c holds", taken)
+		}
+		var gone *broker.NotAssignedError
+		if errors.As(err, &gone) {
+			if want := map[string][]int32{"in": {taken}}; !reflect.DeepEqual(gone.Partitions, want) {
+				t.Fatalf("refused %v, want %v", gone.Partitions, want)
+			}
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	adm, err := broker.NewAdmin(conn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer adm.Close()
+	offs, err := adm.Kadm().FetchOffsets(kadm.RequireStable(ctx), group)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o, ok := offs.Lookup("in", taken); ok && o.At >= 0 {
+		t.Fatalf("in/%d committed at %d by a member that no longer held it", taken, o.At)
+	}
+	if recs := testutil.ReadCommitted(t, conn, 30*time.Second, "out"); len(recs) != 0 {
+		t.Fatalf("out holds %d records of aborted transactions", len(recs))
 	}
 }

@@ -28,7 +28,8 @@ type FailedRecord struct {
 
 // RunTxn runs one transaction of sess: it begins it, produces recs,
 // flushes them and ends it, committing only if every record was written.
-// offsets, when not nil, is called with the offset commit the session
+// beforeEnd, when not nil, is called after the flush, just before the
+// end. offsets, when not nil, is called with the offset commit the session
 // built (fenced by the group's generation and member, KIP-447) and may
 // rewrite the offsets it commits (kgo.PreTxnCommitFnContext); the session
 // still aborts on a revocation. onAbort, when not nil, is called with the
@@ -37,7 +38,7 @@ type FailedRecord struct {
 // The error is that of Begin, Flush or End, naming the step; the callers
 // name what they were committing. It is the one home of this sequence for
 // the worker's commit and the delay service's moves.
-func RunTxn(ctx context.Context, sess *kgo.GroupTransactSession, recs []*kgo.Record,
+func RunTxn(ctx context.Context, sess *kgo.GroupTransactSession, recs []*kgo.Record, beforeEnd func(),
 	offsets func(*kmsg.TxnOffsetCommitRequest) error, onAbort func(first error)) (Txn, error) {
 	if err := sess.Begin(); err != nil {
 		return Txn{}, fmt.Errorf("beginning a transaction: %w", err)
@@ -67,6 +68,9 @@ func RunTxn(ctx context.Context, sess *kgo.GroupTransactSession, recs []*kgo.Rec
 	}
 	if offsets != nil {
 		ctx = kgo.PreTxnCommitFnContext(ctx, offsets)
+	}
+	if beforeEnd != nil {
+		beforeEnd()
 	}
 	committed, err := sess.End(ctx, try)
 	if err != nil {

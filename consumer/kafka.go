@@ -145,8 +145,9 @@ func (s *txnSide) commit(ctx context.Context, recs []*kgo.Record, offsets map[st
 	t, err := s.m.Commit(ctx, recs, txnOffsets, also, func(first error) {
 		s.w.cfg.log.Warn("aborting commit: writing a record failed", "err", first)
 	})
-	if errors.Is(err, broker.ErrNotAssigned) {
+	if gone, ok := errors.AsType[*broker.NotAssignedError](err); ok {
 		s.w.cfg.log.Info("commit aborted: a partition of it was assigned elsewhere", "err", err)
+		s.w.lost(gone.Partitions)
 		return false, nil, nil
 	}
 	if err != nil {

@@ -503,6 +503,19 @@ func (w *Worker) revoked(_ context.Context, _ *kgo.Client, m map[string][]int32)
 	w.cfg.log.Info("partitions revoked", "partitions", m)
 }
 
+// lost releases the partitions a commit found the group gave to others
+// without a revoke callback (broker.NotAssignedError).
+func (w *Worker) lost(m map[string][]int32) {
+	w.mu.Lock()
+	for topic, ps := range m {
+		for _, p := range ps {
+			w.drop(checkpoint.TP{Topic: topic, Partition: p})
+		}
+	}
+	w.mu.Unlock()
+	w.cfg.log.Info("partitions revoked without a callback: released", "partitions", m)
+}
+
 // drop releases the partition tp, if the worker has it, and forgets it;
 // the caller holds w.mu.
 func (w *Worker) drop(tp checkpoint.TP) {

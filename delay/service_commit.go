@@ -96,7 +96,10 @@ func (s *Service) commit(ctx context.Context) error {
 	})
 	done := time.Now()
 	s.m.commit.Observe(done.Sub(now).Seconds())
-	if err != nil && !errors.Is(err, broker.ErrNotAssigned) {
+	if gone, ok := errors.AsType[*broker.NotAssignedError](err); ok {
+		// Given to others without a revoke callback: let them go.
+		s.revoked(ctx, nil, gone.Partitions)
+	} else if err != nil {
 		return fmt.Errorf("delay: moving records: %w", err)
 	}
 	if !t.Committed {
