@@ -117,7 +117,7 @@ func (w *Worker) waitLimit(it *item, queue string, task *onceq.Task) (limit.Rele
 	defer waiting.Dec()
 	start := time.Now()
 	hold := timeToRun(task, w.cfg.taskTimeout) + w.cfg.abandonGrace
-	rel, err := w.limits.Acquire(context.Background(), queue, hold, func() bool {
+	rel, _, err := w.limits.Acquire(context.Background(), queue, hold, func() bool {
 		select {
 		case <-w.sched.quit:
 			return true

@@ -157,24 +157,28 @@ func (c *Client) Sync(ctx context.Context) error { return c.f.Sync(ctx) }
 type Release func()
 
 // Acquire waits until a task of queue may start in this worker's slot,
-// and returns when it starts. hold is how long the task may run (its
-// time-to-run and grace): past it, the claim no longer counts. gone is
-// asked every 100 ms while it waits: true gives up, with ErrGone. A queue
-// without a limit returns at once, with a Release that does nothing.
-func (c *Client) Acquire(ctx context.Context, queue string, hold time.Duration, gone func() bool) (Release, error) {
+// and returns when it starts, with the start its claim was admitted at:
+// the windows of the limit hold over those, and Acquire returns no
+// earlier than it, and at most maxLate later by its own clock (a process
+// that the machine leaves waiting may see its return later still). hold
+// is how long the task may run (its time-to-run and grace): past it, the
+// claim no longer counts. gone is asked every 100 ms while it waits: true
+// gives up, with ErrGone. A queue without a limit returns at once, with a
+// Release that does nothing and a zero start.
+func (c *Client) Acquire(ctx context.Context, queue string, hold time.Duration, gone func() bool) (Release, time.Time, error) {
 	if c.Limit(queue).None() {
-		return func() {}, nil
+		return func() {}, time.Time{}, nil
 	}
 	if err := c.takeTurn(ctx, queue, gone); err != nil {
-		return nil, err
+		return nil, time.Time{}, err
 	}
 	defer c.endTurn(queue)
 	for {
 		if gone() {
-			return nil, ErrGone
+			return nil, time.Time{}, ErrGone
 		}
 		if c.Limit(queue).None() {
-			return func() {}, nil
+			return func() {}, time.Time{}, nil
 		}
 		// Claim the first start the book allows, once it is near.
 		lead := time.Duration(c.lead.Load())
@@ -184,14 +188,14 @@ func (c *Client) Acquire(ctx context.Context, queue string, hold time.Duration, 
 		c.mu.Unlock()
 		if wait := time.Until(at) - lead; wait > 0 {
 			if err := c.wait(ctx, min(wait, check), ch, gone); err != nil {
-				return nil, err
+				return nil, time.Time{}, err
 			}
 			continue
 		}
 		claim := Claim{Nonce: rand.Text()[:12], At: at.UnixMilli(), Until: at.Add(hold).UnixMilli()}
 		sent := time.Now()
 		if err := c.progress.Write(ctx, c.cl, ClaimRecord(queue, c.holder, claim)); err != nil {
-			return nil, fmt.Errorf("limits: %w", err)
+			return nil, time.Time{}, fmt.Errorf("limits: %w", err)
 		}
 		c.learn(time.Since(sent))
 		c.mu.Lock()
@@ -203,7 +207,7 @@ func (c *Client) Acquire(ctx context.Context, queue string, hold time.Duration, 
 		}
 		if err := c.wait(ctx, time.Until(at), nil, gone); err != nil {
 			c.withdraw(queue, claim)
-			return nil, err
+			return nil, time.Time{}, err
 		}
 		if late := time.Since(at); late > maxLate {
 			// Read back too late to start within the window's margin:
@@ -213,7 +217,7 @@ func (c *Client) Acquire(ctx context.Context, queue string, hold time.Duration, 
 			continue
 		}
 		var once sync.Once
-		return func() { once.Do(func() { c.release(queue, claim) }) }, nil
+		return func() { once.Do(func() { c.release(queue, claim) }) }, time.UnixMilli(claim.At), nil
 	}
 }
 
