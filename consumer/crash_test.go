@@ -229,8 +229,15 @@ func killWhile(t *testing.T, rng *rand.Rand, conn broker.Conn, slots []*workerPr
 		s.proc.Signal(syscall.SIGTERM)
 	}
 	for _, s := range slots {
-		if code, err := s.proc.Wait(60 * time.Second); err != nil || code != 0 {
-			t.Errorf("worker exit %d (%v):\n%s", code, err, tail(s.proc.Output(), 2000))
+		code, err := s.proc.Wait(60 * time.Second)
+		if err != nil {
+			// Still running: SIGQUIT makes the Go runtime print every
+			// goroutine's stack, which says where the stop is stuck.
+			s.proc.Signal(syscall.SIGQUIT)
+			_, _ = s.proc.Wait(10 * time.Second)
+			t.Errorf("worker exit %d (%v); its goroutines:\n%s", code, err, tail(s.proc.Output(), 30000))
+		} else if code != 0 {
+			t.Errorf("worker exit %d:\n%s", code, tail(s.proc.Output(), 2000))
 		}
 	}
 	return kills
