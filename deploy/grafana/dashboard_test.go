@@ -3,10 +3,12 @@ package grafana_test
 import (
 	"context"
 	"encoding/json"
+	"maps"
 	"os"
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -22,7 +24,20 @@ import (
 
 // recorder is a Registerer that keeps the name and variable labels of
 // every metric registered, children or not.
-type recorder struct{ labels map[string][]string }
+// recorder notes the labels of every metric registered with it. A
+// component may register from a goroutine of its own (onceq serve's
+// scheduler does, once it runs): mu guards labels.
+type recorder struct {
+	mu     sync.Mutex
+	labels map[string][]string
+}
+
+// snapshot returns the labels noted so far.
+func (r *recorder) snapshot() map[string][]string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return maps.Clone(r.labels)
+}
 
 var descRe = regexp.MustCompile(`fqName: "([^"]+)".*variableLabels: \{([^}]*)\}`)
 
@@ -43,7 +58,9 @@ func (r *recorder) Register(c prometheus.Collector) error {
 				labels = append(labels, l)
 			}
 		}
+		r.mu.Lock()
 		r.labels[m[1]] = labels
+		r.mu.Unlock()
 	}
 	return nil
 }
@@ -103,6 +120,7 @@ func TestDashboardQueriesExist(t *testing.T) {
 	if err := json.Unmarshal(b, &dash); err != nil {
 		t.Fatal(err)
 	}
+	registered := rec.snapshot()
 	queried := 0
 	for _, p := range dash.Panels {
 		for _, tg := range p.Targets {
@@ -111,12 +129,12 @@ func TestDashboardQueriesExist(t *testing.T) {
 				name := m
 				for _, suffix := range []string{"_bucket", "_sum", "_count"} {
 					if base := strings.TrimSuffix(m, suffix); base != m {
-						if _, ok := rec.labels[base]; ok {
+						if _, ok := registered[base]; ok {
 							name = base
 						}
 					}
 				}
-				labels, ok := rec.labels[name]
+				labels, ok := registered[name]
 				if !ok {
 					t.Errorf("panel %q queries %s, which nothing registers", p.Title, m)
 					continue
