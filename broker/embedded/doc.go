@@ -4,7 +4,9 @@
 // cluster of several (Config.Nodes) whose leaders and coordinators move on
 // demand (Broker.MoveLeaders), so clients can be tested under elections; the
 // nodes share one log, and the broker answers clients' questions about
-// truncation after a move accordingly (epochs.go). It is a package of its
+// truncation after a move accordingly (epochs.go). It caps each consumer
+// group member's rebalance timeout, which keeps a miscount of kfake's from
+// holding a group in a rebalance (rebalance.go). It is a package of its
 // own so that onceq's library packages do not link it.
 //
 //	emb, err := embedded.Start(embedded.Config{DataDir: "./onceq-data/broker"})

@@ -209,6 +209,7 @@ func Start(cfg Config) (*Broker, error) {
 	}
 	installGuards(e.cluster)
 	answerLeaderEpochs(e.cluster)
+	boundRebalances(e.cluster)
 	if cfg.DataDir != "" {
 		installTxnNotes(e.cluster, cfg.DataDir, cfg.Sync, cfg.Logger)
 		e.dataDir = cfg.DataDir
