@@ -26,6 +26,7 @@ func parseFuzzHeaders(s string) []kgo.RecordHeader {
 func FuzzFromRecord(f *testing.F) {
 	f.Add("q", []byte("k"), []byte("v"), "onceq-id=a\nonceq-due=1700000000000\nonceq-attempt=2\ntrace=x")
 	f.Add("onceq-delay-5s", []byte(nil), []byte(nil), "onceq-queue=emails\nonceq-timeout=1500\nonceq-max-attempts=3")
+	f.Add("fn", []byte("k"), []byte("v"), "onceq-id=a\nonceq-queue=fn/resize")
 	f.Add("q", []byte(""), []byte("p"), "onceq-expires=0\nonceq-enqueued=1\nonceq-error=boom\nonceq-x=y")
 	f.Add("q", []byte("k"), []byte("p"), "onceq-failed=5\nonceq-backoff=1000:2:60000\nonceq-requeued=0/9")
 	f.Add("q", []byte("k"), []byte("p"), "onceq-id=0195f0e2-7c4a-7000-8000-000000000000\nonceq-id-generated=1")
@@ -65,6 +66,7 @@ func FuzzFromRecord(f *testing.F) {
 // malformed.
 func FuzzRoundTrip(f *testing.F) {
 	f.Add("id-1", "emails", []byte("k"), []byte("p"), int64(1_800_000_000_000), int64(0), int64(0), int64(3), int64(2), int64(1500_000_000), "err", "h", []byte("v"), "")
+	f.Add("x", "fn/resize", []byte(nil), []byte(nil), int64(0), int64(0), int64(0), int64(0), int64(0), int64(0), "", "", []byte(nil), "")
 	f.Add("x", "q", []byte(nil), []byte(nil), int64(0), int64(5), int64(0), int64(0), int64(0), int64(0), "", "", []byte(nil), "")
 	f.Add("x", "q", []byte(nil), []byte(nil), int64(-1), int64(0), int64(0), int64(1<<31), int64(0), int64(0), "", "", []byte(nil), "")   // before 1970; max attempts 2^31
 	f.Add("x", "q", []byte(nil), []byte(nil), int64(0), int64(0), int64(-5), int64(0), int64(1<<31), int64(500), "", "", []byte(nil), "") // enqueued before 1970; attempt 2^31; 500ns

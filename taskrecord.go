@@ -231,7 +231,7 @@ func DecodeTaskRecord(value []byte) (TaskRecord, error) {
 	if ValidateID(j.ID) != nil {
 		return TaskRecord{}, fmt.Errorf("onceq: task record: invalid task ID %q", quoteCut(j.ID))
 	}
-	if ValidateQueue(j.Queue) != nil && ValidateTopic(j.Queue) != nil {
+	if ValidateTopic(j.Queue) != nil && ValidateLaneQueue(j.Queue) != nil {
 		return TaskRecord{}, fmt.Errorf("onceq: task record: invalid queue %q", quoteCut(j.Queue))
 	}
 	if j.Attempt < 0 || j.Attempt > MaxAttemptCount || j.MaxAttempts < 0 || j.MaxAttempts > MaxAttemptCount || j.Partition < 0 || j.Offset < 0 {

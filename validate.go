@@ -31,14 +31,14 @@ func ValidateQueue(name string) error {
 	return nil
 }
 
-// ValidateTaskQueue checks the queue of a task: a queue ValidateQueue
-// accepts, or WorkflowQueue, the one reserved name a task may have (the
-// workflow service's).
+// ValidateTaskQueue checks the queue of a task: a queue ValidateAnyQueue
+// accepts (a topic's or a lane queue's), or WorkflowQueue, the one
+// reserved name a task may have (the workflow service's).
 func ValidateTaskQueue(name string) error {
 	if name == WorkflowQueue {
 		return nil
 	}
-	return ValidateQueue(name)
+	return ValidateAnyQueue(name)
 }
 
 // ValidateTopic checks any topic name, reserved or not, against Kafka's

@@ -346,7 +346,8 @@ func (t *Task) setHeader(key string, v []byte) error {
 		}
 		t.ID = s
 	case HeaderQueue:
-		if err := ValidateTopic(s); err != nil {
+		// A topic's name, or a lane queue's (lane/label).
+		if ValidateTopic(s) != nil && ValidateLaneQueue(s) != nil {
 			return invalid(ErrMalformedHeader, "header "+key, s, "not a valid queue name")
 		}
 		t.Queue = s

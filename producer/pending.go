@@ -46,7 +46,7 @@ func (tx *Tx) SubmitPending(task onceq.Task) error {
 	if err := tx.Submit(task); err != nil {
 		return err
 	}
-	topic, err := tx.p.recordsTopic(tx.ctx, task.Queue)
+	topic, err := tx.p.recordsTopic(tx.ctx, onceq.QueueTopic(task.Queue))
 	if err != nil {
 		return fmt.Errorf("producer: task %s: %w", task.ID, err)
 	}

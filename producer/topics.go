@@ -53,14 +53,16 @@ func (p *Producer) noteError(topic string, err error) {
 	}
 }
 
-// route returns the topic a resolved task goes to, and its queue: the
-// queue itself, or for a task due later the bucket the planner chooses.
+// route returns the topic a resolved task goes to, and its queue's topic:
+// the queue's topic (the queue itself, or a lane queue's lane), or for a
+// task due later the bucket the planner chooses.
 // Both must exist; missing bucket topics are created.
 func (p *Producer) route(ctx context.Context, t *onceq.Task, now time.Time) (dest, q *topicState, err error) {
 	// Tasks usually come in runs of one queue: the last queue's state
 	// saves a lookup in the map, and its hashing of the name.
-	if q = p.lastQueue.Load(); q == nil || q.name != t.Queue || !q.ready.Load() {
-		if q, err = p.ensure(ctx, t.Queue, false); err != nil {
+	topic := onceq.QueueTopic(t.Queue) // a lane queue's tasks go to its lane
+	if q = p.lastQueue.Load(); q == nil || q.name != topic || !q.ready.Load() {
+		if q, err = p.ensure(ctx, topic, false); err != nil {
 			return nil, nil, err
 		}
 		p.lastQueue.Store(q)
@@ -189,9 +191,9 @@ func (p *Producer) admin() (*broker.Admin, error) {
 // submitting a task to it would say, without submitting one. A producer
 // of workflows checks their steps' queues so.
 func (p *Producer) CheckQueue(ctx context.Context, queue string) error {
-	if err := onceq.ValidateQueue(queue); err != nil {
+	if err := onceq.ValidateAnyQueue(queue); err != nil {
 		return err
 	}
-	_, err := p.ensure(ctx, queue, false)
+	_, err := p.ensure(ctx, onceq.QueueTopic(queue), false)
 	return err
 }
