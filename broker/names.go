@@ -5,6 +5,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/onceq/onceq"
 )
 
 // Kafka's limits on topics, which the edges (topic admin, the worker's and
@@ -73,14 +75,19 @@ func ParseBucket(s string) (time.Duration, error) {
 	return d, nil
 }
 
-// DLQTopic names the dead-letter topic of a queue. The root package's
-// ValidateQueue keeps queue names short enough for it to fit MaxTopicLen.
-func DLQTopic(queue string) string { return DLQPrefix + queue }
+// DLQTopic names the dead-letter topic of a queue: onceq-dlq-<topic>,
+// the topic being the queue's (onceq.QueueTopic): the lane queues of a
+// lane share their lane's, and each dead letter names its queue in its
+// onceq-queue header. The root package's ValidateQueue keeps queue names
+// short enough for it to fit MaxTopicLen.
+func DLQTopic(queue string) string { return DLQPrefix + onceq.QueueTopic(queue) }
 
 // RecordsTopic names the topic of a queue's task records
-// (onceq.TaskRecord): onceq-rec-<queue>. The root package's ValidateQueue
-// keeps queue names short enough for it to fit MaxTopicLen.
-func RecordsTopic(queue string) string { return RecordsPrefix + queue }
+// (onceq.TaskRecord): onceq-rec-<topic>, the topic being the queue's
+// (onceq.QueueTopic): the lane queues of a lane share their lane's, and
+// each record names its queue. The root package's ValidateQueue keeps
+// queue names short enough for it to fit MaxTopicLen.
+func RecordsTopic(queue string) string { return RecordsPrefix + onceq.QueueTopic(queue) }
 
 // QueueOfRecords returns the queue whose task records topic is topic.
 func QueueOfRecords(topic string) (string, bool) {
@@ -106,8 +113,11 @@ func QueueOfRecords(topic string) (string, bool) {
 // names.
 //
 // A name must fit MaxTopicLen: check with ValidateChangelog first.
+//
+// The lane queues of a lane share the lane's changelog: it follows the
+// lane's partitions.
 func ChangelogTopic(group, queue string) string {
-	return ChangelogPrefix + strconv.Itoa(len(group)) + "-" + group + "-" + queue
+	return ChangelogPrefix + strconv.Itoa(len(group)) + "-" + group + "-" + onceq.QueueTopic(queue)
 }
 
 // ParseChangelogTopic returns the group and queue a changelog topic name
@@ -161,6 +171,7 @@ func LegacyChangelogOwners(topic string) []GroupQueue {
 // ErrConfig and names the limit.
 func ValidateChangelog(group string, queues ...string) error {
 	for _, q := range queues {
+		q = onceq.QueueTopic(q) // a lane queue's changelog is its lane's
 		n := len(ChangelogTopic(group, q))
 		if n <= MaxTopicLen {
 			continue

@@ -126,3 +126,27 @@ func TestConnValidate(t *testing.T) {
 		t.Fatal("empty broker list accepted")
 	}
 }
+
+// TestLaneQueueTopics: a lane queue's dead letters, task records and
+// changelog are its lane's, as for every other queue of the lane; a
+// queue of its own topic keeps its own.
+func TestLaneQueueTopics(t *testing.T) {
+	for _, c := range []struct{ queue, dlq, rec, changelog string }{
+		{"fn/resize", "onceq-dlq-fn", "onceq-rec-fn", "onceq-checkpoint-1-g-fn"},
+		{"fn/mail", "onceq-dlq-fn", "onceq-rec-fn", "onceq-checkpoint-1-g-fn"},
+		{"emails", "onceq-dlq-emails", "onceq-rec-emails", "onceq-checkpoint-1-g-emails"},
+	} {
+		if got := DLQTopic(c.queue); got != c.dlq {
+			t.Errorf("DLQTopic(%q) = %q, want %q", c.queue, got, c.dlq)
+		}
+		if got := RecordsTopic(c.queue); got != c.rec {
+			t.Errorf("RecordsTopic(%q) = %q, want %q", c.queue, got, c.rec)
+		}
+		if got := ChangelogTopic("g", c.queue); got != c.changelog {
+			t.Errorf("ChangelogTopic(g, %q) = %q, want %q", c.queue, got, c.changelog)
+		}
+		if err := ValidateChangelog("g", c.queue); err != nil {
+			t.Errorf("ValidateChangelog(g, %q): %v", c.queue, err)
+		}
+	}
+}

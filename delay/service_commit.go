@@ -193,12 +193,13 @@ func (s *Service) route(ctx context.Context, r *kgo.Record, now time.Time) (outp
 	if err != nil {
 		return s.deadLetter(ctx, r, queue, dlq.ReasonMalformed, err.Error(), now)
 	}
-	if ok, err := s.topics.queue(ctx, t.Queue); err != nil {
+	topic := onceq.QueueTopic(t.Queue) // a lane queue's task goes back to its lane
+	if ok, err := s.topics.queue(ctx, topic); err != nil {
 		return output{}, err
 	} else if !ok {
-		return s.deadLetter(ctx, r, t.Queue, dlq.ReasonNoQueue, fmt.Sprintf("queue %q does not exist: create it with 'onceq topics create %s'", t.Queue, t.Queue), now)
+		return s.deadLetter(ctx, r, t.Queue, dlq.ReasonNoQueue, fmt.Sprintf("queue %q does not exist: create it with 'onceq topics create %s'", t.Queue, topic), now)
 	}
-	return output{rec: t.Record(t.Queue), to: "queue", due: t.Due, queue: true}, nil
+	return output{rec: t.Record(topic), to: "queue", due: t.Due, queue: true}, nil
 }
 
 // queueHeader returns the record's onceq-queue header, or why it has no
@@ -212,8 +213,10 @@ func queueHeader(r *kgo.Record) (queue, problem string) {
 			return "", "onceq-queue appears more than once"
 		}
 		queue = string(h.Value)
-		if err := onceq.ValidateTopic(queue); err != nil {
-			return "", err.Error()
+		if onceq.ValidateTopic(queue) != nil {
+			if err := onceq.ValidateLaneQueue(queue); err != nil {
+				return "", err.Error()
+			}
 		}
 	}
 	if queue == "" {
