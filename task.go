@@ -2,6 +2,7 @@ package onceq
 
 import (
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -176,9 +177,14 @@ func (t *Task) IdempotencyKey() bool {
 // ID for a first attempt, with "#<attempt>" for a retry, and with
 // "@<requeued>" for a requeued incarnation. A resubmitted duplicate (attempt
 // 1) meets the ID's mark even while the original is being retried; each
-// retry attempt runs once.
+// retry attempt runs once. A lane queue's keys start with the queue and
+// LaneSep ("fn/resize/<ID>"): the lane queues of a lane share its
+// partitions, and each has IDs of its own.
 func (t *Task) DedupKey() string {
 	k := t.ID
+	if strings.IndexByte(t.Queue, LaneSep) >= 0 {
+		k = t.Queue + string(LaneSep) + k
+	}
 	if t.Requeued != "" {
 		k += "@" + t.Requeued
 	}

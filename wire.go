@@ -503,6 +503,8 @@ func DedupKeyOf(r *kgo.Record) (key string, idempotent bool) {
 		switch h.Key {
 		case HeaderID:
 			t.ID = string(h.Value)
+		case HeaderQueue:
+			t.Queue = string(h.Value)
 		case HeaderRequeued:
 			t.Requeued = string(h.Value)
 		case HeaderGeneratedID:

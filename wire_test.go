@@ -258,6 +258,9 @@ func TestIdempotencyKey(t *testing.T) {
 		{"no onceq-id: the offset", rec(), "q/2/9", false},
 		{"retry of a chosen ID", rec(HeaderID, "order-7", HeaderAttempt, "2"), "order-7#2", false},
 		{"requeued generated ID", rec(HeaderID, "0195f0e2", HeaderGeneratedID, "1", HeaderRequeued, "0/4"), "0195f0e2@0/4", true},
+		{"a lane queue's ID", rec(HeaderID, "order-7", HeaderQueue, "q/eu"), "q/eu/order-7", true},
+		{"a lane queue's retry", rec(HeaderID, "order-7", HeaderQueue, "q/eu", HeaderAttempt, "3"), "q/eu/order-7#3", false},
+		{"a delay bucket's record of a topic's queue", rec(HeaderID, "order-7", HeaderQueue, "emails"), "order-7", true},
 	} {
 		task, err := FromRecord(tc.rec)
 		if err != nil {

@@ -67,7 +67,9 @@ func (w *Worker) setPaused(queue string, paused bool) {
 	}
 	w.pauseMu.Lock()
 	defer w.pauseMu.Unlock()
-	if w.kafka != nil {
+	// A lane queue shares its lane's partitions with others: its fetched
+	// tasks wait (waitUnpaused) while the lane goes on.
+	if _, _, lane := onceq.SplitLane(queue); !lane && w.kafka != nil {
 		w.kafka.pauseQueue(queue, paused)
 	}
 	v := 0.0

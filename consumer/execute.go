@@ -86,17 +86,23 @@ func (w *Worker) retryInPlace(it *item, quit <-chan struct{}, fn func() (*result
 func (w *Worker) attempt(sl *slot, it *item) (*result, error) {
 	r := it.rec
 	task, cont, err := decode(r)
+	if err == nil && task.Queue != r.Topic && onceq.QueueTopic(task.Queue) != r.Topic {
+		err = fmt.Errorf("onceq-queue %q: the task of another queue than its topic's, and not a lane queue of it", task.Queue)
+	}
 	if err != nil {
 		return w.malformed(r, err)
 	}
 	key := task.DedupKey()
+	if w.queues.lanes[r.Topic] && !w.queues.has(task.Queue) {
+		return &result{id: key, noMark: true, outcome: outcomeOtherQueue}, nil
+	}
 	if res, err := w.deduplicate(it, &task, key); res != nil || err != nil {
 		return res, err
 	}
-	if why, ok := w.canceledBefore(&task, cont, r.Topic); ok {
-		return w.cancel(&task, key, r.Topic, why)
+	if why, ok := w.canceledBefore(&task, cont, task.Queue); ok {
+		return w.cancel(&task, key, task.Queue, why)
 	}
-	if err := w.waitUnpaused(it, r.Topic); err != nil {
+	if err := w.waitUnpaused(it, task.Queue); err != nil {
 		return nil, err
 	}
 	now := time.Now()
@@ -107,7 +113,7 @@ func (w *Worker) attempt(sl *slot, it *item) (*result, error) {
 	if res != nil || err != nil {
 		return res, err
 	}
-	release, err := w.waitLimit(it, r.Topic, &task)
+	release, err := w.waitLimit(it, task.Queue, &task)
 	if err != nil {
 		return nil, err
 	}

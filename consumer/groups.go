@@ -32,7 +32,7 @@ func (w *Worker) warnOtherGroups(ctx context.Context) {
 		return
 	}
 	fetched := w.admin.Kadm().FetchManyOffsets(ctx, groups...)
-	for _, q := range w.queues.names {
+	for _, q := range w.queues.topics {
 		var others []string
 		for g, r := range fetched {
 			if r.Err == nil && len(r.Fetched[q]) > 0 {

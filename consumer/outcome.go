@@ -28,6 +28,11 @@ const (
 	outcomeForwarded = "forwarded" // to its home partition, or to the delay buckets
 	outcomeCanceled  = "canceled"
 	outcomeSnoozed   = "snoozed"
+	// A task of a lane queue the worker does not consume, on a lane it
+	// reads for others: acknowledged without running, as Kafka consumer
+	// groups each read all of a topic. The groups that consume its queue
+	// run it.
+	outcomeOtherQueue = "other-queue"
 )
 
 // success turns a handled task into its result: outputs as records, state
@@ -103,7 +108,7 @@ func (w *Worker) ensureTopic(topic string) error {
 // route encodes a task for its queue, or for a delay bucket when it is due
 // later, making sure the topic exists.
 func (w *Worker) route(t *onceq.Task, now time.Time) (*kgo.Record, error) {
-	topic := t.Queue
+	topic := onceq.QueueTopic(t.Queue) // a lane queue's tasks go to its lane
 	if t.DelayedAt(now) {
 		topic = w.cfg.planner.Route(now, t.Due).Topic
 	}

@@ -6,6 +6,7 @@ import (
 	"regexp"
 	"strings"
 
+	"github.com/onceq/onceq"
 	"github.com/onceq/onceq/broker"
 )
 
@@ -16,11 +17,20 @@ import (
 // (`*`, `+`, `?`, `[`, `(`, `|`, `^`, `$`, `\`, `{`). A '.' is a queue
 // name's character, so `shop.orders` names one queue; in a pattern it
 // matches any character. Patterns never match onceq's own topics.
+//
+// A lane queue (onceq.SplitLane) is consumed by name ("fn/resize") or by
+// a pattern of labels of one lane, the lane given as it is: `fn/img-.*`.
+// The worker reads the lane's topic, and acknowledges without running
+// the tasks of the lane's other queues.
 type queueSet struct {
 	names    []string
 	named    map[string]bool
 	patterns []*regexp.Regexp // anchored
 	texts    []string         // the patterns as given
+	// topics are what the worker reads by name: the named queues' topics
+	// (a lane queue's is its lane) and the lanes of lane patterns.
+	topics []string
+	lanes  map[string]bool // the lanes among topics
 }
 
 // patternChars are the characters that make a queue argument a pattern.
@@ -35,21 +45,47 @@ func anchored(p string) (*regexp.Regexp, error) { return regexp.Compile(`^(?:` +
 // newQueueSet sorts queue arguments into names and patterns; the options
 // checked them (validate).
 func newQueueSet(qs []string) queueSet {
-	s := queueSet{named: map[string]bool{}}
+	s := queueSet{named: map[string]bool{}, lanes: map[string]bool{}}
+	topics := map[string]bool{}
+	addTopic := func(t string, lane bool) {
+		if !topics[t] {
+			topics[t] = true
+			s.topics = append(s.topics, t)
+		}
+		if lane {
+			s.lanes[t] = true
+		}
+	}
 	for _, q := range qs {
+		lane, _, isLane := onceq.SplitLane(q)
 		if !IsPattern(q) {
 			if !s.named[q] {
 				s.names = append(s.names, q)
 				s.named[q] = true
+				addTopic(onceq.QueueTopic(q), isLane)
 			}
 			continue
 		}
 		if re, err := anchored(q); err == nil {
 			s.patterns = append(s.patterns, re)
 			s.texts = append(s.texts, q)
+			if isLane {
+				addTopic(lane, true)
+			}
 		}
 	}
 	return s
+}
+
+// topicPatterns are the patterns that match topics: those of no lane.
+func (s queueSet) topicPatterns() []*regexp.Regexp {
+	var out []*regexp.Regexp
+	for i, re := range s.patterns {
+		if _, _, lane := onceq.SplitLane(s.texts[i]); !lane {
+			out = append(out, re)
+		}
+	}
+	return out
 }
 
 // has says whether the worker consumes queue.
@@ -71,22 +107,30 @@ func (s queueSet) matches(queue string) bool {
 // subscription is what the Kafka client consumes: the names, or with
 // patterns regular expressions for all of them.
 func (s queueSet) subscription() (topics []string, regex bool) {
-	if len(s.patterns) == 0 {
-		return s.names, false
+	patterns := s.topicPatterns()
+	if len(patterns) == 0 {
+		return s.topics, false
 	}
-	for _, n := range s.names {
+	for _, n := range s.topics {
 		topics = append(topics, "^"+regexp.QuoteMeta(n)+"$")
 	}
-	for _, re := range s.patterns {
+	for _, re := range patterns {
 		topics = append(topics, re.String())
 	}
 	return topics, true
 }
 
-// checkPattern is the options' check of a pattern.
+// checkPattern is the options' check of a pattern. A pattern of lane
+// queues gives its lane as it is, before the first '/': the worker reads
+// that one topic.
 func checkPattern(q string) error {
 	if _, err := anchored(q); err != nil {
 		return fmt.Errorf("%q is not a valid pattern (Go regular expression syntax, matched against whole queue names): %v", q, err)
+	}
+	if lane, _, ok := onceq.SplitLane(q); ok {
+		if IsPattern(lane) || onceq.ValidateQueue(lane) != nil {
+			return fmt.Errorf("%q: a pattern of lane queues names its lane as it is, then the labels' pattern, as in `fn/img-.*`", q)
+		}
 	}
 	return nil
 }

@@ -37,7 +37,7 @@ func (w *Worker) start(ctx context.Context) error {
 	// One request for every queue, one for every changelog, and as few
 	// as it takes to create the missing ones: a worker over thousands of
 	// queues starts as fast as over one.
-	names := w.queues.names
+	names := w.queues.topics // a lane queue's is its lane
 	partitions, err := w.admin.PartitionCounts(ctx, names...)
 	if err != nil {
 		return fmt.Errorf("consumer: %w", err)

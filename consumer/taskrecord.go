@@ -26,13 +26,13 @@ type taskOutcome struct {
 // of them at full speed.
 type taskFacts struct {
 	ok                   bool // the task was decoded
-	id                   string
+	id, queue            string
 	attempt, maxAttempts int
 	enqueued             time.Time
 }
 
 func factsOf(t *onceq.Task) taskFacts {
-	return taskFacts{ok: true, id: t.ID, attempt: t.Attempt, maxAttempts: t.MaxAttempts, enqueued: t.Enqueued}
+	return taskFacts{ok: true, id: t.ID, queue: t.Queue, attempt: t.Attempt, maxAttempts: t.MaxAttempts, enqueued: t.Enqueued}
 }
 
 // taskRecord is the result's task record; ok is false when it writes
@@ -43,11 +43,15 @@ func (w *Worker) taskRecord(res *result) (tr onceq.TaskRecord, ok bool) {
 	}
 	o := &res.rec
 	// The queue is the topic the task came from, whose records topic the
-	// worker made at its start, whatever the task's headers say.
+	// worker made at its start, or a lane queue of it (the worker checked
+	// that the task's header names one: attempt).
 	tr = onceq.TaskRecord{ID: res.id, Queue: res.src.Topic, State: o.state, Worker: w.instanceID,
 		Reason: o.reason, Error: onceq.CutError(o.err), Partition: res.src.Partition, Offset: res.src.Offset}
 	if t := o.task; t.ok {
 		tr.ID, tr.Attempt, tr.MaxAttempts, tr.Enqueued = t.id, t.attempt, t.maxAttempts, t.enqueued
+		if onceq.QueueTopic(t.queue) == res.src.Topic {
+			tr.Queue = t.queue
+		}
 	}
 	if o.state.Final() {
 		tr.Started, tr.Finished = o.started, res.at

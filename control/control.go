@@ -49,7 +49,7 @@ func (c *Controller) Resume(ctx context.Context, queue string) error {
 }
 
 func (c *Controller) setPaused(ctx context.Context, queue string, paused bool) error {
-	if err := onceq.ValidateQueue(queue); err != nil {
+	if err := onceq.ValidateAnyQueue(queue); err != nil {
 		return err
 	}
 	if err := ctltopic.Write(ctx, c.in.Conn(), ctltopic.Entry{Queue: queue, Paused: paused, At: time.Now()}); err != nil {

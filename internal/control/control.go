@@ -28,14 +28,24 @@ import (
 // Topic is the control topic.
 const Topic = broker.ControlTopic
 
-// Key prefixes.
+// Key prefixes. A cancel of a lane queue's task has a prefix of its own:
+// its key's queue holds one '/', and IDs may hold more, so the kind of
+// queue must be known before the key is split.
 const (
-	cancelPrefix = "cancel/"
-	pausePrefix  = "pause/"
+	cancelPrefix     = "cancel/"
+	laneCancelPrefix = "cancel-lane/"
+	pausePrefix      = "pause/"
 )
 
-// CancelKey is the key of a cancel of task id in queue.
-func CancelKey(queue, id string) []byte { return []byte(cancelPrefix + queue + "/" + id) }
+// CancelKey is the key of a cancel of task id in queue:
+// cancel/<queue>/<id>, or cancel-lane/<lane>/<label>/<id> for a lane
+// queue's task.
+func CancelKey(queue, id string) []byte {
+	if strings.IndexByte(queue, onceq.LaneSep) >= 0 {
+		return []byte(laneCancelPrefix + queue + "/" + id)
+	}
+	return []byte(cancelPrefix + queue + "/" + id)
+}
 
 // PauseKey is the key of a queue's pause state.
 func PauseKey(queue string) []byte { return []byte(pausePrefix + queue) }
@@ -72,13 +82,21 @@ func Decode(key, val []byte) (Entry, error) {
 	switch {
 	case strings.HasPrefix(k, cancelPrefix):
 		q, id, ok := strings.Cut(k[len(cancelPrefix):], "/")
-		if !ok || onceq.ValidateTaskQueue(q) != nil || onceq.ValidateID(id) != nil {
+		if !ok || onceq.ValidateTaskQueue(q) != nil || strings.IndexByte(q, onceq.LaneSep) >= 0 || onceq.ValidateID(id) != nil {
 			return Entry{}, fmt.Errorf("control: key %q: want cancel/<queue>/<task ID>", k)
+		}
+		e.Queue, e.ID = q, id
+	case strings.HasPrefix(k, laneCancelPrefix):
+		lane, rest, _ := strings.Cut(k[len(laneCancelPrefix):], "/")
+		label, id, ok := strings.Cut(rest, "/")
+		q := lane + string(onceq.LaneSep) + label
+		if !ok || onceq.ValidateLaneQueue(q) != nil || onceq.ValidateID(id) != nil {
+			return Entry{}, fmt.Errorf("control: key %q: want cancel-lane/<lane>/<label>/<task ID>", k)
 		}
 		e.Queue, e.ID = q, id
 	case strings.HasPrefix(k, pausePrefix):
 		q := k[len(pausePrefix):]
-		if onceq.ValidateQueue(q) != nil {
+		if onceq.ValidateAnyQueue(q) != nil {
 			return Entry{}, fmt.Errorf("control: key %q: want pause/<queue>", k)
 		}
 		e.Queue = q
@@ -142,7 +160,7 @@ func Ensure(ctx context.Context, adm *broker.Admin) error {
 func Write(ctx context.Context, conn broker.Conn, entries ...Entry) error {
 	for _, e := range entries {
 		if e.ID == "" {
-			if err := onceq.ValidateQueue(e.Queue); err != nil {
+			if err := onceq.ValidateAnyQueue(e.Queue); err != nil {
 				return err
 			}
 			continue

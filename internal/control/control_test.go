@@ -17,6 +17,9 @@ func TestRecordRoundTrip(t *testing.T) {
 		{Queue: "emails", Paused: true, At: at},
 		{Queue: "emails", Paused: false, At: at},
 		{Queue: "emails", Deleted: true},
+		{Queue: "fn/resize", ID: "order/7", At: at},
+		{Queue: "fn/resize", ID: "a", Deleted: true},
+		{Queue: "fn/resize", Paused: true, At: at},
 	} {
 		r := e.Record()
 		if r.Topic != Topic {
@@ -48,6 +51,9 @@ func TestDecodeRefuses(t *testing.T) {
 		{"cancel/emails/a", `{"v":1,"at":1,"until":-1}`, "times in unix ms"},
 		{"pause/emails", `{"v":1,"paused":true,"at":1,"until":5}`, `"until" belongs to a cancel record`},
 		{"cancel/emails/a", `[]`, "control: cancel/emails/a"},
+		{"cancel-lane/fn/a", `{"v":1,"at":1}`, "want cancel-lane/<lane>/<label>/<task ID>"},
+		{"cancel-lane/fn//a", `{"v":1,"at":1}`, "want cancel-lane/<lane>/<label>/<task ID>"},
+		{"pause/fn/", `{"v":1,"paused":true,"at":1}`, "want pause/<queue>"},
 	} {
 		_, err := Decode([]byte(tc.key), []byte(tc.value))
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
@@ -85,6 +91,8 @@ func FuzzDecode(f *testing.F) {
 	f.Add("cancel/emails/a", `{"v":1,"at":5}`, false)
 	f.Add("pause/emails", `{"v":1,"paused":true,"at":5}`, false)
 	f.Add("pause/emails", ``, true)
+	f.Add("cancel-lane/fn/resize/a/b", `{"v":1,"at":5}`, false)
+	f.Add("cancel/fn/resize", `{"v":1,"at":5}`, false)
 	f.Fuzz(func(t *testing.T, key, value string, tombstone bool) {
 		var v []byte
 		if !tombstone {

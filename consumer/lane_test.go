@@ -1,0 +1,132 @@
+package consumer_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/onceq/onceq"
+	"github.com/onceq/onceq/broker"
+	"github.com/onceq/onceq/consumer"
+	"github.com/onceq/onceq/internal/testutil"
+	"github.com/onceq/onceq/producer"
+)
+
+// TestLaneQueues: a worker of lane queues, one by name and others by a
+// pattern of labels, reads their lane and runs each of their tasks once,
+// in its own queue, even where two queues use the same IDs; a duplicate
+// of a lane queue's ID is not run again. It runs no task of the lane's
+// other queues, nor of the lane's topic as a queue of its own. The task
+// records name each task's queue.
+func TestLaneQueues(t *testing.T) {
+	_, conn := testutil.StartBroker(t, "")
+	var (
+		mu  sync.Mutex
+		ran = map[string]int{} // queue/ID -> runs
+	)
+	w, err := consumer.New(consumer.Conn(conn), consumer.Group("lanes"), consumer.Queues("fn/resize", `fn/m.*`),
+		consumer.CheckpointDir(t.TempDir()),
+		consumer.WithHandler(consumer.HandlerFunc(func(_ context.Context, task *consumer.Task) error {
+			if task.Topic != "fn" {
+				return fmt.Errorf("task %s of %s came from topic %s", task.ID, task.Queue, task.Topic)
+			}
+			mu.Lock()
+			ran[task.Queue+"/"+task.ID]++
+			mu.Unlock()
+			return nil
+		})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := producer.New(producer.Conn(conn), producer.CreateQueues(2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	ctx := t.Context()
+	submit := func(task onceq.Task) {
+		t.Helper()
+		if _, err := p.Submit(ctx, task); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const n = 20
+	submit(onceq.Task{ID: "first", Queue: "fn/resize"}) // creates the lane before the worker starts
+	runUntilCleanup(t, w)
+	for i := range n {
+		id := fmt.Sprintf("x%d", i)
+		submit(onceq.Task{ID: id, Queue: "fn/resize"})
+		submit(onceq.Task{ID: id, Queue: "fn/mail"})
+		submit(onceq.Task{ID: id, Queue: "fn/other"})
+		submit(onceq.Task{ID: id, Queue: "fn"})
+	}
+	count := func(key string) int {
+		mu.Lock()
+		defer mu.Unlock()
+		return ran[key]
+	}
+	waitFor(t, time.Minute, "every task of fn/resize and fn/mail to run", func() bool {
+		for i := range n {
+			if count(fmt.Sprintf("fn/resize/x%d", i)) == 0 || count(fmt.Sprintf("fn/mail/x%d", i)) == 0 {
+				return false
+			}
+		}
+		return true
+	})
+	// A duplicate of x1, then a task of the same key: once that one ran,
+	// the duplicate was settled.
+	submit(onceq.Task{ID: "x1", Queue: "fn/resize"})
+	submit(onceq.Task{ID: "after", Queue: "fn/resize", Key: []byte("x1")})
+	waitFor(t, time.Minute, "the task after the duplicate", func() bool { return count("fn/resize/after") == 1 })
+
+	mu.Lock()
+	for key, runs := range ran {
+		if runs != 1 {
+			t.Errorf("%s ran %d times", key, runs)
+		}
+	}
+	if len(ran) != 2*n+2 {
+		t.Errorf("%d tasks ran, want %d: %v", len(ran), 2*n+2, ran)
+	}
+	mu.Unlock()
+
+	// The records of a commit become visible with it.
+	var succeeded map[string]int
+	waitFor(t, time.Minute, "the task records of every task", func() bool {
+		succeeded = map[string]int{}
+		for _, r := range testutil.ReadCommitted(t, conn, time.Minute, broker.RecordsTopic("fn/resize")) {
+			trs, err := onceq.DecodeTaskRecords(r.Value)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, tr := range trs {
+				if tr.State == onceq.StateSucceeded {
+					succeeded[tr.Queue+"/"+tr.ID]++
+				}
+			}
+		}
+		return len(succeeded) >= len(ran)
+	})
+	for key := range ran {
+		if succeeded[key] != 1 {
+			t.Errorf("%s: %d succeeded records, want 1", key, succeeded[key])
+		}
+	}
+	if len(succeeded) != len(ran) {
+		t.Errorf("%d succeeded records, want %d", len(succeeded), len(ran))
+	}
+}
+
+// waitFor polls cond until it holds, failing the test after timeout.
+func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("waiting for %s: still not after %v", what, timeout)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
