@@ -42,6 +42,10 @@ import (
 // measure the floor of a topic per queue: a worker that writes nothing
 // per queue (no changelog, no records), so that no queue's first task
 // meets a topic new to its client.
+//
+// ONCEQ_BENCH_LAYOUT=lanes makes the N queues lane queues of one lane
+// ("bench/q-00000" and on), a topic of ONCEQ_BENCH_LANE_PARTITIONS
+// partitions (default 4), instead of N topics.
 func BenchmarkQueues(b *testing.B) {
 	counts := []int{1, 1000, 10000}
 	if v := os.Getenv("ONCEQ_BENCH_QUEUES"); v != "" {
@@ -69,17 +73,41 @@ func benchQueues(b *testing.B, n int) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	queues := make([]string, n)
+	lanes := false
+	switch v := os.Getenv("ONCEQ_BENCH_LAYOUT"); v {
+	case "", "topics":
+	case "lanes":
+		lanes = true
+	default:
+		b.Fatalf("ONCEQ_BENCH_LAYOUT=%q: want topics or lanes", v)
+	}
 	for i := range queues {
 		queues[i] = fmt.Sprintf("q-%05d", i)
+		if lanes {
+			queues[i] = "bench/" + queues[i]
+		}
 	}
 	cl, err := conn.NewClient()
 	if err != nil {
 		b.Fatal(err)
 	}
 	adm := kadm.NewClient(cl)
-	for i := 0; i < n; i += 1000 {
-		if _, err := adm.CreateTopics(ctx, 1, -1, nil, queues[i:min(i+1000, n)]...); err != nil {
+	partitions := n // of every queue topic, or of the lane
+	if lanes {
+		partitions = 4
+		if v := os.Getenv("ONCEQ_BENCH_LANE_PARTITIONS"); v != "" {
+			if partitions, err = strconv.Atoi(v); err != nil || partitions < 1 {
+				b.Fatalf("ONCEQ_BENCH_LANE_PARTITIONS=%q: want a partition count", v)
+			}
+		}
+		if _, err := adm.CreateTopics(ctx, int32(partitions), -1, nil, "bench"); err != nil {
 			b.Fatal(err)
+		}
+	} else {
+		for i := 0; i < n; i += 1000 {
+			if _, err := adm.CreateTopics(ctx, 1, -1, nil, queues[i:min(i+1000, n)]...); err != nil {
+				b.Fatal(err)
+			}
 		}
 	}
 	cl.Close()
@@ -130,8 +158,8 @@ func benchQueues(b *testing.B, n int) {
 			mu.Lock()
 			defer mu.Unlock()
 			lat = append(lat, d)
-			if !seen[t.Topic] {
-				seen[t.Topic] = true
+			if !seen[t.Queue] {
+				seen[t.Queue] = true
 				first = append(first, d)
 			} else {
 				later = append(later, d)
@@ -191,9 +219,9 @@ func benchQueues(b *testing.B, n int) {
 
 	// Idle: every partition quiet (the worker fetches none), the last
 	// commits behind.
-	for deadline := time.Now().Add(time.Minute); metricValue(b, reg, "onceq_quiet_partitions") < float64(n); {
+	for deadline := time.Now().Add(time.Minute); metricValue(b, reg, "onceq_quiet_partitions") < float64(partitions); {
 		if time.Now().After(deadline) {
-			b.Fatalf("%v of %d partitions quiet a minute after the load", metricValue(b, reg, "onceq_quiet_partitions"), n)
+			b.Fatalf("%v of %d partitions quiet a minute after the load", metricValue(b, reg, "onceq_quiet_partitions"), partitions)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
