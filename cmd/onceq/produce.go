@@ -131,7 +131,7 @@ func (f *produceFlags) check(cmd *cobra.Command, args []string) error {
 		return usagef("--max-attempts %d: want 0 (the worker's default) or 1 to %d", f.maxAttempts, onceq.MaxAttemptCount)
 	}
 	if f.queue != "" {
-		if err := onceq.ValidateQueue(f.queue); err != nil {
+		if err := onceq.ValidateAnyQueue(f.queue); err != nil {
 			return usageError{fmt.Errorf("--queue: %w", err)}
 		}
 	}

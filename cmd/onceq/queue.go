@@ -82,7 +82,7 @@ worker restarts, and workers stop fetching the queue within a second of it (the
 tasks they fetched already wait, unstarted). Nothing of the queue is lost.`,
 		Args: exactArgs(1, "one queue name"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := onceq.ValidateQueue(args[0]); err != nil {
+			if err := onceq.ValidateAnyQueue(args[0]); err != nil {
 				return usageError{err}
 			}
 			return withInspectorOf(cmd, g, *timeout, func(ctx context.Context, in *inspect.Inspector) error {

@@ -140,7 +140,7 @@ func runWorker(cmd *cobra.Command, g *globals, f workerFlags) error {
 		if consumer.IsPattern(q) {
 			continue // checked by consumer.New, under --queue
 		}
-		if err := onceq.ValidateQueue(q); err != nil {
+		if err := onceq.ValidateAnyQueue(q); err != nil {
 			return usagef("--queue: %v", err)
 		}
 	}

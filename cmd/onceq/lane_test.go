@@ -1,0 +1,42 @@
+package main
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/onceq/onceq/internal/testutil"
+)
+
+// TestLaneQueuesFromTheCLI: onceq produce writes tasks of lane queues to
+// their lane, and onceq worker given a pattern of the lane's labels runs
+// them, each once, two queues with one ID included; a lane queue without
+// a label is refused, exit 2, with nothing written.
+func TestLaneQueuesFromTheCLI(t *testing.T) {
+	addr, conn := produceBroker(t)
+	testutil.CreateTopic(t, conn, "out", 1)
+	cli := cliOn(t, addr)
+	for _, q := range []string{"fn/resize", "fn/mail", "fn/other"} {
+		cli("produce", "--queue", q, "--id", "a1", "--create-queues", "2", "hi")
+	}
+	if code, out, stderr := runCLI(t, "", "--brokers", addr, "produce", "--queue", "fn/", "--id", "a2", "hi"); code != 2 || !strings.Contains(stderr, "label") {
+		t.Fatalf("produce --queue fn/: exit %d: %s%s", code, out, stderr)
+	}
+	w := testutil.Start(t, "worker", "--brokers", addr, "--queue", "fn/(resize|mail)", "--handler", "count:out",
+		"--checkpoint-dir", t.TempDir(), "--metrics-addr", "")
+	defer w.Kill()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		recs := testutil.ReadCommitted(t, conn, 20*time.Second, "out")
+		if len(recs) == 2 {
+			break
+		}
+		if len(recs) > 2 || time.Now().After(deadline) {
+			t.Fatalf("%d outputs, want 2 (fn/resize and fn/mail, not fn/other)\n%s", len(recs), w.Output())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if recs := testutil.ReadCommitted(t, conn, 20*time.Second, "fn"); len(recs) != 3 {
+		t.Fatalf("the lane fn holds %d tasks, want 3", len(recs))
+	}
+}
