@@ -8,6 +8,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/onceq/onceq"
 	"github.com/onceq/onceq/broker"
 )
 
@@ -55,11 +56,21 @@ func (r *Reader) Queues(ctx context.Context) ([]string, error) {
 // partition (partitions interleave). Dead letters of transactions still
 // open are not waited for. An error from fn stops Read and is returned. A
 // missing topic is an error wrapping ErrNoTopic.
+//
+// The lane queues of a lane share its dead-letter topic (broker.DLQTopic):
+// Read passes fn the letters of queue only, skipping those of the
+// topic's other lane queues (and, for a lane queue, of its lane as a
+// queue of its own).
 func (r *Reader) Read(ctx context.Context, queue string, fn func(Letter) error) error {
 	topic := broker.DLQTopic(queue)
+	_, _, lane := onceq.SplitLane(queue)
 	var fnErr error
 	err := broker.ReadCommitted(ctx, r.conn, topic, func(rec *kgo.Record) error {
-		fnErr = fn(Decode(rec, queue))
+		l := Decode(rec, onceq.QueueTopic(queue))
+		if _, _, other := onceq.SplitLane(l.Task.Queue); l.Task.Queue != queue && (lane || other) {
+			return nil // another queue's, on the same lane
+		}
+		fnErr = fn(l)
 		return fnErr
 	})
 	switch {

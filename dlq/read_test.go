@@ -130,3 +130,37 @@ func TestWriteAllOrNothing(t *testing.T) {
 		t.Fatalf("requeued task %+v, %v", task, err)
 	}
 }
+
+// TestReadLaneQueues: the lane queues of a lane share its dead-letter
+// topic, and each reads its own letters only; the lane read as a queue of
+// its own reads none of theirs.
+func TestReadLaneQueues(t *testing.T) {
+	_, conn := testutil.StartBroker(t, "")
+	testutil.CreateTopic(t, conn, broker.DLQTopic("fn"), 1)
+	letter := func(queue, id string) *kgo.Record {
+		task := onceq.Task{ID: id, Queue: queue, Attempt: 1, LastError: "failed: " + id, Failed: time.Now()}
+		return task.Record(broker.DLQTopic(queue))
+	}
+	transact(t, conn, true, false, letter("fn/resize", "a"), letter("fn/mail", "a"), letter("fn", "b"), letter("fn/resize", "c"))
+	r, err := dlq.NewReader(conn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	for queue, want := range map[string]string{"fn/resize": "a c", "fn/mail": "a", "fn": "b", "fn/none": ""} {
+		var got []string
+		err := r.Read(t.Context(), queue, func(l dlq.Letter) error {
+			if l.Task.Queue != queue {
+				t.Errorf("a letter of %s read for %s", l.Task.Queue, queue)
+			}
+			got = append(got, l.Task.ID)
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Join(got, " ") != want {
+			t.Errorf("dead letters of %s: %q, want %q", queue, got, want)
+		}
+	}
+}

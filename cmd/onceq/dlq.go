@@ -35,7 +35,7 @@ to the last stable offset at the time of the call.`,
 // reader and runs fn with a context bounded by the timeout.
 func withReader(cmd *cobra.Command, g *globals, timeout time.Duration, queues []string, fn func(context.Context, *dlq.Reader) error) error {
 	for _, q := range queues {
-		if err := onceq.ValidateQueue(q); err != nil {
+		if err := onceq.ValidateAnyQueue(q); err != nil {
 			return usageError{err}
 		}
 	}
