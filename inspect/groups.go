@@ -8,7 +8,9 @@ import (
 	"slices"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/onceq/onceq"
 	"github.com/onceq/onceq/broker"
 	"github.com/onceq/onceq/delay"
 )
@@ -28,11 +30,11 @@ func (in *Inspector) groupStats(ctx context.Context, sts []QueueStats) error {
 	if err != nil {
 		return fmt.Errorf("inspect: describing the consumer groups: %w", err)
 	}
-	queues := make([]string, len(sts))
+	topics := make([]string, len(sts))
 	for i, st := range sts {
-		queues[i] = st.Queue
+		topics[i] = onceq.QueueTopic(st.Queue)
 	}
-	counts, err := in.adm.PartitionCounts(ctx, queues...)
+	counts, err := in.adm.PartitionCounts(ctx, topics...)
 	if err != nil {
 		return fmt.Errorf("inspect: %w", err)
 	}
@@ -55,7 +57,7 @@ func (in *Inspector) groupStats(ctx context.Context, sts []QueueStats) error {
 	if err != nil {
 		return fmt.Errorf("inspect: %w", err)
 	}
-	topics := slices.Sorted(maps.Keys(parts))
+	topics = slices.Sorted(maps.Keys(parts))
 	starts, err := kad.ListStartOffsets(ctx, topics...)
 	if err != nil {
 		return fmt.Errorf("inspect: the queues' start offsets: %w", err)
@@ -79,7 +81,8 @@ func (in *Inspector) groupStats(ctx context.Context, sts []QueueStats) error {
 		lag := kadm.CalculateGroupLagWithStartOffsets(d, commits, starts, ends)
 		for i := range sts {
 			st := &sts[i]
-			ps, ok := lag[st.Queue]
+			topic := onceq.QueueTopic(st.Queue)
+			ps, ok := lag[topic]
 			if !ok {
 				continue
 			}
@@ -88,7 +91,7 @@ func (in *Inspector) groupStats(ctx context.Context, sts []QueueStats) error {
 				if l.Lag <= 0 {
 					continue
 				}
-				sp := &broker.Span{Topic: st.Queue, Partition: p, From: l.End.Offset - l.Lag, End: l.End.Offset}
+				sp := &broker.Span{Topic: topic, Partition: p, From: l.End.Offset - l.Lag, End: l.End.Offset, Skip: otherQueue(st.Queue)}
 				all = append(all, sp)
 				spans[key{st.Queue, g}] = append(spans[key{st.Queue, g}], sp)
 			}
@@ -108,4 +111,18 @@ func (in *Inspector) groupStats(ctx context.Context, sts []QueueStats) error {
 		}
 	}
 	return nil
+}
+
+// otherQueue says which records of a queue's topic are tasks of another
+// queue: the lane queues of a lane share its topic with the lane's own
+// queue, each task naming its queue in its onceq-queue header.
+func otherQueue(queue string) func(*kgo.Record) bool {
+	return func(r *kgo.Record) bool {
+		for _, h := range r.Headers {
+			if h.Key == onceq.HeaderQueue {
+				return string(h.Value) != queue
+			}
+		}
+		return r.Topic != queue
+	}
 }

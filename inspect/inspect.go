@@ -63,8 +63,8 @@ type Inspector struct {
 
 	mu      sync.Mutex
 	closed  bool
-	cl      *kgo.Client // follows the records topics; made by the first load
-	queues  map[string]*queueView
+	cl      *kgo.Client                // follows the records topics; made by the first load
+	topics  map[string]*topicView      // by records topic
 	waiters map[string][]chan struct{} // recordKey -> waiters of a final state
 	// recent holds the records Expect was told of that the view has not
 	// read back yet, by recordKey.
@@ -74,17 +74,28 @@ type Inspector struct {
 	control   *control.Reader // follows the control topic, opened on first use
 }
 
-// queueView is the view of one queue's records.
-type queueView struct {
-	queue, topic string
-	ready        chan struct{} // closed once loaded, or failed (err)
-	err          error
-	target       map[int32]int64 // the end offsets to reach to be loaded
-	pos          map[int32]int64 // the next offset of each partition, as applied
-	counts       [8]int64        // tasks per state, by index in onceq.TaskStates
-	// seen holds the hashes of the keys of the queue's records in the
+// topicView is the view of one records topic: of its own queue and, for a
+// lane, of every lane queue on it.
+type topicView struct {
+	topic  string
+	owner  string        // the queue whose records topic it is: the lane of lane queues
+	ready  chan struct{} // closed once loaded, or failed (err)
+	err    error
+	target map[int32]int64 // the end offsets to reach to be loaded
+	pos    map[int32]int64 // the next offset of each partition, as applied
+	// queues holds the view of each queue with records in the topic, and
+	// of each queue asked about; in.mu guards it.
+	queues map[string]*queueView
+	// seen holds the hashes of the keys of the topic's records in the
 	// store (see stored). The view's writers own it.
 	seen map[uint64]struct{}
+}
+
+// queueView is the view of one queue's records, in its topic's view.
+type queueView struct {
+	queue  string
+	t      *topicView
+	counts [8]int64 // tasks per state, by index in onceq.TaskStates; in.mu guards it
 }
 
 // Open opens an inspector. It reads nothing until a queue is first asked
@@ -126,7 +137,7 @@ func Open(opts ...Opt) (*Inspector, error) {
 		db.Close()
 		return nil, fmt.Errorf("inspect: %w", err)
 	}
-	in := &Inspector{cfg: cfg, db: db, adm: adm, queues: map[string]*queueView{}, waiters: map[string][]chan struct{}{},
+	in := &Inspector{cfg: cfg, db: db, adm: adm, topics: map[string]*topicView{}, waiters: map[string][]chan struct{}{},
 		recent: map[string]recentSubmit{}}
 	in.ctx, in.cancel = context.WithCancel(context.Background())
 	in.wg.Add(1)

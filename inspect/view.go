@@ -25,11 +25,12 @@ func (in *Inspector) view(ctx context.Context, queue string) (*queueView, error)
 }
 
 // views is view for many queues at once, each with its own error: the
-// queues not loaded yet are loaded together, with one metadata and one
-// ListOffsets request for all of them, whatever their number.
+// records topics not loaded yet are loaded together, with one metadata and
+// one ListOffsets request for all of them, whatever their number. The lane
+// queues of a lane share its records topic, which is loaded once.
 func (in *Inspector) views(ctx context.Context, queues []string) ([]*queueView, []error) {
 	out, errs := make([]*queueView, len(queues)), make([]error, len(queues))
-	var load []*queueView
+	var load []*topicView
 	in.mu.Lock()
 	for i, queue := range queues {
 		if errs[i] = onceq.ValidateTaskQueue(queue); errs[i] != nil {
@@ -39,13 +40,16 @@ func (in *Inspector) views(ctx context.Context, queues []string) ([]*queueView, 
 			errs[i] = ErrClosed
 			continue
 		}
-		q, ok := in.queues[queue]
+		topic := broker.RecordsTopic(queue)
+		t, ok := in.topics[topic]
 		if !ok {
-			q = &queueView{queue: queue, topic: broker.RecordsTopic(queue), ready: make(chan struct{}), seen: map[uint64]struct{}{}}
-			in.queues[queue] = q
-			load = append(load, q)
+			owner, _ := broker.QueueOfRecords(topic)
+			t = &topicView{topic: topic, owner: owner, ready: make(chan struct{}),
+				queues: map[string]*queueView{}, seen: map[uint64]struct{}{}}
+			in.topics[topic] = t
+			load = append(load, t)
 		}
-		out[i] = q
+		out[i] = t.queue(queue)
 	}
 	if len(load) > 0 {
 		in.wg.Add(1)
@@ -60,41 +64,65 @@ func (in *Inspector) views(ctx context.Context, queues []string) ([]*queueView, 
 			continue
 		}
 		select {
-		case <-q.ready:
+		case <-q.t.ready:
 		case <-ctx.Done():
 			out[i], errs[i] = nil, fmt.Errorf("inspect: loading the task records of %s: %w", q.queue, ctx.Err())
 			continue
 		}
-		if q.err != nil {
-			out[i], errs[i] = nil, q.err
+		switch err := q.t.err; {
+		case errors.Is(err, ErrNoQueue):
+			out[i], errs[i] = nil, fmt.Errorf("inspect: queue %s: %w", q.queue, ErrNoQueue)
+		case err != nil:
+			out[i], errs[i] = nil, err
 		}
 	}
 	return out, errs
 }
 
-// load finds where to read the queues' records topics from and to, starts
-// following them and, for each queue with anything to read, lets the
+// queue returns the view of one of t's queues, made empty if t holds no
+// record of it yet. in.mu is held.
+func (t *topicView) queue(name string) *queueView {
+	q := t.queues[name]
+	if q == nil {
+		q = &queueView{queue: name, t: t}
+		t.queues[name] = q
+	}
+	return q
+}
+
+// holds reports whether a record of queue belongs in t: the queue is t's
+// own or one of its lane queues.
+func (t *topicView) holds(queue string) bool {
+	if queue == t.owner {
+		return true
+	}
+	lane, _, ok := onceq.SplitLane(queue)
+	return ok && lane == t.owner
+}
+
+// load finds where to read the records topics from and to, starts
+// following them and, for each topic with anything to read, lets the
 // follower close its ready once it has read that far. A failure is kept
-// in the queue's err and the queue is forgotten, so that the next query
+// in the topic's err and the topic is forgotten, so that the next query
 // tries again.
-func (in *Inspector) load(qs []*queueView) {
-	fail := func(q *queueView, err error) {
+func (in *Inspector) load(ts []*topicView) {
+	fail := func(t *topicView, err error) {
 		in.mu.Lock()
-		delete(in.queues, q.queue)
+		delete(in.topics, t.topic)
 		in.mu.Unlock()
-		q.err = err
-		close(q.ready)
+		t.err = err
+		close(t.ready)
 	}
 	failAll := func(err error) {
-		for _, q := range qs {
-			fail(q, err)
+		for _, t := range ts {
+			fail(t, err)
 		}
 	}
 	ctx, cancel := context.WithTimeout(in.ctx, in.cfg.loadTimeout)
 	defer cancel()
-	topics := make([]string, len(qs))
-	for i, q := range qs {
-		topics[i] = q.topic
+	topics := make([]string, len(ts))
+	for i, t := range ts {
+		topics[i] = t.topic
 	}
 	counts, err := in.adm.PartitionCounts(ctx, topics...)
 	if err != nil {
@@ -102,108 +130,110 @@ func (in *Inspector) load(qs []*queueView) {
 		return
 	}
 	parts := map[string][]int32{}
-	found := qs[:0:0]
-	for _, q := range qs {
-		n := counts[q.topic]
+	found := ts[:0:0]
+	for _, t := range ts {
+		n := counts[t.topic]
 		if n == 0 {
 			// The next query asks the brokers again: a worker or a
 			// producer may create the topic any moment.
-			in.adm.Forget(q.topic)
-			fail(q, fmt.Errorf("inspect: queue %s: %w", q.queue, ErrNoQueue))
+			in.adm.Forget(t.topic)
+			fail(t, fmt.Errorf("inspect: queue %s: %w", t.owner, ErrNoQueue))
 			continue
 		}
 		for p := range n {
-			parts[q.topic] = append(parts[q.topic], p)
+			parts[t.topic] = append(parts[t.topic], p)
 		}
-		found = append(found, q)
+		found = append(found, t)
 	}
 	if len(found) == 0 {
 		return
 	}
 	ends, err := in.adm.StableOffsets(ctx, parts)
 	if err != nil {
-		for _, q := range found {
-			fail(q, fmt.Errorf("inspect: end offsets of %s: %w", q.topic, in.cfg.conn.Explain(err)))
+		for _, t := range found {
+			fail(t, fmt.Errorf("inspect: end offsets of %s: %w", t.topic, in.cfg.conn.Explain(err)))
 		}
 		return
 	}
 	from := map[string]map[int32]kgo.Offset{}
-	var started []*queueView
-	for _, q := range found {
-		if len(ends[q.topic]) != len(parts[q.topic]) {
-			fail(q, fmt.Errorf("inspect: end offsets of %s: the brokers did not answer for every partition: try again", q.topic))
+	var started []*topicView
+	for _, t := range found {
+		if len(ends[t.topic]) != len(parts[t.topic]) {
+			fail(t, fmt.Errorf("inspect: end offsets of %s: the brokers did not answer for every partition: try again", t.topic))
 			continue
 		}
-		o, err := in.start(q, ends[q.topic])
+		o, err := in.start(t, ends[t.topic])
 		if err != nil {
-			fail(q, err)
+			fail(t, err)
 			continue
 		}
-		from[q.topic] = o
-		started = append(started, q)
+		from[t.topic] = o
+		started = append(started, t)
 	}
 	if len(started) == 0 {
 		return
 	}
 	if err := in.follow(from); err != nil {
-		for _, q := range started {
-			fail(q, err)
+		for _, t := range started {
+			fail(t, err)
 		}
 		return
 	}
 	in.mu.Lock()
-	for _, q := range started {
-		in.checkLoaded(q)
+	for _, t := range started {
+		in.checkLoaded(t)
 	}
 	in.mu.Unlock()
 }
 
-// start sets a queue's target (its records topic's end offsets) and its
-// positions from the store, counts what the store holds of it (or drops
-// it, if the topic is behind the view), and returns where to follow each
+// start sets a topic's target (its end offsets) and its positions from
+// the store, counts what the store holds of its queues (or drops them, if
+// the topic is behind the view), and returns where to follow each
 // partition from.
-func (in *Inspector) start(q *queueView, ends map[int32]int64) (map[int32]kgo.Offset, error) {
-	q.target, q.pos = map[int32]int64{}, map[int32]int64{}
+func (in *Inspector) start(t *topicView, ends map[int32]int64) (map[int32]kgo.Offset, error) {
+	t.target, t.pos = map[int32]int64{}, map[int32]int64{}
 	rebuild := false
 	for p, end := range ends {
-		q.target[p] = end
-		next, err := in.storedOffset(q.topic, p)
+		t.target[p] = end
+		next, err := in.storedOffset(t.topic, p)
 		if err != nil {
 			return nil, err
 		}
 		if next > end {
 			rebuild = true // the topic is not the one the view read
 		}
-		q.pos[p] = next
+		t.pos[p] = next
 	}
+	in.writeMu.Lock()
+	defer in.writeMu.Unlock()
 	if rebuild {
-		in.cfg.log.Warn("task records topic is behind the view (recreated?): rebuilding the view of the queue", "queue", q.queue)
-		if err := in.dropQueue(q); err != nil {
+		in.cfg.log.Warn("task records topic is behind the view (recreated?): rebuilding the view of its queues", "topic", t.topic)
+		if err := in.dropTopic(t); err != nil {
 			return nil, err
 		}
-	} else if err := in.countQueue(q); err != nil {
+	} else if err := in.countTopic(t); err != nil {
 		return nil, err
 	}
-	from := make(map[int32]kgo.Offset, len(q.pos))
-	for p, next := range q.pos {
+	from := make(map[int32]kgo.Offset, len(t.pos))
+	for p, next := range t.pos {
 		from[p] = kgo.NewOffset().At(next)
 	}
 	return from, nil
 }
 
-// checkLoaded closes q.ready once every partition is read to its target.
+// checkLoaded closes t.ready once every partition is read to its target.
 // in.mu is held.
-func (in *Inspector) checkLoaded(q *queueView) {
-	if q.target == nil {
+func (in *Inspector) checkLoaded(t *topicView) {
+	if t.target == nil {
 		return
 	}
-	for p, t := range q.target {
-		if q.pos[p] < t {
+	for p, end := range t.target {
+		if t.pos[p] < end {
 			return
 		}
 	}
-	q.target = nil
-	close(q.ready)
+	t.target = nil
+	close(t.ready)
 }
 
 // storedOffset is where the view stopped reading a partition: 0 if it
@@ -305,16 +335,12 @@ const applyBatchBytes = 4 << 20
 // view in one batch, with the partition's next offset, then counts them
 // and wakes waiters.
 func (in *Inspector) apply(topic string, partition int32, recs []*kgo.Record, size int) error {
-	queue, ok := broker.QueueOfRecords(topic)
-	if !ok {
-		return nil
-	}
 	in.writeMu.Lock()
 	defer in.writeMu.Unlock()
 	in.mu.Lock()
-	q := in.queues[queue]
+	t := in.topics[topic]
 	in.mu.Unlock()
-	if q == nil {
+	if t == nil {
 		return nil // a load that failed: the next one reads again
 	}
 	// Each line's value is the line and its meta; its keys and index entry
@@ -322,7 +348,7 @@ func (in *Inspector) apply(topic string, partition int32, recs []*kgo.Record, si
 	b := in.db.NewBatchWithSize(size + size/2)
 	defer b.Close()
 	touched := map[string]meta{} // this batch's records, newer than the store
-	var counts [8]int64
+	counts := map[string]*[8]int64{}
 	var finals [][]byte
 	next := recs[len(recs)-1].Offset + 1
 	for _, r := range recs {
@@ -345,20 +371,26 @@ func (in *Inspector) apply(topic string, partition int32, recs []*kgo.Record, si
 				continue
 			}
 			tr := &rec
-			if tr.Queue != queue {
+			if !t.holds(tr.Queue) {
 				continue
 			}
+			queue := tr.Queue
 			key := recordKey(queue, tr.ID)
 			m := meta{state: stateIndex(tr.State), last: lastTime(tr, r.Timestamp), worker: tr.Worker != "", due: dueOf(tr)}
-			old, had, err := in.stored(q, key, touched)
+			old, had, err := in.stored(t, key, touched)
 			if err != nil {
 				return err
 			}
 			if had && old.worker && !m.worker {
 				continue // a producer's pending record never hides a worker's
 			}
+			c := counts[queue]
+			if c == nil {
+				c = new([8]int64)
+				counts[queue] = c
+			}
 			if had {
-				counts[old.state]--
+				c[old.state]--
 				if err := b.Delete(indexKey(queue, old, tr.ID), nil); err != nil {
 					return err
 				}
@@ -368,9 +400,9 @@ func (in *Inspector) apply(topic string, partition int32, recs []*kgo.Record, si
 					}
 				}
 			}
-			counts[m.state]++
+			c[m.state]++
 			touched[string(key)] = m
-			q.seen[xxhash.Sum64(key)] = struct{}{}
+			t.seen[xxhash.Sum64(key)] = struct{}{}
 			// The line as it came: its meta, then its JSON.
 			op := b.SetDeferred(len(key), metaLen+len(line))
 			copy(op.Key, key)
@@ -400,11 +432,14 @@ func (in *Inspector) apply(topic string, partition int32, recs []*kgo.Record, si
 	}
 	in.mu.Lock()
 	defer in.mu.Unlock()
-	for i, n := range counts {
-		q.counts[i] += n
+	for queue, c := range counts {
+		q := t.queue(queue)
+		for i, n := range c {
+			q.counts[i] += n
+		}
 	}
-	q.pos[partition] = next
-	in.checkLoaded(q)
+	t.pos[partition] = next
+	in.checkLoaded(t)
 	if len(in.recent) > 0 {
 		for k := range touched {
 			delete(in.recent, k)
@@ -418,13 +453,13 @@ func (in *Inspector) apply(topic string, partition int32, recs []*kgo.Record, si
 
 // stored returns the meta of a task's record as the batch being built
 // leaves it: touched, else the store, which is asked only when the
-// queue's seen set has the key's hash: a new task's record, the usual
+// topic's seen set has the key's hash: a new task's record, the usual
 // case, costs no lookup.
-func (in *Inspector) stored(q *queueView, key []byte, touched map[string]meta) (meta, bool, error) {
+func (in *Inspector) stored(t *topicView, key []byte, touched map[string]meta) (meta, bool, error) {
 	if m, ok := touched[string(key)]; ok {
 		return m, true, nil
 	}
-	if _, ok := q.seen[xxhash.Sum64(key)]; !ok {
+	if _, ok := t.seen[xxhash.Sum64(key)]; !ok {
 		return meta{}, false, nil
 	}
 	v, closer, err := in.db.Get(key)
@@ -439,56 +474,95 @@ func (in *Inspector) stored(q *queueView, key []byte, touched map[string]meta) (
 	return m, err == nil, err
 }
 
-// countQueue counts a stored queue's tasks per state, from its index,
-// and fills its seen set from its records' keys.
-func (in *Inspector) countQueue(q *queueView) error {
-	prefix := queuePrefix(prefixRecord, q.queue)
-	it, err := in.db.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: prefixEnd(prefix)})
-	if err != nil {
-		return in.dbErr(err)
+// topicSpans are the key spans of one kind (prefix) of every queue of
+// a records topic whose queue is owner: the owner's own keys, then those
+// of its lane queues, owner/<label>.
+func topicSpans(prefix byte, owner string) [][2][]byte {
+	own := queuePrefix(prefix, owner)
+	lanes := append(append([]byte{prefix}, owner...), onceq.LaneSep)
+	return [][2][]byte{{own, prefixEnd(own)}, {lanes, prefixEnd(lanes)}}
+}
+
+// spanQueue is the queue of a key of topicSpans: what comes between
+// the prefix byte and the zero byte that ends the queue's name.
+func spanQueue(k []byte) (string, bool) {
+	i := bytes.IndexByte(k, 0)
+	if i < 1 {
+		return "", false
 	}
-	for ok := it.First(); ok; ok = it.Next() {
-		q.seen[xxhash.Sum64(it.Key())] = struct{}{}
-	}
-	if err := it.Close(); err != nil {
-		return in.dbErr(err)
-	}
-	for i := range onceq.TaskStates {
-		prefix := indexPrefix(q.queue, byte(i))
-		it, err := in.db.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: prefixEnd(prefix)})
+	return string(k[1:i]), true
+}
+
+// countTopic counts the stored tasks of each of a topic's queues per
+// state, from the index, and fills the topic's seen set from its
+// records' keys. in.writeMu is held.
+func (in *Inspector) countTopic(t *topicView) error {
+	for _, sp := range topicSpans(prefixRecord, t.owner) {
+		it, err := in.db.NewIter(&pebble.IterOptions{LowerBound: sp[0], UpperBound: sp[1]})
 		if err != nil {
 			return in.dbErr(err)
 		}
-		var n int64
 		for ok := it.First(); ok; ok = it.Next() {
-			n++
+			t.seen[xxhash.Sum64(it.Key())] = struct{}{}
 		}
 		if err := it.Close(); err != nil {
 			return in.dbErr(err)
 		}
-		q.counts[i] = n
+	}
+	counts := map[string]*[8]int64{}
+	for _, sp := range topicSpans(prefixIndex, t.owner) {
+		it, err := in.db.NewIter(&pebble.IterOptions{LowerBound: sp[0], UpperBound: sp[1]})
+		if err != nil {
+			return in.dbErr(err)
+		}
+		for ok := it.First(); ok; ok = it.Next() {
+			k := it.Key()
+			queue, ok := spanQueue(k)
+			if !ok || len(k) <= len(queue)+2 || int(k[len(queue)+2]) >= len(onceq.TaskStates) {
+				continue
+			}
+			c := counts[queue]
+			if c == nil {
+				c = new([8]int64)
+				counts[queue] = c
+			}
+			c[k[len(queue)+2]]++
+		}
+		if err := it.Close(); err != nil {
+			return in.dbErr(err)
+		}
+	}
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	for queue, c := range counts {
+		t.queue(queue).counts = *c
 	}
 	return nil
 }
 
-// dropQueue forgets everything of a queue, to read it again from the
-// start.
-func (in *Inspector) dropQueue(q *queueView) error {
-	for _, p := range []byte{prefixRecord, prefixIndex, prefixDue, prefixOffset} {
-		name := q.queue
-		if p == prefixOffset {
-			name = q.topic
-		}
-		prefix := queuePrefix(p, name)
-		if err := in.db.DeleteRange(prefix, prefixEnd(prefix), pebble.Sync); err != nil {
-			return in.dbErr(err)
+// dropTopic forgets everything of a topic's queues, to read it again
+// from the start. in.writeMu is held.
+func (in *Inspector) dropTopic(t *topicView) error {
+	for _, p := range []byte{prefixRecord, prefixIndex, prefixDue} {
+		for _, sp := range topicSpans(p, t.owner) {
+			if err := in.db.DeleteRange(sp[0], sp[1], pebble.Sync); err != nil {
+				return in.dbErr(err)
+			}
 		}
 	}
-	for p := range q.pos {
-		q.pos[p] = 0
+	offsets := queuePrefix(prefixOffset, t.topic)
+	if err := in.db.DeleteRange(offsets, prefixEnd(offsets), pebble.Sync); err != nil {
+		return in.dbErr(err)
 	}
-	q.counts = [8]int64{}
-	clear(q.seen)
+	for p := range t.pos {
+		t.pos[p] = 0
+	}
+	in.mu.Lock()
+	for _, q := range t.queues {
+		q.counts = [8]int64{}
+	}
+	in.mu.Unlock()
+	clear(t.seen)
 	return nil
 }
 
@@ -509,8 +583,10 @@ func (in *Inspector) sweepLoop() {
 		}
 		in.mu.Lock()
 		var qs []*queueView
-		for _, q := range in.queues {
-			qs = append(qs, q)
+		for _, t := range in.topics {
+			for _, q := range t.queues {
+				qs = append(qs, q)
+			}
 		}
 		now := in.cfg.now()
 		for k, rs := range in.recent {
@@ -561,7 +637,7 @@ func (in *Inspector) sweep(q *queueView) error {
 			// Another ID of the same hash (one chance in 2^64 per pair)
 			// would be looked up no more: its next record would leave
 			// its old index entry behind, one task counted twice.
-			delete(q.seen, xxhash.Sum64(key))
+			delete(q.t.seen, xxhash.Sum64(key))
 			counts[i]--
 		}
 		if err := it.Close(); err != nil {
