@@ -519,20 +519,50 @@ func (in *Inspector) CountsOf(ctx context.Context, queues []string) ([]map[onceq
 
 // Queues lists the queues that have task records, sorted: the users'
 // queues, without onceq's own (onceq.WorkflowQueue, whose tasks are
-// workflows: see package workflow).
+// workflows: see package workflow). The queue of every records topic is
+// listed, and so is each lane queue with retained tasks, which the views
+// of the records topics, loaded first, know of.
 func (in *Inspector) Queues(ctx context.Context) ([]string, error) {
 	topics, err := in.adm.ListTopics(ctx, true)
 	if err != nil {
 		return nil, fmt.Errorf("inspect: listing the records topics: %w", err)
 	}
-	var out []string
+	var owners []string
 	for _, t := range topics {
-		if q, ok := broker.QueueOfRecords(t); ok && q != onceq.WorkflowQueue {
-			out = append(out, q)
+		if q, ok := broker.QueueOfRecords(t); ok && q != onceq.WorkflowQueue && onceq.ValidateTaskQueue(q) == nil {
+			owners = append(owners, q)
 		}
 	}
+	qs, errs := in.views(ctx, owners)
+	out := slices.Clone(owners)
+	in.mu.Lock()
+	for i, q := range qs {
+		switch {
+		case errors.Is(errs[i], ErrNoQueue):
+			continue // deleted since it was listed
+		case errs[i] != nil:
+			in.mu.Unlock()
+			return nil, errs[i]
+		}
+		for name, lq := range q.t.queues {
+			if name != q.queue && lq.any() {
+				out = append(out, name)
+			}
+		}
+	}
+	in.mu.Unlock()
 	slices.Sort(out)
 	return out, nil
+}
+
+// any reports whether the view holds a task of q. in.mu is held.
+func (q *queueView) any() bool {
+	for _, n := range q.counts {
+		if n > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // cutoff is the oldest last transition the view shows, in unix ms.

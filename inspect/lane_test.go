@@ -84,6 +84,11 @@ func TestLaneQueues(t *testing.T) {
 		t.Fatal(err)
 	}
 	check(in, "first load")
+	// Listed: each records topic's queue, and the lane queues with tasks
+	// (fn/other, only asked about, has none).
+	if qs, err := in.Queues(ctxT(t)); err != nil || fmt.Sprint(qs) != "[fn fn/img fn/mail fnx]" {
+		t.Fatalf("Queues = %v, %v", qs, err)
+	}
 	// A record written after the load reaches the right queue.
 	w.Write(false, at("fn/other", "o", onceq.StateSucceeded))
 	if r, err := in.Wait(ctxT(t), "fn/other", "o"); err != nil || r.Queue != "fn/other" {
@@ -94,6 +99,9 @@ func TestLaneQueues(t *testing.T) {
 		t.Fatal(err)
 	}
 	check(open(t, conn, inspect.Dir(dir)), "reopened")
+	if qs, err := open(t, conn).Queues(ctxT(t)); err != nil || fmt.Sprint(qs) != "[fn fn/img fn/mail fn/other fnx]" {
+		t.Fatalf("Queues of a new view = %v, %v", qs, err)
+	}
 	if _, err := open(t, conn).Counts(ctxT(t), "nolane/x"); err == nil {
 		t.Fatal("Counts of a lane queue whose lane has no records topic: no error")
 	}
