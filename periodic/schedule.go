@@ -214,7 +214,7 @@ func compile(s Schedule) (*compiled, error) {
 	}
 	if s.Queue == "" {
 		errs.Missing("Queue", "name the queue the ticks' tasks go to")
-	} else if err := onceq.ValidateQueue(s.Queue); err != nil {
+	} else if err := onceq.ValidateAnyQueue(s.Queue); err != nil {
 		want := err.Error()
 		if oe := (*onceq.Error)(nil); errors.As(err, &oe) {
 			want = oe.Kind.Error() + ": " + oe.Hint

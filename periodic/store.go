@@ -201,8 +201,9 @@ func (s *Store) queueExists(ctx context.Context, queue string) error {
 		return err
 	}
 	defer adm.Close()
-	if _, err := adm.DescribeTopic(ctx, queue); errors.Is(err, broker.ErrTopicNotFound) {
-		return fmt.Errorf("periodic: queue %q does not exist: create it with 'onceq topics create %s': %w", queue, queue, producer.ErrQueueNotFound)
+	topic := onceq.QueueTopic(queue) // a lane queue's lane
+	if _, err := adm.DescribeTopic(ctx, topic); errors.Is(err, broker.ErrTopicNotFound) {
+		return fmt.Errorf("periodic: queue %q does not exist: create it with 'onceq topics create %s': %w", queue, topic, producer.ErrQueueNotFound)
 	} else if err != nil {
 		return fmt.Errorf("periodic: looking up queue %q: %w", queue, err)
 	}

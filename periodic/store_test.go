@@ -7,9 +7,11 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/onceq/onceq"
 	"github.com/onceq/onceq/internal/table"
 	"github.com/onceq/onceq/internal/testutil"
 	"github.com/onceq/onceq/producer"
@@ -42,6 +44,11 @@ func TestStore(t *testing.T) {
 	}
 	if _, err := s.Add(ctx, Schedule{Name: "x", Queue: "missing", Every: time.Minute}); !errors.Is(err, producer.ErrQueueNotFound) {
 		t.Errorf("Add to a missing queue: %v; want ErrQueueNotFound", err)
+	}
+	// A lane queue needs its lane: the command to make it names the lane.
+	if _, err := s.Add(ctx, Schedule{Name: "x", Queue: "nolane/x", Every: time.Minute}); !errors.Is(err, producer.ErrQueueNotFound) ||
+		!strings.Contains(err.Error(), "onceq topics create nolane") {
+		t.Errorf("Add to a lane queue of a missing lane: %v; want ErrQueueNotFound naming the lane", err)
 	}
 	if recs := testutil.ReadCommitted(t, conn, 10*time.Second, Topic); len(recs) != 0 {
 		t.Fatalf("refused schedules wrote %d records", len(recs))
@@ -231,4 +238,27 @@ func FuzzDecode(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestStoreLaneQueue: a schedule may tick into a lane queue, whose lane
+// must exist.
+func TestStoreLaneQueue(t *testing.T) {
+	_, conn := testutil.StartBroker(t, "")
+	testutil.CreateTopic(t, conn, "fn", 2)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	s, err := Open(ctx, conn, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	for _, bad := range []string{"fn/", "fn/a b", "fn/" + strings.Repeat("x", onceq.MaxLabelLen+1)} {
+		if _, err := s.Add(ctx, Schedule{Name: "bad", Queue: bad, Every: time.Hour}); !errors.Is(err, ErrInvalid) {
+			t.Errorf("Add to queue %q: %v; want ErrInvalid", bad, err)
+		}
+	}
+	sch, err := s.Add(ctx, Schedule{Name: "nightly", Queue: "fn/cleanup", Every: time.Hour})
+	if err != nil || sch.Queue != "fn/cleanup" {
+		t.Fatalf("Add to a lane queue: %+v, %v", sch, err)
+	}
 }

@@ -151,7 +151,7 @@ func compile(w string, n Node, maxBytes int) (flow.Definition, error) {
 	}
 	def := flow.Definition{W: w, Root: root}
 	for _, d := range n.after {
-		if err := onceq.ValidateQueue(d.Queue); err != nil {
+		if err := onceq.ValidateAnyQueue(d.Queue); err != nil {
 			return flow.Definition{}, fmt.Errorf("workflow %s: dependency %s: %w", w, d, err)
 		}
 		if err := onceq.ValidateID(d.ID); err != nil {

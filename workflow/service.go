@@ -181,13 +181,14 @@ func (s *Service) checkQueues(ctx context.Context, def *flow.Definition) error {
 		if err != nil {
 			return err
 		}
-		_, err = adm.DescribeTopic(ctx, q)
+		topic := onceq.QueueTopic(q) // a lane queue's lane
+		_, err = adm.DescribeTopic(ctx, topic)
 		if errors.Is(err, broker.ErrTopicNotFound) {
-			err = s.confirmMissing(ctx, q)
+			err = s.confirmMissing(ctx, topic)
 		}
 		switch {
 		case errors.Is(err, broker.ErrTopicNotFound):
-			return consumer.SkipRetry(fmt.Errorf("workflow %s: queue %q does not exist: create it with 'onceq topics create %s', then retry the workflow with 'onceq workflow retry %s'", def.W, q, q, def.W))
+			return consumer.SkipRetry(fmt.Errorf("workflow %s: queue %q does not exist: create it with 'onceq topics create %s', then retry the workflow with 'onceq workflow retry %s'", def.W, q, topic, def.W))
 		case err != nil:
 			return err
 		}

@@ -56,8 +56,12 @@ func run(t *testing.T, h consumer.Handler, queues ...string) *env {
 func startEnv(tb testing.TB, h consumer.Handler, partitions int32, queues []string, opts ...consumer.Opt) *env {
 	tb.Helper()
 	_, conn := testutil.StartBroker(tb, "")
+	made := map[string]bool{}
 	for _, q := range queues {
-		testutil.CreateTopic(tb, conn, q, partitions)
+		if topic := onceq.QueueTopic(q); !made[topic] { // a lane queue's lane
+			testutil.CreateTopic(tb, conn, topic, partitions)
+			made[topic] = true
+		}
 	}
 	// Made before the cleanup below, so removed after everything stopped.
 	workerDir, serviceDir, delayDir := tb.TempDir(), tb.TempDir(), tb.TempDir()

@@ -39,4 +39,20 @@ func TestLaneQueuesFromTheCLI(t *testing.T) {
 	if recs := testutil.ReadCommitted(t, conn, 20*time.Second, "fn"); len(recs) != 3 {
 		t.Fatalf("the lane fn holds %d tasks, want 3", len(recs))
 	}
+	// Stats and limits take lane queues; a lane queue without a label
+	// is refused.
+	for deadline := time.Now().Add(time.Minute); ; {
+		out := cli("queue", "stats", "--json", "fn/resize", "fn/mail")
+		if strings.Count(out, `"succeeded":1`) == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("queue stats of fn/resize and fn/mail: %s", out)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	cli("queue", "limit", "fn/mail", "--rate", "5/s")
+	if code, out, stderr := runCLI(t, "", "--brokers", addr, "queue", "limit", "fn/", "--rate", "5/s"); code != 2 || !strings.Contains(stderr, "label") {
+		t.Fatalf("queue limit fn/: exit %d: %s%s", code, out, stderr)
+	}
 }

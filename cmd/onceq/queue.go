@@ -118,7 +118,7 @@ time, not yet started) with the oldest due time. Every task in the delay buckets
 with or without a record, is counted per bucket by onceq delay stats.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			for _, q := range args {
-				if err := onceq.ValidateQueue(q); err != nil {
+				if err := onceq.ValidateAnyQueue(q); err != nil {
 					return usageError{err}
 				}
 			}

@@ -39,7 +39,7 @@ worker that dies holds its places until its tasks' time-to-run ends).`,
 		Args:    exactArgs(1, "one queue name"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			queue := args[0]
-			if err := onceq.ValidateQueue(queue); err != nil {
+			if err := onceq.ValidateAnyQueue(queue); err != nil {
 				return usageError{err}
 			}
 			var l control.Limit

@@ -341,7 +341,7 @@ func (c *Client) endTurn(queue string) {
 // Set writes queue's limit (a Limit of nothing lifts it) and returns once
 // the brokers acknowledged it.
 func Set(ctx context.Context, conn broker.Conn, queue string, l Limit) error {
-	if err := onceq.ValidateQueue(queue); err != nil {
+	if err := onceq.ValidateAnyQueue(queue); err != nil {
 		return err
 	}
 	if err := l.Validate(); err != nil {

@@ -233,7 +233,7 @@ func Decode(key, val []byte) (Record, error) {
 	switch {
 	case strings.HasPrefix(k, limitPrefix):
 		r := Record{Queue: k[len(limitPrefix):]}
-		if err := onceq.ValidateQueue(r.Queue); err != nil {
+		if err := onceq.ValidateAnyQueue(r.Queue); err != nil {
 			return Record{}, fmt.Errorf("limits: key %q: %w", k, err)
 		}
 		if val == nil {
@@ -259,7 +259,7 @@ func Decode(key, val []byte) (Record, error) {
 			return Record{}, fmt.Errorf("limits: key %q: want claim/<queue>/<holder>/<nonce>", k)
 		}
 		r := Record{Queue: rest[:j], Holder: rest[j+1 : i], Nonce: rest[i+1:]}
-		if r.Holder == "" || r.Nonce == "" || onceq.ValidateQueue(r.Queue) != nil {
+		if r.Holder == "" || r.Nonce == "" || onceq.ValidateAnyQueue(r.Queue) != nil {
 			return Record{}, fmt.Errorf("limits: key %q: want claim/<queue>/<holder>/<nonce>", k)
 		}
 		if val == nil {
