@@ -2,10 +2,14 @@ package consumer_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/onceq/onceq"
 	"github.com/onceq/onceq/broker"
@@ -26,8 +30,9 @@ func TestLaneQueues(t *testing.T) {
 		mu  sync.Mutex
 		ran = map[string]int{} // queue/ID -> runs
 	)
+	reg := prometheus.NewRegistry()
 	w, err := consumer.New(consumer.Conn(conn), consumer.Group("lanes"), consumer.Queues("fn/resize", `fn/m.*`),
-		consumer.CheckpointDir(t.TempDir()),
+		consumer.CheckpointDir(t.TempDir()), consumer.Registerer(reg),
 		consumer.WithHandler(consumer.HandlerFunc(func(_ context.Context, task *consumer.Task) error {
 			if task.Topic != "fn" {
 				return fmt.Errorf("task %s of %s came from topic %s", task.ID, task.Queue, task.Topic)
@@ -35,6 +40,9 @@ func TestLaneQueues(t *testing.T) {
 			mu.Lock()
 			ran[task.Queue+"/"+task.ID]++
 			mu.Unlock()
+			if task.ID == "bad" {
+				return consumer.SkipRetry(errors.New("told to fail"))
+			}
 			return nil
 		})))
 	if err != nil {
@@ -79,7 +87,9 @@ func TestLaneQueues(t *testing.T) {
 	// the duplicate was settled.
 	submit(onceq.Task{ID: "x1", Queue: "fn/resize"})
 	submit(onceq.Task{ID: "after", Queue: "fn/resize", Key: []byte("x1")})
+	submit(onceq.Task{ID: "bad", Queue: "fn/mail"}) // dead-lettered
 	waitFor(t, time.Minute, "the task after the duplicate", func() bool { return count("fn/resize/after") == 1 })
+	waitFor(t, time.Minute, "the task that fails", func() bool { return count("fn/mail/bad") == 1 })
 
 	mu.Lock()
 	for key, runs := range ran {
@@ -87,8 +97,8 @@ func TestLaneQueues(t *testing.T) {
 			t.Errorf("%s ran %d times", key, runs)
 		}
 	}
-	if len(ran) != 2*n+2 {
-		t.Errorf("%d tasks ran, want %d: %v", len(ran), 2*n+2, ran)
+	if len(ran) != 2*n+3 {
+		t.Errorf("%d tasks ran, want %d: %v", len(ran), 2*n+3, ran)
 	}
 	mu.Unlock()
 
@@ -107,16 +117,53 @@ func TestLaneQueues(t *testing.T) {
 				}
 			}
 		}
-		return len(succeeded) >= len(ran)
+		return len(succeeded) >= len(ran)-1
 	})
 	for key := range ran {
-		if succeeded[key] != 1 {
-			t.Errorf("%s: %d succeeded records, want 1", key, succeeded[key])
+		want := 1
+		if key == "fn/mail/bad" {
+			want = 0
+		}
+		if succeeded[key] != want {
+			t.Errorf("%s: %d succeeded records, want %d", key, succeeded[key], want)
 		}
 	}
-	if len(succeeded) != len(ran) {
-		t.Errorf("%d succeeded records, want %d", len(succeeded), len(ran))
+	if len(succeeded) != len(ran)-1 {
+		t.Errorf("%d succeeded records, want %d", len(succeeded), len(ran)-1)
 	}
+	// The metrics are the lane's: its labels add no series.
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var success, dead float64
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "queue" && l.GetValue() != "fn" {
+					t.Errorf("%s has a series of queue %q: want the lane's, fn", mf.GetName(), l.GetValue())
+				}
+			}
+			switch {
+			case mf.GetName() == "onceq_tasks_processed_total" && hasLabel(m, "outcome", "success"):
+				success += m.GetCounter().GetValue()
+			case mf.GetName() == "onceq_dead_letters_total":
+				dead += m.GetCounter().GetValue()
+			}
+		}
+	}
+	if success != float64(len(ran)-1) || dead != 1 {
+		t.Errorf("%v tasks succeeded and %v dead in the metrics, want %d and 1", success, dead, len(ran)-1)
+	}
+}
+
+func hasLabel(m *dto.Metric, name, value string) bool {
+	for _, l := range m.GetLabel() {
+		if l.GetName() == name && l.GetValue() == value {
+			return true
+		}
+	}
+	return false
 }
 
 // waitFor polls cond until it holds, failing the test after timeout.

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/onceq/onceq"
 )
 
 type metrics struct {
@@ -155,10 +157,12 @@ func (c *progressCollector) Collect(ch chan<- prometheus.Metric) {
 // worker's metrics are not per queue (MetricsPerQueue).
 const allQueues = "*"
 
-// qlabel is the queue label of queue's series.
+// qlabel is the queue label of queue's series: the queue's topic (the
+// lane, for a lane queue, so that a lane's labels add no series), or
+// allQueues.
 func (w *Worker) qlabel(queue string) string {
 	if w.cfg.metricsPerQueue {
-		return queue
+		return onceq.QueueTopic(queue)
 	}
 	return allQueues
 }

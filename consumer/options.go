@@ -372,9 +372,12 @@ func QuietAfter(d time.Duration) Opt { return optFunc(func(c *config) { c.quietA
 const DefaultMetricsPerQueue = true
 
 // MetricsPerQueue says whether the worker's metrics have a series per
-// queue (and per partition, for lag and open records). Off, every series
-// has queue (and partition) "*", summed over the queues: a worker of
-// thousands of queues keeps its series to a few dozen. Default
+// queue (and per partition, for lag and open records). A series is per
+// topic: the lane queues of a lane share the lane's series, so a lane of
+// any number of labels costs the series of one queue (their tasks by
+// state are in the read side: onceq queue stats). Off, every series has
+// queue (and partition) "*", summed over the queues: a worker of
+// thousands of topics keeps its series to a few dozen. Default
 // DefaultMetricsPerQueue (on).
 func MetricsPerQueue(on bool) Opt { return optFunc(func(c *config) { c.metricsPerQueue = on }) }
 
