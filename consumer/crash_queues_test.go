@@ -23,6 +23,16 @@ import (
 // along. A fresh read_committed reader must then see every task's output
 // exactly once. With -short, 200 queues.
 func TestCrashManyQueues(t *testing.T) {
+	crashManyQueues(t, false)
+}
+
+// TestCrashManyLaneQueues is TestCrashManyQueues with 1,000 lane queues
+// (mq/q-0000 to mq/q-0999) on one lane of 8 partitions.
+func TestCrashManyLaneQueues(t *testing.T) {
+	crashManyQueues(t, true)
+}
+
+func crashManyQueues(t *testing.T, lanes bool) {
 	queues, perQueue := 1000, 10
 	if testing.Short() {
 		queues = 200
@@ -31,17 +41,25 @@ func TestCrashManyQueues(t *testing.T) {
 	_, conn := testutil.StartBroker(t, "")
 	addr := conn.Brokers[0]
 	names := make([]string, queues)
+	format, pattern := "mq-%04d", `mq-[0-9]+`
+	if lanes {
+		format, pattern = "mq/q-%04d", `mq/q-[0-9]+`
+	}
 	for i := range names {
-		names[i] = fmt.Sprintf("mq-%04d", i)
+		names[i] = fmt.Sprintf(format, i)
 	}
-	cl, err := conn.NewClient()
-	if err != nil {
-		t.Fatal(err)
+	if lanes {
+		testutil.CreateTopic(t, conn, "mq", 8)
+	} else {
+		cl, err := conn.NewClient()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := kadm.NewClient(cl).CreateTopics(context.Background(), 1, -1, nil, names...); err != nil {
+			t.Fatal(err)
+		}
+		cl.Close()
 	}
-	if _, err := kadm.NewClient(cl).CreateTopics(context.Background(), 1, -1, nil, names...); err != nil {
-		t.Fatal(err)
-	}
-	cl.Close()
 	testutil.CreateTopic(t, conn, "out", 8)
 
 	var want []string
@@ -57,7 +75,7 @@ func TestCrashManyQueues(t *testing.T) {
 
 	const group = "crash-queues"
 	start := func(dir string) *testutil.Process {
-		return testutil.Start(t, "worker", "--brokers", addr, "--group", group, "--queue", `mq-[0-9]+`, "--handler", "count:out",
+		return testutil.Start(t, "worker", "--brokers", addr, "--group", group, "--queue", pattern, "--handler", "count:out",
 			"--checkpoint-dir", dir, "--metrics-addr", "", "--session-timeout", "6s", "--transaction-timeout", "5s",
 			"--commit-interval", "50ms", "--log-level", "warn", "--delay-service=false", "--workflow-service=false",
 			"--scheduler=false", "--metrics-per-queue=false")

@@ -294,7 +294,7 @@ func produceQuiet(conn broker.Conn, queue string, tasks []onceq.Task) {
 	for _, task := range tasks {
 		task.Queue = queue
 		task.Resolve(time.Now())
-		cl.Produce(ctx, task.Record(queue), nil)
+		cl.Produce(ctx, task.Record(onceq.QueueTopic(queue)), nil)
 	}
 	_ = cl.Flush(ctx)
 }
