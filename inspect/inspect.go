@@ -519,35 +519,39 @@ func (in *Inspector) CountsOf(ctx context.Context, queues []string) ([]map[onceq
 
 // Queues lists the queues that have task records, sorted: the users'
 // queues, without onceq's own (onceq.WorkflowQueue, whose tasks are
-// workflows: see package workflow). The queue of every records topic is
-// listed, and so is each lane queue with retained tasks, which the views
-// of the records topics, loaded first, know of.
+// workflows: see package workflow). It names the queue of each records
+// topic, from the brokers' list of topics, without reading any: the lane
+// queues of a lane are listed by LaneQueues.
 func (in *Inspector) Queues(ctx context.Context) ([]string, error) {
 	topics, err := in.adm.ListTopics(ctx, true)
 	if err != nil {
 		return nil, fmt.Errorf("inspect: listing the records topics: %w", err)
 	}
-	var owners []string
+	var out []string
 	for _, t := range topics {
-		if q, ok := broker.QueueOfRecords(t); ok && q != onceq.WorkflowQueue && onceq.ValidateTaskQueue(q) == nil {
-			owners = append(owners, q)
+		if q, ok := broker.QueueOfRecords(t); ok && q != onceq.WorkflowQueue {
+			out = append(out, q)
 		}
 	}
-	qs, errs := in.views(ctx, owners)
-	out := slices.Clone(owners)
+	slices.Sort(out)
+	return out, nil
+}
+
+// LaneQueues lists, sorted, the lane queues of lane with retained tasks:
+// the labels the view of the lane's records topic holds a task of.
+func (in *Inspector) LaneQueues(ctx context.Context, lane string) ([]string, error) {
+	if err := onceq.ValidateQueue(lane); err != nil {
+		return nil, err
+	}
+	q, err := in.view(ctx, lane)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
 	in.mu.Lock()
-	for i, q := range qs {
-		switch {
-		case errors.Is(errs[i], ErrNoQueue):
-			continue // deleted since it was listed
-		case errs[i] != nil:
-			in.mu.Unlock()
-			return nil, errs[i]
-		}
-		for name, lq := range q.t.queues {
-			if name != q.queue && lq.any() {
-				out = append(out, name)
-			}
+	for name, lq := range q.t.queues {
+		if name != lane && lq.any() {
+			out = append(out, name)
 		}
 	}
 	in.mu.Unlock()

@@ -84,10 +84,10 @@ func TestLaneQueues(t *testing.T) {
 		t.Fatal(err)
 	}
 	check(in, "first load")
-	// Listed: each records topic's queue, and the lane queues with tasks
-	// (fn/other, only asked about, has none).
-	if qs, err := in.Queues(ctxT(t)); err != nil || fmt.Sprint(qs) != "[fn fn/img fn/mail fnx]" {
-		t.Fatalf("Queues = %v, %v", qs, err)
+	// Listed: the lane queues with tasks (fn/other, only asked about, has
+	// none).
+	if qs, err := in.LaneQueues(ctxT(t), "fn"); err != nil || fmt.Sprint(qs) != "[fn/img fn/mail]" {
+		t.Fatalf("LaneQueues(fn) = %v, %v", qs, err)
 	}
 	// A record written after the load reaches the right queue.
 	w.Write(false, at("fn/other", "o", onceq.StateSucceeded))
@@ -99,8 +99,12 @@ func TestLaneQueues(t *testing.T) {
 		t.Fatal(err)
 	}
 	check(open(t, conn, inspect.Dir(dir)), "reopened")
-	if qs, err := open(t, conn).Queues(ctxT(t)); err != nil || fmt.Sprint(qs) != "[fn fn/img fn/mail fn/other fnx]" {
-		t.Fatalf("Queues of a new view = %v, %v", qs, err)
+	fresh := open(t, conn)
+	if qs, err := fresh.LaneQueues(ctxT(t), "fn"); err != nil || fmt.Sprint(qs) != "[fn/img fn/mail fn/other]" {
+		t.Fatalf("LaneQueues(fn) of a new view = %v, %v", qs, err)
+	}
+	if qs, err := fresh.LaneQueues(ctxT(t), "fn/img"); err == nil {
+		t.Fatalf("LaneQueues of a lane queue's name: %v, no error", qs)
 	}
 	if _, err := open(t, conn).Counts(ctxT(t), "nolane/x"); err == nil {
 		t.Fatal("Counts of a lane queue whose lane has no records topic: no error")

@@ -51,6 +51,12 @@ func TestLaneQueuesFromTheCLI(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+	if out := cli("queue", "stats", "--lane", "fn", "--json"); strings.Count(out, `"queue":`) != 2 || !strings.Contains(out, `"queue":"fn/mail"`) || !strings.Contains(out, `"queue":"fn/resize"`) {
+		t.Fatalf("queue stats --lane fn: want fn/mail and fn/resize:\n%s", out)
+	}
+	if code, out, stderr := runCLI(t, "", "--brokers", addr, "queue", "stats", "--lane", "fn/x"); code != 2 || !strings.Contains(stderr, "--lane") {
+		t.Fatalf("queue stats --lane fn/x: exit %d: %s%s", code, out, stderr)
+	}
 	cli("queue", "limit", "fn/mail", "--rate", "5/s")
 	if code, out, stderr := runCLI(t, "", "--brokers", addr, "queue", "limit", "fn/", "--rate", "5/s"); code != 2 || !strings.Contains(stderr, "label") {
 		t.Fatalf("queue limit fn/: exit %d: %s%s", code, out, stderr)

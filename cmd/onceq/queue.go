@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -105,8 +106,9 @@ tasks they fetched already wait, unstarted). Nothing of the queue is lost.`,
 
 func newQueueStatsCmd(g *globals, timeout *time.Duration) *cobra.Command {
 	var asJSON bool
+	var lane string
 	cmd := &cobra.Command{
-		Use:   "stats [QUEUE...]",
+		Use:   "stats [QUEUE...] | --lane LANE",
 		Short: "Show queues' tasks by state, pause state, and each consumer group's waiting tasks",
 		Long: `Show, for each queue (without arguments, every queue that has task records): whether
 it is paused, its retained tasks by state (from their task records), and for each
@@ -115,8 +117,18 @@ records past its committed offsets). The scheduled and retrying tasks with task
 records (submitted with produce --unique or over HTTP, and every retry) are
 counted by when they fall due: within 1m, 1h and 1d, and overdue (past their due
 time, not yet started) with the oldest due time. Every task in the delay buckets,
-with or without a record, is counted per bucket by onceq delay stats.`,
+with or without a record, is counted per bucket by onceq delay stats. With
+--lane, the queues are the lane queues of LANE that have retained tasks.`,
+		Example: "  onceq queue stats emails receipts\n  onceq queue stats --lane fn --json",
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if lane != "" {
+				if len(args) > 0 {
+					return usageError{errors.New("--lane lists the lane's queues: give it without queue names")}
+				}
+				if err := onceq.ValidateQueue(lane); err != nil {
+					return usageError{fmt.Errorf("--lane: %w", err)}
+				}
+			}
 			for _, q := range args {
 				if err := onceq.ValidateAnyQueue(q); err != nil {
 					return usageError{err}
@@ -124,8 +136,13 @@ with or without a record, is counted per bucket by onceq delay stats.`,
 			}
 			return withInspectorOf(cmd, g, *timeout, func(ctx context.Context, in *inspect.Inspector) error {
 				queues := args
-				if len(queues) == 0 {
-					var err error
+				var err error
+				switch {
+				case lane != "":
+					if queues, err = in.LaneQueues(ctx, lane); err != nil {
+						return err
+					}
+				case len(queues) == 0:
 					if queues, err = in.Queues(ctx); err != nil {
 						return err
 					}
@@ -164,5 +181,6 @@ with or without a record, is counted per bucket by onceq delay stats.`,
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print one JSON object per queue")
+	cmd.Flags().StringVar(&lane, "lane", "", "show every lane queue of this lane (LANE/<label>) with retained tasks")
 	return cmd
 }
