@@ -50,6 +50,11 @@ func TestStore(t *testing.T) {
 		!strings.Contains(err.Error(), "onceq topics create nolane") {
 		t.Errorf("Add to a lane queue of a missing lane: %v; want ErrQueueNotFound naming the lane", err)
 	}
+	for _, bad := range []string{"reports/", "reports/a b", "reports/" + strings.Repeat("x", onceq.MaxLabelLen+1)} {
+		if _, err := s.Add(ctx, Schedule{Name: "x", Queue: bad, Every: time.Hour}); !errors.Is(err, ErrInvalid) {
+			t.Errorf("Add to queue %q: %v; want ErrInvalid", bad, err)
+		}
+	}
 	if recs := testutil.ReadCommitted(t, conn, 10*time.Second, Topic); len(recs) != 0 {
 		t.Fatalf("refused schedules wrote %d records", len(recs))
 	}
@@ -120,6 +125,10 @@ func TestStore(t *testing.T) {
 	waitFor(t, "the removal in the first store", func() bool { _, ok := s.Get("hourly", now); return !ok })
 	if err := s.Remove(ctx, "hourly"); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("removing a removed schedule: %v", err)
+	}
+	// A schedule may tick into a lane queue of an existing lane.
+	if sch, err := s.Add(ctx, Schedule{Name: "nightly", Queue: "reports/cleanup", Every: time.Hour}); err != nil || sch.Queue != "reports/cleanup" {
+		t.Fatalf("Add to a lane queue: %+v, %v", sch, err)
 	}
 }
 
@@ -238,27 +247,4 @@ func FuzzDecode(f *testing.F) {
 			}
 		}
 	})
-}
-
-// TestStoreLaneQueue: a schedule may tick into a lane queue, whose lane
-// must exist.
-func TestStoreLaneQueue(t *testing.T) {
-	_, conn := testutil.StartBroker(t, "")
-	testutil.CreateTopic(t, conn, "fn", 2)
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	s, err := Open(ctx, conn, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	for _, bad := range []string{"fn/", "fn/a b", "fn/" + strings.Repeat("x", onceq.MaxLabelLen+1)} {
-		if _, err := s.Add(ctx, Schedule{Name: "bad", Queue: bad, Every: time.Hour}); !errors.Is(err, ErrInvalid) {
-			t.Errorf("Add to queue %q: %v; want ErrInvalid", bad, err)
-		}
-	}
-	sch, err := s.Add(ctx, Schedule{Name: "nightly", Queue: "fn/cleanup", Every: time.Hour})
-	if err != nil || sch.Queue != "fn/cleanup" {
-		t.Fatalf("Add to a lane queue: %+v, %v", sch, err)
-	}
 }
