@@ -78,6 +78,9 @@ func (w *Worker) setPaused(queue string, paused bool) {
 		w.cfg.log.Info("queue paused: no task of it starts until it is resumed", "queue", queue)
 	} else {
 		w.cfg.log.Info("queue resumed", "queue", queue)
+		if held := w.sched.paused.release(queue); len(held) > 0 {
+			go w.sched.start(held) // not on the control topic's reader
+		}
 	}
 	if w.cfg.metricsPerQueue {
 		w.metrics.paused.WithLabelValues(queue).Set(v)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"github.com/onceq/onceq"
 	"github.com/onceq/onceq/broker"
 	"github.com/onceq/onceq/consumer"
+	"github.com/onceq/onceq/internal/control"
 	"github.com/onceq/onceq/internal/testutil"
 	"github.com/onceq/onceq/producer"
 )
@@ -176,4 +178,106 @@ func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// TestPausedLaneQueueHoldsNoSlot: the tasks of a paused lane queue wait
+// outside the slots, so a worker of two slots whose lane holds 40 of
+// them ahead of another lane queue's tasks runs those; resumed, the
+// paused queue's tasks run once each, those of one key in order.
+func TestPausedLaneQueueHoldsNoSlot(t *testing.T) {
+	_, conn := testutil.StartBroker(t, "")
+	testutil.CreateTopic(t, conn, "fn", 2)
+	ctx := t.Context()
+	if err := control.Write(ctx, conn, control.Entry{Queue: "fn/a", Paused: true, At: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	p, err := producer.New(producer.Conn(conn))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	var tasks []onceq.Task
+	for i := range 40 {
+		tasks = append(tasks, onceq.Task{ID: fmt.Sprint("a-", i), Queue: "fn/a"})
+	}
+	for i := range 5 {
+		tasks = append(tasks, onceq.Task{ID: fmt.Sprint("k-", i), Queue: "fn/a", Key: []byte("k")})
+	}
+	for i := range 20 {
+		tasks = append(tasks, onceq.Task{ID: fmt.Sprint("b-", i), Queue: "fn/b"})
+	}
+	for _, task := range tasks {
+		if _, err := p.Submit(ctx, task); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var (
+		mu    sync.Mutex
+		ran   = map[string]int{} // queue/ID -> runs
+		order []string           // the IDs of key k, as they ran
+	)
+	count := func(prefix string) (n int) {
+		mu.Lock()
+		defer mu.Unlock()
+		for k := range ran {
+			if strings.HasPrefix(k, prefix) {
+				n++
+			}
+		}
+		return n
+	}
+	reg := prometheus.NewRegistry()
+	stop := runWorker(t, consumer.Conn(conn), consumer.Group("paused-lane"), consumer.Queues("fn/a", "fn/b"),
+		consumer.CheckpointDir(t.TempDir()), consumer.Concurrency(2), consumer.Registerer(reg),
+		consumer.WithHandler(consumer.HandlerFunc(func(_ context.Context, task *consumer.Task) error {
+			mu.Lock()
+			defer mu.Unlock()
+			ran[task.Queue+"/"+task.ID]++
+			if string(task.Key) == "k" {
+				order = append(order, task.ID)
+			}
+			return nil
+		})))
+	waitFor(t, time.Minute, "the 20 tasks of fn/b behind the paused fn/a's", func() bool { return count("fn/b/") == 20 })
+	// Held: the 40 keyless tasks and k-0; k-1 to k-4 wait behind k-0.
+	waitFor(t, time.Minute, "41 tasks of fn/a held outside the slots", func() bool { return gauge(t, reg, "onceq_paused_waiting_tasks") == 41 })
+	if n := count("fn/a/"); n != 0 {
+		t.Fatalf("%d tasks of the paused fn/a ran", n)
+	}
+	if err := control.Write(ctx, conn, control.Entry{Queue: "fn/a", Paused: false, At: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, time.Minute, "the 45 tasks of fn/a once resumed", func() bool { return count("fn/a/") == 45 })
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for k, n := range ran {
+		if n != 1 {
+			t.Errorf("%s ran %d times", k, n)
+		}
+	}
+	if fmt.Sprint(order) != "[k-0 k-1 k-2 k-3 k-4]" {
+		t.Errorf("key k ran in the order %v", order)
+	}
+	if g := gauge(t, reg, "onceq_paused_waiting_tasks"); g != 0 {
+		t.Errorf("onceq_paused_waiting_tasks = %v after the resume", g)
+	}
+}
+
+// gauge is the value of the unlabelled gauge name in reg.
+func gauge(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name && len(mf.GetMetric()) == 1 {
+			return mf.GetMetric()[0].GetGauge().GetValue()
+		}
+	}
+	t.Fatalf("no gauge %s", name)
+	return 0
 }

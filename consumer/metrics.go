@@ -29,6 +29,7 @@ type metrics struct {
 	quiet     prometheus.Gauge
 	wanted    prometheus.Gauge
 	bounded   prometheus.GaugeFunc
+	held      prometheus.GaugeFunc
 	progress  *progressCollector
 }
 
@@ -70,6 +71,9 @@ func newMetrics(reg prometheus.Registerer, w *Worker) (*metrics, error) {
 			Help: "Partitions the worker does not fetch because they had no task for a while; a wake-up or a new record makes them fetched again."}),
 		wanted: prometheus.NewGauge(prometheus.GaugeOpts{Name: "onceq_wanted_queues",
 			Help: "Queues wanted now (Worker.Want), whose partitions an on-demand worker fetches."}),
+		held: prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "onceq_paused_waiting_tasks",
+			Help: "Tasks of paused lane queues that wait, outside the slots, for their queue to be resumed."},
+			func() float64 { return float64(w.sched.paused.waiting.Load()) }),
 		bounded: prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "onceq_bound_waiting_tasks",
 			Help: "Tasks ready to start that wait, outside the slots, for a task of their queue to finish (MaxRunningPerQueue)."},
 			func() float64 {
@@ -94,7 +98,7 @@ func newMetrics(reg prometheus.Registerer, w *Worker) (*metrics, error) {
 		return m, nil
 	}
 	for _, c := range []prometheus.Collector{m.processed, m.handler, m.latency, m.commit, m.aborts, m.restore,
-		m.inflight, m.failed, m.dead, m.abandoned, m.canceled, m.expired, m.paused, m.limited, m.limitWait, m.quiet, m.wanted, m.bounded, m.progress} {
+		m.inflight, m.failed, m.dead, m.abandoned, m.canceled, m.expired, m.paused, m.limited, m.limitWait, m.quiet, m.wanted, m.bounded, m.held, m.progress} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("consumer: registering metrics (one worker per registerer): %w", err)
 		}

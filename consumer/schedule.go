@@ -66,6 +66,8 @@ type scheduler struct {
 	// bound holds the records of a queue past MaxRunningPerQueue (nil
 	// without one).
 	bound *queueBound
+	// paused holds the records of paused lane queues.
+	paused pausedLines
 }
 
 // slot is one place to run a handler; cur is the run in it.
@@ -190,6 +192,7 @@ func (it *item) setKeys(eos bool) {
 // start hands records that their keys let start to the slots, or to their
 // queues' lines (MaxRunningPerQueue). items is start's to reuse.
 func (s *scheduler) start(items []*item) {
+	items = s.paused.hold(s.w, items)
 	if s.bound != nil {
 		items = s.bound.take(items)
 	}
@@ -244,10 +247,11 @@ func (s *scheduler) done(it *item) {
 // drop takes a revoked partition's records out of the lines and returns
 // how many it took.
 func (s *scheduler) drop(ps *partState) int {
+	n := s.paused.drop(ps)
 	if s.bound == nil {
-		return 0
+		return n
 	}
-	return s.bound.drop(ps)
+	return n + s.bound.drop(ps)
 }
 
 // stop ends the slots and waits for them no longer than their handlers
