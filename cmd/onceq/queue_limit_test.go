@@ -21,7 +21,7 @@ func TestQueueLimitCommands(t *testing.T) {
 		{[]string{"jobs", "--rate", "10/fortnight"}, "want s, m, h or a duration"},
 		{[]string{"jobs", "--rate", "0/s"}, "from 1 to"},
 		{[]string{"jobs", "--running", "0"}, "want 1 or more tasks running at once"},
-		{[]string{"jobs/x", "--running", "1"}, "queue"},
+		{[]string{"jobs/", "--running", "1"}, "label"},
 		{[]string{"--running", "1"}, "one queue name"},
 	} {
 		code, _, stderr := runCLI(t, "", append([]string{"--brokers", addr, "queue", "limit"}, tc.args...)...)
