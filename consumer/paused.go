@@ -26,14 +26,18 @@ type pausedLines struct {
 // hold moves the records of items whose lane queue is paused into the
 // queue's line and returns the others. items is hold's to reuse.
 func (p *pausedLines) hold(w *Worker, items []*item) []*item {
-	if w.control == nil || len(w.queues.lanes) == 0 {
-		return items
+	if w.control == nil || len(w.queues.lanes) == 0 || !w.control.AnyPaused() {
+		return items // a task paused after this waits in its slot
 	}
 	out := items[:0]
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for _, it := range items {
-		if q, ok := laneQueueOf(it.rec); ok && w.queues.lanes[it.rec.Topic] && w.control.Paused(q) {
+		if !w.queues.lanes[it.rec.Topic] {
+			out = append(out, it)
+			continue
+		}
+		if q, ok := laneQueueOf(it.rec); ok && w.control.Paused(q) {
 			if p.lines == nil {
 				p.lines = map[string][]*item{}
 			}

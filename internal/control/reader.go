@@ -100,6 +100,9 @@ func (r *Reader) Canceled(queue, id string) bool {
 	return ok && (until.IsZero() || time.Now().Before(until))
 }
 
+// AnyPaused reports whether any queue is paused.
+func (r *Reader) AnyPaused() bool { return r.anyPaused.Load() }
+
 // Paused reports whether queue is paused.
 func (r *Reader) Paused(queue string) bool {
 	if !r.anyPaused.Load() {
