@@ -43,9 +43,13 @@ type QueueStats struct {
 }
 
 // QueueStats counts the dead letters of each queue, in the order given;
-// with no queue, of every queue that has a dead-letter topic (Queues).
+// with no queue, of every queue that has a dead letter or a dead-letter
+// topic of its own, sorted: each dead-letter topic is read once, its
+// letters counted for the queue each names (a lane's topic holds its lane
+// queues' letters).
 func (r *Reader) QueueStats(ctx context.Context, queues ...string) ([]QueueStats, error) {
-	if len(queues) == 0 {
+	all := len(queues) == 0
+	if all {
 		var err error
 		if queues, err = r.Queues(ctx); err != nil {
 			return nil, err
@@ -62,10 +66,28 @@ func (r *Reader) QueueStats(ctx context.Context, queues ...string) ([]QueueStats
 			stats = append(stats, s)
 			continue
 		}
-		if err := r.Read(ctx, q, func(l Letter) error { s.Add(l); return nil }); err != nil {
+		if !all {
+			if err := r.Read(ctx, q, func(l Letter) error { s.Add(l); return nil }); err != nil {
+				return nil, err
+			}
+			stats = append(stats, s)
+			continue
+		}
+		byQueue := map[string]*QueueStats{q: &s}
+		if err := r.readTopic(ctx, q, func(l Letter) error {
+			qs := byQueue[l.Task.Queue]
+			if qs == nil {
+				qs = &QueueStats{Queue: l.Task.Queue}
+				byQueue[l.Task.Queue] = qs
+			}
+			qs.Add(l)
+			return nil
+		}); err != nil {
 			return nil, err
 		}
-		stats = append(stats, s)
+		for _, name := range slices.Sorted(maps.Keys(byQueue)) {
+			stats = append(stats, *byQueue[name])
+		}
 	}
 	return stats, nil
 }

@@ -62,15 +62,22 @@ func (r *Reader) Queues(ctx context.Context) ([]string, error) {
 // topic's other lane queues (and, for a lane queue, of its lane as a
 // queue of its own).
 func (r *Reader) Read(ctx context.Context, queue string, fn func(Letter) error) error {
-	topic := broker.DLQTopic(queue)
 	_, _, lane := onceq.SplitLane(queue)
-	var fnErr error
-	err := broker.ReadCommitted(ctx, r.conn, topic, func(rec *kgo.Record) error {
-		l := Decode(rec, onceq.QueueTopic(queue))
+	return r.readTopic(ctx, queue, func(l Letter) error {
 		if _, _, other := onceq.SplitLane(l.Task.Queue); l.Task.Queue != queue && (lane || other) {
 			return nil // another queue's, on the same lane
 		}
-		fnErr = fn(l)
+		return fn(l)
+	})
+}
+
+// readTopic is Read without its filter: fn gets every letter of queue's
+// dead-letter topic, of whichever queue each names.
+func (r *Reader) readTopic(ctx context.Context, queue string, fn func(Letter) error) error {
+	topic := broker.DLQTopic(queue)
+	var fnErr error
+	err := broker.ReadCommitted(ctx, r.conn, topic, func(rec *kgo.Record) error {
+		fnErr = fn(Decode(rec, onceq.QueueTopic(queue)))
 		return fnErr
 	})
 	switch {

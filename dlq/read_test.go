@@ -163,4 +163,17 @@ func TestReadLaneQueues(t *testing.T) {
 			t.Errorf("dead letters of %s: %q, want %q", queue, got, want)
 		}
 	}
+	// The stats of every queue count each lane queue's letters apart, from
+	// one read of the lane's topic.
+	all, err := r.QueueStats(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, s := range all {
+		got = append(got, fmt.Sprintf("%s=%d", s.Queue, s.DeadLetters))
+	}
+	if want := "fn=1 fn/mail=1 fn/resize=2"; strings.Join(got, " ") != want {
+		t.Errorf("QueueStats() = %s, want %s", strings.Join(got, " "), want)
+	}
 }
