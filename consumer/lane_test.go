@@ -240,7 +240,7 @@ func TestPausedLaneQueueHoldsNoSlot(t *testing.T) {
 		})))
 	waitFor(t, time.Minute, "the 20 tasks of fn/b behind the paused fn/a's", func() bool { return count("fn/b/") == 20 })
 	// Held: the 40 keyless tasks and k-0; k-1 to k-4 wait behind k-0.
-	waitFor(t, time.Minute, "41 tasks of fn/a held outside the slots", func() bool { return gauge(t, reg, "onceq_paused_waiting_tasks") == 41 })
+	waitFor(t, time.Minute, "41 tasks of fn/a held outside the slots", func() bool { return metricValue(t, reg, "onceq_paused_waiting_tasks") == 41 })
 	if n := count("fn/a/"); n != 0 {
 		t.Fatalf("%d tasks of the paused fn/a ran", n)
 	}
@@ -261,23 +261,7 @@ func TestPausedLaneQueueHoldsNoSlot(t *testing.T) {
 	if fmt.Sprint(order) != "[k-0 k-1 k-2 k-3 k-4]" {
 		t.Errorf("key k ran in the order %v", order)
 	}
-	if g := gauge(t, reg, "onceq_paused_waiting_tasks"); g != 0 {
+	if g := metricValue(t, reg, "onceq_paused_waiting_tasks"); g != 0 {
 		t.Errorf("onceq_paused_waiting_tasks = %v after the resume", g)
 	}
-}
-
-// gauge is the value of the unlabelled gauge name in reg.
-func gauge(t *testing.T, reg *prometheus.Registry, name string) float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() == name && len(mf.GetMetric()) == 1 {
-			return mf.GetMetric()[0].GetGauge().GetValue()
-		}
-	}
-	t.Fatalf("no gauge %s", name)
-	return 0
 }
