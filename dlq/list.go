@@ -8,6 +8,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/onceq/onceq"
 	"github.com/onceq/onceq/broker"
 )
 
@@ -75,10 +76,18 @@ func (r *Reader) QueueStats(ctx context.Context, queues ...string) ([]QueueStats
 		}
 		byQueue := map[string]*QueueStats{q: &s}
 		if err := r.readTopic(ctx, q, func(l Letter) error {
-			qs := byQueue[l.Task.Queue]
+			// As Read counts it: a letter is q's, or a lane queue's of q's
+			// when it names one; one that names another lane's is no one's.
+			name := q
+			if lane, _, ok := onceq.SplitLane(l.Task.Queue); ok && lane == q {
+				name = l.Task.Queue
+			} else if ok {
+				return nil
+			}
+			qs := byQueue[name]
 			if qs == nil {
-				qs = &QueueStats{Queue: l.Task.Queue}
-				byQueue[l.Task.Queue] = qs
+				qs = &QueueStats{Queue: name}
+				byQueue[name] = qs
 			}
 			qs.Add(l)
 			return nil
