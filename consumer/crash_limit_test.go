@@ -116,7 +116,12 @@ func TestCrashLimitedQueue(t *testing.T) {
 		t.Fatal(err)
 	}
 	victim.proc = start(victim.dir)
-	final := waitFinal(t, conn, n, deadline)
+	final := waitFinal(t, conn, n, deadline, func() {
+		for _, s := range slots {
+			t.Logf("worker %s:\n%s", s.dir, tail(s.proc.Output(), 3000))
+		}
+		t.Logf("broker:\n%s", testutil.BrokerState(conn))
+	})
 	for _, s := range slots {
 		s.proc.Signal(syscall.SIGTERM)
 	}
@@ -186,8 +191,9 @@ func (a *limitedAPI) count() int {
 
 // waitFinal waits until the records topic of "in" holds n final records,
 // and returns them by ID, succeeded ones counted and any other failing the
-// test.
-func waitFinal(t *testing.T, conn broker.Conn, n int, deadline time.Time) map[string]int {
+// test. Past deadline it calls stalled, to log what the workers and the
+// broker were doing, and fails naming tasks that are not final.
+func waitFinal(t *testing.T, conn broker.Conn, n int, deadline time.Time, stalled func()) map[string]int {
 	t.Helper()
 	for {
 		final := map[string]int{}
@@ -216,7 +222,14 @@ func waitFinal(t *testing.T, conn broker.Conn, n int, deadline time.Time) map[st
 			return final
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%d of %d tasks final", total, n)
+			var missing []string
+			for _, id := range ids(n) {
+				if final[id] == 0 && len(missing) < 20 {
+					missing = append(missing, id)
+				}
+			}
+			stalled()
+			t.Fatalf("%d of %d tasks final; not final: %v", total, n, missing)
 		}
 		time.Sleep(time.Second)
 	}
