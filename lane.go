@@ -65,11 +65,15 @@ func ValidateLaneQueue(name string) error {
 	return nil
 }
 
+// IsLaneQueue reports whether a queue's name is a lane queue's: it holds
+// LaneSep. It does not validate the name (ValidateLaneQueue does).
+func IsLaneQueue(name string) bool { return strings.IndexByte(name, LaneSep) >= 0 }
+
 // ValidateAnyQueue checks a queue name of either kind: a lane queue's
 // (ValidateLaneQueue) when it holds LaneSep, a topic's (ValidateQueue)
 // otherwise.
 func ValidateAnyQueue(name string) error {
-	if strings.IndexByte(name, LaneSep) >= 0 {
+	if IsLaneQueue(name) {
 		return ValidateLaneQueue(name)
 	}
 	return ValidateQueue(name)

@@ -2,7 +2,6 @@ package onceq
 
 import (
 	"strconv"
-	"strings"
 	"time"
 )
 
@@ -182,7 +181,7 @@ func (t *Task) IdempotencyKey() bool {
 // partitions, and each has IDs of its own.
 func (t *Task) DedupKey() string {
 	k := t.ID
-	if strings.IndexByte(t.Queue, LaneSep) >= 0 {
+	if IsLaneQueue(t.Queue) {
 		k = t.Queue + string(LaneSep) + k
 	}
 	if t.Requeued != "" {

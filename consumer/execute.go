@@ -86,7 +86,7 @@ func (w *Worker) retryInPlace(it *item, quit <-chan struct{}, fn func() (*result
 func (w *Worker) attempt(sl *slot, it *item) (*result, error) {
 	r := it.rec
 	task, cont, err := decode(r)
-	if err == nil && task.Queue != r.Topic && onceq.QueueTopic(task.Queue) != r.Topic {
+	if err == nil && onceq.QueueTopic(task.Queue) != r.Topic {
 		err = fmt.Errorf("onceq-queue %q: the task of another queue than its topic's, and not a lane queue of it", task.Queue)
 	}
 	if err != nil {

@@ -41,7 +41,7 @@ const (
 // cancel/<queue>/<id>, or cancel-lane/<lane>/<label>/<id> for a lane
 // queue's task.
 func CancelKey(queue, id string) []byte {
-	if strings.IndexByte(queue, onceq.LaneSep) >= 0 {
+	if onceq.IsLaneQueue(queue) {
 		return []byte(laneCancelPrefix + queue + "/" + id)
 	}
 	return []byte(cancelPrefix + queue + "/" + id)
@@ -82,7 +82,7 @@ func Decode(key, val []byte) (Entry, error) {
 	switch {
 	case strings.HasPrefix(k, cancelPrefix):
 		q, id, ok := strings.Cut(k[len(cancelPrefix):], "/")
-		if !ok || onceq.ValidateTaskQueue(q) != nil || strings.IndexByte(q, onceq.LaneSep) >= 0 || onceq.ValidateID(id) != nil {
+		if !ok || onceq.ValidateTaskQueue(q) != nil || onceq.IsLaneQueue(q) || onceq.ValidateID(id) != nil {
 			return Entry{}, fmt.Errorf("control: key %q: want cancel/<queue>/<task ID>", k)
 		}
 		e.Queue, e.ID = q, id
