@@ -543,20 +543,33 @@ func (in *Inspector) LaneQueues(ctx context.Context, lane string) ([]string, err
 	if err := onceq.ValidateQueue(lane); err != nil {
 		return nil, err
 	}
-	q, err := in.view(ctx, lane)
-	if err != nil {
+	if _, err := in.view(ctx, lane); err != nil {
 		return nil, err
 	}
-	var out []string
+	out := in.laneNames(lane)
+	slices.Sort(out)
+	return out, nil
+}
+
+// laneNames names the lane queues of lane with retained tasks in its view,
+// in no order; none if the view is not loaded or lane is a lane queue.
+func (in *Inspector) laneNames(lane string) []string {
+	if onceq.IsLaneQueue(lane) {
+		return nil
+	}
 	in.mu.Lock()
-	for name, lq := range q.t.queues {
+	defer in.mu.Unlock()
+	t := in.topics[broker.RecordsTopic(lane)]
+	if t == nil {
+		return nil
+	}
+	var out []string
+	for name, lq := range t.queues {
 		if name != lane && lq.any() {
 			out = append(out, name)
 		}
 	}
-	in.mu.Unlock()
-	slices.Sort(out)
-	return out, nil
+	return out
 }
 
 // any reports whether the view holds a task of q. in.mu is held.

@@ -103,6 +103,10 @@ func TestLaneQueues(t *testing.T) {
 	if qs, err := fresh.LaneQueues(ctxT(t), "fn"); err != nil || fmt.Sprint(qs) != "[fn/img fn/mail fn/other]" {
 		t.Fatalf("LaneQueues(fn) of a new view = %v, %v", qs, err)
 	}
+	sts, err := fresh.StatsOf(ctxT(t), []string{"fn", "fn/img", "fnx"})
+	if err != nil || sts[0].LaneQueues != 3 || sts[1].LaneQueues != 0 || sts[2].LaneQueues != 0 {
+		t.Fatalf("the lane queues counted by StatsOf(fn, fn/img, fnx): %+v, %v; want 3, 0, 0", sts, err)
+	}
 	if qs, err := fresh.LaneQueues(ctxT(t), "fn/img"); err == nil {
 		t.Fatalf("LaneQueues of a lane queue's name: %v, no error", qs)
 	}

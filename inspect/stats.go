@@ -26,6 +26,10 @@ type QueueStats struct {
 	OldestDue time.Time        `json:"oldest_due,omitzero"`
 	// Groups are the consumer groups with offsets committed on the queue.
 	Groups []GroupStats `json:"groups"`
+	// LaneQueues counts, for a queue of its own topic, the lane queues
+	// on that topic (<queue>/<label>) with retained tasks, which
+	// Inspector.LaneQueues lists.
+	LaneQueues int `json:"lane_queues,omitempty"`
 }
 
 // GroupStats is one consumer group's progress on a queue.
@@ -68,7 +72,7 @@ func (in *Inspector) StatsOf(ctx context.Context, queues []string) ([]QueueStats
 	}
 	sts := make([]QueueStats, len(queues))
 	for i, q := range queues {
-		sts[i] = QueueStats{Queue: q, Paused: paused[q], Tasks: counts[i]}
+		sts[i] = QueueStats{Queue: q, Paused: paused[q], Tasks: counts[i], LaneQueues: len(in.laneNames(q))}
 		if err := in.dueStats(q, &sts[i]); err != nil {
 			return nil, err
 		}

@@ -644,7 +644,7 @@ func (s *Server) queues(w http.ResponseWriter, r *http.Request) {
 			*c = prefix + *c
 		}
 	}
-	list := listQueues(all, func(t string) bool { return strings.HasPrefix(t, prefix) }, q)
+	list := listQueues(all, func(t string) bool { return strings.HasPrefix(t, prefix) && strings.Contains(t, q.Filter) }, q)
 	out := make([]queue, len(list.Queues))
 	for i, t := range list.Queues {
 		out[i] = queue{strings.TrimPrefix(t, prefix), paused[t]}

@@ -47,8 +47,7 @@ var pages = template.Must(template.New("").Funcs(template.FuncMap{
 		}
 		return t.UTC().Format("2006-01-02 15:04:05.000Z")
 	},
-	"path":  url.PathEscape,
-	"query": url.QueryEscape,
+	"path": url.PathEscape,
 }).ParseFS(consoleFS, "console/*.html"))
 
 const cookieName = "onceq_console"
@@ -149,10 +148,11 @@ func (s *Server) consoleToken(r *http.Request) (auth.Token, error) {
 }
 
 // consoleSees reports whether tok opens queue: a token of every namespace
-// opens every queue, including those a Go producer named without one; a
-// namespace's token opens its topics <ns>.<queue>.
+// opens every queue, including those a Go producer named without one and
+// lane queues; a namespace's token opens its topics <ns>.<queue> (and the
+// lane queues on them).
 func (s *Server) consoleSees(tok auth.Token, queue string) bool {
-	if onceq.ValidateQueue(queue) != nil {
+	if onceq.ValidateAnyQueue(queue) != nil {
 		return false
 	}
 	if tok.Namespace == auth.AllNamespaces {

@@ -12,7 +12,9 @@ import (
 
 	"github.com/onceq/onceq"
 	"github.com/onceq/onceq/broker"
+	"github.com/onceq/onceq/inspect"
 	"github.com/onceq/onceq/internal/testutil"
+	"github.com/onceq/onceq/producer"
 	"github.com/onceq/onceq/serve"
 	"github.com/onceq/onceq/workflow"
 )
@@ -175,5 +177,93 @@ func (a *api) waitPage(path, token, want string) {
 			a.t.Fatalf("%s: %d, want %q in\n%s", path, code, want, body)
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestConsoleLaneQueues drives a lane's queues in headless Chromium: the
+// lane's row on the queue list links to its 150 lane queues (two pages,
+// a filter by the start of their names), a lane queue's page lists its
+// task and pauses it, and a namespace's token sees none of them.
+func TestConsoleLaneQueues(t *testing.T) {
+	chromium := testutil.Tool(t, "chromium", "chromium")
+	a := start(t, serve.Scheduler(false))
+	testutil.CreateTopic(t, a.conn, "fn", 2)
+	p, err := producer.New(producer.Conn(a.conn))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	const n = 150
+	err = p.Tx(ctx, func(tx *producer.Tx) error {
+		for i := range n {
+			if err := tx.SubmitPending(onceq.Task{Queue: fmt.Sprintf("fn/q-%03d", i), ID: fmt.Sprintf("t-%03d", i), Payload: []byte("x")}); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ops := a.token("*", false)
+	a.waitPage("/console/?filter=fn", ops, fmt.Sprintf(`%d lane queues</a>`, n))
+
+	b := newBrowser(t, chromium)
+	b.login(a.url, ops)
+	lanes := func() []string {
+		t.Helper()
+		qs, err := chromedp.Run(b.ctx, chromedp.Evaluate[[]string](`[...document.querySelectorAll("#queues tr[data-queue]")].map(r => r.dataset.queue)`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return qs
+	}
+	b.run("the lane", chromedp.Navigate(a.url+"/console/?filter=fn"), chromedp.WaitVisible(chromedp.CSS(`#queues tr[data-queue="fn"] .lanes`)))
+	b.run("its lane queues", chromedp.Click(chromedp.CSS(`#queues tr[data-queue="fn"] .lanes`)),
+		chromedp.WaitVisible(chromedp.CSS(`#queues tr[data-queue="fn/q-000"]`)), b.shot("lane-queues"))
+	if qs := lanes(); len(qs) != 100 || qs[0] != "fn/q-000" || qs[99] != "fn/q-099" {
+		t.Fatalf("the lane's first page: %d queues, %v", len(qs), qs)
+	}
+	if got := b.text("#shown"); got != "1–100 of 150 lane queues matching “fn/”" {
+		t.Fatalf("the lane's first page says %q", got)
+	}
+	b.run("page 2", chromedp.Click(chromedp.CSS(".bar .next")), chromedp.WaitVisible(chromedp.CSS(`#queues tr[data-queue="fn/q-149"]`)))
+	if qs := lanes(); len(qs) != 50 || qs[0] != "fn/q-100" {
+		t.Fatalf("the lane's second page: %d queues, %v", len(qs), qs)
+	}
+	b.run("filter", chromedp.Navigate(a.url+"/console/?filter="+url.QueryEscape("fn/q-12")),
+		chromedp.WaitVisible(chromedp.CSS(`#queues tr[data-queue="fn/q-120"]`)))
+	if qs := lanes(); len(qs) != 10 || qs[9] != "fn/q-129" {
+		t.Fatalf("the lane queues starting fn/q-12: %v", qs)
+	}
+	b.run("a lane queue", chromedp.Click(chromedp.CSS(`#queues tr[data-queue="fn/q-120"] a`)),
+		chromedp.WaitVisible(chromedp.CSS(`a[href="/console/q/fn%2Fq-120/task/t-120"]`)),
+		chromedp.Click(chromedp.CSS("#pause")), chromedp.WaitVisible(chromedp.CSS("#paused")), b.shot("lane-queue-paused"))
+	if h := b.text("h1"); !strings.HasPrefix(h, "fn/q-120") {
+		t.Fatalf("the lane queue's page is headed %q", h)
+	}
+	in, err := inspect.Open(inspect.Conn(a.conn))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close()
+	if paused, err := in.Paused(ctx); err != nil || !paused["fn/q-120"] || paused["fn"] {
+		t.Fatalf("paused after the lane queue's pause: %v, %v; want fn/q-120 alone", paused, err)
+	}
+
+	if code, _, body := a.page("GET", "/console/q/fn", ops, nil); code != 200 || !strings.Contains(body, `href="/console/?filter=fn%2f">150 lane queues</a>`) {
+		t.Fatalf("the lane's page does not link its lane queues: %d\n%.3000s", code, body)
+	}
+	shop := a.token("shop", true)
+	if code, _, body := a.page("GET", "/console/?filter=fn/", shop, nil); code != 200 || !strings.Contains(body, "no queue") || strings.Contains(body, `data-queue="fn/`) {
+		t.Fatalf("a namespace's token lists a lane's queues: %d\n%.2000s", code, body)
+	}
+	if code, _, _ := a.page("GET", "/console/q/fn%2Fq-001", shop, nil); code != 403 {
+		t.Fatalf("a namespace's token opens a lane queue's page: %d", code)
+	}
+	if code, _, body := a.page("GET", "/console/?filter="+url.QueryEscape("a b/"), ops, nil); code != 400 || !strings.Contains(body, "is no lane") {
+		t.Fatalf("a filter naming no lane: %d\n%.2000s", code, body)
 	}
 }

@@ -30,10 +30,12 @@ const (
 
 // queueQuery chooses a page of queues: those whose name contains Filter,
 // after the queue After or before the queue Before (at most one of them),
-// Limit of them.
+// Limit of them. A Filter <lane>/<start> names a lane (Lane), whose lane
+// queues starting with Filter the console lists.
 type queueQuery struct {
 	Filter, After, Before string
 	Limit                 int
+	Lane                  string
 }
 
 // parseQueueQuery reads a listing's parameters: filter, after, before and
@@ -44,6 +46,12 @@ func parseQueueQuery(v url.Values) (queueQuery, error) {
 	if len(q.Filter) > maxFilterLen || !utf8.ValidString(q.Filter) {
 		return q, badRequest("filter", "want text of at most %d bytes, part of a queue's name", maxFilterLen)
 	}
+	if lane, _, ok := strings.Cut(q.Filter, string(onceq.LaneSep)); ok {
+		if err := onceq.ValidateQueue(lane); err != nil {
+			return q, badRequest("filter", "%q: a filter <lane>/<start> lists the lane queues of a lane, and %q is no lane: %v", q.Filter, lane, err)
+		}
+		q.Lane = lane
+	}
 	if q.After != "" && q.Before != "" {
 		return q, badRequest("after", "give after or before, not both")
 	}
@@ -51,7 +59,7 @@ func parseQueueQuery(v url.Values) (queueQuery, error) {
 		if c == "" {
 			continue
 		}
-		if err := onceq.ValidateQueue(c); err != nil {
+		if err := onceq.ValidateAnyQueue(c); err != nil {
 			return q, badRequest(name, "%q: want the name of the queue the page follows or precedes: %v", c, err)
 		}
 	}
@@ -85,7 +93,7 @@ func (l queueListing) Last() int  { return l.Offset + len(l.Queues) }
 func listQueues(all []string, keep func(string) bool, q queueQuery) queueListing {
 	var match []string
 	for _, name := range all {
-		if keep(name) && strings.Contains(name, q.Filter) {
+		if keep(name) {
 			match = append(match, name)
 		}
 	}
@@ -122,11 +130,15 @@ type queueRow struct {
 	Waiting int64
 	Groups  []inspect.GroupStats
 	Overdue int64
+	// LaneQueues counts the lane queues on the queue's topic.
+	LaneQueues int
 }
 
 // homePage: GET /console/?filter=&after=&before=: a page of the queues
 // the token sees, in name order, DefaultQueuePage of them with their
-// statistics (asked for the page's queues alone, together).
+// statistics (asked for the page's queues alone, together). A filter
+// <lane>/<start> lists the lane queues of lane whose names start so,
+// instead of the queues of their own topics.
 func (s *Server) homePage(w http.ResponseWriter, r *http.Request, pg *page) {
 	pg.Title = "Queues"
 	q, err := parseQueueQuery(r.URL.Query())
@@ -139,14 +151,20 @@ func (s *Server) homePage(w http.ResponseWriter, r *http.Request, pg *page) {
 	var rows []queueRow
 	if err == nil {
 		var queues []string
-		queues, err = s.in.Queues(r.Context())
-		list = listQueues(queues, func(name string) bool { return s.consoleSees(pg.Token, name) }, q)
+		keep := func(name string) bool { return s.consoleSees(pg.Token, name) && strings.Contains(name, q.Filter) }
+		if q.Lane != "" {
+			queues, err = s.in.LaneQueues(r.Context(), q.Lane)
+			keep = func(name string) bool { return s.consoleSees(pg.Token, name) && strings.HasPrefix(name, q.Filter) }
+		} else {
+			queues, err = s.in.Queues(r.Context())
+		}
+		list = listQueues(queues, keep, q)
 		var sts []inspect.QueueStats
 		if err == nil {
 			sts, err = s.in.StatsOf(r.Context(), list.Queues)
 		}
 		for _, st := range sts {
-			row := queueRow{Queue: st.Queue, Paused: st.Paused, Tasks: st.Tasks, Groups: st.Groups, Overdue: st.Overdue}
+			row := queueRow{Queue: st.Queue, Paused: st.Paused, Tasks: st.Tasks, Groups: st.Groups, Overdue: st.Overdue, LaneQueues: st.LaneQueues}
 			for _, g := range st.Groups {
 				row.Waiting = max(row.Waiting, g.Waiting)
 			}
@@ -156,6 +174,6 @@ func (s *Server) homePage(w http.ResponseWriter, r *http.Request, pg *page) {
 			pg.Error = err.Error()
 		}
 	}
-	pg.Data = map[string]any{"Queues": rows, "States": onceq.TaskStates, "List": list}
+	pg.Data = map[string]any{"Queues": rows, "States": onceq.TaskStates, "List": list, "Lane": q.Lane}
 	s.render(w, "home", pg)
 }

@@ -92,17 +92,7 @@ func BenchmarkReadSide(b *testing.B) {
 	}
 	defer r.Close()
 
-	op := func(name string, fn func() error) {
-		b.Run(name, func(b *testing.B) {
-			start := time.Now()
-			for b.Loop() {
-				if err := fn(); err != nil {
-					b.Fatal(err)
-				}
-			}
-			b.ReportMetric(float64(time.Since(start).Microseconds())/1000/float64(b.N), "ms/op")
-		})
-	}
+	op := func(name string, fn func() error) { benchOp(b, name, fn) }
 	op("queue-list", func() error {
 		in, err := inspect.Open(inspect.Conn(a.conn))
 		if err != nil {
@@ -159,27 +149,143 @@ func BenchmarkReadSide(b *testing.B) {
 		}
 		return err
 	})
-	get := func(path string) error {
-		req, err := http.NewRequest("GET", a.url+path, nil)
-		if err != nil {
-			return err
-		}
-		req.SetBasicAuth("", tok)
-		req.Header.Set("X-Token", tok)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			return err
-		}
-		defer resp.Body.Close()
-		body, err := io.ReadAll(resp.Body)
-		if err == nil && resp.StatusCode != 200 {
-			err = fmt.Errorf("GET %s: %d %.300s", path, resp.StatusCode, body)
-		}
-		return err
-	}
+	get := func(path string) error { return getPage(a, tok, path) }
 	op("api-queues", func() error { return get("/api/shop") })
 	op("console-home", func() error { return get("/console/") })
 	op("console-queue", func() error { return get("/console/q/" + busy) })
+}
+
+// benchOp runs fn as the sub-benchmark name, in ms/op.
+func benchOp(b *testing.B, name string, fn func() error) {
+	b.Run(name, func(b *testing.B) {
+		start := time.Now()
+		for b.Loop() {
+			if err := fn(); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.ReportMetric(float64(time.Since(start).Microseconds())/1000/float64(b.N), "ms/op")
+	})
+}
+
+// getPage gets path with tok (as a console's basic auth and an API's
+// X-Token), and fails unless it answers 200.
+func getPage(a *api, tok, path string) error {
+	req, err := http.NewRequest("GET", a.url+path, nil)
+	if err != nil {
+		return err
+	}
+	req.SetBasicAuth("", tok)
+	req.Header.Set("X-Token", tok)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err == nil && resp.StatusCode != 200 {
+		err = fmt.Errorf("GET %s: %d %.300s", path, resp.StatusCode, body)
+	}
+	return err
+}
+
+// BenchmarkReadSideLanes measures the read side over the lane queues of
+// one lane (N from ONCEQ_BENCH_QUEUES, default 10,000): lane fn of 4
+// partitions, one pending task in each of fn/q-00000 to fn/q-<N-1>, and
+// a consumer group whose offsets are at the lane's start, so that every
+// task waits for it. Each sub-benchmark is one operation, in ms/op:
+//
+//	lane-list     a new inspector, the lane's queues listed
+//	stats         a lane queue's statistics (its waiting tasks counted
+//	              from the lane's records past the group's offsets, an
+//	              estimate past delay.StatsSampleOffsets a partition)
+//	pause-resume  a pause and a resume of a lane queue
+//	console-lane  the console's first page of the lane's queues
+//	console-queue the console's page of fn/q-00000
+//
+// Run it with make bench-read.
+func BenchmarkReadSideLanes(b *testing.B) {
+	n := 10_000
+	if v := os.Getenv("ONCEQ_BENCH_QUEUES"); v != "" {
+		var err error
+		if n, err = strconv.Atoi(v); err != nil || n < 1 {
+			b.Fatalf("ONCEQ_BENCH_QUEUES=%q: want a number of queues", v)
+		}
+	}
+	a := start(b, serve.Scheduler(false), serve.DelayService(false))
+	ctx := context.Background()
+	adm, err := broker.NewAdmin(a.conn)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer adm.Close()
+	if _, err := adm.EnsureTopics(ctx, []broker.TopicSpec{{Name: "fn", Partitions: 4}}); err != nil {
+		b.Fatal(err)
+	}
+	p, err := producer.New(producer.Conn(a.conn))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer p.Close()
+	setup := time.Now()
+	for from := 0; from < n; from += 1000 {
+		err := p.Tx(ctx, func(tx *producer.Tx) error {
+			for i := from; i < min(from+1000, n); i++ {
+				if err := tx.SubmitPending(onceq.Task{Queue: fmt.Sprintf("fn/q-%05d", i), ID: "t", Payload: []byte("x")}); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+	offsets := kadm.Offsets{}
+	for part := range int32(4) {
+		offsets.Add(kadm.Offset{Topic: "fn", Partition: part, At: 0, LeaderEpoch: -1})
+	}
+	if err := adm.Kadm().CommitAllOffsets(ctx, "workers", offsets); err != nil {
+		b.Fatal(err)
+	}
+	b.Logf("%d lane queues set up in %v", n, time.Since(setup).Round(time.Millisecond))
+	in, err := inspect.Open(inspect.Conn(a.conn))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer in.Close()
+	busy := "fn/q-00000"
+	tok := a.token("*", false)
+	benchOp(b, "lane-list", func() error {
+		in, err := inspect.Open(inspect.Conn(a.conn))
+		if err != nil {
+			return err
+		}
+		defer in.Close()
+		qs, err := in.LaneQueues(ctx, "fn")
+		if err == nil && len(qs) != n {
+			err = fmt.Errorf("%d lane queues listed, want %d", len(qs), n)
+		}
+		return err
+	})
+	benchOp(b, "stats", func() error {
+		st, err := in.Stats(ctx, busy)
+		// Past delay.StatsSampleOffsets records a partition, the count
+		// is an estimate from the first ones (Exact false).
+		if err == nil && (len(st.Groups) != 1 || st.Groups[0].Exact && st.Groups[0].Waiting != 1) {
+			err = fmt.Errorf("stats of %s: groups %+v, want 1 task waiting for workers", busy, st.Groups)
+		}
+		return err
+	})
+	benchOp(b, "pause-resume", func() error {
+		ctl := control.New(in)
+		if err := ctl.Pause(ctx, busy); err != nil {
+			return err
+		}
+		return ctl.Resume(ctx, busy)
+	})
+	benchOp(b, "console-lane", func() error { return getPage(a, tok, "/console/?filter=fn/") })
+	benchOp(b, "console-queue", func() error { return getPage(a, tok, "/console/q/fn%2Fq-00000") })
 }
 
 // runTasks runs 100 tasks t-0 to t-99 of queue on a worker, every tenth
