@@ -89,7 +89,7 @@ func runChaos(ctx context.Context, e *env, l *load, seed uint64) ([]RunResult, *
 	var submitErr atomic.Pointer[error]
 	start := time.Now()
 	go func() {
-		if err := l.submitAll(ctx, p, l.order, in, e.o.Rate, nil, nil); err != nil {
+		if err := l.submitAll(ctx, p, l.order, in, e.o.Rate, laneQueues(l, in, e.o.LaneQueues), nil); err != nil {
 			submitErr.Store(&err)
 		}
 	}()
@@ -278,11 +278,27 @@ func (c *chaos) outputs() string {
 	return b.String()
 }
 
+// laneQueues is the edit of submitAll that moves each task of queue in to
+// its lane queue in/q-<index mod n>, or nil for n 0.
+func laneQueues(l *load, in string, n int) func(*onceq.Task) {
+	if n == 0 {
+		return nil
+	}
+	return func(t *onceq.Task) {
+		i, _ := l.index(t.ID)
+		t.Queue = in + string(onceq.LaneSep) + "q-" + strconv.Itoa(i%n)
+	}
+}
+
 // workerArgs are the "onceq worker" arguments of a chaos worker, without
 // its checkpoint dir. The session and transaction timeouts are short so
 // that a killed worker's partitions move on soon.
 func (e *env) workerArgs(group, in, out string) []string {
-	args := []string{"worker", "--brokers", strings.Join(e.conn.Brokers, ","), "--group", group, "--queue", in,
+	queue := in
+	if e.o.LaneQueues > 0 {
+		queue = in + string(onceq.LaneSep) + `q-[0-9]+`
+	}
+	args := []string{"worker", "--brokers", strings.Join(e.conn.Brokers, ","), "--group", group, "--queue", queue,
 		"--handler", "count:" + out, "--metrics-addr", "", "--session-timeout", "6s", "--transaction-timeout", "5s",
 		"--commit-interval", e.o.CommitInterval.String(), "--concurrency", strconv.Itoa(e.o.Concurrency),
 		"--log-level", "warn", "--delay-service=false"}

@@ -71,6 +71,8 @@ const (
 	// MaxSize keeps a task with its headers below the broker's 1 MiB
 	// record limit.
 	MaxSize = 512 << 10
+	// MaxLaneQueues bounds Options.LaneQueues.
+	MaxLaneQueues = 10_000
 	// MaxTasks bounds the memory of the verification (a few bytes per
 	// task).
 	MaxTasks = 50_000_000
@@ -219,6 +221,11 @@ type Options struct {
 	// MaxDelay is the Delay scenario's largest delay: delays are uniform
 	// from 0 to it. Default 10s.
 	MaxDelay time.Duration
+	// LaneQueues spreads Chaos's tasks over this many lane queues of its
+	// queue's topic, the lane (<in>/q-0 to <in>/q-<N-1>, by task index),
+	// run by workers of the pattern <in>/q-[0-9]+. Default 0: the tasks
+	// are the queue's own.
+	LaneQueues int
 	// KillBroker makes Chaos kill and restart the broker process too. It
 	// needs the bench's own broker (no Conn.Brokers).
 	KillBroker bool
@@ -318,6 +325,10 @@ func (o Options) withDefaults() (Options, error) {
 		return bad("work %v, slow %s: chaos runs the count: handler in \"onceq worker\" processes: a handler-time profile applies to process and e2e", o.Work, o.Slow)
 	case (o.Work != 0 || o.Slow != Slow{}) && !slices.Contains(ProfileScenarios, o.Scenario):
 		return bad("work %v, slow %s: the %s scenario runs no handler: a handler-time profile applies to process and e2e", o.Work, o.Slow, o.Scenario)
+	case o.LaneQueues < 0 || o.LaneQueues > MaxLaneQueues:
+		return bad("lane queues %d: want 0 to %d", o.LaneQueues, MaxLaneQueues)
+	case o.LaneQueues > 0 && o.Scenario != Chaos:
+		return bad("lane queues: only the chaos scenario spreads its tasks over lane queues")
 	case o.KillBroker && o.Scenario != Chaos:
 		return bad("kill broker: only the chaos scenario kills the broker")
 	case o.KillBroker && len(o.Conn.Brokers) > 0:

@@ -67,6 +67,7 @@ type Config struct {
 	MaxDelay       string  `json:"max_delay,omitempty"`
 	KillBroker     bool    `json:"kill_broker,omitempty"`
 	KillInterval   string  `json:"kill_interval,omitempty"`
+	LaneQueues     int     `json:"lane_queues,omitempty"`
 	// Work, Slow and SlowTasks are the handler-time profile (process and
 	// e2e), absent when none: Work as a duration, Slow as "P%:D", and how
 	// many distinct tasks are slow.
@@ -165,7 +166,7 @@ func newReport(o *Options, started time.Time) *Report {
 	case Delay:
 		r.Config.MaxDelay = o.MaxDelay.String()
 	case Chaos:
-		r.Config.KillBroker, r.Config.KillInterval = o.KillBroker, o.KillInterval.String()
+		r.Config.KillBroker, r.Config.KillInterval, r.Config.LaneQueues = o.KillBroker, o.KillInterval.String(), o.LaneQueues
 	}
 	return r
 }

@@ -18,6 +18,9 @@ func (r *Report) WriteTable(w io.Writer) error {
 	if c.Rate > 0 {
 		fmt.Fprintf(&b, ", rate %d/s", c.Rate)
 	}
+	if c.LaneQueues > 0 {
+		fmt.Fprintf(&b, ", over %d lane queues", c.LaneQueues)
+	}
 	if c.MaxDelay != "" {
 		fmt.Fprintf(&b, ", delays up to %s", c.MaxDelay)
 	}

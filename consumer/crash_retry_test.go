@@ -27,7 +27,16 @@ import (
 // retry, or expiry before its first run).
 func TestCrashRetriesAndDeadLetters(t *testing.T) {
 	_, conn := testutil.StartBroker(t, "")
-	crashRetries(t, conn)
+	crashRetries(t, conn, "in", 20_000)
+}
+
+// TestCrashRetriesOnLane is TestCrashRetriesAndDeadLetters with the tasks
+// of lane queue in/retry, on lane in: its retries go back to the lane
+// through the delay topics, its dead letters and records are the lane's
+// and name the lane queue.
+func TestCrashRetriesOnLane(t *testing.T) {
+	_, conn := testutil.StartBroker(t, "")
+	crashRetries(t, conn, "in/retry", 6_000)
 }
 
 // TestCrashRetriesOnMovingLeaders is TestCrashRetriesAndDeadLetters on
@@ -38,13 +47,13 @@ func TestCrashRetriesOnMovingLeaders(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(emb.Close)
-	crashRetries(t, broker.Conn{Brokers: emb.Addrs()})
+	crashRetries(t, broker.Conn{Brokers: emb.Addrs()}, "in", 20_000)
 }
 
-func crashRetries(t *testing.T, conn broker.Conn) {
-	n := 20_000
+// crashRetries runs n tasks (3,000 with -short) of queue, on topic in.
+func crashRetries(t *testing.T, conn broker.Conn, queue string, n int) {
 	if testing.Short() {
-		n = 3_000
+		n = min(n, 3_000)
 	}
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("seed %d", seed)
@@ -58,7 +67,7 @@ func crashRetries(t *testing.T, conn broker.Conn) {
 	recs := make([]onceq.Task, 0, n)
 	fail := func(v string) []onceq.Header { return []onceq.Header{{Key: "fail", Value: []byte(v)}} }
 	for i := 0; i < n; i++ {
-		task := onceq.Task{ID: fmt.Sprintf("r-%d", i), Queue: "in", Payload: []byte("p")}
+		task := onceq.Task{ID: fmt.Sprintf("r-%d", i), Queue: queue, Payload: []byte("p")}
 		switch i % 6 {
 		case 1:
 			task.Headers = fail("2")
@@ -79,7 +88,7 @@ func crashRetries(t *testing.T, conn broker.Conn) {
 		recs = append(recs, task)
 	}
 	extra := []string{"--handler", "flaky:out", "--max-attempts", "3", "--backoff-base", "200ms", "--backoff-factor", "1",
-		"--backoff-max", "200ms", "--buckets", "100ms,500ms,2s", "--delay-service=true"}
+		"--backoff-max", "200ms", "--buckets", "100ms,500ms,2s", "--delay-service=true", "--queue", queue}
 	slots := make([]*workerProc, 3)
 	for i := range slots {
 		dir := filepath.Join(t.TempDir(), fmt.Sprintf("w%d", i))
@@ -114,13 +123,24 @@ func crashRetries(t *testing.T, conn broker.Conn) {
 		t.Fatalf("only %d kills: the run was too short to test crashes", kills)
 	}
 	checkExactlyOnce(t, testutil.ReadCommitted(t, conn, time.Minute, "out"), succeed)
-	checkCrashTaskRecords(t, taskRecords(t, testutil.ReadCommitted(t, conn, time.Minute, broker.RecordsTopic("in"))), n)
+	records := taskRecords(t, testutil.ReadCommitted(t, conn, time.Minute, broker.RecordsTopic("in")))
+	for id, rs := range records {
+		for _, r := range rs {
+			if r.Queue != queue {
+				t.Fatalf("a task record of %s names queue %q, want %q", id, r.Queue, queue)
+			}
+		}
+	}
+	checkCrashTaskRecords(t, records, n)
 	dls := testutil.ReadCommitted(t, conn, time.Minute, "onceq-dlq-in")
 	checkExactlyOnce(t, dls, dead)
 	for _, r := range dls {
 		task, err := onceq.FromRecord(r)
 		if err != nil {
 			t.Fatal(err)
+		}
+		if task.Queue != queue {
+			t.Fatalf("dead letter %s names queue %q, want %q", task.ID, task.Queue, queue)
 		}
 		want := wantDead[task.ID]
 		if !strings.HasPrefix(task.LastError, want) {

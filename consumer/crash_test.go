@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -34,9 +35,12 @@ type workerProc struct {
 }
 
 func startWorker(t *testing.T, addr, group, dir string, extra ...string) *testutil.Process {
-	args := []string{"worker", "--brokers", addr, "--group", group, "--queue", "in", "--handler", "count:out",
+	args := []string{"worker", "--brokers", addr, "--group", group, "--handler", "count:out",
 		"--checkpoint-dir", dir, "--metrics-addr", "", "--session-timeout", "6s", "--transaction-timeout", "5s",
 		"--commit-interval", "50ms", "--log-level", "warn", "--delay-service=false"}
+	if !slices.Contains(extra, "--queue") {
+		args = append(args, "--queue", "in")
+	}
 	return testutil.Start(t, append(args, extra...)...)
 }
 

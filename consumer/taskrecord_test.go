@@ -19,7 +19,7 @@ import (
 )
 
 // taskRecords decodes a records topic, failing on any malformed value or
-// a key that is not the queue partition of the records it holds, and
+// a key that is not the topic partition of the records it holds, and
 // returns each ID's records in log order.
 func taskRecords(t *testing.T, recs []*kgo.Record) map[string][]onceq.TaskRecord {
 	t.Helper()
@@ -30,7 +30,7 @@ func taskRecords(t *testing.T, recs []*kgo.Record) map[string][]onceq.TaskRecord
 			t.Fatalf("%s/%d@%d: %d records, %v", r.Topic, r.Partition, r.Offset, len(trs), err)
 		}
 		for _, tr := range trs {
-			if want := fmt.Sprintf("%s/%d", tr.Queue, tr.Partition); string(r.Key) != want {
+			if want := fmt.Sprintf("%s/%d", onceq.QueueTopic(tr.Queue), tr.Partition); string(r.Key) != want {
 				t.Fatalf("record of %q from %s keyed %q", tr.ID, want, r.Key)
 			}
 			byID[tr.ID] = append(byID[tr.ID], tr)

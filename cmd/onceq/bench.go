@@ -30,6 +30,7 @@ type benchFlags struct {
 	reportDir      string
 	maxDelay       time.Duration
 	killBroker     bool
+	laneQueues     int
 	killInterval   time.Duration
 	baselines      bool
 	binary         string
@@ -64,7 +65,8 @@ Scenarios (--scenario):
            and restart them at random (--kill-interval), with --kill-broker the
            broker process too; duplicates and missing must be 0, and a run
            with fewer than 3 kills fails. Without --rate the tasks are
-           submitted over 6 kill intervals, so the kills land while they flow
+           submitted over 6 kill intervals, so the kills land while they flow;
+           --lane-queues N spreads them over N lane queues of one lane
 
 The handler-time profile (process and e2e) makes the bench's handlers work:
 --work D sleeps D in every handler run before it emits its output, and
@@ -98,6 +100,7 @@ at the end.`,
 	fl.StringVar(&f.jsonPath, "json", "", "write the report as JSON to this file")
 	fl.StringVar(&f.reportDir, "report", "", "write an HTML page with charts (index.html) and the JSON (report.json) to this directory")
 	fl.DurationVar(&f.maxDelay, "delay", bench.DefaultMaxDelay, "delay scenario: delays are uniform from 0 to this")
+	fl.IntVar(&f.laneQueues, "lane-queues", 0, fmt.Sprintf("chaos: spread the tasks over this many lane queues of the queue's topic (0 to %d; 0: the queue's own)", bench.MaxLaneQueues))
 	fl.BoolVar(&f.killBroker, "kill-broker", false, "chaos: kill and restart the broker process too (needs the bench's own broker)")
 	fl.DurationVar(&f.killInterval, "kill-interval", bench.DefaultKillInterval, "chaos: mean time between kills")
 	fl.BoolVar(&f.baselines, "baselines", true, "run the baselines and print the ratios")

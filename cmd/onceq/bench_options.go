@@ -30,6 +30,7 @@ func benchOptions(cmd *cobra.Command, g *globals, f benchFlags) (bench.Options, 
 		"commit-interval": {bench.Process, bench.E2E, bench.Chaos},
 		"delay":           {bench.Delay},
 		"kill-broker":     {bench.Chaos},
+		"lane-queues":     {bench.Chaos},
 		"kill-interval":   {bench.Chaos},
 		"binary":          {bench.Chaos},
 		"work":            bench.ProfileScenarios,
@@ -70,6 +71,8 @@ func benchOptions(cmd *cobra.Command, g *globals, f benchFlags) (bench.Options, 
 		return bench.Options{}, usagef("--rate %d: want 0 (flat out) or more tasks per second", f.rate)
 	case f.maxDelay < time.Millisecond || f.maxDelay > time.Hour:
 		return bench.Options{}, usagef("--delay %v: want 1ms to 1h", f.maxDelay)
+	case f.laneQueues < 0 || f.laneQueues > bench.MaxLaneQueues:
+		return bench.Options{}, usagef("--lane-queues %d: want 0 to %d lane queues (0: the tasks are the queue's own)", f.laneQueues, bench.MaxLaneQueues)
 	case f.killInterval < 100*time.Millisecond:
 		return bench.Options{}, usagef("--kill-interval %v: want 100ms or more", f.killInterval)
 	case sc == bench.Chaos && guarantee != consumer.ExactlyOnce:
@@ -85,7 +88,7 @@ func benchOptions(cmd *cobra.Command, g *globals, f benchFlags) (bench.Options, 
 	o := bench.Options{
 		Scenario: sc, Tasks: f.tasks, Size: f.size, Partitions: f.partitions, Workers: f.workers, Concurrency: f.concurrency,
 		CommitInterval: f.commitInterval, Guarantee: guarantee, Duplicates: f.duplicates, Rate: f.rate, Seed: f.seed,
-		MaxDelay: f.maxDelay, KillBroker: f.killBroker, KillInterval: f.killInterval, NoBaselines: !f.baselines,
+		MaxDelay: f.maxDelay, KillBroker: f.killBroker, LaneQueues: f.laneQueues, KillInterval: f.killInterval, NoBaselines: !f.baselines,
 		Binary: f.binary, Work: work, Slow: slow, Progress: bench.NewProgress(g.stderr, isTerminal(g.stderr)), Logger: g.log,
 	}
 	if changed("brokers") { // from the flag, ONCEQ_BROKERS or the config file

@@ -36,6 +36,8 @@ func TestBenchUsageErrorsExit2(t *testing.T) {
 		{[]string{"--scenario", "produce", "--rate", "100"}, "--rate does not apply to --scenario produce"},
 		{[]string{"--scenario", "process", "--kill-broker"}, "--kill-broker does not apply"},
 		{[]string{"--scenario", "e2e", "--delay", "1s"}, "--delay does not apply"},
+		{[]string{"--scenario", "e2e", "--lane-queues", "10"}, "--lane-queues does not apply to --scenario e2e: it applies to chaos"},
+		{[]string{"--scenario", "chaos", "--lane-queues", "10001"}, "--lane-queues 10001: want 0 to 10000"},
 		{[]string{"--scenario", "produce", "--workers", "2"}, "--workers does not apply"},
 		{[]string{"--scenario", "chaos", "--kill-broker", "--brokers", "127.0.0.1:1"}, "leave --brokers"},
 		{[]string{"--scenario", "chaos", "--binary", "/nonexistent/onceq"}, "--binary"},
@@ -227,6 +229,25 @@ func TestBenchChaos(t *testing.T) {
 	}
 	runScenario(t, kills, "--scenario", "chaos", "--tasks", tasks, "--rate", rate, "--kill-interval", "1s", "--duplicates", "0.05",
 		"--binary", testutil.Binary(t))
+}
+
+// TestBenchChaosLaneQueues is TestBenchChaos with the tasks spread over
+// 500 lane queues of one lane, run by workers of a label pattern.
+func TestBenchChaosLaneQueues(t *testing.T) {
+	tasks, rate := "10000", "1500"
+	if testing.Short() {
+		tasks, rate = "3000", "500"
+	}
+	kills := func(t *testing.T, r *bench.Report) {
+		if r.Chaos == nil || r.Chaos.WorkerKills < 3 {
+			t.Fatalf("chaos %+v: too few kills to test crashes", r.Chaos)
+		}
+		if r.Config.LaneQueues != 500 {
+			t.Fatalf("the report's lane queues: %d, want 500", r.Config.LaneQueues)
+		}
+	}
+	runScenario(t, kills, "--scenario", "chaos", "--lane-queues", "500", "--tasks", tasks, "--rate", rate, "--kill-interval", "1s",
+		"--duplicates", "0.05", "--binary", testutil.Binary(t))
 }
 
 // TestBenchChaosTooShortFails: a chaos run over before a kill tested

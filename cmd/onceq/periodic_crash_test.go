@@ -25,7 +25,18 @@ import (
 // before its tick, none missing, although every scheduler submitted every
 // tick. The lateness of the ticks (handler start - tick) is logged.
 func TestPeriodicCrash(t *testing.T) {
-	seconds := 60
+	periodicCrash(t, "ticks", 60)
+}
+
+// TestPeriodicCrashOnLane is TestPeriodicCrash over 20 s with the schedule
+// ticking into lane queue ticks/beat, on lane ticks.
+func TestPeriodicCrashOnLane(t *testing.T) {
+	periodicCrash(t, "ticks/beat", 20)
+}
+
+// periodicCrash runs TestPeriodicCrash for seconds (20 with -short) with
+// a schedule of queue, on topic ticks.
+func periodicCrash(t *testing.T, queue string, seconds int) {
 	if testing.Short() {
 		seconds = 20
 	}
@@ -42,7 +53,7 @@ func TestPeriodicCrash(t *testing.T) {
 	dir := t.TempDir()
 	metrics := [3]string{testutil.FreeAddr(t), testutil.FreeAddr(t), testutil.FreeAddr(t)}
 	start := func(i int) *testutil.Process {
-		return testutil.Start(t, "worker", "--brokers", addr, "--group", "periodic", "--queue", "ticks", "--handler", "count:ticks-out",
+		return testutil.Start(t, "worker", "--brokers", addr, "--group", "periodic", "--queue", queue, "--handler", "count:ticks-out",
 			"--checkpoint-dir", filepath.Join(dir, fmt.Sprint("w", i)), "--metrics-addr", metrics[i], "--log-level", "warn")
 	}
 	var workers [3]*testutil.Process
@@ -54,7 +65,7 @@ func TestPeriodicCrash(t *testing.T) {
 	}
 
 	added := time.Now()
-	if code, out, stderr := runCLI(t, "", "--brokers", addr, "periodic", "add", "beat", "--queue", "ticks", "--every", "1s"); code != 0 {
+	if code, out, stderr := runCLI(t, "", "--brokers", addr, "periodic", "add", "beat", "--queue", queue, "--every", "1s"); code != 0 {
 		t.Fatalf("periodic add: exit %d: %s %s", code, out, stderr)
 	}
 	time.Sleep(time.Duration(seconds) * time.Second / 2)
@@ -156,6 +167,11 @@ func TestPeriodicCrash(t *testing.T) {
 			last.Format(time.RFC3339), added.Format(time.RFC3339Nano), removed.Format(time.RFC3339Nano))
 	}
 	submitted := testutil.ReadCommitted(t, conn, 30*time.Second, "ticks")
+	for _, r := range submitted {
+		if task, err := onceq.FromRecord(r); err != nil || task.Queue != queue {
+			t.Fatalf("a tick submitted at offset %d is of queue %q (%v), want %q", r.Offset, task.Queue, err, queue)
+		}
+	}
 	if len(submitted) < 2*len(byTick) {
 		t.Errorf("%d submissions of %d ticks: want every tick submitted by the schedulers of the three workers, at least twice on average",
 			len(submitted), len(byTick))
