@@ -5,6 +5,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/onceq/onceq"
 )
 
 // Fetching on demand (OnDemand). A worker over every queue of a server,
@@ -40,43 +42,60 @@ type demand struct {
 // OnDemand, it fetches the queue's partitions it owns until then. A later
 // call extends the want; one with an earlier until leaves it as it is.
 // Partitions of queue assigned to the worker while the want lasts are
-// fetched from their assignment. Want is safe for concurrent use and cheap
-// while the queue is wanted: no allocation, no call to the brokers. It
-// does nothing for a queue the worker does not consume, or without
-// OnDemand.
+// fetched from their assignment. A lane queue's want fetches its lane and
+// starts the tasks of it that waited for one (OnDemandLine). Want is safe
+// for concurrent use and cheap while the queue is wanted: no allocation,
+// no call to the brokers. It does nothing for a queue the worker does not
+// consume, or without OnDemand.
 func (w *Worker) Want(queue string, until time.Time) {
 	if !w.cfg.onDemand {
 		return
 	}
+	lane, _, isLane := onceq.SplitLane(queue)
+	if !w.want(queue, until, func() bool { return w.queues.has(queue) }) || !isLane {
+		return
+	}
+	if held := w.sched.unwanted.release(queue); len(held) > 0 {
+		go w.sched.start(held) // not on the caller's goroutine
+	}
+	w.want(lane, until, func() bool { return w.queues.lanes[lane] })
+}
+
+// want raises name's want to until, making it (if known says the worker
+// consumes name) when there is none: then its partitions, if it is a
+// topic, are fetched again. It reports whether it made the want. A lane's
+// want lasts as long as its lane queues' longest.
+func (w *Worker) want(name string, until time.Time, known func() bool) (made bool) {
 	u := until.UnixNano()
 	d := &w.demand
 	d.mu.RLock()
-	e := d.wants[queue]
+	e := d.wants[name]
 	if e != nil {
 		raise(e, u)
 	}
 	d.mu.RUnlock()
-	if e != nil || !until.After(time.Now()) || !w.queues.has(queue) {
-		return
+	if e != nil || !until.After(time.Now()) || !known() {
+		return false
 	}
 	d.mu.Lock()
-	e = d.wants[queue]
+	e = d.wants[name]
 	fresh := e == nil
 	if fresh {
 		e = new(atomic.Int64)
-		d.wants[queue] = e
+		d.wants[name] = e
 	}
 	raise(e, u)
 	n := len(d.wants)
 	d.mu.Unlock()
 	if !fresh {
-		return
+		return false
 	}
 	w.mu.Lock()
-	parts := w.byQueue[queue]
+	parts := w.byQueue[name]
 	w.mu.Unlock()
 	w.refetch(parts...)
 	w.metrics.wanted.Set(float64(n))
+	return true
 }
 
 // raise sets e to u if u is later.

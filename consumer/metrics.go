@@ -30,6 +30,7 @@ type metrics struct {
 	wanted    prometheus.Gauge
 	bounded   prometheus.GaugeFunc
 	held      prometheus.GaugeFunc
+	unwanted  prometheus.GaugeFunc
 	progress  *progressCollector
 }
 
@@ -74,6 +75,9 @@ func newMetrics(reg prometheus.Registerer, w *Worker) (*metrics, error) {
 		held: prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "onceq_paused_waiting_tasks",
 			Help: "Tasks of paused lane queues that wait, outside the slots, for their queue to be resumed."},
 			func() float64 { return float64(w.sched.paused.waiting.Load()) }),
+		unwanted: prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "onceq_unwanted_waiting_tasks",
+			Help: "Tasks of lane queues nobody wants that an on-demand worker holds, outside the slots, for a Want of their queue (OnDemandLine)."},
+			func() float64 { return float64(w.sched.unwanted.waiting.Load()) }),
 		bounded: prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "onceq_bound_waiting_tasks",
 			Help: "Tasks ready to start that wait, outside the slots, for a task of their queue to finish (MaxRunningPerQueue)."},
 			func() float64 {
@@ -98,7 +102,7 @@ func newMetrics(reg prometheus.Registerer, w *Worker) (*metrics, error) {
 		return m, nil
 	}
 	for _, c := range []prometheus.Collector{m.processed, m.handler, m.latency, m.commit, m.aborts, m.restore,
-		m.inflight, m.failed, m.dead, m.abandoned, m.canceled, m.expired, m.paused, m.limited, m.limitWait, m.quiet, m.wanted, m.bounded, m.held, m.progress} {
+		m.inflight, m.failed, m.dead, m.abandoned, m.canceled, m.expired, m.paused, m.limited, m.limitWait, m.quiet, m.wanted, m.bounded, m.held, m.unwanted, m.progress} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("consumer: registering metrics (one worker per registerer): %w", err)
 		}

@@ -69,6 +69,7 @@ const (
 	DefaultTaskRecords         = true
 	DefaultResultRetention     = DefaultDedupWindow
 	DefaultMaxResultBytes      = 64 << 10
+	DefaultOnDemandLine        = 1000
 )
 
 // An Opt configures a Worker. Options are applied in order over the
@@ -116,6 +117,7 @@ type config struct {
 	quietAfter      time.Duration
 	metricsPerQueue bool
 	onDemand        bool
+	onDemandLine    int
 	maxPerQueue     int
 }
 
@@ -124,6 +126,7 @@ func defaults() config {
 		conn:            broker.Conn{Brokers: []string{broker.DefaultBrokers}},
 		group:           DefaultGroup,
 		concurrency:     DefaultConcurrency,
+		onDemandLine:    DefaultOnDemandLine,
 		commitInterval:  DefaultCommitInterval,
 		maxPerCommit:    DefaultMaxRecordsPerCommit,
 		dedupWindow:     DefaultDedupWindow,
@@ -393,7 +396,20 @@ func MetricsPerQueue(on bool) Opt { return optFunc(func(c *config) { c.metricsPe
 // it. A partition restores from its changelog on its first record, as
 // always: a queue's first Want may wait for that. Default off: every
 // partition is fetched unless quiet or paused.
+//
+// A lane queue's partitions are its lane's: the lane is fetched while any
+// of its lane queues is wanted, and the tasks of its lane queues nobody
+// wants wait outside the slots (OnDemandLine), until a Want of their
+// queue starts them.
 func OnDemand(on bool) Opt { return optFunc(func(c *config) { c.onDemand = on }) }
+
+// OnDemandLine bounds the tasks of one lane queue nobody wants (OnDemand)
+// that wait, outside the slots and in key order, for a Want of it; all of
+// them together stay within half of MaxBufferedRecords. Past the bound,
+// its tasks start as they come, and the handler decides what to do with
+// them (onceq serve snoozes them back to their lane for a while); 0
+// starts them all so. Default DefaultOnDemandLine (1,000).
+func OnDemandLine(n int) Opt { return optFunc(func(c *config) { c.onDemandLine = n }) }
 
 // MaxRunningPerQueue bounds the tasks of one queue that run at once in the
 // worker; 0 sets no bound. A task of a queue at its bound waits, in key
@@ -472,6 +488,9 @@ func (c *config) validate(nils int) error {
 	}
 	if c.concurrency < 1 {
 		errs.Bad("Concurrency", c.concurrency, "want 1 or more")
+	}
+	if c.onDemandLine < 0 {
+		errs.Bad("OnDemandLine", c.onDemandLine, "want 0 (hold none) or more tasks")
 	}
 	if c.maxPerQueue < 0 {
 		errs.Bad("MaxRunningPerQueue", c.maxPerQueue, "want 0 (no bound) or more")

@@ -66,8 +66,9 @@ type scheduler struct {
 	// bound holds the records of a queue past MaxRunningPerQueue (nil
 	// without one).
 	bound *queueBound
-	// paused holds the records of paused lane queues.
-	paused pausedLines
+	// paused and unwanted hold the records of paused lane queues and,
+	// OnDemand, of lane queues nobody wants (heldLines).
+	paused, unwanted heldLines
 }
 
 // slot is one place to run a handler; cur is the run in it.
@@ -192,7 +193,7 @@ func (it *item) setKeys(eos bool) {
 // start hands records that their keys let start to the slots, or to their
 // queues' lines (MaxRunningPerQueue). items is start's to reuse.
 func (s *scheduler) start(items []*item) {
-	items = s.paused.hold(s.w, items)
+	items = s.holdUnwanted(s.holdPaused(items))
 	if s.bound != nil {
 		items = s.bound.take(items)
 	}
@@ -247,7 +248,7 @@ func (s *scheduler) done(it *item) {
 // drop takes a revoked partition's records out of the lines and returns
 // how many it took.
 func (s *scheduler) drop(ps *partState) int {
-	n := s.paused.drop(ps)
+	n := s.paused.drop(ps) + s.unwanted.drop(ps)
 	if s.bound == nil {
 		return n
 	}
