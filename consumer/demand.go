@@ -119,12 +119,12 @@ func (w *Worker) wanted(queue string) bool {
 	return w.demand.wants[queue] != nil
 }
 
-// Owns says whether the worker owns at least one partition of queue now:
-// whether a task of queue may run here. It is as cheap as a map lookup.
+// Owns says whether the worker owns at least one partition of queue (of
+// its lane, for a lane queue) now: whether a task of queue may run here. It is as cheap as a map lookup.
 func (w *Worker) Owns(queue string) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return len(w.byQueue[queue]) > 0
+	return len(w.byQueue[onceq.QueueTopic(queue)]) > 0
 }
 
 // demandLoop ends, every demandTick until ctx ends, the wants that lapsed.

@@ -623,7 +623,12 @@ func (s *Server) queues(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	all, err := s.in.Queues(r.Context())
+	var all []string
+	if s.cfg.lane != "" {
+		all, err = s.in.LaneQueues(r.Context(), s.cfg.lane)
+	} else {
+		all, err = s.in.Queues(r.Context())
+	}
 	if err != nil {
 		writeError(w, err)
 		return
@@ -639,6 +644,9 @@ func (s *Server) queues(w http.ResponseWriter, r *http.Request) {
 	}
 	ns := r.PathValue("ns")
 	prefix := ns + "."
+	if s.cfg.lane != "" {
+		prefix = s.cfg.lane + string(onceq.LaneSep) + prefix
+	}
 	for _, c := range []*string{&q.After, &q.Before} {
 		if *c != "" {
 			*c = prefix + *c

@@ -50,6 +50,7 @@ type config struct {
 	reg           prometheus.Registerer
 	insecure      bool
 	partitions    int32
+	lane          string
 	maxPayload    int
 	maxBulk       int
 	maxWait       time.Duration
@@ -87,6 +88,12 @@ func InsecureNoAuth(b bool) Opt { return optFunc(func(cfg *config) { cfg.insecur
 func CreateQueues(partitions int32) Opt {
 	return optFunc(func(cfg *config) { cfg.partitions = partitions })
 }
+
+// Lane puts the namespaces' queues on one lane: queue q of namespace ns
+// is lane queue <lane>/<ns>.<q>, a label on the topic lane (created with
+// CreateQueues partitions), whatever the number of queues. Default "":
+// each queue is a topic of its own, <ns>.<q>.
+func Lane(name string) Opt { return optFunc(func(cfg *config) { cfg.lane = name }) }
 
 // MaxPayloadBytes bounds a task's payload: a larger one is answered 413.
 // Default DefaultMaxPayloadBytes (256 KiB).

@@ -1,6 +1,7 @@
 package serve
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/onceq/onceq"
 	"github.com/onceq/onceq/broker"
+	"github.com/onceq/onceq/control"
 )
 
 // The backlog of a queue: its tasks published and not yet taken by an
@@ -31,9 +33,11 @@ const maxBacklogScan = 10_000
 // backlogRange is where a partition's backlog starts and ends.
 type backlogRange struct{ from, end int64 }
 
-// backlogRanges returns the backlog's offsets of each partition of topic
-// that has any. A queue that does not exist has none.
-func (s *Server) backlogRanges(ctx context.Context, topic string) (map[int32]backlogRange, int32, error) {
+// backlogRanges returns the backlog's offsets of each partition of queue's
+// topic (its lane, for a lane queue) that has any. A queue that does not
+// exist has none.
+func (s *Server) backlogRanges(ctx context.Context, queue string) (map[int32]backlogRange, int32, error) {
+	topic := onceq.QueueTopic(queue)
 	adm, err := broker.NewAdmin(s.cfg.conn)
 	if err != nil {
 		return nil, 0, err
@@ -66,10 +70,12 @@ func (s *Server) backlogRanges(ctx context.Context, topic string) (map[int32]bac
 	return out, int32(len(info.Partitions)), nil
 }
 
-// readBacklog calls fn with the tasks of the backlog of topic in the
-// partitions ranges names, in offset order within a partition (partitions
-// interleave), until fn says a partition is done.
-func (s *Server) readBacklog(ctx context.Context, topic string, ranges map[int32]backlogRange, fn func(t onceq.Task, rec *kgo.Record) (done bool)) error {
+// readBacklog calls fn with the tasks of queue in the backlog of its topic
+// in the partitions ranges names, in offset order within a partition
+// (partitions interleave), until fn says a partition is done. The tasks of
+// a lane's other queues are passed over.
+func (s *Server) readBacklog(ctx context.Context, queue string, ranges map[int32]backlogRange, fn func(t onceq.Task, rec *kgo.Record) (done bool)) error {
+	topic := onceq.QueueTopic(queue)
 	from := make(map[int32]int64, len(ranges))
 	for p, r := range ranges {
 		from[p] = r.from
@@ -84,7 +90,7 @@ func (s *Server) readBacklog(ctx context.Context, topic string, ranges map[int32
 			return last, nil
 		}
 		t, err := onceq.FromRecord(rec)
-		if err != nil || s.taken(ctx, topic, &t, rec) {
+		if err != nil || t.Queue != queue || s.taken(ctx, queue, &t, rec) {
 			return last, nil // a malformed record is the workers' to dead-letter
 		}
 		return fn(t, rec) || last, nil
@@ -143,7 +149,7 @@ func (s *Server) backlogTask(ctx context.Context, topic, id string) (t onceq.Tas
 	if err != nil || n == 0 {
 		return t, false, err
 	}
-	p := kgo.StickyKeyPartitioner(nil).ForTopic(topic).Partition(&kgo.Record{Key: []byte(id)}, int(n))
+	p := kgo.StickyKeyPartitioner(nil).ForTopic(onceq.QueueTopic(topic)).Partition(&kgo.Record{Key: []byte(id)}, int(n))
 	r, found := ranges[int32(p)]
 	if !found {
 		return t, false, nil
@@ -221,6 +227,21 @@ func (s *Server) destroy(w http.ResponseWriter, r *http.Request) {
 	ranges, _, err := s.backlogRanges(ctx, topic)
 	if err != nil {
 		writeError(w, backlogError(err))
+		return
+	}
+	if onceq.IsLaneQueue(topic) {
+		// The lane's records are its other queues' too: each task of the
+		// backlog is canceled instead.
+		var cerr error
+		err = s.readBacklog(ctx, topic, ranges, func(t onceq.Task, _ *kgo.Record) bool {
+			_, cerr = s.ctl.Cancel(ctx, topic, t.ID, control.CancelAhead(), control.CancelWait(0))
+			return cerr != nil
+		})
+		if err = cmp.Or(cerr, err); err != nil {
+			writeError(w, backlogError(err))
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
 		return
 	}
 	upTo := make(map[int32]int64, len(ranges))

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"net/http/httptest"
 	"strings"
 	"sync"
@@ -45,6 +46,9 @@ func startOn(t testing.TB, conn broker.Conn, opts ...serve.Opt) *api {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	if lane := os.Getenv("ONCEQ_TEST_SERVE_LANE"); lane != "" {
+		opts = append(opts, serve.Lane(lane))
+	}
 	srv, err := serve.New(ctx, append([]serve.Opt{serve.Conn(conn)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
