@@ -342,7 +342,8 @@ func (s *Server) taskPage(w http.ResponseWriter, r *http.Request, pg *page) {
 
 // taskAt reads the task at a queue's partition and offset: its payload and
 // headers, which the task's record does not keep.
-func (s *Server) taskAt(ctx context.Context, topic string, partition int32, offset int64) (onceq.Task, error) {
+func (s *Server) taskAt(ctx context.Context, queue string, partition int32, offset int64) (onceq.Task, error) {
+	topic := onceq.QueueTopic(queue)
 	cl, err := s.cfg.conn.NewClient(kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: {partition: kgo.NewOffset().At(offset)}}),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()))
 	if err != nil {

@@ -98,10 +98,16 @@ func (s *Server) readBacklog(ctx context.Context, queue string, ranges map[int32
 }
 
 // taken reports whether a task of the backlog's range is not waiting: it
-// is handed out by this server, or finished.
+// is handed out by this server, or finished, or (of a lane queue, whose
+// destroy cancels its tasks) canceled.
 func (s *Server) taken(ctx context.Context, topic string, t *onceq.Task, rec *kgo.Record) bool {
 	if st, ok := s.pull.ledger.state(leaseKey(topic, t.ID)); ok && (st.Taken || st.Acked) {
 		return true
+	}
+	if onceq.IsLaneQueue(topic) {
+		if c, err := s.in.CancelRequested(ctx, topic, t.ID); err == nil && c {
+			return true
+		}
 	}
 	r, err := s.in.Get(ctx, topic, t.ID)
 	return err == nil && r.State.Final() && r.Partition == rec.Partition && r.Offset >= rec.Offset
