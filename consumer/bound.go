@@ -3,6 +3,8 @@ package consumer
 import (
 	"sync"
 	"sync/atomic"
+
+	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 // queueBound holds the tasks of a queue past MaxRunningPerQueue. A record
@@ -33,6 +35,15 @@ func newQueueBound(n int) *queueBound {
 	return &queueBound{max: n, queues: map[string]*queueLine{}}
 }
 
+// boundKey is the queue whose places r takes: its lane queue, if it names
+// one, else its topic's queue.
+func boundKey(r *kgo.Record) string {
+	if q, ok := laneQueueOf(r); ok {
+		return q
+	}
+	return r.Topic
+}
+
 // take returns the records of items that may start now, each holding a
 // place of its queue; it puts the others in their queues' lines.
 func (b *queueBound) take(items []*item) []*item {
@@ -40,10 +51,11 @@ func (b *queueBound) take(items []*item) []*item {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for _, it := range items {
-		q := b.queues[it.rec.Topic]
+		k := boundKey(it.rec)
+		q := b.queues[k]
 		if q == nil {
 			q = &queueLine{}
-			b.queues[it.rec.Topic] = q
+			b.queues[k] = q
 		}
 		if q.running < b.max {
 			q.running++
@@ -61,7 +73,8 @@ func (b *queueBound) take(items []*item) []*item {
 func (b *queueBound) done(it *item) *item {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	q := b.queues[it.rec.Topic]
+	k := boundKey(it.rec)
+	q := b.queues[k]
 	if q == nil {
 		return nil
 	}
@@ -73,7 +86,7 @@ func (b *queueBound) done(it *item) *item {
 		return next // it takes the place over
 	}
 	if q.running--; q.running <= 0 {
-		delete(b.queues, it.rec.Topic)
+		delete(b.queues, k)
 	}
 	return nil
 }

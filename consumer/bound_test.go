@@ -19,11 +19,20 @@ import (
 // TestMaxRunningPerQueue: with MaxRunningPerQueue(2) and 3 slots, queue A's
 // handlers, blocked, hold 2 slots at most, and B's tasks run on the third
 // meanwhile; once A's handlers are released every task of A runs, once,
-// in key order.
+// in key order. With lane queues l/qa and l/qb of one lane, each counts
+// apart.
 func TestMaxRunningPerQueue(t *testing.T) {
+	t.Run("topics", func(t *testing.T) { testMaxRunningPerQueue(t, "qa", "qb") })
+	t.Run("lane", func(t *testing.T) { testMaxRunningPerQueue(t, "l/qa", "l/qb") })
+}
+
+func testMaxRunningPerQueue(t *testing.T, qa, qb string) {
 	_, conn := testutil.StartBroker(t, "")
-	testutil.CreateTopic(t, conn, "qa", 2)
-	testutil.CreateTopic(t, conn, "qb", 2)
+	for _, q := range []string{qa, qb} {
+		if !onceq.IsLaneQueue(q) || q == qa {
+			testutil.CreateTopic(t, conn, onceq.QueueTopic(q), 2)
+		}
+	}
 	const keys, perKey = 4, 5
 	var aIDs, bIDs []string
 	for i := range perKey {
@@ -38,10 +47,10 @@ func TestMaxRunningPerQueue(t *testing.T) {
 	var mu sync.Mutex
 	running, most := 0, 0
 	c := newRunCounter()
-	w, err := consumer.New(consumer.Conn(conn), consumer.Queues("qa", "qb"), consumer.CheckpointDir(t.TempDir()),
+	w, err := consumer.New(consumer.Conn(conn), consumer.Queues(qa, qb), consumer.CheckpointDir(t.TempDir()),
 		consumer.Concurrency(3), consumer.MaxRunningPerQueue(2), consumer.TaskTimeout(5*time.Minute),
 		consumer.WithHandler(consumer.HandlerFunc(func(ctx context.Context, task *consumer.Task) error {
-			if task.Topic != "qa" {
+			if task.Queue != qa {
 				c.add(task.ID)
 				return nil
 			}
@@ -71,12 +80,12 @@ func TestMaxRunningPerQueue(t *testing.T) {
 	}
 	defer p.Close()
 	for _, id := range aIDs {
-		task := onceq.Task{ID: id, Queue: "qa", Key: []byte(id[:len("a-k0")])}
+		task := onceq.Task{ID: id, Queue: qa, Key: []byte(id[:len("a-k0")])}
 		if _, err := p.Submit(t.Context(), task); err != nil {
 			t.Fatal(err)
 		}
 	}
-	submitAll(t, p, "qb", bIDs...)
+	submitAll(t, p, qb, bIDs...)
 	runUntilCleanup(t, w)
 
 	c.waitRan(t, time.Minute, nil, bIDs...)

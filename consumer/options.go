@@ -411,7 +411,8 @@ func OnDemand(on bool) Opt { return optFunc(func(c *config) { c.onDemand = on })
 // starts them all so. Default DefaultOnDemandLine (1,000).
 func OnDemandLine(n int) Opt { return optFunc(func(c *config) { c.onDemandLine = n }) }
 
-// MaxRunningPerQueue bounds the tasks of one queue that run at once in the
+// MaxRunningPerQueue bounds the tasks of one queue (each lane queue apart
+// from its lane's others) that run at once in the
 // worker; 0 sets no bound. A task of a queue at its bound waits, in key
 // order, without taking a slot (Concurrency), while tasks of other queues
 // start on the free slots: a queue whose handlers wait long (onceq serve's
