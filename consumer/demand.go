@@ -51,14 +51,20 @@ func (w *Worker) Want(queue string, until time.Time) {
 	if !w.cfg.onDemand {
 		return
 	}
+	made := w.want(queue, until, func() bool { return w.queues.has(queue) })
 	lane, _, isLane := onceq.SplitLane(queue)
-	if !w.want(queue, until, func() bool { return w.queues.has(queue) }) || !isLane {
+	if !isLane || !made && !w.wanted(queue) {
+		return
+	}
+	// The lane's want lasts as long as its queues': every Want of one
+	// raises it.
+	w.want(lane, until, func() bool { return w.queues.lanes[lane] })
+	if !made {
 		return
 	}
 	if held := w.sched.unwanted.release(queue); len(held) > 0 {
 		go w.sched.start(held) // not on the caller's goroutine
 	}
-	w.want(lane, until, func() bool { return w.queues.lanes[lane] })
 }
 
 // want raises name's want to until, making it (if known says the worker

@@ -20,11 +20,14 @@ import (
 // outside its two slots: lane queue ol/b's 23 tasks wait while ol/a's run,
 // and start on ol/b's Want, once each, those of one key in order. With
 // OnDemandLine(5), lane queue om/c holds 5 of its 12 tasks and the
-// handler gets the other 7 as they come.
+// handler gets the other 7 as they come. A lane queue wanted by short
+// Wants, each renewing the last (as onceq serve's consumers do), keeps
+// its lane fetched past the first one's end.
 func TestOnDemandLaneQueues(t *testing.T) {
 	_, conn := testutil.StartBroker(t, "")
 	testutil.CreateTopic(t, conn, "ol", 2)
 	testutil.CreateTopic(t, conn, "om", 2)
+	testutil.CreateTopic(t, conn, "on", 2)
 	p, err := producer.New(producer.Conn(conn))
 	if err != nil {
 		t.Fatal(err)
@@ -119,4 +122,19 @@ func TestOnDemandLaneQueues(t *testing.T) {
 			t.Errorf("%s ran %d times, want once", id, n)
 		}
 	}
+
+	w, c, _ = start("on")
+	renew := func() { w.Want("on/x", time.Now().Add(300*time.Millisecond)) }
+	renew()
+	runUntilCleanup(t, w)
+	first := []string{"x-0"}
+	submitAll(t, p, "on/x", first...)
+	c.waitRan(t, time.Minute, renew, first...)
+	// Renewed past the first Want's end, every 50 ms of a second.
+	for end := time.Now().Add(time.Second); time.Now().Before(end); {
+		renew()
+		time.Sleep(50 * time.Millisecond)
+	}
+	submitAll(t, p, "on/x", "x-1", "x-2")
+	c.waitRan(t, time.Minute, renew, "x-1", "x-2")
 }
