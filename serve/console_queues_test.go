@@ -12,6 +12,7 @@ import (
 
 	"github.com/onceq/onceq"
 	"github.com/onceq/onceq/broker"
+	"github.com/onceq/onceq/consumer"
 	"github.com/onceq/onceq/inspect"
 	"github.com/onceq/onceq/internal/testutil"
 	"github.com/onceq/onceq/producer"
@@ -253,6 +254,20 @@ func TestConsoleLaneQueues(t *testing.T) {
 		t.Fatalf("paused after the lane queue's pause: %v, %v; want fn/q-120 alone", paused, err)
 	}
 
+	// A task a worker ran: its page shows the payload, read from the lane.
+	w, err := consumer.New(consumer.Conn(a.conn), consumer.Queues("fn/q-001"), consumer.CheckpointDir(t.TempDir()),
+		consumer.WithHandler(consumer.HandlerFunc(func(_ context.Context, task *consumer.Task) error { return task.SetResult([]byte("done")) })))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, stop := context.WithCancel(ctx)
+	ran := make(chan error, 1)
+	go func() { ran <- w.Run(wctx) }()
+	a.waitPage("/console/q/fn%2Fq-001/task/t-001", ops, `<pre id="payload">x</pre>`)
+	stop()
+	if err := <-ran; err != nil {
+		t.Fatal(err)
+	}
 	if code, _, body := a.page("GET", "/console/q/fn", ops, nil); code != 200 || !strings.Contains(body, `href="/console/?filter=fn%2f">150 lane queues</a>`) {
 		t.Fatalf("the lane's page does not link its lane queues: %d\n%.3000s", code, body)
 	}
