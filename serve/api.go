@@ -625,7 +625,7 @@ func (s *Server) queues(w http.ResponseWriter, r *http.Request) {
 	}
 	var all []string
 	if s.cfg.lane != "" {
-		all, err = s.in.LaneQueues(r.Context(), s.cfg.lane)
+		all, err = s.queueNames(r.Context())
 	} else {
 		all, err = s.in.Queues(r.Context())
 	}
