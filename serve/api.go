@@ -263,11 +263,11 @@ func (s *Server) bulk(w http.ResponseWriter, r *http.Request) {
 					writeError(w, lookupError(err))
 					return
 				}
-				out[i].WorkflowState, out[i].Msg = st.State, workflow.Submission{ID: strings.TrimPrefix(sub.ID, ns+"/"), Status: st}.Known()
+				out[i].WorkflowState, out[i].Msg = st.State, workflow.Submission{ID: s.shownID(ns, sub.ID), Status: st}.Known()
 			}
 			// The ID as the namespace gave it (or was given): kept as
 			// <ns>/<id>.
-			out[i].JobID = strings.TrimPrefix(out[i].JobID, ns+"/")
+			out[i].JobID = s.shownID(ns, out[i].JobID)
 		}
 	}
 	writeJSON(w, http.StatusCreated, map[string]any{"msg": "published", "jobs": out})

@@ -67,6 +67,11 @@ func (s *Server) topicOf(ns, queue string) (string, error) {
 	}
 	topic := ns + "." + queue
 	if s.cfg.lane != "" {
+		if limit := onceq.MaxLabelLen - len(ns) - 1; len(queue) > limit {
+			return "", badRequest("queue", "%q: %d bytes: at most %d in namespace %s on this server, whose queues are "+
+				"lane queues <lane>/<namespace>.<queue> of lane %s (a label holds at most %d bytes): choose a shorter name",
+				queue, len(queue), limit, ns, s.cfg.lane, onceq.MaxLabelLen)
+		}
 		topic = s.cfg.lane + string(onceq.LaneSep) + topic
 		if err := onceq.ValidateLaneQueue(topic); err != nil {
 			return "", badRequest("queue", "%v (the queue is lane queue <lane>/<namespace>.<queue>)", err)

@@ -27,7 +27,8 @@ import (
 
 // maxBacklogScan bounds the records a size reads to count the backlog
 // exactly; past it, the size is the records past the committed offsets,
-// an upper bound (transaction markers count).
+// an upper bound (transaction markers count), or for a lane queue its
+// share of the first ones, scaled.
 const maxBacklogScan = 10_000
 
 // backlogRange is where a partition's backlog starts and ends.
@@ -123,11 +124,26 @@ func (s *Server) backlogSize(ctx context.Context, topic string) (int64, error) {
 	for _, r := range ranges {
 		span += r.end - r.from
 	}
-	if span > maxBacklogScan {
+	if span > maxBacklogScan && !onceq.IsLaneQueue(topic) {
 		return span, nil
 	}
+	// A lane's backlog is every one of its queues': past maxBacklogScan
+	// records, the queue's share of the first ones read of each partition
+	// estimates its size.
+	read, scanned := ranges, span
+	if span > maxBacklogScan {
+		read, scanned = map[int32]backlogRange{}, 0
+		each := int64(maxBacklogScan / len(ranges))
+		for p, r := range ranges {
+			r.end = min(r.end, r.from+max(each, 1))
+			read[p], scanned = r, scanned+r.end-r.from
+		}
+	}
 	var n int64
-	err = s.readBacklog(ctx, topic, ranges, func(onceq.Task, *kgo.Record) bool { n++; return false })
+	err = s.readBacklog(ctx, topic, read, func(onceq.Task, *kgo.Record) bool { n++; return false })
+	if scanned < span && scanned > 0 {
+		n = n * span / scanned
+	}
 	return n, err
 }
 
