@@ -194,6 +194,9 @@ func build(opts []Opt) (config, error) {
 	if cfg.maxWait < time.Second {
 		errs.Bad("MaxWait", cfg.maxWait, "want 1s or more")
 	}
+	if cfg.lane != "" && (onceq.ValidateQueue(cfg.lane) != nil || broker.IsInternal(cfg.lane)) {
+		errs.Bad("Lane", cfg.lane, "a topic's name (letters, digits, '.', '_', '-'), not onceq's own (onceq-...): for example lmstfy")
+	}
 	if cfg.pullGroup == "" {
 		errs.Bad("PullGroup", cfg.pullGroup, "a consumer group name")
 	}
