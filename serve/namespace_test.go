@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -215,11 +216,7 @@ func TestLaneQueueSize(t *testing.T) {
 		for range n {
 			tasks = append(tasks, onceq.Task{Queue: "lmstfy/shop.a"}, onceq.Task{Queue: "lmstfy/shop.b"}, onceq.Task{Queue: "lmstfy/shop.b"})
 		}
-		var failed error
-		p.SubmitMany(t.Context(), tasks, func(_ int, _ producer.Receipt, err error) { failed = cmp.Or(failed, err) })
-		if err := cmp.Or(p.Flush(t.Context()), failed); err != nil {
-			t.Fatal(err)
-		}
+		submitMany(t, p, tasks)
 	}
 	submit(100)
 	if a, b := size("a"), size("b"); a != 100 || b != 200 {
@@ -250,11 +247,7 @@ func TestLaneOverflow(t *testing.T) {
 	for i := range tasks {
 		tasks[i] = onceq.Task{Queue: "lmstfy/shop.b", ID: fmt.Sprint("b-", i)}
 	}
-	var failed error
-	p.SubmitMany(t.Context(), tasks, func(_ int, _ producer.Receipt, err error) { failed = cmp.Or(failed, err) })
-	if err := cmp.Or(p.Flush(t.Context()), failed); err != nil {
-		t.Fatal(err)
-	}
+	submitMany(t, p, tasks)
 	seen := map[string]int{}
 	for deadline := time.Now().Add(2 * time.Minute); len(seen) < n; {
 		if time.Now().After(deadline) {
@@ -275,5 +268,23 @@ func TestLaneOverflow(t *testing.T) {
 		if k != 1 {
 			t.Errorf("%s handed out %d times", id, k)
 		}
+	}
+}
+
+// submitMany submits tasks through p and waits for every acknowledgment.
+func submitMany(t *testing.T, p *producer.Producer, tasks []onceq.Task) {
+	t.Helper()
+	var mu sync.Mutex
+	var failed error
+	p.SubmitMany(t.Context(), tasks, func(_ int, _ producer.Receipt, err error) {
+		mu.Lock()
+		failed = cmp.Or(failed, err)
+		mu.Unlock()
+	})
+	err := p.Flush(t.Context()) // every callback has run once it returns
+	mu.Lock()
+	defer mu.Unlock()
+	if err := cmp.Or(err, failed); err != nil {
+		t.Fatal(err)
 	}
 }
