@@ -33,6 +33,7 @@ import (
 //	KindTokens       onceq-tokens                          1                   compact                          the token store
 //	KindLeases       onceq-leases-<group>                  1                   compact,delete, 2 leases' keep   onceq serve's pull group (LeasesSpec)
 //	KindLimits       onceq-limits                          1                   compact, append time             workers, limits set (LimitsSpec)
+//	KindDLQFloors    onceq-letter-floors                   1                   compact                          removals of lane queues' dead letters
 //
 // A records topic is the one kind whose creators need different configs:
 // a producer needs its pending records kept DefaultRecordsRetention, a
@@ -60,10 +61,11 @@ const (
 	KindTokens
 	KindLeases
 	KindLimits
+	KindDLQFloors
 )
 
 var kindNames = [...]string{"not onceq's", "delay bucket", "dead letters", "task records", "checkpoint changelog",
-	"wake-ups", "workflow queue", "control", "delay ladder", "periodic schedules", "tokens", "leases", "limits"}
+	"wake-ups", "workflow queue", "control", "delay ladder", "periodic schedules", "tokens", "leases", "limits", "dead-letter floors"}
 
 func (k Kind) String() string {
 	if int(k) < len(kindNames) {
@@ -85,6 +87,10 @@ const (
 	// LimitsTopic holds the limits of queues and the claims of the
 	// tasks they hold (package internal/limit).
 	LimitsTopic = "onceq-limits"
+	// DLQFloorsTopic holds, for each lane queue some of whose dead
+	// letters were removed, the offsets of its lane's dead-letter topic
+	// below which they are gone (package dlq).
+	DLQFloorsTopic = "onceq-letter-floors"
 )
 
 // BucketPartitions is the partition count of a delay bucket topic onceq
@@ -118,6 +124,8 @@ func KindOf(topic string) Kind {
 		return KindTokens
 	case LimitsTopic:
 		return KindLimits
+	case DLQFloorsTopic:
+		return KindDLQFloors
 	}
 	for _, p := range []struct {
 		prefix string
@@ -145,7 +153,7 @@ func SpecOf(topic string) (spec TopicSpec, ok bool) {
 		return WakeSpec(), true
 	case KindWorkflow:
 		return WorkflowSpec(), true
-	case KindControl, KindLadder, KindPeriodic, KindTokens:
+	case KindControl, KindLadder, KindPeriodic, KindTokens, KindDLQFloors:
 		return TableSpec(topic), true
 	case KindLimits:
 		return LimitsSpec(), true

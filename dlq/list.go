@@ -60,6 +60,12 @@ func (r *Reader) QueueStats(ctx context.Context, queues ...string) ([]QueueStats
 	if err != nil {
 		return nil, err
 	}
+	var floors map[string]map[int32]int64
+	if all {
+		if floors, err = readFloors(ctx, r.conn, onceq.IsLaneQueue); err != nil {
+			return nil, err
+		}
+	}
 	var stats []QueueStats
 	for _, q := range queues {
 		s := QueueStats{Queue: q}
@@ -83,6 +89,9 @@ func (r *Reader) QueueStats(ctx context.Context, queues ...string) ([]QueueStats
 				name = l.Task.Queue
 			} else if ok {
 				return nil
+			}
+			if below(floors, &l) {
+				return nil // removed
 			}
 			qs := byQueue[name]
 			if qs == nil {

@@ -60,12 +60,22 @@ func (r *Reader) Queues(ctx context.Context) ([]string, error) {
 // The lane queues of a lane share its dead-letter topic (broker.DLQTopic):
 // Read passes fn the letters of queue only, skipping those of the
 // topic's other lane queues (and, for a lane queue, of its lane as a
-// queue of its own).
+// queue of its own), and a lane queue's letters that Remove removed.
 func (r *Reader) Read(ctx context.Context, queue string, fn func(Letter) error) error {
 	_, _, lane := onceq.SplitLane(queue)
+	var floors map[string]map[int32]int64
+	if lane {
+		var err error
+		if floors, err = readFloors(ctx, r.conn, func(q string) bool { return q == queue }); err != nil {
+			return err
+		}
+	}
 	return r.readTopic(ctx, queue, func(l Letter) error {
 		if _, _, other := onceq.SplitLane(l.Task.Queue); l.Task.Queue != queue && (lane || other) {
 			return nil // another queue's, on the same lane
+		}
+		if below(floors, &l) {
+			return nil // removed
 		}
 		return fn(l)
 	})

@@ -165,6 +165,12 @@ func TestReadLaneQueues(t *testing.T) {
 	}
 	// The stats of every queue count each lane queue's letters apart, from
 	// one read of the lane's topic.
+	checkStats(t, r, "fn=1 fn/mail=1 fn/resize=2")
+}
+
+// checkStats checks r's QueueStats of every queue, as "queue=letters".
+func checkStats(t *testing.T, r *dlq.Reader, want string) {
+	t.Helper()
 	all, err := r.QueueStats(t.Context())
 	if err != nil {
 		t.Fatal(err)
@@ -173,7 +179,61 @@ func TestReadLaneQueues(t *testing.T) {
 	for _, s := range all {
 		got = append(got, fmt.Sprintf("%s=%d", s.Queue, s.DeadLetters))
 	}
-	if want := "fn=1 fn/mail=1 fn/resize=2"; strings.Join(got, " ") != want {
+	if strings.Join(got, " ") != want {
 		t.Errorf("QueueStats() = %s, want %s", strings.Join(got, " "), want)
+	}
+}
+
+// TestRemoveLaneLetters: Remove raises a lane queue's floor, and Read,
+// List and QueueStats then pass over its letters below it, while the
+// lane's other queues keep theirs; a lower floor written later brings
+// nothing back; a queue of its own topic is refused.
+func TestRemoveLaneLetters(t *testing.T) {
+	_, conn := testutil.StartBroker(t, "")
+	testutil.CreateTopic(t, conn, broker.DLQTopic("fn"), 1)
+	letter := func(queue, id string) *kgo.Record {
+		task := onceq.Task{ID: id, Queue: queue, Attempt: 1, LastError: "failed: " + id, Failed: time.Now()}
+		return task.Record(broker.DLQTopic(queue))
+	}
+	transact(t, conn, true, false, letter("fn/a", "a1"), letter("fn/b", "b1"), letter("fn/a", "a2"), letter("fn/a", "a3"), letter("fn/b", "b2"))
+	r, err := dlq.NewReader(conn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	ids := func(queue string) string {
+		t.Helper()
+		letters, total, err := r.List(t.Context(), queue, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, l := range letters {
+			got = append(got, l.Task.ID)
+		}
+		return fmt.Sprintf("%s (%d)", strings.Join(got, " "), total)
+	}
+	letters, _, err := r.List(t.Context(), "fn/a", 2)
+	if err != nil || len(letters) != 2 {
+		t.Fatalf("the first 2 letters of fn/a: %v, %v", letters, err)
+	}
+	if err := r.Remove(t.Context(), "fn/a", map[int32]int64{0: letters[1].Offset + 1}); err != nil {
+		t.Fatal(err)
+	}
+	if got := ids("fn/a"); got != "a3 (1)" {
+		t.Errorf("fn/a after removing its first two: %s", got)
+	}
+	if got := ids("fn/b"); got != "b1 b2 (2)" {
+		t.Errorf("fn/b after fn/a's removal: %s", got)
+	}
+	if err := r.Remove(t.Context(), "fn/a", map[int32]int64{0: letters[0].Offset + 1}); err != nil {
+		t.Fatal(err)
+	}
+	if got := ids("fn/a"); got != "a3 (1)" {
+		t.Errorf("fn/a after a lower floor: %s", got)
+	}
+	checkStats(t, r, "fn=0 fn/a=1 fn/b=2")
+	if err := r.Remove(t.Context(), "fn", map[int32]int64{0: 1}); err == nil || !strings.Contains(err.Error(), "not a lane queue") {
+		t.Errorf("Remove of a topic's own queue: %v", err)
 	}
 }

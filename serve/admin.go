@@ -1,6 +1,7 @@
 package serve
 
 import (
+	"context"
 	"errors"
 	"net/http"
 	"net/url"
@@ -12,6 +13,7 @@ import (
 	"github.com/onceq/onceq"
 	"github.com/onceq/onceq/auth"
 	"github.com/onceq/onceq/broker"
+	"github.com/onceq/onceq/inspect"
 )
 
 // AdminHandler is the admin API, lmstfy's admin listener: serve it on an
@@ -167,25 +169,23 @@ func pools(w http.ResponseWriter, _ *http.Request) {
 }
 
 // info: GET /info, lmstfy's: every namespace's queues, the topics named
-// <namespace>.<queue>.
+// <namespace>.<queue>, or on a lane its lane queues <lane>/<ns>.<queue>
+// with tasks recorded.
 func (s *Server) info(w http.ResponseWriter, r *http.Request) {
 	if err := poolParam(r.URL.Query()); err != nil {
 		writeError(w, err)
 		return
 	}
-	adm, err := broker.NewAdmin(s.cfg.conn)
-	if err != nil {
-		writeError(w, err)
-		return
-	}
-	defer adm.Close()
-	topics, err := adm.ListTopics(r.Context(), false)
+	topics, err := s.queueNames(r.Context())
 	if err != nil {
 		writeError(w, err)
 		return
 	}
 	out := map[string][]string{}
 	for _, t := range topics {
+		if _, label, ok := onceq.SplitLane(t); ok {
+			t = label
+		}
 		ns, q, ok := strings.Cut(t, ".")
 		if ok && auth.ValidateNamespace(ns) == nil && ns != auth.AllNamespaces && onceq.ValidateQueue(t) == nil {
 			out[ns] = append(out[ns], q)
@@ -195,6 +195,24 @@ func (s *Server) info(w http.ResponseWriter, r *http.Request) {
 		slices.Sort(qs)
 	}
 	writeJSON(w, http.StatusOK, out)
+}
+
+// queueNames lists the namespaces' queues: the topics, or on a lane its
+// lane queues with tasks recorded.
+func (s *Server) queueNames(ctx context.Context) ([]string, error) {
+	if s.cfg.lane != "" {
+		qs, err := s.in.LaneQueues(ctx, s.cfg.lane)
+		if errors.Is(err, inspect.ErrNoQueue) {
+			return nil, nil // no task recorded on the lane yet
+		}
+		return qs, err
+	}
+	adm, err := broker.NewAdmin(s.cfg.conn)
+	if err != nil {
+		return nil, err
+	}
+	defer adm.Close()
+	return adm.ListTopics(ctx, false)
 }
 
 // version: GET /version, lmstfy's fields, from the binary's build

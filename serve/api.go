@@ -263,11 +263,11 @@ func (s *Server) bulk(w http.ResponseWriter, r *http.Request) {
 					writeError(w, lookupError(err))
 					return
 				}
-				out[i].WorkflowState, out[i].Msg = st.State, workflow.Submission{ID: strings.TrimPrefix(sub.ID, ns+"/"), Status: st}.Known()
+				out[i].WorkflowState, out[i].Msg = st.State, workflow.Submission{ID: s.shownID(ns, sub.ID), Status: st}.Known()
 			}
 			// The ID as the namespace gave it (or was given): kept as
 			// <ns>/<id>.
-			out[i].JobID = strings.TrimPrefix(out[i].JobID, ns+"/")
+			out[i].JobID = s.shownID(ns, out[i].JobID)
 		}
 	}
 	writeJSON(w, http.StatusCreated, map[string]any{"msg": "published", "jobs": out})
@@ -623,7 +623,12 @@ func (s *Server) queues(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	all, err := s.in.Queues(r.Context())
+	var all []string
+	if s.cfg.lane != "" {
+		all, err = s.queueNames(r.Context())
+	} else {
+		all, err = s.in.Queues(r.Context())
+	}
 	if err != nil {
 		writeError(w, err)
 		return
@@ -639,6 +644,9 @@ func (s *Server) queues(w http.ResponseWriter, r *http.Request) {
 	}
 	ns := r.PathValue("ns")
 	prefix := ns + "."
+	if s.cfg.lane != "" {
+		prefix = s.cfg.lane + string(onceq.LaneSep) + prefix
+	}
 	for _, c := range []*string{&q.After, &q.Before} {
 		if *c != "" {
 			*c = prefix + *c

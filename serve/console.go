@@ -158,6 +158,11 @@ func (s *Server) consoleSees(tok auth.Token, queue string) bool {
 	if tok.Namespace == auth.AllNamespaces {
 		return true
 	}
+	if s.cfg.lane != "" {
+		if label, ok := strings.CutPrefix(queue, s.cfg.lane+string(onceq.LaneSep)); ok {
+			queue = label // a namespace's queue on the server's lane
+		}
+	}
 	ns, _, ok := strings.Cut(queue, ".")
 	return ok && tok.Allows(ns)
 }

@@ -226,7 +226,7 @@ func (s *Server) consoleWorkflowCancel(w http.ResponseWriter, r *http.Request, p
 // its namespace.
 func (s *Server) consoleWorkflowRetry(w http.ResponseWriter, r *http.Request, pg *page) {
 	s.consoleWorkflowAction(w, r, pg, func(full, id string) string {
-		if _, err := workflow.Retry(r.Context(), s.in, s.p, s.cfg.conn, full, retryIn(pg.Token.Namespace, id)); err != nil {
+		if _, err := workflow.Retry(r.Context(), s.in, s.p, s.cfg.conn, full, s.retryIn(pg.Token.Namespace, id)); err != nil {
 			return err.Error()
 		}
 		return "retried: its start task runs again"

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/onceq/onceq"
 	"github.com/onceq/onceq/broker"
 )
 
@@ -194,9 +195,9 @@ func (s *Server) queueExists(ctx context.Context, topic string) (bool, error) {
 	if known || s.pull.w.Load().Owns(topic) {
 		return true, nil
 	}
-	_, err := s.pull.adm.DescribeTopic(ctx, topic)
+	_, err := s.pull.adm.DescribeTopic(ctx, onceq.QueueTopic(topic))
 	if errors.Is(err, broker.ErrTopicNotFound) {
-		s.pull.adm.Forget(topic) // asked again next time, not answered from the client's cache
+		s.pull.adm.Forget(onceq.QueueTopic(topic)) // asked again next time, not answered from the client's cache
 		return false, nil
 	}
 	if err != nil {
@@ -216,6 +217,7 @@ func (s *Server) ensureQueue(ctx context.Context, topic string) error {
 		return err
 	}
 	defer adm.Close()
+	topic = onceq.QueueTopic(topic)
 	_, err = adm.DescribeTopic(ctx, topic)
 	switch {
 	case errors.Is(err, broker.ErrTopicNotFound) && s.cfg.partitions == 0:

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/onceq/onceq"
 	"github.com/onceq/onceq/broker"
 	"github.com/onceq/onceq/dlq"
 )
@@ -139,7 +140,7 @@ func (s *Server) respawn(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	if err := s.deleteRecords(r.Context(), broker.DLQTopic(topic), done); err != nil {
+	if err := s.removeLetters(r, topic, done); err != nil {
 		writeError(w, err)
 		return
 	}
@@ -198,9 +199,20 @@ func (s *Server) deleteDeadLetters(w http.ResponseWriter, r *http.Request) {
 	for _, l := range letters {
 		ends[l.Partition] = max(ends[l.Partition], l.Offset+1)
 	}
-	if err := s.deleteRecords(r.Context(), broker.DLQTopic(topic), ends); err != nil {
+	if err := s.removeLetters(r, topic, ends); err != nil {
 		writeError(w, err)
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
+}
+
+// removeLetters removes the dead letters of queue below ends, by
+// partition: those of a lane queue by raising its floors (dlq.Remove), the
+// lane's other queues' letters sharing its topic; others by deleting their
+// records.
+func (s *Server) removeLetters(r *http.Request, queue string, ends map[int32]int64) error {
+	if onceq.IsLaneQueue(queue) {
+		return s.dlq.Remove(r.Context(), queue, ends)
+	}
+	return s.deleteRecords(r.Context(), broker.DLQTopic(queue), ends)
 }

@@ -14,82 +14,86 @@ import (
 // completes once, with the acknowledged result, and is never handed out
 // again while its lease is open.
 func TestLeasesAcrossServers(t *testing.T) {
-	a := start(t, serve.CreateQueues(1))
-	tok := a.token("shop", false)
-	b := startOn(t, a.conn)
-	for _, id := range []string{"j-1", "j-2"} {
-		if code, body := a.do("PUT", "/api/shop/mail?id="+id+"&tries=3", tok, "p-"+id); code != 201 {
-			t.Fatalf("publish %s: %d %v", id, code, body)
+	eachLayout(t, func(t *testing.T, layout serve.Opt) {
+		a := start(t, layout, serve.CreateQueues(1))
+		tok := a.token("shop", false)
+		b := startOn(t, a.conn, layout)
+		for _, id := range []string{"j-1", "j-2"} {
+			if code, body := a.do("PUT", "/api/shop/mail?id="+id+"&tries=3", tok, "p-"+id); code != 201 {
+				t.Fatalf("publish %s: %d %v", id, code, body)
+			}
 		}
-	}
-	// Taken from a, acknowledged through b.
-	j := consumeOne(t, a, tok, "/api/shop/mail?ttr=120&timeout=30")
-	if j.Lease == "" {
-		t.Fatalf("a job handed out without its lease: %+v", j)
-	}
-	if code, body := b.do("DELETE", "/api/shop/mail/job/"+j.JobID, tok, "done-by-b"); code != 204 {
-		t.Fatalf("ACK of %s through the other server: %d %v", j.JobID, code, body)
-	}
-	assertResult(t, a, tok, "mail", j.JobID, "done-by-b", 1)
+		// Taken from a, acknowledged through b.
+		j := consumeOne(t, a, tok, "/api/shop/mail?ttr=120&timeout=30")
+		if j.Lease == "" {
+			t.Fatalf("a job handed out without its lease: %+v", j)
+		}
+		if code, body := b.do("DELETE", "/api/shop/mail/job/"+j.JobID, tok, "done-by-b"); code != 204 {
+			t.Fatalf("ACK of %s through the other server: %d %v", j.JobID, code, body)
+		}
+		assertResult(t, a, tok, "mail", j.JobID, "done-by-b", 1)
 
-	// Taken from a, which restarts: its successor holds the job, does not
-	// hand it out again, and takes its ACK.
-	j2 := consumeOne(t, a, tok, "/api/shop/mail?ttr=120&timeout=30")
-	a.close()
-	a2 := startOn(t, a.conn)
-	if code, jobs := consume(t, a2, tok, "/api/shop/mail?ttr=120&timeout=3"); code != 404 {
-		t.Fatalf("consume after the restart, while %s's lease is open: %d %+v; want 404", j2.JobID, code, jobs)
-	}
-	if code, body := a2.do("DELETE", "/api/shop/mail/job/"+j2.JobID, tok, "done-after-restart"); code != 204 {
-		t.Fatalf("ACK of %s after the restart: %d %v", j2.JobID, code, body)
-	}
-	assertResult(t, b, tok, "mail", j2.JobID, "done-after-restart", 1)
-	// A second ACK is idempotent, and the first result stays.
-	if code, body := b.do("DELETE", "/api/shop/mail/job/"+j2.JobID, tok, "again"); code != 204 {
-		t.Fatalf("second ACK: %d %v", code, body)
-	}
-	assertResult(t, a2, tok, "mail", j2.JobID, "done-after-restart", 1)
+		// Taken from a, which restarts: its successor holds the job, does not
+		// hand it out again, and takes its ACK.
+		j2 := consumeOne(t, a, tok, "/api/shop/mail?ttr=120&timeout=30")
+		a.close()
+		a2 := startOn(t, a.conn, layout)
+		if code, jobs := consume(t, a2, tok, "/api/shop/mail?ttr=120&timeout=3"); code != 404 {
+			t.Fatalf("consume after the restart, while %s's lease is open: %d %+v; want 404", j2.JobID, code, jobs)
+		}
+		if code, body := a2.do("DELETE", "/api/shop/mail/job/"+j2.JobID, tok, "done-after-restart"); code != 204 {
+			t.Fatalf("ACK of %s after the restart: %d %v", j2.JobID, code, body)
+		}
+		assertResult(t, b, tok, "mail", j2.JobID, "done-after-restart", 1)
+		// A second ACK is idempotent, and the first result stays.
+		if code, body := b.do("DELETE", "/api/shop/mail/job/"+j2.JobID, tok, "again"); code != 204 {
+			t.Fatalf("second ACK: %d %v", code, body)
+		}
+		assertResult(t, a2, tok, "mail", j2.JobID, "done-after-restart", 1)
+	})
 }
 
 // TestLateAck: an ACK after the lease's time-to-run completes the job if
 // it was not handed out again, and is refused when it names a lease that
 // another consumer's take ended.
 func TestLateAck(t *testing.T) {
-	a := start(t, serve.CreateQueues(1))
-	tok := a.token("shop", false)
-	for _, id := range []string{"late", "named"} {
-		if code, body := a.do("PUT", "/api/shop/q?id="+id+"&tries=3", tok, "x"); code != 201 {
-			t.Fatalf("publish: %d %v", code, body)
+	eachLayout(t, func(t *testing.T, layout serve.Opt) {
+		a := start(t, layout, serve.CreateQueues(1))
+		tok := a.token("shop", false)
+		for _, id := range []string{"late", "named"} {
+			if code, body := a.do("PUT", "/api/shop/q?id="+id+"&tries=3", tok, "x"); code != 201 {
+				t.Fatalf("publish: %d %v", code, body)
+			}
 		}
-	}
-	first := consumeOne(t, a, tok, "/api/shop/q?ttr=1&timeout=30")
-	second := consumeOne(t, a, tok, "/api/shop/q?ttr=1&timeout=30")
-	byID := map[string]handedOut{first.JobID: first, second.JobID: second}
-	late, named := byID["late"], byID["named"]
-	if late.JobID == "" || named.JobID == "" {
-		t.Fatalf("handed out %+v and %+v", first, second)
-	}
-	// Past its ttr, "late" fails its first try; its ACK then completes it.
-	waitState(t, a, tok, "q", "late", "retrying")
-	if code, body := a.do("DELETE", "/api/shop/q/job/late", tok, "late-result"); code != 204 {
-		t.Fatalf("late ACK: %d %v", code, body)
-	}
-	assertResult(t, a, tok, "q", "late", "late-result", 2)
+		first := consumeOne(t, a, tok, "/api/shop/q?ttr=1&timeout=30")
+		second := consumeOne(t, a, tok, "/api/shop/q?ttr=1&timeout=30")
+		byID := map[string]handedOut{first.JobID: first, second.JobID: second}
+		late, named := byID["late"], byID["named"]
+		if late.JobID == "" || named.JobID == "" {
+			t.Fatalf("handed out %+v and %+v", first, second)
+		}
+		// Past its ttr, "late" fails its first try; its ACK then completes it.
+		waitState(t, a, tok, "q", "late", "retrying")
+		if code, body := a.do("DELETE", "/api/shop/q/job/late", tok, "late-result"); code != 204 {
+			t.Fatalf("late ACK: %d %v", code, body)
+		}
+		assertResult(t, a, tok, "q", "late", "late-result", 2)
 
-	// "named" is handed out again after its ttr: the first consumer's ACK
-	// naming its lease is refused, the second's counts.
-	waitState(t, a, tok, "q", "named", "retrying")
-	again := consumeOne(t, a, tok, "/api/shop/q?ttr=120&timeout=30")
-	if again.JobID != "named" || again.Lease == named.Lease || again.Attempt != 2 {
-		t.Fatalf("handed out again: %+v (first %+v)", again, named)
-	}
-	if code, body := a.do("DELETE", "/api/shop/q/job/named?lease="+named.Lease, tok, "stale"); code != http.StatusConflict || body["field"] != "lease" {
-		t.Fatalf("ACK naming an ended lease: %d %v; want 409", code, body)
-	}
-	if code, body := a.do("DELETE", "/api/shop/q/job/named?lease="+again.Lease, tok, "fresh"); code != 204 {
-		t.Fatalf("ACK naming the open lease: %d %v", code, body)
-	}
-	assertResult(t, a, tok, "q", "named", "fresh", 2)
+		// "named" is handed out again after its ttr: the first consumer's ACK
+		// naming its lease is refused, the second's counts.
+		waitState(t, a, tok, "q", "named", "retrying")
+		again := consumeOne(t, a, tok, "/api/shop/q?ttr=120&timeout=30")
+		if again.JobID != "named" || again.Lease == named.Lease || again.Attempt != 2 {
+			t.Fatalf("handed out again: %+v (first %+v)", again, named)
+		}
+		if code, body := a.do("DELETE", "/api/shop/q/job/named?lease="+named.Lease, tok, "stale"); code != http.StatusConflict || body["field"] != "lease" {
+			t.Fatalf("ACK naming an ended lease: %d %v; want 409", code, body)
+		}
+		if code, body := a.do("DELETE", "/api/shop/q/job/named?lease="+again.Lease, tok, "fresh"); code != 204 {
+			t.Fatalf("ACK naming the open lease: %d %v", code, body)
+		}
+		assertResult(t, a, tok, "q", "named", "fresh", 2)
+	})
 }
 
 // consumeOne consumes one job, failing the test if none comes.
@@ -133,23 +137,25 @@ func waitState(t *testing.T, a *api, tok, queue, id, state string) {
 // server of the pull group, yet consumers of both servers get its jobs:
 // the owner grants them to the other server's consumers.
 func TestConsumeFromEitherServer(t *testing.T) {
-	a := start(t, serve.CreateQueues(1))
-	tok := a.token("shop", false)
-	b := startOn(t, a.conn)
-	for i := range 4 {
-		if code, body := a.do("PUT", "/api/shop/one?tries=3", tok, "x"); code != 201 {
-			t.Fatalf("publish %d: %d %v", i, code, body)
+	eachLayout(t, func(t *testing.T, layout serve.Opt) {
+		a := start(t, layout, serve.CreateQueues(1))
+		tok := a.token("shop", false)
+		b := startOn(t, a.conn, layout)
+		for i := range 4 {
+			if code, body := a.do("PUT", "/api/shop/one?tries=3", tok, "x"); code != 201 {
+				t.Fatalf("publish %d: %d %v", i, code, body)
+			}
 		}
-	}
-	seen := map[string]bool{}
-	for _, srv := range []*api{a, b, a, b} {
-		j := consumeOne(t, srv, tok, "/api/shop/one?ttr=60&timeout=30")
-		if seen[j.JobID] {
-			t.Fatalf("%s handed out twice", j.JobID)
+		seen := map[string]bool{}
+		for _, srv := range []*api{a, b, a, b} {
+			j := consumeOne(t, srv, tok, "/api/shop/one?ttr=60&timeout=30")
+			if seen[j.JobID] {
+				t.Fatalf("%s handed out twice", j.JobID)
+			}
+			seen[j.JobID] = true
+			if code, body := srv.do("DELETE", "/api/shop/one/job/"+j.JobID+"?lease="+j.Lease, tok, "r"); code != 204 {
+				t.Fatalf("ACK of %s: %d %v", j.JobID, code, body)
+			}
 		}
-		seen[j.JobID] = true
-		if code, body := srv.do("DELETE", "/api/shop/one/job/"+j.JobID+"?lease="+j.Lease, tok, "r"); code != 204 {
-			t.Fatalf("ACK of %s: %d %v", j.JobID, code, body)
-		}
-	}
+	})
 }

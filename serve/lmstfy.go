@@ -62,7 +62,7 @@ type lmstfyJob struct {
 // has been spent (a consume without freeze_tries), as lmstfy's tries go
 // down by one when a job is consumed.
 func lmstfyJobOf(ns string, t *onceq.Task, now time.Time, spent bool) lmstfyJob {
-	j := lmstfyJob{Namespace: ns, Queue: strings.TrimPrefix(t.Queue, ns+"."), JobID: t.ID, Data: t.Payload,
+	j := lmstfyJob{Namespace: ns, Queue: queueIn(ns, t.Queue), JobID: t.ID, Data: t.Payload,
 		Attempt: t.Attempt, Attributes: attributesOf(t.Headers)}
 	if j.Data == nil {
 		j.Data = []byte{}

@@ -36,6 +36,15 @@ func (s *Server) maxTopicLen() int {
 	return min(onceq.MaxQueueLen, broker.MaxTopicLen-len(broker.ChangelogTopic(s.cfg.pullGroup, "")))
 }
 
+// queueIn is the name, in namespace ns, of its queue queue (the topic
+// <ns>.<q> or the lane queue <lane>/<ns>.<q>): q.
+func queueIn(ns, queue string) string {
+	if _, label, ok := onceq.SplitLane(queue); ok {
+		queue = label
+	}
+	return strings.TrimPrefix(queue, ns+".")
+}
+
 // topicOf is the topic of a namespace's queue, <ns>.<queue>, or the 400
 // that says what is wrong with the queue's name.
 func (s *Server) topicOf(ns, queue string) (string, error) {
@@ -57,6 +66,18 @@ func (s *Server) topicOf(ns, queue string) (string, error) {
 		}
 	}
 	topic := ns + "." + queue
+	if s.cfg.lane != "" {
+		if limit := onceq.MaxLabelLen - len(ns) - 1; len(queue) > limit {
+			return "", badRequest("queue", "%q: %d bytes: at most %d in namespace %s on this server, whose queues are "+
+				"lane queues <lane>/<namespace>.<queue> of lane %s (a label holds at most %d bytes): choose a shorter name",
+				queue, len(queue), limit, ns, s.cfg.lane, onceq.MaxLabelLen)
+		}
+		topic = s.cfg.lane + string(onceq.LaneSep) + topic
+		if err := onceq.ValidateLaneQueue(topic); err != nil {
+			return "", badRequest("queue", "%v (the queue is lane queue <lane>/<namespace>.<queue>)", err)
+		}
+		return topic, nil
+	}
 	if limit := s.maxTopicLen(); len(topic) > limit {
 		return "", badRequest("queue", "%q: %d bytes: at most %d in namespace %s, so that its topic <namespace>.<queue> "+
 			"and the topics onceq keeps beside it (%s) fit Kafka's limit of %d bytes: choose a shorter name",

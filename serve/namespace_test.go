@@ -1,13 +1,19 @@
 package serve_test
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
+	"github.com/onceq/onceq"
 	"github.com/onceq/onceq/broker"
+	"github.com/onceq/onceq/consumer"
+	"github.com/onceq/onceq/producer"
 	"github.com/onceq/onceq/serve"
 )
 
@@ -161,12 +167,17 @@ func TestConsumeMakesNoQueue(t *testing.T) {
 
 // TestQueueNameLimit: one limit on a queue name's length governs publish
 // and consume: the longest name a publish takes is consumed, one byte
-// more is refused at publish, naming the limit.
+// more is refused at publish, naming the limit; on topics and on a lane.
 func TestQueueNameLimit(t *testing.T) {
-	a := start(t, serve.CreateQueues(1))
-	tok := a.token("shop", false)
 	// Room for onceq-checkpoint-11-onceq-serve-shop.<queue> in 249 bytes.
-	longest := 249 - len(broker.ChangelogTopic(serve.DefaultPullGroup, "shop."))
+	t.Run("topics", func(t *testing.T) { queueNameLimit(t, 249-len(broker.ChangelogTopic(serve.DefaultPullGroup, "shop."))) })
+	// A lane queue's label shop.<queue> holds at most onceq.MaxLabelLen.
+	t.Run("lane", func(t *testing.T) { queueNameLimit(t, onceq.MaxLabelLen-len("shop."), serve.Lane("lmstfy")) })
+}
+
+func queueNameLimit(t *testing.T, longest int, opts ...serve.Opt) {
+	a := start(t, append(opts, serve.CreateQueues(1))...)
+	tok := a.token("shop", false)
 	if code, body := a.do("PUT", "/api/shop/"+strings.Repeat("q", longest+1), tok, "x"); code != 400 || body["field"] != "queue" ||
 		!strings.Contains(fmt.Sprint(body["error"]), fmt.Sprintf("at most %d in namespace shop", longest)) {
 		t.Fatalf("publish to a queue of %d bytes: %d %v; want 400 naming the limit", longest+1, code, body)
@@ -177,5 +188,103 @@ func TestQueueNameLimit(t *testing.T) {
 	}
 	if code, body := a.do("GET", "/api/shop/"+q+"?timeout=30", tok, ""); code != 200 || body["msg"] != "new job" {
 		t.Fatalf("consume of a queue of %d bytes: %d %v; want its job", longest, code, body)
+	}
+}
+
+// TestLaneQueueSize: on a lane, a queue's size counts its tasks among the
+// lane's; past 10,000 records of backlog, it is estimated from its share
+// of the first ones read, within a tenth of its 6,000 tasks here.
+func TestLaneQueueSize(t *testing.T) {
+	a := start(t, serve.Lane("lmstfy"), serve.CreateQueues(4))
+	tok := a.token("shop", false)
+	p, err := producer.New(producer.Conn(a.conn))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	size := func(q string) float64 {
+		t.Helper()
+		code, body := a.do("GET", "/api/shop/"+q+"/size", tok, "")
+		if code != 200 {
+			t.Fatalf("size of %s: %d %v", q, code, body)
+		}
+		return body["size"].(float64)
+	}
+	submit := func(n int) {
+		t.Helper()
+		tasks := make([]onceq.Task, 0, 2*n)
+		for range n {
+			tasks = append(tasks, onceq.Task{Queue: "lmstfy/shop.a"}, onceq.Task{Queue: "lmstfy/shop.b"}, onceq.Task{Queue: "lmstfy/shop.b"})
+		}
+		submitMany(t, p, tasks)
+	}
+	submit(100)
+	if a, b := size("a"), size("b"); a != 100 || b != 200 {
+		t.Fatalf("sizes of a and b: %v and %v, want 100 and 200 exactly", a, b)
+	}
+	submit(5_900)
+	if a := size("a"); a < 5_400 || a > 6_600 {
+		t.Fatalf("size of a among 18,000 records of the lane: %v, want 6,000 within a tenth", a)
+	}
+}
+
+// TestLaneOverflow: on a lane fetched for one queue, another queue nobody
+// consumes holds its first 1,000 tasks in the pull worker's line
+// (consumer.DefaultOnDemandLine) and sends the rest back to the lane for
+// a while; consumed, every one of its 1,100 comes out once.
+func TestLaneOverflow(t *testing.T) {
+	a := start(t, serve.Lane("lmstfy"), serve.CreateQueues(2))
+	tok := a.token("shop", false)
+	p, err := producer.New(producer.Conn(a.conn))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	// A consumer of a keeps the lane fetched.
+	go a.do("GET", "/api/shop/a?timeout=20", tok, "")
+	const n = consumer.DefaultOnDemandLine + 100
+	tasks := make([]onceq.Task, n)
+	for i := range tasks {
+		tasks[i] = onceq.Task{Queue: "lmstfy/shop.b", ID: fmt.Sprint("b-", i)}
+	}
+	submitMany(t, p, tasks)
+	seen := map[string]int{}
+	for deadline := time.Now().Add(2 * time.Minute); len(seen) < n; {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d jobs of b consumed after 2 minutes", len(seen), n)
+		}
+		code, jobs := consume(t, a, tok, "/api/shop/b?count=100&timeout=5&ttr=60")
+		if code == 404 {
+			continue
+		}
+		for _, j := range jobs {
+			seen[j.JobID]++
+			if code, body := a.do("DELETE", "/api/shop/b/job/"+j.JobID, tok, ""); code != 204 {
+				t.Fatalf("ACK of %s: %d %v", j.JobID, code, body)
+			}
+		}
+	}
+	for id, k := range seen {
+		if k != 1 {
+			t.Errorf("%s handed out %d times", id, k)
+		}
+	}
+}
+
+// submitMany submits tasks through p and waits for every acknowledgment.
+func submitMany(t *testing.T, p *producer.Producer, tasks []onceq.Task) {
+	t.Helper()
+	var mu sync.Mutex
+	var failed error
+	p.SubmitMany(t.Context(), tasks, func(_ int, _ producer.Receipt, err error) {
+		mu.Lock()
+		failed = cmp.Or(failed, err)
+		mu.Unlock()
+	})
+	err := p.Flush(t.Context()) // every callback has run once it returns
+	mu.Lock()
+	defer mu.Unlock()
+	if err := cmp.Or(err, failed); err != nil {
+		t.Fatal(err)
 	}
 }

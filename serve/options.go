@@ -50,6 +50,7 @@ type config struct {
 	reg           prometheus.Registerer
 	insecure      bool
 	partitions    int32
+	lane          string
 	maxPayload    int
 	maxBulk       int
 	maxWait       time.Duration
@@ -87,6 +88,12 @@ func InsecureNoAuth(b bool) Opt { return optFunc(func(cfg *config) { cfg.insecur
 func CreateQueues(partitions int32) Opt {
 	return optFunc(func(cfg *config) { cfg.partitions = partitions })
 }
+
+// Lane puts the namespaces' queues on one lane: queue q of namespace ns
+// is lane queue <lane>/<ns>.<q>, a label on the topic lane (created with
+// CreateQueues partitions), whatever the number of queues. Default "":
+// each queue is a topic of its own, <ns>.<q>.
+func Lane(name string) Opt { return optFunc(func(cfg *config) { cfg.lane = name }) }
 
 // MaxPayloadBytes bounds a task's payload: a larger one is answered 413.
 // Default DefaultMaxPayloadBytes (256 KiB).
@@ -186,6 +193,9 @@ func build(opts []Opt) (config, error) {
 	}
 	if cfg.maxWait < time.Second {
 		errs.Bad("MaxWait", cfg.maxWait, "want 1s or more")
+	}
+	if cfg.lane != "" && (onceq.ValidateQueue(cfg.lane) != nil || broker.IsInternal(cfg.lane)) {
+		errs.Bad("Lane", cfg.lane, "a topic's name (letters, digits, '.', '_', '-'), not onceq's own (onceq-...): for example lmstfy")
 	}
 	if cfg.pullGroup == "" {
 		errs.Bad("PullGroup", cfg.pullGroup, "a consumer group name")

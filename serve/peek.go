@@ -1,6 +1,7 @@
 package serve
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/onceq/onceq"
 	"github.com/onceq/onceq/broker"
+	"github.com/onceq/onceq/control"
 )
 
 // The backlog of a queue: its tasks published and not yet taken by an
@@ -25,15 +27,18 @@ import (
 
 // maxBacklogScan bounds the records a size reads to count the backlog
 // exactly; past it, the size is the records past the committed offsets,
-// an upper bound (transaction markers count).
+// an upper bound (transaction markers count), or for a lane queue its
+// share of the first ones, scaled.
 const maxBacklogScan = 10_000
 
 // backlogRange is where a partition's backlog starts and ends.
 type backlogRange struct{ from, end int64 }
 
-// backlogRanges returns the backlog's offsets of each partition of topic
-// that has any. A queue that does not exist has none.
-func (s *Server) backlogRanges(ctx context.Context, topic string) (map[int32]backlogRange, int32, error) {
+// backlogRanges returns the backlog's offsets of each partition of queue's
+// topic (its lane, for a lane queue) that has any. A queue that does not
+// exist has none.
+func (s *Server) backlogRanges(ctx context.Context, queue string) (map[int32]backlogRange, int32, error) {
+	topic := onceq.QueueTopic(queue)
 	adm, err := broker.NewAdmin(s.cfg.conn)
 	if err != nil {
 		return nil, 0, err
@@ -66,10 +71,12 @@ func (s *Server) backlogRanges(ctx context.Context, topic string) (map[int32]bac
 	return out, int32(len(info.Partitions)), nil
 }
 
-// readBacklog calls fn with the tasks of the backlog of topic in the
-// partitions ranges names, in offset order within a partition (partitions
-// interleave), until fn says a partition is done.
-func (s *Server) readBacklog(ctx context.Context, topic string, ranges map[int32]backlogRange, fn func(t onceq.Task, rec *kgo.Record) (done bool)) error {
+// readBacklog calls fn with the tasks of queue in the backlog of its topic
+// in the partitions ranges names, in offset order within a partition
+// (partitions interleave), until fn says a partition is done. The tasks of
+// a lane's other queues are passed over.
+func (s *Server) readBacklog(ctx context.Context, queue string, ranges map[int32]backlogRange, fn func(t onceq.Task, rec *kgo.Record) (done bool)) error {
+	topic := onceq.QueueTopic(queue)
 	from := make(map[int32]int64, len(ranges))
 	for p, r := range ranges {
 		from[p] = r.from
@@ -84,7 +91,7 @@ func (s *Server) readBacklog(ctx context.Context, topic string, ranges map[int32
 			return last, nil
 		}
 		t, err := onceq.FromRecord(rec)
-		if err != nil || s.taken(ctx, topic, &t, rec) {
+		if err != nil || t.Queue != queue || s.taken(ctx, queue, &t, rec) {
 			return last, nil // a malformed record is the workers' to dead-letter
 		}
 		return fn(t, rec) || last, nil
@@ -92,10 +99,16 @@ func (s *Server) readBacklog(ctx context.Context, topic string, ranges map[int32
 }
 
 // taken reports whether a task of the backlog's range is not waiting: it
-// is handed out by this server, or finished.
+// is handed out by this server, or finished, or (of a lane queue, whose
+// destroy cancels its tasks) canceled.
 func (s *Server) taken(ctx context.Context, topic string, t *onceq.Task, rec *kgo.Record) bool {
 	if st, ok := s.pull.ledger.state(leaseKey(topic, t.ID)); ok && (st.Taken || st.Acked) {
 		return true
+	}
+	if onceq.IsLaneQueue(topic) {
+		if c, err := s.in.CancelRequested(ctx, topic, t.ID); err == nil && c {
+			return true
+		}
 	}
 	r, err := s.in.Get(ctx, topic, t.ID)
 	return err == nil && r.State.Final() && r.Partition == rec.Partition && r.Offset >= rec.Offset
@@ -111,11 +124,26 @@ func (s *Server) backlogSize(ctx context.Context, topic string) (int64, error) {
 	for _, r := range ranges {
 		span += r.end - r.from
 	}
-	if span > maxBacklogScan {
+	if span > maxBacklogScan && !onceq.IsLaneQueue(topic) {
 		return span, nil
 	}
+	// A lane's backlog is every one of its queues': past maxBacklogScan
+	// records, the queue's share of the first ones read of each partition
+	// estimates its size.
+	read, scanned := ranges, span
+	if span > maxBacklogScan {
+		read, scanned = map[int32]backlogRange{}, 0
+		each := int64(maxBacklogScan / len(ranges))
+		for p, r := range ranges {
+			r.end = min(r.end, r.from+max(each, 1))
+			read[p], scanned = r, scanned+r.end-r.from
+		}
+	}
 	var n int64
-	err = s.readBacklog(ctx, topic, ranges, func(onceq.Task, *kgo.Record) bool { n++; return false })
+	err = s.readBacklog(ctx, topic, read, func(onceq.Task, *kgo.Record) bool { n++; return false })
+	if scanned < span && scanned > 0 {
+		n = n * span / scanned
+	}
 	return n, err
 }
 
@@ -143,7 +171,7 @@ func (s *Server) backlogTask(ctx context.Context, topic, id string) (t onceq.Tas
 	if err != nil || n == 0 {
 		return t, false, err
 	}
-	p := kgo.StickyKeyPartitioner(nil).ForTopic(topic).Partition(&kgo.Record{Key: []byte(id)}, int(n))
+	p := kgo.StickyKeyPartitioner(nil).ForTopic(onceq.QueueTopic(topic)).Partition(&kgo.Record{Key: []byte(id)}, int(n))
 	r, found := ranges[int32(p)]
 	if !found {
 		return t, false, nil
@@ -221,6 +249,21 @@ func (s *Server) destroy(w http.ResponseWriter, r *http.Request) {
 	ranges, _, err := s.backlogRanges(ctx, topic)
 	if err != nil {
 		writeError(w, backlogError(err))
+		return
+	}
+	if onceq.IsLaneQueue(topic) {
+		// The lane's records are its other queues' too: each task of the
+		// backlog is canceled instead.
+		var cerr error
+		err = s.readBacklog(ctx, topic, ranges, func(t onceq.Task, _ *kgo.Record) bool {
+			_, cerr = s.ctl.Cancel(ctx, topic, t.ID, control.CancelAhead(), control.CancelWait(0))
+			return cerr != nil
+		})
+		if err = cmp.Or(cerr, err); err != nil {
+			writeError(w, backlogError(err))
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
 		return
 	}
 	upTo := make(map[int32]int64, len(ranges))

@@ -38,7 +38,11 @@ var scheduleFields = map[string]string{"Name": "name", "Queue": "queue", "Every"
 // the prefix.
 func inNamespace(e periodic.Entry, ns string) (periodic.Entry, bool) {
 	name, okName := strings.CutPrefix(e.Name, ns+".")
-	queue, okQueue := strings.CutPrefix(e.Queue, ns+".")
+	q := e.Queue
+	if _, label, ok := onceq.SplitLane(q); ok {
+		q = label
+	}
+	queue, okQueue := strings.CutPrefix(q, ns+".")
 	if !okName || !okQueue {
 		return periodic.Entry{}, false
 	}
@@ -256,7 +260,7 @@ func scheduleError(err error, ns, topic string) error {
 	}
 	switch {
 	case errors.Is(err, producer.ErrQueueNotFound):
-		queue := strings.TrimPrefix(topic, ns+".")
+		queue := queueIn(ns, topic)
 		return &apiError{status: http.StatusNotFound, field: "queue", msg: fmt.Sprintf(
 			"queue %s of namespace %s (topic %s) does not exist: publish to it (PUT /api/%s/%s creates it unless the server runs with --no-create-queues) or create it with onceq topics create %s",
 			queue, ns, topic, ns, queue, topic)}

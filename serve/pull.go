@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 
+	"github.com/onceq/onceq"
 	"github.com/onceq/onceq/broker"
 	"github.com/onceq/onceq/consumer"
 )
@@ -55,6 +57,12 @@ const holdMax = 24 * time.Hour
 // releaseAfter is how long a task waits for a consumer after the last
 // consume of its queue ended before it goes back to its queue.
 const releaseAfter = 30 * time.Second
+
+// laneReturn is how long a lane queue's task that no HTTP consumer asked
+// for waits in the delay topics before it is back in its lane: the task
+// reached the handler because its queue's line of tasks waiting for a
+// consumer (consumer.OnDemandLine) was full.
+const laneReturn = 10 * time.Second
 
 // wantGrace keeps a queue fetched a little past a consume's timeout, so
 // that a consumer polling again finds what was fetched for the last one.
@@ -208,7 +216,22 @@ func (pl *pull) wantRemote(topic string, until time.Time) {
 
 // startPull starts the server's pull worker.
 func (s *Server) startPull() error {
-	opts := []consumer.Opt{consumer.Conn(s.cfg.conn), consumer.Logger(s.cfg.log.With("component", "pull")), consumer.Queues(pullPattern),
+	pattern := pullPattern
+	if s.cfg.lane != "" {
+		pattern = regexp.QuoteMeta(s.cfg.lane) + string(onceq.LaneSep) + pullPattern
+		adm, err := broker.NewAdmin(s.cfg.conn)
+		if err != nil {
+			return err
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		err = adm.EnsureTopic(ctx, s.cfg.lane, max(s.cfg.partitions, 1), nil)
+		cancel()
+		adm.Close()
+		if err != nil {
+			return fmt.Errorf("making the lane %s: %w", s.cfg.lane, err)
+		}
+	}
+	opts := []consumer.Opt{consumer.Conn(s.cfg.conn), consumer.Logger(s.cfg.log.With("component", "pull")), consumer.Queues(pattern),
 		consumer.Group(s.cfg.pullGroup), consumer.OnDemand(true), consumer.Concurrency(pullHeld), consumer.MaxRunningPerQueue(s.cfg.pullSlots),
 		consumer.TaskTimeout(holdMax), consumer.CommitInterval(pullCommitInterval), consumer.ShutdownTimeout(pullShutdown),
 		consumer.WithHandler(consumer.HandlerFunc(s.pull.handle)), consumer.ResultRetention(s.cfg.retention),
@@ -389,6 +412,11 @@ func (pl *pull) offer(ctx context.Context, t *consumer.Task, key string, changed
 		case <-idle.C:
 			if time.Since(q.wantedUntil()) >= releaseAfter && !elsewhere {
 				lg.unwatch(key, changed)
+				if onceq.IsLaneQueue(t.Queue) {
+					// Past its queue's line (consumer.OnDemandLine): back in
+					// the lane at once, it would come back at once.
+					return true, consumer.Snooze(laneReturn, "no HTTP consumer asked for its queue, and its line is full: back in the lane in a while")
+				}
 				return true, consumer.Snooze(0, "no HTTP consumer asked for its queue: back in the queue")
 			}
 		case <-changed:

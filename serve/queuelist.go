@@ -9,6 +9,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/onceq/onceq"
+	"github.com/onceq/onceq/auth"
 	"github.com/onceq/onceq/inspect"
 )
 
@@ -155,6 +156,9 @@ func (s *Server) homePage(w http.ResponseWriter, r *http.Request, pg *page) {
 		if q.Lane != "" {
 			queues, err = s.in.LaneQueues(r.Context(), q.Lane)
 			keep = func(name string) bool { return s.consoleSees(pg.Token, name) && strings.HasPrefix(name, q.Filter) }
+		} else if s.cfg.lane != "" && pg.Token.Namespace != auth.AllNamespaces {
+			// A namespace's queues are on the server's lane.
+			queues, err = s.queueNames(r.Context())
 		} else {
 			queues, err = s.in.Queues(r.Context())
 		}

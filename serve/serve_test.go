@@ -39,6 +39,21 @@ func start(t testing.TB, opts ...serve.Opt) *api {
 	return startOn(t, conn, opts...)
 }
 
+// layouts are the queue layouts of onceq serve that the lmstfy API's
+// tests run on: a topic per queue, and every queue on one lane.
+var layouts = []struct {
+	name string
+	opt  serve.Opt
+}{{"topics", serve.Lane("")}, {"lane", serve.Lane("lmstfy")}}
+
+// eachLayout runs test on each of layouts, as a subtest; its servers take
+// layout.
+func eachLayout(t *testing.T, test func(t *testing.T, layout serve.Opt)) {
+	for _, l := range layouts {
+		t.Run(l.name, func(t *testing.T) { test(t, l.opt) })
+	}
+}
+
 // startOn starts a server on the broker of conn: another server of a
 // fleet, or one restarted.
 func startOn(t testing.TB, conn broker.Conn, opts ...serve.Opt) *api {

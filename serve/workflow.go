@@ -79,6 +79,10 @@ func (s *Server) findWorkflow(ctx context.Context, ns, id string) (st workflow.S
 		return st, id, err
 	}
 	candidates := []string{scopedID(ns, id)}
+	if s.cfg.lane != "" && strings.HasPrefix(id, ns+".") {
+		// A default ID <queue>/<task ID>, as shownID shows it.
+		candidates = append(candidates, scopedID(ns, s.cfg.lane+string(onceq.LaneSep)+id))
+	}
 	if strings.HasPrefix(id, ns+"/") {
 		candidates = []string{id} // a stored ID, as the console links it
 	} else if !isNamespaced(id) {
@@ -92,11 +96,11 @@ func (s *Server) findWorkflow(ctx context.Context, ns, id string) (st workflow.S
 		case err != nil:
 			return st, c, err
 		case strings.HasPrefix(c, ns+"/"):
-			if st.Root != nil && outside(st.Root, ns+".") {
+			if st.Root != nil && outside(st.Root, s.inNamespace(ns)) {
 				break // submitted outside the API with tasks of others
 			}
 			return st, c, nil
-		case i > 0 && st.Root != nil && !outside(st.Root, ns+"."):
+		case i > 0 && st.Root != nil && !outside(st.Root, s.inNamespace(ns)):
 			return st, c, nil
 		}
 	}
@@ -147,10 +151,36 @@ func (s *Server) workflowOf(ctx context.Context, r *http.Request, wait time.Dura
 	return st, full, nil
 }
 
+// inNamespace says which queues are namespace ns's: its topics
+// <ns>.<queue>, or on a lane its lane queues <lane>/<ns>.<queue>.
+func (s *Server) inNamespace(ns string) func(queue string) bool {
+	return func(queue string) bool {
+		if s.cfg.lane != "" {
+			label, ok := strings.CutPrefix(queue, s.cfg.lane+string(onceq.LaneSep))
+			return ok && strings.HasPrefix(label, ns+".")
+		}
+		return strings.HasPrefix(queue, ns+".")
+	}
+}
+
+// shownID is the ID namespace ns gave (or was given) for the workflow kept
+// as id: without "<ns>/" and, on a lane, without the lane of a default ID
+// <lane>/<ns>.<queue>/<task ID>.
+func (s *Server) shownID(ns, id string) string {
+	id = strings.TrimPrefix(id, ns+"/")
+	if s.cfg.lane != "" {
+		if rest, ok := strings.CutPrefix(id, s.cfg.lane+string(onceq.LaneSep)); ok && strings.HasPrefix(rest, ns+".") {
+			id = rest
+		}
+	}
+	return id
+}
+
 // shown is a status as the API shows it to namespace ns: the workflow's
 // ID as the namespace gave it.
-func shown(ns string, st workflow.Status) json.RawMessage {
-	if id, ok := strings.CutPrefix(st.ID, ns+"/"); ok {
+func (s *Server) shown(ns string, st workflow.Status) json.RawMessage {
+	if strings.HasPrefix(st.ID, ns+"/") {
+		id := s.shownID(ns, st.ID)
 		st.ID = id
 		if st.Start != nil {
 			start := *st.Start
@@ -161,19 +191,19 @@ func shown(ns string, st workflow.Status) json.RawMessage {
 	return mustJSON(st)
 }
 
-// outside reports whether a task of s is outside the namespace prefix.
-func outside(s *workflow.Step, prefix string) bool {
-	if s.Kind == "task" && !strings.HasPrefix(s.Queue, prefix) {
+// outside reports whether a task of s is of a queue in does not hold.
+func outside(s *workflow.Step, in func(queue string) bool) bool {
+	if s.Kind == "task" && !in(s.Queue) {
 		return true
 	}
 	for _, ss := range [][]workflow.Step{s.Steps, s.OnSuccess, s.OnError} {
 		for i := range ss {
-			if outside(&ss[i], prefix) {
+			if outside(&ss[i], in) {
 				return true
 			}
 		}
 	}
-	return s.Callback != nil && outside(s.Callback, prefix)
+	return s.Callback != nil && outside(s.Callback, in)
 }
 
 // workflowStatus: GET /api/{ns}/{queue}/workflow/{id}: the workflow's
@@ -184,7 +214,7 @@ func (s *Server) workflowStatus(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, shown(r.PathValue("ns"), st))
+	writeJSON(w, http.StatusOK, s.shown(r.PathValue("ns"), st))
 }
 
 // workflowWait: GET /api/{ns}/{queue}/workflow/{id}/wait?timeout=: the
@@ -200,7 +230,7 @@ func (s *Server) workflowWait(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, shown(r.PathValue("ns"), st))
+	writeJSON(w, http.StatusOK, s.shown(r.PathValue("ns"), st))
 }
 
 // workflowCancel: DELETE /api/{ns}/{queue}/workflow/{id}: cancels the
@@ -215,7 +245,7 @@ func (s *Server) workflowCancel(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	case st.State.Final():
-		writeJSON(w, http.StatusOK, shown(ns, st))
+		writeJSON(w, http.StatusOK, s.shown(ns, st))
 		return
 	case st.Root == nil && !strings.HasPrefix(full, ns+"/"):
 		// Its steps, and so their namespaces, are not known yet.
@@ -231,7 +261,7 @@ func (s *Server) workflowCancel(w http.ResponseWriter, r *http.Request) {
 	if st.State.Final() { // done meanwhile
 		code = http.StatusOK
 	}
-	writeJSON(w, code, shown(ns, st))
+	writeJSON(w, code, s.shown(ns, st))
 }
 
 func mustJSON(st workflow.Status) []byte {
@@ -255,7 +285,7 @@ func (s *Server) workflowRetry(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	_, err = workflow.Retry(r.Context(), s.in, s.p, s.cfg.conn, full, retryIn(ns, st.ID))
+	_, err = workflow.Retry(r.Context(), s.in, s.p, s.cfg.conn, full, s.retryIn(ns, st.ID))
 	switch {
 	case errors.Is(err, workflow.ErrNotRetryable):
 		writeError(w, &apiError{status: http.StatusConflict, field: "id", msg: err.Error()})
@@ -264,17 +294,18 @@ func (s *Server) workflowRetry(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	writeJSON(w, http.StatusAccepted, shown(ns, st))
+	writeJSON(w, http.StatusAccepted, s.shown(ns, st))
 }
 
 // retryIn lets workflow.Retry run workflow id again only if namespace ns
 // holds every task of it: the status of a workflow that did not start
 // does not name its queues, its dead start task does. Namespace "*" holds
 // every queue.
-func retryIn(ns, id string) workflow.RetryOpt {
+func (s *Server) retryIn(ns, id string) workflow.RetryOpt {
+	in := s.inNamespace(ns)
 	return workflow.RetryIf(func(queues []string) error {
 		for _, q := range queues {
-			if ns != auth.AllNamespaces && !strings.HasPrefix(q, ns+".") {
+			if ns != auth.AllNamespaces && !in(q) {
 				return &apiError{status: http.StatusForbidden, field: "id", msg: fmt.Sprintf("workflow %s has a task in queue %s, outside namespace %s", id, q, ns)}
 			}
 		}

@@ -17,7 +17,7 @@ import (
 type serveFlags struct {
 	listen, tlsCert, tlsKey, viewDir string
 	adminListen                      string
-	dataDir, pullGroup               string
+	dataDir, pullGroup, lane         string
 	insecure, noCreate, delaySvc     bool
 	workflowSvc, scheduler           bool
 	partitions                       int32
@@ -69,6 +69,7 @@ them.`,
 	fl.BoolVar(&f.insecure, "insecure-no-auth", false, "serve every endpoint without a token (logs a warning)")
 	fl.Int32Var(&f.partitions, "create-queues", serve.DefaultPartitions, "partitions of a queue created by its first publish")
 	fl.BoolVar(&f.noCreate, "no-create-queues", false, "refuse to publish to a queue that does not exist")
+	fl.StringVar(&f.lane, "lane", "", "put every namespace's queues on this lane, as lane queues <lane>/<ns>.<queue> (empty: a topic per queue)")
 	fl.IntVar(&f.maxPayload, "max-payload-bytes", serve.DefaultMaxPayloadBytes, "largest task payload accepted (larger: 413)")
 	fl.IntVar(&f.maxBulk, "max-bulk-bytes", serve.DefaultMaxBulkBytes, "largest bulk publish body accepted (larger: 413)")
 	fl.StringVar(&f.viewDir, "view-dir", "", "keep the task records' view in this directory (default: in memory)")
@@ -144,7 +145,7 @@ func (f *serveFlags) run(cmd *cobra.Command, g *globals) error {
 	startCtx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	srv, err := serve.New(startCtx, serve.Conn(conn), serve.Logger(g.log), serve.Registerer(ops.NewRegistry()),
-		serve.InsecureNoAuth(f.insecure), serve.CreateQueues(partitions), serve.MaxPayloadBytes(f.maxPayload),
+		serve.InsecureNoAuth(f.insecure), serve.CreateQueues(partitions), serve.Lane(f.lane), serve.MaxPayloadBytes(f.maxPayload),
 		serve.MaxBulkBytes(f.maxBulk), serve.ViewDir(f.viewDir), serve.Retention(f.retention), serve.DataDir(f.dataDir),
 		serve.PullGroup(f.pullGroup), serve.PullSlots(f.pullSlots), serve.DelayService(f.delaySvc), serve.WorkflowService(f.workflowSvc), serve.Scheduler(f.scheduler),
 		serve.RateLimit(f.rateLimit, f.rateBurst), serve.ReadHeaderTimeout(f.headerTimeout), serve.BodyReadTimeout(f.bodyTimeout),

@@ -84,7 +84,11 @@ func serveTarget(b *testing.B) benchTarget {
 		b.Fatalf("token create: %s", stderr)
 	}
 	listen := testutil.FreeAddr(b)
-	srv := testutil.Start(b, "serve", "--brokers", brokerAddr, "--listen", listen, "--data-dir", b.TempDir(), "--create-queues", "1")
+	args := []string{"serve", "--brokers", brokerAddr, "--listen", listen, "--data-dir", b.TempDir(), "--create-queues", "1"}
+	if lane := os.Getenv("ONCEQ_BENCH_SERVE_LANE"); lane != "" {
+		args = append(args, "--lane", lane, "--create-queues", "8")
+	}
+	srv := testutil.Start(b, args...)
 	b.Cleanup(srv.Kill)
 	srv.WaitOutput(b, "serving", 30*time.Second)
 	return benchTarget{base: "http://" + listen + "/api/bench", token: strings.TrimSpace(out),

@@ -92,6 +92,8 @@ func TestServeCommand(t *testing.T) {
 		{[]string{"serve", "--shutdown-timeout", "0s"}, "--shutdown-timeout 0s"},
 		{[]string{"serve", "extra"}, "want no arguments"},
 		{[]string{"serve", "--pull-slots", "0"}, "--pull-slots"},
+		{[]string{"serve", "--lane", "a/b"}, `--lane "a/b"`},
+		{[]string{"serve", "--lane", "onceq-x"}, "--lane"},
 		{[]string{"serve", "--admin-listen", "nope"}, `--admin-listen "nope"`},
 		{[]string{"serve", "--max-payload-bytes", "0"}, "--max-payload-bytes"},
 		{[]string{"serve", "--rate-limit", "10", "--rate-burst", "0"}, "--rate-burst/--rate-limit"},
