@@ -44,13 +44,7 @@ import (
 //
 // Run it with make bench-read.
 func BenchmarkReadSide(b *testing.B) {
-	n := 10_000
-	if v := os.Getenv("ONCEQ_BENCH_QUEUES"); v != "" {
-		var err error
-		if n, err = strconv.Atoi(v); err != nil || n < 1 {
-			b.Fatalf("ONCEQ_BENCH_QUEUES=%q: want a number of queues", v)
-		}
-	}
+	n := benchQueues(b)
 	a := start(b, serve.Scheduler(false), serve.DelayService(false))
 	ctx := context.Background()
 	queues := make([]string, n)
@@ -155,6 +149,20 @@ func BenchmarkReadSide(b *testing.B) {
 	op("console-queue", func() error { return get("/console/q/" + busy) })
 }
 
+// benchQueues is the number of queues ONCEQ_BENCH_QUEUES asks for, or
+// 10,000.
+func benchQueues(b *testing.B) int {
+	v := os.Getenv("ONCEQ_BENCH_QUEUES")
+	if v == "" {
+		return 10_000
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 {
+		b.Fatalf("ONCEQ_BENCH_QUEUES=%q: want a number of queues", v)
+	}
+	return n
+}
+
 // benchOp runs fn as the sub-benchmark name, in ms/op.
 func benchOp(b *testing.B, name string, fn func() error) {
 	b.Run(name, func(b *testing.B) {
@@ -205,13 +213,7 @@ func getPage(a *api, tok, path string) error {
 //
 // Run it with make bench-read.
 func BenchmarkReadSideLanes(b *testing.B) {
-	n := 10_000
-	if v := os.Getenv("ONCEQ_BENCH_QUEUES"); v != "" {
-		var err error
-		if n, err = strconv.Atoi(v); err != nil || n < 1 {
-			b.Fatalf("ONCEQ_BENCH_QUEUES=%q: want a number of queues", v)
-		}
-	}
+	n := benchQueues(b)
 	a := start(b, serve.Scheduler(false), serve.DelayService(false))
 	ctx := context.Background()
 	adm, err := broker.NewAdmin(a.conn)
