@@ -222,13 +222,16 @@ func TestBenchChaos(t *testing.T) {
 		// Spread over 6 s: fewer tasks, as many kills.
 		tasks, rate = "3000", "500"
 	}
-	kills := func(t *testing.T, r *bench.Report) {
-		if r.Chaos == nil || r.Chaos.WorkerKills < 3 {
-			t.Fatalf("chaos %+v: too few kills to test crashes", r.Chaos)
-		}
-	}
-	runScenario(t, kills, "--scenario", "chaos", "--tasks", tasks, "--rate", rate, "--kill-interval", "1s", "--duplicates", "0.05",
+	runScenario(t, enoughKills, "--scenario", "chaos", "--tasks", tasks, "--rate", rate, "--kill-interval", "1s", "--duplicates", "0.05",
 		"--binary", testutil.Binary(t))
+}
+
+// enoughKills fails a chaos run with fewer than 3 worker kills: it tested
+// no crashes.
+func enoughKills(t *testing.T, r *bench.Report) {
+	if r.Chaos == nil || r.Chaos.WorkerKills < 3 {
+		t.Fatalf("chaos %+v: too few kills to test crashes", r.Chaos)
+	}
 }
 
 // TestBenchChaosLaneQueues is TestBenchChaos with the tasks spread over
@@ -239,9 +242,7 @@ func TestBenchChaosLaneQueues(t *testing.T) {
 		tasks, rate = "3000", "500"
 	}
 	kills := func(t *testing.T, r *bench.Report) {
-		if r.Chaos == nil || r.Chaos.WorkerKills < 3 {
-			t.Fatalf("chaos %+v: too few kills to test crashes", r.Chaos)
-		}
+		enoughKills(t, r)
 		if r.Config.LaneQueues != 500 {
 			t.Fatalf("the report's lane queues: %d, want 500", r.Config.LaneQueues)
 		}
