@@ -17,7 +17,8 @@ import (
 // not wanted resumes fetching its partitions at once; the wants that
 // lapsed are found every demandTick and their queues stop being fetched
 // together, in one call to the client (see refetch). What was fetched
-// still runs.
+// still runs. While no queue is wanted, nothing ticks: an idle server
+// wakes for nothing.
 //
 // A partition is fetched when it is not quiet and its queue is wanted;
 // a control pause stops its topic apart from that (setPaused). The quiet
@@ -36,6 +37,7 @@ const demandTick = 50 * time.Millisecond
 type demand struct {
 	mu    sync.RWMutex
 	wants map[string]*atomic.Int64 // until, in unix nanoseconds
+	made  chan struct{}            // told when wants gains an entry; buffered 1
 }
 
 // Want says that queue is wanted until until: while the worker runs
@@ -96,6 +98,10 @@ func (w *Worker) want(name string, until time.Time, known func() bool) (made boo
 	if !fresh {
 		return false
 	}
+	select {
+	case d.made <- struct{}{}:
+	default:
+	}
 	w.mu.Lock()
 	parts := w.byQueue[name]
 	w.mu.Unlock()
@@ -133,11 +139,21 @@ func (w *Worker) Owns(queue string) bool {
 	return len(w.byQueue[onceq.QueueTopic(queue)]) > 0
 }
 
-// demandLoop ends, every demandTick until ctx ends, the wants that lapsed.
+// demandLoop ends, every demandTick until ctx ends, the wants that lapsed;
+// while there is none, it waits for the next one without ticking.
 func (w *Worker) demandLoop(ctx context.Context) {
 	t := time.NewTicker(demandTick)
 	defer t.Stop()
 	for {
+		if w.demand.none() {
+			t.Stop()
+			select {
+			case <-ctx.Done():
+				return
+			case <-w.demand.made:
+			}
+			t.Reset(demandTick)
+		}
 		select {
 		case <-ctx.Done():
 			return
@@ -145,6 +161,13 @@ func (w *Worker) demandLoop(ctx context.Context) {
 			w.lapse(now)
 		}
 	}
+}
+
+// none says whether no queue is wanted.
+func (d *demand) none() bool {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	return len(d.wants) == 0
 }
 
 // lapse removes the wants that ended by now and stops fetching their

@@ -121,7 +121,7 @@ func New(opts ...Opt) (*Worker, error) {
 		return nil, err
 	}
 	w := &Worker{cfg: cfg, queues: newQueueSet(cfg.queues), parts: map[checkpoint.TP]*partState{}, byQueue: map[string][]*partState{}, wake: make(chan struct{}, 1), started: make(chan struct{}),
-		health: broker.NewMemberHealth("consumer", cfg.group, cfg.sessionTimeout), fetchPaused: map[checkpoint.TP]bool{}, demand: demand{wants: map[string]*atomic.Int64{}}}
+		health: broker.NewMemberHealth("consumer", cfg.group, cfg.sessionTimeout), fetchPaused: map[checkpoint.TP]bool{}, demand: demand{wants: map[string]*atomic.Int64{}, made: make(chan struct{}, 1)}}
 	w.sched = newScheduler(w, cfg.concurrency, cfg.maxBuffered) // before the metrics, which read it
 	m, err := newMetrics(cfg.registerer, w)
 	if err != nil {
