@@ -2,6 +2,7 @@ package consumer
 
 import (
 	"context"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -60,9 +61,12 @@ type scheduler struct {
 	active atomic.Int64
 	// occupied counts the slots whose handler runs; nudge wakes the
 	// watchdog, which sleeps while none does (a worker with thousands of
-	// slots and nothing to run costs no ticks).
+	// slots and nothing to run costs no ticks) and otherwise until wake:
+	// the earliest deadline of a running handler, or the next look for
+	// cancels (Unix nanoseconds).
 	occupied atomic.Int64
 	nudge    chan struct{}
+	wake     atomic.Int64
 	// bound holds the records of a queue past MaxRunningPerQueue (nil
 	// without one).
 	bound *queueBound
@@ -79,7 +83,7 @@ type slot struct {
 // occupy puts run r in slot sl; the watchdog watches it.
 func (s *scheduler) occupy(sl *slot, r *handlerRun) {
 	sl.cur.Store(r)
-	if s.occupied.Add(1) == 1 {
+	if s.occupied.Add(1) == 1 || r.ctx.deadline.UnixNano() < s.wake.Load() {
 		select {
 		case s.nudge <- struct{}{}:
 		default:
@@ -115,9 +119,10 @@ const (
 	runCanceled        // canceled at shutdown: its result is dropped
 )
 
-// watchdogTick is how often running handlers are checked against their
-// time-to-run: deadlines hold to within it.
-const watchdogTick = 10 * time.Millisecond
+// cancelCheckEvery is how often the watchdog looks, while handlers run,
+// for those whose task was canceled in the control topic. Time-to-run is
+// enforced at its deadline, to within a timer's precision.
+const cancelCheckEvery = 100 * time.Millisecond
 
 func newScheduler(w *Worker, n, buffered int) *scheduler {
 	s := &scheduler{w: w, ready: make(chan *item, buffered+n), slots: make([]*slot, n), quit: make(chan struct{}), nudge: make(chan struct{}, 1)}
@@ -305,42 +310,66 @@ func (s *scheduler) cancelPartition(ps *partState) {
 	})
 }
 
-// watchdog enforces time-to-run on the running handlers, ticking while
-// any runs.
+// watchdog enforces time-to-run on the running handlers and stops the
+// canceled ones: it sleeps while none runs, and otherwise until the
+// earliest deadline or the next look for cancels, whichever is first. A
+// handler that starts with an earlier deadline nudges it (occupy).
 func (s *scheduler) watchdog() {
 	defer s.wg.Done()
-	t := time.NewTicker(watchdogTick)
+	t := time.NewTimer(cancelCheckEvery)
 	defer t.Stop()
 	for {
 		if s.occupied.Load() == 0 {
+			s.wake.Store(math.MaxInt64)
 			t.Stop()
 			select {
 			case <-s.quit:
 				return
 			case <-s.nudge:
 			}
-			t.Reset(watchdogTick)
 		}
+		// A bound first: a handler that starts during the look, with an
+		// earlier deadline, nudges for another.
+		now := time.Now()
+		s.wake.Store(now.Add(cancelCheckEvery).UnixNano())
+		next := s.check(now)
+		s.wake.Store(next.UnixNano())
+		t.Reset(time.Until(next))
 		select {
 		case <-s.quit:
 			return
-		case now := <-t.C:
-			for _, sl := range s.slots {
-				r := sl.cur.Load()
-				if r == nil {
-					continue
-				}
-				if now.After(r.ctx.deadline) {
-					r.ctx.cancel(context.DeadlineExceeded)
-				}
-				s.stopIfCanceled(r)
-				if now.After(r.abandonAt) && r.state.CompareAndSwap(runRunning, runAbandoned) {
-					s.wg.Add(1)
-					go s.takeOver(sl, r)
-				}
-			}
+		case <-t.C:
+		case <-s.nudge:
 		}
 	}
+}
+
+// check cancels the contexts of the handlers past their time-to-run or
+// canceled, takes over the slots of those past their grace too, and
+// returns when to look again.
+func (s *scheduler) check(now time.Time) time.Time {
+	next := now.Add(cancelCheckEvery)
+	for _, sl := range s.slots {
+		r := sl.cur.Load()
+		if r == nil {
+			continue
+		}
+		if !now.Before(r.ctx.deadline) {
+			r.ctx.cancel(context.DeadlineExceeded)
+		} else if r.ctx.deadline.Before(next) {
+			next = r.ctx.deadline
+		}
+		s.stopIfCanceled(r)
+		if now.After(r.abandonAt) {
+			if r.state.CompareAndSwap(runRunning, runAbandoned) {
+				s.wg.Add(1)
+				go s.takeOver(sl, r)
+			}
+		} else if r.abandonAt.Before(next) {
+			next = r.abandonAt.Add(time.Nanosecond) // past it: After is strict
+		}
+	}
+	return next
 }
 
 // stopIfCanceled cancels the context of a running handler whose task was

@@ -3,8 +3,10 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
+	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
@@ -124,6 +126,22 @@ func (m *cpuMeter) report(b *testing.B, phase string, n int) {
 	}
 }
 
+// The benchmarks' publish pace: jobs published at rate a second.
+const jobs, rate = 2000, 200
+
+// publishPaced publishes count jobs at rate a second, to the queues in
+// turn.
+func publishPaced(b *testing.B, publish func(q string) error, queues []string, count int) {
+	tick := time.NewTicker(time.Second / rate)
+	defer tick.Stop()
+	for i := range count {
+		<-tick.C
+		if err := publish(queues[i%len(queues)]); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
 // runServeBench runs the four phases over n queues.
 func runServeBench(b *testing.B, tg benchTarget, n int) {
 	queues := make([]string, n)
@@ -214,17 +232,7 @@ func runServeBench(b *testing.B, tg benchTarget, n int) {
 	lat.Reset()
 	b.ResetTimer()
 
-	const jobs, rate = 2000, 200
-	paced := func(count int) {
-		tick := time.NewTicker(time.Second / rate)
-		defer tick.Stop()
-		for i := range count {
-			<-tick.C
-			if err := publish(queues[i%n]); err != nil {
-				b.Fatal(err)
-			}
-		}
-	}
+	paced := func(count int) { publishPaced(b, publish, queues, count) }
 	m := meter(tg.pids)
 	paced(jobs)
 	m.report(b, "publish", jobs)
@@ -246,6 +254,67 @@ func runServeBench(b *testing.B, tg benchTarget, n int) {
 	m = meter(tg.pids)
 	time.Sleep(10 * time.Second)
 	m.report(b, "idle", 0)
+}
+
+// BenchmarkServeFloor: what a publish costs a Go HTTP server that does
+// nothing with it. The same client and pace as BenchmarkServeQueues's
+// publish phase, against a process whose handler reads the body and
+// answers 201 with a job ID in lmstfy's shape: the CPU per publish no
+// server written with net/http goes below on this machine, to read
+// BenchmarkServeQueues's figures against. Run:
+//
+//	go test ./cmd/onceq -run '^$' -bench 'BenchmarkServe(Floor|Queues)$' -benchtime 1x
+func BenchmarkServeFloor(b *testing.B) {
+	for range b.N {
+		listen := testutil.FreeAddr(b)
+		cmd := exec.Command(os.Args[0], "-test.run=^TestBareHTTPServer$")
+		cmd.Env = append(os.Environ(), "ONCEQ_BARE_HTTP_LISTEN="+listen)
+		cmd.Stderr = os.Stderr
+		if err := cmd.Start(); err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+		cl := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 256}}
+		do := tokenRequests(cl, "", "http://"+listen+"/api/bench")
+		publish := func(q string) error {
+			code, body, err := do("PUT", "/"+q+"?tries=3&ttl=3600&delay=0", strconv.FormatInt(time.Now().UnixNano(), 10))
+			if err == nil && code != 201 {
+				err = fmt.Errorf("publish to %s: %d %s", q, code, body)
+			}
+			return err
+		}
+		for deadline := time.Now().Add(10 * time.Second); publish("q") != nil; {
+			if time.Now().After(deadline) {
+				b.Fatal("the bare server does not answer after 10 s")
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		b.ResetTimer()
+		m := meter(map[string]int{"server": cmd.Process.Pid})
+		publishPaced(b, publish, []string{"q"}, jobs)
+		m.report(b, "publish", jobs)
+	}
+}
+
+// TestBareHTTPServer is BenchmarkServeFloor's server, run in a process
+// of its own when ONCEQ_BARE_HTTP_LISTEN names its address; skipped
+// otherwise.
+func TestBareHTTPServer(t *testing.T) {
+	listen := os.Getenv("ONCEQ_BARE_HTTP_LISTEN")
+	if listen == "" {
+		t.Skip("BenchmarkServeFloor's server process: runs when ONCEQ_BARE_HTTP_LISTEN is set")
+	}
+	var n atomic.Int64
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if _, err := io.Copy(io.Discard, r.Body); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusCreated)
+		fmt.Fprintf(w, `{"msg":"published","job_id":"%d"}`, n.Add(1))
+	})
+	t.Fatal(http.ListenAndServe(listen, h))
 }
 
 // BenchmarkServeNewQueue: a queue's first consume. Each round publishes a
