@@ -73,7 +73,8 @@ func FuzzRoundTrip(f *testing.F) {
 	f.Add("x", "q", []byte(nil), []byte(nil), int64(MaxUnixMilli+1), int64(0), int64(0), int64(0), int64(0), int64(0), "", "onceq-delay", []byte("5s"), "0/1")
 	f.Fuzz(func(t *testing.T, id, queue string, key, payload []byte, due, expires, enqueued, maxAttempts, attempt, timeout int64, lastErr, hk string, hv []byte, requeued string) {
 		task := Task{ID: id, Queue: queue, Key: key, Payload: payload, MaxAttempts: int(maxAttempts), Attempt: int(attempt),
-			LastError: lastErr, Timeout: time.Duration(timeout), Requeued: requeued, GeneratedID: len(id)%2 == 1}
+			LastError: lastErr, Timeout: time.Duration(timeout), Requeued: requeued, GeneratedID: len(id)%2 == 1,
+			Priority: int(maxAttempts%12) - 1} // -12 to 10: out of range on both sides too
 		ms := func(v int64) time.Time {
 			if v == 0 {
 				return time.Time{}

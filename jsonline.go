@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"slices"
 	"strconv"
@@ -14,7 +15,7 @@ import (
 )
 
 // LineFields names the fields of a JSON line, for messages.
-const LineFields = "queue, id, key, payload or payload_base64, delay, at, ttl, max_attempts, timeout and headers"
+const LineFields = "queue, id, key, payload or payload_base64, delay, at, ttl, max_attempts, priority, timeout and headers"
 
 // lineExample is a line to show in messages.
 const lineExample = `{"queue":"emails","payload":"hi"}`
@@ -29,6 +30,7 @@ const lineExample = `{"queue":"emails","payload":"hi"}`
 //	delay, ttl, timeout  Go durations such as 90s
 //	at                   an RFC 3339 time (instead of delay)
 //	max_attempts         a whole number
+//	priority             a whole number, 0 (the default) to MaxPriority
 //	headers              an object of string values
 //
 // for example
@@ -36,7 +38,8 @@ const lineExample = `{"queue":"emails","payload":"hi"}`
 //	{"queue":"emails","id":"invoice-7","payload":{"to":"ada@example.com"},"delay":"90s","headers":{"trace":"abc"}}
 //
 // A null field is an absent one. The line is refused, with an *Error of
-// kind ErrInvalidLine (ErrInvalidTask for a max_attempts out of range),
+// kind ErrInvalidLine (ErrInvalidTask for a max_attempts or priority out
+// of range),
 // when it is not exactly one JSON object, holds a field not listed above
 // (names are matched exactly, case included), names a field or a header
 // twice, is not UTF-8 (a byte order mark included), or has a string with
@@ -76,7 +79,10 @@ func SpecOf(fields map[string]json.RawMessage) (Spec, error) {
 			return Spec{}, err
 		}
 	}
-	if s.MaxAttempts, err = lineCount("max_attempts", fields["max_attempts"]); err != nil {
+	if s.MaxAttempts, err = lineCount("max_attempts", fields["max_attempts"], MaxAttemptCount, fmt.Sprintf("zero (the worker's default) or 1 to %d", MaxAttemptCount)); err != nil {
+		return Spec{}, err
+	}
+	if s.Priority, err = lineCount("priority", fields["priority"], MaxPriority, fmt.Sprintf("0 (the default, the lowest) to %d (the highest)", MaxPriority)); err != nil {
 		return Spec{}, err
 	}
 	if s.Payload, err = linePayload(fields["payload"], fields["payload_base64"]); err != nil {
@@ -143,7 +149,7 @@ func hex4(b []byte, i int) (rune, bool) {
 }
 
 // lineFieldNames are the fields a line may have.
-var lineFieldNames = []string{"queue", "id", "key", "payload", "payload_base64", "delay", "at", "ttl", "max_attempts", "timeout", "headers"}
+var lineFieldNames = []string{"queue", "id", "key", "payload", "payload_base64", "delay", "at", "ttl", "max_attempts", "priority", "timeout", "headers"}
 
 // lineObject splits a line into its fields' raw values, refusing anything
 // but one object of known, distinct fields.
@@ -252,7 +258,9 @@ func lineString(field string, raw json.RawMessage) (string, error) {
 	return s, nil
 }
 
-func lineCount(field string, raw json.RawMessage) (int, error) {
+// lineCount reads a whole number from 0 to most; want says which, for
+// the error of one out of range.
+func lineCount(field string, raw json.RawMessage, most int64, want string) (int, error) {
 	if isNull(raw) {
 		return 0, nil
 	}
@@ -262,8 +270,8 @@ func lineCount(field string, raw json.RawMessage) (int, error) {
 	n, err := strconv.ParseInt(string(raw), 10, 64)
 	var ne *strconv.NumError
 	switch {
-	case errors.As(err, &ne) && ne.Err == strconv.ErrRange, err == nil && (n < 0 || n > MaxAttemptCount):
-		return 0, invalid(ErrInvalidTask, field, string(raw), "want zero (the worker's default) or 1 to %d", MaxAttemptCount)
+	case errors.As(err, &ne) && ne.Err == strconv.ErrRange, err == nil && (n < 0 || n > most):
+		return 0, invalid(ErrInvalidTask, field, string(raw), "want %s", want)
 	case err != nil:
 		return 0, lineErr(field, "got the number %s, want a whole number such as 3", raw)
 	}

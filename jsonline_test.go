@@ -14,8 +14,8 @@ import (
 
 func TestParseLine(t *testing.T) {
 	s, err := ParseLine([]byte(`{"queue":"emails","id":"i-1","key":"k","payload":{"b": [1, "x"]},"delay":"90s","ttl":"1h",` +
-		`"timeout":"30s","max_attempts":3,"headers":{"z":"1","a":"\u00e9\ud83d\ude00"},"at":null}`))
-	want := Spec{Queue: "emails", ID: "i-1", Key: "k", Payload: []byte(`{"b":[1,"x"]}`), Delay: "90s", TTL: "1h", Timeout: "30s", MaxAttempts: 3,
+		`"timeout":"30s","max_attempts":3,"priority":9,"headers":{"z":"1","a":"\u00e9\ud83d\ude00"},"at":null}`))
+	want := Spec{Queue: "emails", ID: "i-1", Key: "k", Payload: []byte(`{"b":[1,"x"]}`), Delay: "90s", TTL: "1h", Timeout: "30s", MaxAttempts: 3, Priority: 9,
 		Headers: []Header{{Key: "a", Value: []byte("é😀")}, {Key: "z", Value: []byte("1")}}}
 	if err != nil || !reflect.DeepEqual(s, want) {
 		t.Fatalf("got %+v, %v\nwant %+v", s, err, want)
@@ -64,6 +64,9 @@ func TestParseLineRefuses(t *testing.T) {
 		{`{"max_attempts":1e3}`, "got the number 1e3"},
 		{`{"max_attempts":99999999999999999999}`, "want zero (the worker's default) or 1 to 2147483647"},
 		{`{"max_attempts":2147483648}`, "want zero (the worker's default) or 1 to 2147483647"},
+		{`{"priority":10}`, `priority "10": invalid task: want 0 (the default, the lowest) to 9 (the highest)`},
+		{`{"priority":-1}`, "want 0 (the default, the lowest) to 9"},
+		{`{"priority":"high"}`, "priority: invalid JSON line: got a JSON string, want a whole number"},
 		{`{"headers":{"a":1}}`, `header "a": got a JSON number, want a string`},
 		{`{"headers":{"a":null}}`, `header "a": got null, want a string`},
 		{`{"headers":[]}`, "headers: invalid JSON line: got a JSON array"},

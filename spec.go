@@ -23,7 +23,9 @@ type Spec struct {
 	Timeout string
 	// MaxAttempts bounds the runs; zero: the worker's default.
 	MaxAttempts int
-	Headers     []Header
+	// Priority is the task's priority, 0 (the default) to MaxPriority.
+	Priority int
+	Headers  []Header
 }
 
 // Task checks the spec and builds its task at now (the submission time,
@@ -32,15 +34,15 @@ type Spec struct {
 //
 // Errors are *Error values. Their Field, and the names in their hints, are
 // the spec's fields as a JSON line spells them ("queue", "id", "key",
-// "delay", "at", "ttl", "timeout", "max_attempts", "header", "payload"),
-// passed through name when it is not nil: the CLI passes a function that
-// turns "max_attempts" into "--max-attempts", so that the message names
-// the flag to fix.
+// "delay", "at", "ttl", "timeout", "max_attempts", "priority", "header",
+// "payload"), passed through name when it is not nil: the CLI passes a
+// function that turns "max_attempts" into "--max-attempts", so that the
+// message names the flag to fix.
 func (s *Spec) Task(now time.Time, name func(field string) string) (Task, error) {
 	if name == nil {
 		name = func(f string) string { return f }
 	}
-	t := Task{Queue: s.Queue, ID: s.ID, Payload: s.Payload, Headers: s.Headers, MaxAttempts: s.MaxAttempts}
+	t := Task{Queue: s.Queue, ID: s.ID, Payload: s.Payload, Headers: s.Headers, MaxAttempts: s.MaxAttempts, Priority: s.Priority}
 	if s.Key != "" {
 		t.Key = []byte(s.Key)
 	}

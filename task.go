@@ -24,6 +24,7 @@ const (
 	HeaderWorkflow    = "onceq-workflow"
 	HeaderInput       = "onceq-input"
 	HeaderCancel      = "onceq-cancel"
+	HeaderPriority    = "onceq-priority"
 )
 
 // WorkflowQueue is the queue of the workflow service (package workflow):
@@ -62,6 +63,9 @@ const (
 	// the year 9999 in unix milliseconds. The earliest is the unix epoch
 	// (0): times are unsigned.
 	MaxUnixMilli int64 = 253402300799999
+	// MaxPriority is the highest priority a task may have; 0, the
+	// default, is the lowest.
+	MaxPriority = 9
 )
 
 // Header is a record header that onceq passes through untouched.
@@ -140,6 +144,11 @@ type Task struct {
 	// canceled, with this text as its error, without running it. The
 	// workflow service sets it on a task whose dependency did not succeed.
 	Cancel string
+	// Priority orders the tasks a worker may start: of the tasks it has
+	// fetched and could start now, it starts those of the highest
+	// priority first, 0 (the default) to MaxPriority. Tasks of one key
+	// still run in their order, whatever their priorities.
+	Priority int
 }
 
 // Backoff is an exponential retry backoff: attempt n (counting from 1)

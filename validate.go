@@ -1,6 +1,7 @@
 package onceq
 
 import (
+	"strconv"
 	"strings"
 	"time"
 )
@@ -122,6 +123,11 @@ func (t *Task) Validate(maxMessageBytes int) error {
 		// worker's default.
 		return invalid(ErrInvalidTask, "timeout", t.Timeout.String(), "zero (the worker's default) or at least 1ms: the wire format counts milliseconds")
 	}
+	if t.Priority != 0 {
+		if err := ValidatePriority(t.Priority); err != nil {
+			return err
+		}
+	}
 	if t.Requeued != "" {
 		if err := ValidateID(t.Requeued); err != nil {
 			return invalid(ErrInvalidTask, "requeued", t.Requeued, "want <partition>/<offset> of a dead letter")
@@ -140,6 +146,15 @@ func (t *Task) Validate(maxMessageBytes int) error {
 	}
 	if size := t.wireSize(); size > maxMessageBytes {
 		return invalid(ErrTooLarge, "payload", "", "the record is %d bytes with key and headers, over the broker's limit of %d: make the payload smaller or raise the broker's message.max.bytes", size, maxMessageBytes)
+	}
+	return nil
+}
+
+// ValidatePriority checks a task's priority: 0 (the default, the
+// lowest) to MaxPriority.
+func ValidatePriority(p int) error {
+	if p < 0 || p > MaxPriority {
+		return invalid(ErrInvalidTask, "priority", strconv.Itoa(p), "want 0 (the default, the lowest) to %d (the highest)", MaxPriority)
 	}
 	return nil
 }
@@ -228,6 +243,8 @@ func headerField(key string) string {
 		return "Input (package workflow writes it)"
 	case HeaderCancel:
 		return "Cancel"
+	case HeaderPriority:
+		return "Priority"
 	}
 	return key
 }

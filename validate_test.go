@@ -125,6 +125,7 @@ func TestValidateSharesTheDecodersLimits(t *testing.T) {
 		{"failed after 9999", func(t *Task) { t.Failed = after9999 }, "failed", "253402300799999"},
 		{"timeout under 1ms", func(t *Task) { t.Timeout = 500 * time.Microsecond }, "timeout", "1ms"},
 		{"requeued with a space", func(t *Task) { t.Requeued = "0 1" }, "requeued", "<partition>/<offset>"},
+		{"priority past the highest", func(t *Task) { t.Priority = MaxPriority + 1 }, "priority", "to 9"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			task := Task{Queue: "q", ID: "id-1"}
@@ -144,7 +145,7 @@ func TestValidateSharesTheDecodersLimits(t *testing.T) {
 	}
 	// The limits themselves are accepted by both.
 	task := Task{Queue: "q", ID: "id-1", MaxAttempts: MaxAttemptCount, Attempt: MaxAttemptCount,
-		Due: time.UnixMilli(MaxUnixMilli), Expires: time.UnixMilli(MaxUnixMilli), Enqueued: time.UnixMilli(0), Timeout: time.Millisecond}
+		Due: time.UnixMilli(MaxUnixMilli), Expires: time.UnixMilli(MaxUnixMilli), Enqueued: time.UnixMilli(0), Timeout: time.Millisecond, Priority: MaxPriority}
 	if err := task.Validate(0); err != nil {
 		t.Fatal(err)
 	}

@@ -111,6 +111,9 @@ func (t *Task) EncodeRecord(r *kgo.Record, topic string, headers []kgo.RecordHea
 	if t.Cancel != "" {
 		addString(HeaderCancel, CutError(t.Cancel))
 	}
+	if t.Priority > 0 {
+		addInt(HeaderPriority, int64(t.Priority))
+	}
 	for _, h := range t.Headers {
 		hs = append(hs, kgo.RecordHeader{Key: h.Key, Value: h.Value})
 	}
@@ -176,6 +179,7 @@ func (t *Task) headerValues(topic string) (headers, size int) {
 		headers++
 		size += min(len(t.Cancel), MaxErrorLen)
 	}
+	num(t.Priority > 0, int64(t.Priority))
 	return headers, size
 }
 
@@ -233,7 +237,7 @@ func FromRecord(r *kgo.Record) (Task, error) {
 		Payload: r.Value,
 		Attempt: 1,
 	}
-	var seen uint16
+	var seen uint32
 	for _, h := range r.Headers {
 		bit := headerBit(h.Key)
 		if bit == 0 {
@@ -287,12 +291,13 @@ func unknownHeader(key string) *Error {
 
 // headerNames are the headers of the wire format.
 var headerNames = [...]string{HeaderID, HeaderQueue, HeaderDue, HeaderExpires, HeaderAttempt, HeaderMaxAttempts, HeaderTimeout,
-	HeaderEnqueued, HeaderError, HeaderFailed, HeaderBackoff, HeaderRequeued, HeaderGeneratedID, HeaderWorkflow, HeaderInput, HeaderCancel}
+	HeaderEnqueued, HeaderError, HeaderFailed, HeaderBackoff, HeaderRequeued, HeaderGeneratedID, HeaderWorkflow, HeaderInput, HeaderCancel,
+	HeaderPriority}
 
 // headerBit numbers the onceq headers FromRecord decodes, for finding
 // repeats; 0 for any other header. A switch, not a map: every header of
 // every record goes through it.
-func headerBit(key string) uint16 {
+func headerBit(key string) uint32 {
 	if !strings.HasPrefix(key, HeaderPrefix) {
 		return 0
 	}
@@ -329,13 +334,15 @@ func headerBit(key string) uint16 {
 		return 1 << 14
 	case HeaderCancel:
 		return 1 << 15
+	case HeaderPriority:
+		return 1 << 16
 	}
 	return 0
 }
 
 func (t *Task) setHeader(key string, v []byte) error {
 	switch key {
-	case HeaderAttempt, HeaderMaxAttempts, HeaderTimeout, HeaderDue, HeaderExpires, HeaderEnqueued, HeaderFailed:
+	case HeaderAttempt, HeaderMaxAttempts, HeaderTimeout, HeaderDue, HeaderExpires, HeaderEnqueued, HeaderFailed, HeaderPriority:
 		return t.setNumber(key, v)
 	}
 	s := string(v)
@@ -405,6 +412,12 @@ func (t *Task) setNumber(key string, v []byte) error {
 		} else {
 			t.MaxAttempts = int(n)
 		}
+	case HeaderPriority:
+		n, err := parseUint(key, v, MaxPriority)
+		if err != nil {
+			return err
+		}
+		t.Priority = int(n)
 	case HeaderTimeout:
 		n, err := parseUint(key, v, int64(time.Duration(1<<63-1)/time.Millisecond))
 		if err != nil {

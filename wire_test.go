@@ -33,6 +33,7 @@ func fullTask() Task {
 		Workflow:    []byte(`{"w":"wf-1"}`),
 		Input:       []byte{0, 1, 2},
 		Cancel:      "dependency q/a ended dead",
+		Priority:    7,
 	}
 	return t
 }
@@ -60,7 +61,8 @@ func equalTasks(a, b Task) bool {
 		a.MaxAttempts == b.MaxAttempts && a.Timeout == b.Timeout && max(a.Attempt, 1) == max(b.Attempt, 1) &&
 		a.LastError == b.LastError && a.Delay == b.Delay && ms(a.Failed) == ms(b.Failed) &&
 		a.Backoff == b.Backoff && a.Requeued == b.Requeued && a.GeneratedID == b.GeneratedID &&
-		bytes.Equal(a.Workflow, b.Workflow) && bytes.Equal(a.Input, b.Input) && (a.Input == nil) == (b.Input == nil) && a.Cancel == b.Cancel
+		bytes.Equal(a.Workflow, b.Workflow) && bytes.Equal(a.Input, b.Input) && (a.Input == nil) == (b.Input == nil) && a.Cancel == b.Cancel &&
+		a.Priority == b.Priority
 }
 
 func TestRecordRoundTrip(t *testing.T) {
@@ -133,6 +135,10 @@ func TestFromRecordMalformedHeaders(t *testing.T) {
 		{HeaderBackoff, "2000:2:1000"},
 		{HeaderBackoff, "1000:2.0:2000"},
 		{HeaderRequeued, "has space"},
+		{HeaderPriority, "10"},
+		{HeaderPriority, "-1"},
+		{HeaderPriority, "high"},
+		{HeaderPriority, "07"},
 	} {
 		r := &kgo.Record{Topic: "q", Headers: []kgo.RecordHeader{{Key: tc.key, Value: []byte(tc.value)}}}
 		_, err := FromRecord(r)
