@@ -91,6 +91,8 @@ func newMetrics(reg prometheus.Registerer, w *Worker) (*metrics, error) {
 				"Age of the oldest handler running now, by queue (0 when none runs).", []string{"queue"}, nil),
 			open: prometheus.NewDesc("onceq_open_records",
 				"Records fetched and not finished (running or waiting to start), by queue and partition.", []string{"queue", "partition"}, nil),
+			ready: prometheus.NewDesc("onceq_ready_tasks",
+				"Tasks that may start and wait for a free slot, by priority (the highest start first).", []string{"priority"}, nil),
 			lag: prometheus.NewDesc("onceq_consumer_lag",
 				"Records behind the high watermark at the last fetch, by queue and partition.", []string{"queue", "partition"}, nil),
 			above: prometheus.NewDesc("onceq_finished_above_committed",
@@ -116,6 +118,7 @@ func newMetrics(reg prometheus.Registerer, w *Worker) (*metrics, error) {
 type progressCollector struct {
 	w                        *Worker
 	oldest, open, above, lag *prometheus.Desc
+	ready                    *prometheus.Desc
 }
 
 func (c *progressCollector) Describe(ch chan<- *prometheus.Desc) {
@@ -123,6 +126,7 @@ func (c *progressCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.open
 	ch <- c.above
 	ch <- c.lag
+	ch <- c.ready
 }
 
 func (c *progressCollector) Collect(ch chan<- prometheus.Metric) {
@@ -132,6 +136,9 @@ func (c *progressCollector) Collect(ch chan<- prometheus.Metric) {
 		oldest[c.w.qlabel(q)] = 0
 	}
 	c.w.mu.Unlock()
+	for p := range c.w.sched.ready.levels {
+		ch <- prometheus.MustNewConstMetric(c.ready, prometheus.GaugeValue, float64(c.w.sched.ready.waiting(p)), strconv.Itoa(p))
+	}
 	now := time.Now()
 	c.w.sched.running(func(r *handlerRun) {
 		q := c.w.qlabel(r.it.rec.Topic)

@@ -34,6 +34,9 @@ type item struct {
 	keys  [2]string
 	nkeys int8
 	waits int8
+	// prio is the record's priority (onceq-priority): of the records
+	// that may start, the highest start first (readyQueue).
+	prio int8
 }
 
 // scheduler runs records on a fixed number of slots, in key order: a
@@ -49,7 +52,7 @@ type item struct {
 // handler returns.
 type scheduler struct {
 	w     *Worker
-	ready chan *item
+	ready *readyQueue
 	slots []*slot
 	wg    sync.WaitGroup
 	quit  chan struct{}
@@ -125,7 +128,7 @@ const (
 const cancelCheckEvery = 100 * time.Millisecond
 
 func newScheduler(w *Worker, n, buffered int) *scheduler {
-	s := &scheduler{w: w, ready: make(chan *item, buffered+n), slots: make([]*slot, n), quit: make(chan struct{}), nudge: make(chan struct{}, 1)}
+	s := &scheduler{w: w, ready: newReadyQueue(buffered + n), slots: make([]*slot, n), quit: make(chan struct{}), nudge: make(chan struct{}, 1)}
 	for i := range s.slots {
 		s.slots[i] = &slot{}
 	}
@@ -161,6 +164,7 @@ func (s *scheduler) submit(ps *partState, items []*item) {
 	}
 	for _, it := range items {
 		it.setKeys(eos)
+		it.prio = recordPriority(it.rec)
 		ps.refresh(it)
 		for _, k := range it.keys[:it.nkeys] {
 			if waiters, held := ps.keys[k]; held {
@@ -208,11 +212,7 @@ func (s *scheduler) start(items []*item) {
 // send hands records to the slots.
 func (s *scheduler) send(items ...*item) {
 	for _, it := range items {
-		select {
-		case s.ready <- it:
-		case <-s.quit:
-			return
-		}
+		s.ready.push(it, s.quit)
 	}
 }
 
@@ -220,22 +220,21 @@ func (s *scheduler) send(items ...*item) {
 func (s *scheduler) loop(sl *slot) {
 	defer s.wg.Done()
 	for {
-		select {
-		case it := <-s.ready:
-			if s.draining.Load() || it.stale() {
-				s.w.finish(it, nil)
-				continue
-			}
-			s.active.Add(1)
-			res, takenOver := s.w.execute(sl, it, s.quit)
-			if takenOver {
-				return // the watchdog gave this slot, and the record, to another goroutine
-			}
-			s.w.finish(it, res)
-			s.active.Add(-1)
-		case <-s.quit:
+		it := s.ready.pop(s.quit)
+		if it == nil {
 			return
 		}
+		if s.draining.Load() || it.stale() {
+			s.w.finish(it, nil)
+			continue
+		}
+		s.active.Add(1)
+		res, takenOver := s.w.execute(sl, it, s.quit)
+		if takenOver {
+			return // the watchdog gave this slot, and the record, to another goroutine
+		}
+		s.w.finish(it, res)
+		s.active.Add(-1)
 	}
 }
 

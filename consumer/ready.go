@@ -1,0 +1,104 @@
+package consumer
+
+import (
+	"sync"
+	"sync/atomic"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/onceq/onceq"
+)
+
+// readyQueue holds the records that may start now, for the slots: the
+// highest priority first (onceq-priority), in arrival order within one.
+// A record is here only once no earlier record of its key is unfinished
+// (scheduler.submit), so the order of a key's records never depends on
+// their priorities.
+type readyQueue struct {
+	mu     sync.Mutex
+	levels [onceq.MaxPriority + 1]fifo
+	counts [onceq.MaxPriority + 1]atomic.Int64 // each level's records, for the metrics
+	// avail holds a token for each record pushed: a slot takes a token,
+	// then a record. A record is added before its token, so a slot with a
+	// token always finds one.
+	avail chan struct{}
+}
+
+func newReadyQueue(capacity int) *readyQueue {
+	return &readyQueue{avail: make(chan struct{}, capacity)}
+}
+
+// push adds it; it waits while the queue holds its capacity, until quit
+// is closed.
+func (q *readyQueue) push(it *item, quit <-chan struct{}) {
+	q.mu.Lock()
+	q.levels[it.prio].push(it)
+	q.mu.Unlock()
+	q.counts[it.prio].Add(1)
+	select {
+	case q.avail <- struct{}{}:
+	case <-quit:
+	}
+}
+
+// pop takes the next record, waiting for one; nil once quit is closed.
+func (q *readyQueue) pop(quit <-chan struct{}) *item {
+	select {
+	case <-q.avail:
+	case <-quit:
+		return nil
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for p := len(q.levels) - 1; p >= 0; p-- {
+		if it := q.levels[p].pop(); it != nil {
+			q.counts[p].Add(-1)
+			return it
+		}
+	}
+	return nil // unreachable: a token stands for a record
+}
+
+// waiting is how many records of priority p wait for a slot.
+func (q *readyQueue) waiting(p int) int64 { return max(q.counts[p].Load(), 0) }
+
+// fifo is a queue of records that reuses its array.
+type fifo struct {
+	items []*item
+	head  int
+}
+
+func (f *fifo) push(it *item) {
+	if f.head > 0 && f.head == len(f.items) {
+		f.items, f.head = f.items[:0], 0
+	} else if f.head > 1024 && f.head > len(f.items)/2 {
+		n := copy(f.items, f.items[f.head:])
+		clear(f.items[n:])
+		f.items, f.head = f.items[:n], 0
+	}
+	f.items = append(f.items, it)
+}
+
+func (f *fifo) pop() *item {
+	if f.head == len(f.items) {
+		return nil
+	}
+	it := f.items[f.head]
+	f.items[f.head] = nil
+	f.head++
+	return it
+}
+
+// recordPriority is a record's onceq-priority, 0 without one or with a
+// value that is not one digit (FromRecord refuses it when the task runs).
+func recordPriority(r *kgo.Record) int8 {
+	for _, h := range r.Headers {
+		if h.Key == onceq.HeaderPriority {
+			if len(h.Value) == 1 && h.Value[0] >= '0' && h.Value[0] <= '0'+onceq.MaxPriority {
+				return int8(h.Value[0] - '0')
+			}
+			return 0
+		}
+	}
+	return 0
+}
