@@ -43,6 +43,7 @@ type config struct {
 	maxBuffered        int
 	defaultMaxAttempts int
 	defaultTimeout     time.Duration
+	defaultPriority    int
 	createPartitions   int32
 	planner            *delay.Planner
 	buckets            []time.Duration
@@ -124,6 +125,18 @@ func TaskMaxAttempts(n int) Opt {
 			cfg.bad("TaskMaxAttempts", n, "want zero (the worker's default) or 1 to %d", onceq.MaxAttemptCount)
 		}
 		cfg.defaultMaxAttempts = n
+	})
+}
+
+// TaskPriority is stamped on tasks that have no Priority (zero): 0 to
+// onceq.MaxPriority, higher first. Default zero: such tasks carry none and
+// run at the lowest priority. A task's own priority, from 1 up, is kept.
+func TaskPriority(p int) Opt {
+	return optFunc(func(cfg *config) {
+		if p < 0 || p > onceq.MaxPriority {
+			cfg.bad("TaskPriority", p, "want 0 (the default, the lowest) to %d (the highest)", onceq.MaxPriority)
+		}
+		cfg.defaultPriority = p
 	})
 }
 

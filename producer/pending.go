@@ -42,6 +42,9 @@ func (tx *Tx) SubmitPending(task onceq.Task) error {
 	if task.MaxAttempts == 0 {
 		task.MaxAttempts = tx.p.cfg.defaultMaxAttempts
 	}
+	if task.Priority == 0 {
+		task.Priority = tx.p.cfg.defaultPriority
+	}
 	task.Resolve(now)
 	if err := tx.Submit(task); err != nil {
 		return err

@@ -290,6 +290,9 @@ func (p *Producer) prepare(ctx context.Context, t *onceq.Task, clk *clockReads, 
 	if t.Timeout == 0 {
 		t.Timeout = p.cfg.defaultTimeout
 	}
+	if t.Priority == 0 {
+		t.Priority = p.cfg.defaultPriority
+	}
 	t.Resolve(now)
 	dest, q, err := p.route(ctx, t, now)
 	if err != nil {

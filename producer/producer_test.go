@@ -68,7 +68,7 @@ func header(r *kgo.Record, key string) (string, bool) {
 func TestSubmit(t *testing.T) {
 	now := time.UnixMilli(1_900_000_000_123)
 	conn, p := setup(t, []string{"jobs"},
-		producer.TaskMaxAttempts(5), producer.TaskTimeout(time.Minute),
+		producer.TaskMaxAttempts(5), producer.TaskTimeout(time.Minute), producer.TaskPriority(4),
 		producer.Now(func() time.Time { return now }))
 	ctx := ctxT(t)
 	rc, err := p.Submit(ctx, onceq.Task{Queue: "jobs", Payload: []byte("hello"), Headers: []onceq.Header{{Key: "trace", Value: []byte("t1")}}})
@@ -82,7 +82,7 @@ func TestSubmit(t *testing.T) {
 	if rc.Topic != "jobs" || rc.Offset != 0 || rc.Delayed {
 		t.Fatalf("receipt %+v", rc)
 	}
-	rc2, err := p.Submit(ctx, onceq.Task{Queue: "jobs", ID: "given-id", Key: []byte("k"), MaxAttempts: 2, Timeout: time.Second})
+	rc2, err := p.Submit(ctx, onceq.Task{Queue: "jobs", ID: "given-id", Key: []byte("k"), MaxAttempts: 2, Timeout: time.Second, Priority: 8})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,12 +106,12 @@ func TestSubmit(t *testing.T) {
 		byID[task.ID] = task
 	}
 	got := byID[rc.ID]
-	if string(got.Payload) != "hello" || string(got.Key) != rc.ID || got.MaxAttempts != 5 || got.Timeout != time.Minute ||
+	if string(got.Payload) != "hello" || string(got.Key) != rc.ID || got.MaxAttempts != 5 || got.Timeout != time.Minute || got.Priority != 4 ||
 		!got.Enqueued.Equal(now.Truncate(time.Millisecond)) || len(got.Headers) != 1 || got.Headers[0].Key != "trace" {
 		t.Errorf("first task read back as %+v", got)
 	}
-	if got := byID["given-id"]; string(got.Key) != "k" || got.MaxAttempts != 2 || got.Timeout != time.Second {
-		t.Errorf("second task read back as %+v: its own attempts and timeout must win over the defaults", got)
+	if got := byID["given-id"]; string(got.Key) != "k" || got.MaxAttempts != 2 || got.Timeout != time.Second || got.Priority != 8 {
+		t.Errorf("second task read back as %+v: its own attempts, timeout and priority must win over the defaults", got)
 	}
 }
 
@@ -539,6 +539,8 @@ func TestOptionErrors(t *testing.T) {
 		{producer.TaskMaxAttempts(-1), "TaskMaxAttempts -1"},
 		{producer.TaskMaxAttempts(1 << 31), "TaskMaxAttempts 2147483648: want zero (the worker's default) or 1 to 2147483647"},
 		{producer.TaskTimeout(1500 * time.Microsecond), "TaskTimeout 1.5ms"},
+		{producer.TaskPriority(-1), "TaskPriority -1: want 0 (the default, the lowest) to 9 (the highest)"},
+		{producer.TaskPriority(10), "TaskPriority 10: want 0 (the default, the lowest) to 9"},
 		{producer.CreateQueues(-2), "CreateQueues -2"},
 		{producer.Buckets(time.Second, time.Second), "bucket 1s appears twice"},
 		{producer.Planner(nil), "nil planner"},

@@ -20,6 +20,7 @@ type produceFlags struct {
 	delay, at, ttl        string
 	timeout               string
 	maxAttempts           int
+	priority              int
 	headers               []string
 	file                  string
 	tx, quiet, unique     bool
@@ -38,12 +39,14 @@ tasks from a JSON lines file (--file F, or --file - for stdin), one object per
 line:
 
   {"queue":"emails","id":"invoice-7","key":"user-42","payload":"hi",
-   "delay":"90s","ttl":"1h","max_attempts":5,"timeout":"30s","headers":{"trace":"abc"}}
+   "delay":"90s","ttl":"1h","max_attempts":5,"priority":7,"timeout":"30s",
+   "headers":{"trace":"abc"}}
 
 Fields: queue (default --queue), id (default: a UUIDv7), key (default: the id),
 payload (a JSON string is its text, any other JSON value its compact JSON) or
 payload_base64, delay or at (RFC 3339), ttl (not run later than this after
-submission), max_attempts, timeout, headers. Durations are Go durations such as
+submission), max_attempts, priority (0, the default and lowest, to 9: a worker
+starts the higher first), timeout, headers. Durations are Go durations such as
 500ms, 90s or 1h30m. Blank lines are skipped. A line that is not one JSON object
 (null, an array), an unknown field (names are lower case), a field or header given
 twice, a byte order mark and text that is not UTF-8 are errors: give bytes that
@@ -81,6 +84,7 @@ nothing when the ID is pending, scheduled, retrying or already final.`,
 	fl.StringVar(&f.ttl, "ttl", "", "do not run later than this after submission, e.g. 1h")
 	fl.StringVar(&f.timeout, "timeout", "", "time-to-run of one attempt, for tasks that set none (default: the worker's)")
 	fl.IntVar(&f.maxAttempts, "max-attempts", 0, "attempts before dead-lettering, for tasks that set none (0: the worker's default)")
+	fl.IntVar(&f.priority, "priority", 0, fmt.Sprintf("priority, 0 (the lowest) to %d (the highest), for tasks that set none: a worker starts the higher first", onceq.MaxPriority))
 	fl.StringArrayVar(&f.headers, "header", nil, "record header key=value (repeatable)")
 	fl.StringVar(&f.file, "file", "", "submit the tasks of a JSON lines file (- for stdin)")
 	fl.BoolVar(&f.tx, "tx", false, "submit the whole file in one transaction: all tasks or none")
@@ -130,6 +134,9 @@ func (f *produceFlags) check(cmd *cobra.Command, args []string) error {
 	if f.maxAttempts < 0 || f.maxAttempts > onceq.MaxAttemptCount {
 		return usagef("--max-attempts %d: want 0 (the worker's default) or 1 to %d", f.maxAttempts, onceq.MaxAttemptCount)
 	}
+	if f.priority < 0 || f.priority > onceq.MaxPriority {
+		return usagef("--priority %d: want 0 (the default, the lowest) to %d (the highest)", f.priority, onceq.MaxPriority)
+	}
 	if f.queue != "" {
 		if err := onceq.ValidateAnyQueue(f.queue); err != nil {
 			return usageError{fmt.Errorf("--queue: %w", err)}
@@ -153,7 +160,7 @@ func (f *produceFlags) producerOpts(g *globals) ([]producer.Opt, error) {
 	}
 	return []producer.Opt{
 		producer.Conn(conn), producer.Logger(g.log), producer.CreateQueues(f.createQueues),
-		producer.TaskMaxAttempts(f.maxAttempts), producer.TaskTimeout(timeout),
+		producer.TaskMaxAttempts(f.maxAttempts), producer.TaskTimeout(timeout), producer.TaskPriority(f.priority),
 	}, nil
 }
 

@@ -15,7 +15,7 @@ import (
 // the field names of onceq.Spec's errors.
 var taskFlags = map[string]string{
 	"queue": "--queue", "id": "--id", "key": "--key", "delay": "--delay", "at": "--at", "ttl": "--ttl",
-	"timeout": "--timeout", "max_attempts": "--max-attempts", "header": "--header",
+	"timeout": "--timeout", "max_attempts": "--max-attempts", "priority": "--priority", "header": "--header",
 }
 
 // flagName names a task field by its flag, so that errors name the flag

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/base64"
 	"encoding/json"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -70,10 +71,47 @@ func TestProduceOne(t *testing.T) {
 	}
 }
 
+// TestProducePriority: --priority N is written as the onceq-priority
+// header of a task from flags, and of the lines that set no priority of
+// their own; a line's own priority is kept, and without either a task
+// carries no header (priority 0).
+func TestProducePriority(t *testing.T) {
+	addr, conn := produceBroker(t)
+	if code, out, stderr := runCLI(t, "", "--brokers", addr, "produce", "--queue", "jobs", "--id", "p7", "--priority", "7", "x"); code != 0 {
+		t.Fatalf("--priority 7: exit %d, stdout %q, stderr %q", code, out, stderr)
+	}
+	if code, out, stderr := runCLI(t, "", "--brokers", addr, "produce", "--queue", "jobs", "--id", "p0", "x"); code != 0 {
+		t.Fatalf("without --priority: exit %d, stdout %q, stderr %q", code, out, stderr)
+	}
+	lines := `{"id":"line-own","priority":9}` + "\n" + `{"id":"line-none"}` + "\n" + `{"id":"line-zero","priority":0}` + "\n"
+	if code, out, stderr := runCLI(t, lines, "--brokers", addr, "produce", "--queue", "jobs", "--file", "-", "--priority", "3", "--tx"); code != 0 {
+		t.Fatalf("--file with --priority 3: exit %d, stdout %q, stderr %q", code, out, stderr)
+	}
+	got := map[string]string{}
+	for _, r := range testutil.ReadCommitted(t, conn, 20*time.Second, "jobs") {
+		task, err := onceq.FromRecord(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got[task.ID] = "none"
+		for _, h := range r.Headers {
+			if h.Key == onceq.HeaderPriority {
+				got[task.ID] = string(h.Value)
+			}
+		}
+	}
+	// A line's priority 0 is no priority, as its max_attempts 0 is none:
+	// --priority applies to it.
+	want := map[string]string{"p7": "7", "p0": "none", "line-own": "9", "line-none": "3", "line-zero": "3"}
+	if !maps.Equal(got, want) {
+		t.Fatalf("onceq-priority headers by task: %v, want %v", got, want)
+	}
+}
+
 const goodLines = `{"queue":"jobs","id":"a","payload":"text"}
 
 {"id":"b","payload":{"n": 1},"delay":"2m","headers":{"z":"1","a":"2"}}
-{"id":"c","payload_base64":"AAEC","key":"k","max_attempts":2,"timeout":"1s","ttl":"1h"}
+{"id":"c","payload_base64":"AAEC","key":"k","max_attempts":2,"priority":5,"timeout":"1s","ttl":"1h"}
 `
 
 func TestProduceFile(t *testing.T) {
@@ -101,7 +139,7 @@ func TestProduceFile(t *testing.T) {
 		t.Errorf("b read back as %+v", b)
 	}
 	c := tasks["tx-c"]
-	if !bytes.Equal(c.Payload, []byte{0, 1, 2}) || string(c.Key) != "k" || c.MaxAttempts != 2 || c.Timeout != time.Second || c.Expires.IsZero() {
+	if !bytes.Equal(c.Payload, []byte{0, 1, 2}) || string(c.Key) != "k" || c.MaxAttempts != 2 || c.Priority != 5 || c.Timeout != time.Second || c.Expires.IsZero() {
 		t.Errorf("tx-c read back as %+v", c)
 	}
 }
@@ -167,6 +205,9 @@ func TestProduceErrorsExit2(t *testing.T) {
 		{"", []string{"--queue", "q", "--ttl", "-1h"}, `--ttl "-1h": invalid task: want a positive duration`},
 		{"", []string{"--queue", "q", "--timeout", "1.5ms"}, "--timeout 1.5ms: want a positive whole number of milliseconds"},
 		{"", []string{"--queue", "q", "--max-attempts", "-1"}, "--max-attempts -1"},
+		{"", []string{"--queue", "q", "--priority", "-1"}, "--priority -1: want 0 (the default, the lowest) to 9 (the highest)"},
+		{"", []string{"--file", "-", "--priority", "10"}, "--priority 10: want 0 (the default, the lowest) to 9 (the highest)"},
+		{`{"queue":"q","priority":10}`, []string{"--file", "-"}, `line 1: priority "10": invalid task: want 0 (the default, the lowest) to 9 (the highest)`},
 		{"", []string{"--queue", "q", "--header", "novalue"}, `--header "novalue": want key=value`},
 		{"", []string{"--queue", "q", "--rate", "-1"}, "--rate -1"},
 		{"", []string{"--queue", "q", "--create-queues", "-1"}, "--create-queues -1"},
@@ -269,6 +310,9 @@ func lineOf(task onceq.Task, now time.Time) []byte {
 	if task.MaxAttempts != 0 {
 		l["max_attempts"] = task.MaxAttempts
 	}
+	if task.Priority != 0 {
+		l["priority"] = task.Priority
+	}
 	if len(task.Headers) > 0 {
 		hs := map[string]string{}
 		for _, h := range task.Headers {
@@ -283,7 +327,7 @@ func lineOf(task onceq.Task, now time.Time) []byte {
 func sameTask(a, b onceq.Task) bool {
 	if a.Queue != b.Queue || a.ID != b.ID || !bytes.Equal(a.Key, b.Key) || !bytes.Equal(a.Payload, b.Payload) ||
 		a.Delay != b.Delay || !a.Due.Equal(b.Due) || !a.Expires.Equal(b.Expires) || a.Timeout != b.Timeout ||
-		a.MaxAttempts != b.MaxAttempts || len(a.Headers) != len(b.Headers) {
+		a.MaxAttempts != b.MaxAttempts || a.Priority != b.Priority || len(a.Headers) != len(b.Headers) {
 		return false
 	}
 	for i := range a.Headers {
@@ -308,7 +352,7 @@ func FuzzDecodeLine(f *testing.F) {
 		`{"queue":"q","key":"\u00e9\ud800"}`,
 		`{"queue":"q","dely":"1s"}`, `{"queue":1}`, `[]`, `null`, `{"queue":"q"} x`, ``,
 		`{"queue":"q","queue":"r"}`, `{"headers":{"a":"1","a":"2"}}`, "\uFEFF{}", "{\"payload\":\"\xff\"}", `{"payload":"\udc00"}`,
-		`{"max_attempts":2147483648}`, `{"at":"1969-12-31T23:59:59Z"}`, `{"headers":{"onceq-id":"x"}}`, `{"timeout":"500us"}`,
+		`{"max_attempts":2147483648}`, `{"priority":9}`, `{"priority":10}`, `{"at":"1969-12-31T23:59:59Z"}`, `{"headers":{"onceq-id":"x"}}`, `{"timeout":"500us"}`,
 	} {
 		f.Add(l)
 	}
@@ -344,6 +388,10 @@ func TestBadInputExits2NothingWritten(t *testing.T) {
 		want string
 	}{
 		{[]string{"--max-attempts", "2147483648"}, "--max-attempts 2147483648: want 0 (the worker's default) or 1 to 2147483647"},
+		{[]string{"--priority", "10"}, "--priority 10: want 0 (the default, the lowest) to 9 (the highest)"},
+		{[]string{"--priority", "-1"}, "--priority -1: want 0 (the default, the lowest) to 9 (the highest)"},
+		{[]string{"--priority", "10", "--tx"}, "--priority 10"},
+		{[]string{"--priority", "high"}, `invalid argument "high" for "--priority" flag`},
 		{[]string{"--at", "1969-12-31T23:59:59Z"}, `--at "1969-12-31T23:59:59Z": invalid task: want a time from 1970-01-01T00:00:00Z to 9999-12-31T23:59:59.999Z`},
 		{[]string{"--at", "1969-07-20T20:17:00Z", "--tx"}, `--at "1969-07-20T20:17:00Z"`},
 		{[]string{"--header", "onceq-id=x"}, `--header "onceq-id": malformed header: the header is onceq's own: set --id instead`},
@@ -365,6 +413,8 @@ func TestBadInputExits2NothingWritten(t *testing.T) {
 	}
 	lines := []struct{ line, want string }{
 		{`{"id":"a","max_attempts":2147483648}`, `line 1: max_attempts "2147483648": invalid task: want zero (the worker's default) or 1 to 2147483647`},
+		{`{"id":"a","priority":10}`, `line 1: priority "10": invalid task: want 0 (the default, the lowest) to 9 (the highest)`},
+		{`{"id":"a","priority":-1}`, `line 1: priority "-1": invalid task`},
 		{`{"id":"a","at":"1969-07-20T20:17:00Z"}`, `line 1: at "1969-07-20T20:17:00Z": invalid task: want a time from 1970-01-01T00:00:00Z`},
 		{`null`, "line 1: invalid JSON line: got null, want an object"},
 		{`{"id":"a","id":"b"}`, "line 1: id: invalid JSON line: the field appears twice"},
