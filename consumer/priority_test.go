@@ -146,3 +146,43 @@ func readyTasks(t *testing.T, reg *prometheus.Registry) map[string]float64 {
 	}
 	return out
 }
+
+// TestPriorityKeptThroughRetries: a task of priority 7, delayed, that
+// fails twice runs three times, each with priority 7: its retries go
+// through the delay topics and keep it.
+func TestPriorityKeptThroughRetries(t *testing.T) {
+	_, conn := testutil.StartBroker(t, "")
+	testutil.CreateTopic(t, conn, "pr", 1)
+	seen := make(chan int, 3)
+	stop := runWorker(t, consumer.Conn(conn), consumer.Queues("pr"), consumer.CheckpointDir(t.TempDir()),
+		consumer.WithHandler(consumer.HandlerFunc(func(ctx context.Context, task *consumer.Task) error {
+			seen <- task.Priority
+			if task.Attempt < 3 {
+				return fmt.Errorf("attempt %d fails", task.Attempt)
+			}
+			return nil
+		})))
+	defer func() {
+		if err := stop(); err != nil {
+			t.Error(err)
+		}
+	}()
+	p, err := producer.New(producer.Conn(conn))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	if _, err := p.Submit(t.Context(), onceq.Task{ID: "r-1", Queue: "pr", Priority: 7, Delay: 200 * time.Millisecond, MaxAttempts: 3}); err != nil {
+		t.Fatal(err)
+	}
+	for attempt := 1; attempt <= 3; attempt++ {
+		select {
+		case got := <-seen:
+			if got != 7 {
+				t.Fatalf("attempt %d ran with priority %d, want 7", attempt, got)
+			}
+		case <-time.After(time.Minute):
+			t.Fatalf("attempt %d did not run within a minute", attempt)
+		}
+	}
+}
