@@ -86,15 +86,8 @@ func probeBehindBacklog(b *testing.B, conn broker.Conn, queue string, backlog, p
 	if err != nil {
 		b.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- w.Run(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			b.Error(err)
-		}
-	}()
+	runUntilCleanup(b, w)
+	ctx := context.Background()
 	for deadline := time.Now().Add(time.Minute); ran.Load() == 0 && backlog > 0; time.Sleep(5 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			b.Fatal("the backlog did not start running within a minute")

@@ -452,9 +452,9 @@ func metricValue(t testing.TB, reg *prometheus.Registry, name string) float64 {
 	return 0
 }
 
-// runUntilCleanup runs w until the test ends, and fails the test if Run
-// returns an error.
-func runUntilCleanup(t *testing.T, w *consumer.Worker) {
+// runUntilCleanup runs w until the test (or benchmark) ends, and fails it
+// if Run returns an error.
+func runUntilCleanup(t testing.TB, w *consumer.Worker) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
