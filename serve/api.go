@@ -52,7 +52,8 @@ func seconds(v string) string {
 	return v
 }
 
-// specOf reads a publish's parameters into a spec.
+// specOf reads a publish's parameters into a spec: id, delay, ttl,
+// timeout, tries and priority.
 func specOf(q url.Values) (onceq.Spec, error) {
 	s := onceq.Spec{ID: q.Get("id"), Delay: seconds(q.Get("delay")), TTL: seconds(q.Get("ttl")), Timeout: seconds(q.Get("timeout"))}
 	if s.TTL == "0s" {
@@ -67,6 +68,13 @@ func specOf(q url.Values) (onceq.Spec, error) {
 			return s, badRequest("tries", "%q: want a whole number of attempts from 1 to %d", v, onceq.MaxAttemptCount)
 		}
 		s.MaxAttempts = n
+	}
+	if v := q.Get("priority"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || onceq.ValidatePriority(n) != nil {
+			return s, badRequest("priority", "%q: want a whole number from 0 (the default, the lowest) to %d (the highest)", v, onceq.MaxPriority)
+		}
+		s.Priority = n
 	}
 	return s, nil
 }
@@ -112,7 +120,7 @@ func answer(s control.Submission) published {
 	return published{Msg: "already known", JobID: s.ID, State: s.Record.State}
 }
 
-// publish: PUT /api/{ns}/{queue}?id=&delay=&ttl=&tries=&timeout=, the body
+// publish: PUT /api/{ns}/{queue}?id=&delay=&ttl=&tries=&timeout=&priority=, the body
 // the payload. A task with an ID (an idempotency key) is submitted only
 // if its ID is unknown, with its pending record, in one transaction: 201
 // if new, 200 with its state if known. Without one it takes the fast path

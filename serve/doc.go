@@ -27,10 +27,12 @@
 //	GET    /healthz                              no token: 200 "ok", 503 naming an unhealthy side service
 //	GET    /readyz                               no token: 200 "ok" once the side services are ready, else 503
 //	GET    /metrics                              Prometheus metrics: an operator's token ("*")
-//	PUT    /api/{ns}/{queue}                     publish one task: the body is its payload
+//	PUT    /api/{ns}/{queue}                     publish one task: the body is its payload; id=,
+//	                                             delay=, ttl=, tries=, timeout=, priority=
 //	GET    /api/{ns}/{q1},{q2}                   consume (long-poll): ttr=, timeout=, count=, freeze_tries=
 //	DELETE /api/{ns}/{queue}                     destroy the queue's backlog
-//	PUT    /api/{ns}/{queue}/bulk                lmstfy's bulk publish: a JSON array of payloads
+//	PUT    /api/{ns}/{queue}/bulk                lmstfy's bulk publish: a JSON array of payloads;
+//	                                             delay=, ttl=, tries=, timeout=, priority=
 //	POST   /api/{ns}/{queue}/bulk                publish a JSON array of tasks in one transaction
 //	GET    /api/{ns}/{queue}/peek                the job that waits the longest
 //	GET    /api/{ns}/{queue}/job/{id}            peek a job: its data, and its state, attempts,
@@ -107,7 +109,12 @@
 //
 // A publish without tries or ttl gets lmstfy's defaults (DefaultTries,
 // DefaultJobTTL), and lmstfy's Job-Attr-* headers are kept as the task's
-// job-attr-* headers and answered as its attributes.
+// job-attr-* headers and answered as its attributes. A publish's
+// priority, onceq's, is the task's (onceq.Task.Priority): 0, the default
+// and the lowest, to 9; any other value is refused (400, field priority).
+// A consumed or peeked job answers it as "priority", left out when 0:
+// lmstfy's client ignores fields it does not know. The POST bulk's tasks
+// give theirs as a JSON line does.
 //
 // POST .../job/{id}/cancel is onceq's own cancel, and its status says what
 // the cancel did: 200 it ended canceled, 202 it ends canceled when it

@@ -66,6 +66,10 @@ func FuzzLmstfyPublish(f *testing.F) {
 	f.Add("delay=90&ttl=10", "", "Job-Attr-A", "b", "", "")
 	f.Add("id=order-1&timeout=1m30s&tries=70000", "YES", "Job-Attr-", "x", "job-attr-a", "\x00\xff")
 	f.Add("delay=-1&ttl=1e9&tries=x&id=%20", "NO", "Job-Attr-A", "", "Job-Attr-b", "c")
+	f.Add("priority=9&tries=2", "", "", "", "", "")
+	f.Add("priority=10", "", "", "", "", "")
+	f.Add("priority=-1&delay=5", "", "", "", "", "")
+	f.Add("priority=+07", "", "", "", "", "")
 	now := time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)
 	f.Fuzz(func(t *testing.T, query, version, k1, v1, k2, v2 string) {
 		r, err := http.NewRequest("PUT", "http://x/api/shop/q?"+query, nil)
@@ -95,6 +99,9 @@ func FuzzLmstfyPublish(f *testing.F) {
 		answered(t, taskError(err))
 		if err == nil && task.MaxAttempts < 1 {
 			t.Fatalf("a task of %d attempts from %q", task.MaxAttempts, query)
+		}
+		if err == nil && (task.Priority < 0 || task.Priority > onceq.MaxPriority) {
+			t.Fatalf("a task of priority %d from %q", task.Priority, query)
 		}
 	})
 }

@@ -35,7 +35,8 @@ const (
 )
 
 // lmstfyJob is a job as lmstfy's consume and peek answer it, with
-// onceq's attempt and the consume's ttr.
+// onceq's attempt, priority and the consume's ttr. lmstfy's client decodes
+// a job into a struct and ignores the fields it does not know.
 type lmstfyJob struct {
 	Msg         string            `json:"msg,omitempty"`
 	Namespace   string            `json:"namespace"`
@@ -47,7 +48,10 @@ type lmstfyJob struct {
 	RemainTries int64             `json:"remain_tries"`
 	Attributes  map[string]string `json:"attributes"`
 	Attempt     int               `json:"attempt,omitempty"`
-	TTR         int64             `json:"ttr,omitempty"`
+	// Priority is the task's, 0 (left out) to onceq.MaxPriority:
+	// onceq's, not lmstfy's.
+	Priority int   `json:"priority,omitempty"`
+	TTR      int64 `json:"ttr,omitempty"`
 	// Lease names a consume's hold of the job, for an acknowledgment that
 	// names it (lease=): onceq's, not lmstfy's.
 	Lease string `json:"lease,omitempty"`
@@ -63,7 +67,7 @@ type lmstfyJob struct {
 // down by one when a job is consumed.
 func lmstfyJobOf(ns string, t *onceq.Task, now time.Time, spent bool) lmstfyJob {
 	j := lmstfyJob{Namespace: ns, Queue: queueIn(ns, t.Queue), JobID: t.ID, Data: t.Payload,
-		Attempt: t.Attempt, Attributes: attributesOf(t.Headers)}
+		Attempt: t.Attempt, Priority: t.Priority, Attributes: attributesOf(t.Headers)}
 	if j.Data == nil {
 		j.Data = []byte{}
 	}
@@ -146,7 +150,8 @@ func attributesOf(hs []onceq.Header) map[string]string {
 }
 
 // lmstfySpec reads lmstfy's publish parameters (delay, ttl, tries, and
-// onceq's id and timeout) with lmstfy's defaults: 1 try, a ttl of a day.
+// onceq's id, timeout and priority) with lmstfy's defaults: 1 try, a ttl
+// of a day.
 func lmstfySpec(r *http.Request) (onceq.Spec, error) {
 	q := r.URL.Query()
 	s, err := specOf(q)
@@ -172,7 +177,7 @@ func lmstfySpec(r *http.Request) (onceq.Spec, error) {
 	return s, nil
 }
 
-// bulkLmstfy: PUT /api/{ns}/{queue}/bulk?delay=&ttl=&tries=, lmstfy's
+// bulkLmstfy: PUT /api/{ns}/{queue}/bulk?delay=&ttl=&tries=&priority=, lmstfy's
 // bulk publish: the body is a JSON array of at most 64 values, each the
 // payload of one job (its JSON text), all with the query's parameters and
 // the request's attributes, submitted in one transaction. 201
@@ -245,7 +250,7 @@ func lmstfyBulk(body []byte, spec onceq.Spec, maxPayload int, now time.Time) ([]
 	return tasks, nil
 }
 
-// republish: PUT /api/{ns}/{queue}/job/{id}?delay=&ttl=&tries=, lmstfy's
+// republish: PUT /api/{ns}/{queue}/job/{id}?delay=&ttl=&tries=&priority=, lmstfy's
 // republish: the job is acknowledged (or, not handed out, canceled) and
 // the body published as a new job, with an ID of its own: 201.
 func (s *Server) republish(w http.ResponseWriter, r *http.Request) {

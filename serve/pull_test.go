@@ -117,6 +117,7 @@ type handedOut struct {
 	Attempt          int
 	RemainTries      int `json:"remain_tries"`
 	Lease            string
+	Priority         *int // nil when the answer leaves it out
 }
 
 // consume long-polls for tasks.

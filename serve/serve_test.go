@@ -196,7 +196,7 @@ func TestPublishAndAsk(t *testing.T) {
 		{"PUT", "/api/shop/emails?tries=0", "x", 400, "tries"},
 		{"PUT", "/api/shop/emails?ttl=-5", "x", 400, "ttl"},
 		{"PUT", "/api/shop/emails?timeout=soon", "x", 400, "timeout"},
-		{"PUT", "/api/shop/emails?priority=1", "x", 400, "priority"},
+		{"PUT", "/api/shop/emails?priority=10", "x", 400, "priority"},
 		{"PUT", "/api/shop/emails?id=a%20b", "x", 400, "id"},
 		{"PUT", "/api/shop/emails?delay=1&delay=2", "x", 400, "delay"},
 		{"PUT", "/api/shop/bad%20queue", "x", 400, "queue"},

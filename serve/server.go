@@ -182,8 +182,8 @@ type route struct {
 }
 
 // publishParams are a publish's query parameters: lmstfy's delay, ttl
-// and tries, and onceq's id and timeout.
-var publishParams = []string{"id", "delay", "ttl", "tries", "timeout"}
+// and tries, and onceq's id, timeout and priority.
+var publishParams = []string{"id", "delay", "ttl", "tries", "timeout", "priority"}
 
 // apiRoutes are the endpoints under /api.
 func (s *Server) apiRoutes() []route {
@@ -194,10 +194,10 @@ func (s *Server) apiRoutes() []route {
 		{"GET", "/api/{ns}/{queue}", "consume", write, []string{"ttr", "timeout", "count", "freeze_tries"}, s.consume},
 		{"DELETE", "/api/{ns}/{queue}", "destroy", write, nil, s.destroy},
 		{"POST", "/api/{ns}/{queue}/bulk", "bulk", write, nil, s.bulk},
-		{"PUT", "/api/{ns}/{queue}/bulk", "bulk_lmstfy", write, []string{"delay", "ttl", "tries", "timeout"}, s.bulkLmstfy},
+		{"PUT", "/api/{ns}/{queue}/bulk", "bulk_lmstfy", write, []string{"delay", "ttl", "tries", "timeout", "priority"}, s.bulkLmstfy},
 		{"GET", "/api/{ns}/{queue}/peek", "peek", read, nil, s.peekQueue},
 		{"GET", "/api/{ns}/{queue}/job/{id}", "job", read, nil, s.job},
-		{"PUT", "/api/{ns}/{queue}/job/{id}", "republish", write, []string{"delay", "ttl", "tries", "timeout"}, s.republish},
+		{"PUT", "/api/{ns}/{queue}/job/{id}", "republish", write, []string{"delay", "ttl", "tries", "timeout", "priority"}, s.republish},
 		{"GET", "/api/{ns}/{queue}/job/{id}/wait", "wait", read, []string{"timeout"}, s.wait},
 		{"DELETE", "/api/{ns}/{queue}/job/{id}", "cancel", write, []string{"lease"}, s.cancel},
 		{"POST", "/api/{ns}/{queue}/job/{id}/cancel", "cancel_job", write, []string{"ahead"}, s.cancelJob},
