@@ -61,11 +61,13 @@ func ParseTaskState(s string) (TaskState, error) {
 // record is:
 //
 //	{"v":1,"id":"order-7","queue":"emails","state":"succeeded","attempt":1,
-//	 "enqueued":1700000000000,"started":1700000000100,"finished":1700000000120,
-//	 "worker":"worker-1/3f2a","partition":3,"offset":1042,"result":"b2s="}
+//	 "priority":5,"enqueued":1700000000000,"started":1700000000100,
+//	 "finished":1700000000120,"worker":"worker-1/3f2a","partition":3,
+//	 "offset":1042,"result":"b2s="}
 //
 // Times are unix milliseconds; result is base64; empty fields are left
-// out.
+// out, so a record of priority 0 has none, as records written before
+// priorities existed.
 type TaskRecord struct {
 	ID    string
 	Queue string
@@ -75,6 +77,8 @@ type TaskRecord struct {
 	// 0 for the worker's default.
 	Attempt     int
 	MaxAttempts int
+	// Priority is the task's priority (Task.Priority), 0 to MaxPriority.
+	Priority int
 	// Enqueued is when the task was first submitted; Started and Finished
 	// bound the run; Due is when a scheduled or retrying task runs next.
 	Enqueued, Started, Finished, Due time.Time
@@ -114,6 +118,9 @@ func (r *TaskRecord) AppendJSON(b []byte) []byte {
 	if r.MaxAttempts != 0 {
 		b = appendField(b, "max_attempts", int64(r.MaxAttempts))
 	}
+	if r.Priority != 0 {
+		b = appendField(b, "priority", int64(r.Priority))
+	}
 	b = appendTime(b, "enqueued", r.Enqueued)
 	b = appendTime(b, "started", r.Started)
 	b = appendTime(b, "finished", r.Finished)
@@ -132,9 +139,9 @@ func (r *TaskRecord) AppendJSON(b []byte) []byte {
 }
 
 // JSONSize is a close upper bound of the size of AppendJSON's output when
-// no string needs escaping: the fixed fields take at most 200 bytes.
+// no string needs escaping: the fixed fields take at most 215 bytes.
 func (r *TaskRecord) JSONSize() int {
-	return 200 + len(r.ID) + len(r.Queue) + len(r.Worker) + len(r.Reason) + len(r.Error) + base64.StdEncoding.EncodedLen(len(r.Result))
+	return 215 + len(r.ID) + len(r.Queue) + len(r.Worker) + len(r.Reason) + len(r.Error) + base64.StdEncoding.EncodedLen(len(r.Result))
 }
 
 func appendField(b []byte, name string, n int64) []byte {
@@ -193,6 +200,7 @@ type taskRecordJSON struct {
 	State       string  `json:"state"`
 	Attempt     int     `json:"attempt"`
 	MaxAttempts int     `json:"max_attempts"`
+	Priority    int     `json:"priority"`
 	Enqueued    int64   `json:"enqueued"`
 	Started     int64   `json:"started"`
 	Finished    int64   `json:"finished"`
@@ -237,7 +245,10 @@ func DecodeTaskRecord(value []byte) (TaskRecord, error) {
 	if j.Attempt < 0 || j.Attempt > MaxAttemptCount || j.MaxAttempts < 0 || j.MaxAttempts > MaxAttemptCount || j.Partition < 0 || j.Offset < 0 {
 		return TaskRecord{}, fmt.Errorf("onceq: task record of %q: attempt, max_attempts, partition and offset are whole numbers from 0", j.ID)
 	}
-	r := TaskRecord{ID: j.ID, Queue: j.Queue, State: st, Attempt: j.Attempt, MaxAttempts: j.MaxAttempts,
+	if j.Priority < 0 || j.Priority > MaxPriority {
+		return TaskRecord{}, fmt.Errorf("onceq: task record of %q: priority %d: want 0 (the default, the lowest) to %d (the highest)", j.ID, j.Priority, MaxPriority)
+	}
+	r := TaskRecord{ID: j.ID, Queue: j.Queue, State: st, Attempt: j.Attempt, MaxAttempts: j.MaxAttempts, Priority: j.Priority,
 		Worker: j.Worker, Reason: j.Reason, Error: j.Error, Partition: j.Partition, Offset: j.Offset}
 	for _, f := range []struct {
 		name string

@@ -34,8 +34,8 @@ func decodeCanonical(b []byte) (j taskRecordJSON, ok bool) {
 		*to = n
 		return ok
 	}
-	var attempt, maxAttempts, partition int64
-	ok = num("attempt", &attempt) && num("max_attempts", &maxAttempts) && num("enqueued", &j.Enqueued) &&
+	var attempt, maxAttempts, priority, partition int64
+	ok = num("attempt", &attempt) && num("max_attempts", &maxAttempts) && num("priority", &priority) && num("enqueued", &j.Enqueued) &&
 		num("started", &j.Started) && num("finished", &j.Finished) && num("due", &j.Due)
 	for _, f := range []struct {
 		name string
@@ -51,10 +51,11 @@ func decodeCanonical(b []byte) (j taskRecordJSON, ok bool) {
 		r, ok = p.str()
 		j.Result = &r
 	}
-	if !ok || !p.lit("}") || p.i != len(b) || attempt > MaxAttemptCount || maxAttempts > MaxAttemptCount || partition > 1<<31-1 {
+	// Out of range, a number takes the slow path, which refuses it.
+	if !ok || !p.lit("}") || p.i != len(b) || attempt > MaxAttemptCount || maxAttempts > MaxAttemptCount || priority > MaxPriority || partition > 1<<31-1 {
 		return taskRecordJSON{}, false
 	}
-	j.Attempt, j.MaxAttempts, j.Partition = int(attempt), int(maxAttempts), int32(partition)
+	j.Attempt, j.MaxAttempts, j.Priority, j.Partition = int(attempt), int(maxAttempts), int(priority), int32(partition)
 	return j, true
 }
 

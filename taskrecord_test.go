@@ -13,7 +13,7 @@ func TestTaskRecordRoundTrip(t *testing.T) {
 	for _, r := range []TaskRecord{
 		{ID: "a", Queue: "q", State: StateSucceeded, Attempt: 1, Enqueued: at, Started: at.Add(time.Second), Finished: at.Add(2 * time.Second),
 			Worker: "w-1", Partition: 3, Offset: 1042, Result: []byte("ok\x00\xff")},
-		{ID: "b", Queue: "q", State: StateRetrying, Attempt: 2, MaxAttempts: 5, Due: at, Error: "boom: \"quoted\"\n\ttab \x01 \u2028 é", Result: nil},
+		{ID: "b", Queue: "q", State: StateRetrying, Attempt: 2, MaxAttempts: 5, Priority: 9, Due: at, Error: "boom: \"quoted\"\n\ttab \x01 \u2028 é", Result: nil},
 		{ID: "c", Queue: "q", State: StateDead, Reason: "max_attempts", Error: "bad \xff utf-8", Result: []byte{}},
 		{ID: "q/0/7", Queue: "q", State: StateCanceled},
 	} {
@@ -61,6 +61,9 @@ func TestDecodeTaskRecordRefuses(t *testing.T) {
 		{`{"v":1,"id":"a","queue":"","state":"dead"}`, "invalid queue"},
 		{`{"v":1,"id":"a","queue":"q","state":"dead","attempt":-1}`, "whole numbers"},
 		{`{"v":1,"id":"a","queue":"q","state":"dead","due":-5}`, "due -5"},
+		{`{"v":1,"id":"a","queue":"q","state":"dead","priority":10}`, `task record of "a": priority 10: want 0 (the default, the lowest) to 9 (the highest)`},
+		{`{"v":1,"id":"a","queue":"q","state":"dead","priority":-1}`, "priority -1"},
+		{`{"v":1,"id":"a","queue":"q","state":"dead","priority":"5"}`, "task record"},
 		{`{"v":1,"id":"a","queue":"q","state":"dead","result":"%%"}`, "not base64"},
 		{`[1]`, "task record"},
 		{``, "task record"},
@@ -95,6 +98,10 @@ func FuzzDecodeTaskRecord(f *testing.F) {
 	f.Add([]byte(`{"v":1,"id":"a","queue":"q","state":"dead","reason":"failed","partition":2,"offset":9}`))
 	f.Add([]byte(`{"v":1,"id":"a","queue":"q","state":"succeeded","attempt":01}`))
 	f.Add([]byte(`{"v":1,"id":"é","queue":"q","state":"dead","error":"x\u2028"}`))
+	f.Add([]byte(`{"v":1,"id":"a","queue":"q","state":"succeeded","attempt":1,"max_attempts":3,"priority":9,"enqueued":1}`))
+	f.Add([]byte(`{"v":1,"id":"a","queue":"q","state":"succeeded","priority":10}`))
+	f.Add([]byte(`{"v":1,"id":"a","queue":"q","state":"succeeded","priority":0}`))
+	f.Add([]byte(`{"v":1,"id":"a","queue":"q","state":"succeeded","enqueued":1,"priority":4}`))
 	f.Fuzz(func(t *testing.T, value []byte) {
 		if fast, ok := decodeCanonical(value); ok {
 			var slow taskRecordJSON
@@ -163,7 +170,7 @@ func FuzzDecodeTaskRecords(f *testing.F) {
 func TestCanonicalIsTheFastPath(t *testing.T) {
 	at := time.UnixMilli(1_700_000_000_123)
 	for _, r := range []TaskRecord{
-		{ID: "a", Queue: "q", State: StateSucceeded, Attempt: 1, MaxAttempts: 5, Enqueued: at, Started: at, Finished: at, Due: at,
+		{ID: "a", Queue: "q", State: StateSucceeded, Attempt: 1, MaxAttempts: 5, Priority: MaxPriority, Enqueued: at, Started: at, Finished: at, Due: at,
 			Worker: "w", Reason: "r", Error: "plain é", Partition: 2147483647, Offset: 1 << 40, Result: []byte{0, 1}},
 		{ID: "q/0/7", Queue: "q", State: StatePending},
 	} {
@@ -182,9 +189,33 @@ func TestCanonicalIsTheFastPath(t *testing.T) {
 		`{"v":1,"id":"a","queue":"q","state":"dead","attempt":01}`,
 		`{"v":1, "id":"a","queue":"q","state":"dead"}`,
 		`{"v":1,"id":"a","queue":"q","state":"dead","offset":1,"partition":2}`,
+		`{"v":1,"id":"a","queue":"q","state":"dead","priority":10}`,
+		`{"v":1,"id":"a","queue":"q","state":"dead","enqueued":1,"priority":4}`,
 	} {
 		if _, ok := decodeCanonical([]byte(v)); ok {
 			t.Errorf("the fast path read %s", v)
 		}
+	}
+}
+
+// TestTaskRecordWithoutPriority: a record written before priorities
+// existed, without the field, decodes as priority 0 on either path, and
+// a record of priority 0 is written without it, as those were.
+func TestTaskRecordWithoutPriority(t *testing.T) {
+	for _, v := range []string{
+		`{"v":1,"id":"a","queue":"q","state":"succeeded","attempt":1,"max_attempts":3,"enqueued":1700000000000,"partition":3,"offset":1042}`,
+		`{"v":1, "id":"a","queue":"q","state":"succeeded","attempt":1,"max_attempts":3,"enqueued":1700000000000,"partition":3,"offset":1042}`,
+	} {
+		r, err := DecodeTaskRecord([]byte(v))
+		if err != nil || r.Priority != 0 || r.MaxAttempts != 3 || r.Offset != 1042 {
+			t.Fatalf("%s: %+v, %v; want priority 0", v, r, err)
+		}
+		if again := r.AppendJSON(nil); strings.Contains(string(again), "priority") {
+			t.Fatalf("a record of priority 0 written as %s", again)
+		}
+	}
+	r := TaskRecord{ID: "a", Queue: "q", State: StateSucceeded, Priority: 5}
+	if v := string(r.AppendJSON(nil)); !strings.Contains(v, `,"priority":5`) {
+		t.Fatalf("a record of priority 5 written as %s", v)
 	}
 }

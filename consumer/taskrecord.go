@@ -28,11 +28,12 @@ type taskFacts struct {
 	ok                   bool // the task was decoded
 	id, queue            string
 	attempt, maxAttempts int
+	priority             int
 	enqueued             time.Time
 }
 
 func factsOf(t *onceq.Task) taskFacts {
-	return taskFacts{ok: true, id: t.ID, queue: t.Queue, attempt: t.Attempt, maxAttempts: t.MaxAttempts, enqueued: t.Enqueued}
+	return taskFacts{ok: true, id: t.ID, queue: t.Queue, attempt: t.Attempt, maxAttempts: t.MaxAttempts, priority: t.Priority, enqueued: t.Enqueued}
 }
 
 // taskRecord is the result's task record; ok is false when it writes
@@ -48,7 +49,7 @@ func (w *Worker) taskRecord(res *result) (tr onceq.TaskRecord, ok bool) {
 	tr = onceq.TaskRecord{ID: res.id, Queue: res.src.Topic, State: o.state, Worker: w.instanceID,
 		Reason: o.reason, Error: onceq.CutError(o.err), Partition: res.src.Partition, Offset: res.src.Offset}
 	if t := o.task; t.ok {
-		tr.ID, tr.Attempt, tr.MaxAttempts, tr.Enqueued = t.id, t.attempt, t.maxAttempts, t.enqueued
+		tr.ID, tr.Attempt, tr.MaxAttempts, tr.Priority, tr.Enqueued = t.id, t.attempt, t.maxAttempts, t.priority, t.enqueued
 		if onceq.QueueTopic(t.queue) == res.src.Topic {
 			tr.Queue = t.queue
 		}

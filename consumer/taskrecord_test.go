@@ -49,12 +49,15 @@ func states(rs []onceq.TaskRecord) string {
 
 // TestTaskRecordsTellEachTasksLife runs a task that fails once and then
 // succeeds with a result, one that dies and one that is due later, and
-// reads their records as a read_committed client would.
+// reads their records as a read_committed client would. Each record
+// carries its task's priority: flaky's 5 through its retry, later's 2,
+// and none (0) for doomed, which has none.
 func TestTaskRecordsTellEachTasksLife(t *testing.T) {
 	_, conn := testutil.StartBroker(t, "")
 	testutil.CreateTopic(t, conn, "in", 2)
-	produceTasks(t, conn, "in", []string{"flaky", "doomed"})
-	produceTasks(t, conn, "in", []string{"later"}, func(task *onceq.Task) { task.Delay = time.Hour })
+	produceTasks(t, conn, "in", []string{"flaky"}, func(task *onceq.Task) { task.Priority = 5 })
+	produceTasks(t, conn, "in", []string{"doomed"})
+	produceTasks(t, conn, "in", []string{"later"}, func(task *onceq.Task) { task.Delay, task.Priority = time.Hour, 2 })
 	h := consumer.HandlerFunc(func(ctx context.Context, task *consumer.Task) error {
 		switch {
 		case task.ID == "doomed":
@@ -92,6 +95,13 @@ func TestTaskRecordsTellEachTasksLife(t *testing.T) {
 	}
 	if got := states(byID["later"]); got != "scheduled#1" {
 		t.Fatalf("later: %s, want scheduled#1", got)
+	}
+	for id, want := range map[string]int{"flaky": 5, "doomed": 0, "later": 2} {
+		for _, r := range byID[id] {
+			if r.Priority != want {
+				t.Errorf("%s's %s record has priority %d, want %d", id, r.State, r.Priority, want)
+			}
+		}
 	}
 	if s := byID["later"][0]; s.Due.Before(time.Now().Add(50 * time.Minute)) {
 		t.Errorf("scheduled record due %v, want an hour ahead", s.Due)

@@ -110,7 +110,7 @@ func (c *Controller) SubmitUnique(ctx context.Context, p *producer.Producer, tas
 // pendingRecord is the record SubmitPending wrote for a task, as far as
 // its receipt tells.
 func pendingRecord(t onceq.Task, rc producer.Receipt, now time.Time) onceq.TaskRecord {
-	r := onceq.TaskRecord{ID: t.ID, Queue: t.Queue, State: onceq.StatePending, MaxAttempts: t.MaxAttempts, Enqueued: now}
+	r := onceq.TaskRecord{ID: t.ID, Queue: t.Queue, State: onceq.StatePending, MaxAttempts: t.MaxAttempts, Priority: t.Priority, Enqueued: now}
 	if rc.Delayed {
 		r.State = onceq.StateScheduled
 		r.Due = t.Due

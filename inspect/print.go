@@ -25,6 +25,7 @@ const maxTextResult = 4096
 //	queue     emails
 //	state     succeeded
 //	attempt   2 of 5
+//	priority  7
 //	enqueued  2026-11-24T12:00:00.120Z
 //	started   2026-11-24T12:00:03.200Z
 //	finished  2026-11-24T12:00:03.215Z (ran 15ms)
@@ -32,7 +33,7 @@ const maxTextResult = 4096
 //	result    {"sent":true}
 //	record    emails/3@1042
 //
-// Unset fields are left out. A result that is not printable text is shown
+// Unset fields are left out: priority 0, the default, among them. A result that is not printable text is shown
 // in base64, and a long one cut, saying so.
 func WriteTask(w io.Writer, r onceq.TaskRecord) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
@@ -50,6 +51,9 @@ func WriteTask(w io.Writer, r onceq.TaskRecord) error {
 			a += " of " + strconv.Itoa(r.MaxAttempts)
 		}
 		line("attempt", a)
+	}
+	if r.Priority > 0 {
+		line("priority", strconv.Itoa(r.Priority))
 	}
 	line("enqueued", formatTime(r.Enqueued))
 	line("started", formatTime(r.Started))

@@ -12,7 +12,7 @@ import (
 func TestWriteTask(t *testing.T) {
 	at := time.Date(2026, 11, 24, 12, 0, 0, 120e6, time.UTC)
 	var b bytes.Buffer
-	err := WriteTask(&b, onceq.TaskRecord{ID: "order-7", Queue: "emails", State: onceq.StateSucceeded, Attempt: 2, MaxAttempts: 5,
+	err := WriteTask(&b, onceq.TaskRecord{ID: "order-7", Queue: "emails", State: onceq.StateSucceeded, Attempt: 2, MaxAttempts: 5, Priority: 7,
 		Enqueued: at, Started: at.Add(3 * time.Second), Finished: at.Add(3*time.Second + 15*time.Millisecond),
 		Worker: "onceq-3f2a", Result: []byte(`{"sent":true}`), Partition: 3, Offset: 1042})
 	if err != nil {
@@ -22,6 +22,7 @@ func TestWriteTask(t *testing.T) {
 queue     emails
 state     succeeded
 attempt   2 of 5
+priority  7
 enqueued  2026-11-24T12:00:00.120Z
 started   2026-11-24T12:00:03.120Z
 finished  2026-11-24T12:00:03.135Z (ran 15ms)

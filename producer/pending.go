@@ -53,7 +53,8 @@ func (tx *Tx) SubmitPending(task onceq.Task) error {
 	if err != nil {
 		return fmt.Errorf("producer: task %s: %w", task.ID, err)
 	}
-	tr := onceq.TaskRecord{ID: task.ID, Queue: task.Queue, State: onceq.StatePending, MaxAttempts: task.MaxAttempts, Enqueued: task.Enqueued}
+	tr := onceq.TaskRecord{ID: task.ID, Queue: task.Queue, State: onceq.StatePending, MaxAttempts: task.MaxAttempts, Priority: task.Priority,
+		Enqueued: task.Enqueued}
 	if task.DelayedAt(now) {
 		tr.State, tr.Due = onceq.StateScheduled, task.Due
 	}

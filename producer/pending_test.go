@@ -13,12 +13,13 @@ import (
 
 // TestSubmitPending: the task and its pending (or scheduled) record commit
 // together, the records topic is made with the queue's partitions, and an
-// aborted transaction leaves neither visible.
+// aborted transaction leaves neither visible. A record has its task's
+// priority, or the producer's TaskPriority for a task of none.
 func TestSubmitPending(t *testing.T) {
-	conn, p := setup(t, []string{"jobs"})
+	conn, p := setup(t, []string{"jobs"}, producer.TaskPriority(2))
 	ctx := ctxT(t)
 	err := p.Tx(ctx, func(tx *producer.Tx) error {
-		if err := tx.SubmitPending(onceq.Task{Queue: "jobs", ID: "now", Payload: []byte("p")}); err != nil {
+		if err := tx.SubmitPending(onceq.Task{Queue: "jobs", ID: "now", Payload: []byte("p"), Priority: 6}); err != nil {
 			return err
 		}
 		return tx.SubmitPending(onceq.Task{Queue: "jobs", ID: "later", Payload: []byte("p"), Delay: time.Minute})
@@ -58,6 +59,9 @@ func TestSubmitPending(t *testing.T) {
 	}
 	if len(got) != 3 || got[generated].State != onceq.StatePending || got["now"].State != onceq.StatePending || got["later"].State != onceq.StateScheduled || got["now"].Worker != "" {
 		t.Fatalf("records: %+v", got)
+	}
+	if got["now"].Priority != 6 || got["later"].Priority != 2 {
+		t.Errorf("records of priority %d and %d, want now's own 6 and the producer's 2 for later", got["now"].Priority, got["later"].Priority)
 	}
 	if d := time.Until(got["later"].Due); d < 50*time.Second || d > time.Minute {
 		t.Errorf("scheduled record due in %v, want a minute", d)

@@ -15,8 +15,10 @@ import (
 // TestPublishPriority: a publish's priority= (one job, with an ID or
 // without, and lmstfy's bulk) and a POST bulk task's "priority" become
 // the task's onceq-priority header; a consume answers each job's
-// priority, left out when 0; a priority out of range, or not a number,
-// is answered 400 naming priority and its range, and writes nothing.
+// priority, left out when 0; once acknowledged, the task's record, as
+// the API and the console's task page show it, has it too. A priority
+// out of range, or not a number, is answered 400 naming priority and its
+// range, and writes nothing.
 func TestPublishPriority(t *testing.T) {
 	a := start(t, serve.CreateQueues(1))
 	tok := a.token("shop", false)
@@ -82,6 +84,9 @@ func TestPublishPriority(t *testing.T) {
 			t.Fatalf("consume: %d", code)
 		}
 		for _, j := range jobs {
+			if code, body := a.do("DELETE", "/api/shop/jobs/job/"+j.JobID, tok, ""); code != 204 {
+				t.Fatalf("ack of %s: %d %v", j.JobID, code, body)
+			}
 			got[name[j.JobID]] = "none"
 			if j.Priority != nil {
 				got[name[j.JobID]] = fmt.Sprint(*j.Priority)
@@ -90,5 +95,18 @@ func TestPublishPriority(t *testing.T) {
 	}
 	if !maps.Equal(got, want) {
 		t.Fatalf("consumed jobs with priorities %v; want %v", got, want)
+	}
+
+	// The records of the tasks the pull worker ran: p-7's has its
+	// priority, p-0's none.
+	for id, want := range map[string]any{"p-7": 7.0, "p-0": nil} {
+		code, body := a.do("GET", "/api/shop/jobs/job/"+id+"/wait?timeout=60", tok, "")
+		task, _ := body["task"].(map[string]any)
+		if code != 200 || task["state"] != "succeeded" || task["priority"] != want {
+			t.Fatalf("record of %s: %d %v; want succeeded with priority %v", id, code, body, want)
+		}
+	}
+	if code, _, page := a.page("GET", "/console/q/shop.jobs/task/p-7", tok, nil); code != 200 || !strings.Contains(page, `<dt>Priority</dt><dd id="priority">7</dd>`) {
+		t.Fatalf("console's task page of p-7: %d, want its priority 7 in\n%s", code, page)
 	}
 }

@@ -43,7 +43,7 @@ func TestTaskCommands(t *testing.T) {
 	defer w.Kill()
 	w.WaitOutput(t, "worker started", 30*time.Second) // it made the records topic
 	for _, args := range [][]string{
-		{"produce", "--queue", "jobs", "--id", "flaky-1", "--header", "fail=2", "hello"},
+		{"produce", "--queue", "jobs", "--id", "flaky-1", "--header", "fail=2", "--priority", "7", "hello"},
 		{"produce", "--queue", "jobs", "--id", "doomed-1", "--header", "fail=always", "hello"},
 	} {
 		if code, _, stderr := runCLI(t, "", append([]string{"--brokers", addr}, args...)...); code != 0 {
@@ -51,16 +51,16 @@ func TestTaskCommands(t *testing.T) {
 		}
 	}
 	code, out, stderr := runCLI(t, "", "--brokers", addr, "task", "wait", "jobs", "flaky-1", "--timeout", "60s")
-	if code != 0 || !strings.Contains(out, "state     succeeded") || !strings.Contains(out, "attempt   3") ||
+	if code != 0 || !strings.Contains(out, "state     succeeded") || !strings.Contains(out, "attempt   3") || !strings.Contains(out, "priority  7\n") ||
 		!strings.Contains(out, `result    {"runs":1,"attempt":3}`) {
 		t.Fatalf("task wait flaky-1: exit %d\n%s%s", code, out, stderr)
 	}
 	code, out, _ = runCLI(t, "", "--brokers", addr, "task", "wait", "jobs", "doomed-1", "--timeout", "60s")
-	if code != exitFailure || !strings.Contains(out, "state     dead") || !strings.Contains(out, "reason    max_attempts") {
+	if code != exitFailure || !strings.Contains(out, "state     dead") || !strings.Contains(out, "reason    max_attempts") || strings.Contains(out, "priority") {
 		t.Fatalf("task wait doomed-1: exit %d\n%s", code, out)
 	}
 	code, out, _ = runCLI(t, "", "--brokers", addr, "task", "get", "jobs", "flaky-1", "--json")
-	if code != 0 || !strings.HasPrefix(out, `{"v":1,"id":"flaky-1","queue":"jobs","state":"succeeded"`) {
+	if code != 0 || !strings.HasPrefix(out, `{"v":1,"id":"flaky-1","queue":"jobs","state":"succeeded"`) || !strings.Contains(out, `,"priority":7,`) {
 		t.Fatalf("task get --json: exit %d\n%s", code, out)
 	}
 	code, out, _ = runCLI(t, "", "--brokers", addr, "task", "list", "jobs", "--state", "dead,succeeded")
