@@ -121,7 +121,7 @@ func attributesFrom(h http.Header) ([]onceq.Header, error) {
 			continue
 		}
 		k = strings.TrimPrefix(k, attributeHTTPPrefix)
-		k = strings.ToLower(k[:min(len(k), maxAttributeKeyLen)])
+		k = lowerASCII(k[:min(len(k), maxAttributeKeyLen)])
 		attrs[k] = vs[0][:min(len(vs[0]), maxAttributeValLen)]
 	}
 	if len(attrs) > maxAttributes {
@@ -132,6 +132,20 @@ func attributesFrom(h http.Header) ([]onceq.Header, error) {
 		hs = append(hs, onceq.Header{Key: attributeHeader + k, Value: []byte(v)})
 	}
 	return hs, nil
+}
+
+// lowerASCII lowers the ASCII letters of s and keeps its other bytes:
+// strings.ToLower would turn bytes that are not UTF-8 into U+FFFD, three
+// bytes each, past the key's limit. (net/http admits only ASCII tokens
+// as header names; a caller of attributesFrom may pass others.)
+func lowerASCII(s string) string {
+	b := []byte(s)
+	for i, c := range b {
+		if 'A' <= c && c <= 'Z' {
+			b[i] = c + 'a' - 'A'
+		}
+	}
+	return string(b)
 }
 
 // attributesOf returns the job attributes among a task's headers, nil
