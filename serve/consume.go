@@ -14,9 +14,15 @@ import (
 	"github.com/onceq/onceq/broker"
 )
 
+// ImmediateWait is how long a consume with timeout=0 waits for a job: a
+// job published just before it reaches the server's pull worker through
+// Kafka, typically within milliseconds. A queue with no job answers 404
+// after it.
+const ImmediateWait = 250 * time.Millisecond
+
 // consume: GET /api/{ns}/{q1},{q2}...?ttr=&timeout=&count=: long-polls
-// up to timeout seconds for tasks of the queues, the first queue first,
-// and hands out at most count, each for ttr seconds.
+// up to timeout seconds (ImmediateWait for 0) for tasks of the queues, the
+// first queue first, and hands out at most count, each for ttr seconds.
 func (s *Server) consume(w http.ResponseWriter, r *http.Request) {
 	ns := r.PathValue("ns")
 	q := r.URL.Query()
@@ -56,7 +62,14 @@ func (s *Server) consume(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	until := time.Now().Add(timeout + wantGrace)
+	// A consume that does not wait (timeout 0) still waits ImmediateWait
+	// for a job: one published a moment before is on its way from Kafka
+	// to the pull worker, where lmstfy's Redis would have it at once.
+	wait := timeout
+	if wait == 0 {
+		wait = ImmediateWait
+	}
+	until := time.Now().Add(wait + wantGrace)
 	queues := make([]*pullQueue, 0, len(topics))
 	for _, t := range topics {
 		ok, err := s.queueExists(r.Context(), t)
@@ -75,7 +88,7 @@ func (s *Server) consume(w http.ResponseWriter, r *http.Request) {
 			s.pull.announce(t, until, false)
 		}
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), timeout)
+	ctx, cancel := context.WithTimeout(r.Context(), wait)
 	defer cancel()
 	out := s.takeJobs(ctx, ns, queues, count, grant{ttr: ttr, freeze: freeze})
 	if len(out) == 0 {

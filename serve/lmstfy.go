@@ -84,7 +84,9 @@ func lmstfyJobOf(ns string, t *onceq.Task, now time.Time, spent bool) lmstfyJob 
 		j.ElapsedMS = now.Sub(t.Enqueued).Milliseconds()
 	}
 	if !t.Expires.IsZero() {
-		j.TTL = max(int64(t.Expires.Sub(now)/time.Second), 0)
+		// Rounded to the nearest second, as Redis's TTL is: a job
+		// published with ttl=10 and consumed at once answers 10.
+		j.TTL = max(int64((t.Expires.Sub(now)+time.Second/2)/time.Second), 0)
 	}
 	if t.Input != nil {
 		j.Input = t.Input

@@ -489,3 +489,32 @@ func TestLmstfyParams(t *testing.T) {
 		}
 	})
 }
+
+// TestLmstfyClientConsumeAtOnce: what lmstfy's own client tests do first
+// thing (client_test.go's Consume, Ack and dead-letter tests): publish,
+// then consume at once with timeout 0. The job is on its way from Kafka
+// to the pull worker; the consume waits ImmediateWait for it rather than
+// answering 404. A job republished with ttl 10 and consumed at once
+// answers ttl 10, rounded as Redis's TTL is. An empty queue answers 404.
+func TestLmstfyClientConsumeAtOnce(t *testing.T) {
+	eachLayout(t, func(t *testing.T, layout serve.Opt) {
+		a := start(t, layout, serve.CreateQueues(2))
+		c := &lmstfyClient{t: t, a: a, ns: "ns", token: a.token("ns", false)}
+		for i := range 3 {
+			q := fmt.Sprintf("at-once-%d", i)
+			id := c.publish(q, "", []byte("hello"), nil, 0, 1, 0)
+			got := c.consume([]string{q}, 0, 10, 0, false)
+			if len(got) != 1 || got[0].ID != id || string(got[0].Data) != "hello" {
+				t.Fatalf("consume with timeout 0 right after the publish to %s: %+v; want job %s", q, got, id)
+			}
+			again := c.publish(q, got[0].ID, got[0].Data, nil, 10, 1, 0) // RePublish: ttl 10
+			got = c.consume([]string{q}, 0, 10, 0, false)
+			if len(got) != 1 || got[0].ID != again || got[0].TTL != 10 {
+				t.Fatalf("consume of the republished job: %+v; want job %s with ttl 10", got, again)
+			}
+		}
+		if got := c.consume([]string{"at-once-0"}, 0, 10, 0, false); len(got) != 0 {
+			t.Fatalf("consume of an empty queue: %+v; want none (404)", got)
+		}
+	})
+}
