@@ -3,7 +3,6 @@ package consumer_test
 import (
 	"context"
 	"fmt"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -30,17 +29,7 @@ import (
 //
 //	go test ./consumer -run '^$' -bench BenchmarkPriority -benchtime 1x
 func BenchmarkPriority(b *testing.B) {
-	backlogs := []int{20_000, 100_000}
-	if v := os.Getenv("ONCEQ_BENCH_PRIORITY_BACKLOGS"); v != "" {
-		backlogs = nil
-		for _, f := range strings.Split(v, ",") {
-			n, err := strconv.Atoi(strings.TrimSpace(f))
-			if err != nil || n < 0 {
-				b.Fatalf("ONCEQ_BENCH_PRIORITY_BACKLOGS=%q: want task counts, comma-separated", v)
-			}
-			backlogs = append(backlogs, n)
-		}
-	}
+	backlogs := testutil.EnvCounts(b, "ONCEQ_BENCH_PRIORITY_BACKLOGS", []int{20_000, 100_000}, 0, 10_000_000)
 	_, conn := testutil.StartBroker(b, "")
 	run := 0
 	for _, backlog := range backlogs {

@@ -8,7 +8,6 @@ import (
 	"runtime/pprof"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -47,17 +46,7 @@ import (
 // ("bench/q-00000" and on), a topic of ONCEQ_BENCH_LANE_PARTITIONS
 // partitions (default 4), instead of N topics.
 func BenchmarkQueues(b *testing.B) {
-	counts := []int{1, 1000, 10000}
-	if v := os.Getenv("ONCEQ_BENCH_QUEUES"); v != "" {
-		counts = counts[:0]
-		for _, f := range strings.Split(v, ",") {
-			n, err := strconv.Atoi(f)
-			if err != nil || n < 1 {
-				b.Fatalf("ONCEQ_BENCH_QUEUES=%q: want queue counts such as 1,1000", v)
-			}
-			counts = append(counts, n)
-		}
-	}
+	counts := testutil.EnvCounts(b, "ONCEQ_BENCH_QUEUES", []int{1, 1000, 10000}, 1, 100_000)
 	for _, n := range counts {
 		b.Run(fmt.Sprintf("queues=%d", n), func(b *testing.B) {
 			for b.Loop() {

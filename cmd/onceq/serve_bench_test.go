@@ -37,17 +37,7 @@ import (
 //
 //	go test ./cmd/onceq -run '^$' -bench BenchmarkServeQueues -benchtime 1x -timeout 30m
 func BenchmarkServeQueues(b *testing.B) {
-	counts := []int{1, 500}
-	if v := os.Getenv("ONCEQ_BENCH_SERVE_QUEUES"); v != "" {
-		counts = nil
-		for _, f := range strings.Split(v, ",") {
-			n, err := strconv.Atoi(strings.TrimSpace(f))
-			if err != nil || n < 1 || n > 10_000 {
-				b.Fatalf("ONCEQ_BENCH_SERVE_QUEUES=%q: want queue counts from 1 to 10000, comma-separated", v)
-			}
-			counts = append(counts, n)
-		}
-	}
+	counts := testutil.EnvCounts(b, "ONCEQ_BENCH_SERVE_QUEUES", []int{1, 500}, 1, 10_000)
 	for _, n := range counts {
 		b.Run(fmt.Sprintf("queues=%d", n), func(b *testing.B) {
 			for range b.N {
