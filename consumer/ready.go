@@ -2,7 +2,6 @@ package consumer
 
 import (
 	"sync"
-	"sync/atomic"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -17,7 +16,6 @@ import (
 type readyQueue struct {
 	mu     sync.Mutex
 	levels [onceq.MaxPriority + 1]fifo
-	counts [onceq.MaxPriority + 1]atomic.Int64 // each level's records, for the metrics
 	// avail holds a token for each record pushed: a slot takes a token,
 	// then a record. A record is added before its token, so a slot with a
 	// token always finds one.
@@ -34,7 +32,6 @@ func (q *readyQueue) push(it *item, quit <-chan struct{}) {
 	q.mu.Lock()
 	q.levels[it.prio].push(it)
 	q.mu.Unlock()
-	q.counts[it.prio].Add(1)
 	select {
 	case q.avail <- struct{}{}:
 	case <-quit:
@@ -52,7 +49,6 @@ func (q *readyQueue) pop(quit <-chan struct{}) *item {
 	defer q.mu.Unlock()
 	for p := len(q.levels) - 1; p >= 0; p-- {
 		if it := q.levels[p].pop(); it != nil {
-			q.counts[p].Add(-1)
 			return it
 		}
 	}
@@ -60,7 +56,11 @@ func (q *readyQueue) pop(quit <-chan struct{}) *item {
 }
 
 // waiting is how many records of priority p wait for a slot.
-func (q *readyQueue) waiting(p int) int64 { return max(q.counts[p].Load(), 0) }
+func (q *readyQueue) waiting(p int) int64 {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return int64(q.levels[p].len())
+}
 
 // fifo is a queue of records that reuses its array.
 type fifo struct {
@@ -78,6 +78,8 @@ func (f *fifo) push(it *item) {
 	}
 	f.items = append(f.items, it)
 }
+
+func (f *fifo) len() int { return len(f.items) - f.head }
 
 func (f *fifo) pop() *item {
 	if f.head == len(f.items) {
