@@ -6,6 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/onceq/onceq"
 	"github.com/onceq/onceq/broker"
 	"github.com/onceq/onceq/consumer"
 	"github.com/onceq/onceq/internal/testutil"
@@ -62,7 +65,9 @@ func TestChainedStages(t *testing.T) {
 				}
 				t.Logf("step %d: stage members %d and %d", step, len(members[0]), len(members[1]))
 			}
-			waitOutputs(t, conn, "q3", n, 3*time.Minute)
+			if outs := waitOutputs(t, conn, "q3", n, 3*time.Minute); len(outs) < n {
+				explainMissing(t, conn, all, outs, "q2")
+			}
 			time.Sleep(time.Second)
 			for stage := 0; stage < 2; stage++ {
 				for len(members[stage]) > 0 {
@@ -98,4 +103,29 @@ func startStageWorker(t *testing.T, conn broker.Conn, protocol, group, from, to 
 	}
 	t.Cleanup(func() { _ = stop() })
 	return stop
+}
+
+// explainMissing logs, while the members still run, what a test needs to
+// tell a lost task from a stuck one: where each missing ID sits in the
+// stage's input and the broker's groups, lags and topics.
+func explainMissing(t *testing.T, conn broker.Conn, all []string, outs []*kgo.Record, input string) {
+	t.Helper()
+	seen := map[string]bool{}
+	for _, r := range outs {
+		if task, err := onceq.FromRecord(r); err == nil {
+			seen[task.ID] = true
+		}
+	}
+	missing := map[string]bool{}
+	for _, id := range all {
+		if !seen[id] {
+			missing[id] = true
+		}
+	}
+	for _, r := range testutil.ReadCommitted(t, conn, time.Minute, input) {
+		if task, err := onceq.FromRecord(r); err == nil && missing[task.ID] {
+			t.Logf("missing %s is in %s/%d at offset %d", task.ID, r.Topic, r.Partition, r.Offset)
+		}
+	}
+	t.Logf("broker:\n%s", testutil.BrokerState(conn))
 }

@@ -15,7 +15,8 @@ import (
 // BrokerState describes what a stalled test needs to know about the broker:
 // every consumer group's state, members and partitions with lag; every
 // partition whose last stable offset trails its high watermark (a
-// transaction still open); and every transaction not yet ended. It never
+// transaction still open); the topics that hold records; and every
+// transaction not yet ended. It never
 // fails: what it cannot read it says it could not.
 func BrokerState(conn broker.Conn) string {
 	adm, err := broker.NewAdmin(conn)
@@ -75,6 +76,15 @@ func BrokerState(conn broker.Conn) string {
 	})
 	sort.Strings(open)
 	fmt.Fprintf(&b, "partitions with an open transaction: %d %s\n", len(open), strings.Join(open, ", "))
+	held := map[string]int64{}
+	ends.Each(func(o kadm.ListedOffset) { held[o.Topic] += o.Offset })
+	var sizes []string
+	for _, name := range names {
+		if held[name] > 0 {
+			sizes = append(sizes, fmt.Sprintf("%s %d", name, held[name]))
+		}
+	}
+	fmt.Fprintf(&b, "topics holding records (end offsets summed): %s\n", strings.Join(sizes, ", "))
 
 	txns, err := k.ListTransactions(ctx, nil, nil)
 	if err != nil {
