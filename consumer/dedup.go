@@ -92,7 +92,9 @@ func settled(waiters []*item, key string) {
 // is an idempotency key.
 func (p *partState) duplicate(it *item, key string, idem bool) (bool, error) {
 	p.mu.Lock()
-	if p.finished.Contains(it.rec.Offset) {
+	if p.finished.Contains(it.rec.Offset) || (!it.ahead && p.ahead[it.rec.Offset]) {
+		// Finished above the committed offset: by a commit, or by a run
+		// ahead of the fetch (lookahead.go) whose commit may be to come.
 		p.mu.Unlock()
 		return true, nil
 	}

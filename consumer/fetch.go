@@ -47,6 +47,7 @@ func (w *Worker) dispatch(fs kgo.Fetches) {
 			return
 		}
 		w.schedule(ps, items)
+		w.ahead.consider(ps)
 	})
 }
 

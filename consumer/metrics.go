@@ -21,6 +21,7 @@ type metrics struct {
 	failed    *prometheus.CounterVec
 	dead      *prometheus.CounterVec
 	abandoned prometheus.Counter
+	ahead     prometheus.Counter
 	canceled  prometheus.Counter
 	expired   prometheus.Counter
 	paused    *prometheus.GaugeVec
@@ -55,6 +56,8 @@ func newMetrics(reg prometheus.Registerer, w *Worker) (*metrics, error) {
 			Help: "Handler runs that failed (each then retried or dead-lettered), by queue."}, []string{"queue"}),
 		dead: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "onceq_dead_letters_total",
 			Help: "Tasks dead-lettered, by queue and reason (failed, max_attempts, expired, malformed, too_large)."}, []string{"queue", "reason"}),
+		ahead: prometheus.NewCounter(prometheus.CounterOpts{Name: "onceq_tasks_read_ahead_total",
+			Help: "Tasks of a priority above 0 started ahead of their partition's fetch position, read by the lookahead past a backlog."}),
 		abandoned: prometheus.NewCounter(prometheus.CounterOpts{Name: "onceq_abandoned_handlers",
 			Help: "Handlers that ignored their canceled context past their time-to-run and grace."}),
 		canceled: prometheus.NewCounter(prometheus.CounterOpts{Name: "onceq_shutdown_canceled_tasks_total",
@@ -104,7 +107,7 @@ func newMetrics(reg prometheus.Registerer, w *Worker) (*metrics, error) {
 		return m, nil
 	}
 	for _, c := range []prometheus.Collector{m.processed, m.handler, m.latency, m.commit, m.aborts, m.restore,
-		m.inflight, m.failed, m.dead, m.abandoned, m.canceled, m.expired, m.paused, m.limited, m.limitWait, m.quiet, m.wanted, m.bounded, m.held, m.unwanted, m.progress} {
+		m.inflight, m.failed, m.dead, m.abandoned, m.ahead, m.canceled, m.expired, m.paused, m.limited, m.limitWait, m.quiet, m.wanted, m.bounded, m.held, m.unwanted, m.progress} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("consumer: registering metrics (one worker per registerer): %w", err)
 		}

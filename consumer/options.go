@@ -53,6 +53,7 @@ const (
 	DefaultMaxRecordsPerCommit = 20_000
 	DefaultDedupWindow         = checkpoint.DefaultDedupWindow
 	DefaultMaxBufferedRecords  = 30_000
+	DefaultPriorityLookahead   = 250_000
 	DefaultTaskTimeout         = 30 * time.Second
 	DefaultGuarantee           = ExactlyOnce
 	DefaultSessionTimeout      = 10 * time.Second
@@ -91,6 +92,7 @@ type config struct {
 	maxPerCommit    int
 	dedupWindow     time.Duration
 	maxBuffered     int
+	lookahead       int
 	taskTimeout     time.Duration
 	guarantee       Guarantee
 	registerer      prometheus.Registerer
@@ -131,6 +133,7 @@ func defaults() config {
 		maxPerCommit:    DefaultMaxRecordsPerCommit,
 		dedupWindow:     DefaultDedupWindow,
 		maxBuffered:     DefaultMaxBufferedRecords,
+		lookahead:       DefaultPriorityLookahead,
 		taskTimeout:     DefaultTaskTimeout,
 		guarantee:       DefaultGuarantee,
 		sessionTimeout:  DefaultSessionTimeout,
@@ -205,6 +208,17 @@ func DedupWindow(d time.Duration) Opt { return optFunc(func(c *config) { c.dedup
 // so the worker's memory. It must be at least Concurrency. Default
 // DefaultMaxBufferedRecords (30,000).
 func MaxBufferedRecords(n int) Opt { return optFunc(func(c *config) { c.maxBuffered = n }) }
+
+// PriorityLookahead is how many records past its fetch position a worker
+// reads a partition that lags by a backlog, to start at once the tasks of
+// a priority above 0 it finds there: behind a backlog longer than
+// MaxBufferedRecords, they would otherwise wait for the worker to fetch
+// up to them. A record whose key or ID an earlier record not yet run
+// holds still waits for it. It costs a second read of the backlog and the
+// keys of the records passed over (at most 1,000,000 per worker). 0 turns
+// it off; it runs under ExactlyOnce only. Default DefaultPriorityLookahead
+// (250,000).
+func PriorityLookahead(n int) Opt { return optFunc(func(c *config) { c.lookahead = n }) }
 
 // TaskTimeout is the time-to-run of a task without onceq-timeout: its
 // handler's context is canceled after it. Default DefaultTaskTimeout (30s).
@@ -507,6 +521,9 @@ func (c *config) validate(nils int) error {
 	}
 	if c.maxBuffered < max(c.concurrency, 1) {
 		errs.Bad("MaxBufferedRecords", c.maxBuffered, "want at least the concurrency (%d)", c.concurrency)
+	}
+	if c.lookahead < 0 {
+		errs.Bad("PriorityLookahead", c.lookahead, "want 0 (off) or more")
 	}
 	if c.dedupWindow < time.Minute {
 		errs.Bad("DedupWindow", c.dedupWindow, "want 1m or more")

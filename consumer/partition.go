@@ -56,6 +56,19 @@ type partState struct {
 	keys    map[string][]*item
 	waiting int // records waiting in keys
 
+	// ahead holds the offsets of the records the lookahead admitted above
+	// the fetch position (lookahead.go): false while the run is in
+	// flight, true once it finished. The fetch admits each again in its
+	// turn, as a duplicate of that run, and then forgets it.
+	ahead map[int64]bool
+	// aheadFrom is where the lookahead stopped reading, far enough ahead:
+	// it reads the partition again once the fetch gets there.
+	aheadFrom int64
+	// aheadStart is the group's committed offset, fetched as stable, when
+	// the lookahead started the restore before the fetch received a
+	// record (lookahead.scan); -1 otherwise.
+	aheadStart int64
+
 	// seq numbers results; the overlay remembers which result wrote what,
 	// so a commit clears only what it made durable. ids is kept only with
 	// a store (exactly-once); without one, the overlay is the partition's
@@ -93,9 +106,9 @@ type result struct {
 
 func newPartState(tp checkpoint.TP, store *checkpoint.Store) *partState {
 	return &partState{tp: tp, store: store, recordsTopic: broker.RecordsTopic(tp.Topic),
-		recordsKey: []byte(tp.Topic + "/" + strconv.Itoa(int(tp.Partition))), offsets: newOffsetSet(), committed: -1,
+		recordsKey: []byte(tp.Topic + "/" + strconv.Itoa(int(tp.Partition))), offsets: newOffsetSet(), committed: -1, aheadStart: -1,
 		inflight: prometheus.NewGauge(prometheus.GaugeOpts{}), latency: prometheus.NewHistogram(prometheus.HistogramOpts{}),
-		keys: map[string][]*item{}, ids: map[string]uint64{}, overlay: map[string]overlayVal{}}
+		keys: map[string][]*item{}, ahead: map[int64]bool{}, ids: map[string]uint64{}, overlay: map[string]overlayVal{}}
 }
 
 // admit records a fetched record as admitted, unless it was already (a
@@ -122,7 +135,12 @@ func (p *partState) complete(it *item, res *result) (ready []*item) {
 	if p.revoked || res == nil {
 		return nil
 	}
-	p.offsets.done(it.rec.Offset)
+	if it.ahead {
+		p.ahead[it.rec.Offset] = true // not admitted by the fetch yet: nothing to close
+	} else {
+		p.offsets.done(it.rec.Offset)
+		delete(p.ahead, it.rec.Offset)
+	}
 	p.seq++
 	res.seq, res.offset = p.seq, it.rec.Offset
 	res.idem = it.idem && res.id == it.dedupKey
@@ -279,7 +297,7 @@ func (p *partState) revoke() int {
 	defer p.mu.Unlock()
 	p.revoked = true
 	n := len(p.held) + p.waiting
-	p.held, p.keys, p.waiting = nil, nil, 0
+	p.held, p.keys, p.waiting, p.ahead = nil, nil, 0, nil
 	return n
 }
 

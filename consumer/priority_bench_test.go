@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/onceq/onceq"
+	"github.com/onceq/onceq/bench"
 	"github.com/onceq/onceq/broker"
 	"github.com/onceq/onceq/consumer"
 	"github.com/onceq/onceq/internal/testutil"
@@ -23,9 +24,11 @@ import (
 // their submit->start time is measured, p50 and p99. Side by side: probes
 // of priority 9 and probes of priority 0, behind backlogs of 20,000 tasks
 // (less than the worker buffers, MaxBufferedRecords: 30,000) and 100,000
-// (ONCEQ_BENCH_PRIORITY_BACKLOGS picks others, e.g. "20000,100000").
-// Priority orders what the worker has fetched: a probe behind more than it
-// buffers waits for the worker to fetch up to it. Run:
+// (ONCEQ_BENCH_PRIORITY_BACKLOGS picks others, e.g. "20000,100000"), in
+// two cases: the worker joins a queue that holds the backlog already
+// (join), or the backlog is written while the worker runs (burst). Behind
+// more than it buffers, the worker reads ahead for the probes
+// (PriorityLookahead). Run:
 //
 //	go test ./consumer -run '^$' -bench BenchmarkPriority -benchtime 1x
 func BenchmarkPriority(b *testing.B) {
@@ -33,26 +36,31 @@ func BenchmarkPriority(b *testing.B) {
 	_, conn := testutil.StartBroker(b, "")
 	run := 0
 	for _, backlog := range backlogs {
-		for _, prio := range []int{onceq.MaxPriority, 0} {
-			b.Run(fmt.Sprintf("backlog=%d/probe-priority=%d", backlog, prio), func(b *testing.B) {
-				for range b.N {
-					run++
-					queue := fmt.Sprintf("prio-%d", run)
-					preload(b, conn, queue, backlog, true)
-					lat := probeBehindBacklog(b, conn, queue, backlog, prio)
-					pct := func(q float64) float64 { return float64(lat[int(q*float64(len(lat)-1))].Microseconds()) / 1000 }
-					b.ReportMetric(pct(0.5), "probe-start-p50-ms")
-					b.ReportMetric(pct(0.99), "probe-start-p99-ms")
+		for _, burst := range []bool{false, true} {
+			for _, prio := range []int{onceq.MaxPriority, 0} {
+				name := fmt.Sprintf("backlog=%d/start=join/probe-priority=%d", backlog, prio)
+				if burst {
+					name = fmt.Sprintf("backlog=%d/start=burst/probe-priority=%d", backlog, prio)
 				}
-			})
+				b.Run(name, func(b *testing.B) {
+					for range b.N {
+						run++
+						lat := probeBehindBacklog(b, conn, fmt.Sprintf("prio-%d", run), backlog, prio, burst)
+						pct := func(q float64) float64 { return float64(lat[int(q*float64(len(lat)-1))].Microseconds()) / 1000 }
+						b.ReportMetric(pct(0.5), "probe-start-p50-ms")
+						b.ReportMetric(pct(0.99), "probe-start-p99-ms")
+					}
+				})
+			}
 		}
 	}
 }
 
-// probeBehindBacklog runs the worker over queue and its backlog, submits
-// the probes of priority prio once the backlog runs, and returns their
-// submit->start times, sorted.
-func probeBehindBacklog(b *testing.B, conn broker.Conn, queue string, backlog, prio int) []time.Duration {
+// probeBehindBacklog runs the worker over queue and its backlog, written
+// before the worker starts or, burst, after, submits the probes of
+// priority prio once the backlog runs, and returns their submit->start
+// times, sorted.
+func probeBehindBacklog(b *testing.B, conn broker.Conn, queue string, backlog, prio int, burst bool) []time.Duration {
 	const probes = 100
 	var ran atomic.Int64
 	started := make(chan time.Duration, probes)
@@ -75,8 +83,20 @@ func probeBehindBacklog(b *testing.B, conn broker.Conn, queue string, backlog, p
 	if err != nil {
 		b.Fatal(err)
 	}
-	runUntilCleanup(b, w)
 	ctx := context.Background()
+	testutil.CreateTopic(b, conn, queue, 8)
+	if !burst {
+		if err := bench.Preload(ctx, conn, queue, backlog, true); err != nil {
+			b.Fatal(err)
+		}
+	}
+	runUntilCleanup(b, w)
+	if burst {
+		<-w.Started()
+		if err := bench.Preload(ctx, conn, queue, backlog, true); err != nil {
+			b.Fatal(err)
+		}
+	}
 	for deadline := time.Now().Add(time.Minute); ran.Load() == 0 && backlog > 0; time.Sleep(5 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			b.Fatal("the backlog did not start running within a minute")

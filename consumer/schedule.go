@@ -28,15 +28,18 @@ type item struct {
 	looked   bool
 	lookSeq  uint64
 
-	// keys are what orders the record (its key and its dedup key); waits
-	// counts the keys held by earlier records of its partition (guarded by
-	// ps.mu).
-	keys  [2]string
+	// keys are what orders the record (its key, its dedup key and, for a
+	// record read ahead, its offset: aheadKey); waits counts the keys
+	// held by earlier records of its partition (guarded by ps.mu).
+	keys  [3]string
 	nkeys int8
 	waits int8
 	// prio is the record's priority (onceq-priority): of the records
 	// that may start, the highest start first (readyQueue).
 	prio int8
+	// ahead: the lookahead admitted it above its partition's fetch
+	// position (lookahead.go).
+	ahead bool
 }
 
 // scheduler runs records on a fixed number of slots, in key order: a
@@ -154,16 +157,29 @@ func (s *scheduler) submit(ps *partState, items []*item) {
 	if len(items) == 0 {
 		return
 	}
-	eos := s.w.cfg.guarantee == ExactlyOnce
-	var ready []*item
 	ps.mu.Lock()
 	if ps.revoked {
 		ps.mu.Unlock()
 		s.w.dropped(len(items))
 		return
 	}
+	ready := s.queueLocked(ps, items)
+	ps.mu.Unlock()
+	s.start(ready)
+}
+
+// queueLocked puts items behind the records holding their keys and
+// returns those that may start at once; ps.mu is held.
+func (s *scheduler) queueLocked(ps *partState, items []*item) (ready []*item) {
+	eos := s.w.cfg.guarantee == ExactlyOnce
 	for _, it := range items {
 		it.setKeys(eos)
+		if _, ok := ps.ahead[it.rec.Offset]; ok {
+			// The run ahead and the fetch's turn of one record: the
+			// second waits for the first and finds it processed.
+			it.keys[it.nkeys] = aheadKey(it.rec.Offset)
+			it.nkeys++
+		}
 		it.prio = recordPriority(it.rec)
 		ps.refresh(it)
 		for _, k := range it.keys[:it.nkeys] {
@@ -180,8 +196,7 @@ func (s *scheduler) submit(ps *partState, items []*item) {
 			ps.waiting++
 		}
 	}
-	ps.mu.Unlock()
-	s.start(ready)
+	return ready
 }
 
 // setKeys sets what orders the record: its key, if it has one, and under

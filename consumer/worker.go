@@ -59,6 +59,7 @@ type Worker struct {
 	synced atomic.Pointer[broker.Assignment]
 	topics *topicCache
 	sched  *scheduler
+	ahead  *lookahead // nil: none (at-least-once, or PriorityLookahead 0)
 
 	mu    sync.Mutex
 	parts map[checkpoint.TP]*partState
@@ -123,6 +124,7 @@ func New(opts ...Opt) (*Worker, error) {
 	w := &Worker{cfg: cfg, queues: newQueueSet(cfg.queues), parts: map[checkpoint.TP]*partState{}, byQueue: map[string][]*partState{}, wake: make(chan struct{}, 1), started: make(chan struct{}),
 		health: broker.NewMemberHealth("consumer", cfg.group, cfg.sessionTimeout), fetchPaused: map[checkpoint.TP]bool{}, demand: demand{wants: map[string]*atomic.Int64{}, made: make(chan struct{}, 1)}}
 	w.sched = newScheduler(w, cfg.concurrency, cfg.maxBuffered) // before the metrics, which read it
+	w.ahead = newLookahead(w)
 	m, err := newMetrics(cfg.registerer, w)
 	if err != nil {
 		return nil, err
@@ -170,6 +172,8 @@ func (w *Worker) Run(ctx context.Context) (err error) {
 			<-expired
 		}()
 	}
+	w.ahead.start()
+	defer w.ahead.close() // after the scheduler stops: nothing it reads waits for a slot then
 	w.sched.run()
 	defer w.sched.stop()
 	stopWake, err := w.startWakeReader(ctx)
@@ -434,6 +438,7 @@ func (w *Worker) dropped(n int) {
 // release lets go of a partition: nothing of it starts or commits any
 // more, and its running handlers are canceled.
 func (w *Worker) release(ps *partState) {
+	w.ahead.drop(ps)
 	w.dropped(ps.revoke() + w.sched.drop(ps))
 	w.sched.cancelPartition(ps)
 }

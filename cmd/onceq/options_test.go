@@ -33,6 +33,7 @@ func TestFlagDefaultsAreTheLibrarys(t *testing.T) {
 		{"worker", "timeout", consumer.DefaultTaskTimeout},
 		{"worker", "dedup-window", consumer.DefaultDedupWindow},
 		{"worker", "max-buffered", consumer.DefaultMaxBufferedRecords},
+		{"worker", "priority-lookahead", consumer.DefaultPriorityLookahead},
 		{"worker", "session-timeout", consumer.DefaultSessionTimeout},
 		{"worker", "transaction-timeout", consumer.DefaultTransactionTimeout},
 		{"worker", "retry-pause", consumer.DefaultRetryPause},

@@ -31,6 +31,7 @@ type workerFlags struct {
 	timeout         time.Duration
 	dedupWindow     time.Duration
 	maxBuffered     int
+	lookahead       int
 	sessionTimeout  time.Duration
 	txnTimeout      time.Duration
 	retryPause      time.Duration
@@ -99,6 +100,7 @@ meanwhile.`,
 	fl.DurationVar(&f.timeout, "timeout", consumer.DefaultTaskTimeout, "time-to-run of tasks without onceq-timeout")
 	fl.DurationVar(&f.dedupWindow, "dedup-window", consumer.DefaultDedupWindow, "how long processed task IDs are remembered")
 	fl.IntVar(&f.maxBuffered, "max-buffered", consumer.DefaultMaxBufferedRecords, "records fetched and not yet committed, at most (bounds memory)")
+	fl.IntVar(&f.lookahead, "priority-lookahead", consumer.DefaultPriorityLookahead, "records past --max-buffered a backlogged worker reads per partition, to start tasks of priority above 0 at once (0: off)")
 	fl.DurationVar(&f.sessionTimeout, "session-timeout", consumer.DefaultSessionTimeout, "group session timeout: how long a silent worker keeps its partitions")
 	fl.DurationVar(&f.txnTimeout, "transaction-timeout", consumer.DefaultTransactionTimeout, "transaction timeout, below --session-timeout")
 	fl.DurationVar(&f.retryPause, "retry-pause", consumer.DefaultRetryPause, "pause before a task runs again after an infrastructure error (not a handler failure)")
@@ -127,6 +129,7 @@ meanwhile.`,
 	setsOption(fl, "WithHandler", "handler")
 	setsOption(fl, "TaskTimeout", "timeout")
 	setsOption(fl, "MaxBufferedRecords", "max-buffered")
+	setsOption(fl, "PriorityLookahead", "priority-lookahead")
 	setsOption(fl, "Backoff", "backoff-base", "backoff-factor", "backoff-max")
 	return cmd
 }
@@ -183,7 +186,7 @@ func runWorker(cmd *cobra.Command, g *globals, f workerFlags) error {
 		consumer.Conn(conn), consumer.Group(f.group), consumer.Queues(f.queues...), consumer.CheckpointDir(f.checkpointDir),
 		consumer.WithHandler(h), consumer.Concurrency(f.concurrency), consumer.CommitInterval(f.commitInterval),
 		consumer.MaxRecordsPerCommit(f.maxPerCommit), consumer.WithGuarantee(guarantee), consumer.ShutdownTimeout(f.shutdownTimeout),
-		consumer.TaskTimeout(f.timeout), consumer.DedupWindow(f.dedupWindow), consumer.MaxBufferedRecords(f.maxBuffered),
+		consumer.TaskTimeout(f.timeout), consumer.DedupWindow(f.dedupWindow), consumer.MaxBufferedRecords(f.maxBuffered), consumer.PriorityLookahead(f.lookahead),
 		consumer.SessionTimeout(f.sessionTimeout), consumer.TransactionTimeout(f.txnTimeout), consumer.RetryPause(f.retryPause),
 		consumer.MaxAttempts(f.maxAttempts), consumer.Backoff(f.backoffBase, f.backoffFactor, f.backoffMax),
 		consumer.AbandonGrace(f.abandonGrace), consumer.QuietAfter(f.quietAfter), consumer.MetricsPerQueue(f.metricsPerQueue), consumer.Planner(planner), consumer.DropExpired(f.dropExpired), consumer.CommitHook(hook), consumer.GroupProtocol(f.groupProtocol),

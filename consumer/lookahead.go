@@ -1,0 +1,421 @@
+package consumer
+
+import (
+	"context"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/onceq/onceq"
+	"github.com/onceq/onceq/checkpoint"
+)
+
+// The lookahead. Priority orders the records a worker holds (readyQueue),
+// and it holds at most MaxBufferedRecords: behind a longer backlog, a task
+// of a higher priority would wait until the worker fetched up to it. So
+// while the worker is backlogged (it holds half the records it may or
+// more), a second client reads its partitions from the fetch position on,
+// and admits at once the records of a priority above 0, out of offset
+// order.
+//
+// Exactly once: a record run ahead finishes like any other. Its result
+// commits in the worker's transaction, and its offset, above the
+// partition's committed offset, joins the finished ranges that commit
+// writes. When the fetch reaches it, it is a duplicate of that run: in
+// flight, it waits behind it (aheadKey); finished, partState.duplicate
+// says so (partState.ahead); committed, the finished ranges do, on this
+// worker or on the partition's next owner.
+//
+// Key order: a record runs ahead only if no record the lookahead passed
+// over, between the fetch position and it, holds its key or its
+// idempotency key. Those it did not pass over are the fetch's, already in
+// the scheduler's order, or after it.
+//
+// The lookahead reads a partition at most PriorityLookahead records ahead
+// of the fetch position, holds at most lookaheadKeys passed-over keys and
+// lookaheadOpen records run ahead and not yet reached by the fetch: past
+// any of these it stops reading the partition until the fetch catches up
+// with where it stopped. It runs under ExactlyOnce only.
+
+// lookaheadWait is the longest a fetch of the lookahead waits for records:
+// a partition added meanwhile is fetched from the next one on.
+const lookaheadWait = 25 * time.Millisecond
+
+// lookaheadKeys bounds the passed-over keys a worker remembers, over all
+// its partitions.
+const lookaheadKeys = 1_000_000
+
+// lookahead reads ahead of the worker's fetch; made by newLookahead, its
+// client by start.
+type lookahead struct {
+	w     *Worker
+	limit int64 // PriorityLookahead: records ahead of the fetch position, per partition
+	open  int   // lookaheadOpen: records run ahead per partition
+
+	lastScan atomic.Int64 // unix ns of scan's last look
+	reading  atomic.Int32 // len(parts)
+
+	mu     sync.Mutex
+	cl     *kgo.Client // nil: not started, or no client could be made
+	parts  map[checkpoint.TP]*aheadPart
+	keys   int // passed-over keys over all parts
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// aheadPart is a partition the lookahead reads.
+type aheadPart struct {
+	ps  *partState
+	pos int64 // the offset after the last record read
+	// passed are the keys and idempotency keys of the records passed
+	// over, with the offset of the last one of each: those below the
+	// fetch position are the fetch's concern.
+	passed map[string]int64
+}
+
+func newLookahead(w *Worker) *lookahead {
+	if w.cfg.guarantee != ExactlyOnce || w.cfg.lookahead == 0 {
+		return nil
+	}
+	return &lookahead{w: w, limit: int64(w.cfg.lookahead), open: max(w.cfg.maxBuffered/8, w.cfg.concurrency),
+		parts: map[checkpoint.TP]*aheadPart{}}
+}
+
+// consider starts reading ps ahead of the fetch while the worker is
+// backlogged, and stops reading every partition once it is not. At most
+// once a second it looks at every partition of the worker (scan).
+func (la *lookahead) consider(ps *partState) {
+	if la == nil {
+		return
+	}
+	if !la.backlogged() {
+		if la.reading.Load() > 0 {
+			la.stopAll() // the fetch keeps up
+		}
+		return
+	}
+	la.add(ps)
+	la.scan()
+}
+
+// add starts reading ps, unless it is read already or cannot be yet.
+func (la *lookahead) add(ps *partState) {
+	ps.mu.Lock()
+	from := ps.offsets.next
+	if from < 0 {
+		from = ps.aheadStart // nothing fetched yet: where the fetch starts
+	}
+	ok := ps.restored && !ps.revoked && from >= 0 && from >= ps.aheadFrom
+	ps.mu.Unlock()
+	if !ok {
+		return
+	}
+	la.mu.Lock()
+	defer la.mu.Unlock()
+	if la.done == nil {
+		return // not started, or failed to
+	}
+	if old := la.parts[ps.tp]; old != nil {
+		if old.ps == ps {
+			return
+		}
+		la.removeLocked(ps.tp) // an earlier assignment's
+	}
+	la.parts[ps.tp] = &aheadPart{ps: ps, pos: from, passed: map[string]int64{}}
+	la.reading.Store(int32(len(la.parts)))
+	la.cl.AddConsumePartitions(map[string]map[int32]kgo.Offset{ps.tp.Topic: {ps.tp.Partition: kgo.NewOffset().At(from)}})
+}
+
+// scan adds every partition it can, at most once a second, and restores
+// the partitions from which the fetch has received nothing yet: a
+// backlogged worker receives a partition's first records only once it
+// has room, and until it has restored a partition it cannot run any of
+// its records. The fetch starts the restore on a partition's first
+// record, once its client fetched the group's committed offsets as stable
+// (Kafka's RequireStable: no transaction of the previous owner is open);
+// the scan fetches them as stable itself, which holds the same, and reads
+// ahead from them.
+func (la *lookahead) scan() {
+	now := time.Now().UnixNano()
+	if last := la.lastScan.Load(); now-last < int64(time.Second) || !la.lastScan.CompareAndSwap(last, now) {
+		return
+	}
+	w := la.w
+	var todo, all []*partState
+	w.mu.Lock()
+	for _, ps := range w.parts {
+		all = append(all, ps)
+		ps.mu.Lock()
+		if !ps.restored && !ps.restoring && !ps.revoked && ps.offsets.next < 0 {
+			todo = append(todo, ps)
+		}
+		ps.mu.Unlock()
+	}
+	w.mu.Unlock()
+	for _, ps := range all {
+		la.add(ps)
+	}
+	if len(todo) == 0 || w.admin == nil {
+		return
+	}
+	go la.restore(todo)
+}
+
+// restore restores the partitions todo from the committed offsets it
+// fetches as stable; each, once restored, is added (releaseHeld).
+func (la *lookahead) restore(todo []*partState) {
+	w := la.w
+	ctx, cancel := context.WithTimeout(context.Background(), w.cfg.sessionTimeout)
+	defer cancel()
+	offs, err := w.admin.Kadm().FetchOffsets(kadm.RequireStable(ctx), w.cfg.group)
+	if err == nil {
+		err = offs.Error()
+	}
+	if err != nil {
+		w.cfg.log.Debug("lookahead: fetching the committed offsets; the fetch restores the partitions", "err", err)
+		return
+	}
+	for _, ps := range todo {
+		start := int64(0) // none committed: the fetch starts at the log start
+		if o, ok := offs.Lookup(ps.tp.Topic, ps.tp.Partition); ok && o.At >= 0 {
+			start = o.At
+		}
+		ps.mu.Lock()
+		ok := !ps.restored && !ps.restoring && !ps.revoked && ps.offsets.next < 0
+		if ok {
+			ps.restoring, ps.aheadStart = true, start
+		}
+		ps.mu.Unlock()
+		if ok {
+			w.requestRestore(ps)
+		}
+	}
+}
+
+// start makes the client and starts reading: at once, so that the first
+// backlog finds it connected.
+func (la *lookahead) start() {
+	if la == nil {
+		return
+	}
+	cl, err := la.w.cfg.conn.NewClient(kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.ClientID("onceq-lookahead-"+la.w.instanceID), kgo.FetchMaxWait(lookaheadWait))
+	if err != nil {
+		la.w.cfg.log.Warn("lookahead: no client; tasks of higher priority wait for the fetch", "err", err)
+		return
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	la.mu.Lock()
+	la.cl, la.cancel, la.done = cl, cancel, make(chan struct{})
+	la.mu.Unlock()
+	go la.run(ctx)
+}
+
+// run reads until close.
+func (la *lookahead) run(ctx context.Context) {
+	defer close(la.done)
+	_ = la.cl.Ping(ctx) // connected before a backlog needs it
+	for {
+		fs := la.cl.PollRecords(ctx, 10_000)
+		if ctx.Err() != nil {
+			return
+		}
+		fs.EachError(func(topic string, p int32, err error) {
+			la.w.cfg.log.Debug("lookahead: fetch failed; it goes on", "topic", topic, "partition", p, "err", err)
+		})
+		fs.EachPartition(la.take)
+	}
+}
+
+// take reads one partition's fetched records: it admits those that may
+// run ahead and remembers the keys of the others.
+func (la *lookahead) take(fp kgo.FetchTopicPartition) {
+	if len(fp.Records) == 0 {
+		return
+	}
+	ps, cands := la.read(fp)
+	if len(cands) > 0 {
+		la.admit(ps, cands)
+	}
+}
+
+// read goes through one partition's fetched records and returns those
+// that may run ahead.
+func (la *lookahead) read(fp kgo.FetchTopicPartition) (*partState, []*item) {
+	tp := checkpoint.TP{Topic: fp.Topic, Partition: fp.Partition}
+	la.mu.Lock()
+	defer la.mu.Unlock()
+	ap := la.parts[tp]
+	if ap == nil {
+		return nil, nil // removed while fetched
+	}
+	ps := ap.ps
+	ps.mu.Lock()
+	next, revoked, held := ps.offsets.next, ps.revoked, len(ps.ahead)
+	ps.mu.Unlock()
+	if revoked {
+		la.removeLocked(tp)
+		return nil, nil
+	}
+	var cands []*item
+	for _, r := range fp.Records {
+		if r.Offset < ap.pos {
+			continue
+		}
+		ap.pos = r.Offset + 1
+		if r.Attrs.IsControl() || r.Offset < next {
+			continue // a marker, or the fetch's already
+		}
+		key := string(r.Key)
+		dedup, idem := onceq.DedupKeyOf(r)
+		free := (key == "" || !ap.holds(key, next)) && (!idem || !ap.holds(idemKey(dedup), next))
+		if free && held+len(cands) < la.open && recordPriority(r) > 0 {
+			cands = append(cands, &item{ps: ps, rec: r, ahead: true})
+			continue
+		}
+		if key != "" {
+			la.pass(ap, key, r.Offset)
+		}
+		if idem {
+			la.pass(ap, idemKey(dedup), r.Offset)
+		}
+	}
+	if la.keys >= lookaheadKeys {
+		la.prune(ap, next)
+	}
+	if next >= ap.pos && !la.backlogged() {
+		la.removeLocked(tp) // caught up with by the fetch, which keeps up
+	} else if ap.pos-next >= la.limit || la.keys >= lookaheadKeys || held+len(cands) >= la.open {
+		// Far enough ahead: the fetch resumes the lookahead once it
+		// reaches here.
+		ps.mu.Lock()
+		ps.aheadFrom = ap.pos
+		ps.mu.Unlock()
+		la.removeLocked(tp)
+	}
+	return ps, cands
+}
+
+// backlogged reports whether the worker holds at least half the records
+// it may buffer: the fetch then waits for room, and a record written now
+// waits behind those the fetch and its client hold.
+func (la *lookahead) backlogged() bool {
+	return la.w.buffered.Load() >= int64(la.w.cfg.maxBuffered/2)
+}
+
+// holds reports whether a record passed over at or above the fetch
+// position next holds key.
+func (ap *aheadPart) holds(key string, next int64) bool {
+	off, ok := ap.passed[key]
+	return ok && off >= next
+}
+
+// pass remembers a passed-over key; la.mu is held.
+func (la *lookahead) pass(ap *aheadPart, key string, off int64) {
+	if _, ok := ap.passed[key]; !ok {
+		la.keys++
+	}
+	ap.passed[key] = off
+}
+
+// prune forgets the passed-over keys below the fetch position.
+func (la *lookahead) prune(ap *aheadPart, next int64) {
+	for k, off := range ap.passed {
+		if off < next {
+			delete(ap.passed, k)
+			la.keys--
+		}
+	}
+}
+
+// admit hands the records that may run ahead to the scheduler, those the
+// fetch has not reached meanwhile.
+func (la *lookahead) admit(ps *partState, items []*item) {
+	if len(items) == 0 {
+		return
+	}
+	w := la.w
+	if err := ps.lookup(items); err != nil {
+		w.cfg.log.Warn("looking up processed IDs; each task asks again when it starts", "err", err)
+	}
+	ps.mu.Lock()
+	if ps.revoked {
+		ps.mu.Unlock()
+		return
+	}
+	// Queued in the step that admits them: the fetch's turn of one
+	// queues behind it.
+	admitted := items[:0]
+	for _, it := range items {
+		if it.rec.Offset >= ps.offsets.next {
+			ps.ahead[it.rec.Offset] = false
+			admitted = append(admitted, it)
+		}
+	}
+	w.buffered.Add(int64(len(admitted)))
+	ready := w.sched.queueLocked(ps, admitted)
+	ps.mu.Unlock()
+	w.metrics.ahead.Add(float64(len(admitted)))
+	w.sched.start(ready)
+}
+
+// removeLocked stops reading tp; la.mu is held.
+func (la *lookahead) removeLocked(tp checkpoint.TP) {
+	ap := la.parts[tp]
+	if ap == nil {
+		return
+	}
+	la.keys -= len(ap.passed)
+	delete(la.parts, tp)
+	la.reading.Store(int32(len(la.parts)))
+	la.cl.RemoveConsumePartitions(map[string][]int32{tp.Topic: {tp.Partition}})
+}
+
+// stopAll stops reading every partition.
+func (la *lookahead) stopAll() {
+	la.mu.Lock()
+	defer la.mu.Unlock()
+	for tp := range la.parts {
+		la.removeLocked(tp)
+	}
+}
+
+// drop stops reading a released partition.
+func (la *lookahead) drop(ps *partState) {
+	if la == nil {
+		return
+	}
+	la.mu.Lock()
+	defer la.mu.Unlock()
+	if ap := la.parts[ps.tp]; ap != nil && ap.ps == ps {
+		la.removeLocked(ps.tp)
+	}
+}
+
+// close stops the lookahead and waits for it.
+func (la *lookahead) close() {
+	if la == nil {
+		return
+	}
+	la.mu.Lock()
+	cancel, done := la.cancel, la.done
+	la.mu.Unlock()
+	if done == nil {
+		return
+	}
+	cancel()
+	<-done
+	la.cl.Close()
+}
+
+// aheadKey is what orders the run ahead of the record at off and the
+// fetch's turn of it (scheduler.queueLocked).
+func aheadKey(off int64) string { return "\x00ahead/" + strconv.FormatInt(off, 10) }
+
+// idemKey is an idempotency key among the passed-over keys, apart from
+// record keys.
+func idemKey(k string) string { return "\x00id/" + k }
