@@ -36,8 +36,8 @@ import (
 // the scheduler's order, or after it.
 //
 // The lookahead reads a partition at most PriorityLookahead records ahead
-// of the fetch position, holds at most lookaheadKeys passed-over keys and
-// lookaheadOpen records run ahead and not yet reached by the fetch: past
+// of the fetch position, holds at most lookaheadKeys passed-over keys, and
+// at most MaxBufferedRecords records admitted ahead and not finished: past
 // any of these it stops reading the partition until the fetch catches up
 // with where it stopped. It runs under ExactlyOnce only.
 
@@ -54,7 +54,10 @@ const lookaheadKeys = 1_000_000
 type lookahead struct {
 	w     *Worker
 	limit int64 // PriorityLookahead: records ahead of the fetch position, per partition
-	open  int   // lookaheadOpen: records run ahead per partition
+	open  int   // MaxBufferedRecords: records admitted ahead and not finished, at most
+	// running counts the records admitted ahead and not finished, in
+	// partitions not revoked (partState.aheadRunning).
+	running atomic.Int64
 
 	lastScan atomic.Int64 // unix ns of scan's last look
 	reading  atomic.Int32 // len(parts)
@@ -81,7 +84,7 @@ func newLookahead(w *Worker) *lookahead {
 	if w.cfg.guarantee != ExactlyOnce || w.cfg.lookahead == 0 {
 		return nil
 	}
-	return &lookahead{w: w, limit: int64(w.cfg.lookahead), open: max(w.cfg.maxBuffered/8, w.cfg.concurrency),
+	return &lookahead{w: w, limit: int64(w.cfg.lookahead), open: w.cfg.maxBuffered,
 		parts: map[checkpoint.TP]*aheadPart{}}
 }
 
@@ -255,13 +258,14 @@ func (la *lookahead) read(fp kgo.FetchTopicPartition) (*partState, []*item) {
 	}
 	ps := ap.ps
 	ps.mu.Lock()
-	next, revoked, held := ps.offsets.next, ps.revoked, len(ps.ahead)
+	next, revoked := ps.offsets.next, ps.revoked
 	ps.mu.Unlock()
 	if revoked {
 		la.removeLocked(tp)
 		return nil, nil
 	}
 	var cands []*item
+	running := int(la.running.Load())
 	for _, r := range fp.Records {
 		if r.Offset < ap.pos {
 			continue
@@ -273,7 +277,7 @@ func (la *lookahead) read(fp kgo.FetchTopicPartition) (*partState, []*item) {
 		key := string(r.Key)
 		dedup, idem := onceq.DedupKeyOf(r)
 		free := (key == "" || !ap.holds(key, next)) && (!idem || !ap.holds(idemKey(dedup), next))
-		if free && held+len(cands) < la.open && recordPriority(r) > 0 {
+		if free && running+len(cands) < la.open && recordPriority(r) > 0 {
 			cands = append(cands, &item{ps: ps, rec: r, ahead: true})
 			continue
 		}
@@ -289,7 +293,7 @@ func (la *lookahead) read(fp kgo.FetchTopicPartition) (*partState, []*item) {
 	}
 	if next >= ap.pos && !la.backlogged() {
 		la.removeLocked(tp) // caught up with by the fetch, which keeps up
-	} else if ap.pos-next >= la.limit || la.keys >= lookaheadKeys || held+len(cands) >= la.open {
+	} else if ap.pos-next >= la.limit || la.keys >= lookaheadKeys || running+len(cands) >= la.open {
 		// Far enough ahead: the fetch resumes the lookahead once it
 		// reaches here.
 		ps.mu.Lock()
@@ -356,6 +360,9 @@ func (la *lookahead) admit(ps *partState, items []*item) {
 			admitted = append(admitted, it)
 		}
 	}
+	ps.aheadRunning += len(admitted)
+	ps.aheadOpen = &la.running
+	la.running.Add(int64(len(admitted)))
 	w.buffered.Add(int64(len(admitted)))
 	ready := w.sched.queueLocked(ps, admitted)
 	ps.mu.Unlock()

@@ -68,6 +68,10 @@ type partState struct {
 	// the lookahead started the restore before the fetch received a
 	// record (lookahead.scan); -1 otherwise.
 	aheadStart int64
+	// aheadRunning counts its records admitted ahead and not finished, in
+	// aheadOpen, the lookahead's count of them all, too.
+	aheadRunning int
+	aheadOpen    *atomic.Int64
 
 	// seq numbers results; the overlay remembers which result wrote what,
 	// so a commit clears only what it made durable. ids is kept only with
@@ -132,6 +136,10 @@ func (p *partState) admit(r *kgo.Record) bool {
 func (p *partState) complete(it *item, res *result) (ready []*item) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if it.ahead && !p.revoked {
+		p.aheadRunning--
+		p.aheadOpen.Add(-1)
+	}
 	if p.revoked || res == nil {
 		return nil
 	}
@@ -296,6 +304,10 @@ func (p *partState) revoke() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.revoked = true
+	if p.aheadRunning > 0 {
+		p.aheadOpen.Add(-int64(p.aheadRunning))
+		p.aheadRunning = 0
+	}
 	n := len(p.held) + p.waiting
 	p.held, p.keys, p.waiting, p.ahead = nil, nil, 0, nil
 	return n
