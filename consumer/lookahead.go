@@ -2,6 +2,8 @@ package consumer
 
 import (
 	"context"
+	"maps"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -65,9 +67,13 @@ type lookahead struct {
 	mu     sync.Mutex
 	cl     *kgo.Client // nil: not started, or no client could be made
 	parts  map[checkpoint.TP]*aheadPart
-	keys   int // passed-over keys over all parts
+	keys   int             // passed-over keys over all parts
+	ctx    context.Context // run's, canceled by close
 	cancel context.CancelFunc
 	done   chan struct{}
+	// restores counts the restore passes scan started, which close
+	// waits for.
+	restores sync.WaitGroup
 }
 
 // aheadPart is a partition the lookahead reads.
@@ -133,7 +139,8 @@ func (la *lookahead) add(ps *partState) {
 	la.cl.AddConsumePartitions(map[string]map[int32]kgo.Offset{ps.tp.Topic: {ps.tp.Partition: kgo.NewOffset().At(from)}})
 }
 
-// scan adds every partition it can, at most once a second, and restores
+// scan adds every partition it can that is not quiet (quiet.go: a wake-up
+// has the fetch take it up), at most once a second, and restores
 // the partitions from which the fetch has received nothing yet: a
 // backlogged worker receives a partition's first records only once it
 // has room, and until it has restored a partition it cannot run any of
@@ -141,45 +148,67 @@ func (la *lookahead) add(ps *partState) {
 // record, once its client fetched the group's committed offsets as stable
 // (Kafka's RequireStable: no transaction of the previous owner is open);
 // the scan fetches them as stable itself, which holds the same, and reads
-// ahead from them.
+// ahead from them. It restores only partitions that hold records past
+// their committed offset, and none of an on-demand worker.
 func (la *lookahead) scan() {
 	now := time.Now().UnixNano()
 	if last := la.lastScan.Load(); now-last < int64(time.Second) || !la.lastScan.CompareAndSwap(last, now) {
 		return
 	}
 	w := la.w
-	var todo, all []*partState
+	var todo, active []*partState
 	w.mu.Lock()
 	for _, ps := range w.parts {
-		all = append(all, ps)
 		ps.mu.Lock()
-		if !ps.restored && !ps.restoring && !ps.revoked && ps.offsets.next < 0 {
+		switch {
+		case !ps.restored && !ps.restoring && !ps.revoked && ps.offsets.next < 0:
 			todo = append(todo, ps)
+		case !ps.q.quiet:
+			active = append(active, ps)
 		}
 		ps.mu.Unlock()
 	}
 	w.mu.Unlock()
-	for _, ps := range all {
+	for _, ps := range active {
 		la.add(ps)
 	}
-	if len(todo) == 0 || w.admin == nil {
+	if len(todo) == 0 || w.admin == nil || w.cfg.onDemand {
+		// On demand, a queue nobody wants is not fetched: its
+		// partitions need no restore.
 		return
 	}
-	go la.restore(todo)
+	la.mu.Lock()
+	defer la.mu.Unlock()
+	if la.done == nil || la.ctx.Err() != nil {
+		return // not started, or stopped
+	}
+	la.restores.Add(1)
+	go func() {
+		defer la.restores.Done()
+		la.restore(la.ctx, todo)
+	}()
 }
 
 // restore restores the partitions todo from the committed offsets it
 // fetches as stable; each, once restored, is added (releaseHeld).
-func (la *lookahead) restore(todo []*partState) {
+func (la *lookahead) restore(ctx context.Context, todo []*partState) {
 	w := la.w
-	ctx, cancel := context.WithTimeout(context.Background(), w.cfg.sessionTimeout)
+	ctx, cancel := context.WithTimeout(ctx, w.cfg.sessionTimeout)
 	defer cancel()
 	offs, err := w.admin.Kadm().FetchOffsets(kadm.RequireStable(ctx), w.cfg.group)
 	if err == nil {
 		err = offs.Error()
 	}
+	var ends kadm.ListedOffsets
+	if err == nil {
+		topics := map[string]bool{}
+		for _, ps := range todo {
+			topics[ps.tp.Topic] = true
+		}
+		ends, err = w.admin.Kadm().ListEndOffsets(ctx, slices.Collect(maps.Keys(topics))...)
+	}
 	if err != nil {
-		w.cfg.log.Debug("lookahead: fetching the committed offsets; the fetch restores the partitions", "err", err)
+		w.cfg.log.Debug("lookahead: fetching the committed and end offsets; the fetch restores the partitions", "err", err)
 		return
 	}
 	for _, ps := range todo {
@@ -187,8 +216,11 @@ func (la *lookahead) restore(todo []*partState) {
 		if o, ok := offs.Lookup(ps.tp.Topic, ps.tp.Partition); ok && o.At >= 0 {
 			start = o.At
 		}
+		if end, ok := ends.Lookup(ps.tp.Topic, ps.tp.Partition); !ok || end.Err != nil || end.Offset <= start {
+			continue // nothing to run, or not known: the fetch restores it when it has
+		}
 		ps.mu.Lock()
-		ok := !ps.restored && !ps.restoring && !ps.revoked && ps.offsets.next < 0
+		ok := !ps.restored && !ps.restoring && !ps.revoked && ps.offsets.next < 0 && !w.stopping.Load()
 		if ok {
 			ps.restoring, ps.aheadStart = true, start
 		}
@@ -213,7 +245,7 @@ func (la *lookahead) start() {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	la.mu.Lock()
-	la.cl, la.cancel, la.done = cl, cancel, make(chan struct{})
+	la.cl, la.ctx, la.cancel, la.done = cl, ctx, cancel, make(chan struct{})
 	la.mu.Unlock()
 	go la.run(ctx)
 }
@@ -409,13 +441,16 @@ func (la *lookahead) close() {
 		return
 	}
 	la.mu.Lock()
-	cancel, done := la.cancel, la.done
+	done := la.done
+	if done != nil {
+		la.cancel() // under mu: scan starts no restore after it
+	}
 	la.mu.Unlock()
 	if done == nil {
 		return
 	}
-	cancel()
 	<-done
+	la.restores.Wait()
 	la.cl.Close()
 }
 
