@@ -45,7 +45,7 @@ import (
 
 // lookaheadWait is the longest a fetch of the lookahead waits for records:
 // a partition added meanwhile is fetched from the next one on.
-const lookaheadWait = 25 * time.Millisecond
+const lookaheadWait = 10 * time.Millisecond
 
 // lookaheadKeys bounds the passed-over keys a worker remembers, over all
 // its partitions.
