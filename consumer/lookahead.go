@@ -47,6 +47,10 @@ import (
 // a partition added meanwhile is fetched from the next one on.
 const lookaheadWait = 10 * time.Millisecond
 
+// joinBacklog is how long a worker that joined a backlog reads ahead
+// before its own buffer says whether it is backlogged.
+const joinBacklog = 5 * time.Second
+
 // lookaheadKeys bounds the passed-over keys a worker remembers, over all
 // its partitions.
 const lookaheadKeys = 1_000_000
@@ -62,6 +66,7 @@ type lookahead struct {
 	running atomic.Int64
 
 	lastScan atomic.Int64 // unix ns of scan's last look
+	expect   atomic.Int64 // unix ns until which a joined backlog counts as one (assigned)
 	reading  atomic.Int32 // len(parts)
 
 	mu     sync.Mutex
@@ -185,13 +190,35 @@ func (la *lookahead) scan() {
 	la.restores.Add(1)
 	go func() {
 		defer la.restores.Done()
-		la.restore(la.ctx, todo)
+		la.restore(la.ctx, todo, false)
+	}()
+}
+
+// assigned looks at the partitions the worker was just given: if they lag
+// their ends by half the records the worker may buffer or more (a worker
+// joining a backlog), it restores them and reads ahead at once, rather
+// than once the fetch has filled the worker's buffer.
+func (la *lookahead) assigned(parts []*partState) {
+	if la == nil || len(parts) == 0 || la.w.admin == nil || la.w.cfg.onDemand {
+		return
+	}
+	la.mu.Lock()
+	defer la.mu.Unlock()
+	if la.done == nil || la.ctx.Err() != nil {
+		return
+	}
+	la.restores.Add(1)
+	go func() {
+		defer la.restores.Done()
+		la.restore(la.ctx, parts, true)
 	}()
 }
 
 // restore restores the partitions todo from the committed offsets it
-// fetches as stable; each, once restored, is added (releaseHeld).
-func (la *lookahead) restore(ctx context.Context, todo []*partState) {
+// fetches as stable; each, once restored, is added (releaseHeld). Joining,
+// it does so only if they lag enough for a backlog, which it then expects
+// for joinBacklog.
+func (la *lookahead) restore(ctx context.Context, todo []*partState, joining bool) {
 	w := la.w
 	ctx, cancel := context.WithTimeout(ctx, w.cfg.sessionTimeout)
 	defer cancel()
@@ -211,13 +238,28 @@ func (la *lookahead) restore(ctx context.Context, todo []*partState) {
 		w.cfg.log.Debug("lookahead: fetching the committed and end offsets; the fetch restores the partitions", "err", err)
 		return
 	}
-	for _, ps := range todo {
+	starts := make([]int64, len(todo))
+	var lag int64
+	for i, ps := range todo {
+		starts[i] = -1
 		start := int64(0) // none committed: the fetch starts at the log start
 		if o, ok := offs.Lookup(ps.tp.Topic, ps.tp.Partition); ok && o.At >= 0 {
 			start = o.At
 		}
-		if end, ok := ends.Lookup(ps.tp.Topic, ps.tp.Partition); !ok || end.Err != nil || end.Offset <= start {
-			continue // nothing to run, or not known: the fetch restores it when it has
+		if end, ok := ends.Lookup(ps.tp.Topic, ps.tp.Partition); ok && end.Err == nil && end.Offset > start {
+			starts[i], lag = start, lag+end.Offset-start
+		} // else nothing to run, or not known: the fetch restores it when it has
+	}
+	if joining {
+		if lag < int64(w.cfg.maxBuffered/2) {
+			return
+		}
+		la.expect.Store(time.Now().Add(joinBacklog).UnixNano())
+	}
+	for i, ps := range todo {
+		start := starts[i]
+		if start < 0 {
+			continue
 		}
 		ps.mu.Lock()
 		ok := !ps.restored && !ps.restoring && !ps.revoked && ps.offsets.next < 0 && !w.stopping.Load()
@@ -337,10 +379,11 @@ func (la *lookahead) read(fp kgo.FetchTopicPartition) (*partState, []*item) {
 }
 
 // backlogged reports whether the worker holds at least half the records
-// it may buffer: the fetch then waits for room, and a record written now
-// waits behind those the fetch and its client hold.
+// it may buffer, or joined a backlog less than joinBacklog ago (assigned):
+// the fetch then waits for room, and a record written now waits behind
+// those the fetch and its client hold.
 func (la *lookahead) backlogged() bool {
-	return la.w.buffered.Load() >= int64(la.w.cfg.maxBuffered/2)
+	return la.w.buffered.Load() >= int64(la.w.cfg.maxBuffered/2) || time.Now().UnixNano() < la.expect.Load()
 }
 
 // holds reports whether a record passed over at or above the fetch
