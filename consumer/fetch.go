@@ -22,6 +22,8 @@ func (w *Worker) dispatch(fs kgo.Fetches) {
 		if ps == nil {
 			return // not ours (any more)
 		}
+		ps.queueMu.Lock()
+		defer ps.queueMu.Unlock()
 		last := fp.Records[len(fp.Records)-1]
 		ps.lag.Store(fp.HighWatermark - last.Offset - 1)
 		items := make([]*item, 0, len(fp.Records))

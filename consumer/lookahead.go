@@ -421,9 +421,11 @@ func (la *lookahead) admit(ps *partState, items []*item) {
 	if err := ps.lookup(items); err != nil {
 		w.cfg.log.Warn("looking up processed IDs; each task asks again when it starts", "err", err)
 	}
+	ps.queueMu.Lock() // no fetched record between admission and its key's line
 	ps.mu.Lock()
 	if ps.revoked {
 		ps.mu.Unlock()
+		ps.queueMu.Unlock()
 		return
 	}
 	// Queued in the step that admits them: the fetch's turn of one
@@ -441,6 +443,7 @@ func (la *lookahead) admit(ps *partState, items []*item) {
 	w.buffered.Add(int64(len(admitted)))
 	ready := w.sched.queueLocked(ps, admitted)
 	ps.mu.Unlock()
+	ps.queueMu.Unlock()
 	w.metrics.ahead.Add(float64(len(admitted)))
 	w.sched.start(ready)
 }

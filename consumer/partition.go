@@ -35,6 +35,12 @@ type partState struct {
 	latency  prometheus.Observer
 	lag      atomic.Int64 // behind the high watermark at the last fetch
 
+	// queueMu is held from the admission of fetched records to their
+	// queueing (dispatch): the lookahead, which queues records past them
+	// (lookahead.admit), never queues one ahead of an earlier record of
+	// its key still on its way to the key's line.
+	queueMu sync.Mutex
+
 	mu        sync.Mutex
 	revoked   bool
 	restored  bool // the checkpoint has caught up with the changelog

@@ -131,7 +131,11 @@ const (
 const cancelCheckEvery = 100 * time.Millisecond
 
 func newScheduler(w *Worker, n, buffered int) *scheduler {
-	s := &scheduler{w: w, ready: newReadyQueue(buffered + n), slots: make([]*slot, n), quit: make(chan struct{}), nudge: make(chan struct{}, 1)}
+	// The ready queue holds at most the records buffered, fetched and
+	// read ahead (each bounded by buffered), and those the slots hand
+	// on: never full, so that a slot never waits to queue the record
+	// its finish let go.
+	s := &scheduler{w: w, ready: newReadyQueue(2*buffered + n), slots: make([]*slot, n), quit: make(chan struct{}), nudge: make(chan struct{}, 1)}
 	for i := range s.slots {
 		s.slots[i] = &slot{}
 	}
