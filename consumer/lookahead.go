@@ -2,14 +2,12 @@ package consumer
 
 import (
 	"context"
-	"maps"
-	"slices"
+	"errors"
 	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/onceq/onceq"
@@ -41,15 +39,14 @@ import (
 // of the fetch position, holds at most lookaheadKeys passed-over keys, and
 // at most MaxBufferedRecords records admitted ahead and not finished: past
 // any of these it stops reading the partition until the fetch catches up
-// with where it stopped. It runs under ExactlyOnce only.
+// with where it stopped. It reads only partitions restored, which the
+// fetch does on their first record: a worker that joins a backlog reads a
+// partition ahead once its fetch has reached it. It runs under ExactlyOnce
+// only.
 
 // lookaheadWait is the longest a fetch of the lookahead waits for records:
 // a partition added meanwhile is fetched from the next one on.
 const lookaheadWait = 10 * time.Millisecond
-
-// joinBacklog is how long a worker that joined a backlog reads ahead
-// before its own buffer says whether it is backlogged.
-const joinBacklog = 5 * time.Second
 
 // lookaheadKeys bounds the passed-over keys a worker remembers, over all
 // its partitions.
@@ -66,19 +63,18 @@ type lookahead struct {
 	running atomic.Int64
 
 	lastScan atomic.Int64 // unix ns of scan's last look
-	expect   atomic.Int64 // unix ns until which a joined backlog counts as one (assigned)
 	reading  atomic.Int32 // len(parts)
 
-	mu     sync.Mutex
-	cl     *kgo.Client // nil: not started, or no client could be made
-	parts  map[checkpoint.TP]*aheadPart
-	keys   int             // passed-over keys over all parts
-	ctx    context.Context // run's, canceled by close
-	cancel context.CancelFunc
-	done   chan struct{}
-	// restores counts the restore passes scan started, which close
-	// waits for.
-	restores sync.WaitGroup
+	mu sync.Mutex
+	cl *kgo.Client // nil: not started, or no client could be made; only run calls it
+	// changes are the partitions to start or stop reading, for run,
+	// whose poll pollCancel cuts short.
+	changes    []aheadChange
+	pollCancel context.CancelFunc
+	parts      map[checkpoint.TP]*aheadPart
+	keys       int // passed-over keys over all parts
+	cancel     context.CancelFunc
+	done       chan struct{}
 }
 
 // aheadPart is a partition the lookahead reads.
@@ -120,9 +116,6 @@ func (la *lookahead) consider(ps *partState) {
 func (la *lookahead) add(ps *partState) {
 	ps.mu.Lock()
 	from := ps.offsets.next
-	if from < 0 {
-		from = ps.aheadStart // nothing fetched yet: where the fetch starts
-	}
 	ok := ps.restored && !ps.revoked && from >= 0 && from >= ps.aheadFrom
 	ps.mu.Unlock()
 	if !ok {
@@ -141,34 +134,25 @@ func (la *lookahead) add(ps *partState) {
 	}
 	la.parts[ps.tp] = &aheadPart{ps: ps, pos: from, passed: map[string]int64{}}
 	la.reading.Store(int32(len(la.parts)))
-	la.cl.AddConsumePartitions(map[string]map[int32]kgo.Offset{ps.tp.Topic: {ps.tp.Partition: kgo.NewOffset().At(from)}})
+	la.changeLocked(aheadChange{tp: ps.tp, add: true, from: from})
 }
 
-// scan adds every partition it can that is not quiet (quiet.go: a wake-up
-// has the fetch take it up), at most once a second, and restores
-// the partitions from which the fetch has received nothing yet: a
-// backlogged worker receives a partition's first records only once it
-// has room, and until it has restored a partition it cannot run any of
-// its records. The fetch starts the restore on a partition's first
-// record, once its client fetched the group's committed offsets as stable
-// (Kafka's RequireStable: no transaction of the previous owner is open);
-// the scan fetches them as stable itself, which holds the same, and reads
-// ahead from them. It restores only partitions that hold records past
-// their committed offset, and none of an on-demand worker.
+// scan adds, at most once a second, every partition it can that is not
+// quiet (quiet.go: a wake-up has the fetch take it up). A partition is
+// read ahead only once restored, which the fetch starts on its first
+// record: a worker that joins a backlog reads a partition ahead once it
+// has fetched from it.
 func (la *lookahead) scan() {
 	now := time.Now().UnixNano()
 	if last := la.lastScan.Load(); now-last < int64(time.Second) || !la.lastScan.CompareAndSwap(last, now) {
 		return
 	}
 	w := la.w
-	var todo, active []*partState
+	var active []*partState
 	w.mu.Lock()
 	for _, ps := range w.parts {
 		ps.mu.Lock()
-		switch {
-		case !ps.restored && !ps.restoring && !ps.revoked && ps.offsets.next < 0:
-			todo = append(todo, ps)
-		case !ps.q.quiet:
+		if ps.restored && !ps.q.quiet {
 			active = append(active, ps)
 		}
 		ps.mu.Unlock()
@@ -176,100 +160,6 @@ func (la *lookahead) scan() {
 	w.mu.Unlock()
 	for _, ps := range active {
 		la.add(ps)
-	}
-	if len(todo) == 0 || w.admin == nil || w.cfg.onDemand {
-		// On demand, a queue nobody wants is not fetched: its
-		// partitions need no restore.
-		return
-	}
-	la.mu.Lock()
-	defer la.mu.Unlock()
-	if la.done == nil || la.ctx.Err() != nil {
-		return // not started, or stopped
-	}
-	la.restores.Add(1)
-	go func() {
-		defer la.restores.Done()
-		la.restore(la.ctx, todo, false)
-	}()
-}
-
-// assigned looks at the partitions the worker was just given: if they lag
-// their ends by half the records the worker may buffer or more (a worker
-// joining a backlog), it restores them and reads ahead at once, rather
-// than once the fetch has filled the worker's buffer.
-func (la *lookahead) assigned(parts []*partState) {
-	if la == nil || len(parts) == 0 || la.w.admin == nil || la.w.cfg.onDemand {
-		return
-	}
-	la.mu.Lock()
-	defer la.mu.Unlock()
-	if la.done == nil || la.ctx.Err() != nil {
-		return
-	}
-	la.restores.Add(1)
-	go func() {
-		defer la.restores.Done()
-		la.restore(la.ctx, parts, true)
-	}()
-}
-
-// restore restores the partitions todo from the committed offsets it
-// fetches as stable; each, once restored, is added (releaseHeld). Joining,
-// it does so only if they lag enough for a backlog, which it then expects
-// for joinBacklog.
-func (la *lookahead) restore(ctx context.Context, todo []*partState, joining bool) {
-	w := la.w
-	ctx, cancel := context.WithTimeout(ctx, w.cfg.sessionTimeout)
-	defer cancel()
-	offs, err := w.admin.Kadm().FetchOffsets(kadm.RequireStable(ctx), w.cfg.group)
-	if err == nil {
-		err = offs.Error()
-	}
-	var ends kadm.ListedOffsets
-	if err == nil {
-		topics := map[string]bool{}
-		for _, ps := range todo {
-			topics[ps.tp.Topic] = true
-		}
-		ends, err = w.admin.Kadm().ListEndOffsets(ctx, slices.Collect(maps.Keys(topics))...)
-	}
-	if err != nil {
-		w.cfg.log.Debug("lookahead: fetching the committed and end offsets; the fetch restores the partitions", "err", err)
-		return
-	}
-	starts := make([]int64, len(todo))
-	var lag int64
-	for i, ps := range todo {
-		starts[i] = -1
-		start := int64(0) // none committed: the fetch starts at the log start
-		if o, ok := offs.Lookup(ps.tp.Topic, ps.tp.Partition); ok && o.At >= 0 {
-			start = o.At
-		}
-		if end, ok := ends.Lookup(ps.tp.Topic, ps.tp.Partition); ok && end.Err == nil && end.Offset > start {
-			starts[i], lag = start, lag+end.Offset-start
-		} // else nothing to run, or not known: the fetch restores it when it has
-	}
-	if joining {
-		if lag < int64(w.cfg.maxBuffered/2) {
-			return
-		}
-		la.expect.Store(time.Now().Add(joinBacklog).UnixNano())
-	}
-	for i, ps := range todo {
-		start := starts[i]
-		if start < 0 {
-			continue
-		}
-		ps.mu.Lock()
-		ok := !ps.restored && !ps.restoring && !ps.revoked && ps.offsets.next < 0 && !w.stopping.Load()
-		if ok {
-			ps.restoring, ps.aheadStart = true, start
-		}
-		ps.mu.Unlock()
-		if ok {
-			w.requestRestore(ps)
-		}
 	}
 }
 
@@ -287,22 +177,54 @@ func (la *lookahead) start() {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	la.mu.Lock()
-	la.cl, la.ctx, la.cancel, la.done = cl, ctx, cancel, make(chan struct{})
+	la.cl, la.cancel, la.done = cl, cancel, make(chan struct{})
 	la.mu.Unlock()
 	go la.run(ctx)
 }
 
-// run reads until close.
+// aheadChange is a partition to start or stop reading.
+type aheadChange struct {
+	tp   checkpoint.TP
+	add  bool
+	from int64
+}
+
+// changeLocked asks run to start or stop reading a partition, and cuts
+// its poll short; la.mu is held. Only run calls the client: the group's
+// callbacks, which take la.mu, never wait for it.
+func (la *lookahead) changeLocked(c aheadChange) {
+	la.changes = append(la.changes, c)
+	if la.pollCancel != nil {
+		la.pollCancel()
+	}
+}
+
+// run reads until close, applying the changes asked for between polls.
 func (la *lookahead) run(ctx context.Context) {
 	defer close(la.done)
 	_ = la.cl.Ping(ctx) // connected before a backlog needs it
 	for {
-		fs := la.cl.PollRecords(ctx, 10_000)
+		pctx, cancel := context.WithCancel(ctx)
+		la.mu.Lock()
+		changes := la.changes
+		la.changes, la.pollCancel = nil, cancel
+		la.mu.Unlock()
+		for _, c := range changes {
+			if c.add {
+				la.cl.AddConsumePartitions(map[string]map[int32]kgo.Offset{c.tp.Topic: {c.tp.Partition: kgo.NewOffset().At(c.from)}})
+			} else {
+				la.cl.RemoveConsumePartitions(map[string][]int32{c.tp.Topic: {c.tp.Partition}})
+			}
+		}
+		fs := la.cl.PollRecords(pctx, 10_000)
+		cancel()
 		if ctx.Err() != nil {
 			return
 		}
 		fs.EachError(func(topic string, p int32, err error) {
-			la.w.cfg.log.Debug("lookahead: fetch failed; it goes on", "topic", topic, "partition", p, "err", err)
+			if !errors.Is(err, context.Canceled) {
+				la.w.cfg.log.Debug("lookahead: fetch failed; it goes on", "topic", topic, "partition", p, "err", err)
+			}
 		})
 		fs.EachPartition(la.take)
 	}
@@ -379,11 +301,10 @@ func (la *lookahead) read(fp kgo.FetchTopicPartition) (*partState, []*item) {
 }
 
 // backlogged reports whether the worker holds at least half the records
-// it may buffer, or joined a backlog less than joinBacklog ago (assigned):
-// the fetch then waits for room, and a record written now waits behind
-// those the fetch and its client hold.
+// it may buffer: the fetch then waits for room, and a record written now
+// waits behind those the fetch and its client hold.
 func (la *lookahead) backlogged() bool {
-	return la.w.buffered.Load() >= int64(la.w.cfg.maxBuffered/2) || time.Now().UnixNano() < la.expect.Load()
+	return la.w.buffered.Load() >= int64(la.w.cfg.maxBuffered/2)
 }
 
 // holds reports whether a record passed over at or above the fetch
@@ -457,7 +378,7 @@ func (la *lookahead) removeLocked(tp checkpoint.TP) {
 	la.keys -= len(ap.passed)
 	delete(la.parts, tp)
 	la.reading.Store(int32(len(la.parts)))
-	la.cl.RemoveConsumePartitions(map[string][]int32{tp.Topic: {tp.Partition}})
+	la.changeLocked(aheadChange{tp: tp})
 }
 
 // stopAll stops reading every partition.
@@ -489,14 +410,13 @@ func (la *lookahead) close() {
 	la.mu.Lock()
 	done := la.done
 	if done != nil {
-		la.cancel() // under mu: scan starts no restore after it
+		la.cancel()
 	}
 	la.mu.Unlock()
 	if done == nil {
 		return
 	}
 	<-done
-	la.restores.Wait()
 	la.cl.Close()
 }
 

@@ -70,10 +70,6 @@ type partState struct {
 	// aheadFrom is where the lookahead stopped reading, far enough ahead:
 	// it reads the partition again once the fetch gets there.
 	aheadFrom int64
-	// aheadStart is the group's committed offset, fetched as stable, when
-	// the lookahead started the restore before the fetch received a
-	// record (lookahead.scan); -1 otherwise.
-	aheadStart int64
 	// aheadRunning counts its records admitted ahead and not finished, in
 	// aheadOpen, the lookahead's count of them all, too.
 	aheadRunning int
@@ -116,7 +112,7 @@ type result struct {
 
 func newPartState(tp checkpoint.TP, store *checkpoint.Store) *partState {
 	return &partState{tp: tp, store: store, recordsTopic: broker.RecordsTopic(tp.Topic),
-		recordsKey: []byte(tp.Topic + "/" + strconv.Itoa(int(tp.Partition))), offsets: newOffsetSet(), committed: -1, aheadStart: -1,
+		recordsKey: []byte(tp.Topic + "/" + strconv.Itoa(int(tp.Partition))), offsets: newOffsetSet(), committed: -1,
 		inflight: prometheus.NewGauge(prometheus.GaugeOpts{}), latency: prometheus.NewHistogram(prometheus.HistogramOpts{}),
 		keys: map[string][]*item{}, ahead: map[int64]bool{}, ids: map[string]uint64{}, overlay: map[string]overlayVal{}}
 }

@@ -158,7 +158,7 @@ func (w *Worker) releaseHeld(ps *partState) {
 		if len(held) == 0 {
 			ps.restored = true
 			ps.mu.Unlock()
-			w.ahead.consider(ps) // restored by the lookahead, or behind a backlog
+			w.ahead.consider(ps) // behind a backlog: read ahead of the fetch
 			break
 		}
 		ps.mu.Unlock()

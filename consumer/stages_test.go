@@ -16,8 +16,10 @@ import (
 
 // TestChainedStages copies tasks through three queues, q1 -> q2 -> q3, with
 // a group per stage whose members join and leave during the run, with the
-// classic cooperative-sticky protocol and with KIP-848's. Every ID must pass
-// each stage exactly once.
+// classic cooperative-sticky protocol and with KIP-848's. A quarter of the
+// tasks have priority 9, which the first stage's members, backlogged, run
+// ahead of their fetch (lookahead.go). Every ID must pass each stage
+// exactly once.
 func TestChainedStages(t *testing.T) {
 	for _, protocol := range []string{consumer.ClassicGroup, consumer.ConsumerGroup} {
 		t.Run(protocol, func(t *testing.T) {
@@ -48,7 +50,13 @@ func TestChainedStages(t *testing.T) {
 			start(1)
 			go func() {
 				for i := 0; i < n; i += 1000 {
-					produceTasksQuiet(conn, "q1", all[i:min(i+1000, n)])
+					var tasks []onceq.Task
+					for j, id := range all[i:min(i+1000, n)] {
+						// A quarter at priority 9: the first stage,
+						// backlogged, runs them ahead of its fetch.
+						tasks = append(tasks, onceq.Task{ID: id, Payload: []byte("payload-" + id), Priority: (j % 4 / 3) * onceq.MaxPriority})
+					}
+					produceQuiet(conn, "q1", tasks)
 					time.Sleep(100 * time.Millisecond)
 				}
 			}()
@@ -66,7 +74,7 @@ func TestChainedStages(t *testing.T) {
 				t.Logf("step %d: stage members %d and %d", step, len(members[0]), len(members[1]))
 			}
 			if outs := waitOutputs(t, conn, "q3", n, 3*time.Minute); len(outs) < n {
-				explainMissing(t, conn, all, outs, "q2")
+				explainMissing(t, conn, all, outs, "q1", "q2")
 			}
 			time.Sleep(time.Second)
 			for stage := 0; stage < 2; stage++ {
@@ -107,8 +115,9 @@ func startStageWorker(t *testing.T, conn broker.Conn, protocol, group, from, to 
 
 // explainMissing logs, while the members still run, what a test needs to
 // tell a lost task from a stuck one: where each missing ID sits in the
-// stage's input and the broker's groups, lags and topics.
-func explainMissing(t *testing.T, conn broker.Conn, all []string, outs []*kgo.Record, input string) {
+// stages' inputs (the first 20 records of each) and the broker's groups,
+// lags and topics.
+func explainMissing(t *testing.T, conn broker.Conn, all []string, outs []*kgo.Record, inputs ...string) {
 	t.Helper()
 	seen := map[string]bool{}
 	for _, r := range outs {
@@ -122,9 +131,13 @@ func explainMissing(t *testing.T, conn broker.Conn, all []string, outs []*kgo.Re
 			missing[id] = true
 		}
 	}
-	for _, r := range testutil.ReadCommitted(t, conn, time.Minute, input) {
-		if task, err := onceq.FromRecord(r); err == nil && missing[task.ID] {
-			t.Logf("missing %s is in %s/%d at offset %d", task.ID, r.Topic, r.Partition, r.Offset)
+	for _, input := range inputs {
+		logged := 0
+		for _, r := range testutil.ReadCommitted(t, conn, time.Minute, input) {
+			if task, err := onceq.FromRecord(r); err == nil && missing[task.ID] && logged < 20 {
+				t.Logf("missing %s is in %s/%d at offset %d", task.ID, r.Topic, r.Partition, r.Offset)
+				logged++
+			}
 		}
 	}
 	t.Logf("broker:\n%s", testutil.BrokerState(conn))
