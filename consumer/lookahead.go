@@ -53,7 +53,7 @@ const lookaheadWait = 10 * time.Millisecond
 const lookaheadKeys = 1_000_000
 
 // lookahead reads ahead of the worker's fetch; made by newLookahead, its
-// client by start.
+// client by startLocked.
 type lookahead struct {
 	w     *Worker
 	limit int64 // PriorityLookahead: records ahead of the fetch position, per partition
@@ -65,8 +65,9 @@ type lookahead struct {
 	lastScan atomic.Int64 // unix ns of scan's last look
 	reading  atomic.Int32 // len(parts)
 
-	mu sync.Mutex
-	cl *kgo.Client // nil: not started, or no client could be made; only run calls it
+	mu     sync.Mutex
+	cl     *kgo.Client // nil until the first backlog (startLocked); only run calls it
+	failed bool        // no client could be made: it reads nothing
 	// changes are the partitions to start or stop reading, for run,
 	// whose poll pollCancel cuts short.
 	changes    []aheadChange
@@ -123,8 +124,8 @@ func (la *lookahead) add(ps *partState) {
 	}
 	la.mu.Lock()
 	defer la.mu.Unlock()
-	if la.done == nil {
-		return // not started, or failed to
+	if la.done == nil && !la.startLocked() {
+		return
 	}
 	if old := la.parts[ps.tp]; old != nil {
 		if old.ps == ps {
@@ -163,23 +164,24 @@ func (la *lookahead) scan() {
 	}
 }
 
-// start makes the client and starts reading: at once, so that the first
-// backlog finds it connected.
-func (la *lookahead) start() {
-	if la == nil {
-		return
+// startLocked makes the client and starts reading, on the first backlog
+// (a worker that never has one makes none); la.mu is held. It reports
+// whether the lookahead runs.
+func (la *lookahead) startLocked() bool {
+	if la.failed {
+		return false
 	}
 	cl, err := la.w.cfg.conn.NewClient(kgo.FetchIsolationLevel(kgo.ReadCommitted()),
 		kgo.ClientID("onceq-lookahead-"+la.w.instanceID), kgo.FetchMaxWait(lookaheadWait))
 	if err != nil {
 		la.w.cfg.log.Warn("lookahead: no client; tasks of higher priority wait for the fetch", "err", err)
-		return
+		la.failed = true
+		return false
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	la.mu.Lock()
 	la.cl, la.cancel, la.done = cl, cancel, make(chan struct{})
-	la.mu.Unlock()
 	go la.run(ctx)
+	return true
 }
 
 // aheadChange is a partition to start or stop reading.
@@ -202,7 +204,6 @@ func (la *lookahead) changeLocked(c aheadChange) {
 // run reads until close, applying the changes asked for between polls.
 func (la *lookahead) run(ctx context.Context) {
 	defer close(la.done)
-	_ = la.cl.Ping(ctx) // connected before a backlog needs it
 	for {
 		pctx, cancel := context.WithCancel(ctx)
 		la.mu.Lock()

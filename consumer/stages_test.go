@@ -52,9 +52,13 @@ func TestChainedStages(t *testing.T) {
 				for i := 0; i < n; i += 1000 {
 					var tasks []onceq.Task
 					for j, id := range all[i:min(i+1000, n)] {
-						// A quarter at priority 9: the first stage,
-						// backlogged, runs them ahead of its fetch.
-						tasks = append(tasks, onceq.Task{ID: id, Payload: []byte("payload-" + id), Priority: (j % 4 / 3) * onceq.MaxPriority})
+						task := onceq.Task{ID: id, Payload: []byte("payload-" + id)}
+						if j%4 == 3 {
+							// A quarter at priority 9: the first stage,
+							// backlogged, runs them ahead of its fetch.
+							task.Priority = onceq.MaxPriority
+						}
+						tasks = append(tasks, task)
 					}
 					produceQuiet(conn, "q1", tasks)
 					time.Sleep(100 * time.Millisecond)

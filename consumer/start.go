@@ -117,7 +117,6 @@ func (w *Worker) start(ctx context.Context) error {
 	}
 	w.pauseMu.Lock()
 	defer w.pauseMu.Unlock()
-	w.ahead.start() // before the group member: its first assignment may ask for it
 	w.fetchMu.Lock()
 	w.kafka, err = newKafkaSide(w)
 	w.fetchMu.Unlock()
