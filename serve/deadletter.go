@@ -129,6 +129,7 @@ func (s *Server) respawn(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	respawned := make([]string, len(rs))
+	now = time.Now() // the ttl counts from the respawn, not from the request
 	for i := range rs {
 		rs[i].Task.Expires = time.Time{}
 		if ttl > 0 {

@@ -298,6 +298,12 @@ func (s *Server) republish(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
+	// The ttl counts from the publish, not from the request: finishing
+	// the old job is a transaction and can take seconds on a busy broker.
+	if task, err = spec.Task(time.Now(), nil); err != nil {
+		writeError(w, taskError(err))
+		return
+	}
 	rc, err := s.p.Submit(r.Context(), task)
 	if err != nil {
 		writeError(w, taskError(err))
