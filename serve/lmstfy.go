@@ -289,8 +289,7 @@ func (s *Server) republish(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	task, err := spec.Task(time.Now(), nil)
-	if err != nil {
+	if _, err := spec.Task(time.Now(), nil); err != nil { // checked before the old job is finished
 		writeError(w, taskError(err))
 		return
 	}
@@ -300,7 +299,8 @@ func (s *Server) republish(w http.ResponseWriter, r *http.Request) {
 	}
 	// The ttl counts from the publish, not from the request: finishing
 	// the old job is a transaction and can take seconds on a busy broker.
-	if task, err = spec.Task(time.Now(), nil); err != nil {
+	task, err := spec.Task(time.Now(), nil)
+	if err != nil {
 		writeError(w, taskError(err))
 		return
 	}
