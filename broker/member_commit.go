@@ -97,20 +97,12 @@ func (m *Member) Commit(ctx context.Context, recs []*kgo.Record, offsets []TxnOf
 	if m.sess == nil {
 		return Txn{}, errors.New("broker: Commit on an at-least-once member: produce and commit offsets with its Client")
 	}
-	var held map[string]map[int32]kgo.EpochOffset // ConsumerGroup: the client's offsets before End
-	beforeEnd := func() {
-		if m.cfg.Protocol == ConsumerGroup {
-			held = m.cl.CommittedOffsets()
-		}
-	}
+	var holds func(topic string, p int32) bool
+	beforeEnd := func() { holds = m.Holds() }
 	setOffsets := func(req *kmsg.TxnOffsetCommitRequest) error {
 		var gone map[string][]int32
 		check := func(topic string, p int32) {
-			ok := m.cfg.Assignment.Has(topic, p)
-			if m.cfg.Protocol == ConsumerGroup {
-				_, ok = held[topic][p]
-			}
-			if !ok && !slices.Contains(gone[topic], p) {
+			if !holds(topic, p) && !slices.Contains(gone[topic], p) {
 				if gone == nil {
 					gone = map[string][]int32{}
 				}
@@ -135,6 +127,22 @@ func (m *Member) Commit(ctx context.Context, recs []*kgo.Record, offsets []TxnOf
 		return nil
 	}
 	return RunTxn(ctx, m.sess, recs, beforeEnd, setOffsets, onAbort)
+}
+
+// Holds reports, from one look at the client, whether a Commit would find
+// the member holding a partition (see Commit): for a ConsumerGroup member,
+// whether its client holds an offset of it, which it does for a partition
+// it polled records from, or whose committed offset it fetched, since it
+// got it; for a ClassicGroup member, whether the last sync assigned it.
+func (m *Member) Holds() func(topic string, p int32) bool {
+	if m.cfg.Protocol != ConsumerGroup {
+		return m.cfg.Assignment.Has
+	}
+	held := m.cl.CommittedOffsets()
+	return func(topic string, p int32) bool {
+		_, ok := held[topic][p]
+		return ok
+	}
 }
 
 // setTxnOffsets makes req commit exactly offsets, in topic and partition

@@ -85,11 +85,28 @@ func (w *Worker) commit(ctx context.Context) error {
 		keep   = kgo.EpochOffset{Offset: -1}
 	)
 	synced := w.synced.Load()
+	var (
+		holds    func(topic string, p int32) bool
+		deferred bool // a partition's results wait for a later commit
+	)
 	for _, ps := range w.snapshotParts() {
 		if !synced.Has(ps.tp.Topic, ps.tp.Partition) {
 			// Moved away without a revoke callback: its next assignment
 			// callback releases it (assigned).
 			continue
+		}
+		if ps.unfetched() {
+			// Restored ahead of the fetch (lookahead_restore.go): the
+			// member's client may not know the partition yet, and a
+			// commit of its work would take it for one given away
+			// (broker.Member.Commit). Its results wait until it does.
+			if holds == nil {
+				holds = w.kafka.holds()
+			}
+			if !holds(ps.tp.Topic, ps.tp.Partition) {
+				deferred = true
+				continue
+			}
 		}
 		res, to, moved, upTo := ps.collect()
 		if keep.Offset < 0 && to.Offset >= 0 {
@@ -145,7 +162,7 @@ func (w *Worker) commit(ctx context.Context) error {
 		}
 	}
 	if len(recs) == 0 && len(offsets) == 0 {
-		w.nothingToCommit = true
+		w.nothingToCommit = !deferred
 		return nil
 	}
 	recs = broker.AppendWakeUps(recs)

@@ -39,10 +39,10 @@ import (
 // of the fetch position, holds at most lookaheadKeys passed-over keys, and
 // at most MaxBufferedRecords records admitted ahead and not finished: past
 // any of these it stops reading the partition until the fetch catches up
-// with where it stopped. It reads only partitions restored, which the
-// fetch does on their first record: a worker that joins a backlog reads a
-// partition ahead once its fetch has reached it. It runs under ExactlyOnce
-// only.
+// with where it stopped. It reads only restored partitions: the fetch
+// restores one on its first record, and the lookahead restores those the
+// fetch has not reached yet (lookahead_restore.go). It runs under
+// ExactlyOnce only.
 
 // lookaheadWait is the longest a fetch of the lookahead waits for records:
 // a partition added meanwhile is fetched from the next one on.
@@ -64,6 +64,13 @@ type lookahead struct {
 
 	lastScan atomic.Int64 // unix ns of scan's last look
 	reading  atomic.Int32 // len(parts)
+	expect   atomic.Int64 // unix ns until which a joined backlog counts as one (assigned)
+
+	// ctx ends with close (stop): it bounds run and the restores, which
+	// restores counts.
+	ctx      context.Context
+	stop     context.CancelFunc
+	restores sync.WaitGroup
 
 	mu     sync.Mutex
 	cl     *kgo.Client // nil until the first backlog (startLocked); only run calls it
@@ -73,8 +80,8 @@ type lookahead struct {
 	changes    []aheadChange
 	pollCancel context.CancelFunc
 	parts      map[checkpoint.TP]*aheadPart
-	keys       int // passed-over keys over all parts
-	cancel     context.CancelFunc
+	keys       int  // passed-over keys over all parts
+	closed     bool // close was called: nothing more starts
 	done       chan struct{}
 }
 
@@ -92,8 +99,9 @@ func newLookahead(w *Worker) *lookahead {
 	if w.cfg.guarantee != ExactlyOnce || w.cfg.lookahead == 0 {
 		return nil
 	}
+	ctx, stop := context.WithCancel(context.Background())
 	return &lookahead{w: w, limit: int64(w.cfg.lookahead), open: w.cfg.maxBuffered,
-		parts: map[checkpoint.TP]*aheadPart{}}
+		parts: map[checkpoint.TP]*aheadPart{}, ctx: ctx, stop: stop}
 }
 
 // consider starts reading ps ahead of the fetch while the worker is
@@ -117,6 +125,9 @@ func (la *lookahead) consider(ps *partState) {
 func (la *lookahead) add(ps *partState) {
 	ps.mu.Lock()
 	from := ps.offsets.next
+	if from < 0 {
+		from = ps.aheadStart // nothing fetched yet: where the fetch starts
+	}
 	ok := ps.restored && !ps.revoked && from >= 0 && from >= ps.aheadFrom
 	ps.mu.Unlock()
 	if !ok {
@@ -139,21 +150,22 @@ func (la *lookahead) add(ps *partState) {
 }
 
 // scan adds, at most once a second, every partition it can that is not
-// quiet (quiet.go: a wake-up has the fetch take it up). A partition is
-// read ahead only once restored, which the fetch starts on its first
-// record: a worker that joins a backlog reads a partition ahead once it
-// has fetched from it.
+// quiet (quiet.go: a wake-up has the fetch take it up), and restores those
+// from which the fetch has received nothing yet (restoreAhead).
 func (la *lookahead) scan() {
 	now := time.Now().UnixNano()
 	if last := la.lastScan.Load(); now-last < int64(time.Second) || !la.lastScan.CompareAndSwap(last, now) {
 		return
 	}
 	w := la.w
-	var active []*partState
+	var todo, active []*partState
 	w.mu.Lock()
 	for _, ps := range w.parts {
 		ps.mu.Lock()
-		if ps.restored && !ps.q.quiet {
+		switch {
+		case !ps.restored && !ps.restoring && !ps.revoked && ps.offsets.next < 0:
+			todo = append(todo, ps)
+		case ps.restored && !ps.q.quiet:
 			active = append(active, ps)
 		}
 		ps.mu.Unlock()
@@ -162,13 +174,14 @@ func (la *lookahead) scan() {
 	for _, ps := range active {
 		la.add(ps)
 	}
+	la.restoreAhead(todo, false)
 }
 
 // startLocked makes the client and starts reading, on the first backlog
 // (a worker that never has one makes none); la.mu is held. It reports
 // whether the lookahead runs.
 func (la *lookahead) startLocked() bool {
-	if la.failed {
+	if la.failed || la.closed {
 		return false
 	}
 	cl, err := la.w.cfg.conn.NewClient(kgo.FetchIsolationLevel(kgo.ReadCommitted()),
@@ -178,9 +191,8 @@ func (la *lookahead) startLocked() bool {
 		la.failed = true
 		return false
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	la.cl, la.cancel, la.done = cl, cancel, make(chan struct{})
-	go la.run(ctx)
+	la.cl, la.done = cl, make(chan struct{})
+	go la.run(la.ctx)
 	return true
 }
 
@@ -256,6 +268,10 @@ func (la *lookahead) read(fp kgo.FetchTopicPartition) (*partState, []*item) {
 	ps := ap.ps
 	ps.mu.Lock()
 	next, revoked := ps.offsets.next, ps.revoked
+	at := next // the fetch position: where the fetch starts, before its first record
+	if at < 0 {
+		at = ps.aheadStart
+	}
 	ps.mu.Unlock()
 	if revoked {
 		la.removeLocked(tp)
@@ -268,12 +284,12 @@ func (la *lookahead) read(fp kgo.FetchTopicPartition) (*partState, []*item) {
 			continue
 		}
 		ap.pos = r.Offset + 1
-		if r.Attrs.IsControl() || r.Offset < next {
+		if r.Attrs.IsControl() || r.Offset < at {
 			continue // a marker, or the fetch's already
 		}
 		key := string(r.Key)
 		dedup, idem := onceq.DedupKeyOf(r)
-		free := (key == "" || !ap.holds(key, next)) && (!idem || !ap.holds(idemKey(dedup), next))
+		free := (key == "" || !ap.holds(key, at)) && (!idem || !ap.holds(idemKey(dedup), at))
 		if free && running+len(cands) < la.open && recordPriority(r) > 0 {
 			cands = append(cands, &item{ps: ps, rec: r, ahead: true})
 			continue
@@ -286,11 +302,11 @@ func (la *lookahead) read(fp kgo.FetchTopicPartition) (*partState, []*item) {
 		}
 	}
 	if la.keys >= lookaheadKeys {
-		la.prune(ap, next)
+		la.prune(ap, at)
 	}
-	if next >= ap.pos && !la.backlogged() {
+	if at >= ap.pos && !la.backlogged() {
 		la.removeLocked(tp) // caught up with by the fetch, which keeps up
-	} else if ap.pos-next >= la.limit || la.keys >= lookaheadKeys || running+len(cands) >= la.open {
+	} else if ap.pos-at >= la.limit || la.keys >= lookaheadKeys || running+len(cands) >= la.open {
 		// Far enough ahead: the fetch resumes the lookahead once it
 		// reaches here.
 		ps.mu.Lock()
@@ -305,7 +321,7 @@ func (la *lookahead) read(fp kgo.FetchTopicPartition) (*partState, []*item) {
 // it may buffer: the fetch then waits for room, and a record written now
 // waits behind those the fetch and its client hold.
 func (la *lookahead) backlogged() bool {
-	return la.w.buffered.Load() >= int64(la.w.cfg.maxBuffered/2)
+	return la.w.buffered.Load() >= int64(la.w.cfg.maxBuffered/2) || time.Now().UnixNano() < la.expect.Load()
 }
 
 // holds reports whether a record passed over at or above the fetch
@@ -409,11 +425,11 @@ func (la *lookahead) close() {
 		return
 	}
 	la.mu.Lock()
+	la.closed = true // under mu: no restore or client starts after it
+	la.stop()
 	done := la.done
-	if done != nil {
-		la.cancel()
-	}
 	la.mu.Unlock()
+	la.restores.Wait()
 	if done == nil {
 		return
 	}

@@ -18,20 +18,25 @@ import (
 
 // TestPriorityLookahead: a worker that buffers 100 records drains a
 // backlog of 3,000 tasks of priority 0, every tenth of them keyed (keys
-// k0-k4), on a queue of two partitions. Once it runs them, 20 keyless
-// tasks of priority 9 and 5 of priority 9 keyed k0-k4 are submitted.
+// k0-k4), on a queue of four partitions, with 20 keyless tasks of
+// priority 9 and 5 of priority 9 keyed k0-k4 behind it:
+//   - burst: submitted once the worker runs the backlog;
+//   - join: submitted with the backlog, before the worker starts, so that
+//     the lookahead must restore the partitions its fetch has not reached;
+//   - off: as burst, without the lookahead (PriorityLookahead 0).
 //
 // With the lookahead, the keyless ones start while more than 1,000 of
 // the backlog have yet to start, although the worker's fetch is 2,900
-// records short of them; without it (PriorityLookahead 0), they start
-// after 2,000 or more. Either way each key's tasks start in submission
-// order (a keyed priority task waits for the backlog tasks of its key),
-// and every task runs and commits its output once.
+// records short of them; without it, they start after 2,000 or more.
+// Either way each key's tasks start in submission order (a keyed priority
+// task waits for the backlog tasks of its key), and every task runs and
+// commits its output once.
 func TestPriorityLookahead(t *testing.T) {
-	for _, on := range []bool{true, false} {
-		t.Run(fmt.Sprintf("lookahead=%v", on), func(t *testing.T) {
+	for _, mode := range []string{"burst", "join", "off"} {
+		on, join := mode != "off", mode == "join"
+		t.Run(mode, func(t *testing.T) {
 			_, conn := testutil.StartBroker(t, "")
-			testutil.CreateTopic(t, conn, "la", 2)
+			testutil.CreateTopic(t, conn, "la", 4)
 			testutil.CreateTopic(t, conn, "la-out", 2)
 			const backlog = 3000
 			var (
@@ -90,23 +95,30 @@ func TestPriorityLookahead(t *testing.T) {
 				}
 				submit(fmt.Sprintf("b-%04d", i), 0, key)
 			}
-			if err := p.Flush(t.Context()); err != nil {
+			probes := func() {
+				for i := range 20 {
+					submit(fmt.Sprintf("p-%02d", i), onceq.MaxPriority, "")
+				}
+				for i := range 5 {
+					submit(fmt.Sprintf("pk-%d", i), onceq.MaxPriority, fmt.Sprintf("k%d", i))
+				}
+				if err := p.Flush(t.Context()); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if join {
+				probes()
+			} else if err := p.Flush(t.Context()); err != nil {
 				t.Fatal(err)
 			}
 			runUntilCleanup(t, w)
-			for deadline := time.Now().Add(time.Minute); backlogStarts() == 0; time.Sleep(time.Millisecond) {
-				if time.Now().After(deadline) {
-					t.Fatal("the backlog did not start within a minute")
+			if !join {
+				for deadline := time.Now().Add(time.Minute); backlogStarts() == 0; time.Sleep(time.Millisecond) {
+					if time.Now().After(deadline) {
+						t.Fatal("the backlog did not start within a minute")
+					}
 				}
-			}
-			for i := range 20 {
-				submit(fmt.Sprintf("p-%02d", i), onceq.MaxPriority, "")
-			}
-			for i := range 5 {
-				submit(fmt.Sprintf("pk-%d", i), onceq.MaxPriority, fmt.Sprintf("k%d", i))
-			}
-			if err := p.Flush(t.Context()); err != nil {
-				t.Fatal(err)
+				probes()
 			}
 			checkExactlyOnce(t, waitOutputs(t, conn, "la-out", len(all), 3*time.Minute), all)
 

@@ -70,6 +70,10 @@ type partState struct {
 	// aheadFrom is where the lookahead stopped reading, far enough ahead:
 	// it reads the partition again once the fetch gets there.
 	aheadFrom int64
+	// aheadStart is the group's committed offset, fetched as stable, when
+	// the lookahead restored the partition before the fetch received a
+	// record of it (lookahead_restore.go); -1 otherwise.
+	aheadStart int64
 	// aheadRunning counts its records admitted ahead and not finished, in
 	// aheadOpen, the lookahead's count of them all, too.
 	aheadRunning int
@@ -112,7 +116,7 @@ type result struct {
 
 func newPartState(tp checkpoint.TP, store *checkpoint.Store) *partState {
 	return &partState{tp: tp, store: store, recordsTopic: broker.RecordsTopic(tp.Topic),
-		recordsKey: []byte(tp.Topic + "/" + strconv.Itoa(int(tp.Partition))), offsets: newOffsetSet(), committed: -1,
+		recordsKey: []byte(tp.Topic + "/" + strconv.Itoa(int(tp.Partition))), offsets: newOffsetSet(), committed: -1, aheadStart: -1,
 		inflight: prometheus.NewGauge(prometheus.GaugeOpts{}), latency: prometheus.NewHistogram(prometheus.HistogramOpts{}),
 		keys: map[string][]*item{}, ahead: map[int64]bool{}, ids: map[string]uint64{}, overlay: map[string]overlayVal{}}
 }
@@ -225,6 +229,14 @@ func (p *partState) collect() (res []*result, to kgo.EpochOffset, moved bool, up
 	at := p.offsets.prefix()
 	moved = at >= 0 && at > p.committed
 	return res, kgo.EpochOffset{Epoch: p.leaderEpoch, Offset: at}, moved, p.seq
+}
+
+// unfetched reports whether the lookahead restored the partition and its
+// fetch has received nothing of it yet (partState.aheadStart).
+func (p *partState) unfetched() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.aheadStart >= 0 && p.offsets.next < 0
 }
 
 // finishedAfter returns the records finished above to once res commits

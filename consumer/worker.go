@@ -492,6 +492,7 @@ func (w *Worker) assigned(_ context.Context, _ *kgo.Client, m map[string][]int32
 	// of a queue not wanted starts unfetched, and one the client still
 	// holds paused from an earlier assignment is fetched again.
 	w.refetch(added...)
+	w.ahead.assigned(added)
 	w.cfg.log.Info("partitions assigned", "partitions", m)
 }
 
@@ -545,7 +546,7 @@ func (w *Worker) snapshotParts() []*partState {
 }
 
 func (w *Worker) close() {
-	w.ahead.close()
+	w.ahead.close() // before the checkpoint closes: its restores use it
 	if w.kafka != nil {
 		w.kafka.close()
 	}

@@ -53,6 +53,18 @@ func BrokerState(conn broker.Conn) string {
 		}
 		b.WriteString("\n")
 	}
+	// KIP-848 groups: DescribeGroups above shows no members of these.
+	if described, err := k.DescribeConsumerGroups(ctx); err == nil {
+		for _, g := range described.Sorted() {
+			if g.Err != nil {
+				continue
+			}
+			fmt.Fprintf(&b, "consumer group %s: %s, epoch %d, assignment epoch %d, %d members\n", g.Group, g.State, g.Epoch, g.AssignmentEpoch, len(g.Members))
+			for _, m := range g.Members {
+				fmt.Fprintf(&b, "  member %s (%s) epoch %d: assigned %v, target %v\n", m.MemberID, m.ClientID, m.MemberEpoch, m.Assignment.Sorted(), m.TargetAssignment.Sorted())
+			}
+		}
+	}
 
 	topics, err := k.ListTopics(ctx)
 	if err != nil {
