@@ -95,7 +95,7 @@ type topicView struct {
 type queueView struct {
 	queue  string
 	t      *topicView
-	counts [8]int64 // tasks per state, by index in onceq.TaskStates; in.mu guards it
+	counts tally // in.mu guards it
 }
 
 // Open opens an inspector. It reads nothing until a queue is first asked
@@ -131,6 +131,10 @@ func Open(opts ...Opt) (*Inspector, error) {
 	db, err := pebble.Open(dir, popts)
 	if err != nil {
 		return nil, fmt.Errorf("inspect: opening the view in %s: %w", dir, err)
+	}
+	if err := checkFormat(db); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("inspect: the view in %s: %w", dir, err)
 	}
 	adm, err := broker.NewAdmin(cfg.conn)
 	if err != nil {
@@ -499,20 +503,28 @@ func (in *Inspector) Counts(ctx context.Context, queue string) (map[onceq.TaskSt
 // read yet are loaded together (one metadata and one ListOffsets request
 // for all of them). Its error is the first queue's that failed.
 func (in *Inspector) CountsOf(ctx context.Context, queues []string) ([]map[onceq.TaskState]int64, error) {
+	ts, err := in.tallies(ctx, queues)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]map[onceq.TaskState]int64, len(ts))
+	for i, t := range ts {
+		out[i] = t.byState()
+	}
+	return out, nil
+}
+
+// tallies returns the counts of each of queues, loading them as CountsOf.
+func (in *Inspector) tallies(ctx context.Context, queues []string) ([]tally, error) {
 	qs, errs := in.views(ctx, queues)
 	if err := cmp.Or(errs...); err != nil {
 		return nil, err
 	}
 	in.mu.Lock()
 	defer in.mu.Unlock()
-	out := make([]map[onceq.TaskState]int64, len(qs))
+	out := make([]tally, len(qs))
 	for i, q := range qs {
-		out[i] = map[onceq.TaskState]int64{}
-		for j, s := range onceq.TaskStates {
-			if q.counts[j] > 0 {
-				out[i][s] = q.counts[j]
-			}
-		}
+		out[i] = q.counts
 	}
 	return out, nil
 }
@@ -574,7 +586,7 @@ func (in *Inspector) laneNames(lane string) []string {
 
 // any reports whether the view holds a task of q. in.mu is held.
 func (q *queueView) any() bool {
-	for _, n := range q.counts {
+	for _, n := range q.counts.states {
 		if n > 0 {
 			return true
 		}

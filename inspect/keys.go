@@ -3,9 +3,12 @@ package inspect
 import (
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/cockroachdb/pebble/v2"
 
 	"github.com/onceq/onceq"
 )
@@ -17,12 +20,18 @@ import (
 //	i <queue> 0 <state> <last time, 8 bytes BE ms> <id>  -> (empty): the index
 //	d <queue> 0 <due, 8 bytes BE ms> <id>     -> (empty): scheduled and retrying tasks by due time
 //	o <topic> 0 <partition, 4 bytes BE>       -> next offset, 8 bytes BE
+//	v                                         -> viewFormat, 1 byte
 const (
 	prefixRecord = 'r'
 	prefixIndex  = 'i'
 	prefixDue    = 'd'
 	prefixOffset = 'o'
+	keyFormat    = 'v'
 )
+
+// viewFormat numbers the layout above and the meta's; a stored view of
+// another is rebuilt. 2: the meta holds the task's priority.
+const viewFormat = 2
 
 // meta is what a stored record's value starts with: enough to find its
 // index entry and to judge a newer record without decoding its JSON.
@@ -30,6 +39,7 @@ type meta struct {
 	state  byte  // index in onceq.TaskStates
 	last   int64 // unix ms of its last transition
 	worker bool  // a worker wrote it (not a producer's pending record)
+	prio   byte  // the task's priority
 	due    int64 // unix ms it is due, when scheduled or retrying; else 0
 }
 
@@ -39,19 +49,67 @@ const metaLen = 18
 func (m meta) put(b []byte) {
 	b[0] = m.state
 	binary.BigEndian.PutUint64(b[1:9], uint64(m.last))
-	b[9] = 0
+	b[9] = m.prio << 1
 	if m.worker {
-		b[9] = 1
+		b[9] |= 1
 	}
 	binary.BigEndian.PutUint64(b[10:18], uint64(m.due))
 }
 
 func decodeMeta(v []byte) (meta, []byte, error) {
-	if len(v) < metaLen || int(v[0]) >= len(onceq.TaskStates) || v[9] > 1 {
+	if len(v) < metaLen || int(v[0]) >= len(onceq.TaskStates) || v[9]>>1 > onceq.MaxPriority {
 		return meta{}, nil, errors.New("inspect: corrupt view record: rebuild the view (remove its directory)")
 	}
-	return meta{state: v[0], last: int64(binary.BigEndian.Uint64(v[1:9])), worker: v[9] == 1,
+	return meta{state: v[0], last: int64(binary.BigEndian.Uint64(v[1:9])), worker: v[9]&1 == 1, prio: v[9] >> 1,
 		due: int64(binary.BigEndian.Uint64(v[10:18]))}, v[metaLen:], nil
+}
+
+// tally is what the view counts of a queue's tasks: per state, by index
+// in onceq.TaskStates, and the unfinished ones per priority.
+type tally struct {
+	states [8]int64
+	prio   [onceq.MaxPriority + 1]int64
+}
+
+// add counts n more tasks (n < 0: fewer) of meta m.
+func (t *tally) add(m meta, n int64) {
+	t.states[m.state] += n
+	if !onceq.TaskStates[m.state].Final() {
+		t.prio[m.prio] += n
+	}
+}
+
+// byState is t's counts by state, the states of none left out.
+func (t *tally) byState() map[onceq.TaskState]int64 {
+	out := map[onceq.TaskState]int64{}
+	for i, s := range onceq.TaskStates {
+		if t.states[i] > 0 {
+			out[s] = t.states[i]
+		}
+	}
+	return out
+}
+
+// byPriority is t's unfinished tasks by priority, the priorities of none
+// left out.
+func (t *tally) byPriority() map[int]int64 {
+	out := map[int]int64{}
+	for p, n := range t.prio {
+		if n > 0 {
+			out[p] = n
+		}
+	}
+	return out
+}
+
+// merge adds o's counts to t's.
+func (t *tally) merge(o *tally) {
+	for i, n := range o.states {
+		t.states[i] += n
+	}
+	for i, n := range o.prio {
+		t.prio[i] += n
+	}
 }
 
 // dueOf is when a record's task is due, in unix ms, if it waits for a
@@ -150,4 +208,29 @@ func parseCursor(s string) (cursor, error) {
 // before reports whether (last, id) comes after c in a newest-first page.
 func (c cursor) before(last int64, id string) bool {
 	return last < c.last || last == c.last && id < c.id
+}
+
+// checkFormat empties a stored view of another format than viewFormat,
+// which is then read again from the records topics, and notes the format.
+func checkFormat(db *pebble.DB) error {
+	v, closer, err := db.Get([]byte{keyFormat})
+	switch {
+	case err == nil:
+		ok := len(v) == 1 && v[0] == viewFormat
+		closer.Close()
+		if ok {
+			return nil
+		}
+	case !errors.Is(err, pebble.ErrNotFound):
+		return err
+	}
+	// Every key starts with a prefix byte below 0xff. The view has no
+	// WAL: the flush makes both writes durable before any other.
+	if err := db.DeleteRange([]byte{0}, []byte{0xff}, pebble.NoSync); err != nil {
+		return fmt.Errorf("emptying a view of an older format: %w", err)
+	}
+	if err := db.Set([]byte{keyFormat}, []byte{viewFormat}, pebble.NoSync); err != nil {
+		return err
+	}
+	return db.Flush()
 }

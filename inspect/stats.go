@@ -17,6 +17,10 @@ type QueueStats struct {
 	Paused bool   `json:"paused"`
 	// Tasks counts the retained tasks by state, from their records.
 	Tasks map[onceq.TaskState]int64 `json:"tasks"`
+	// ByPriority counts the retained tasks not finished yet (pending,
+	// scheduled or retrying) by priority, 0 to onceq.MaxPriority;
+	// priorities of none are left out.
+	ByPriority map[int]int64 `json:"by_priority"`
 	// DueWithin counts the scheduled and retrying tasks due within each
 	// horizon of delay.Horizons ("1m", "1h", "1d") from now, the overdue
 	// ones included; Overdue counts those past their due time and not
@@ -62,7 +66,7 @@ func (in *Inspector) Stats(ctx context.Context, queue string) (QueueStats, error
 // them, so a page of a hundred queues costs about what one does. Its
 // error is the first queue's that failed.
 func (in *Inspector) StatsOf(ctx context.Context, queues []string) ([]QueueStats, error) {
-	counts, err := in.CountsOf(ctx, queues)
+	ts, err := in.tallies(ctx, queues)
 	if err != nil {
 		return nil, err
 	}
@@ -72,7 +76,7 @@ func (in *Inspector) StatsOf(ctx context.Context, queues []string) ([]QueueStats
 	}
 	sts := make([]QueueStats, len(queues))
 	for i, q := range queues {
-		sts[i] = QueueStats{Queue: q, Paused: paused[q], Tasks: counts[i], LaneQueues: len(in.laneNames(q))}
+		sts[i] = QueueStats{Queue: q, Paused: paused[q], Tasks: ts[i].byState(), ByPriority: ts[i].byPriority(), LaneQueues: len(in.laneNames(q))}
 		if err := in.dueStats(q, &sts[i]); err != nil {
 			return nil, err
 		}

@@ -348,7 +348,7 @@ func (in *Inspector) apply(topic string, partition int32, recs []*kgo.Record, si
 	b := in.db.NewBatchWithSize(size + size/2)
 	defer b.Close()
 	touched := map[string]meta{} // this batch's records, newer than the store
-	counts := map[string]*[8]int64{}
+	counts := map[string]*tally{}
 	var finals [][]byte
 	next := recs[len(recs)-1].Offset + 1
 	for _, r := range recs {
@@ -376,7 +376,7 @@ func (in *Inspector) apply(topic string, partition int32, recs []*kgo.Record, si
 			}
 			queue := tr.Queue
 			key := recordKey(queue, tr.ID)
-			m := meta{state: stateIndex(tr.State), last: lastTime(tr, r.Timestamp), worker: tr.Worker != "", due: dueOf(tr)}
+			m := meta{state: stateIndex(tr.State), last: lastTime(tr, r.Timestamp), worker: tr.Worker != "", prio: byte(tr.Priority), due: dueOf(tr)}
 			old, had, err := in.stored(t, key, touched)
 			if err != nil {
 				return err
@@ -386,11 +386,11 @@ func (in *Inspector) apply(topic string, partition int32, recs []*kgo.Record, si
 			}
 			c := counts[queue]
 			if c == nil {
-				c = new([8]int64)
+				c = new(tally)
 				counts[queue] = c
 			}
 			if had {
-				c[old.state]--
+				c.add(old, -1)
 				if err := b.Delete(indexKey(queue, old, tr.ID), nil); err != nil {
 					return err
 				}
@@ -400,7 +400,7 @@ func (in *Inspector) apply(topic string, partition int32, recs []*kgo.Record, si
 					}
 				}
 			}
-			c[m.state]++
+			c.add(m, 1)
 			touched[string(key)] = m
 			t.seen[xxhash.Sum64(key)] = struct{}{}
 			// The line as it came: its meta, then its JSON.
@@ -433,10 +433,7 @@ func (in *Inspector) apply(topic string, partition int32, recs []*kgo.Record, si
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	for queue, c := range counts {
-		q := t.queue(queue)
-		for i, n := range c {
-			q.counts[i] += n
-		}
+		t.queue(queue).counts.merge(c)
 	}
 	t.pos[partition] = next
 	in.checkLoaded(t)
@@ -462,16 +459,7 @@ func (in *Inspector) stored(t *topicView, key []byte, touched map[string]meta) (
 	if _, ok := t.seen[xxhash.Sum64(key)]; !ok {
 		return meta{}, false, nil
 	}
-	v, closer, err := in.db.Get(key)
-	if errors.Is(err, pebble.ErrNotFound) {
-		return meta{}, false, nil
-	}
-	if err != nil {
-		return meta{}, false, err
-	}
-	defer closer.Close()
-	m, _, err := decodeMeta(v)
-	return m, err == nil, err
+	return in.storedMeta(key)
 }
 
 // topicSpans are the key spans of one kind (prefix) of every queue of
@@ -509,7 +497,7 @@ func (in *Inspector) countTopic(t *topicView) error {
 			return in.dbErr(err)
 		}
 	}
-	counts := map[string]*[8]int64{}
+	counts := map[string]*tally{}
 	for _, sp := range topicSpans(prefixIndex, t.owner) {
 		it, err := in.db.NewIter(&pebble.IterOptions{LowerBound: sp[0], UpperBound: sp[1]})
 		if err != nil {
@@ -518,15 +506,28 @@ func (in *Inspector) countTopic(t *topicView) error {
 		for ok := it.First(); ok; ok = it.Next() {
 			k := it.Key()
 			queue, ok := spanQueue(k)
-			if !ok || len(k) <= len(queue)+2 || int(k[len(queue)+2]) >= len(onceq.TaskStates) {
+			if !ok || len(k) < len(queue)+11 || int(k[len(queue)+2]) >= len(onceq.TaskStates) {
 				continue
 			}
 			c := counts[queue]
 			if c == nil {
-				c = new([8]int64)
+				c = new(tally)
 				counts[queue] = c
 			}
-			c[k[len(queue)+2]]++
+			m := meta{state: k[len(queue)+2]}
+			if !onceq.TaskStates[m.state].Final() {
+				// Its priority is in its record's meta.
+				_, id := indexID(k, len(queue)+3)
+				sm, found, err := in.storedMeta(recordKey(queue, id))
+				if err != nil {
+					it.Close()
+					return err
+				}
+				if found {
+					m.prio = sm.prio
+				}
+			}
+			c.add(m, 1)
 		}
 		if err := it.Close(); err != nil {
 			return in.dbErr(err)
@@ -559,7 +560,7 @@ func (in *Inspector) dropTopic(t *topicView) error {
 	}
 	in.mu.Lock()
 	for _, q := range t.queues {
-		q.counts = [8]int64{}
+		q.counts = tally{}
 	}
 	in.mu.Unlock()
 	clear(t.seen)
@@ -611,7 +612,7 @@ func (in *Inspector) sweep(q *queueView) error {
 	cutoff := in.cutoff()
 	b := in.db.NewBatch()
 	defer b.Close()
-	var counts [8]int64
+	var counts tally
 	for i := range onceq.TaskStates {
 		prefix := indexPrefix(q.queue, byte(i))
 		upper := binary.BigEndian.AppendUint64(append([]byte(nil), prefix...), uint64(max(cutoff, 0)))
@@ -626,9 +627,23 @@ func (in *Inspector) sweep(q *queueView) error {
 				return err
 			}
 			key := recordKey(q.queue, id)
-			if err := in.deleteDue(b, q.queue, key, id, onceq.TaskStates[i]); err != nil {
-				it.Close()
-				return err
+			m := meta{state: byte(i)}
+			if !onceq.TaskStates[i].Final() {
+				// Its priority and due time are in its record's meta.
+				sm, found, err := in.storedMeta(key)
+				if err != nil {
+					it.Close()
+					return err
+				}
+				if found {
+					m.prio, m.due = sm.prio, sm.due
+				}
+				if m.due != 0 {
+					if err := b.Delete(dueKey(q.queue, m.due, id), nil); err != nil {
+						it.Close()
+						return err
+					}
+				}
 			}
 			if err := b.Delete(key, nil); err != nil {
 				it.Close()
@@ -638,7 +653,7 @@ func (in *Inspector) sweep(q *queueView) error {
 			// would be looked up no more: its next record would leave
 			// its old index entry behind, one task counted twice.
 			delete(q.t.seen, xxhash.Sum64(key))
-			counts[i]--
+			counts.add(m, -1)
 		}
 		if err := it.Close(); err != nil {
 			return err
@@ -651,30 +666,23 @@ func (in *Inspector) sweep(q *queueView) error {
 		return err
 	}
 	in.mu.Lock()
-	for i, n := range counts {
-		q.counts[i] += n
-	}
+	q.counts.merge(&counts)
 	in.mu.Unlock()
 	return nil
 }
 
-// deleteDue deletes the due index entry of a task in state st, if it
-// has one, whose record the batch is deleting.
-func (in *Inspector) deleteDue(b *pebble.Batch, queue string, key []byte, id string, st onceq.TaskState) error {
-	if st != onceq.StateScheduled && st != onceq.StateRetrying {
-		return nil
-	}
+// storedMeta returns the meta of the stored record at key; a record
+// not found has the zero meta (the view is a cache: it is rebuilt from
+// the records, and a missing record only counts at priority 0).
+func (in *Inspector) storedMeta(key []byte) (meta, bool, error) {
 	v, closer, err := in.db.Get(key)
 	if errors.Is(err, pebble.ErrNotFound) {
-		return nil
+		return meta{}, false, nil
 	}
 	if err != nil {
-		return err
+		return meta{}, false, in.dbErr(err)
 	}
+	defer closer.Close()
 	m, _, err := decodeMeta(v)
-	closer.Close()
-	if err != nil || m.due == 0 {
-		return err
-	}
-	return b.Delete(dueKey(queue, m.due, id), nil)
+	return m, err == nil, err
 }

@@ -118,7 +118,7 @@ func TestConsole(t *testing.T) {
 	chromium := testutil.Tool(t, "chromium", "chromium")
 	a := start(t, serve.CreateQueues(2), serve.DataDir(t.TempDir()))
 	tok, ro := a.token("shop", false), a.token("shop", true)
-	for _, p := range []string{"/api/shop/jobs?id=ok-1", "/api/shop/jobs?id=bad-1&tries=1"} {
+	for _, p := range []string{"/api/shop/jobs?id=ok-1", "/api/shop/jobs?id=bad-1&tries=1", "/api/shop/jobs?id=later-1&delay=3600&priority=7"} {
 		body := map[bool]string{true: "fail", false: `{"to":"ada@example.com"}`}[strings.Contains(p, "bad")]
 		if code, b := a.do("PUT", p, tok, body); code != 201 {
 			t.Fatalf("publish %s: %d %v", p, code, b)
@@ -162,6 +162,9 @@ func TestConsole(t *testing.T) {
 	run("queue", chromedp.Click(chromedp.CSS(`#queues tr[data-queue="shop.jobs"] a`)), chromedp.WaitVisible(chromedp.CSS("#tasks")), shot("queue"))
 	if tasks := text("#tasks"); !strings.Contains(tasks, "ok-1") || !strings.Contains(tasks, "bad-1") || !strings.Contains(tasks, "succeeded") {
 		t.Fatalf("the queue's tasks: %q", tasks)
+	}
+	if prio := text("#by-priority"); prio != "Unfinished by priority: 7: 1" {
+		t.Fatalf("the queue's unfinished tasks by priority: %q", prio)
 	}
 	// A task, found by its ID.
 	run("find a task", chromedp.SendKeys(chromedp.CSS("#search"), "ok-1"), chromedp.Click(chromedp.CSS("#find")),

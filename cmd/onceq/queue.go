@@ -160,6 +160,15 @@ with or without a record, is counted per bucket by onceq delay stats. With
 						fmt.Fprintf(g.stdout, " %s=%d", s, st.Tasks[s])
 					}
 					fmt.Fprintln(g.stdout)
+					if len(st.ByPriority) > 0 {
+						fmt.Fprint(g.stdout, "  unfinished by priority:")
+						for p := onceq.MaxPriority; p >= 0; p-- {
+							if n := st.ByPriority[p]; n > 0 {
+								fmt.Fprintf(g.stdout, " %d=%d", p, n)
+							}
+						}
+						fmt.Fprintln(g.stdout)
+					}
 					fmt.Fprintf(g.stdout, "  due: overdue=%d", st.Overdue)
 					if st.Overdue > 0 {
 						fmt.Fprintf(g.stdout, " (oldest %s)", st.OldestDue.UTC().Format(time.RFC3339))

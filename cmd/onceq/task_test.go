@@ -81,7 +81,7 @@ func TestTaskCommands(t *testing.T) {
 		t.Fatalf("task get of a task produce --unique submitted: exit %d\n%s", code, out)
 	}
 	code, out, _ = runCLI(t, "", "--brokers", addr, "queue", "stats", "jobs")
-	if code != 0 || !strings.Contains(out, "due: overdue=0 within-1m=0 within-1h=1 within-1d=1") {
+	if code != 0 || !strings.Contains(out, "due: overdue=0 within-1m=0 within-1h=1 within-1d=1") || !strings.Contains(out, "unfinished by priority: 0=1\n") {
 		t.Fatalf("queue stats with a task due in an hour: exit %d\n%s", code, out)
 	}
 	code, _, stderr = runCLI(t, "", "--brokers", addr, "task", "get", "jobs", "never-submitted")
