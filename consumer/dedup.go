@@ -90,9 +90,22 @@ func settled(waiters []*item, key string) {
 // duplicate reports whether the record is processed in this partition,
 // as it sees it about to start: key is its dedup key and idem whether that
 // is an idempotency key.
+// ranAheadLocked reports whether it is the fetch's turn of a record the
+// lookahead ran ahead of it (partState.ahead); p.mu is held.
+func (p *partState) ranAheadLocked(it *item) bool {
+	return !it.ahead && p.ahead[it.rec.Offset]
+}
+
+// ranAhead is ranAheadLocked, taking p.mu.
+func (p *partState) ranAhead(it *item) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.ranAheadLocked(it)
+}
+
 func (p *partState) duplicate(it *item, key string, idem bool) (bool, error) {
 	p.mu.Lock()
-	if p.finished.Contains(it.rec.Offset) || (!it.ahead && p.ahead[it.rec.Offset]) {
+	if p.finished.Contains(it.rec.Offset) || p.ranAheadLocked(it) {
 		// Finished above the committed offset: by a commit, or by a run
 		// ahead of the fetch (lookahead.go) whose commit may be to come.
 		p.mu.Unlock()

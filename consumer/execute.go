@@ -147,9 +147,14 @@ func (w *Worker) malformed(r *kgo.Record, err error) (*result, error) {
 
 // deduplicate settles, under ExactlyOnce, a record that must not run here:
 // one outside its key's partition goes home (forwardHome), and a duplicate
-// of a processed ID is acknowledged without running. nil, nil: it runs.
+// of a processed ID is acknowledged without running; under AtLeastOnce,
+// only the fetch's turn of a record run ahead of it (lookahead.go) is.
+// nil, nil: it runs.
 func (w *Worker) deduplicate(it *item, task *onceq.Task, key string) (*result, error) {
 	if w.cfg.guarantee != ExactlyOnce {
+		if it.ps.ranAhead(it) {
+			return &result{id: key, noMark: true, outcome: outcomeDuplicate}, nil
+		}
 		return nil, nil
 	}
 	if res, err := w.forwardHome(it.rec, task); res != nil || err != nil {

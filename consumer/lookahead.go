@@ -26,9 +26,12 @@ import (
 // commits in the worker's transaction, and its offset, above the
 // partition's committed offset, joins the finished ranges that commit
 // writes. When the fetch reaches it, it is a duplicate of that run: in
-// flight, it waits behind it (aheadKey); finished, partState.duplicate
-// says so (partState.ahead); committed, the finished ranges do, on this
-// worker or on the partition's next owner.
+// flight, it waits behind it (aheadKey); finished, partState.ahead says
+// so; committed, the finished ranges do, on this worker or on the
+// partition's next owner. At least once, the finished ranges are not
+// kept: a record run ahead that the worker loses before its fetch
+// reaches it (a crash, a rebalance) runs again on the next owner, as at
+// least once allows.
 //
 // Key order: a record runs ahead only if no record the lookahead passed
 // over, between the fetch position and it, holds its key or its
@@ -41,8 +44,7 @@ import (
 // any of these it stops reading the partition until the fetch catches up
 // with where it stopped. It reads only restored partitions: the fetch
 // restores one on its first record, and the lookahead restores those the
-// fetch has not reached yet (lookahead_restore.go). It runs under
-// ExactlyOnce only.
+// fetch has not reached yet (lookahead_restore.go).
 
 // lookaheadWait is the longest a fetch of the lookahead waits for records:
 // a partition added meanwhile is fetched from the next one on.
@@ -96,7 +98,7 @@ type aheadPart struct {
 }
 
 func newLookahead(w *Worker) *lookahead {
-	if w.cfg.guarantee != ExactlyOnce || w.cfg.lookahead == 0 {
+	if w.cfg.lookahead == 0 {
 		return nil
 	}
 	ctx, stop := context.WithCancel(context.Background())
@@ -163,7 +165,7 @@ func (la *lookahead) scan() {
 	for _, ps := range w.parts {
 		ps.mu.Lock()
 		switch {
-		case !ps.restored && !ps.restoring && !ps.revoked && ps.offsets.next < 0:
+		case ps.notStartedLocked():
 			todo = append(todo, ps)
 		case ps.restored && !ps.q.quiet:
 			active = append(active, ps)

@@ -26,7 +26,8 @@ import (
 // fetches them as stable itself, which holds the same, and reads ahead
 // from them (partState.aheadStart). A partition restored so commits
 // nothing until the fetch admits its first record: its runs ahead join its
-// finished ranges.
+// finished ranges. At least once, a partition needs no restore: the
+// lookahead reads it from its committed offset at once.
 
 // joinBacklog is how long a worker that joined a backlog reads ahead
 // before its own buffer says whether it is backlogged.
@@ -112,12 +113,16 @@ func (la *lookahead) restore(ctx context.Context, todo []*partState, joining boo
 			continue
 		}
 		ps.mu.Lock()
-		ok := !ps.restored && !ps.restoring && !ps.revoked && ps.offsets.next < 0 && !w.stopping.Load()
+		ok := ps.notStartedLocked() && !w.stopping.Load()
+		restored := ps.restored // at least once, a queue whose topics exist
 		if ok {
-			ps.restoring, ps.aheadStart = true, start
+			ps.aheadStart, ps.restoring = start, !restored
 		}
 		ps.mu.Unlock()
-		if ok {
+		switch {
+		case ok && restored:
+			la.consider(ps)
+		case ok:
 			w.requestRestore(ps)
 		}
 	}

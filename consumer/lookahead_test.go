@@ -23,6 +23,7 @@ import (
 //   - burst: submitted once the worker runs the backlog;
 //   - join: submitted with the backlog, before the worker starts, so that
 //     the lookahead must restore the partitions its fetch has not reached;
+//   - join-at-least-once: as join, under AtLeastOnce;
 //   - off: as burst, without the lookahead (PriorityLookahead 0).
 //
 // With the lookahead, the keyless ones start while more than 1,000 of
@@ -32,8 +33,12 @@ import (
 // task waits for the backlog tasks of its key), and every task runs and
 // commits its output once.
 func TestPriorityLookahead(t *testing.T) {
-	for _, mode := range []string{"burst", "join", "off"} {
-		on, join := mode != "off", mode == "join"
+	for _, mode := range []string{"burst", "join", "join-at-least-once", "off"} {
+		on, join := mode != "off", strings.HasPrefix(mode, "join")
+		guarantee := consumer.ExactlyOnce
+		if strings.HasSuffix(mode, "at-least-once") {
+			guarantee = consumer.AtLeastOnce
+		}
 		t.Run(mode, func(t *testing.T) {
 			_, conn := testutil.StartBroker(t, "")
 			testutil.CreateTopic(t, conn, "la", 4)
@@ -61,7 +66,7 @@ func TestPriorityLookahead(t *testing.T) {
 				lookahead = 0
 			}
 			w, err := consumer.New(consumer.Conn(conn), consumer.Queues("la"), consumer.CheckpointDir(t.TempDir()),
-				consumer.Registerer(reg), consumer.Concurrency(2), consumer.MaxBufferedRecords(100), consumer.PriorityLookahead(lookahead),
+				consumer.Registerer(reg), consumer.Concurrency(2), consumer.MaxBufferedRecords(100), consumer.PriorityLookahead(lookahead), consumer.WithGuarantee(guarantee),
 				consumer.WithHandler(consumer.HandlerFunc(func(ctx context.Context, task *consumer.Task) error {
 					mu.Lock()
 					started = append(started, task.ID)

@@ -216,8 +216,9 @@ func MaxBufferedRecords(n int) Opt { return optFunc(func(c *config) { c.maxBuffe
 // up to them. A record whose key or ID an earlier record not yet run
 // holds still waits for it. It costs a second read of the backlog and the
 // keys of the records passed over (at most 1,000,000 per worker). 0 turns
-// it off; it runs under ExactlyOnce only. Default DefaultPriorityLookahead
-// (250,000).
+// it off. Under AtLeastOnce, a task run ahead that the worker loses before
+// its fetch reaches it (a crash, a rebalance) runs again. Default
+// DefaultPriorityLookahead (250,000).
 func PriorityLookahead(n int) Opt { return optFunc(func(c *config) { c.lookahead = n }) }
 
 // TaskTimeout is the time-to-run of a task without onceq-timeout: its

@@ -231,6 +231,14 @@ func (p *partState) collect() (res []*result, to kgo.EpochOffset, moved bool, up
 	return res, kgo.EpochOffset{Epoch: p.leaderEpoch, Offset: at}, moved, p.seq
 }
 
+// notStartedLocked reports whether the fetch has received nothing of the
+// partition and the lookahead has not started it: not restored ahead
+// (exactly once), or given no start (at least once, where the partition
+// is restored from its assignment on). p.mu is held.
+func (p *partState) notStartedLocked() bool {
+	return !p.revoked && !p.restoring && p.offsets.next < 0 && p.aheadStart < 0
+}
+
 // unfetched reports whether the lookahead restored the partition and its
 // fetch has received nothing of it yet (partState.aheadStart).
 func (p *partState) unfetched() bool {
