@@ -153,7 +153,8 @@ func (la *lookahead) add(ps *partState) {
 
 // scan adds, at most once a second, every partition it can that is not
 // quiet (quiet.go: a wake-up has the fetch take it up), and restores those
-// from which the fetch has received nothing yet (restoreAhead).
+// not quiet from which the fetch has received nothing yet (restoreAhead):
+// a quiet one holds nothing past its committed offset.
 func (la *lookahead) scan() {
 	now := time.Now().UnixNano()
 	if last := la.lastScan.Load(); now-last < int64(time.Second) || !la.lastScan.CompareAndSwap(last, now) {
@@ -165,9 +166,10 @@ func (la *lookahead) scan() {
 	for _, ps := range w.parts {
 		ps.mu.Lock()
 		switch {
+		case ps.q.quiet:
 		case ps.notStartedLocked():
 			todo = append(todo, ps)
-		case ps.restored && !ps.q.quiet:
+		case ps.restored:
 			active = append(active, ps)
 		}
 		ps.mu.Unlock()
