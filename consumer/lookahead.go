@@ -188,8 +188,12 @@ func (la *lookahead) startLocked() bool {
 	if la.failed || la.closed {
 		return false
 	}
+	// The fetch's own limits (newKafkaSide): at the client's defaults, one
+	// fetch of a backlog of small tasks, which compress well, decodes to
+	// hundreds of thousands of records at once.
 	cl, err := la.w.cfg.conn.NewClient(kgo.FetchIsolationLevel(kgo.ReadCommitted()),
-		kgo.ClientID("onceq-lookahead-"+la.w.instanceID), kgo.FetchMaxWait(lookaheadWait))
+		kgo.ClientID("onceq-lookahead-"+la.w.instanceID), kgo.FetchMaxWait(lookaheadWait),
+		kgo.FetchMaxBytes(fetchMaxBytes), kgo.FetchMaxPartitionBytes(fetchMaxPartitionBytes))
 	if err != nil {
 		la.w.cfg.log.Warn("lookahead: no client; tasks of higher priority wait for the fetch", "err", err)
 		la.failed = true
