@@ -186,8 +186,8 @@ func TestConsole(t *testing.T) {
 	if paused, _ := a.do("GET", "/api/shop/jobs/stats", tok, ""); paused != 200 {
 		t.Fatalf("stats: %d", paused)
 	}
-	if _, st := a.do("GET", "/api/shop/jobs/stats", tok, ""); st["paused"] != true {
-		t.Fatalf("the queue is not paused after the console's pause: %v", st)
+	if _, st := a.do("GET", "/api/shop/jobs/stats", tok, ""); st["paused"] != true || fmt.Sprint(st["by_priority"]) != "map[7:1]" {
+		t.Fatalf("the queue is not paused after the console's pause, or later-1 (priority 7) is not its one unfinished task: %v", st)
 	}
 	run("resume", chromedp.Click(chromedp.CSS("#resume")), chromedp.WaitVisible(chromedp.CSS("#pause")))
 	if _, st := a.do("GET", "/api/shop/jobs/stats", tok, ""); st["paused"] != false {
