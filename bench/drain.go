@@ -34,12 +34,16 @@ func EnvTasks() int {
 // generated marks the IDs as onceq's own (onceq.Task.GeneratedID) rather
 // than a client's.
 func Preload(ctx context.Context, conn broker.Conn, queue string, n int, generated bool) error {
+	return PreloadPayload(ctx, conn, queue, n, generated, []byte(strings.Repeat("x", 100)))
+}
+
+// PreloadPayload is Preload with tasks of the given payload.
+func PreloadPayload(ctx context.Context, conn broker.Conn, queue string, n int, generated bool, payload []byte) error {
 	cl, err := conn.NewClient(kgo.ProducerLinger(5*time.Millisecond), kgo.MaxBufferedRecords(1<<20))
 	if err != nil {
 		return err
 	}
 	defer cl.Close()
-	payload := []byte(strings.Repeat("x", 100))
 	now := time.Now()
 	var failed atomic.Pointer[error]
 	for i := range n {

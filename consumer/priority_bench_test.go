@@ -2,7 +2,9 @@ package consumer_test
 
 import (
 	"context"
+	"crypto/rand"
 	"fmt"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -28,39 +30,83 @@ import (
 // two cases: the worker joins a queue that holds the backlog already
 // (join), or the backlog is written while the worker runs (burst). Behind
 // more than it buffers, the worker reads ahead for the probes
-// (PriorityLookahead). Run:
+// (PriorityLookahead). ONCEQ_BENCH_PRIORITY_PAYLOAD_BYTES (random bytes,
+// which do not compress; default 100 bytes of "x") and
+// ONCEQ_BENCH_PRIORITY_HANDLER_MS (default 1) set the backlog's tasks'
+// payloads and handler time, and name them in the sub-benchmarks. Run:
 //
 //	go test ./consumer -run '^$' -bench BenchmarkPriority -benchtime 1x
 func BenchmarkPriority(b *testing.B) {
 	backlogs := testutil.EnvCounts(b, "ONCEQ_BENCH_PRIORITY_BACKLOGS", []int{20_000, 100_000}, 0, 10_000_000)
+	sizes := testutil.EnvCounts(b, "ONCEQ_BENCH_PRIORITY_PAYLOAD_BYTES", []int{0}, 1, 1<<20) // 0: 100 bytes of "x"
+	handlerMS := testutil.EnvCounts(b, "ONCEQ_BENCH_PRIORITY_HANDLER_MS", []int{1}, 0, 60_000)
+	named := os.Getenv("ONCEQ_BENCH_PRIORITY_PAYLOAD_BYTES") != "" || os.Getenv("ONCEQ_BENCH_PRIORITY_HANDLER_MS") != ""
+	var setup []backlogSetup
+	for _, size := range sizes {
+		for _, ms := range handlerMS {
+			setup = append(setup, backlogSetup{size: size, handler: time.Duration(ms) * time.Millisecond, named: named})
+		}
+	}
 	_, conn := testutil.StartBroker(b, "")
 	run := 0
 	for _, backlog := range backlogs {
-		for _, burst := range []bool{false, true} {
-			for _, prio := range []int{onceq.MaxPriority, 0} {
-				name := fmt.Sprintf("backlog=%d/start=join/probe-priority=%d", backlog, prio)
-				if burst {
-					name = fmt.Sprintf("backlog=%d/start=burst/probe-priority=%d", backlog, prio)
-				}
-				b.Run(name, func(b *testing.B) {
-					for range b.N {
-						run++
-						lat := probeBehindBacklog(b, conn, fmt.Sprintf("prio-%d", run), backlog, prio, burst)
-						pct := func(q float64) float64 { return float64(lat[int(q*float64(len(lat)-1))].Microseconds()) / 1000 }
-						b.ReportMetric(pct(0.5), "probe-start-p50-ms")
-						b.ReportMetric(pct(0.99), "probe-start-p99-ms")
+		for _, st := range setup {
+			for _, burst := range []bool{false, true} {
+				for _, prio := range []int{onceq.MaxPriority, 0} {
+					start := "join"
+					if burst {
+						start = "burst"
 					}
-				})
+					name := fmt.Sprintf("backlog=%d/%sstart=%s/probe-priority=%d", backlog, st, start, prio)
+					b.Run(name, func(b *testing.B) {
+						for range b.N {
+							run++
+							lat := probeBehindBacklog(b, conn, fmt.Sprintf("prio-%d", run), backlog, prio, burst, st)
+							pct := func(q float64) float64 { return float64(lat[int(q*float64(len(lat)-1))].Microseconds()) / 1000 }
+							b.ReportMetric(pct(0.5), "probe-start-p50-ms")
+							b.ReportMetric(pct(0.99), "probe-start-p99-ms")
+						}
+					})
+				}
 			}
 		}
 	}
 }
 
-// probeBehindBacklog runs the worker over queue and its backlog, written
-// before the worker starts or, burst, after, submits the probes of
-// priority prio once the backlog runs, and returns their submit->start
-// times, sorted.
-func probeBehindBacklog(b *testing.B, conn broker.Conn, queue string, backlog, prio int, burst bool) []time.Duration {
+// backlogSetup is what the backlog's tasks carry and how long their
+// handler takes; size 0: the default 100 bytes.
+type backlogSetup struct {
+	size    int
+	handler time.Duration
+	named   bool // set from the environment: named in the sub-benchmarks
+}
+
+func (s backlogSetup) String() string {
+	if !s.named {
+		return ""
+	}
+	size := s.size
+	if size == 0 {
+		size = 100
+	}
+	return fmt.Sprintf("payload=%d/handler=%v/", size, s.handler)
+}
+
+// preload writes the backlog of s.
+func (s backlogSetup) preload(ctx context.Context, conn broker.Conn, queue string, n int) error {
+	if s.size == 0 {
+		return bench.Preload(ctx, conn, queue, n, true)
+	}
+	payload := make([]byte, s.size)
+	rand.Read(payload) // random: it does not compress
+	return bench.PreloadPayload(ctx, conn, queue, n, true, payload)
+}
+
+// probeBehindBacklog runs the worker over queue and its backlog of st,
+// written before the worker starts or, burst, after, submits the probes
+// of priority prio once the backlog runs, and returns their
+// submit->start times, sorted.
+func probeBehindBacklog(b *testing.B, conn broker.Conn, queue string, backlog, prio int, burst bool, st backlogSetup) []time.Duration {
 	const probes = 100
 	var ran atomic.Int64
 	started := make(chan time.Duration, probes)
@@ -73,7 +119,7 @@ func probeBehindBacklog(b *testing.B, conn broker.Conn, queue string, backlog, p
 		}
 		ran.Add(1)
 		select {
-		case <-time.After(time.Millisecond):
+		case <-time.After(st.handler):
 		case <-ctx.Done():
 		}
 		return nil
@@ -86,14 +132,14 @@ func probeBehindBacklog(b *testing.B, conn broker.Conn, queue string, backlog, p
 	ctx := context.Background()
 	testutil.CreateTopic(b, conn, queue, 8)
 	if !burst {
-		if err := bench.Preload(ctx, conn, queue, backlog, true); err != nil {
+		if err := st.preload(ctx, conn, queue, backlog); err != nil {
 			b.Fatal(err)
 		}
 	}
 	runUntilCleanup(b, w)
 	if burst {
 		<-w.Started()
-		if err := bench.Preload(ctx, conn, queue, backlog, true); err != nil {
+		if err := st.preload(ctx, conn, queue, backlog); err != nil {
 			b.Fatal(err)
 		}
 	}
