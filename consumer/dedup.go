@@ -87,9 +87,6 @@ func settled(waiters []*item, key string) {
 	}
 }
 
-// duplicate reports whether the record is processed in this partition,
-// as it sees it about to start: key is its dedup key and idem whether that
-// is an idempotency key.
 // ranAheadLocked reports whether it is the fetch's turn of a record the
 // lookahead ran ahead of it (partState.ahead); p.mu is held.
 func (p *partState) ranAheadLocked(it *item) bool {
@@ -103,6 +100,9 @@ func (p *partState) ranAhead(it *item) bool {
 	return p.ranAheadLocked(it)
 }
 
+// duplicate reports whether the record is processed in this partition,
+// as it sees it about to start: key is its dedup key and idem whether that
+// is an idempotency key.
 func (p *partState) duplicate(it *item, key string, idem bool) (bool, error) {
 	p.mu.Lock()
 	if p.finished.Contains(it.rec.Offset) || p.ranAheadLocked(it) {

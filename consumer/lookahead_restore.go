@@ -84,9 +84,7 @@ func (la *lookahead) restore(ctx context.Context, todo []*partState, joining boo
 		ends, err = w.admin.Kadm().ListEndOffsets(ctx, slices.Collect(maps.Keys(topics))...)
 	}
 	if err != nil {
-		if ctx.Err() == nil || !joining {
-			w.cfg.log.Debug("lookahead: fetching the committed and end offsets; the fetch restores the partitions", "err", err)
-		}
+		w.cfg.log.Debug("lookahead: fetching the committed and end offsets; the fetch restores the partitions", "err", err)
 		return
 	}
 	starts := make([]int64, len(todo))
