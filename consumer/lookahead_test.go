@@ -24,6 +24,11 @@ import (
 //   - join: submitted with the backlog, before the worker starts, so that
 //     the lookahead must restore the partitions its fetch has not reached;
 //   - join-at-least-once: as join, under AtLeastOnce;
+//   - join-kip848: as join, in a KIP-848 group, where the member's client
+//     knows a partition only once it polled from it (the group has no
+//     committed offsets yet): the results of the tasks run ahead on the
+//     others wait for it, rather than the commit taking those partitions
+//     for ones given away and the worker dropping them;
 //   - off: as burst, without the lookahead (PriorityLookahead 0).
 //
 // With the lookahead, the keyless ones start while more than 1,000 of
@@ -33,11 +38,14 @@ import (
 // task waits for the backlog tasks of its key), and every task runs and
 // commits its output once.
 func TestPriorityLookahead(t *testing.T) {
-	for _, mode := range []string{"burst", "join", "join-at-least-once", "off"} {
+	for _, mode := range []string{"burst", "join", "join-at-least-once", "join-kip848", "off"} {
 		on, join := mode != "off", strings.HasPrefix(mode, "join")
-		guarantee := consumer.ExactlyOnce
-		if strings.HasSuffix(mode, "at-least-once") {
+		guarantee, protocol := consumer.ExactlyOnce, consumer.ClassicGroup
+		switch mode {
+		case "join-at-least-once":
 			guarantee = consumer.AtLeastOnce
+		case "join-kip848":
+			protocol = consumer.ConsumerGroup
 		}
 		t.Run(mode, func(t *testing.T) {
 			_, conn := testutil.StartBroker(t, "")
@@ -66,7 +74,7 @@ func TestPriorityLookahead(t *testing.T) {
 				lookahead = 0
 			}
 			w, err := consumer.New(consumer.Conn(conn), consumer.Queues("la"), consumer.CheckpointDir(t.TempDir()),
-				consumer.Registerer(reg), consumer.Concurrency(2), consumer.MaxBufferedRecords(100), consumer.PriorityLookahead(lookahead), consumer.WithGuarantee(guarantee),
+				consumer.Registerer(reg), consumer.Concurrency(2), consumer.MaxBufferedRecords(100), consumer.PriorityLookahead(lookahead), consumer.WithGuarantee(guarantee), consumer.GroupProtocol(protocol),
 				consumer.WithHandler(consumer.HandlerFunc(func(ctx context.Context, task *consumer.Task) error {
 					mu.Lock()
 					started = append(started, task.ID)
