@@ -3,6 +3,7 @@ package inspect_test
 import (
 	"context"
 	"fmt"
+	"os"
 	"math/rand/v2"
 	"slices"
 	"strconv"
@@ -24,12 +25,19 @@ import (
 // BenchmarkView writes a records topic of N succeeded tasks (8 partitions,
 // batches of 2,000 as workers write them), then times the restore of a
 // view kept in a directory (the first query loads the queue), Get of
-// random IDs on the loaded view (p50, p99), and the view's bytes on disk
-// per task. Run:
+// random IDs on the loaded view (p50, p99), the view's bytes on disk per
+// task, and its reopening from the directory (counts read back from its
+// index). ONCEQ_BENCH_VIEW_PENDING=1 writes pending tasks of priorities
+// 0-9 instead, whose reopening reads each one's record for its priority.
+// Run:
 //
 //	go test ./inspect -run '^$' -bench View -benchtime 1x
 func BenchmarkView(b *testing.B) {
 	n := bench.EnvTasks()
+	state := onceq.StateSucceeded
+	if os.Getenv("ONCEQ_BENCH_VIEW_PENDING") == "1" {
+		state = onceq.StatePending
+	}
 	_, conn := testutil.StartBroker(b, "")
 	testutil.CreateTopic(b, conn, broker.RecordsTopic("q"), 8)
 	cl, err := conn.NewClient(kgo.ProducerLinger(5*time.Millisecond), kgo.MaxBufferedRecords(1<<16))
@@ -43,6 +51,9 @@ func BenchmarkView(b *testing.B) {
 		for j := i; j < min(i+batch, n); j++ {
 			r := onceq.TaskRecord{ID: fmt.Sprintf("0190b6e4-7d2a-7cc1-9a3e-%012x", j), Queue: "q", State: onceq.StateSucceeded, Attempt: 1,
 				Enqueued: at, Started: at, Finished: at, Worker: "onceq-3f2a9c1b", Partition: int32(j % 8), Offset: int64(j), Result: []byte(`{"ok":true}`)}
+			if state == onceq.StatePending {
+				r = onceq.TaskRecord{ID: r.ID, Queue: "q", State: state, Enqueued: at, Priority: j % 10}
+			}
 			value = append(r.AppendJSON(value), '\n')
 		}
 		cl.Produce(context.Background(), &kgo.Record{Topic: broker.RecordsTopic("q"), Key: []byte("q/" + strconv.Itoa(i/batch%8)), Value: value}, nil)
@@ -61,8 +72,8 @@ func BenchmarkView(b *testing.B) {
 		start := time.Now()
 		counts, err := in.Counts(ctx, "q")
 		restore := time.Since(start)
-		if err != nil || counts[onceq.StateSucceeded] != int64(n) {
-			b.Fatalf("restored %v, %v; want %d succeeded", counts, err, n)
+		if err != nil || counts[state] != int64(n) {
+			b.Fatalf("restored %v, %v; want %d %s", counts, err, n, state)
 		}
 		lat := make([]time.Duration, 0, 10_000)
 		for range 10_000 {
@@ -76,7 +87,21 @@ func BenchmarkView(b *testing.B) {
 		if err := in.Close(); err != nil {
 			b.Fatal(err)
 		}
+		in, err = inspect.Open(inspect.Conn(conn), inspect.Dir(dir))
+		if err != nil {
+			b.Fatal(err)
+		}
+		start = time.Now()
+		st, err := in.Stats(ctx, "q")
+		reopen := time.Since(start)
+		if err != nil || st.Tasks[state] != int64(n) {
+			b.Fatalf("reopened %v, %v; want %d %s", st.Tasks, err, n, state)
+		}
+		if err := in.Close(); err != nil {
+			b.Fatal(err)
+		}
 		slices.Sort(lat)
+		b.ReportMetric(reopen.Seconds(), "reopen-s")
 		b.ReportMetric(restore.Seconds(), "restore-s")
 		b.ReportMetric(float64(n)/restore.Seconds(), "restored-tasks/s")
 		b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1000, "get-p50-ms")
