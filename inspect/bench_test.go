@@ -3,8 +3,8 @@ package inspect_test
 import (
 	"context"
 	"fmt"
-	"os"
 	"math/rand/v2"
+	"os"
 	"slices"
 	"strconv"
 	"sync"
