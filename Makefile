@@ -54,6 +54,17 @@ bench-queues:
 bench-read:
 	$(GO) test ./serve -run '^$$' -bench 'BenchmarkReadSide' -benchtime 5x -timeout 30m
 
+## bench-drain: the drain of a pre-loaded queue by `onceq worker` built from
+## the working tree and from BASE (a commit), interleaved, with franz-go's own
+## copy loop as the floor: rates, CPU per task and head's ratio to base.
+## Every change to the engine says it is no slower than its base with it.
+BASE   ?= HEAD
+TASKS  ?= 1000000
+ROUNDS ?= 3
+.PHONY: bench-drain
+bench-drain:
+	$(GO) run ./internal/drainguard -base $(BASE) -tasks $(TASKS) -rounds $(ROUNDS)
+
 ## bench-watermill: the exactly-once worker against Watermill's Kafka subscriber,
 ## side by side (bench/watermill, a module of its own: onceq depends on neither
 ## Watermill nor Sarama)
