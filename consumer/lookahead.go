@@ -38,6 +38,12 @@ import (
 // idempotency key. Those it did not pass over are the fetch's, already in
 // the scheduler's order, or after it.
 //
+// It reads only the topics that use priorities: those of a priority note
+// on the control topic (control.PriorityNote, which onceq's producers and
+// workers write when they submit a task of a priority above 0) and those
+// in which the worker's fetch met such a task. A queue without priorities
+// pays nothing for it: no second fetch, no keys remembered.
+//
 // The lookahead reads a partition at most PriorityLookahead records ahead
 // of the fetch position, holds at most lookaheadKeys passed-over keys, and
 // at most MaxBufferedRecords records admitted ahead and not finished: past
@@ -63,6 +69,10 @@ type lookahead struct {
 	// running counts the records admitted ahead and not finished, in
 	// partitions not revoked (partState.aheadRunning).
 	running atomic.Int64
+
+	// fetched holds the topics in which the worker's fetch met a task of
+	// a priority above 0 (sawPriority), as topic -> struct{}.
+	fetched sync.Map
 
 	lastScan atomic.Int64 // unix ns of scan's last look
 	reading  atomic.Int32 // len(parts)
@@ -107,8 +117,9 @@ func newLookahead(w *Worker) *lookahead {
 }
 
 // consider starts reading ps ahead of the fetch while the worker is
-// backlogged, and stops reading every partition once it is not. At most
-// once a second it looks at every partition of the worker (scan).
+// backlogged, if its topic uses priorities, and stops reading every
+// partition once the worker is not backlogged. At most once a second it
+// looks at every partition of the worker (scan).
 func (la *lookahead) consider(ps *partState) {
 	if la == nil {
 		return
@@ -119,8 +130,42 @@ func (la *lookahead) consider(ps *partState) {
 		}
 		return
 	}
-	la.add(ps)
+	if la.uses(ps.tp.Topic) {
+		la.add(ps)
+	}
 	la.scan()
+}
+
+// sawPriority notes that the fetch met a task of a priority above 0 in
+// topic.
+func (la *lookahead) sawPriority(topic string) {
+	if la == nil {
+		return
+	}
+	if _, ok := la.fetched.Load(topic); !ok {
+		la.fetched.Store(topic, struct{}{})
+	}
+}
+
+// uses reports whether topic uses priorities: a priority note of it was
+// read from the control topic, or the fetch met a task of a priority
+// above 0 in it.
+func (la *lookahead) uses(topic string) bool {
+	if _, ok := la.fetched.Load(topic); ok {
+		return true
+	}
+	return la.w.control != nil && la.w.control.PriorityNoted(topic)
+}
+
+// using returns the partitions of parts whose topics use priorities.
+func (la *lookahead) using(parts []*partState) []*partState {
+	var out []*partState
+	for _, ps := range parts {
+		if la.uses(ps.tp.Topic) {
+			out = append(out, ps)
+		}
+	}
+	return out
 }
 
 // add starts reading ps, unless it is read already or cannot be yet.
@@ -164,6 +209,9 @@ func (la *lookahead) scan() {
 	var todo, active []*partState
 	w.mu.Lock()
 	for _, ps := range w.parts {
+		if !la.uses(ps.tp.Topic) {
+			continue
+		}
 		ps.mu.Lock()
 		switch {
 		case ps.q.quiet:
@@ -257,6 +305,7 @@ func (la *lookahead) take(fp kgo.FetchTopicPartition) {
 	if len(fp.Records) == 0 {
 		return
 	}
+	la.w.metrics.aheadRead.Add(float64(len(fp.Records)))
 	ps, cands := la.read(fp)
 	if len(cands) > 0 {
 		la.admit(ps, cands)

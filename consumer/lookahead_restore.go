@@ -40,7 +40,7 @@ const joinBacklog = 5 * time.Second
 // call it.
 func (la *lookahead) assigned(parts []*partState) {
 	if la != nil && len(parts) > 0 {
-		la.restoreAhead(parts, true)
+		la.restoreAhead(la.using(parts), true)
 	}
 }
 

@@ -3,6 +3,7 @@ package consumer_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"testing"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/onceq/onceq"
 	"github.com/onceq/onceq/consumer"
+	"github.com/onceq/onceq/internal/control"
 	"github.com/onceq/onceq/internal/testutil"
 	"github.com/onceq/onceq/producer"
 )
@@ -230,4 +232,142 @@ func TestCrashPriorityLookahead(t *testing.T) {
 	}
 	rng.Shuffle(len(tasks), func(i, j int) { tasks[i], tasks[j] = tasks[j], tasks[i] })
 	crashRun(t, rng, tasks, all, "--max-buffered", "64", "--concurrency", "8")
+}
+
+// TestLookaheadOnlyWithPriorities: behind a backlog, the lookahead reads
+// nothing of a queue that has no tasks of a priority above 0, and starts
+// in one once the worker's fetch meets such a task there, with no
+// priority note to say so: every task here is written by a plain Kafka
+// client, which writes no notes (TestPriorityLookahead's producer does).
+//   - none: 3,000 tasks of priority 0;
+//   - fetched: the same with one task of priority 9 near the start and 20
+//     more behind the backlog, which then start ahead of the fetch.
+func TestLookaheadOnlyWithPriorities(t *testing.T) {
+	for _, mode := range []string{"none", "fetched"} {
+		t.Run(mode, func(t *testing.T) {
+			_, conn := testutil.StartBroker(t, "")
+			testutil.CreateTopic(t, conn, "lp", 2)
+			const backlog = 3000
+			var tasks []onceq.Task
+			for i := range backlog {
+				tasks = append(tasks, onceq.Task{ID: fmt.Sprintf("b-%04d", i), Queue: "lp"})
+				if mode == "fetched" && i == 10 {
+					tasks = append(tasks, onceq.Task{ID: "p-first", Queue: "lp", Priority: onceq.MaxPriority})
+				}
+			}
+			if mode == "fetched" {
+				for i := range 20 {
+					tasks = append(tasks, onceq.Task{ID: fmt.Sprintf("p-%02d", i), Queue: "lp", Priority: onceq.MaxPriority})
+				}
+			}
+			cl, err := conn.NewClient()
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer cl.Close()
+			now := time.Now()
+			for i := range tasks {
+				tasks[i].Resolve(now)
+				if err := cl.ProduceSync(t.Context(), tasks[i].Record("lp")).FirstErr(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			var (
+				mu      sync.Mutex
+				started []string
+			)
+			reg := prometheus.NewRegistry()
+			w, err := consumer.New(consumer.Conn(conn), consumer.Queues("lp"), consumer.CheckpointDir(t.TempDir()),
+				consumer.Registerer(reg), consumer.Concurrency(2), consumer.MaxBufferedRecords(100),
+				consumer.WithHandler(consumer.HandlerFunc(func(ctx context.Context, task *consumer.Task) error {
+					mu.Lock()
+					started = append(started, task.ID)
+					mu.Unlock()
+					if strings.HasPrefix(task.ID, "b-") {
+						time.Sleep(time.Millisecond)
+					}
+					return nil
+				})))
+			if err != nil {
+				t.Fatal(err)
+			}
+			runUntilCleanup(t, w)
+			for deadline := time.Now().Add(3 * time.Minute); ; time.Sleep(5 * time.Millisecond) {
+				mu.Lock()
+				n := len(started)
+				mu.Unlock()
+				if n >= len(tasks) {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("%d of %d tasks started in 3 minutes", n, len(tasks))
+				}
+			}
+			read := metricValue(t, reg, "onceq_lookahead_records_read_total")
+			ahead := metricValue(t, reg, "onceq_tasks_read_ahead_total")
+			if mode == "none" {
+				if read != 0 || ahead != 0 {
+					t.Fatalf("the lookahead read %v records and ran %v tasks ahead in a queue without priorities, want 0 and 0", read, ahead)
+				}
+				return
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			seen, before := 0, map[string]int{}
+			for _, id := range started {
+				if strings.HasPrefix(id, "b-") {
+					seen++
+				} else {
+					before[id] = seen
+				}
+			}
+			for i := range 20 {
+				if id := fmt.Sprintf("p-%02d", i); before[id] > backlog-1000 {
+					t.Errorf("%s started after %d of the %d backlog tasks, want at most %d: the lookahead did not start once the fetch met p-first", id, before[id], backlog, backlog-1000)
+				}
+			}
+			if read == 0 || ahead < 20 {
+				t.Errorf("the lookahead read %v records and ran %v tasks ahead, want some and at least 20", read, ahead)
+			}
+		})
+	}
+}
+
+// TestEmitNotesPriority: a task a handler emits with a priority above 0
+// leaves a priority note of its queue's topic in the control topic, with
+// the run's transaction, so that the workers of that queue read ahead of
+// a backlog for it; one of priority 0 leaves none.
+func TestEmitNotesPriority(t *testing.T) {
+	_, conn := testutil.StartBroker(t, "")
+	for _, q := range []string{"src", "hi", "lo"} {
+		testutil.CreateTopic(t, conn, q, 1)
+	}
+	w, err := consumer.New(consumer.Conn(conn), consumer.Queues("src"), consumer.CheckpointDir(t.TempDir()),
+		consumer.WithHandler(consumer.HandlerFunc(func(ctx context.Context, task *consumer.Task) error {
+			if err := task.Emit(onceq.Task{Queue: "hi", Priority: 3}); err != nil {
+				return err
+			}
+			return task.Emit(onceq.Task{Queue: "lo"})
+		})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	runUntilCleanup(t, w)
+	p, err := producer.New(producer.Conn(conn))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	if _, err := p.Submit(t.Context(), onceq.Task{ID: "a", Queue: "src"}); err != nil {
+		t.Fatal(err)
+	}
+	waitOutputs(t, conn, "hi", 1, time.Minute)
+	r, err := control.Open(t.Context(), conn, slog.New(slog.DiscardHandler), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	if !r.PriorityNoted("hi") || r.PriorityNoted("lo") || r.PriorityNoted("src") {
+		t.Fatalf("priority notes: hi %v, lo %v, src %v; want true, false, false", r.PriorityNoted("hi"), r.PriorityNoted("lo"), r.PriorityNoted("src"))
+	}
 }

@@ -22,6 +22,7 @@ type metrics struct {
 	dead      *prometheus.CounterVec
 	abandoned prometheus.Counter
 	ahead     prometheus.Counter
+	aheadRead prometheus.Counter
 	canceled  prometheus.Counter
 	expired   prometheus.Counter
 	paused    *prometheus.GaugeVec
@@ -58,6 +59,8 @@ func newMetrics(reg prometheus.Registerer, w *Worker) (*metrics, error) {
 			Help: "Tasks dead-lettered, by queue and reason (failed, max_attempts, expired, malformed, too_large)."}, []string{"queue", "reason"}),
 		ahead: prometheus.NewCounter(prometheus.CounterOpts{Name: "onceq_tasks_read_ahead_total",
 			Help: "Tasks of a priority above 0 started ahead of their partition's fetch position, read by the lookahead past a backlog."}),
+		aheadRead: prometheus.NewCounter(prometheus.CounterOpts{Name: "onceq_lookahead_records_read_total",
+			Help: "Records the lookahead read past a backlog, in topics that use priorities: what reading ahead costs."}),
 		abandoned: prometheus.NewCounter(prometheus.CounterOpts{Name: "onceq_abandoned_handlers",
 			Help: "Handlers that ignored their canceled context past their time-to-run and grace."}),
 		canceled: prometheus.NewCounter(prometheus.CounterOpts{Name: "onceq_shutdown_canceled_tasks_total",
@@ -107,7 +110,7 @@ func newMetrics(reg prometheus.Registerer, w *Worker) (*metrics, error) {
 		return m, nil
 	}
 	for _, c := range []prometheus.Collector{m.processed, m.handler, m.latency, m.commit, m.aborts, m.restore,
-		m.inflight, m.failed, m.dead, m.abandoned, m.ahead, m.canceled, m.expired, m.paused, m.limited, m.limitWait, m.quiet, m.wanted, m.bounded, m.held, m.unwanted, m.progress} {
+		m.inflight, m.failed, m.dead, m.abandoned, m.ahead, m.aheadRead, m.canceled, m.expired, m.paused, m.limited, m.limitWait, m.quiet, m.wanted, m.bounded, m.held, m.unwanted, m.progress} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("consumer: registering metrics (one worker per registerer): %w", err)
 		}

@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -14,6 +15,7 @@ import (
 	"github.com/onceq/onceq"
 	"github.com/onceq/onceq/broker"
 	"github.com/onceq/onceq/dlq"
+	"github.com/onceq/onceq/internal/control"
 	"github.com/onceq/onceq/internal/flow"
 	"github.com/onceq/onceq/internal/tracing"
 )
@@ -51,7 +53,7 @@ func (w *Worker) success(t *Task, key string) (*result, error) {
 		if err != nil {
 			return nil, err
 		}
-		res.outputs = append(res.outputs, rec)
+		res.outputs = w.notePriority(append(res.outputs, rec), out)
 	}
 	if err := w.continueFlow(res, &t.Task, t.trace, flow.Succeeded(t.result), now); err != nil {
 		return nil, err
@@ -84,9 +86,31 @@ func (w *Worker) continueFlow(res *result, task *onceq.Task, run context.Context
 		if err != nil {
 			return err
 		}
-		res.outputs = append(res.outputs, rec)
+		res.outputs = w.notePriority(append(res.outputs, rec), &next[i])
 	}
 	return nil
+}
+
+// notePriority appends to outputs the priority note of the topic of t, a
+// task the run emits, when t has a priority above 0 and the worker wrote
+// none for the topic within control.PriorityNoteEvery: the workers of
+// that queue then read ahead of a backlog for it (lookahead.go). A note
+// of a transaction that aborts is not written, and the worker writes the
+// next one an interval later: until then, those workers read ahead once
+// their fetch meets such a task.
+func (w *Worker) notePriority(outputs []*kgo.Record, t *onceq.Task) []*kgo.Record {
+	if t.Priority <= 0 {
+		return outputs
+	}
+	topic := onceq.QueueTopic(t.Queue)
+	now := time.Now()
+	v, _ := w.noted.LoadOrStore(topic, new(atomic.Int64))
+	last := v.(*atomic.Int64)
+	was := last.Load()
+	if was != 0 && now.UnixNano()-was < int64(control.PriorityNoteEvery) || !last.CompareAndSwap(was, now.UnixNano()) {
+		return outputs
+	}
+	return append(outputs, control.PriorityNote(topic, now).Record())
 }
 
 // failFlow continues a workflow's step that failed for good.

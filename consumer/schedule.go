@@ -184,7 +184,9 @@ func (s *scheduler) queueLocked(ps *partState, items []*item) (ready []*item) {
 			it.keys[it.nkeys] = aheadKey(it.rec.Offset)
 			it.nkeys++
 		}
-		it.prio = recordPriority(it.rec)
+		if it.prio = recordPriority(it.rec); it.prio > 0 {
+			s.w.ahead.sawPriority(ps.tp.Topic)
+		}
 		ps.refresh(it)
 		for _, k := range it.keys[:it.nkeys] {
 			if waiters, held := ps.keys[k]; held {

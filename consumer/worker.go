@@ -102,8 +102,11 @@ type Worker struct {
 	tombs  []checkpoint.Removed // changelog tombstones expiry handed over
 
 	control *control.Reader // cancels and pauses
-	limits  *limit.Client   // limits of queues across workers
-	pauseMu sync.Mutex      // orders pause changes and the kafka side's start
+	// noted holds the unix ns of the last priority note the worker wrote
+	// of each topic (notePriority), as topic -> *atomic.Int64.
+	noted   sync.Map
+	limits  *limit.Client // limits of queues across workers
+	pauseMu sync.Mutex    // orders pause changes and the kafka side's start
 }
 
 // New checks the options and returns a worker. It does not connect: Run

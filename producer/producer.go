@@ -15,6 +15,7 @@ import (
 	"github.com/onceq/onceq"
 	"github.com/onceq/onceq/broker"
 	"github.com/onceq/onceq/delay"
+	"github.com/onceq/onceq/internal/control"
 	"github.com/onceq/onceq/internal/tracing"
 )
 
@@ -61,10 +62,8 @@ type Producer struct {
 	adm     *broker.Admin // created by the first topic lookup
 	admErr  error
 
-	// wakeOK says the wake-up topic exists; wakeFailedAt is when making
-	// it last failed (unix ns).
-	wakeOK       atomic.Bool
-	wakeFailedAt atomic.Int64
+	// The topics of the hints (wake.go).
+	wakeTopic, controlTopic hintTopic
 
 	// ladder is the planner delayed tasks route by, read from the
 	// cluster by the first of them (see planner).
@@ -89,7 +88,9 @@ func New(opts ...Opt) (*Producer, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &Producer{cfg: cfg, m: m, slots: newAdmission(cfg.maxBuffered), ids: newIDSource(), clock: newClock(), epoch: time.Now()}
+	p := &Producer{cfg: cfg, m: m, slots: newAdmission(cfg.maxBuffered), ids: newIDSource(), clock: newClock(), epoch: time.Now(),
+		wakeTopic:    hintTopic{name: broker.WakeTopic, what: "workers find this producer's tasks on quiet queues a little later"},
+		controlTopic: hintTopic{name: control.Topic, what: "workers read ahead of a backlog for its tasks of a priority above 0 only once they met one"}}
 	p.promise = p.promised
 	if p.cl, err = cfg.conn.NewClient(clientOpts(cfg)...); err != nil {
 		return nil, fmt.Errorf("producer: %w", err)
@@ -303,6 +304,7 @@ func (p *Producer) prepare(ctx context.Context, t *onceq.Task, clk *clockReads, 
 	if dest == q && !tx {
 		p.wake(ctx, q, now)
 	}
+	p.notePriority(ctx, q, t)
 	s.rec.Timestamp = stamp // saves the client a clock read
 	return s, nil
 }

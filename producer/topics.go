@@ -40,6 +40,7 @@ type topicState struct {
 	duration    prometheus.Observer
 	submissions atomic.Uint64 // counted by Submit and SubmitAsync, to sample duration (SubmitMany samples per call)
 	woke        atomic.Int64  // unix ns of the queue's last wake-up (see wake)
+	noted       atomic.Int64  // unix ns of the queue's last priority note (see notePriority)
 }
 
 // noteError forgets that a topic exists when the broker says it does not
@@ -107,7 +108,7 @@ func (p *Producer) ensure(ctx context.Context, name string, bucket bool) (*topic
 	v, ok := p.topics.Load(name)
 	if !ok {
 		s := &topicState{name: name}
-		if !bucket && name != broker.WakeTopic {
+		if !bucket && name != broker.WakeTopic && name != broker.ControlTopic {
 			s.submitted = p.m.submitted.WithLabelValues(p.m.label(name))
 			s.duration = p.m.duration.WithLabelValues(p.m.label(name))
 		}

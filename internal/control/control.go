@@ -8,7 +8,12 @@
 // removed holds until its Until (the dedup window of the task it names),
 // and no longer, so that it never reaches a submission of that ID past
 // the window. A pause is keyed pause/<queue> and stays, so that a paused
-// queue stays paused across restarts.
+// queue stays paused across restarts. A priority note, keyed
+// priority/<topic>, says that tasks of a priority above 0 were submitted
+// to the topic lately: a worker behind a backlog reads ahead of its fetch
+// only in the topics of such notes, or where its fetch met such a task
+// (consumer.PriorityLookahead), so that queues without priorities pay
+// nothing for it.
 package control
 
 import (
@@ -35,6 +40,15 @@ const (
 	cancelPrefix     = "cancel/"
 	laneCancelPrefix = "cancel-lane/"
 	pausePrefix      = "pause/"
+	priorityPrefix   = "priority/"
+)
+
+// Priority notes: a submitter of a task of a priority above 0 writes one
+// for the task's topic at most every PriorityNoteEvery, and a worker counts
+// one for PriorityNoteLife after it was written.
+const (
+	PriorityNoteEvery = time.Hour
+	PriorityNoteLife  = 7 * 24 * time.Hour
 )
 
 // CancelKey is the key of a cancel of task id in queue:
@@ -50,6 +64,15 @@ func CancelKey(queue, id string) []byte {
 // PauseKey is the key of a queue's pause state.
 func PauseKey(queue string) []byte { return []byte(pausePrefix + queue) }
 
+// PriorityKey is the key of a topic's priority note.
+func PriorityKey(topic string) []byte { return []byte(priorityPrefix + topic) }
+
+// PriorityNote is the note that tasks of a priority above 0 go to topic,
+// written at.
+func PriorityNote(topic string, at time.Time) Entry {
+	return Entry{Queue: topic, Priority: true, At: at}
+}
+
 // value is the JSON of a control record.
 type value struct {
 	V      int   `json:"v"`
@@ -64,6 +87,9 @@ type Entry struct {
 	Queue, ID string
 	// Paused is a pause record's state.
 	Paused bool
+	// Priority marks a priority note (PriorityNote): Queue is a topic to
+	// which tasks of a priority above 0 were submitted at At.
+	Priority bool
 	// At is when it was written.
 	At time.Time
 	// Until is when a cancel lapses: a task that reaches a worker after
@@ -100,8 +126,14 @@ func Decode(key, val []byte) (Entry, error) {
 			return Entry{}, fmt.Errorf("control: key %q: want pause/<queue>", k)
 		}
 		e.Queue = q
+	case strings.HasPrefix(k, priorityPrefix):
+		topic := k[len(priorityPrefix):]
+		if onceq.ValidateQueue(topic) != nil {
+			return Entry{}, fmt.Errorf("control: key %q: want priority/<topic>", k)
+		}
+		e.Queue, e.Priority = topic, true
 	default:
-		return Entry{}, fmt.Errorf("control: key %q: want cancel/<queue>/<task ID> or pause/<queue>", k)
+		return Entry{}, fmt.Errorf("control: key %q: want cancel/<queue>/<task ID>, pause/<queue> or priority/<topic>", k)
 	}
 	if val == nil {
 		e.Deleted = true
@@ -117,7 +149,7 @@ func Decode(key, val []byte) (Entry, error) {
 	if v.Until != 0 && e.ID == "" {
 		return Entry{}, fmt.Errorf("control: %s: \"until\" belongs to a cancel record", k)
 	}
-	if (v.Paused != nil) != (e.ID == "") {
+	if (v.Paused != nil) != (e.ID == "" && !e.Priority) {
 		return Entry{}, fmt.Errorf("control: %s: \"paused\" belongs to a pause record, and only to one", k)
 	}
 	e.At = time.UnixMilli(v.At)
@@ -137,7 +169,10 @@ func (e Entry) Record() *kgo.Record {
 		v.Until = e.Until.UnixMilli()
 	}
 	key := CancelKey(e.Queue, e.ID)
-	if e.ID == "" {
+	switch {
+	case e.Priority:
+		key, v.Until = PriorityKey(e.Queue), 0
+	case e.ID == "":
 		key, v.Paused, v.Until = PauseKey(e.Queue), &e.Paused, 0
 	}
 	if e.Deleted {
@@ -159,6 +194,12 @@ func Ensure(ctx context.Context, adm *broker.Admin) error {
 // them (acks=all, idempotent).
 func Write(ctx context.Context, conn broker.Conn, entries ...Entry) error {
 	for _, e := range entries {
+		if e.Priority {
+			if err := onceq.ValidateQueue(e.Queue); err != nil {
+				return err
+			}
+			continue
+		}
 		if e.ID == "" {
 			if err := onceq.ValidateAnyQueue(e.Queue); err != nil {
 				return err

@@ -20,6 +20,8 @@ func TestRecordRoundTrip(t *testing.T) {
 		{Queue: "fn/resize", ID: "order/7", At: at},
 		{Queue: "fn/resize", ID: "a", Deleted: true},
 		{Queue: "fn/resize", Paused: true, At: at},
+		PriorityNote("emails", at),
+		{Queue: "emails", Priority: true, Deleted: true},
 	} {
 		r := e.Record()
 		if r.Topic != Topic {
@@ -40,7 +42,10 @@ func TestRecordRoundTrip(t *testing.T) {
 
 func TestDecodeRefuses(t *testing.T) {
 	for _, tc := range []struct{ key, value, want string }{
-		{"stop/emails", `{"v":1,"at":1}`, "want cancel/<queue>/<task ID> or pause/<queue>"},
+		{"stop/emails", `{"v":1,"at":1}`, "want cancel/<queue>/<task ID>, pause/<queue> or priority/<topic>"},
+		{"priority/fn/resize", `{"v":1,"at":1}`, "want priority/<topic>"},
+		{"priority/emails", `{"v":1,"at":1,"paused":true}`, `"paused" belongs to a pause record`},
+		{"priority/emails", `{"v":1,"at":1,"until":5}`, `"until" belongs to a cancel record`},
 		{"cancel/emails", `{"v":1,"at":1}`, "want cancel/<queue>/<task ID>"},
 		{"cancel/bad queue/a", `{"v":1,"at":1}`, "want cancel/<queue>/<task ID>"},
 		{"pause/", `{"v":1,"paused":true,"at":1}`, "want pause/<queue>"},
@@ -59,6 +64,34 @@ func TestDecodeRefuses(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s %s: %v, want %q", tc.key, tc.value, err, tc.want)
 		}
+	}
+}
+
+// TestPriorityNoteLapses: a priority note counts for PriorityNoteLife
+// after it was written, an older one read later does not put it back, and
+// a tombstone removes it.
+func TestPriorityNoteLapses(t *testing.T) {
+	r := &Reader{log: slog.New(slog.DiscardHandler), canceled: map[string]map[string]time.Time{}, paused: map[string]bool{}, priority: map[string]time.Time{}}
+	now := time.Now()
+	apply := func(e Entry) {
+		rec := e.Record()
+		r.apply(rec)
+	}
+	if r.PriorityNoted("emails") {
+		t.Fatal("noted before any note")
+	}
+	apply(PriorityNote("emails", now.Add(-PriorityNoteLife-time.Minute)))
+	if r.PriorityNoted("emails") {
+		t.Fatal("a note older than PriorityNoteLife counts")
+	}
+	apply(PriorityNote("emails", now))
+	apply(PriorityNote("emails", now.Add(-PriorityNoteLife-time.Minute)))
+	if !r.PriorityNoted("emails") || r.PriorityNoted("other") {
+		t.Fatalf("emails noted %v, other %v: want true, false", r.PriorityNoted("emails"), r.PriorityNoted("other"))
+	}
+	apply(Entry{Queue: "emails", Priority: true, Deleted: true})
+	if r.PriorityNoted("emails") {
+		t.Fatal("noted after its tombstone")
 	}
 }
 

@@ -29,6 +29,7 @@ type Reader struct {
 	nCancel  int
 	paused   map[string]bool
 	nPaused  int
+	priority map[string]time.Time // topic -> its newest priority note
 	onPause  func(queue string, paused bool)
 }
 
@@ -38,7 +39,7 @@ type Reader struct {
 // every change of a queue's pause state, those read before Open returns
 // included, on the Reader's goroutine.
 func Open(ctx context.Context, conn broker.Conn, log *slog.Logger, onPause func(queue string, paused bool)) (*Reader, error) {
-	r := &Reader{log: log, canceled: map[string]map[string]time.Time{}, paused: map[string]bool{}, onPause: onPause}
+	r := &Reader{log: log, canceled: map[string]map[string]time.Time{}, paused: map[string]bool{}, priority: map[string]time.Time{}, onPause: onPause}
 	f, err := table.Follow(ctx, conn, Topic, log, r.apply)
 	if err != nil {
 		return nil, fmt.Errorf("control: %w", err)
@@ -56,6 +57,12 @@ func (r *Reader) apply(rec *kgo.Record) {
 	r.mu.Lock()
 	var changed bool
 	switch {
+	case e.Priority:
+		if e.Deleted {
+			delete(r.priority, e.Queue)
+		} else if e.At.After(r.priority[e.Queue]) {
+			r.priority[e.Queue] = e.At
+		}
 	case e.ID != "" && e.Deleted:
 		if _, ok := r.canceled[e.Queue][e.ID]; ok {
 			delete(r.canceled[e.Queue], e.ID)
@@ -98,6 +105,15 @@ func (r *Reader) Canceled(queue, id string) bool {
 	defer r.mu.RUnlock()
 	until, ok := r.canceled[queue][id]
 	return ok && (until.IsZero() || time.Now().Before(until))
+}
+
+// PriorityNoted reports whether a priority note of topic younger than
+// PriorityNoteLife was read.
+func (r *Reader) PriorityNoted(topic string) bool {
+	r.mu.RLock()
+	at, ok := r.priority[topic]
+	r.mu.RUnlock()
+	return ok && time.Since(at) < PriorityNoteLife
 }
 
 // AnyPaused reports whether any queue is paused.
