@@ -57,7 +57,7 @@ It stops cleanly on SIGINT or SIGTERM, flushing its data dir.`,
 				return err
 			}
 			if metricsAddr != "" {
-				srv, err := ops.Listen(metricsAddr, ops.NewRegistry(), nil, g.log)
+				srv, err := ops.Listen(metricsAddr, ops.NewRegistry(), nil, g.log, false)
 				if err != nil {
 					emb.Close()
 					return usageError{err}

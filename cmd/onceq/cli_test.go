@@ -45,6 +45,8 @@ func TestUsageErrorsExit2(t *testing.T) {
 		{[]string{"version", "--bogus"}, "unknown flag"},
 		{[]string{"frobnicate"}, "unknown command"},
 		{[]string{"version", "extra"}, "no arguments"},
+		{[]string{"worker", "--queue", "q", "--handler", "noop", "--pprof", "--metrics-addr", ""}, "--pprof serves on --metrics-addr, which is empty"},
+		{[]string{"worker", "--queue", "q", "--handler", "noop", "--pprof", "--metrics-addr", "0.0.0.0:9464"}, "give it a loopback address"},
 	} {
 		code, _, stderr := runCLI(t, "", tc.args...)
 		if code != exitUsage || !strings.Contains(stderr, tc.want) {

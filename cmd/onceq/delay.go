@@ -74,7 +74,7 @@ and stops cleanly on SIGINT or SIGTERM. "onceq delay stats" shows what waits.`,
 			if err != nil {
 				return flagError(cmd.Flags(), err)
 			}
-			stop, err := listenOps(metricsAddr, reg, g.log, component{"delay", svc})
+			stop, err := listenOps(metricsAddr, false, reg, g.log, component{"delay", svc})
 			if err != nil {
 				return err
 			}

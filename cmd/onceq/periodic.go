@@ -245,7 +245,7 @@ run each once. It serves /metrics, /healthz and /readyz on --metrics-addr.`,
 			if err != nil {
 				return flagError(cmd.Flags(), err)
 			}
-			stop, err := listenOps(metricsAddr, reg, g.log, component{"scheduler", s})
+			stop, err := listenOps(metricsAddr, false, reg, g.log, component{"scheduler", s})
 			if err != nil {
 				return err
 			}

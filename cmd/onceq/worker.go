@@ -27,6 +27,7 @@ type workerFlags struct {
 	maxPerCommit    int
 	guarantee       string
 	metricsAddr     string
+	pprof           bool
 	shutdownTimeout time.Duration
 	timeout         time.Duration
 	dedupWindow     time.Duration
@@ -96,6 +97,7 @@ meanwhile.`,
 	fl.IntVar(&f.maxPerCommit, "max-records-per-commit", consumer.DefaultMaxRecordsPerCommit, "commit early after this many completed tasks")
 	fl.StringVar(&f.guarantee, "guarantee", string(consumer.DefaultGuarantee), "exactly-once or at-least-once (no transactions, no dedup)")
 	fl.StringVar(&f.metricsAddr, "metrics-addr", "127.0.0.1:0", "serve /metrics, /healthz and /readyz here (port 0: any free port, logged; empty: off)")
+	fl.BoolVar(&f.pprof, "pprof", false, "also serve Go's profiles on /debug/pprof/ of --metrics-addr, which must then be a loopback address")
 	fl.DurationVar(&f.shutdownTimeout, "shutdown-timeout", consumer.DefaultShutdownTimeout, "on shutdown, wait this long for in-flight tasks")
 	fl.DurationVar(&f.timeout, "timeout", consumer.DefaultTaskTimeout, "time-to-run of tasks without onceq-timeout")
 	fl.DurationVar(&f.dedupWindow, "dedup-window", consumer.DefaultDedupWindow, "how long processed task IDs are remembered")
@@ -162,6 +164,14 @@ func runWorker(cmd *cobra.Command, g *globals, f workerFlags) error {
 	if err != nil {
 		return usagef("--guarantee: %v", err)
 	}
+	if f.pprof && f.metricsAddr == "" {
+		return usagef("--pprof serves on --metrics-addr, which is empty: give both, for example --metrics-addr 127.0.0.1:9464 --pprof")
+	}
+	if f.pprof {
+		if err := ops.CheckPprofAddr(f.metricsAddr); err != nil {
+			return usagef("%v", err)
+		}
+	}
 	conn, err := g.conn()
 	if err != nil {
 		return err
@@ -207,7 +217,7 @@ func runWorker(cmd *cobra.Command, g *globals, f workerFlags) error {
 	for _, svc := range set.Services() {
 		comps = append(comps, component{svc.Name, svc})
 	}
-	stop, err := listenOps(f.metricsAddr, reg, g.log, comps...)
+	stop, err := listenOps(f.metricsAddr, f.pprof, reg, g.log, comps...)
 	if err != nil {
 		return err
 	}
@@ -232,7 +242,7 @@ type component struct {
 
 // listenOps serves /metrics, /healthz and /readyz of the components on
 // addr, unless addr is empty; stop closes the server.
-func listenOps(addr string, reg *prometheus.Registry, log *slog.Logger, cs ...component) (stop func(), err error) {
+func listenOps(addr string, withPprof bool, reg *prometheus.Registry, log *slog.Logger, cs ...component) (stop func(), err error) {
 	if addr == "" {
 		return func() {}, nil
 	}
@@ -240,7 +250,7 @@ func listenOps(addr string, reg *prometheus.Registry, log *slog.Logger, cs ...co
 	for _, c := range cs {
 		health.Register(c.name, c.svc)
 	}
-	srv, err := ops.Listen(addr, reg, health, log)
+	srv, err := ops.Listen(addr, reg, health, log, withPprof)
 	if err != nil {
 		return nil, err
 	}

@@ -133,14 +133,15 @@ func taskIDs(t *testing.T, recs []*kgo.Record) []string {
 
 // TestWorkerProbes: a worker's /readyz answers 200 once it joined and
 // restored its partitions, its /healthz 200 while it reaches the broker
-// and 503 once the broker is gone (it answered ok regardless).
+// and 503 once the broker is gone (it answered ok regardless); with
+// --pprof, Go's profiles too.
 func TestWorkerProbes(t *testing.T) {
 	emb, conn := testutil.StartBroker(t, "")
 	testutil.CreateTopic(t, conn, "in", 1)
 	testutil.CreateTopic(t, conn, "out", 1)
 	addr := testutil.FreeAddr(t)
 	w := testutil.Start(t, "worker", "--brokers", conn.Brokers[0], "--group", "probes", "--queue", "in", "--handler", "copy:out",
-		"--checkpoint-dir", filepath.Join(t.TempDir(), "w"), "--metrics-addr", addr, "--log-level", "error",
+		"--checkpoint-dir", filepath.Join(t.TempDir(), "w"), "--metrics-addr", addr, "--pprof", "--log-level", "error",
 		"--session-timeout", "6s", "--transaction-timeout", "5s")
 	defer w.Kill()
 	status := func(path string) int {
@@ -172,6 +173,7 @@ func TestWorkerProbes(t *testing.T) {
 	}
 	waitStatus("/readyz", http.StatusOK)
 	waitStatus("/healthz", http.StatusOK)
+	waitStatus("/debug/pprof/goroutine", http.StatusOK) // --pprof
 	emb.Close()
 	waitStatus("/healthz", http.StatusServiceUnavailable)
 }

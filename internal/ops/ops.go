@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"strconv"
 	"strings"
 	"sync"
@@ -132,14 +133,35 @@ func CheckAddr(addr string) error {
 	return nil
 }
 
+// CheckPprofAddr checks the address of a listener that serves Go's
+// profiles (--pprof): a loopback one, since a profile shows the
+// process's memory and serves no token. The error wraps ErrAddress.
+func CheckPprofAddr(addr string) error {
+	if err := CheckAddr(addr); err != nil {
+		return err
+	}
+	host, _, _ := net.SplitHostPort(addr)
+	if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
+		return fmt.Errorf("ops: --pprof serves Go's profiles, which show the process's memory, on --metrics-addr %q: %w: "+
+			"give it a loopback address, for example 127.0.0.1:9464, and reach it through ssh or kubectl port-forward", addr, ErrAddress)
+	}
+	return nil
+}
+
 // Listen binds addr and starts serving in the background: /metrics from
-// reg, /healthz and /readyz from health (nil: always ok). A malformed addr
-// is an error wrapping ErrAddress; one that cannot be bound, ErrListen.
+// reg, /healthz and /readyz from health (nil: always ok), and with
+// withPprof Go's profiles on /debug/pprof/ (addr must then be a loopback
+// address: CheckPprofAddr). A malformed addr is an error wrapping
+// ErrAddress; one that cannot be bound, ErrListen.
 //
 // /healthz and /readyz answer 200 "ok", or 503 with one line per
 // component that is not healthy (ready), naming it.
-func Listen(addr string, reg *prometheus.Registry, health *Health, log *slog.Logger) (*Server, error) {
-	if err := CheckAddr(addr); err != nil {
+func Listen(addr string, reg *prometheus.Registry, health *Health, log *slog.Logger, withPprof bool) (*Server, error) {
+	check := CheckAddr
+	if withPprof {
+		check = CheckPprofAddr
+	}
+	if err := check(addr); err != nil {
 		return nil, err
 	}
 	ln, err := net.Listen("tcp", addr)
@@ -150,6 +172,13 @@ func Listen(addr string, reg *prometheus.Registry, health *Health, log *slog.Log
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 	mux.HandleFunc("/healthz", Probe(health.Healthy))
 	mux.HandleFunc("/readyz", Probe(health.Ready))
+	if withPprof {
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	}
 	s := &Server{ln: ln, srv: &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}}
 	go func() {
 		if err := s.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {

@@ -21,7 +21,7 @@ var discard = slog.New(slog.DiscardHandler)
 // address is bad input (ErrAddress), a taken port is not (ErrListen).
 func TestListenErrors(t *testing.T) {
 	for _, addr := range []string{"nope", "127.0.0.1:99999", "127.0.0.1:http", "127.0.0.1:-1", ":"} {
-		if _, err := Listen(addr, NewRegistry(), nil, discard); !errors.Is(err, ErrAddress) || errors.Is(err, ErrListen) {
+		if _, err := Listen(addr, NewRegistry(), nil, discard, false); !errors.Is(err, ErrAddress) || errors.Is(err, ErrListen) {
 			t.Errorf("Listen(%q): %v, want ErrAddress", addr, err)
 		}
 	}
@@ -30,7 +30,7 @@ func TestListenErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ln.Close()
-	if _, err := Listen(ln.Addr().String(), NewRegistry(), nil, discard); !errors.Is(err, ErrListen) || errors.Is(err, ErrAddress) {
+	if _, err := Listen(ln.Addr().String(), NewRegistry(), nil, discard, false); !errors.Is(err, ErrListen) || errors.Is(err, ErrAddress) {
 		t.Fatalf("a taken port: %v, want ErrListen", err)
 	}
 }
@@ -57,7 +57,7 @@ func TestProbes(t *testing.T) {
 		HealthyFunc: func() error { mu.Lock(); defer mu.Unlock(); return healthy },
 		ReadyFunc:   func() error { mu.Lock(); defer mu.Unlock(); return ready },
 	})
-	srv, err := Listen("127.0.0.1:0", NewRegistry(), h, discard)
+	srv, err := Listen("127.0.0.1:0", NewRegistry(), h, discard, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,13 +81,37 @@ func TestProbes(t *testing.T) {
 		t.Fatalf("/metrics: %d", code)
 	}
 	// No components: ok.
-	srv2, err := Listen("127.0.0.1:0", NewRegistry(), nil, discard)
+	if code, _ := get(t, base+"/debug/pprof/"); code != 404 {
+		t.Fatalf("/debug/pprof/ without --pprof: %d, want 404", code)
+	}
+	srv2, err := Listen("127.0.0.1:0", NewRegistry(), nil, discard, false)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer srv2.Close()
 	if code, _ := get(t, "http://"+srv2.Addr()+"/readyz"); code != 200 {
 		t.Fatalf("/readyz without components: %d", code)
+	}
+}
+
+// TestPprof: --pprof serves Go's profiles on a loopback address, and is
+// refused on any other, before anything listens.
+func TestPprof(t *testing.T) {
+	for _, addr := range []string{":9464", "0.0.0.0:0", "10.1.2.3:0", "example.com:0"} {
+		if _, err := Listen(addr, NewRegistry(), nil, discard, true); !errors.Is(err, ErrAddress) || !strings.Contains(err.Error(), "loopback") {
+			t.Errorf("Listen(%q) with pprof: %v, want ErrAddress naming loopback", addr, err)
+		}
+	}
+	srv, err := Listen("127.0.0.1:0", NewRegistry(), nil, discard, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	if code, body := get(t, "http://"+srv.Addr()+"/debug/pprof/"); code != 200 || !strings.Contains(body, "goroutine") {
+		t.Fatalf("/debug/pprof/: %d %.200q", code, body)
+	}
+	if code, body := get(t, "http://"+srv.Addr()+"/debug/pprof/heap?debug=1"); code != 200 || !strings.Contains(body, "heap profile") {
+		t.Fatalf("/debug/pprof/heap: %d %.200q", code, body)
 	}
 }
 
