@@ -184,7 +184,7 @@ func periodicCrash(t *testing.T, queue string, seconds int) {
 }
 
 // waitReady waits until the process answers 200 on /readyz.
-func waitReady(t *testing.T, addr string, p *testutil.Process) {
+func waitReady(t testing.TB, addr string, p *testutil.Process) {
 	t.Helper()
 	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(100 * time.Millisecond) {
 		if resp, err := http.Get("http://" + addr + "/readyz"); err == nil {

@@ -1,0 +1,302 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/onceq/onceq"
+	"github.com/onceq/onceq/broker"
+	"github.com/onceq/onceq/consumer"
+	"github.com/onceq/onceq/handlers"
+	"github.com/onceq/onceq/internal/testutil"
+	"github.com/onceq/onceq/producer"
+)
+
+// BenchmarkWorkerTail: the tail latency of `onceq worker` with an http
+// handler that takes 5 ms, at --concurrency 64, under 2,000 tasks a second
+// for 10 s (ONCEQ_BENCH_TAIL_HANDLER_MS, ONCEQ_BENCH_TAIL_RATE and
+// ONCEQ_BENCH_TAIL_SECONDS set them), exactly once and at least once side
+// by side: ONCEQ_BENCH_TAIL_PAIRS pairs (3), each running both in turns
+// whose order alternates, and an in-process exactly-once worker with the
+// same handler on the same load. The broker is a process of its own.
+//
+// A task's latency is its submission to its handler's start (the HTTP
+// server's receipt of it). Reported: the medians over the pairs of each
+// run's p50 and p99, of the per-pair ratio of exactly-once's p99 to
+// at-least-once's (and its largest), and the CPU per task of the CLI
+// worker (its rusage) against the in-process worker's (this process's
+// CPU in that run, less what this process spent on the load and the HTTP
+// server in the CLI runs). Run:
+//
+//	go test ./cmd/onceq -run '^$' -bench BenchmarkWorkerTail -benchtime 1x -timeout 30m
+func BenchmarkWorkerTail(b *testing.B) {
+	handlerMS := envInt(b, "ONCEQ_BENCH_TAIL_HANDLER_MS", 5)
+	rate := envInt(b, "ONCEQ_BENCH_TAIL_RATE", 2000)
+	seconds := envInt(b, "ONCEQ_BENCH_TAIL_SECONDS", 10)
+	pairs := envInt(b, "ONCEQ_BENCH_TAIL_PAIRS", 3)
+	_, addr := testutil.StartBrokerProcess(b, "", b.TempDir())
+	conn := broker.Conn{Brokers: []string{addr}}
+	srv := startTailServer(b, time.Duration(handlerMS)*time.Millisecond)
+	p, err := producer.New(producer.Conn(conn))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer p.Close()
+	lb := &tailLoad{b: b, conn: conn, srv: srv, p: p, rate: rate, n: rate * seconds}
+	for range b.N {
+		var eos99, alo99, eos50, alo50, ratios, inproc99, cliCPU, inCPU, sideCPU []float64
+		for i := range pairs {
+			runs := []consumer.Guarantee{consumer.ExactlyOnce, consumer.AtLeastOnce}
+			if i%2 == 1 {
+				slices.Reverse(runs)
+			}
+			var pair [2]tailResult
+			for _, g := range runs {
+				r := lb.runCLI(g)
+				if g == consumer.ExactlyOnce {
+					pair[0] = r
+					cliCPU = append(cliCPU, r.workerCPU)
+				} else {
+					pair[1] = r
+				}
+				sideCPU = append(sideCPU, r.sideCPU)
+			}
+			in := lb.runInProcess()
+			b.Logf("pair %d: exactly-once p50/p99 %.1f/%.1f ms, at-least-once %.1f/%.1f ms (ratio %.2f); in-process exactly-once %.1f/%.1f ms; CPU/task: CLI %.0f us, in-process %.0f us (less %.0f us of load)",
+				i+1, pair[0].p50, pair[0].p99, pair[1].p50, pair[1].p99, pair[0].p99/pair[1].p99, in.p50, in.p99, pair[0].workerCPU, in.sideCPU, median(sideCPU))
+			eos50, eos99 = append(eos50, pair[0].p50), append(eos99, pair[0].p99)
+			alo50, alo99 = append(alo50, pair[1].p50), append(alo99, pair[1].p99)
+			ratios = append(ratios, pair[0].p99/pair[1].p99)
+			inproc99 = append(inproc99, in.p99)
+			inCPU = append(inCPU, in.sideCPU)
+		}
+		load := median(sideCPU)
+		inWorker := median(inCPU) - load
+		b.ReportMetric(median(eos50), "eos-p50-ms")
+		b.ReportMetric(median(eos99), "eos-p99-ms")
+		b.ReportMetric(median(alo50), "alo-p50-ms")
+		b.ReportMetric(median(alo99), "alo-p99-ms")
+		b.ReportMetric(median(ratios), "eos/alo-p99")
+		b.ReportMetric(slices.Max(ratios), "eos/alo-p99-max")
+		b.ReportMetric(median(inproc99), "inproc-eos-p99-ms")
+		b.ReportMetric(median(cliCPU), "cli-cpu-us/task")
+		b.ReportMetric(inWorker, "inproc-cpu-us/task")
+		b.ReportMetric(median(cliCPU)/inWorker, "cli/inproc-cpu")
+	}
+}
+
+// tailResult is one run's figures: latency percentiles in ms, and CPU per
+// task in us of the worker process (CLI runs) and of this process.
+type tailResult struct {
+	p50, p99           float64
+	workerCPU, sideCPU float64
+}
+
+// tailLoad runs one worker at a time over a queue of its own and offers
+// it the load.
+type tailLoad struct {
+	b       *testing.B
+	conn    broker.Conn
+	srv     *tailServer
+	p       *producer.Producer
+	rate, n int
+	runs    int
+}
+
+// next makes the next run's queue and group.
+func (l *tailLoad) next() (queue, group string) {
+	l.runs++
+	queue = fmt.Sprintf("tail-%d", l.runs)
+	testutil.CreateTopic(l.b, l.conn, queue, 8)
+	return queue, "g-" + queue
+}
+
+// runCLI runs `onceq worker` of guarantee g over a new queue while the
+// load runs.
+func (l *tailLoad) runCLI(g consumer.Guarantee) tailResult {
+	b := l.b
+	queue, group := l.next()
+	metrics := testutil.FreeAddr(b)
+	w := testutil.Start(b, "worker", "--brokers", l.conn.Brokers[0], "--queue", queue, "--group", group,
+		"--checkpoint-dir", filepath.Join(b.TempDir(), "w"), "--handler", "http:"+l.srv.url, "--concurrency", "64",
+		"--guarantee", string(g), "--metrics-addr", metrics, "--log-level", "warn",
+		"--delay-service=false", "--workflow-service=false", "--scheduler=false")
+	waitReady(b, metrics, w)
+	side := cpuTime()
+	lat := l.offer(queue)
+	sideCPU := cpuTime() - side
+	w.Signal(syscall.SIGTERM)
+	if code, err := w.Wait(time.Minute); err != nil || code != 0 {
+		b.Fatalf("worker exit %d (%v):\n%s", code, err, w.Output())
+	}
+	ru := w.Cmd.ProcessState.SysUsage().(*syscall.Rusage)
+	cpu := time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	return tailResult{p50: pct(lat, 0.5), p99: pct(lat, 0.99), workerCPU: perTask(cpu, l.n), sideCPU: perTask(sideCPU, l.n)}
+}
+
+// runInProcess runs an exactly-once worker with the CLI's http handler in
+// this process while the load runs.
+func (l *tailLoad) runInProcess() tailResult {
+	b := l.b
+	queue, group := l.next()
+	h, _, err := handlers.Parse("http:" + l.srv.url)
+	if err != nil {
+		b.Fatal(err)
+	}
+	w, err := consumer.New(consumer.Conn(l.conn), consumer.Group(group), consumer.Queues(queue), consumer.Concurrency(64),
+		consumer.CheckpointDir(b.TempDir()), consumer.WithHandler(h))
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	waitInProcessReady(b, w)
+	start := cpuTime()
+	lat := l.offer(queue)
+	cancel()
+	if err := <-done; err != nil {
+		b.Fatal(err)
+	}
+	cpu := cpuTime() - start
+	return tailResult{p50: pct(lat, 0.5), p99: pct(lat, 0.99), sideCPU: perTask(cpu, l.n)}
+}
+
+// offer submits l.n tasks to queue at l.rate, each carrying its
+// submission time, waits until the HTTP handler received them all, and
+// returns their latencies, sorted.
+func (l *tailLoad) offer(queue string) []time.Duration {
+	b := l.b
+	got := l.srv.expect(queue, l.n)
+	ctx := context.Background()
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	per := max(l.rate/100, 1)
+	for sent := 0; sent < l.n; {
+		<-tick.C
+		for j := 0; j < per && sent < l.n; j++ {
+			l.p.SubmitAsync(ctx, onceq.Task{Queue: queue, Payload: []byte(strconv.FormatInt(time.Now().UnixNano(), 10))}, nil)
+			sent++
+		}
+	}
+	if err := l.p.Flush(ctx); err != nil {
+		b.Fatal(err)
+	}
+	select {
+	case lat := <-got:
+		slices.Sort(lat)
+		return lat
+	case <-time.After(5 * time.Minute):
+		b.Fatalf("the handler received %d of %d tasks of %s in 5 minutes", l.srv.count(), l.n, queue)
+		return nil
+	}
+}
+
+// tailServer is the http handler's server: it takes handlerTime for each
+// task and records each task's latency, its receipt less the submission
+// time its payload carries.
+type tailServer struct {
+	url         string
+	handlerTime time.Duration
+
+	mu    sync.Mutex
+	queue string
+	want  int
+	lat   []time.Duration
+	done  chan []time.Duration
+}
+
+func startTailServer(b *testing.B, handlerTime time.Duration) *tailServer {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	s := &tailServer{url: "http://" + ln.Addr().String() + "/task", handlerTime: handlerTime}
+	hs := &http.Server{Handler: http.HandlerFunc(s.serve), ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = hs.Serve(ln) }()
+	b.Cleanup(func() { _ = hs.Close() })
+	return s
+}
+
+func (s *tailServer) serve(w http.ResponseWriter, r *http.Request) {
+	at := time.Now()
+	body, err := io.ReadAll(r.Body)
+	sent, perr := strconv.ParseInt(string(body), 10, 64)
+	if err != nil || perr != nil {
+		http.Error(w, "want a submission time", http.StatusBadRequest)
+		return
+	}
+	time.Sleep(s.handlerTime)
+	s.mu.Lock()
+	if r.Header.Get("Onceq-Queue") == s.queue && s.done != nil {
+		s.lat = append(s.lat, at.Sub(time.Unix(0, sent)))
+		if len(s.lat) == s.want {
+			s.done <- s.lat
+			s.done = nil
+		}
+	}
+	s.mu.Unlock()
+	w.WriteHeader(http.StatusOK)
+}
+
+// expect starts counting the tasks of queue: the channel gets the
+// latencies of the first n.
+func (s *tailServer) expect(queue string, n int) <-chan []time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.queue, s.want, s.lat = queue, n, make([]time.Duration, 0, n)
+	s.done = make(chan []time.Duration, 1)
+	return s.done
+}
+
+func (s *tailServer) count() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.lat)
+}
+
+// waitInProcessReady waits until an in-process worker is ready.
+func waitInProcessReady(b *testing.B, w *consumer.Worker) {
+	b.Helper()
+	for deadline := time.Now().Add(time.Minute); w.Ready() != nil; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			b.Fatalf("the in-process worker was not ready within a minute: %v", w.Ready())
+		}
+	}
+}
+
+// cpuTime is the CPU this process used so far.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+func perTask(d time.Duration, n int) float64 { return float64(d.Microseconds()) / float64(n) }
+
+// pct is the q quantile of sorted latencies, in ms.
+func pct(sorted []time.Duration, q float64) float64 {
+	return float64(sorted[int(q*float64(len(sorted)-1))].Microseconds()) / 1000
+}
+
+func median(v []float64) float64 {
+	s := slices.Clone(v)
+	slices.Sort(s)
+	return s[len(s)/2]
+}
+
+// envInt is a positive number from the environment, or def.
+func envInt(b *testing.B, name string, def int) int {
+	v := testutil.EnvCounts(b, name, []int{def}, 1, 1_000_000)
+	return v[0]
+}
