@@ -134,13 +134,21 @@ func (m *Member) Commit(ctx context.Context, recs []*kgo.Record, offsets []TxnOf
 // whether its client holds an offset of it, which it does for a partition
 // it polled records from, or whose committed offset it fetched, since it
 // got it; for a ClassicGroup member, whether the last sync assigned it.
+//
+// kgo keeps those offsets in two views: CommittedOffsets has the
+// partitions the group has a commit for, UncommittedOffsets those polled
+// past their commit (or past where consuming started, when the group has
+// none). A partition polled from, never committed, is only in the second.
 func (m *Member) Holds() func(topic string, p int32) bool {
 	if m.cfg.Protocol != ConsumerGroup {
 		return m.cfg.Assignment.Has
 	}
-	held := m.cl.CommittedOffsets()
+	committed, polled := m.cl.CommittedOffsets(), m.cl.UncommittedOffsets()
 	return func(topic string, p int32) bool {
-		_, ok := held[topic][p]
+		_, ok := committed[topic][p]
+		if !ok {
+			_, ok = polled[topic][p]
+		}
 		return ok
 	}
 }
