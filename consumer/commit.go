@@ -59,8 +59,10 @@ type pending struct {
 // and uncommitted: the next commit takes them, unless their partition was
 // revoked, in which case its next owner runs them.
 func (w *Worker) commit(ctx context.Context) error {
-	// The previous commit's checkpoint write: this one builds on it.
-	if err := w.ckpt.wait(); err != nil {
+	// The checkpoint writes of earlier commits run on behind this one's
+	// transaction (ckptWriter), one of them at most besides the last: a
+	// commit never waits for the last commit's synced write.
+	if err := w.ckpt.waitBehind(); err != nil {
 		return fmt.Errorf("%w: %w", errCheckpoint, err)
 	}
 	// Only a finished task (counted in completed, after its result is in
@@ -503,22 +505,35 @@ func (w *Worker) hook(p CommitPoint) {
 	}
 }
 
-// ckptWriter runs the checkpoint writes, one at a time, beside the worker's
-// loop.
+// ckptWriter runs the checkpoint writes beside the worker's loop, one at a
+// time and in the order of their commits: a write reads the checkpoint the
+// one before it left (Store.Checkpoint). A write that follows a failed one
+// does not run: the first failure stops the worker, whose restart replays
+// the changelog from the last checkpoint written.
 type ckptWriter struct {
 	mu   sync.Mutex
-	done chan struct{} // closed when the write in flight ends; nil: none yet
-	err  error         // the first write that failed
+	done chan struct{} // closed when the last write started ends; nil: none yet
+	// before is the done of the write before the last: waitBehind waits
+	// for it, so that at most two writes are in flight.
+	before chan struct{}
+	err    error // the first write that failed
 }
 
-// start runs write; the caller waited for the previous one.
+// start queues write behind the writes started before it.
 func (c *ckptWriter) start(write func() error) {
 	done := make(chan struct{})
 	c.mu.Lock()
-	c.done = done
+	prev := c.done
+	c.before, c.done = prev, done
 	c.mu.Unlock()
 	go func() {
 		defer close(done)
+		if prev != nil {
+			<-prev
+		}
+		if c.failed() != nil {
+			return
+		}
 		if err := write(); err != nil {
 			c.mu.Lock()
 			c.err = cmp.Or(c.err, err)
@@ -527,8 +542,8 @@ func (c *ckptWriter) start(write func() error) {
 	}()
 }
 
-// wait waits for the write in flight, if any, and returns the first
-// failure of any write.
+// wait waits for every write started, and returns the first failure of
+// any write.
 func (c *ckptWriter) wait() error {
 	c.mu.Lock()
 	done := c.done
@@ -536,9 +551,21 @@ func (c *ckptWriter) wait() error {
 	if done != nil {
 		<-done
 	}
+	return c.failed()
+}
+
+// waitBehind waits until at most one write is in flight (the last one
+// started), and returns the first failure of any write that ended: it
+// bounds the commits whose results wait in the partitions' overlays for
+// their writes.
+func (c *ckptWriter) waitBehind() error {
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.err
+	before := c.before
+	c.mu.Unlock()
+	if before != nil {
+		<-before
+	}
+	return c.failed()
 }
 
 // failed returns the first failure of a write that ended, without waiting.
