@@ -128,7 +128,8 @@ func (b *Batch) MarkRecord(tp TP, marks []Mark) error {
 	at, v, sum := markRecord(marks)
 	// The ID keys go in in order: Pebble inserts sorted keys at a third
 	// of the cost of random ones.
-	byID := slices.SortedFunc(slices.Values(marks), func(a, b Mark) int { return strings.Compare(a.ID, b.ID) })
+	byID := slices.Clone(marks)
+	slices.SortFunc(byID, func(a, b Mark) int { return strings.Compare(a.ID, b.ID) })
 	var iv [10]byte
 	for _, m := range byID {
 		ms := millis(m.At)
