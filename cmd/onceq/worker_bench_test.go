@@ -9,10 +9,14 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 
 	"github.com/onceq/onceq"
 	"github.com/onceq/onceq/broker"
@@ -135,6 +139,7 @@ func (l *tailLoad) runCLI(g consumer.Guarantee) tailResult {
 	side := cpuTime()
 	lat := l.offer(queue)
 	sideCPU := cpuTime() - side
+	b.Logf("%s: commits %s", g, commitTimes(b, metrics))
 	w.Signal(syscall.SIGTERM)
 	if code, err := w.Wait(time.Minute); err != nil || code != 0 {
 		b.Fatalf("worker exit %d (%v):\n%s", code, err, w.Output())
@@ -142,6 +147,29 @@ func (l *tailLoad) runCLI(g consumer.Guarantee) tailResult {
 	ru := w.Cmd.ProcessState.SysUsage().(*syscall.Rusage)
 	cpu := time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 	return tailResult{p50: pct(lat, 0.5), p99: pct(lat, 0.99), workerCPU: perTask(cpu, l.n), sideCPU: perTask(sideCPU, l.n)}
+}
+
+// commitTimes says how many commits the worker whose metrics listen on
+// addr made and their mean time, by stage.
+func commitTimes(b *testing.B, addr string) string {
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer resp.Body.Close()
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := p.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var out []string
+	for _, m := range fams["onceq_commit_duration_seconds"].GetMetric() {
+		h := m.GetHistogram()
+		if n := h.GetSampleCount(); n > 0 {
+			out = append(out, fmt.Sprintf("%s %d, mean %.1f ms", m.GetLabel()[0].GetValue(), n, h.GetSampleSum()/float64(n)*1000))
+		}
+	}
+	return strings.Join(out, "; ")
 }
 
 // runInProcess runs an exactly-once worker with the CLI's http handler in

@@ -24,6 +24,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -44,6 +46,7 @@ func main() {
 	kinds := flag.String("runs", "eos-keys,eos,alo", "drains to run: eos-keys (exactly-once, client IDs), eos (exactly-once, generated IDs), alo (at-least-once)")
 	partitions := flag.Int("partitions", 8, "partitions of the queues")
 	headArgs := flag.String("head-args", "", "more flags for head's workers, space-separated (to try a setting out)")
+	profile := flag.String("profile", "", "write a CPU profile of each of head's drains of the first round to this directory (5 s, from 1 s after the worker starts)")
 	flag.Parse()
 	if *base == "" || *tasks < 1000 || *rounds < 1 || *partitions < 1 {
 		fmt.Fprintln(os.Stderr, "drainguard: -base is required (a commit, such as HEAD~1); -tasks at least 1000; -rounds and -partitions at least 1")
@@ -59,7 +62,7 @@ func main() {
 		runs = append(runs, d)
 	}
 	extra := map[string][]string{"head": strings.Fields(*headArgs)}
-	if err := run(*base, *tasks, *rounds, *partitions, runs, extra); err != nil {
+	if err := run(*base, *tasks, *rounds, *partitions, runs, extra, *profile); err != nil {
 		fmt.Fprintln(os.Stderr, "drainguard:", err)
 		os.Exit(1)
 	}
@@ -82,7 +85,7 @@ type result struct {
 	cpuPerUS float64 // CPU microseconds per task
 }
 
-func run(base string, n, rounds, partitions int, kinds []drainKind, extra map[string][]string) error {
+func run(base string, n, rounds, partitions int, kinds []drainKind, extra map[string][]string, profile string) error {
 	tmp, err := os.MkdirTemp("", "drainguard-")
 	if err != nil {
 		return err
@@ -117,7 +120,11 @@ func run(base string, n, rounds, partitions int, kinds []drainKind, extra map[st
 		for i := range names {
 			bin := names[(r+i)%len(names)]
 			for _, k := range kinds {
-				res, err := drain(ctx, conn, bins[bin], k, n, filepath.Join(tmp, fmt.Sprintf("%s-%s-%d", bin, k.name, r)), extra[bin])
+				prof := ""
+				if profile != "" && bin == "head" && r == 0 {
+					prof = filepath.Join(profile, k.name+".pprof")
+				}
+				res, err := drain(ctx, conn, bins[bin], k, n, filepath.Join(tmp, fmt.Sprintf("%s-%s-%d", bin, k.name, r)), extra[bin], prof)
 				if err != nil {
 					return fmt.Errorf("%s %s: %w", bin, k.name, err)
 				}
@@ -244,10 +251,18 @@ func preload(ctx context.Context, conn broker.Conn, n int, partitions int32) err
 
 // drain runs one worker process of bin over k's queue in a new group until
 // the group committed n tasks, stops it, and returns its figures.
-func drain(ctx context.Context, conn broker.Conn, bin string, k drainKind, n int, dir string, extra []string) (result, error) {
+func drain(ctx context.Context, conn broker.Conn, bin string, k drainKind, n int, dir string, extra []string, profile string) (result, error) {
 	group := "g-" + filepath.Base(dir)
+	metrics := ""
+	if profile != "" {
+		var err error
+		if metrics, err = freeAddr(); err != nil {
+			return result{}, err
+		}
+		extra = append(extra, "--pprof")
+	}
 	args := append([]string{"worker", "--brokers", conn.Brokers[0], "--queue", k.queue, "--group", group,
-		"--checkpoint-dir", dir, "--handler", "noop", "--guarantee", k.guarantee, "--metrics-addr", "",
+		"--checkpoint-dir", dir, "--handler", "noop", "--guarantee", k.guarantee, "--metrics-addr", metrics,
 		"--delay-service=false", "--workflow-service=false", "--scheduler=false", "--log-level", "warn"}, extra...)
 	cmd := exec.Command(bin, args...)
 	var stderr strings.Builder
@@ -258,6 +273,12 @@ func drain(ctx context.Context, conn broker.Conn, bin string, k drainKind, n int
 	}
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
+	profiled := make(chan error, 1)
+	if profile != "" {
+		go func() { profiled <- fetchProfile(metrics, profile) }()
+	} else {
+		profiled <- nil
+	}
 	wait, cancel := context.WithTimeout(ctx, 20*time.Minute)
 	defer cancel()
 	committed := make(chan error, 1)
@@ -273,6 +294,9 @@ func drain(ctx context.Context, conn broker.Conn, bin string, k drainKind, n int
 		}
 	}
 	took := time.Since(start)
+	if err := <-profiled; err != nil {
+		fmt.Fprintf(os.Stderr, "drainguard: no profile of %s: %v\n", k.name, err)
+	}
 	_ = cmd.Process.Signal(syscall.SIGTERM)
 	if err := <-exited; err != nil {
 		return result{}, fmt.Errorf("the worker's shutdown: %v\n%s", err, stderr.String())
@@ -283,6 +307,42 @@ func drain(ctx context.Context, conn broker.Conn, bin string, k drainKind, n int
 	}
 	cpu := time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 	return result{float64(n) / took.Seconds(), float64(cpu.Microseconds()) / float64(n)}, nil
+}
+
+// fetchProfile writes to file a CPU profile of the worker whose metrics
+// listener is addr: 5 s from 1 s after its start.
+func fetchProfile(addr, file string) error {
+	time.Sleep(time.Second)
+	resp, err := http.Get("http://" + addr + "/debug/pprof/profile?seconds=5")
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s answered %s", addr, resp.Status)
+	}
+	if err := os.MkdirAll(filepath.Dir(file), 0o755); err != nil {
+		return err
+	}
+	f, err := os.Create(file)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, resp.Body); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// freeAddr is a loopback address with a port free now.
+func freeAddr() (string, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer ln.Close()
+	return ln.Addr().String(), nil
 }
 
 // copyLoop copies the generated-ID queue with franz-go's copy loop in this
