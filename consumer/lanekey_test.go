@@ -10,8 +10,10 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/onceq/onceq"
+	"github.com/onceq/onceq/broker"
 	"github.com/onceq/onceq/consumer"
 	"github.com/onceq/onceq/internal/control"
 	"github.com/onceq/onceq/internal/testutil"
@@ -164,6 +166,79 @@ func TestLaneRecordsKeyedByBareID(t *testing.T) {
 	for i := range 5 {
 		if k := fmt.Sprintf("up/a/r-%d#2", i); ran[k] != 1 {
 			t.Errorf("%s: ran %d times, want its retry once", k, ran[k])
+		}
+	}
+}
+
+// TestLaneRecordWithoutKeyGoesHome: a record of a lane queue with an ID
+// and no key, written by hand to another partition than its task's key
+// (its queue and ID) maps to, is forwarded there, where the same task
+// submitted through the producer is: each of the ten runs once.
+func TestLaneRecordWithoutKeyGoesHome(t *testing.T) {
+	_, conn := testutil.StartBroker(t, "")
+	const parts = 4
+	testutil.CreateTopic(t, conn, "ln", parts)
+	ctx := t.Context()
+	cl, err := conn.NewClient(kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	home := broker.KeyPartitioner().ForTopic("ln")
+	var tasks []onceq.Task
+	for i := range 10 {
+		task := onceq.Task{ID: fmt.Sprint("f-", i), Queue: "ln/a"}
+		p := int32((home.Partition(&kgo.Record{Key: task.PartitionKey()}, parts) + 1) % parts)
+		r := &kgo.Record{Topic: "ln", Partition: p, Headers: []kgo.RecordHeader{
+			{Key: onceq.HeaderID, Value: []byte(task.ID)}, {Key: onceq.HeaderQueue, Value: []byte(task.Queue)}}}
+		if err := cl.ProduceSync(ctx, r).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+		tasks = append(tasks, task)
+	}
+	pr, err := producer.New(producer.Conn(conn))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pr.Close()
+	for _, task := range tasks {
+		if _, err := pr.Submit(ctx, task); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var (
+		mu  sync.Mutex
+		ran = map[string]int{}
+	)
+	reg := prometheus.NewRegistry()
+	stop := runWorker(t, consumer.Conn(conn), consumer.Group("home"), consumer.Queues("ln/a"),
+		consumer.CheckpointDir(t.TempDir()), consumer.Registerer(reg),
+		consumer.WithHandler(consumer.HandlerFunc(func(_ context.Context, task *consumer.Task) error {
+			mu.Lock()
+			ran[task.ID]++
+			mu.Unlock()
+			return nil
+		})))
+	waitFor(t, time.Minute, "the 20 tasks run or settled as duplicates", func() bool {
+		mu.Lock()
+		runs := 0
+		for _, n := range ran {
+			runs += n
+		}
+		mu.Unlock()
+		return float64(runs)+processed(t, reg, "duplicate") == 20
+	})
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if n := processed(t, reg, "forwarded"); n != 10 {
+		t.Errorf("%v records forwarded, want the 10 written outside their key's partition", n)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for _, task := range tasks {
+		if ran[task.ID] != 1 {
+			t.Errorf("%s ran %d times, want once", task.ID, ran[task.ID])
 		}
 	}
 }
