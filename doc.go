@@ -3,7 +3,8 @@
 // bad input.
 //
 // A task is a plain Kafka record. The key is the partition key (the task ID
-// when none is given), the value is the payload, and onceq's fields travel
+// when none is given; a lane queue's task's queue and ID, "fn/resize/<ID>"),
+// the value is the payload, and onceq's fields travel
 // as headers with ASCII values: onceq-id, onceq-queue, onceq-due,
 // onceq-expires, onceq-attempt, onceq-max-attempts, onceq-timeout,
 // onceq-enqueued and onceq-error. Times are unix milliseconds, durations

@@ -15,6 +15,13 @@ import (
 //
 // No topic name holds LaneSep, so the two kinds never meet: a name with
 // it is a lane queue, one without it has its own topic.
+//
+// The lane queues of a lane share its partitions, and each has IDs and
+// keys of its own: the same ID in two lane queues is two tasks. So a lane
+// queue's task without a Key of its own is keyed by its queue and its ID
+// ("fn/resize/<ID>", Task.PartitionKey), not by the bare ID, and a worker
+// orders a lane queue's records by their keys within their queue
+// (LaneKey): no task of one lane queue ever waits behind another's.
 
 // LaneSep separates a lane queue's lane from its label.
 const LaneSep = '/'
@@ -63,6 +70,22 @@ func ValidateLaneQueue(name string) error {
 		}
 	}
 	return nil
+}
+
+// LaneKey returns what orders a record of lane queue queue among the
+// records of its lane: its key within its queue, the queue, LaneSep and
+// the key ("fn/resize/<key>"), or the key itself when it starts with the
+// queue and LaneSep already, as the key of a task without one of its own
+// does (Task.PartitionKey). So the records of two lane queues never share
+// an order, whatever keys their writers chose, and a record keyed by its
+// bare ID (another client's, or one written before onceq keyed lane
+// queues' tasks by their queue) is ordered with those keyed by its queue
+// and that ID.
+func LaneKey(queue string, key []byte) string {
+	if len(key) > len(queue) && key[len(queue)] == LaneSep && string(key[:len(queue)]) == queue {
+		return string(key)
+	}
+	return queue + string(LaneSep) + string(key)
 }
 
 // IsLaneQueue reports whether a queue's name is a lane queue's: it holds

@@ -93,8 +93,10 @@ type Task struct {
 	GeneratedID bool
 	// Queue is the topic the task runs from.
 	Queue string
-	// Key is the partition key. Empty: the ID, so duplicates of one ID
-	// meet in one partition.
+	// Key is the partition key. Empty: the ID, or for a lane queue's task
+	// the queue and the ID ("fn/resize/<ID>", PartitionKey), so that
+	// duplicates of one ID meet in one partition. A task decoded from a
+	// record has the record's key.
 	Key []byte
 	// Payload is opaque to onceq.
 	Payload []byte
@@ -202,11 +204,16 @@ func (t *Task) DedupKey() string {
 	return k
 }
 
-// PartitionKey returns the key the record is partitioned by: Key, or the ID
-// when Key is empty.
+// PartitionKey returns the key the record is partitioned by: Key or, when
+// Key is empty, the ID; for a lane queue's task, its queue, LaneSep and
+// the ID ("fn/resize/<ID>"), since the same ID in two lane queues of a
+// lane is two tasks, which must not share a key's order.
 func (t *Task) PartitionKey() []byte {
-	if len(t.Key) > 0 {
+	switch {
+	case len(t.Key) > 0:
 		return t.Key
+	case IsLaneQueue(t.Queue):
+		return []byte(t.Queue + string(LaneSep) + t.ID)
 	}
 	return []byte(t.ID)
 }

@@ -11,7 +11,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
-// Record encodes the task as a Kafka record for topic. The onceq-queue
+// Record encodes the task as a Kafka record for topic, keyed by its
+// PartitionKey. The onceq-queue
 // header is written only when topic is not the task's queue (delay buckets,
 // dead letters). Unset optional fields write no header; Attempt 1 writes
 // none either, since a missing onceq-attempt decodes as 1.
@@ -61,13 +62,17 @@ func (t *Task) EncodeRecord(r *kgo.Record, topic string, headers []kgo.RecordHea
 			hs = append(hs, kgo.RecordHeader{Key: HeaderGeneratedID, Value: generatedValue})
 		}
 	}
-	switch {
+	switch { // PartitionKey's, without allocating
 	case len(t.Key) > 0:
 		r.Key = t.Key
-	case t.ID != "":
-		r.Key = hs[first].Value // the same bytes: neither is ever changed
-	default:
+	case t.ID == "":
 		r.Key = []byte{}
+	case IsLaneQueue(t.Queue):
+		from := len(buf)
+		buf = append(append(append(buf, t.Queue...), LaneSep), t.ID...)
+		r.Key = buf[from:len(buf):len(buf)]
+	default:
+		r.Key = hs[first].Value // the same bytes: neither is ever changed
 	}
 	if topic != t.Queue {
 		addString(HeaderQueue, t.Queue)
@@ -132,7 +137,7 @@ type recordAlloc struct {
 var generatedValue = []byte("1")
 
 // headerValues counts the headers Record writes before the task's own, and the
-// bytes of their values.
+// bytes of their values and of a lane queue's key.
 func (t *Task) headerValues(topic string) (headers, size int) {
 	str := func(s string) {
 		if s != "" {
@@ -149,6 +154,9 @@ func (t *Task) headerValues(topic string) (headers, size int) {
 	str(t.ID)
 	if t.GeneratedID && t.ID != "" {
 		headers++
+	}
+	if len(t.Key) == 0 && t.ID != "" && IsLaneQueue(t.Queue) {
+		size += len(t.Queue) + 1 + len(t.ID)
 	}
 	if topic != t.Queue {
 		str(t.Queue)

@@ -85,10 +85,12 @@ func TestLaneQueues(t *testing.T) {
 		}
 		return true
 	})
-	// A duplicate of x1, then a task of the same key: once that one ran,
-	// the duplicate was settled.
-	submit(onceq.Task{ID: "x1", Queue: "fn/resize"})
-	submit(onceq.Task{ID: "after", Queue: "fn/resize", Key: []byte("x1")})
+	// A duplicate of x1, then a task of the same key (a lane queue's task
+	// is keyed by its queue and ID): once that one ran, the duplicate was
+	// settled.
+	dup := onceq.Task{ID: "x1", Queue: "fn/resize"}
+	submit(dup)
+	submit(onceq.Task{ID: "after", Queue: "fn/resize", Key: dup.PartitionKey()})
 	submit(onceq.Task{ID: "bad", Queue: "fn/mail"}) // dead-lettered
 	waitFor(t, time.Minute, "the task after the duplicate", func() bool { return count("fn/resize/after") == 1 })
 	waitFor(t, time.Minute, "the task that fails", func() bool { return count("fn/mail/bad") == 1 })

@@ -14,7 +14,9 @@ import (
 // lane's partitions with the lane's other queues, so what keeps its tasks
 // from starting cannot stop the fetch: they wait here, taking no slot,
 // while the lane's other queues go on. They keep their keys, so what
-// follows them in key order waits too. The scheduler keeps two:
+// follows them in key order waits too: the later tasks of their own queue
+// with the same key, nothing of another queue (orderKey). The scheduler
+// keeps two:
 //   - paused: the tasks of paused lane queues, until they are resumed
 //     (setPaused). A task that started before the pause waits in its slot
 //     (waitUnpaused), as every task of a paused queue of its own topic
@@ -109,6 +111,21 @@ func (s *scheduler) holdUnwanted(items []*item) []*item {
 	return s.unwanted.hold(w, items, func(q string, line int) bool {
 		return line < w.cfg.onDemandLine && s.unwanted.waiting.Load() < most && !w.wanted(q)
 	})
+}
+
+// orderKey is the key that orders a record among the records of its
+// partition (setKeys, and the lookahead's passed-over keys): its key or,
+// for a lane queue's record, its key within its queue (onceq.LaneKey), so
+// that a task of a lane queue waits behind no task of another, whatever
+// keys their writers chose; "" for a record without a key.
+func orderKey(r *kgo.Record) string {
+	if len(r.Key) == 0 {
+		return ""
+	}
+	if q, ok := laneQueueOf(r); ok {
+		return onceq.LaneKey(q, r.Key)
+	}
+	return string(r.Key)
 }
 
 // laneQueueOf is the lane queue a record's onceq-queue header names, if it

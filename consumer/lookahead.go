@@ -344,7 +344,7 @@ func (la *lookahead) read(fp kgo.FetchTopicPartition) (*partState, []*item) {
 		if r.Attrs.IsControl() || r.Offset < at {
 			continue // a marker, or the fetch's already
 		}
-		key := string(r.Key)
+		key := orderKey(r)
 		dedup, idem := onceq.DedupKeyOf(r)
 		free := (key == "" || !ap.holds(key, at)) && (!idem || !ap.holds(idemKey(dedup), at))
 		if free && running+len(cands) < la.open && recordPriority(r) > 0 {

@@ -316,9 +316,9 @@ func (w *Worker) forwardHome(r *kgo.Record, task *onceq.Task) (*result, error) {
 	if !hasID(r) {
 		return nil, nil
 	}
-	keyed := r // partitioned by its key, or by its ID when it has none
+	keyed := r // partitioned by its key, or as its task when it has none
 	if len(r.Key) == 0 {
-		keyed = &kgo.Record{Key: []byte(task.ID)}
+		keyed = &kgo.Record{Key: task.PartitionKey()}
 	}
 	n, err := w.topics.partitions(r.Topic)
 	if err != nil {

@@ -205,14 +205,15 @@ func (s *scheduler) queueLocked(ps *partState, items []*item) (ready []*item) {
 	return ready
 }
 
-// setKeys sets what orders the record: its key, if it has one, and under
-// exactly-once its idempotency key, so that a duplicate runs after the
-// record it duplicates and finds it processed. Records without a key are
-// ordered only by their idempotency keys, if any.
+// setKeys sets what orders the record: its key (a lane queue's within its
+// queue: orderKey), if it has one, and under exactly-once its idempotency
+// key, so that a duplicate runs after the record it duplicates and finds
+// it processed. Records without a key are ordered only by their
+// idempotency keys, if any.
 func (it *item) setKeys(eos bool) {
 	it.nkeys = 0
-	if len(it.rec.Key) > 0 {
-		it.keys[0], it.nkeys = string(it.rec.Key), 1
+	if k := orderKey(it.rec); k != "" {
+		it.keys[0], it.nkeys = k, 1
 	}
 	if eos && it.idem && (it.nkeys == 0 || it.keys[0] != it.dedupKey) {
 		it.keys[it.nkeys] = it.dedupKey

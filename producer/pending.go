@@ -58,7 +58,10 @@ func (tx *Tx) SubmitPending(task onceq.Task) error {
 	if task.DelayedAt(now) {
 		tr.State, tr.Due = onceq.StateScheduled, task.Due
 	}
-	rec := &kgo.Record{Topic: topic, Key: []byte(task.ID), Value: tr.AppendJSON(nil)}
+	// Keyed by the task's ID within its queue, as its task is when it has
+	// no key of its own: a lane's queues spread over its partitions.
+	id := onceq.Task{Queue: task.Queue, ID: task.ID}
+	rec := &kgo.Record{Topic: topic, Key: id.PartitionKey(), Value: tr.AppendJSON(nil)}
 	tx.cl.Produce(tx.ctx, rec, func(_ *kgo.Record, err error) {
 		if err != nil {
 			tx.mu.Lock()

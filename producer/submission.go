@@ -10,7 +10,8 @@ import (
 // submission is one task on its way to the brokers, in one allocation:
 // its record, what its acknowledgment needs, and room for the headers and
 // header values of a plain task (its ID, whether it was generated and its
-// enqueue time, for IDs of up to 43 bytes; a larger task takes more).
+// enqueue time, for IDs of up to 43 bytes; a larger task takes more, and
+// so does a lane queue's, whose key holds its queue and its ID).
 // Before, the record, its values and the closure franz-go calls back were
 // three allocations per task, and allocating was the largest cost
 // SubmitAsync added to franz-go's own.

@@ -165,18 +165,26 @@ func (s *Server) backlogHead(ctx context.Context, topic string) (t onceq.Task, o
 }
 
 // backlogTask finds the task id in the backlog of topic, in the
-// partition its ID (the key of a task published over HTTP) maps to.
+// partition its key (a task published over HTTP has none of its own:
+// onceq.Task.PartitionKey) maps to; for a lane queue, also in the one its
+// bare ID maps to, where a record keyed by it is.
 func (s *Server) backlogTask(ctx context.Context, topic, id string) (t onceq.Task, ok bool, err error) {
 	ranges, n, err := s.backlogRanges(ctx, topic)
 	if err != nil || n == 0 {
 		return t, false, err
 	}
-	p := kgo.StickyKeyPartitioner(nil).ForTopic(onceq.QueueTopic(topic)).Partition(&kgo.Record{Key: []byte(id)}, int(n))
-	r, found := ranges[int32(p)]
-	if !found {
+	part := kgo.StickyKeyPartitioner(nil).ForTopic(onceq.QueueTopic(topic))
+	read := map[int32]backlogRange{}
+	for _, key := range [][]byte{(&onceq.Task{Queue: topic, ID: id}).PartitionKey(), []byte(id)} {
+		p := int32(part.Partition(&kgo.Record{Key: key}, int(n)))
+		if r, found := ranges[p]; found {
+			read[p] = r
+		}
+	}
+	if len(read) == 0 {
 		return t, false, nil
 	}
-	err = s.readBacklog(ctx, topic, map[int32]backlogRange{int32(p): r}, func(c onceq.Task, _ *kgo.Record) bool {
+	err = s.readBacklog(ctx, topic, read, func(c onceq.Task, _ *kgo.Record) bool {
 		if c.ID == id {
 			t, ok = c, true
 		}
