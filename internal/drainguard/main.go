@@ -8,9 +8,10 @@
 // exactly-once copy loop (bench.CopyLoop) in this process as the floor.
 //
 // For each run it prints the rate (tasks a second, from the worker's start
-// to the group's commit of the last task) and the CPU the worker process
-// used per task (user and system, from its rusage, start-up included); at
-// the end, the median of each and head's ratio to base. A ratio is
+// to the group's commit of the last task), the CPU the worker process used
+// per task (user and system, from its rusage, start-up included) and its
+// peak resident set; at the end, the median of each and head's ratio to
+// base. A ratio is
 // measured side by side, so load from elsewhere falls on both.
 //
 //	go run ./internal/drainguard -base e81b932
@@ -83,6 +84,7 @@ var drainKinds = map[string]drainKind{
 type result struct {
 	rate     float64 // tasks a second
 	cpuPerUS float64 // CPU microseconds per task
+	rssMB    float64 // the worker's peak resident set, MiB (0: not measured)
 }
 
 func run(base string, n, rounds, partitions int, kinds []drainKind, extra map[string][]string, profile string) error {
@@ -114,7 +116,7 @@ func run(base string, n, rounds, partitions int, kinds []drainKind, extra map[st
 		if err != nil {
 			return err
 		}
-		fl := result{float64(n) / took.Seconds(), float64(cpu.Microseconds()) / float64(n)}
+		fl := result{rate: float64(n) / took.Seconds(), cpuPerUS: float64(cpu.Microseconds()) / float64(n)}
 		floor = append(floor, fl)
 		fmt.Printf("round %d  %-22s %9.0f tasks/s  %6.2f us CPU/task\n", r+1, "franz-go copy loop", fl.rate, fl.cpuPerUS)
 		for i := range names {
@@ -130,18 +132,19 @@ func run(base string, n, rounds, partitions int, kinds []drainKind, extra map[st
 				}
 				key := bin + " " + k.name
 				all[key] = append(all[key], res)
-				fmt.Printf("round %d  %-22s %9.0f tasks/s  %6.2f us CPU/task\n", r+1, key, res.rate, res.cpuPerUS)
+				fmt.Printf("round %d  %-22s %9.0f tasks/s  %6.2f us CPU/task  %4.0f MiB peak RSS\n", r+1, key, res.rate, res.cpuPerUS, res.rssMB)
 			}
 		}
 	}
 	fmt.Printf("\nmedians of %d rounds, %d tasks each (base %s)\n", rounds, n, base)
-	fmt.Printf("%-10s %12s %12s %8s %10s %10s %8s %14s\n", "drain", "base/s", "head/s", "head/base", "base us", "head us", "head/base", "head CPU/floor")
+	fmt.Printf("%-10s %12s %12s %8s %10s %10s %8s %14s %9s %9s\n", "drain", "base/s", "head/s", "head/base", "base us", "head us", "head/base", "head CPU/floor", "base RSS", "head RSS")
 	flCPU := median(floor, func(r result) float64 { return r.cpuPerUS })
 	for _, k := range kinds {
 		b, h := all["base "+k.name], all["head "+k.name]
 		br, hr := median(b, rateOf), median(h, rateOf)
 		bc, hc := median(b, cpuOf), median(h, cpuOf)
-		fmt.Printf("%-10s %12.0f %12.0f %8.2fx %10.2f %10.2f %8.2fx %13.2fx\n", k.name, br, hr, hr/br, bc, hc, hc/bc, hc/flCPU)
+		fmt.Printf("%-10s %12.0f %12.0f %8.2fx %10.2f %10.2f %8.2fx %13.2fx %6.0f MiB %6.0f MiB\n", k.name, br, hr, hr/br, bc, hc, hc/bc, hc/flCPU,
+			median(b, rssOf), median(h, rssOf))
 	}
 	fmt.Printf("%-10s %12.0f (franz-go copy loop, %.2f us CPU/task)\n", "floor", median(floor, rateOf), flCPU)
 	return nil
@@ -149,6 +152,7 @@ func run(base string, n, rounds, partitions int, kinds []drainKind, extra map[st
 
 func rateOf(r result) float64 { return r.rate }
 func cpuOf(r result) float64  { return r.cpuPerUS }
+func rssOf(r result) float64  { return r.rssMB }
 
 func median(rs []result, f func(result) float64) float64 {
 	v := make([]float64, len(rs))
@@ -306,7 +310,7 @@ func drain(ctx context.Context, conn broker.Conn, bin string, k drainKind, n int
 		return result{}, errors.New("no rusage for the worker process")
 	}
 	cpu := time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-	return result{float64(n) / took.Seconds(), float64(cpu.Microseconds()) / float64(n)}, nil
+	return result{float64(n) / took.Seconds(), float64(cpu.Microseconds()) / float64(n), float64(ru.Maxrss) / 1024}, nil
 }
 
 // fetchProfile writes to file a CPU profile of the worker whose metrics
