@@ -98,6 +98,20 @@ func (t *tailBuffer) Write(p []byte) (int, error) {
 
 func (t *tailBuffer) String() string { return string(t.b) }
 
+// httpIdleConns bounds the idle connections the http: handler keeps to its
+// target: a worker of up to this many handlers in flight reuses its
+// connections, rather than dialing anew for most tasks (net/http keeps 2
+// by default, and a dial costs more than the request).
+const httpIdleConns = 1024
+
+// httpTransport is the http: handler's transport: net/http's default one,
+// with httpIdleConns idle connections to the target.
+func httpTransport() *http.Transport {
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.MaxIdleConns, tr.MaxIdleConnsPerHost = httpIdleConns, httpIdleConns
+	return tr
+}
+
 func httpHandler(target string, client *http.Client) consumer.Handler {
 	return consumer.HandlerFunc(func(ctx context.Context, t *consumer.Task) error {
 		started := time.Now()

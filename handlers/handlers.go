@@ -123,7 +123,7 @@ func Parse(spec string) (consumer.Handler, []string, error) {
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 			return nil, nil, specErr(spec, "want http:URL with an http or https URL, for example http:http://127.0.0.1:8080/tasks")
 		}
-		return httpHandler(arg, &http.Client{}), nil, nil
+		return httpHandler(arg, &http.Client{Transport: httpTransport()}), nil, nil
 	}
 	return nil, nil, specErr(spec, "unknown kind; use one of:\n%s", Kinds)
 }

@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -70,5 +72,57 @@ func TestResults(t *testing.T) {
 		if got := string(task.Result()); got != tc.want || (tc.want == "") != (task.Result() == nil) {
 			t.Errorf("%s: result %q (nil %v), want %q", tc.spec, got, task.Result() == nil, tc.want)
 		}
+	}
+}
+
+// TestHTTPReusesConnections: 64 http: handlers in flight at once, for 10
+// rounds, reuse their connections to the target: at most one dialed per
+// handler in flight, not one per task (net/http's default transport keeps
+// 2 idle, so most tasks dialed anew).
+func TestHTTPReusesConnections(t *testing.T) {
+	const inFlight, rounds = 64, 10
+	var dialed, arrived atomic.Int64
+	var gate atomic.Pointer[chan struct{}]
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		g := gate.Load()
+		arrived.Add(1)
+		<-*g // a round's requests all in flight at once
+		fmt.Fprint(w, "ok")
+	}))
+	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			dialed.Add(1)
+		}
+	}
+	srv.Start()
+	defer srv.Close()
+	h, _, err := Parse("http:" + srv.URL + "/task")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for r := range rounds {
+		g := make(chan struct{})
+		gate.Store(&g)
+		errs := make(chan error, inFlight)
+		for i := range inFlight {
+			go func() {
+				task := consumertest.NewTask(onceq.Task{ID: fmt.Sprintf("t%d-%d", r, i), Queue: "q", Payload: []byte("p")}).Consumer()
+				errs <- h.Handle(context.Background(), task)
+			}()
+		}
+		for deadline := time.Now().Add(time.Minute); arrived.Load() < int64((r+1)*inFlight); time.Sleep(time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("round %d: %d requests arrived within a minute, want %d", r, arrived.Load(), (r+1)*inFlight)
+			}
+		}
+		close(g)
+		for range inFlight {
+			if err := <-errs; err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if n := dialed.Load(); n > inFlight {
+		t.Fatalf("%d connections dialed for %d tasks, %d in flight at a time: want at most %d", n, inFlight*rounds, inFlight, inFlight)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -38,9 +39,10 @@ import (
 // server's receipt of it). Reported: the medians over the pairs of each
 // run's p50 and p99, of the per-pair ratio of exactly-once's p99 to
 // at-least-once's (and its largest), and the CPU per task of the CLI
-// worker (its rusage) against the in-process worker's (this process's
-// CPU in that run, less what this process spent on the load and the HTTP
-// server in the CLI runs). Run:
+// worker (its CPU while the load runs, from /proc) against the in-process
+// worker's (this process's CPU in that run, less what this process spent
+// on the load and the HTTP server in the CLI runs). ONCEQ_BENCH_TAIL_PROFILE names a directory for
+// a CPU profile of the first CLI run of each guarantee. Run:
 //
 //	go test ./cmd/onceq -run '^$' -bench BenchmarkWorkerTail -benchtime 1x -timeout 30m
 func BenchmarkWorkerTail(b *testing.B) {
@@ -133,20 +135,49 @@ func (l *tailLoad) runCLI(g consumer.Guarantee) tailResult {
 	metrics := testutil.FreeAddr(b)
 	w := testutil.Start(b, "worker", "--brokers", l.conn.Brokers[0], "--queue", queue, "--group", group,
 		"--checkpoint-dir", filepath.Join(b.TempDir(), "w"), "--handler", "http:"+l.srv.url, "--concurrency", "64",
-		"--guarantee", string(g), "--metrics-addr", metrics, "--log-level", "warn",
+		"--guarantee", string(g), "--metrics-addr", metrics, "--pprof", "--log-level", "warn",
 		"--delay-service=false", "--workflow-service=false", "--scheduler=false")
 	waitReady(b, metrics, w)
-	side := cpuTime()
+	profiled := l.profile(metrics, g)
+	side, worker := cpuTime(), testutil.ProcCPU(w.Cmd.Process.Pid)
 	lat := l.offer(queue)
-	sideCPU := cpuTime() - side
+	<-profiled
+	sideCPU, workerCPU := cpuTime()-side, testutil.ProcCPU(w.Cmd.Process.Pid)-worker
 	b.Logf("%s: commits %s", g, commitTimes(b, metrics))
 	w.Signal(syscall.SIGTERM)
 	if code, err := w.Wait(time.Minute); err != nil || code != 0 {
 		b.Fatalf("worker exit %d (%v):\n%s", code, err, w.Output())
 	}
-	ru := w.Cmd.ProcessState.SysUsage().(*syscall.Rusage)
-	cpu := time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-	return tailResult{p50: pct(lat, 0.5), p99: pct(lat, 0.99), workerCPU: perTask(cpu, l.n), sideCPU: perTask(sideCPU, l.n)}
+	return tailResult{p50: pct(lat, 0.5), p99: pct(lat, 0.99), workerCPU: perTask(workerCPU, l.n), sideCPU: perTask(sideCPU, l.n)}
+}
+
+// profile writes a CPU profile of the first CLI run of guarantee g, 5 s
+// of its load, to ONCEQ_BENCH_TAIL_PROFILE/<g>.pprof when that is set.
+func (l *tailLoad) profile(addr string, g consumer.Guarantee) <-chan struct{} {
+	done := make(chan struct{})
+	dir := os.Getenv("ONCEQ_BENCH_TAIL_PROFILE")
+	file := filepath.Join(dir, string(g)+".pprof")
+	if _, err := os.Stat(file); dir == "" || err == nil {
+		close(done)
+		return done
+	}
+	go func() {
+		defer close(done)
+		resp, err := http.Get("http://" + addr + "/debug/pprof/profile?seconds=5")
+		if err != nil {
+			l.b.Errorf("profile: %v", err)
+			return
+		}
+		defer resp.Body.Close()
+		body, err := io.ReadAll(resp.Body)
+		if err == nil {
+			err = os.WriteFile(file, body, 0o644)
+		}
+		if err != nil {
+			l.b.Errorf("profile: %v", err)
+		}
+	}()
+	return done
 }
 
 // commitTimes says how many commits the worker whose metrics listen on
