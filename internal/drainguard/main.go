@@ -32,6 +32,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -298,6 +299,9 @@ func drain(ctx context.Context, conn broker.Conn, bin string, k drainKind, n int
 		}
 	}
 	took := time.Since(start)
+	// The peak from /proc, not the rusage's: a child's ru_maxrss counts
+	// the parent's pages it shared before exec.
+	rss := peakRSS(cmd.Process.Pid)
 	if err := <-profiled; err != nil {
 		fmt.Fprintf(os.Stderr, "drainguard: no profile of %s: %v\n", k.name, err)
 	}
@@ -310,7 +314,23 @@ func drain(ctx context.Context, conn broker.Conn, bin string, k drainKind, n int
 		return result{}, errors.New("no rusage for the worker process")
 	}
 	cpu := time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-	return result{float64(n) / took.Seconds(), float64(cpu.Microseconds()) / float64(n), float64(ru.Maxrss) / 1024}, nil
+	return result{float64(n) / took.Seconds(), float64(cpu.Microseconds()) / float64(n), rss}, nil
+}
+
+// peakRSS is process pid's peak resident set (VmHWM) in MiB, 0 when /proc
+// cannot tell.
+func peakRSS(pid int) float64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == "VmHWM:" {
+			kb, _ := strconv.ParseFloat(f[1], 64)
+			return kb / 1024
+		}
+	}
+	return 0
 }
 
 // fetchProfile writes to file a CPU profile of the worker whose metrics
