@@ -262,23 +262,25 @@ func (s *Server) bulk(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	out := make([]published, len(subs))
+	status, msg := http.StatusOK, "already known" // nothing written, as a publish of a known ID
 	for i, sub := range subs {
-		out[i] = answer(sub)
-		if out[i].Workflow = flows[i]; flows[i] {
-			if !sub.New {
-				st, err := workflow.Get(r.Context(), s.in, sub.ID)
-				if err != nil {
-					writeError(w, lookupError(err))
-					return
-				}
-				out[i].WorkflowState, out[i].Msg = st.State, workflow.Submission{ID: s.shownID(ns, sub.ID), Status: st}.Known()
+		if sub.New {
+			status, msg = http.StatusCreated, "published"
+		}
+		switch {
+		case !flows[i]:
+			out[i] = answer(sub)
+		case sub.New:
+			out[i] = answer(sub)
+			out[i].Workflow, out[i].JobID = true, s.shownID(ns, sub.ID)
+		default:
+			if out[i], err = s.knownWorkflow(r, sub.ID); err != nil {
+				writeError(w, err)
+				return
 			}
-			// The ID as the namespace gave it (or was given): kept as
-			// <ns>/<id>.
-			out[i].JobID = s.shownID(ns, out[i].JobID)
 		}
 	}
-	writeJSON(w, http.StatusCreated, map[string]any{"msg": "published", "jobs": out})
+	writeJSON(w, status, map[string]any{"msg": msg, "jobs": out})
 }
 
 // indexed names the array element an error is about.
