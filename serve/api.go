@@ -372,7 +372,13 @@ func (s *Server) job(w http.ResponseWriter, r *http.Request) {
 		t, err = s.taskAt(ctx, topic, rec.Partition, rec.Offset)
 		found = err == nil
 	default:
-		if t, found, err = s.backlogTask(ctx, topic, id); err != nil {
+		// Waiting in the queue, or delayed, with a producer's record
+		// (its submission) or none.
+		var since time.Time
+		if recErr == nil {
+			since = rec.Enqueued
+		}
+		if t, found, err = s.waitingTask(ctx, topic, id, since); err != nil {
 			writeError(w, backlogError(err))
 			return
 		}
@@ -492,10 +498,11 @@ func (s *Server) cancelUntaken(r *http.Request, topic, id string) (canceled bool
 		return false, nil
 	case errors.Is(err, inspect.ErrNotFound) || errors.Is(err, inspect.ErrNoQueue):
 		// No record yet: a task published without an ID waits in the
-		// queue without one until it runs.
+		// queue (or, delayed, in the delay buckets) without one until it
+		// runs.
 		ctx, cancel := context.WithTimeout(r.Context(), backlogWait)
 		defer cancel()
-		_, ok, err := s.backlogTask(ctx, topic, id)
+		_, ok, err := s.waitingTask(ctx, topic, id, time.Time{})
 		if err != nil {
 			return false, backlogError(err)
 		}

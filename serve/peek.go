@@ -5,7 +5,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
+	"slices"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -15,6 +17,7 @@ import (
 	"github.com/onceq/onceq"
 	"github.com/onceq/onceq/broker"
 	"github.com/onceq/onceq/control"
+	"github.com/onceq/onceq/delay"
 )
 
 // The backlog of a queue: its tasks published and not yet taken by an
@@ -23,7 +26,8 @@ import (
 // consumed), but for the tasks this server has handed out and those
 // finished already (a task acknowledged above an unacknowledged one stays
 // past the committed offset until that one is done). Delayed tasks wait
-// in the delay topics and are not in it until they are due.
+// in the delay topics and are not in it until they are due: the peek of
+// one job finds it there (delayedTask).
 
 // maxBacklogScan bounds the records a size reads to count the backlog
 // exactly; past it, the size is the records past the committed offsets,
@@ -164,24 +168,122 @@ func (s *Server) backlogHead(ctx context.Context, topic string) (t onceq.Task, o
 	return t, ok, err
 }
 
+// keyPartition is the partition of a topic of n partitions that the task
+// id of queue is written to: its key's (the key of a task published over
+// HTTP), as every onceq client places it (broker.KeyPartitioner).
+func keyPartition(topic, queue, id string, n int) int32 {
+	key := (&onceq.Task{Queue: queue, ID: id}).PartitionKey()
+	return int32(kgo.StickyKeyPartitioner(nil).ForTopic(topic).Partition(&kgo.Record{Key: key}, n))
+}
+
+// waitingTask finds the task id of queue that waits to run: in the
+// queue's backlog or, delayed, in the delay buckets (delayedTask); since,
+// when not zero, is its submission time.
+func (s *Server) waitingTask(ctx context.Context, queue, id string, since time.Time) (t onceq.Task, ok bool, err error) {
+	if t, ok, err = s.backlogTask(ctx, queue, id); err != nil || ok {
+		return t, ok, err
+	}
+	return s.delayedTask(ctx, queue, id, since)
+}
+
 // backlogTask finds the task id in the backlog of topic, in the
-// partition its ID (the key of a task published over HTTP) maps to.
+// partition its key maps to.
 func (s *Server) backlogTask(ctx context.Context, topic, id string) (t onceq.Task, ok bool, err error) {
 	ranges, n, err := s.backlogRanges(ctx, topic)
 	if err != nil || n == 0 {
 		return t, false, err
 	}
-	p := kgo.StickyKeyPartitioner(nil).ForTopic(onceq.QueueTopic(topic)).Partition(&kgo.Record{Key: []byte(id)}, int(n))
-	r, found := ranges[int32(p)]
+	p := keyPartition(onceq.QueueTopic(topic), topic, id, int(n))
+	r, found := ranges[p]
 	if !found {
 		return t, false, nil
 	}
-	err = s.readBacklog(ctx, topic, map[int32]backlogRange{int32(p): r}, func(c onceq.Task, _ *kgo.Record) bool {
+	err = s.readBacklog(ctx, topic, map[int32]backlogRange{p: r}, func(c onceq.Task, _ *kgo.Record) bool {
 		if c.ID == id {
 			t, ok = c, true
 		}
 		return ok
 	})
+	return t, ok, err
+}
+
+// clockSkew bounds how far the server's clock, which stamps a task's
+// submission, may be ahead of the brokers', which stamp the delay
+// buckets' records (LogAppendTime).
+const clockSkew = 15 * time.Minute
+
+// delayedTask finds the task id of queue in the delay buckets, where a
+// task published with a delay waits until it is due: in the partition of
+// each bucket topic that its key maps to, among the records the delay
+// service has not moved on (past its group's committed offset) and, when
+// since (its submission) is known, appended since then.
+func (s *Server) delayedTask(ctx context.Context, queue, id string, since time.Time) (t onceq.Task, ok bool, err error) {
+	adm, err := broker.NewAdmin(s.cfg.conn)
+	if err != nil {
+		return t, false, err
+	}
+	defer adm.Close()
+	buckets, err := delay.BucketTopics(ctx, adm)
+	if err != nil || len(buckets) == 0 {
+		return t, false, err
+	}
+	topics := slices.Collect(maps.Keys(buckets))
+	kad := adm.Kadm()
+	starts, err := kad.ListStartOffsets(ctx, topics...)
+	if err != nil {
+		return t, false, fmt.Errorf("the start offsets of the delay buckets: %w", err)
+	}
+	ends, err := kad.ListCommittedOffsets(ctx, topics...)
+	if err != nil {
+		return t, false, fmt.Errorf("the stable offsets of the delay buckets: %w", err)
+	}
+	moved, err := kad.FetchOffsetsForTopics(ctx, delay.DefaultGroup, topics...)
+	if errors.Is(err, kerr.GroupIDNotFound) {
+		moved, err = nil, nil // nothing moved yet
+	}
+	if err != nil {
+		return t, false, fmt.Errorf("the offsets of group %s: %w", delay.DefaultGroup, err)
+	}
+	var after kadm.ListedOffsets
+	if !since.IsZero() {
+		if after, err = kad.ListOffsetsAfterMilli(ctx, since.Add(-clockSkew).UnixMilli(), topics...); err != nil {
+			return t, false, fmt.Errorf("the offsets of the delay buckets at %v: %w", since, err)
+		}
+	}
+	from, end := map[string]map[int32]int64{}, map[string]int64{}
+	for topic, parts := range ends {
+		p := keyPartition(topic, queue, id, len(parts))
+		e, okEnd := ends.Lookup(topic, p)
+		if !okEnd || e.Err != nil {
+			continue
+		}
+		at := int64(0)
+		if o, found := starts.Lookup(topic, p); found && o.Err == nil {
+			at = o.Offset
+		}
+		if o, found := moved.Lookup(topic, p); found && o.Err == nil {
+			at = max(at, o.At)
+		}
+		if o, found := after.Lookup(topic, p); found && o.Err == nil {
+			at = max(at, o.Offset)
+		}
+		if at < e.Offset {
+			from[topic], end[topic] = map[int32]int64{p: at}, e.Offset
+		}
+	}
+	err = broker.ReadTopics(ctx, s.cfg.conn, from, func(rec *kgo.Record) (bool, error) {
+		if rec.Offset >= end[rec.Topic] {
+			return true, nil
+		}
+		last := rec.Offset >= end[rec.Topic]-1
+		if rec.Attrs.IsControl() || ok {
+			return last || ok, nil
+		}
+		if c, err := onceq.FromRecord(rec); err == nil && c.ID == id && c.Queue == queue {
+			t, ok = c, true
+		}
+		return last || ok, nil
+	}, kgo.KeepControlRecords())
 	return t, ok, err
 }
 

@@ -1,0 +1,49 @@
+package serve_test
+
+import (
+	"encoding/json"
+	"testing"
+
+	"github.com/onceq/onceq/serve"
+)
+
+// TestPeekDelayedJob: a peek (GET .../job/{id}) of a delayed job answers
+// the fields it answers for a ready one, as lmstfy's peek of a delayed
+// job does: its data, ttl, elapsed_ms, remain_tries and attempt, whether
+// it was published with an id (its record says scheduled) or without
+// (no record until it runs). An ACK of one without a record cancels it
+// (202), as it cancels a ready job not handed out.
+func TestPeekDelayedJob(t *testing.T) {
+	eachLayout(t, func(t *testing.T, layout serve.Opt) {
+		a := start(t, layout, serve.CreateQueues(2))
+		c := &lmstfyClient{t: t, a: a, ns: "ns", token: a.token("ns", false)}
+		// Due in 5 minutes: in the 2m bucket for the whole test.
+		anon := c.publish("q", "", []byte("later"), nil, 600, 3, 300)
+		if code, body := a.do("PUT", "/api/ns/q?id=order-1&delay=300&ttl=600&tries=3", c.token, "later too"); code != 201 {
+			t.Fatalf("publish of order-1: %d %v", code, body)
+		}
+		for id, data := range map[string]string{anon: "later", "order-1": "later too"} {
+			code, raw := c.do("GET", "q/job/"+id, nil, nil, nil)
+			var j lmstfyJob
+			var more struct {
+				Attempt int `json:"attempt"`
+				Task    *struct {
+					State string `json:"state"`
+				} `json:"task"`
+			}
+			if code != 200 || json.Unmarshal(raw, &j) != nil || json.Unmarshal(raw, &more) != nil {
+				t.Fatalf("peek of the delayed job %s: %d %s", id, code, raw)
+			}
+			if j.ID != id || string(j.Data) != data || j.TTL < 590 || j.TTL > 600 || j.ElapsedMS < 0 || j.ElapsedMS > 60_000 ||
+				j.RemainTries != 3 || more.Attempt != 1 {
+				t.Errorf("peek of the delayed job %s: %s; want its data %q, ttl about 600, elapsed_ms, remain_tries 3 and attempt 1", id, raw, data)
+			}
+			if (more.Task != nil) != (id == "order-1") || more.Task != nil && more.Task.State != "scheduled" {
+				t.Errorf("peek of the delayed job %s: %s; want a scheduled record for order-1 alone", id, raw)
+			}
+		}
+		if code, body := a.do("DELETE", "/api/ns/q/job/"+anon, c.token, ""); code != 202 {
+			t.Errorf("ACK of the delayed job %s, not handed out: %d %v; want 202, canceled", anon, code, body)
+		}
+	})
+}
