@@ -360,28 +360,14 @@ func (s *Server) job(w http.ResponseWriter, r *http.Request) {
 		writeError(w, recErr)
 		return
 	}
-	var t onceq.Task
-	found, spent := false, false
-	switch st, leased := s.pull.ledger.state(leaseKey(topic, id)); {
-	case leased && st.Taken:
-		// Handed out: the lease locates the run's queue record.
-		t, err = s.taskAt(ctx, topic, st.Partition, st.Offset)
-		found, spent = err == nil, !st.Freeze
-	case recErr == nil && rec.Worker != "":
-		// A worker's record locates its run's queue record.
-		t, err = s.taskAt(ctx, topic, rec.Partition, rec.Offset)
-		found = err == nil
-	default:
-		// Waiting in the queue, or delayed, with a producer's record
-		// (its submission) or none.
-		var since time.Time
-		if recErr == nil {
-			since = rec.Enqueued
-		}
-		if t, found, err = s.waitingTask(ctx, topic, id, since); err != nil {
-			writeError(w, backlogError(err))
-			return
-		}
+	var known *onceq.TaskRecord
+	if recErr == nil {
+		known = &rec
+	}
+	t, found, spent, err := s.findTask(ctx, topic, id, known)
+	if err != nil {
+		writeError(w, backlogError(err))
+		return
 	}
 	if recErr != nil && !found {
 		writeError(w, lookupError(recErr))

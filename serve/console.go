@@ -332,7 +332,11 @@ func (s *Server) taskPage(w http.ResponseWriter, r *http.Request, pg *page) {
 		data["Record"] = rec
 		ctx, cancel := context.WithTimeout(r.Context(), 3*time.Second)
 		defer cancel()
-		if task, err := s.taskAt(ctx, queue, rec.Partition, rec.Offset); err == nil {
+		task, found, _, err := s.findTask(ctx, queue, id, &rec)
+		if err == nil && !found {
+			err = errors.New("not found in its queue nor in the delay buckets (gone past their retention, or on its way between them)")
+		}
+		if err == nil {
 			data["Task"] = task
 			if w, ok := workflow.Of(&task); ok {
 				data["Workflow"] = w

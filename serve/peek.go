@@ -171,9 +171,32 @@ func (s *Server) backlogHead(ctx context.Context, topic string) (t onceq.Task, o
 // keyPartition is the partition of a topic of n partitions that the task
 // id of queue is written to: its key's (the key of a task published over
 // HTTP), as every onceq client places it (broker.KeyPartitioner).
-func keyPartition(topic, queue, id string, n int) int32 {
-	key := (&onceq.Task{Queue: queue, ID: id}).PartitionKey()
-	return int32(kgo.StickyKeyPartitioner(nil).ForTopic(topic).Partition(&kgo.Record{Key: key}, n))
+func keyPartition(queue, id string, n int) int32 {
+	return broker.KeyPartition((&onceq.Task{Queue: queue, ID: id}).PartitionKey(), n)
+}
+
+// findTask finds the task id of queue, whose record is rec (nil: none):
+// handed out, where its lease says (spent: the take spent a try); run
+// by a worker, where its record says; else waiting or delayed
+// (waitingTask). A run's queue record that cannot be read (gone past the
+// queue's retention, say) is not found; err is the error of a read of
+// the queue's backlog.
+func (s *Server) findTask(ctx context.Context, queue, id string, rec *onceq.TaskRecord) (t onceq.Task, found, spent bool, err error) {
+	switch st, leased := s.pull.ledger.state(leaseKey(queue, id)); {
+	case leased && st.Taken:
+		t, err = s.taskAt(ctx, queue, st.Partition, st.Offset)
+		return t, err == nil, !st.Freeze, nil
+	case rec != nil && (rec.Worker != "" || rec.State.Final()):
+		t, err = s.taskAt(ctx, queue, rec.Partition, rec.Offset)
+		return t, err == nil, false, nil
+	}
+	// With a producer's record (its submission) or none.
+	var since time.Time
+	if rec != nil {
+		since = rec.Enqueued
+	}
+	t, found, err = s.waitingTask(ctx, queue, id, since)
+	return t, found, false, err
 }
 
 // waitingTask finds the task id of queue that waits to run: in the
@@ -193,7 +216,7 @@ func (s *Server) backlogTask(ctx context.Context, topic, id string) (t onceq.Tas
 	if err != nil || n == 0 {
 		return t, false, err
 	}
-	p := keyPartition(onceq.QueueTopic(topic), topic, id, int(n))
+	p := keyPartition(topic, id, int(n))
 	r, found := ranges[p]
 	if !found {
 		return t, false, nil
@@ -252,7 +275,7 @@ func (s *Server) delayedTask(ctx context.Context, queue, id string, since time.T
 	}
 	from, end := map[string]map[int32]int64{}, map[string]int64{}
 	for topic, parts := range ends {
-		p := keyPartition(topic, queue, id, len(parts))
+		p := keyPartition(queue, id, len(parts))
 		e, okEnd := ends.Lookup(topic, p)
 		if !okEnd || e.Err != nil {
 			continue

@@ -2,8 +2,11 @@ package serve_test
 
 import (
 	"encoding/json"
+	"fmt"
+	"strings"
 	"testing"
 
+	"github.com/onceq/onceq/broker"
 	"github.com/onceq/onceq/serve"
 )
 
@@ -46,4 +49,26 @@ func TestPeekDelayedJob(t *testing.T) {
 			t.Errorf("ACK of the delayed job %s, not handed out: %d %v; want 202, canceled", anon, code, body)
 		}
 	})
+}
+
+// TestPendingTaskPage: the console's page of a task published with an id
+// and not yet run shows its own payload and the partition it waits in,
+// where it showed partition 0, offset 0 and the payload of whatever task
+// was written there.
+func TestPendingTaskPage(t *testing.T) {
+	a := start(t, serve.CreateQueues(4))
+	tok := a.token("shop", false)
+	ids := []string{"p-0", "p-1", "p-2", "p-3", "p-4", "p-5"}
+	for _, id := range ids {
+		if code, body := a.do("PUT", "/api/shop/q?id="+id, tok, "payload of "+id); code != 201 {
+			t.Fatalf("publish %s: %d %v", id, code, body)
+		}
+	}
+	for _, id := range ids {
+		code, _, page := a.page("GET", "/console/q/shop.q/task/"+id, tok, nil)
+		source := fmt.Sprintf("partition %d, not run yet", broker.KeyPartition([]byte(id), 4))
+		if code != 200 || !strings.Contains(page, `<pre id="payload">payload of `+id+`</pre>`) || !strings.Contains(page, source) {
+			t.Errorf("the page of the pending task %s: %d; want its payload and %q:\n%s", id, code, source, page)
+		}
+	}
 }
