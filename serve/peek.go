@@ -8,6 +8,8 @@ import (
 	"maps"
 	"net/http"
 	"slices"
+	"strconv"
+	"sync"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -359,19 +361,23 @@ func (s *Server) peekQueue(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// destroy: DELETE /api/{ns}/{queue}, lmstfy's destroy: the queue's
-// backlog is deleted (its records, up to their ends, as Kafka's
-// DeleteRecords does): 204. Tasks handed out, delayed or retrying are not
-// in it and still run.
+// destroyWait bounds a destroy: it reads the backlog and writes a record
+// of each of its tasks.
+const destroyWait = time.Minute
+
+// destroy: DELETE /api/{ns}/{queue}, lmstfy's destroy: the tasks of the
+// queue's backlog end canceled, with the reason destroyed, and are
+// deleted (its records up to their ends, as Kafka's DeleteRecords does):
+// 204. Tasks handed out, delayed or retrying are not in it and still run.
 func (s *Server) destroy(w http.ResponseWriter, r *http.Request) {
 	topic, err := s.queueOf(r)
 	if err != nil {
 		writeError(w, err)
 		return
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), backlogWait)
+	ctx, cancel := context.WithTimeout(r.Context(), destroyWait)
 	defer cancel()
-	ranges, _, err := s.backlogRanges(ctx, topic)
+	ranges, n, err := s.backlogRanges(ctx, topic)
 	if err != nil {
 		writeError(w, backlogError(err))
 		return
@@ -391,6 +397,13 @@ func (s *Server) destroy(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusNoContent)
 		return
 	}
+	// Recorded first: a destroy that fails after leaves tasks recorded
+	// canceled that a worker may still run, whose record then says so;
+	// one that failed before would leave them pending forever.
+	if err := s.recordDestroyed(ctx, topic, ranges, n); err != nil {
+		writeError(w, backlogError(err))
+		return
+	}
 	upTo := make(map[int32]int64, len(ranges))
 	for p, rg := range ranges {
 		upTo[p] = rg.end
@@ -400,6 +413,65 @@ func (s *Server) destroy(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
+}
+
+// ReasonDestroyed is the reason of a task canceled because its queue's
+// backlog was destroyed (DELETE /api/{ns}/{queue}) before it ran.
+const ReasonDestroyed = "destroyed"
+
+// recordDestroyed records each task of the backlog of queue, of
+// partitions partitions, in ranges canceled with ReasonDestroyed: their
+// queue records are about to be deleted, so no worker ever ends them.
+// Each record names the queue record it ends, and goes with the records
+// the workers write of its partition (keyed <queue>/<partition>, as
+// consumer/partition.go keys them), after them; it has no worker, so the
+// view lets it replace a waiting task's record but not a worker's final
+// one (a task a server held for its consumers may still run).
+func (s *Server) recordDestroyed(ctx context.Context, queue string, ranges map[int32]backlogRange, partitions int32) error {
+	if len(ranges) == 0 {
+		return nil
+	}
+	adm, err := broker.NewAdmin(s.cfg.conn)
+	if err != nil {
+		return err
+	}
+	spec := broker.RecordsSpec(queue, partitions, 0)
+	_, err = adm.EnsureTopics(ctx, []broker.TopicSpec{spec})
+	adm.Close()
+	if err != nil {
+		return fmt.Errorf("the task records topic %s: %w", spec.Name, err)
+	}
+	cl, err := s.cfg.conn.NewClient()
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	var mu sync.Mutex
+	var failed error
+	now := time.Now()
+	err = s.readBacklog(ctx, queue, ranges, func(t onceq.Task, rec *kgo.Record) bool {
+		tr := onceq.TaskRecord{ID: t.ID, Queue: queue, State: onceq.StateCanceled, Attempt: t.Attempt, MaxAttempts: t.MaxAttempts,
+			Priority: t.Priority, Enqueued: t.Enqueued, Finished: now, Reason: ReasonDestroyed, Error: "its queue's backlog was destroyed",
+			Partition: rec.Partition, Offset: rec.Offset}
+		key := []byte(queue + "/" + strconv.Itoa(int(rec.Partition)))
+		cl.Produce(ctx, &kgo.Record{Topic: spec.Name, Key: key, Value: tr.AppendJSON(nil)}, func(_ *kgo.Record, err error) {
+			if err != nil {
+				mu.Lock()
+				failed = cmp.Or(failed, err)
+				mu.Unlock()
+			}
+		})
+		return false
+	})
+	if err == nil {
+		err = cl.Flush(ctx)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if err = cmp.Or(err, failed); err != nil {
+		return fmt.Errorf("recording the destroyed tasks canceled: %w", err)
+	}
+	return nil
 }
 
 // deleteRecords deletes the records of topic below the offsets of upTo.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/onceq/onceq/broker"
 	"github.com/onceq/onceq/serve"
@@ -70,5 +71,85 @@ func TestPendingTaskPage(t *testing.T) {
 		if code != 200 || !strings.Contains(page, `<pre id="payload">payload of `+id+`</pre>`) || !strings.Contains(page, source) {
 			t.Errorf("the page of the pending task %s: %d; want its payload and %q:\n%s", id, code, source, page)
 		}
+	}
+}
+
+// TestDestroyEndsTasks: destroying a queue's backlog ends its tasks
+// canceled, with the reason destroyed, where they stayed pending forever
+// in their records (task get, stats, the console), published with an id
+// or without. A task handed out is not in the backlog: it runs on, and
+// succeeds.
+func TestDestroyEndsTasks(t *testing.T) {
+	a := start(t, serve.CreateQueues(2))
+	tok := a.token("shop", false)
+	var ids []string
+	for i := range 3 {
+		id := fmt.Sprint("p-", i)
+		if code, body := a.do("PUT", "/api/shop/q?id="+id, tok, "pending"); code != 201 {
+			t.Fatalf("publish %s: %d %v", id, code, body)
+		}
+		ids = append(ids, id)
+	}
+	for range 2 {
+		code, body := a.do("PUT", "/api/shop/q", tok, "no id")
+		if code != 201 {
+			t.Fatalf("publish: %d %v", code, body)
+		}
+		ids = append(ids, body["job_id"].(string))
+	}
+	// One handed out: not in the backlog.
+	if code, body := a.do("PUT", "/api/shop/held?id=h-1", tok, "held"); code != 201 {
+		t.Fatalf("publish: %d %v", code, body)
+	}
+	if code, body := a.do("GET", "/api/shop/held?ttr=60&timeout=10", tok, ""); code != 200 || body["job_id"] != "h-1" {
+		t.Fatalf("consume of h-1: %d %v", code, body)
+	}
+	waitFor(t, func() (bool, string) {
+		code, body := a.do("GET", "/api/shop/q/size", tok, "")
+		return code == 200 && body["size"] == float64(len(ids)), fmt.Sprint(code, body)
+	})
+
+	for _, q := range []string{"q", "held"} {
+		if code, body := a.do("DELETE", "/api/shop/"+q, tok, ""); code != 204 {
+			t.Fatalf("destroy %s: %d %v", q, code, body)
+		}
+	}
+	for _, id := range ids {
+		waitFor(t, func() (bool, string) {
+			code, body := a.do("GET", "/api/shop/q/job/"+id, tok, "")
+			task, _ := body["task"].(map[string]any)
+			return code == 200 && body["done"] == true && task["state"] == "canceled" && task["reason"] == serve.ReasonDestroyed, fmt.Sprint(code, body)
+		})
+	}
+	code, body := a.do("GET", "/api/shop/q/stats", tok, "")
+	if tasks, _ := body["tasks"].(map[string]any); code != 200 || tasks["canceled"] != float64(len(ids)) || tasks["pending"] != nil {
+		t.Errorf("stats after the destroy: %d %v; want every task canceled", code, body)
+	}
+	if code, body := a.do("GET", "/api/shop/q/size", tok, ""); code != 200 || body["size"] != float64(0) {
+		t.Errorf("size after the destroy: %d %v", code, body)
+	}
+	if code, body := a.do("DELETE", "/api/shop/held/job/h-1", tok, "done"); code != 204 {
+		t.Fatalf("ACK of the job handed out: %d %v", code, body)
+	}
+	code, body = a.do("GET", "/api/shop/held/job/h-1", tok, "")
+	if task, _ := body["task"].(map[string]any); code != 200 || task["state"] != "succeeded" {
+		t.Errorf("the job handed out before the destroy: %d %v; want it succeeded", code, body)
+	}
+}
+
+// waitFor waits up to a minute for ok, and fails the test with what it
+// last said.
+func waitFor(t *testing.T, ok func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		done, said := ok()
+		if done {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("still %s after a minute", said)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }
