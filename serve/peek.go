@@ -25,16 +25,18 @@ import (
 // The backlog of a queue: its tasks published and not yet taken by an
 // HTTP consumer, lmstfy's ready queue. They are the records past the pull
 // group's committed offsets (all the retained records of a queue never
-// consumed), but for the tasks this server has handed out and those
-// finished already (a task acknowledged above an unacknowledged one stays
-// past the committed offset until that one is done). Delayed tasks wait
+// consumed), but for the tasks handed out and the records whose run
+// ended (stateOf): a record stays past the committed offset until every
+// earlier one of its partition is done, a task acknowledged, or one that
+// went back to its queue or was retried, whose copy waits later on in
+// the partition. A lane queue's size counts from what the server keeps
+// of its lane's backlog (lanesize.go). Delayed tasks wait
 // in the delay topics and are not in it until they are due: the peek of
 // one job finds it there (delayedTask).
 
-// maxBacklogScan bounds the records a size reads to count the backlog
-// exactly; past it, the size is the records past the committed offsets,
-// an upper bound (transaction markers count), or for a lane queue its
-// share of the first ones, scaled.
+// maxBacklogScan bounds the records a size of a queue of its own reads to
+// count its backlog exactly; past it, the size is the records past the
+// committed offsets, an upper bound (transaction markers count).
 const maxBacklogScan = 10_000
 
 // backlogRange is where a partition's backlog starts and ends.
@@ -77,12 +79,10 @@ func (s *Server) backlogRanges(ctx context.Context, queue string) (map[int32]bac
 	return out, int32(len(info.Partitions)), nil
 }
 
-// readBacklog calls fn with the tasks of queue in the backlog of its topic
-// in the partitions ranges names, in offset order within a partition
-// (partitions interleave), until fn says a partition is done. The tasks of
-// a lane's other queues are passed over.
-func (s *Server) readBacklog(ctx context.Context, queue string, ranges map[int32]backlogRange, fn func(t onceq.Task, rec *kgo.Record) (done bool)) error {
-	topic := onceq.QueueTopic(queue)
+// readRange calls fn with the records of topic in ranges, transaction
+// markers too, in offset order within a partition (partitions
+// interleave), until fn says a partition is done or its range ends.
+func (s *Server) readRange(ctx context.Context, topic string, ranges map[int32]backlogRange, fn func(rec *kgo.Record) (done bool, err error)) error {
 	from := make(map[int32]int64, len(ranges))
 	for p, r := range ranges {
 		from[p] = r.from
@@ -92,36 +92,72 @@ func (s *Server) readBacklog(ctx context.Context, queue string, ranges map[int32
 		if rec.Offset >= end {
 			return true, nil
 		}
-		last := rec.Offset >= end-1
-		if rec.Attrs.IsControl() {
-			return last, nil
-		}
-		t, err := onceq.FromRecord(rec)
-		if err != nil || t.Queue != queue || s.taken(ctx, queue, &t, rec) {
-			return last, nil // a malformed record is the workers' to dead-letter
-		}
-		return fn(t, rec) || last, nil
+		done, err := fn(rec)
+		return done || rec.Offset >= end-1, err
 	}, kgo.KeepControlRecords())
 }
 
-// taken reports whether a task of the backlog's range is not waiting: it
-// is handed out by this server, or finished, or (of a lane queue, whose
-// destroy cancels its tasks) canceled.
-func (s *Server) taken(ctx context.Context, topic string, t *onceq.Task, rec *kgo.Record) bool {
-	if st, ok := s.pull.ledger.state(leaseKey(topic, t.ID)); ok && (st.Taken || st.Acked) {
-		return true
-	}
-	if onceq.IsLaneQueue(topic) {
-		if c, err := s.in.CancelRequested(ctx, topic, t.ID); err == nil && c {
-			return true
+// readBacklog calls fn with the tasks of queue in the backlog of its topic
+// that wait (stateOf) in the partitions ranges names, in offset order
+// within a partition (partitions interleave), until fn says a partition
+// is done. The tasks of a lane's other queues are passed over.
+func (s *Server) readBacklog(ctx context.Context, queue string, ranges map[int32]backlogRange, fn func(t onceq.Task, rec *kgo.Record) (done bool)) error {
+	return s.readRange(ctx, onceq.QueueTopic(queue), ranges, func(rec *kgo.Record) (bool, error) {
+		if rec.Attrs.IsControl() {
+			return false, nil
 		}
-	}
-	r, err := s.in.Get(ctx, topic, t.ID)
-	return err == nil && r.State.Final() && r.Partition == rec.Partition && r.Offset >= rec.Offset
+		t, err := onceq.FromRecord(rec)
+		if err != nil || t.Queue != queue || s.stateOf(ctx, queue, t.ID, rec.Partition, rec.Offset) != waiting {
+			return false, nil // a malformed record is the workers' to dead-letter
+		}
+		return fn(t, rec), nil
+	})
 }
 
-// backlogSize counts the backlog of topic.
+// backlogState is where a task's record in the backlog's range stands.
+type backlogState int
+
+const (
+	// waiting for a consumer.
+	waiting backlogState = iota
+	// out: handed out or acknowledged (by this server's ledger, which
+	// follows the group's lease topic), or, of a lane queue (whose
+	// destroy cancels its tasks), canceled: not waiting now.
+	out
+	// ended: its run is over (a worker's record names it, or a later run
+	// in its partition; or a final record does), and it never waits
+	// again, though it stays past the group's committed offset while an
+	// earlier record of its partition is unfinished. A task that went
+	// back to its queue, or failed and was retried, left such a record
+	// behind: its copy, later in the partition, is the one that waits.
+	ended
+)
+
+// stateOf says where the record of task id of queue at partition and
+// offset stands.
+func (s *Server) stateOf(ctx context.Context, queue, id string, partition int32, offset int64) backlogState {
+	if st, ok := s.pull.ledger.state(leaseKey(queue, id)); ok && (st.Taken || st.Acked) {
+		return out
+	}
+	if onceq.IsLaneQueue(queue) {
+		if c, err := s.in.CancelRequested(ctx, queue, id); err == nil && c {
+			return out
+		}
+	}
+	r, err := s.in.Get(ctx, queue, id)
+	if err == nil && (r.Worker != "" || r.State.Final()) && r.Partition == partition && r.Offset >= offset {
+		return ended
+	}
+	return waiting
+}
+
+// backlogSize counts the backlog of topic: exactly for a lane queue
+// (laneSize), and for a queue of its own up to maxBacklogScan records,
+// past which it is their number, an upper bound.
 func (s *Server) backlogSize(ctx context.Context, topic string) (int64, error) {
+	if onceq.IsLaneQueue(topic) {
+		return s.laneSize(ctx, topic)
+	}
 	ranges, _, err := s.backlogRanges(ctx, topic)
 	if err != nil {
 		return 0, err
@@ -130,26 +166,11 @@ func (s *Server) backlogSize(ctx context.Context, topic string) (int64, error) {
 	for _, r := range ranges {
 		span += r.end - r.from
 	}
-	if span > maxBacklogScan && !onceq.IsLaneQueue(topic) {
+	if span > maxBacklogScan {
 		return span, nil
 	}
-	// A lane's backlog is every one of its queues': past maxBacklogScan
-	// records, the queue's share of the first ones read of each partition
-	// estimates its size.
-	read, scanned := ranges, span
-	if span > maxBacklogScan {
-		read, scanned = map[int32]backlogRange{}, 0
-		each := int64(maxBacklogScan / len(ranges))
-		for p, r := range ranges {
-			r.end = min(r.end, r.from+max(each, 1))
-			read[p], scanned = r, scanned+r.end-r.from
-		}
-	}
 	var n int64
-	err = s.readBacklog(ctx, topic, read, func(onceq.Task, *kgo.Record) bool { n++; return false })
-	if scanned < span && scanned > 0 {
-		n = n * span / scanned
-	}
+	err = s.readBacklog(ctx, topic, ranges, func(onceq.Task, *kgo.Record) bool { n++; return false })
 	return n, err
 }
 
