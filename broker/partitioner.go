@@ -19,6 +19,12 @@ func KeyPartitioner() kgo.Partitioner {
 	return kgo.BasicConsistentPartitioner(func(string) func(*kgo.Record, int) int { return partitionOf })
 }
 
+// KeyPartition is the partition of n where KeyPartitioner places a record
+// of key: a task's partition in its queue (onceq.Task.PartitionKey), for
+// a reader that looks a task up by its key, or a record that names it
+// before the task is written.
+func KeyPartition(key []byte, n int) int32 { return int32(partitionOf(&kgo.Record{Key: key}, n)) }
+
 func partitionOf(r *kgo.Record, n int) int {
 	if r.Key == nil {
 		return rand.IntN(n)

@@ -108,10 +108,14 @@ func (c *Controller) SubmitUnique(ctx context.Context, p *producer.Producer, tas
 }
 
 // pendingRecord is the record SubmitPending wrote for a task, as far as
-// its receipt tells.
+// its receipt tells: the partition of a task written to its queue is its
+// receipt's; a delayed one's receipt names its bucket's, and its record
+// names none until the view reads it back.
 func pendingRecord(t onceq.Task, rc producer.Receipt, now time.Time) onceq.TaskRecord {
 	r := onceq.TaskRecord{ID: t.ID, Queue: t.Queue, State: onceq.StatePending, MaxAttempts: t.MaxAttempts, Priority: t.Priority, Enqueued: now}
-	if rc.Delayed {
+	if !rc.Delayed {
+		r.Partition = rc.Partition
+	} else {
 		r.State = onceq.StateScheduled
 		r.Due = t.Due
 		if r.Due.IsZero() {

@@ -45,6 +45,29 @@ type meta struct {
 
 const metaLen = 18
 
+// final reports whether m's record ends its task.
+func (m meta) final() bool {
+	return int(m.state) < len(onceq.TaskStates) && onceq.TaskStates[m.state].Final()
+}
+
+// supersedes reports whether a task's record m replaces old, the record
+// the view holds of it. A worker's record always does: a worker writes a
+// task's transitions in order. A record without a worker never replaces
+// a worker's final record, and a producer's (pending or scheduled: the
+// task's submission) no final record at all, so that a late duplicate
+// does not make a finished task look pending again; a final record
+// without a worker (the record of a task whose queue record was deleted
+// unrun: a destroyed queue's) ends its task, whatever it was before.
+func (m meta) supersedes(old meta) bool {
+	switch {
+	case m.worker:
+		return true
+	case m.final():
+		return !old.worker || !old.final()
+	}
+	return !old.worker && !old.final()
+}
+
 // put writes m into b, metaLen bytes.
 func (m meta) put(b []byte) {
 	b[0] = m.state

@@ -77,7 +77,12 @@ func WriteTask(w io.Writer, r onceq.TaskRecord) error {
 	if r.Result != nil {
 		line("result", FormatResult(r.Result))
 	}
-	line("record", r.Queue+"/"+strconv.Itoa(int(r.Partition))+"@"+strconv.FormatInt(r.Offset, 10))
+	if r.Worker == "" && !r.State.Final() {
+		// A producer's record: its task waits in that partition, not run.
+		line("record", r.Queue+"/"+strconv.Itoa(int(r.Partition))+" (not run yet)")
+	} else {
+		line("record", r.Queue+"/"+strconv.Itoa(int(r.Partition))+"@"+strconv.FormatInt(r.Offset, 10))
+	}
 	return tw.Flush()
 }
 

@@ -35,6 +35,18 @@ record    emails/3@1042
 	}
 }
 
+// TestWriteTaskNotRun: a producer's record of a task not yet run names the
+// partition its task waits in, and no offset: it has no run.
+func TestWriteTaskNotRun(t *testing.T) {
+	var b bytes.Buffer
+	if err := WriteTask(&b, onceq.TaskRecord{ID: "order-8", Queue: "emails", State: onceq.StatePending, Partition: 5}); err != nil {
+		t.Fatal(err)
+	}
+	if want := "record  emails/5 (not run yet)\n"; !strings.HasSuffix(b.String(), want) {
+		t.Errorf("got:\n%s\nwant it to end with:\n%s", b.String(), want)
+	}
+}
+
 func TestFormatResult(t *testing.T) {
 	for _, tc := range []struct {
 		in   []byte

@@ -381,8 +381,8 @@ func (in *Inspector) apply(topic string, partition int32, recs []*kgo.Record, si
 			if err != nil {
 				return err
 			}
-			if had && old.worker && !m.worker {
-				continue // a producer's pending record never hides a worker's
+			if had && !m.supersedes(old) {
+				continue // a producer's pending record never hides a worker's, nor a final one
 			}
 			c := counts[queue]
 			if c == nil {

@@ -21,7 +21,10 @@ import (
 //
 // The record carries no Worker: it is the producer's, and readers never
 // let it replace a record a worker wrote for the same ID, so a duplicate
-// submitted after the task ran does not make it look pending again. The
+// submitted after the task ran does not make it look pending again. Its
+// Partition is the queue's partition the task is written to (or, delayed,
+// moved to when due): its key's; its Offset is 0, since no run of it has
+// a queue record yet. The
 // records topic is created if it does not exist yet, with the queue's
 // partitions (broker.RecordsSpec), and is made to keep records at least
 // broker.DefaultRecordsRetention.
@@ -49,12 +52,13 @@ func (tx *Tx) SubmitPending(task onceq.Task) error {
 	if err := tx.Submit(task); err != nil {
 		return err
 	}
-	topic, err := tx.p.recordsTopic(tx.ctx, onceq.QueueTopic(task.Queue))
+	queue := onceq.QueueTopic(task.Queue)
+	topic, parts, err := tx.p.recordsTopic(tx.ctx, queue)
 	if err != nil {
 		return fmt.Errorf("producer: task %s: %w", task.ID, err)
 	}
 	tr := onceq.TaskRecord{ID: task.ID, Queue: task.Queue, State: onceq.StatePending, MaxAttempts: task.MaxAttempts, Priority: task.Priority,
-		Enqueued: task.Enqueued}
+		Enqueued: task.Enqueued, Partition: broker.KeyPartition(task.PartitionKey(), parts)}
 	if task.DelayedAt(now) {
 		tr.State, tr.Due = onceq.StateScheduled, task.Due
 	}
@@ -75,30 +79,31 @@ func (tx *Tx) SubmitPending(task onceq.Task) error {
 }
 
 // recordsTopic returns the records topic of queue, creating it with the
-// queue's partition count the first time if no worker has yet.
-func (p *Producer) recordsTopic(ctx context.Context, queue string) (string, error) {
+// queue's partition count the first time if no worker has yet, and that
+// count.
+func (p *Producer) recordsTopic(ctx context.Context, queue string) (string, int, error) {
 	v, ok := p.topics.Load(queue)
 	if !ok {
-		return "", fmt.Errorf("queue %q not looked up", queue)
+		return "", 0, fmt.Errorf("queue %q not looked up", queue)
 	}
 	s := v.(*topicState)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.records != "" {
-		return s.records, nil
+		return s.records, s.parts, nil
 	}
 	adm, err := p.admin()
 	if err != nil {
-		return "", err
+		return "", 0, err
 	}
 	info, err := adm.DescribeTopic(ctx, queue)
 	if err != nil {
-		return "", err
+		return "", 0, err
 	}
 	spec := broker.RecordsSpec(queue, int32(len(info.Partitions)), broker.DefaultRecordsRetention)
 	if _, err := adm.EnsureTopics(ctx, []broker.TopicSpec{spec}); err != nil {
-		return "", fmt.Errorf("creating the task records topic %s: %w", spec.Name, err)
+		return "", 0, fmt.Errorf("creating the task records topic %s: %w", spec.Name, err)
 	}
-	s.records = spec.Name
-	return spec.Name, nil
+	s.records, s.parts = spec.Name, len(info.Partitions)
+	return spec.Name, s.parts, nil
 }

@@ -2,6 +2,7 @@ package producer_test
 
 import (
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -80,5 +81,58 @@ func TestSubmitPending(t *testing.T) {
 	}
 	if len(info.Partitions) != len(queue.Partitions) {
 		t.Errorf("records topic has %d partitions, the queue %d", len(info.Partitions), len(queue.Partitions))
+	}
+}
+
+// TestPendingRecordPartition: a pending record names the partition of its
+// queue where its task waits, and a scheduled one the partition its task
+// is moved to when due (its key's), not partition 0 whatever it is.
+func TestPendingRecordPartition(t *testing.T) {
+	conn, p := setup(t, []string{"jobs"})
+	ctx := ctxT(t)
+	if err := p.Tx(ctx, func(tx *producer.Tx) error {
+		for i := range 8 {
+			if err := tx.SubmitPending(onceq.Task{Queue: "jobs", ID: fmt.Sprint("now-", i)}); err != nil {
+				return err
+			}
+			if err := tx.SubmitPending(onceq.Task{Queue: "jobs", ID: fmt.Sprint("later-", i), Delay: time.Hour}); err != nil {
+				return err
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	where := map[string]int32{}
+	for _, r := range testutil.ReadCommitted(t, conn, 10*time.Second, "jobs") {
+		task, err := onceq.FromRecord(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		where[task.ID] = r.Partition
+	}
+	for i := range 8 {
+		id := fmt.Sprint("later-", i)
+		where[id] = broker.KeyPartition([]byte(id), 4)
+	}
+	recs := testutil.ReadCommitted(t, conn, 10*time.Second, broker.RecordsTopic("jobs"))
+	if len(recs) != 16 {
+		t.Fatalf("%d records, want 16", len(recs))
+	}
+	zero := 0
+	for _, r := range recs {
+		tr, err := onceq.DecodeTaskRecord(r.Value)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want, ok := where[tr.ID]; !ok || tr.Partition != want {
+			t.Errorf("the %s record of %s names partition %d; its task's is %d", tr.State, tr.ID, tr.Partition, want)
+		}
+		if tr.Partition == 0 {
+			zero++
+		}
+	}
+	if zero == len(recs) {
+		t.Fatal("every task in partition 0 of 4: the test proves nothing")
 	}
 }

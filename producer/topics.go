@@ -30,6 +30,7 @@ const missingRecheck = time.Second
 type topicState struct {
 	name    string
 	records string      // for a queue: its records topic, once SubmitPending ensured it
+	parts   int         // and the queue's partitions then
 	ready   atomic.Bool // the topic exists
 
 	mu        sync.Mutex // serializes lookups

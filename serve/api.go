@@ -262,23 +262,25 @@ func (s *Server) bulk(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	out := make([]published, len(subs))
+	status, msg := http.StatusOK, "already known" // nothing written, as a publish of a known ID
 	for i, sub := range subs {
-		out[i] = answer(sub)
-		if out[i].Workflow = flows[i]; flows[i] {
-			if !sub.New {
-				st, err := workflow.Get(r.Context(), s.in, sub.ID)
-				if err != nil {
-					writeError(w, lookupError(err))
-					return
-				}
-				out[i].WorkflowState, out[i].Msg = st.State, workflow.Submission{ID: s.shownID(ns, sub.ID), Status: st}.Known()
+		if sub.New {
+			status, msg = http.StatusCreated, "published"
+		}
+		switch {
+		case !flows[i]:
+			out[i] = answer(sub)
+		case sub.New:
+			out[i] = answer(sub)
+			out[i].Workflow, out[i].JobID = true, s.shownID(ns, sub.ID)
+		default:
+			if out[i], err = s.knownWorkflow(r, sub.ID); err != nil {
+				writeError(w, err)
+				return
 			}
-			// The ID as the namespace gave it (or was given): kept as
-			// <ns>/<id>.
-			out[i].JobID = s.shownID(ns, out[i].JobID)
 		}
 	}
-	writeJSON(w, http.StatusCreated, map[string]any{"msg": "published", "jobs": out})
+	writeJSON(w, status, map[string]any{"msg": msg, "jobs": out})
 }
 
 // indexed names the array element an error is about.
@@ -358,22 +360,14 @@ func (s *Server) job(w http.ResponseWriter, r *http.Request) {
 		writeError(w, recErr)
 		return
 	}
-	var t onceq.Task
-	found, spent := false, false
-	switch st, leased := s.pull.ledger.state(leaseKey(topic, id)); {
-	case leased && st.Taken:
-		// Handed out: the lease locates the run's queue record.
-		t, err = s.taskAt(ctx, topic, st.Partition, st.Offset)
-		found, spent = err == nil, !st.Freeze
-	case recErr == nil && rec.Worker != "":
-		// A worker's record locates its run's queue record.
-		t, err = s.taskAt(ctx, topic, rec.Partition, rec.Offset)
-		found = err == nil
-	default:
-		if t, found, err = s.backlogTask(ctx, topic, id); err != nil {
-			writeError(w, backlogError(err))
-			return
-		}
+	var known *onceq.TaskRecord
+	if recErr == nil {
+		known = &rec
+	}
+	t, found, spent, err := s.findTask(ctx, topic, id, known)
+	if err != nil {
+		writeError(w, backlogError(err))
+		return
 	}
 	if recErr != nil && !found {
 		writeError(w, lookupError(recErr))
@@ -490,10 +484,11 @@ func (s *Server) cancelUntaken(r *http.Request, topic, id string) (canceled bool
 		return false, nil
 	case errors.Is(err, inspect.ErrNotFound) || errors.Is(err, inspect.ErrNoQueue):
 		// No record yet: a task published without an ID waits in the
-		// queue without one until it runs.
+		// queue (or, delayed, in the delay buckets) without one until it
+		// runs.
 		ctx, cancel := context.WithTimeout(r.Context(), backlogWait)
 		defer cancel()
-		_, ok, err := s.backlogTask(ctx, topic, id)
+		_, ok, err := s.waitingTask(ctx, topic, id, time.Time{})
 		if err != nil {
 			return false, backlogError(err)
 		}

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/onceq/onceq"
@@ -332,7 +333,11 @@ func (s *Server) taskPage(w http.ResponseWriter, r *http.Request, pg *page) {
 		data["Record"] = rec
 		ctx, cancel := context.WithTimeout(r.Context(), 3*time.Second)
 		defer cancel()
-		if task, err := s.taskAt(ctx, queue, rec.Partition, rec.Offset); err == nil {
+		task, found, _, err := s.findTask(ctx, queue, id, &rec)
+		if err == nil && !found {
+			err = errors.New("not found in its queue nor in the delay buckets (gone past their retention, or on its way between them)")
+		}
+		if err == nil {
 			data["Task"] = task
 			if w, ok := workflow.Of(&task); ok {
 				data["Workflow"] = w
@@ -345,6 +350,9 @@ func (s *Server) taskPage(w http.ResponseWriter, r *http.Request, pg *page) {
 	s.render(w, "task", pg)
 }
 
+// errTaskGone says that a task's queue record was deleted.
+var errTaskGone = errors.New("the task's record is gone from the queue (past its retention, or its backlog destroyed)")
+
 // taskAt reads the task at a queue's partition and offset: its payload and
 // headers, which the task's record does not keep.
 func (s *Server) taskAt(ctx context.Context, queue string, partition int32, offset int64) (onceq.Task, error) {
@@ -355,6 +363,16 @@ func (s *Server) taskAt(ctx context.Context, queue string, partition int32, offs
 		return onceq.Task{}, err
 	}
 	defer cl.Close()
+	// A record deleted (past the queue's retention, or its backlog
+	// destroyed) is below the partition's start: a fetch would wait for
+	// records that never come.
+	starts, err := kadm.NewClient(cl).ListStartOffsets(ctx, topic)
+	if err != nil {
+		return onceq.Task{}, err
+	}
+	if o, ok := starts.Lookup(topic, partition); ok && o.Err == nil && o.Offset > offset {
+		return onceq.Task{}, errTaskGone
+	}
 	for ctx.Err() == nil {
 		fs := cl.PollFetches(ctx)
 		for _, rec := range fs.Records() {
@@ -362,7 +380,7 @@ func (s *Server) taskAt(ctx context.Context, queue string, partition int32, offs
 				return onceq.FromRecord(rec)
 			}
 			if rec.Offset > offset {
-				return onceq.Task{}, errors.New("the task's record is gone from the queue (retention)")
+				return onceq.Task{}, errTaskGone
 			}
 		}
 	}

@@ -5,7 +5,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
+	"slices"
+	"strconv"
+	"sync"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -15,20 +19,24 @@ import (
 	"github.com/onceq/onceq"
 	"github.com/onceq/onceq/broker"
 	"github.com/onceq/onceq/control"
+	"github.com/onceq/onceq/delay"
 )
 
 // The backlog of a queue: its tasks published and not yet taken by an
 // HTTP consumer, lmstfy's ready queue. They are the records past the pull
 // group's committed offsets (all the retained records of a queue never
-// consumed), but for the tasks this server has handed out and those
-// finished already (a task acknowledged above an unacknowledged one stays
-// past the committed offset until that one is done). Delayed tasks wait
-// in the delay topics and are not in it until they are due.
+// consumed), but for the tasks handed out and the records whose run
+// ended (stateOf): a record stays past the committed offset until every
+// earlier one of its partition is done, a task acknowledged, or one that
+// went back to its queue or was retried, whose copy waits later on in
+// the partition. A lane queue's size counts from what the server keeps
+// of its lane's backlog (lanesize.go). Delayed tasks wait
+// in the delay topics and are not in it until they are due: the peek of
+// one job finds it there (delayedTask).
 
-// maxBacklogScan bounds the records a size reads to count the backlog
-// exactly; past it, the size is the records past the committed offsets,
-// an upper bound (transaction markers count), or for a lane queue its
-// share of the first ones, scaled.
+// maxBacklogScan bounds the records a size of a queue of its own reads to
+// count its backlog exactly; past it, the size is the records past the
+// committed offsets, an upper bound (transaction markers count).
 const maxBacklogScan = 10_000
 
 // backlogRange is where a partition's backlog starts and ends.
@@ -71,12 +79,10 @@ func (s *Server) backlogRanges(ctx context.Context, queue string) (map[int32]bac
 	return out, int32(len(info.Partitions)), nil
 }
 
-// readBacklog calls fn with the tasks of queue in the backlog of its topic
-// in the partitions ranges names, in offset order within a partition
-// (partitions interleave), until fn says a partition is done. The tasks of
-// a lane's other queues are passed over.
-func (s *Server) readBacklog(ctx context.Context, queue string, ranges map[int32]backlogRange, fn func(t onceq.Task, rec *kgo.Record) (done bool)) error {
-	topic := onceq.QueueTopic(queue)
+// readRange calls fn with the records of topic in ranges, transaction
+// markers too, in offset order within a partition (partitions
+// interleave), until fn says a partition is done or its range ends.
+func (s *Server) readRange(ctx context.Context, topic string, ranges map[int32]backlogRange, fn func(rec *kgo.Record) (done bool, err error)) error {
 	from := make(map[int32]int64, len(ranges))
 	for p, r := range ranges {
 		from[p] = r.from
@@ -86,36 +92,72 @@ func (s *Server) readBacklog(ctx context.Context, queue string, ranges map[int32
 		if rec.Offset >= end {
 			return true, nil
 		}
-		last := rec.Offset >= end-1
-		if rec.Attrs.IsControl() {
-			return last, nil
-		}
-		t, err := onceq.FromRecord(rec)
-		if err != nil || t.Queue != queue || s.taken(ctx, queue, &t, rec) {
-			return last, nil // a malformed record is the workers' to dead-letter
-		}
-		return fn(t, rec) || last, nil
+		done, err := fn(rec)
+		return done || rec.Offset >= end-1, err
 	}, kgo.KeepControlRecords())
 }
 
-// taken reports whether a task of the backlog's range is not waiting: it
-// is handed out by this server, or finished, or (of a lane queue, whose
-// destroy cancels its tasks) canceled.
-func (s *Server) taken(ctx context.Context, topic string, t *onceq.Task, rec *kgo.Record) bool {
-	if st, ok := s.pull.ledger.state(leaseKey(topic, t.ID)); ok && (st.Taken || st.Acked) {
-		return true
-	}
-	if onceq.IsLaneQueue(topic) {
-		if c, err := s.in.CancelRequested(ctx, topic, t.ID); err == nil && c {
-			return true
+// readBacklog calls fn with the tasks of queue in the backlog of its topic
+// that wait (stateOf) in the partitions ranges names, in offset order
+// within a partition (partitions interleave), until fn says a partition
+// is done. The tasks of a lane's other queues are passed over.
+func (s *Server) readBacklog(ctx context.Context, queue string, ranges map[int32]backlogRange, fn func(t onceq.Task, rec *kgo.Record) (done bool)) error {
+	return s.readRange(ctx, onceq.QueueTopic(queue), ranges, func(rec *kgo.Record) (bool, error) {
+		if rec.Attrs.IsControl() {
+			return false, nil
 		}
-	}
-	r, err := s.in.Get(ctx, topic, t.ID)
-	return err == nil && r.State.Final() && r.Partition == rec.Partition && r.Offset >= rec.Offset
+		t, err := onceq.FromRecord(rec)
+		if err != nil || t.Queue != queue || s.stateOf(ctx, queue, t.ID, rec.Partition, rec.Offset) != waiting {
+			return false, nil // a malformed record is the workers' to dead-letter
+		}
+		return fn(t, rec), nil
+	})
 }
 
-// backlogSize counts the backlog of topic.
+// backlogState is where a task's record in the backlog's range stands.
+type backlogState int
+
+const (
+	// waiting for a consumer.
+	waiting backlogState = iota
+	// out: handed out or acknowledged (by this server's ledger, which
+	// follows the group's lease topic), or, of a lane queue (whose
+	// destroy cancels its tasks), canceled: not waiting now.
+	out
+	// ended: its run is over (a worker's record names it, or a later run
+	// in its partition; or a final record does), and it never waits
+	// again, though it stays past the group's committed offset while an
+	// earlier record of its partition is unfinished. A task that went
+	// back to its queue, or failed and was retried, left such a record
+	// behind: its copy, later in the partition, is the one that waits.
+	ended
+)
+
+// stateOf says where the record of task id of queue at partition and
+// offset stands.
+func (s *Server) stateOf(ctx context.Context, queue, id string, partition int32, offset int64) backlogState {
+	if st, ok := s.pull.ledger.state(leaseKey(queue, id)); ok && (st.Taken || st.Acked) {
+		return out
+	}
+	if onceq.IsLaneQueue(queue) {
+		if c, err := s.in.CancelRequested(ctx, queue, id); err == nil && c {
+			return out
+		}
+	}
+	r, err := s.in.Get(ctx, queue, id)
+	if err == nil && (r.Worker != "" || r.State.Final()) && r.Partition == partition && r.Offset >= offset {
+		return ended
+	}
+	return waiting
+}
+
+// backlogSize counts the backlog of topic: exactly for a lane queue
+// (laneSize), and for a queue of its own up to maxBacklogScan records,
+// past which it is their number, an upper bound.
 func (s *Server) backlogSize(ctx context.Context, topic string) (int64, error) {
+	if onceq.IsLaneQueue(topic) {
+		return s.laneSize(ctx, topic)
+	}
 	ranges, _, err := s.backlogRanges(ctx, topic)
 	if err != nil {
 		return 0, err
@@ -124,26 +166,11 @@ func (s *Server) backlogSize(ctx context.Context, topic string) (int64, error) {
 	for _, r := range ranges {
 		span += r.end - r.from
 	}
-	if span > maxBacklogScan && !onceq.IsLaneQueue(topic) {
+	if span > maxBacklogScan {
 		return span, nil
 	}
-	// A lane's backlog is every one of its queues': past maxBacklogScan
-	// records, the queue's share of the first ones read of each partition
-	// estimates its size.
-	read, scanned := ranges, span
-	if span > maxBacklogScan {
-		read, scanned = map[int32]backlogRange{}, 0
-		each := int64(maxBacklogScan / len(ranges))
-		for p, r := range ranges {
-			r.end = min(r.end, r.from+max(each, 1))
-			read[p], scanned = r, scanned+r.end-r.from
-		}
-	}
 	var n int64
-	err = s.readBacklog(ctx, topic, read, func(onceq.Task, *kgo.Record) bool { n++; return false })
-	if scanned < span && scanned > 0 {
-		n = n * span / scanned
-	}
+	err = s.readBacklog(ctx, topic, ranges, func(onceq.Task, *kgo.Record) bool { n++; return false })
 	return n, err
 }
 
@@ -164,6 +191,47 @@ func (s *Server) backlogHead(ctx context.Context, topic string) (t onceq.Task, o
 	return t, ok, err
 }
 
+// keyPartition is the partition of a topic of n partitions that the task
+// id of queue is written to: its key's (the key of a task published over
+// HTTP), as every onceq client places it (broker.KeyPartitioner).
+func keyPartition(queue, id string, n int) int32 {
+	return broker.KeyPartition((&onceq.Task{Queue: queue, ID: id}).PartitionKey(), n)
+}
+
+// findTask finds the task id of queue, whose record is rec (nil: none):
+// handed out, where its lease says (spent: the take spent a try); run
+// by a worker, where its record says; else waiting or delayed
+// (waitingTask). A run's queue record that cannot be read (gone past the
+// queue's retention, say) is not found; err is the error of a read of
+// the queue's backlog.
+func (s *Server) findTask(ctx context.Context, queue, id string, rec *onceq.TaskRecord) (t onceq.Task, found, spent bool, err error) {
+	switch st, leased := s.pull.ledger.state(leaseKey(queue, id)); {
+	case leased && st.Taken:
+		t, err = s.taskAt(ctx, queue, st.Partition, st.Offset)
+		return t, err == nil, !st.Freeze, nil
+	case rec != nil && (rec.Worker != "" || rec.State.Final()):
+		t, err = s.taskAt(ctx, queue, rec.Partition, rec.Offset)
+		return t, err == nil, false, nil
+	}
+	// With a producer's record (its submission) or none.
+	var since time.Time
+	if rec != nil {
+		since = rec.Enqueued
+	}
+	t, found, err = s.waitingTask(ctx, queue, id, since)
+	return t, found, false, err
+}
+
+// waitingTask finds the task id of queue that waits to run: in the
+// queue's backlog or, delayed, in the delay buckets (delayedTask); since,
+// when not zero, is its submission time.
+func (s *Server) waitingTask(ctx context.Context, queue, id string, since time.Time) (t onceq.Task, ok bool, err error) {
+	if t, ok, err = s.backlogTask(ctx, queue, id); err != nil || ok {
+		return t, ok, err
+	}
+	return s.delayedTask(ctx, queue, id, since)
+}
+
 // backlogTask finds the task id in the backlog of topic, in the
 // partition its key (a task published over HTTP has none of its own:
 // onceq.Task.PartitionKey) maps to; for a lane queue, also in the one its
@@ -173,10 +241,9 @@ func (s *Server) backlogTask(ctx context.Context, topic, id string) (t onceq.Tas
 	if err != nil || n == 0 {
 		return t, false, err
 	}
-	part := kgo.StickyKeyPartitioner(nil).ForTopic(onceq.QueueTopic(topic))
 	read := map[int32]backlogRange{}
 	for _, key := range [][]byte{(&onceq.Task{Queue: topic, ID: id}).PartitionKey(), []byte(id)} {
-		p := int32(part.Partition(&kgo.Record{Key: key}, int(n)))
+		p := broker.KeyPartition(key, int(n))
 		if r, found := ranges[p]; found {
 			read[p] = r
 		}
@@ -190,6 +257,86 @@ func (s *Server) backlogTask(ctx context.Context, topic, id string) (t onceq.Tas
 		}
 		return ok
 	})
+	return t, ok, err
+}
+
+// clockSkew bounds how far the server's clock, which stamps a task's
+// submission, may be ahead of the brokers', which stamp the delay
+// buckets' records (LogAppendTime).
+const clockSkew = 15 * time.Minute
+
+// delayedTask finds the task id of queue in the delay buckets, where a
+// task published with a delay waits until it is due: in the partition of
+// each bucket topic that its key maps to, among the records the delay
+// service has not moved on (past its group's committed offset) and, when
+// since (its submission) is known, appended since then.
+func (s *Server) delayedTask(ctx context.Context, queue, id string, since time.Time) (t onceq.Task, ok bool, err error) {
+	adm, err := broker.NewAdmin(s.cfg.conn)
+	if err != nil {
+		return t, false, err
+	}
+	defer adm.Close()
+	buckets, err := delay.BucketTopics(ctx, adm)
+	if err != nil || len(buckets) == 0 {
+		return t, false, err
+	}
+	topics := slices.Collect(maps.Keys(buckets))
+	kad := adm.Kadm()
+	starts, err := kad.ListStartOffsets(ctx, topics...)
+	if err != nil {
+		return t, false, fmt.Errorf("the start offsets of the delay buckets: %w", err)
+	}
+	ends, err := kad.ListCommittedOffsets(ctx, topics...)
+	if err != nil {
+		return t, false, fmt.Errorf("the stable offsets of the delay buckets: %w", err)
+	}
+	moved, err := kad.FetchOffsetsForTopics(ctx, delay.DefaultGroup, topics...)
+	if errors.Is(err, kerr.GroupIDNotFound) {
+		moved, err = nil, nil // nothing moved yet
+	}
+	if err != nil {
+		return t, false, fmt.Errorf("the offsets of group %s: %w", delay.DefaultGroup, err)
+	}
+	var after kadm.ListedOffsets
+	if !since.IsZero() {
+		if after, err = kad.ListOffsetsAfterMilli(ctx, since.Add(-clockSkew).UnixMilli(), topics...); err != nil {
+			return t, false, fmt.Errorf("the offsets of the delay buckets at %v: %w", since, err)
+		}
+	}
+	from, end := map[string]map[int32]int64{}, map[string]int64{}
+	for topic, parts := range ends {
+		p := keyPartition(queue, id, len(parts))
+		e, okEnd := ends.Lookup(topic, p)
+		if !okEnd || e.Err != nil {
+			continue
+		}
+		at := int64(0)
+		if o, found := starts.Lookup(topic, p); found && o.Err == nil {
+			at = o.Offset
+		}
+		if o, found := moved.Lookup(topic, p); found && o.Err == nil {
+			at = max(at, o.At)
+		}
+		if o, found := after.Lookup(topic, p); found && o.Err == nil {
+			at = max(at, o.Offset)
+		}
+		if at < e.Offset {
+			from[topic], end[topic] = map[int32]int64{p: at}, e.Offset
+		}
+	}
+	err = broker.ReadTopics(ctx, s.cfg.conn, from, func(rec *kgo.Record) (bool, error) {
+		if rec.Offset >= end[rec.Topic] {
+			return true, nil
+		}
+		last := rec.Offset >= end[rec.Topic]-1
+		if rec.Attrs.IsControl() || ok {
+			return last || ok, nil
+		}
+		if c, err := onceq.FromRecord(rec); err == nil && c.ID == id && c.Queue == queue {
+			t, ok = c, true
+		}
+		return last || ok, nil
+	}, kgo.KeepControlRecords())
 	return t, ok, err
 }
 
@@ -242,19 +389,23 @@ func (s *Server) peekQueue(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// destroy: DELETE /api/{ns}/{queue}, lmstfy's destroy: the queue's
-// backlog is deleted (its records, up to their ends, as Kafka's
-// DeleteRecords does): 204. Tasks handed out, delayed or retrying are not
-// in it and still run.
+// destroyWait bounds a destroy: it reads the backlog and writes a record
+// of each of its tasks.
+const destroyWait = time.Minute
+
+// destroy: DELETE /api/{ns}/{queue}, lmstfy's destroy: the tasks of the
+// queue's backlog end canceled, with the reason destroyed, and are
+// deleted (its records up to their ends, as Kafka's DeleteRecords does):
+// 204. Tasks handed out, delayed or retrying are not in it and still run.
 func (s *Server) destroy(w http.ResponseWriter, r *http.Request) {
 	topic, err := s.queueOf(r)
 	if err != nil {
 		writeError(w, err)
 		return
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), backlogWait)
+	ctx, cancel := context.WithTimeout(r.Context(), destroyWait)
 	defer cancel()
-	ranges, _, err := s.backlogRanges(ctx, topic)
+	ranges, n, err := s.backlogRanges(ctx, topic)
 	if err != nil {
 		writeError(w, backlogError(err))
 		return
@@ -274,6 +425,13 @@ func (s *Server) destroy(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusNoContent)
 		return
 	}
+	// Recorded first: a destroy that fails after leaves tasks recorded
+	// canceled that a worker may still run, whose record then says so;
+	// one that failed before would leave them pending forever.
+	if err := s.recordDestroyed(ctx, topic, ranges, n); err != nil {
+		writeError(w, backlogError(err))
+		return
+	}
 	upTo := make(map[int32]int64, len(ranges))
 	for p, rg := range ranges {
 		upTo[p] = rg.end
@@ -283,6 +441,65 @@ func (s *Server) destroy(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
+}
+
+// ReasonDestroyed is the reason of a task canceled because its queue's
+// backlog was destroyed (DELETE /api/{ns}/{queue}) before it ran.
+const ReasonDestroyed = "destroyed"
+
+// recordDestroyed records each task of the backlog of queue, of
+// partitions partitions, in ranges canceled with ReasonDestroyed: their
+// queue records are about to be deleted, so no worker ever ends them.
+// Each record names the queue record it ends, and goes with the records
+// the workers write of its partition (keyed <queue>/<partition>, as
+// consumer/partition.go keys them), after them; it has no worker, so the
+// view lets it replace a waiting task's record but not a worker's final
+// one (a task a server held for its consumers may still run).
+func (s *Server) recordDestroyed(ctx context.Context, queue string, ranges map[int32]backlogRange, partitions int32) error {
+	if len(ranges) == 0 {
+		return nil
+	}
+	adm, err := broker.NewAdmin(s.cfg.conn)
+	if err != nil {
+		return err
+	}
+	spec := broker.RecordsSpec(queue, partitions, 0)
+	_, err = adm.EnsureTopics(ctx, []broker.TopicSpec{spec})
+	adm.Close()
+	if err != nil {
+		return fmt.Errorf("the task records topic %s: %w", spec.Name, err)
+	}
+	cl, err := s.cfg.conn.NewClient()
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	var mu sync.Mutex
+	var failed error
+	now := time.Now()
+	err = s.readBacklog(ctx, queue, ranges, func(t onceq.Task, rec *kgo.Record) bool {
+		tr := onceq.TaskRecord{ID: t.ID, Queue: queue, State: onceq.StateCanceled, Attempt: t.Attempt, MaxAttempts: t.MaxAttempts,
+			Priority: t.Priority, Enqueued: t.Enqueued, Finished: now, Reason: ReasonDestroyed, Error: "its queue's backlog was destroyed",
+			Partition: rec.Partition, Offset: rec.Offset}
+		key := []byte(queue + "/" + strconv.Itoa(int(rec.Partition)))
+		cl.Produce(ctx, &kgo.Record{Topic: spec.Name, Key: key, Value: tr.AppendJSON(nil)}, func(_ *kgo.Record, err error) {
+			if err != nil {
+				mu.Lock()
+				failed = cmp.Or(failed, err)
+				mu.Unlock()
+			}
+		})
+		return false
+	})
+	if err == nil {
+		err = cl.Flush(ctx)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if err = cmp.Or(err, failed); err != nil {
+		return fmt.Errorf("recording the destroyed tasks canceled: %w", err)
+	}
+	return nil
 }
 
 // deleteRecords deletes the records of topic below the offsets of upTo.

@@ -44,6 +44,9 @@ type Server struct {
 	m         *metrics
 	gather    prometheus.Gatherer
 	pull      pull
+	// laneBacklog is what the server read of its lane's backlog, for
+	// the sizes of lane queues (lanesize.go).
+	laneBacklog laneBacklog
 	// sides are the side services the server runs (DelayService,
 	// WorkflowService, Scheduler); stopSides stops them, sidesDone is
 	// closed once they stopped, with sidesErr.

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 	"strings"
 	"time"
 
@@ -189,6 +190,30 @@ func (s *Server) shown(ns string, st workflow.Status) json.RawMessage {
 		}
 	}
 	return mustJSON(st)
+}
+
+// knownWorkflow is a bulk element's answer for the workflow kept as id,
+// which was known, so that nothing was written: its ID as the namespace
+// gave it, its workflow_state, and in msg the way on for one that
+// failed (over HTTP, the retry endpoint for one that did not start). It
+// has no task state: its start task's ("succeeded" for a workflow that
+// started, whatever became of its steps) is not the workflow's.
+func (s *Server) knownWorkflow(r *http.Request, id string) (published, error) {
+	st, err := workflow.Get(r.Context(), s.in, id)
+	if err != nil {
+		return published{}, lookupError(err)
+	}
+	shown := s.shownID(r.PathValue("ns"), id)
+	msg := workflow.Submission{ID: shown, Status: st}.Known()
+	if st.Retryable() {
+		msg = "known, in state " + string(st.State)
+		if st.Reason != "" {
+			msg += ": " + st.Reason
+		}
+		msg += "; it did not start: once its cause is fixed, retry it with POST /api/" + r.PathValue("ns") + "/" +
+			r.PathValue("queue") + "/workflow/" + url.PathEscape(shown) + "/retry"
+	}
+	return published{Msg: msg, JobID: shown, Workflow: true, WorkflowState: st.State}, nil
 }
 
 // outside reports whether a task of s is of a queue in does not hold.

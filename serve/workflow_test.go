@@ -140,7 +140,7 @@ func TestWorkflows(t *testing.T) {
 
 	// Known IDs say so; a retry names the way when it cannot run.
 	code, body = a.do("POST", "/api/shop/orders/bulk", tok, `[{"id":"daily","chain":[{"payload":"again"}]}]`)
-	if jobs, _ := body["jobs"].([]any); code != 201 || len(jobs) != 1 ||
+	if jobs, _ := body["jobs"].([]any); code != 200 || len(jobs) != 1 ||
 		jobs[0].(map[string]any)["workflow_state"] != "succeeded" || jobs[0].(map[string]any)["msg"] != "known, in state succeeded" {
 		t.Fatalf("bulk of a known workflow: %d %v; want it known, succeeded", code, body)
 	}
@@ -273,5 +273,81 @@ func consumeInto(t *testing.T, a *api, tok, queue string, count int, out any) {
 	defer resp.Body.Close()
 	if err := json.NewDecoder(resp.Body).Decode(out); err != nil || resp.StatusCode != 200 {
 		t.Fatalf("consume of %s: %d %v", queue, resp.StatusCode, err)
+	}
+}
+
+// TestResubmittedWorkflowAnswer: a bulk publish of a workflow ID that is
+// known writes nothing and says so: 200 "already known" (201 "published"
+// once any element is new), the element with the workflow's state and
+// the way on, and no task state (its start task's, "succeeded" for a
+// workflow that started and failed at a step, is not the workflow's). A
+// workflow that failed before it started names the HTTP retry as its way
+// on.
+func TestResubmittedWorkflowAnswer(t *testing.T) {
+	a := start(t, serve.CreateQueues(1), serve.WorkflowService(false))
+	tok := a.token("shop", false)
+	ctx, cancel := context.WithCancel(context.Background())
+	svcDone := make(chan error, 1)
+	t.Cleanup(func() {
+		cancel()
+		if svc := <-svcDone; svc != nil && !errors.Is(svc, context.Canceled) {
+			t.Errorf("workflow service: %v", svc)
+		}
+	})
+
+	// nightly starts, and fails at its first step: taken, not acknowledged
+	// within its ttr, with one try.
+	line := `[{"id":"nightly","chain":[{"queue":"steps","payload":"a","max_attempts":1},{"queue":"steps","payload":"b"}]}]`
+	if code, body := a.do("POST", "/api/shop/steps/bulk", tok, line); code != 201 {
+		t.Fatalf("bulk: %d %v", code, body)
+	}
+	// early never starts: its queue is gone when the service reads it.
+	if code, body := a.do("POST", "/api/shop/steps/bulk", tok, `[{"id":"early","chain":[{"queue":"gone","payload":"x"}]}]`); code != 201 {
+		t.Fatalf("bulk: %d %v", code, body)
+	}
+	adm, err := broker.NewAdmin(a.conn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer adm.Close()
+	if _, err := adm.Kadm().DeleteTopics(ctx, "shop.gone"); err != nil {
+		t.Fatal(err)
+	}
+	svc, err := workflow.NewService(workflow.Conn(a.conn), workflow.Dir(t.TempDir()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { svcDone <- svc.Run(ctx) }()
+	code, body := a.do("GET", "/api/shop/steps?ttr=1&timeout=30", tok, "")
+	if code != 200 || body["job_id"] != "shop/nightly/0" {
+		t.Fatalf("consume of the first step: %d %v", code, body)
+	}
+	for _, id := range []string{"nightly", "early"} {
+		code, body = a.do("GET", "/api/shop/steps/workflow/"+id+"/wait?timeout=60", tok, "")
+		if code != 200 || body["state"] != "failed" {
+			t.Fatalf("workflow %s: %d %v; want failed", id, code, body)
+		}
+	}
+
+	for _, tc := range []struct{ id, line, way string }{
+		{"nightly", line, "its steps ran under their IDs, which run once: submit it again under a new ID"},
+		{"early", `[{"id":"early","chain":[{"queue":"steps","payload":"x"}]}]`,
+			"it did not start: once its cause is fixed, retry it with POST /api/shop/steps/workflow/early/retry"},
+	} {
+		code, body = a.do("POST", "/api/shop/steps/bulk", tok, tc.line)
+		jobs, _ := body["jobs"].([]any)
+		if code != 200 || body["msg"] != "already known" || len(jobs) != 1 {
+			t.Fatalf("bulk of the failed workflow %s again: %d %v; want 200, already known", tc.id, code, body)
+		}
+		j := jobs[0].(map[string]any)
+		msg, _ := j["msg"].(string)
+		if _, has := j["state"]; has || j["job_id"] != tc.id || j["new"] != false || j["workflow"] != true || j["workflow_state"] != "failed" ||
+			!strings.HasPrefix(msg, "known, in state failed: ") || !strings.HasSuffix(msg, "; "+tc.way) {
+			t.Errorf("the known workflow %s: %v; want its workflow_state failed, no task state, and the way on %q", tc.id, j, tc.way)
+		}
+	}
+	code, body = a.do("POST", "/api/shop/steps/bulk", tok, `[{"id":"nightly","chain":[{"payload":"a"}]},{"payload":"new"}]`)
+	if jobs, _ := body["jobs"].([]any); code != 201 || body["msg"] != "published" || len(jobs) != 2 || jobs[1].(map[string]any)["new"] != true {
+		t.Fatalf("bulk of a known workflow and a new task: %d %v; want 201, published", code, body)
 	}
 }
