@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -379,6 +380,15 @@ func TestRateLimit(t *testing.T) {
 	}
 	if _, err := serve.New(context.Background(), serve.RateLimit(5, 0)); !errors.Is(err, serve.ErrConfig) {
 		t.Fatalf("a rate without a burst: %v; want ErrConfig", err)
+	}
+	// A rate that is not a number, infinite, or so low that a wait for
+	// the next request overflows a duration, is refused before anything
+	// connects, as is a negative burst.
+	for _, opt := range []serve.Opt{serve.RateLimit(math.NaN(), 10), serve.RateLimit(math.Inf(1), 10), serve.RateLimit(math.Inf(-1), 10),
+		serve.RateLimit(1e-300, 10), serve.RateLimit(0, -1)} {
+		if err := serve.Check(opt); !errors.Is(err, serve.ErrConfig) || !strings.Contains(err.Error(), "RateLimit") {
+			t.Errorf("Check(%v): %v; want ErrConfig naming RateLimit", opt, err)
+		}
 	}
 }
 

@@ -105,6 +105,45 @@ func TestServeCommand(t *testing.T) {
 	}
 }
 
+// TestServeFlagsRefusedByName: every flag serve refuses is named by
+// itself with what it takes, all of them at once, exit 2, before the
+// brokers are reached (there are none at --brokers): an address flag's
+// port out of range is blamed on that flag (not on --metrics-addr), and a
+// rate of NaN or Inf, a partition count past what a topic takes, or a
+// retention too short are refused.
+func TestServeFlagsRefusedByName(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"--listen", ":99999"}, []string{`--listen ":99999": invalid listen address`, "0 to 65535"}},
+		{[]string{"--admin-listen", "127.0.0.1:99999"}, []string{`--admin-listen "127.0.0.1:99999": invalid listen address`}},
+		{[]string{"--rate-limit", "NaN"}, []string{`--rate-limit "NaN/s, burst 100"`, "a finite rate of 0.00001"}},
+		{[]string{"--rate-limit", "Inf"}, []string{`--rate-limit "+Inf/s, burst 100"`, "a finite rate"}},
+		{[]string{"--rate-limit", "-1"}, []string{`--rate-limit "-1/s`}},
+		{[]string{"--rate-limit", "1e-9"}, []string{"--rate-limit", "0.00001 (about one a day) or more"}},
+		{[]string{"--rate-burst", "-1"}, []string{`--rate-burst/--rate-limit "0/s, burst -1"`}},
+		{[]string{"--create-queues", "100000"}, []string{"--create-queues 100000: want a partition count from 1 to 10000"}},
+		{[]string{"--retention", "1s"}, []string{"--retention 1s: want 1m"}},
+		{[]string{"--retention", "-1h"}, []string{"--retention -1h0m0s: want 1m"}},
+		// All at once.
+		{[]string{"--listen", ":99999", "--rate-limit", "NaN", "--create-queues", "0", "--max-conns", "0"},
+			[]string{`--listen ":99999"`, `--rate-limit "NaN`, "--create-queues 0", "--max-conns 0"}},
+	} {
+		args := append([]string{"serve", "--brokers", "127.0.0.1:1"}, tc.args...)
+		code, _, stderr := runCLI(t, "", args...)
+		if code != exitUsage || strings.Contains(stderr, "--metrics-addr") || strings.Contains(stderr, "dial") {
+			t.Errorf("onceq %s: exit %d, stderr %q; want exit 2, before dialing, without --metrics-addr", strings.Join(args, " "), code, stderr)
+			continue
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(stderr, w) {
+				t.Errorf("onceq %s: stderr %q; want %q in it", strings.Join(args, " "), stderr, w)
+			}
+		}
+	}
+}
+
 // TestServeTLS: with --https-cert and --https-key the server answers HTTPS
 // with the certificate, and plain HTTP gets no answer of the API.
 func TestServeTLS(t *testing.T) {

@@ -116,10 +116,11 @@ type Server struct {
 	srv *http.Server
 }
 
-// CheckAddr checks a listen address without listening: host:port with a
-// port from 0 (any free port) to 65535; the host may be empty (every
-// interface). The error wraps ErrAddress.
-func CheckAddr(addr string) error {
+// CheckAddr checks the listen address addr of the flag named flag
+// ("listen", "metrics-addr"), without listening: host:port with a port
+// from 0 (any free port) to 65535; the host may be empty (every
+// interface). The error names the flag and wraps ErrAddress.
+func CheckAddr(flag, addr string) error {
 	_, port, err := net.SplitHostPort(addr)
 	if err == nil {
 		if n, perr := strconv.Atoi(port); perr != nil || n < 0 || n > 65535 {
@@ -127,19 +128,21 @@ func CheckAddr(addr string) error {
 		}
 	}
 	if err != nil {
-		return fmt.Errorf("ops: --metrics-addr %q: %w: want host:port, for example 127.0.0.1:9464 (%v)", addr, ErrAddress, err)
+		return fmt.Errorf("ops: --%s %q: %w: want host:port, for example 127.0.0.1:9464, or :9464 for every interface (%v)", flag, addr, ErrAddress, err)
 	}
 	return nil
 }
 
 // Listen binds addr and starts serving in the background: /metrics from
 // reg, /healthz and /readyz from health (nil: always ok). A malformed addr
-// is an error wrapping ErrAddress; one that cannot be bound, ErrListen.
+// is an error wrapping ErrAddress; one that cannot be bound, ErrListen;
+// both name addr as --metrics-addr, the flag of every command that serves
+// them.
 //
 // /healthz and /readyz answer 200 "ok", or 503 with one line per
 // component that is not healthy (ready), naming it.
 func Listen(addr string, reg *prometheus.Registry, health *Health, log *slog.Logger) (*Server, error) {
-	if err := CheckAddr(addr); err != nil {
+	if err := CheckAddr("metrics-addr", addr); err != nil {
 		return nil, err
 	}
 	ln, err := net.Listen("tcp", addr)
