@@ -88,12 +88,28 @@ func taskError(err error) error {
 		return &apiError{status: http.StatusBadRequest, field: e.Field, msg: strings.TrimPrefix(e.Error(), "onceq: ")}
 	case errors.Is(err, producer.ErrQueueNotFound):
 		return &apiError{status: http.StatusNotFound, field: "queue", msg: "the queue does not exist and this server does not create queues (--no-create-queues): create it with onceq topics create"}
+	case errors.Is(err, producer.ErrCreateQueue):
+		return createFailed(err)
 	case errors.Is(err, control.ErrDuplicateID):
 		return &apiError{status: http.StatusBadRequest, field: "id", msg: err.Error()}
 	case errors.Is(err, workflow.ErrInvalid):
 		return &apiError{status: http.StatusBadRequest, msg: err.Error()}
 	}
 	return err
+}
+
+// createFailed answers a publish whose queue does not exist and could
+// not be created (the brokers refused it, or did not answer): 503, with
+// their reason. Nothing was written.
+func createFailed(err error) *apiError {
+	// The producer's words, without what wraps them: `queue "shop.q":
+	// cannot create the queue (8 partitions): <the brokers' reason>`.
+	msg := err.Error()
+	if i := strings.LastIndex(msg, "producer: queue "); i >= 0 {
+		msg = msg[i+len("producer: "):]
+	}
+	return &apiError{status: http.StatusServiceUnavailable, field: "queue",
+		msg: msg + ": create it with onceq topics create, or mend what the brokers refused, then publish again"}
 }
 
 // published is the answer to a publish.
