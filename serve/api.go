@@ -147,13 +147,13 @@ func (s *Server) publish(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	spec, err := lmstfySpec(r)
+	spec, attrBytes, err := lmstfySpec(r)
 	if err != nil {
 		writeError(w, err)
 		return
 	}
 	spec.Queue = topic
-	if spec.Payload, err = readBody(w, r, s.cfg.maxPayload, "--max-payload-bytes"); err != nil {
+	if spec.Payload, err = readPayload(w, r, payloadLimit{s.cfg.maxPayload, attrBytes}); err != nil {
 		writeError(w, err)
 		return
 	}
@@ -183,12 +183,13 @@ func (s *Server) publish(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, status, answer(subs[0]))
 }
 
-// readBody reads a request's body, at most limit bytes: past it, 413.
-func readBody(w http.ResponseWriter, r *http.Request, limit int, flag string) ([]byte, error) {
+// readBody reads a request's body, at most limit bytes: past it, 413
+// naming the limit (what, such as "the server's --max-bulk-bytes").
+func readBody(w http.ResponseWriter, r *http.Request, limit int, what string) ([]byte, error) {
 	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, int64(limit)))
 	var tooLarge *http.MaxBytesError
 	if errors.As(err, &tooLarge) {
-		return nil, &apiError{status: http.StatusRequestEntityTooLarge, field: "body", msg: fmt.Sprintf("body too large: at most %d bytes (the server's %s)", limit, flag)}
+		return nil, &apiError{status: http.StatusRequestEntityTooLarge, field: "body", msg: fmt.Sprintf("body too large: at most %d bytes (%s)", limit, what)}
 	}
 	if errors.Is(err, os.ErrDeadlineExceeded) {
 		return nil, &apiError{status: http.StatusRequestTimeout, field: "body", msg: "the body did not arrive within the server's --body-read-timeout: send it at once"}
@@ -209,7 +210,7 @@ func (s *Server) bulk(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	body, err := readBody(w, r, s.cfg.maxBulk, "--max-bulk-bytes")
+	body, err := readBody(w, r, s.cfg.maxBulk, "the server's --max-bulk-bytes")
 	if err != nil {
 		writeError(w, err)
 		return
@@ -252,9 +253,10 @@ func (s *Server) bulk(w http.ResponseWriter, r *http.Request) {
 			writeError(w, indexed(i, taskError(err)))
 			return
 		}
-		if len(tasks[i].Payload) > s.cfg.maxPayload {
+		// Its headers count with its payload, as a publish's attributes do.
+		if hs := headerBytes(tasks[i].Headers); len(tasks[i].Payload)+hs > s.cfg.maxPayload {
 			writeError(w, &apiError{status: http.StatusRequestEntityTooLarge, field: fmt.Sprintf("[%d].payload", i),
-				msg: fmt.Sprintf("task %d: payload of %d bytes: at most %d (the server's --max-payload-bytes)", i, len(tasks[i].Payload), s.cfg.maxPayload)})
+				msg: fmt.Sprintf("task %d: payload of %d bytes and headers of %d: at most %d together (the server's --max-payload-bytes)", i, len(tasks[i].Payload), hs, s.cfg.maxPayload)})
 			return
 		}
 	}
@@ -295,6 +297,15 @@ func (s *Server) bulk(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	writeJSON(w, http.StatusCreated, map[string]any{"msg": "published", "jobs": out})
+}
+
+// headerBytes is what a task's headers take: their keys and values.
+func headerBytes(hs []onceq.Header) int {
+	n := 0
+	for _, h := range hs {
+		n += len(h.Key) + len(h.Value)
+	}
+	return n
 }
 
 // indexed names the array element an error is about.
@@ -460,7 +471,7 @@ func (s *Server) cancel(w http.ResponseWriter, r *http.Request) {
 	}
 	// The body is the result of a task handed out; which it is, the lease
 	// topic says once read to its end, in acknowledge.
-	result, err := readBody(w, r, consumer.DefaultMaxResultBytes, "result limit, consumer.DefaultMaxResultBytes")
+	result, err := readBody(w, r, consumer.DefaultMaxResultBytes, "the server's result limit, consumer.DefaultMaxResultBytes")
 	if err != nil {
 		writeError(w, err) // the lease stays: acknowledge again with a smaller result
 		return

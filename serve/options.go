@@ -103,8 +103,9 @@ func CreateQueues(partitions int32) Opt {
 // each queue is a topic of its own, <ns>.<q>.
 func Lane(name string) Opt { return optFunc(func(cfg *config) { cfg.lane = name }) }
 
-// MaxPayloadBytes bounds a task's payload: a larger one is answered 413.
-// Default DefaultMaxPayloadBytes (256 KiB).
+// MaxPayloadBytes bounds a task's payload with its attributes (lmstfy's
+// Job-Attr-* headers as sent, a bulk task's headers): a larger one is
+// answered 413. Default DefaultMaxPayloadBytes (256 KiB).
 func MaxPayloadBytes(n int) Opt { return optFunc(func(cfg *config) { cfg.maxPayload = n }) }
 
 // MaxBulkBytes bounds a bulk publish's body. Default DefaultMaxBulkBytes

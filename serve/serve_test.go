@@ -87,9 +87,18 @@ func (a *api) token(ns string, readOnly bool) string {
 // do sends a request and returns the status and the decoded JSON body.
 func (a *api) do(method, path, token, body string) (int, map[string]any) {
 	a.t.Helper()
+	return a.doWith(method, path, token, body, nil)
+}
+
+// doWith is do with headers of its own.
+func (a *api) doWith(method, path, token, body string, header http.Header) (int, map[string]any) {
+	a.t.Helper()
 	req, err := http.NewRequest(method, a.url+path, strings.NewReader(body))
 	if err != nil {
 		a.t.Fatal(err)
+	}
+	for k, vs := range header {
+		req.Header[k] = vs
 	}
 	if token != "" {
 		req.Header.Set("X-Token", token)

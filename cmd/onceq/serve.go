@@ -71,7 +71,7 @@ them.`,
 	fl.Int32Var(&f.partitions, "create-queues", serve.DefaultPartitions, fmt.Sprintf("partitions of a queue created by its first publish (1 to %d)", broker.MaxPartitions))
 	fl.BoolVar(&f.noCreate, "no-create-queues", false, "refuse to publish to a queue that does not exist")
 	fl.StringVar(&f.lane, "lane", "", "put every namespace's queues on this lane, as lane queues <lane>/<ns>.<queue> (empty: a topic per queue)")
-	fl.IntVar(&f.maxPayload, "max-payload-bytes", serve.DefaultMaxPayloadBytes, "largest task payload accepted (larger: 413)")
+	fl.IntVar(&f.maxPayload, "max-payload-bytes", serve.DefaultMaxPayloadBytes, "largest task payload accepted, its Job-Attr-* headers or bulk headers included (larger: 413)")
 	fl.IntVar(&f.maxBulk, "max-bulk-bytes", serve.DefaultMaxBulkBytes, "largest bulk publish body accepted (larger: 413)")
 	fl.StringVar(&f.viewDir, "view-dir", "", "keep the task records' view in this directory (default: in memory)")
 	fl.DurationVar(&f.retention, "retention", 7*24*time.Hour, "how long finished tasks stay visible (1m or more): the workers' --result-retention")
