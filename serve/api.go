@@ -56,6 +56,9 @@ func seconds(v string) string {
 // timeout, tries and priority.
 func specOf(q url.Values) (onceq.Spec, error) {
 	s := onceq.Spec{ID: q.Get("id"), Delay: seconds(q.Get("delay")), TTL: seconds(q.Get("ttl")), Timeout: seconds(q.Get("timeout"))}
+	if err := checkPathID("id", s.ID); err != nil {
+		return s, err
+	}
 	if s.TTL == "0s" {
 		s.TTL = "" // lmstfy: 0 is forever
 	}
@@ -246,6 +249,9 @@ func (s *Server) bulk(w http.ResponseWriter, r *http.Request) {
 				spec.Queue = r.PathValue("queue")
 			}
 			if spec.Queue, err = s.topicOf(ns, spec.Queue); err == nil {
+				err = checkPathID("id", spec.ID)
+			}
+			if err == nil {
 				tasks[i], err = spec.Task(now, func(f string) string { return "[" + strconv.Itoa(i) + "]." + f })
 			}
 		}
