@@ -20,7 +20,10 @@
 //
 // Every request's header must arrive within ReadHeaderTimeout and its
 // body within BodyReadTimeout, and a Listener holds at most MaxConns
-// connections: serve Handler with HTTPServer on a Listener.
+// connections, of which those that carry no request give their place to
+// the next: serve Handler with HTTPServer on a Listener. Healthy and
+// Ready answer /healthz and /readyz, for probes served on a listener of
+// their own as well (onceq serve --metrics-addr).
 //
 // # Endpoints
 //

@@ -17,7 +17,7 @@ import (
 
 type serveFlags struct {
 	listen, tlsCert, tlsKey, viewDir string
-	adminListen                      string
+	adminListen, metricsAddr         string
 	dataDir, pullGroup, lane         string
 	insecure, noCreate, delaySvc     bool
 	workflowSvc, scheduler           bool
@@ -49,6 +49,12 @@ parameter; a read-only token does not write. --insecure-no-auth opens every
 endpoint and logs a warning. SIGINT or SIGTERM stops accepting requests, lets
 those in flight finish (at most --shutdown-timeout), then exits.
 
+Each listener holds at most --max-conns connections; one that carries no
+request (idle between requests, or still sending its header) gives its place
+to the next, so idle connections cannot keep requests out. --metrics-addr
+serves /metrics, /healthz and /readyz on a listener of their own, for probes
+that must answer whatever the API's listeners hold.
+
 The server runs the side services its flags ask for (--delay-service,
 --workflow-service, --scheduler), as onceq worker does, under the same policy:
 one that stops (a state directory under --data-dir it cannot write, a broker
@@ -65,6 +71,7 @@ them.`,
 	fl := cmd.Flags()
 	fl.StringVar(&f.listen, "listen", "127.0.0.1:7700", "serve on this address")
 	fl.StringVar(&f.adminListen, "admin-listen", "", "serve the admin API (POST, GET /token/{ns}, DELETE /token/{ns}/{token}, GET /info, /version, /pools) here, for operators' tokens (empty: off)")
+	fl.StringVar(&f.metricsAddr, "metrics-addr", "", "serve /metrics, /healthz and /readyz here too, without a token, on a listener of their own outside --max-conns: point probes here (empty: off)")
 	fl.StringVar(&f.tlsCert, "https-cert", "", "serve HTTPS with this certificate (PEM), with --https-key (--tls-cert is the brokers' client certificate)")
 	fl.StringVar(&f.tlsKey, "https-key", "", "the HTTPS certificate's private key (PEM)")
 	fl.BoolVar(&f.insecure, "insecure-no-auth", false, "serve every endpoint without a token (logs a warning)")
@@ -86,7 +93,7 @@ them.`,
 	setsOption(fl, "RateLimit", "rate-limit", "rate-burst")
 	fl.DurationVar(&f.headerTimeout, "read-header-timeout", serve.DefaultReadHeaderTimeout, "a request's header must arrive within this")
 	fl.DurationVar(&f.bodyTimeout, "body-read-timeout", serve.DefaultBodyReadTimeout, "a request's body must arrive within this of its start (slower: 408, or the connection closed)")
-	fl.IntVar(&f.maxConns, "max-conns", serve.DefaultMaxConns, "connections open at once on each listener (past it: the next waits for one to close)")
+	fl.IntVar(&f.maxConns, "max-conns", serve.DefaultMaxConns, "connections open at once on each listener; past it, the next takes the place of one idle (no request in flight) or waits for one to end")
 	setsOption(fl, "ReadHeaderTimeout", "read-header-timeout")
 	setsOption(fl, "BodyReadTimeout", "body-read-timeout")
 	setsOption(fl, "MaxConns", "max-conns")
@@ -101,6 +108,11 @@ func (f *serveFlags) check() error {
 	}
 	if f.adminListen != "" {
 		if err := ops.CheckAddr("admin-listen", f.adminListen); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if f.metricsAddr != "" {
+		if err := ops.CheckAddr("metrics-addr", f.metricsAddr); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -160,7 +172,8 @@ func (f *serveFlags) run(cmd *cobra.Command, g *globals) error {
 	}
 	startCtx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	srv, err := serve.New(startCtx, append(opts, serve.Conn(conn), serve.Logger(g.log), serve.Registerer(ops.NewRegistry()))...)
+	reg := ops.NewRegistry()
+	srv, err := serve.New(startCtx, append(opts, serve.Conn(conn), serve.Logger(g.log), serve.Registerer(reg))...)
 	if errors.Is(err, serve.ErrConfig) {
 		return flagError(cmd.Flags(), err)
 	}
@@ -168,6 +181,17 @@ func (f *serveFlags) run(cmd *cobra.Command, g *globals) error {
 		return err
 	}
 	defer srv.Close()
+	if f.metricsAddr != "" {
+		// Probes on a listener of their own: no connection to the API's
+		// listeners, however many, delays them.
+		health := &ops.Health{}
+		health.Register("serve", srv)
+		ms, err := ops.Listen(f.metricsAddr, reg, health, g.log)
+		if err != nil {
+			return err
+		}
+		defer ms.Close()
+	}
 	ln, err := net.Listen("tcp", f.listen)
 	if err != nil {
 		return fmt.Errorf("--listen %s: %w", f.listen, err)
