@@ -7,10 +7,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -186,23 +184,6 @@ func (s *Server) publish(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, status, answer(subs[0]))
 }
 
-// readBody reads a request's body, at most limit bytes: past it, 413
-// naming the limit (what, such as "the server's --max-bulk-bytes").
-func readBody(w http.ResponseWriter, r *http.Request, limit int, what string) ([]byte, error) {
-	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, int64(limit)))
-	var tooLarge *http.MaxBytesError
-	if errors.As(err, &tooLarge) {
-		return nil, &apiError{status: http.StatusRequestEntityTooLarge, field: "body", msg: fmt.Sprintf("body too large: at most %d bytes (%s)", limit, what)}
-	}
-	if errors.Is(err, os.ErrDeadlineExceeded) {
-		return nil, &apiError{status: http.StatusRequestTimeout, field: "body", msg: "the body did not arrive within the server's --body-read-timeout: send it at once"}
-	}
-	if err != nil {
-		return nil, &apiError{status: http.StatusBadRequest, field: "body", msg: "reading the body: " + err.Error()}
-	}
-	return b, nil
-}
-
 // bulk: POST /api/{ns}/{queue}/bulk, a JSON array of tasks written as
 // onceq produce's JSON lines (queue defaults to the path's, and names a
 // queue of the same namespace), submitted in one transaction, all or
@@ -303,15 +284,6 @@ func (s *Server) bulk(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	writeJSON(w, http.StatusCreated, map[string]any{"msg": "published", "jobs": out})
-}
-
-// headerBytes is what a task's headers take: their keys and values.
-func headerBytes(hs []onceq.Header) int {
-	n := 0
-	for _, h := range hs {
-		n += len(h.Key) + len(h.Value)
-	}
-	return n
 }
 
 // indexed names the array element an error is about.

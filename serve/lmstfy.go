@@ -145,40 +145,6 @@ func attributesFrom(h http.Header) (attrs []onceq.Header, sent int, err error) {
 	return attrs, sent, nil
 }
 
-// payloadLimit is what a job's payload may take: MaxPayloadBytes (max)
-// less what its Job-Attr-* headers took as sent (attrs). A job's payload
-// and attributes count together, so that no header carries past the
-// limit what the body may not.
-type payloadLimit struct{ max, attrs int }
-
-// bytes is the payload's limit.
-func (l payloadLimit) bytes() int { return l.max - l.attrs }
-
-// String names the limit, for a 413's message.
-func (l payloadLimit) String() string {
-	if l.attrs == 0 {
-		return "the server's --max-payload-bytes"
-	}
-	return fmt.Sprintf("the server's --max-payload-bytes, %d, less the %d bytes of the Job-Attr-* headers", l.max, l.attrs)
-}
-
-// check refuses attributes that take more than the whole limit: 413.
-func (l payloadLimit) check() error {
-	if l.attrs <= l.max {
-		return nil
-	}
-	return &apiError{status: http.StatusRequestEntityTooLarge, field: "Job-Attr",
-		msg: fmt.Sprintf("the Job-Attr-* headers take %d bytes as sent: a job's attributes and payload take at most %d bytes together (the server's --max-payload-bytes)", l.attrs, l.max)}
-}
-
-// readPayload reads a job's body, its payload, within l: past it, 413.
-func readPayload(w http.ResponseWriter, r *http.Request, l payloadLimit) ([]byte, error) {
-	if err := l.check(); err != nil {
-		return nil, err
-	}
-	return readBody(w, r, l.bytes(), l.String())
-}
-
 // lowerASCII lowers the ASCII letters of s and keeps its other bytes:
 // strings.ToLower would turn bytes that are not UTF-8 into U+FFFD, three
 // bytes each, past the key's limit. (net/http admits only ASCII tokens
