@@ -118,7 +118,7 @@ func checkFlags(t *testing.T, where string, c command) string {
 	// --help does not reach.
 	for _, name := range addrFlags {
 		if v, ok := c.get(name); ok {
-			if err := ops.CheckAddr(v); err != nil {
+			if err := ops.CheckAddr(name, v); err != nil {
 				t.Errorf("%s: --%s: %v", where, name, err)
 			}
 		}

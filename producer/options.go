@@ -151,16 +151,16 @@ func TaskTimeout(d time.Duration) Opt {
 	})
 }
 
-// CreateQueues creates missing queues with the given partitions on first
-// use. By default (zero) a task for a queue that does not exist is refused
+// CreateQueues creates missing queues with the given partitions (1 to
+// broker.MaxPartitions) on first use. By default (zero) a task for a queue that does not exist is refused
 // with an error naming the queue and how to create it ("onceq topics
 // create QUEUE"): a typo in a queue name then fails at once instead of
 // creating a queue no worker reads. Delay bucket topics, onceq's own, are
 // always created when missing.
 func CreateQueues(partitions int32) Opt {
 	return optFunc(func(cfg *config) {
-		if partitions < 0 {
-			cfg.bad("CreateQueues", partitions, "want zero (refuse missing queues) or a partition count")
+		if partitions < 0 || partitions > broker.MaxPartitions {
+			cfg.bad("CreateQueues", partitions, "want zero (refuse missing queues) or a partition count from 1 to %d", broker.MaxPartitions)
 		}
 		cfg.createPartitions = partitions
 	})

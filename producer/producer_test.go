@@ -542,6 +542,7 @@ func TestOptionErrors(t *testing.T) {
 		{producer.TaskPriority(-1), "TaskPriority -1: want 0 (the default, the lowest) to 9 (the highest)"},
 		{producer.TaskPriority(10), "TaskPriority 10: want 0 (the default, the lowest) to 9"},
 		{producer.CreateQueues(-2), "CreateQueues -2"},
+		{producer.CreateQueues(100_000), "CreateQueues 100000: want zero (refuse missing queues) or a partition count from 1 to 10000"},
 		{producer.Buckets(time.Second, time.Second), "bucket 1s appears twice"},
 		{producer.Planner(nil), "nil planner"},
 		{producer.MaxMessageBytes(10), "MaxMessageBytes 10"},

@@ -20,6 +20,11 @@ import (
 // the producer does not create queues (see CreateQueues).
 var ErrQueueNotFound = errors.New("queue not found")
 
+// ErrCreateQueue is returned for a task whose queue does not exist and
+// could not be created (CreateQueues): the brokers refused it (a policy,
+// a quota, an ACL, its partitions), with their reason, or did not answer.
+var ErrCreateQueue = errors.New("cannot create the queue")
+
 // missingRecheck is how long a queue found missing is refused without
 // asking the broker again, so that a loop submitting to a missing queue
 // does not flood the broker with metadata requests.
@@ -146,6 +151,9 @@ func (p *Producer) lookup(ctx context.Context, s *topicState) error {
 		var adm *broker.Admin
 		if adm, err = p.admin(); err == nil {
 			_, err = adm.EnsureTopics(ctx, []broker.TopicSpec{spec})
+		}
+		if err != nil && !own {
+			return fmt.Errorf("producer: queue %q: %w (%d partitions): %w", s.name, ErrCreateQueue, create, err)
 		}
 	default:
 		var exists bool

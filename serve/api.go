@@ -7,10 +7,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -56,6 +54,9 @@ func seconds(v string) string {
 // timeout, tries and priority.
 func specOf(q url.Values) (onceq.Spec, error) {
 	s := onceq.Spec{ID: q.Get("id"), Delay: seconds(q.Get("delay")), TTL: seconds(q.Get("ttl")), Timeout: seconds(q.Get("timeout"))}
+	if err := checkPathID("id", s.ID); err != nil {
+		return s, err
+	}
 	if s.TTL == "0s" {
 		s.TTL = "" // lmstfy: 0 is forever
 	}
@@ -88,12 +89,28 @@ func taskError(err error) error {
 		return &apiError{status: http.StatusBadRequest, field: e.Field, msg: strings.TrimPrefix(e.Error(), "onceq: ")}
 	case errors.Is(err, producer.ErrQueueNotFound):
 		return &apiError{status: http.StatusNotFound, field: "queue", msg: "the queue does not exist and this server does not create queues (--no-create-queues): create it with onceq topics create"}
+	case errors.Is(err, producer.ErrCreateQueue):
+		return createFailed(err)
 	case errors.Is(err, control.ErrDuplicateID):
 		return &apiError{status: http.StatusBadRequest, field: "id", msg: err.Error()}
 	case errors.Is(err, workflow.ErrInvalid):
 		return &apiError{status: http.StatusBadRequest, msg: err.Error()}
 	}
 	return err
+}
+
+// createFailed answers a publish whose queue does not exist and could
+// not be created (the brokers refused it, or did not answer): 503, with
+// their reason. Nothing was written.
+func createFailed(err error) *apiError {
+	// The producer's words, without what wraps them: `queue "shop.q":
+	// cannot create the queue (8 partitions): <the brokers' reason>`.
+	msg := err.Error()
+	if i := strings.LastIndex(msg, "producer: queue "); i >= 0 {
+		msg = msg[i+len("producer: "):]
+	}
+	return &apiError{status: http.StatusServiceUnavailable, field: "queue",
+		msg: msg + ": create it with onceq topics create, or mend what the brokers refused, then publish again"}
 }
 
 // published is the answer to a publish.
@@ -131,13 +148,13 @@ func (s *Server) publish(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	spec, err := lmstfySpec(r)
+	spec, attrBytes, err := lmstfySpec(r)
 	if err != nil {
 		writeError(w, err)
 		return
 	}
 	spec.Queue = topic
-	if spec.Payload, err = readBody(w, r, s.cfg.maxPayload, "--max-payload-bytes"); err != nil {
+	if spec.Payload, err = readPayload(w, r, payloadLimit{s.cfg.maxPayload, attrBytes}); err != nil {
 		writeError(w, err)
 		return
 	}
@@ -167,22 +184,6 @@ func (s *Server) publish(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, status, answer(subs[0]))
 }
 
-// readBody reads a request's body, at most limit bytes: past it, 413.
-func readBody(w http.ResponseWriter, r *http.Request, limit int, flag string) ([]byte, error) {
-	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, int64(limit)))
-	var tooLarge *http.MaxBytesError
-	if errors.As(err, &tooLarge) {
-		return nil, &apiError{status: http.StatusRequestEntityTooLarge, field: "body", msg: fmt.Sprintf("body too large: at most %d bytes (the server's %s)", limit, flag)}
-	}
-	if errors.Is(err, os.ErrDeadlineExceeded) {
-		return nil, &apiError{status: http.StatusRequestTimeout, field: "body", msg: "the body did not arrive within the server's --body-read-timeout: send it at once"}
-	}
-	if err != nil {
-		return nil, &apiError{status: http.StatusBadRequest, field: "body", msg: "reading the body: " + err.Error()}
-	}
-	return b, nil
-}
-
 // bulk: POST /api/{ns}/{queue}/bulk, a JSON array of tasks written as
 // onceq produce's JSON lines (queue defaults to the path's, and names a
 // queue of the same namespace), submitted in one transaction, all or
@@ -193,7 +194,7 @@ func (s *Server) bulk(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	body, err := readBody(w, r, s.cfg.maxBulk, "--max-bulk-bytes")
+	body, err := readBody(w, r, s.cfg.maxBulk, "the server's --max-bulk-bytes")
 	if err != nil {
 		writeError(w, err)
 		return
@@ -229,6 +230,9 @@ func (s *Server) bulk(w http.ResponseWriter, r *http.Request) {
 				spec.Queue = r.PathValue("queue")
 			}
 			if spec.Queue, err = s.topicOf(ns, spec.Queue); err == nil {
+				err = checkPathID("id", spec.ID)
+			}
+			if err == nil {
 				tasks[i], err = spec.Task(now, func(f string) string { return "[" + strconv.Itoa(i) + "]." + f })
 			}
 		}
@@ -236,9 +240,10 @@ func (s *Server) bulk(w http.ResponseWriter, r *http.Request) {
 			writeError(w, indexed(i, taskError(err)))
 			return
 		}
-		if len(tasks[i].Payload) > s.cfg.maxPayload {
+		// Its headers count with its payload, as a publish's attributes do.
+		if hs := headerBytes(tasks[i].Headers); len(tasks[i].Payload)+hs > s.cfg.maxPayload {
 			writeError(w, &apiError{status: http.StatusRequestEntityTooLarge, field: fmt.Sprintf("[%d].payload", i),
-				msg: fmt.Sprintf("task %d: payload of %d bytes: at most %d (the server's --max-payload-bytes)", i, len(tasks[i].Payload), s.cfg.maxPayload)})
+				msg: fmt.Sprintf("task %d: payload of %d bytes and headers of %d: at most %d together (the server's --max-payload-bytes)", i, len(tasks[i].Payload), hs, s.cfg.maxPayload)})
 			return
 		}
 	}
@@ -438,7 +443,7 @@ func (s *Server) cancel(w http.ResponseWriter, r *http.Request) {
 	}
 	// The body is the result of a task handed out; which it is, the lease
 	// topic says once read to its end, in acknowledge.
-	result, err := readBody(w, r, consumer.DefaultMaxResultBytes, "result limit, consumer.DefaultMaxResultBytes")
+	result, err := readBody(w, r, consumer.DefaultMaxResultBytes, "the server's result limit, consumer.DefaultMaxResultBytes")
 	if err != nil {
 		writeError(w, err) // the lease stays: acknowledge again with a smaller result
 		return

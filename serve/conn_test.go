@@ -3,11 +3,13 @@ package serve_test
 import (
 	"bufio"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -61,10 +63,10 @@ func TestSlowBody(t *testing.T) {
 	}
 }
 
-// TestMaxConns: a listener of Listener holds at most MaxConns
-// connections; the next is served once one closes.
-func TestMaxConns(t *testing.T) {
-	a := start(t, serve.MaxConns(2), serve.ReadHeaderTimeout(time.Minute))
+// serveCapped serves a's handler on a listener of its own, through
+// Listener and HTTPServer as onceq serve does: its address.
+func serveCapped(t *testing.T, a *api) string {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -72,16 +74,38 @@ func TestMaxConns(t *testing.T) {
 	hs := a.srv.HTTPServer(a.srv.Handler())
 	go func() { _ = hs.Serve(a.srv.Listener(ln)) }()
 	t.Cleanup(func() { hs.Close() })
-	var idle []net.Conn
-	for range 2 {
-		c, err := net.Dial("tcp", ln.Addr().String())
+	return ln.Addr().String()
+}
+
+// TestMaxConns: a listener of Listener holds at most MaxConns
+// connections that carry requests; the next is served once one ends.
+func TestMaxConns(t *testing.T) {
+	a := start(t, serve.MaxConns(2), serve.ReadHeaderTimeout(time.Minute), serve.BodyReadTimeout(time.Minute))
+	tok := a.token("shop", false)
+	addr := serveCapped(t, a)
+	// Two publishes hold both places with requests in flight: each
+	// handler waits for a body that does not come, once it asked for it
+	// (100 Continue).
+	var busy []net.Conn
+	for i := range 2 {
+		c, err := net.Dial("tcp", addr)
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer c.Close()
-		idle = append(idle, c)
+		if _, err := fmt.Fprintf(c, "PUT /api/shop/q?id=held-%d HTTP/1.1\r\nHost: x\r\nX-Token: %s\r\nContent-Length: 5\r\nExpect: 100-continue\r\n\r\n", i, tok); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.SetReadDeadline(time.Now().Add(20 * time.Second)); err != nil {
+			t.Fatal(err)
+		}
+		line, err := bufio.NewReader(c).ReadString('\n')
+		if err != nil || !strings.Contains(line, "100 Continue") {
+			t.Fatalf("publish %d: %q %v; want 100 Continue", i, line, err)
+		}
+		busy = append(busy, c)
 	}
-	c, err := net.Dial("tcp", ln.Addr().String()) // the kernel's backlog takes it
+	c, err := net.Dial("tcp", addr) // the kernel's backlog takes it
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,9 +118,9 @@ func TestMaxConns(t *testing.T) {
 		t.Fatal(err)
 	}
 	if _, err := br.ReadByte(); !errors.Is(err, os.ErrDeadlineExceeded) {
-		t.Fatalf("a third connection while two are open: %v; want no answer", err)
+		t.Fatalf("a third connection while two carry requests: %v; want no answer", err)
 	}
-	idle[0].Close()
+	busy[0].Close()
 	if err := c.SetReadDeadline(time.Now().Add(20 * time.Second)); err != nil {
 		t.Fatal(err)
 	}
@@ -105,4 +129,63 @@ func TestMaxConns(t *testing.T) {
 		t.Fatalf("the third connection once one closed: %v %v", resp, err)
 	}
 	resp.Body.Close()
+}
+
+// TestHealthzUnderIdleConnections: connections that carry no request
+// do not keep a request from being served. With MaxConns 16, four times
+// as many real connections stay open (silent ones, ones that sent half a
+// header, kept-alive ones between requests), under a header timeout of a
+// minute; then /healthz answers within a second, each time, as do the
+// kept-alive connections' next requests, which find their connection
+// closed and open another.
+func TestHealthzUnderIdleConnections(t *testing.T) {
+	const maxConns = 16
+	a := start(t, serve.MaxConns(maxConns), serve.ReadHeaderTimeout(time.Minute))
+	addr := serveCapped(t, a)
+	var open []net.Conn
+	t.Cleanup(func() {
+		for _, c := range open {
+			c.Close()
+		}
+	})
+	for i := range 3 * maxConns {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		open = append(open, c)
+		if i%2 == 0 {
+			if _, err := io.WriteString(c, "GET /healthz HTTP/1.1\r\nHost: x\r\n"); err != nil { // never ends
+				t.Fatal(err)
+			}
+		}
+	}
+	keep := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: maxConns}}
+	t.Cleanup(keep.CloseIdleConnections)
+	var wg sync.WaitGroup
+	for range maxConns {
+		wg.Go(func() {
+			resp, err := keep.Get("http://" + addr + "/healthz")
+			if err != nil {
+				t.Errorf("a request of a kept-alive connection: %v", err)
+				return
+			}
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		})
+	}
+	wg.Wait()
+	probe := &http.Client{Timeout: time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	for i := range 5 {
+		start := time.Now()
+		resp, err := probe.Get("http://" + addr + "/healthz")
+		if err != nil {
+			t.Fatalf("/healthz %d with %d idle connections open against %d places: %v", i, len(open)+maxConns, maxConns, err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("/healthz %d: %d", i, resp.StatusCode)
+		}
+		t.Logf("/healthz %d answered in %v", i, time.Since(start).Round(time.Microsecond))
+	}
 }

@@ -109,7 +109,10 @@ func (s *Server) console(pattern string, h func(http.ResponseWriter, *http.Reque
 			http.Redirect(w, r, "/console/login?next="+url.QueryEscape(r.URL.RequestURI()), http.StatusSeeOther)
 			return
 		}
-		pg := &page{Token: tok, ReadOnly: tok.ReadOnly, Flash: r.URL.Query().Get("flash")}
+		pg := &page{Token: tok, ReadOnly: tok.ReadOnly}
+		if !post {
+			pg.Flash = takeFlash(w, r)
+		}
 		if q := r.PathValue("queue"); q != "" && !s.consoleSees(tok, q) {
 			s.forbidden(w, pg, fmt.Sprintf("token %s opens namespace %s, not queue %s", tok.ID, tok.Namespace, q))
 			return
@@ -139,13 +142,22 @@ func (s *Server) consoleToken(r *http.Request) (auth.Token, error) {
 	if s.cfg.insecure {
 		return auth.Token{Namespace: auth.AllNamespaces}, nil
 	}
-	if c, err := r.Cookie(cookieName); err == nil {
-		return s.tokens.Check(c.Value)
-	}
-	if _, pw, ok := r.BasicAuth(); ok {
-		return s.tokens.Check(pw)
+	if secret, ok := consoleSecret(r); ok {
+		return s.tokens.Check(secret)
 	}
 	return auth.Token{}, auth.ErrNoToken
+}
+
+// consoleSecret is the token a console request carries, as its cookie or
+// its basic auth password.
+func consoleSecret(r *http.Request) (string, bool) {
+	if c, err := r.Cookie(cookieName); err == nil {
+		return c.Value, true
+	}
+	if _, pw, ok := r.BasicAuth(); ok {
+		return pw, true
+	}
+	return "", false
 }
 
 // consoleSees reports whether tok opens queue: a token of every namespace
@@ -184,14 +196,17 @@ func (s *Server) render(w http.ResponseWriter, name string, pg *page) {
 }
 
 func (s *Server) loginPage(w http.ResponseWriter, r *http.Request) {
-	s.render(w, "login", &page{Title: "Log in", Error: r.URL.Query().Get("error"), Data: r.URL.Query().Get("next")})
+	s.render(w, "login", &page{Title: "Log in", Data: consoleNext(r.URL.Query().Get("next"))})
 }
 
+// login checks the form's token: a refused one is answered 401 with the
+// login page saying why (the server's words, never the query's).
 func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 	next := consoleNext(r.FormValue("next"))
 	tok := strings.TrimSpace(r.FormValue("token"))
 	if _, err := s.tokens.Check(tok); err != nil {
-		http.Redirect(w, r, "/console/login?error="+url.QueryEscape(err.Error())+"&next="+url.QueryEscape(next), http.StatusSeeOther)
+		w.WriteHeader(http.StatusUnauthorized)
+		s.render(w, "login", &page{Title: "Log in", Error: err.Error(), Data: next})
 		return
 	}
 	http.SetCookie(w, &http.Cookie{Name: cookieName, Value: tok, Path: "/console", HttpOnly: true, Secure: r.TLS != nil,
@@ -416,13 +431,11 @@ func (s *Server) delayPage(w http.ResponseWriter, r *http.Request, pg *page) {
 	s.render(w, "delay", pg)
 }
 
-// back redirects to the page an action came from, with a message.
+// back redirects to the page an action came from, which shows flash, the
+// server's message of what the action did (setFlash).
 func back(w http.ResponseWriter, r *http.Request, to, flash string) {
-	sep := "?"
-	if strings.Contains(to, "?") {
-		sep = "&"
-	}
-	http.Redirect(w, r, to+sep+"flash="+url.QueryEscape(flash), http.StatusSeeOther)
+	setFlash(w, r, flash)
+	http.Redirect(w, r, to, http.StatusSeeOther)
 }
 
 func (s *Server) consolePause(paused bool) func(http.ResponseWriter, *http.Request, *page) {

@@ -75,15 +75,15 @@ func TestConsolePeriodic(t *testing.T) {
 	if code, _, body := a.page("POST", "/console/periodic/remove", tok, url.Values{"name": {"a b"}}); code != 400 {
 		t.Errorf("remove of a malformed name: %d\n%s", code, body)
 	}
-	code, loc, _ := a.page("POST", "/console/periodic/remove", tok, form)
-	if code != 303 || loc != "/console/periodic?flash="+url.QueryEscape("removed shop.beat: its ticks already submitted still run") {
-		t.Fatalf("remove: %d to %q", code, loc)
+	code, loc, flash := a.act("/console/periodic/remove", tok, form)
+	if code != 303 || loc != "/console/periodic" || flash != "removed shop.beat: its ticks already submitted still run" {
+		t.Fatalf("remove: %d to %q, flash %q", code, loc, flash)
 	}
 	if code, body := a.do("GET", "/periodic/shop/beat", tok, ""); code != 404 {
 		t.Fatalf("shop.beat after its removal: %d %v", code, body)
 	}
-	if _, loc, _ := a.page("POST", "/console/periodic/remove", tok, form); !strings.Contains(loc, url.QueryEscape("no schedule shop.beat")) {
-		t.Fatalf("remove again: to %q", loc)
+	if _, _, flash := a.act("/console/periodic/remove", tok, form); !strings.Contains(flash, "no schedule shop.beat") {
+		t.Fatalf("remove again: flash %q", flash)
 	}
 	if code, _, body := a.page("GET", "/console/periodic", ops, nil); code != 200 || strings.Contains(body, `data-name="shop.beat"`) || !strings.Contains(body, `data-name="other.beat"`) {
 		t.Fatalf("the periodic page after the removal: %d\n%s", code, body)

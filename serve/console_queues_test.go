@@ -157,8 +157,8 @@ func TestConsoleWorkflowRetry(t *testing.T) {
 	// Its first step runs; the second waits in shop.later, which no
 	// worker of this test reads.
 	a.waitPage(path, ops, `id="wfstate">running`)
-	if code, loc, _ := a.page("POST", "/console/workflow/retry", ops, url.Values{"id": {"late"}}); code != 303 || !strings.Contains(loc, url.QueryEscape("only a failed workflow")) {
-		t.Fatalf("a second retry: %d to %q", code, loc)
+	if code, loc, flash := a.act("/console/workflow/retry", ops, url.Values{"id": {"late"}}); code != 303 || !strings.Contains(flash, "only a failed workflow") {
+		t.Fatalf("a second retry: %d to %q, flash %q", code, loc, flash)
 	}
 	if code, _, _ := a.page("POST", "/console/workflow/retry", opsRO, url.Values{"id": {"late"}}); code != 403 {
 		t.Fatalf("a retry with a read-only token: %d", code)

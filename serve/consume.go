@@ -12,6 +12,7 @@ import (
 
 	"github.com/onceq/onceq"
 	"github.com/onceq/onceq/broker"
+	"github.com/onceq/onceq/producer"
 )
 
 // ImmediateWait is how long a consume with timeout=0 waits for a job: a
@@ -223,20 +224,12 @@ func (s *Server) queueExists(ctx context.Context, topic string) (bool, error) {
 }
 
 // ensureQueue creates a queue that does not exist, with CreateQueues
-// partitions, or refuses it with CreateQueues(0).
+// partitions, as a publish does (the producer's CheckQueue), or refuses
+// it with CreateQueues(0).
 func (s *Server) ensureQueue(ctx context.Context, topic string) error {
-	adm, err := broker.NewAdmin(s.cfg.conn)
-	if err != nil {
-		return err
+	err := s.p.CheckQueue(ctx, topic)
+	if errors.Is(err, producer.ErrQueueNotFound) {
+		return &apiError{status: http.StatusNotFound, field: "queue", msg: fmt.Sprintf("queue %s does not exist and this server does not create queues (--no-create-queues)", onceq.QueueTopic(topic))}
 	}
-	defer adm.Close()
-	topic = onceq.QueueTopic(topic)
-	_, err = adm.DescribeTopic(ctx, topic)
-	switch {
-	case errors.Is(err, broker.ErrTopicNotFound) && s.cfg.partitions == 0:
-		return &apiError{status: http.StatusNotFound, field: "queue", msg: fmt.Sprintf("queue %s does not exist and this server does not create queues (--no-create-queues)", topic)}
-	case errors.Is(err, broker.ErrTopicNotFound):
-		return adm.EnsureTopic(ctx, topic, s.cfg.partitions, nil)
-	}
-	return err
+	return taskError(err)
 }

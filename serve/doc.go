@@ -20,7 +20,10 @@
 //
 // Every request's header must arrive within ReadHeaderTimeout and its
 // body within BodyReadTimeout, and a Listener holds at most MaxConns
-// connections: serve Handler with HTTPServer on a Listener.
+// connections, of which those that carry no request give their place to
+// the next: serve Handler with HTTPServer on a Listener. Healthy and
+// Ready answer /healthz and /readyz, for probes served on a listener of
+// their own as well (onceq serve --metrics-addr).
 //
 // # Endpoints
 //
@@ -109,7 +112,8 @@
 //
 // A publish without tries or ttl gets lmstfy's defaults (DefaultTries,
 // DefaultJobTTL), and lmstfy's Job-Attr-* headers are kept as the task's
-// job-attr-* headers and answered as its attributes. A publish's
+// job-attr-* headers and answered as its attributes; as sent, they count
+// with the payload toward MaxPayloadBytes (past it: 413). A publish's
 // priority, onceq's, is the task's (onceq.Task.Priority): 0, the default
 // and the lowest, to 9; any other value is refused (400, field priority).
 // A consumed or peeked job answers it as "priority", left out when 0:

@@ -37,7 +37,7 @@ func FuzzLmstfyBulk(f *testing.F) {
 	now := time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)
 	spec := onceq.Spec{Queue: "shop.q", MaxAttempts: DefaultTries, TTL: DefaultJobTTL.String()}
 	f.Fuzz(func(t *testing.T, body []byte) {
-		tasks, err := lmstfyBulk(body, spec, 64, now)
+		tasks, err := lmstfyBulk(body, spec, payloadLimit{max: 64}, now)
 		answered(t, err)
 		if err != nil {
 			return
@@ -81,7 +81,7 @@ func FuzzLmstfyPublish(f *testing.F) {
 		for _, kv := range [][2]string{{k1, v1}, {k2, v2}} {
 			r.Header[http.CanonicalHeaderKey(kv[0])] = append(r.Header[http.CanonicalHeaderKey(kv[0])], kv[1])
 		}
-		spec, err := lmstfySpec(r)
+		spec, _, err := lmstfySpec(r)
 		answered(t, err)
 		if err != nil {
 			return

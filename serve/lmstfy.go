@@ -3,6 +3,7 @@ package serve
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -112,28 +113,36 @@ func boolParam(q url.Values, name string) (bool, error) {
 // attributesFrom reads a publish's job attributes as lmstfy does: the
 // Job-Attr-<key> headers, when Enable-Job-Version is YES, keys lowered
 // and cut at 32 bytes, values cut at 128; more than 16 is refused. They
-// are kept as the task's job-attr-<key> headers.
-func attributesFrom(h http.Header) ([]onceq.Header, error) {
+// are kept as the task's job-attr-<key> headers. sent is what those
+// headers took as the client sent them (names and every value), which
+// counts toward the job's size (payloadLimit): a header cut to 128 bytes
+// was read whole all the same.
+func attributesFrom(h http.Header) (attrs []onceq.Header, sent int, err error) {
 	if !strings.EqualFold(h.Get("Enable-Job-Version"), "YES") {
-		return nil, nil
+		return nil, 0, nil
 	}
-	attrs := map[string]string{}
+	kept := map[string]string{}
 	for k, vs := range h {
-		if !strings.HasPrefix(k, attributeHTTPPrefix) || len(vs) == 0 || vs[0] == "" {
+		if !strings.HasPrefix(k, attributeHTTPPrefix) {
+			continue
+		}
+		for _, v := range vs {
+			sent += len(k) + len(v)
+		}
+		if len(vs) == 0 || vs[0] == "" {
 			continue
 		}
 		k = strings.TrimPrefix(k, attributeHTTPPrefix)
 		k = lowerASCII(k[:min(len(k), maxAttributeKeyLen)])
-		attrs[k] = vs[0][:min(len(vs[0]), maxAttributeValLen)]
+		kept[k] = vs[0][:min(len(vs[0]), maxAttributeValLen)]
 	}
-	if len(attrs) > maxAttributes {
-		return nil, badRequest("Job-Attr", "%d attributes: at most %d", len(attrs), maxAttributes)
+	if len(kept) > maxAttributes {
+		return nil, sent, badRequest("Job-Attr", "%d attributes: at most %d", len(kept), maxAttributes)
 	}
-	var hs []onceq.Header
-	for k, v := range attrs {
-		hs = append(hs, onceq.Header{Key: attributeHeader + k, Value: []byte(v)})
+	for k, v := range kept {
+		attrs = append(attrs, onceq.Header{Key: attributeHeader + k, Value: []byte(v)})
 	}
-	return hs, nil
+	return attrs, sent, nil
 }
 
 // lowerASCII lowers the ASCII letters of s and keeps its other bytes:
@@ -167,12 +176,12 @@ func attributesOf(hs []onceq.Header) map[string]string {
 
 // lmstfySpec reads lmstfy's publish parameters (delay, ttl, tries, and
 // onceq's id, timeout and priority) with lmstfy's defaults: 1 try, a ttl
-// of a day.
-func lmstfySpec(r *http.Request) (onceq.Spec, error) {
+// of a day; and the job's attributes, with what their headers took as
+// sent (attributesFrom).
+func lmstfySpec(r *http.Request) (s onceq.Spec, attrBytes int, err error) {
 	q := r.URL.Query()
-	s, err := specOf(q)
-	if err != nil {
-		return s, err
+	if s, err = specOf(q); err != nil {
+		return s, 0, err
 	}
 	if q.Get("tries") == "" {
 		s.MaxAttempts = DefaultTries
@@ -184,13 +193,11 @@ func lmstfySpec(r *http.Request) (onceq.Spec, error) {
 		ttl, err1 := time.ParseDuration(s.TTL)
 		delay, err2 := time.ParseDuration(s.Delay)
 		if err1 == nil && err2 == nil && ttl < delay {
-			return s, badRequest("ttl", "%v is shorter than the delay %v: the job would expire before it is due (ttl=0 is forever)", ttl, delay)
+			return s, 0, badRequest("ttl", "%v is shorter than the delay %v: the job would expire before it is due (ttl=0 is forever)", ttl, delay)
 		}
 	}
-	if s.Headers, err = attributesFrom(r.Header); err != nil {
-		return s, err
-	}
-	return s, nil
+	s.Headers, attrBytes, err = attributesFrom(r.Header)
+	return s, attrBytes, err
 }
 
 // bulkLmstfy: PUT /api/{ns}/{queue}/bulk?delay=&ttl=&tries=&priority=, lmstfy's
@@ -204,7 +211,7 @@ func (s *Server) bulkLmstfy(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	spec, err := lmstfySpec(r)
+	spec, attrBytes, err := lmstfySpec(r)
 	if err != nil {
 		writeError(w, err)
 		return
@@ -213,13 +220,18 @@ func (s *Server) bulkLmstfy(w http.ResponseWriter, r *http.Request) {
 		writeError(w, badRequest("id", "a bulk publish's jobs get IDs of their own: publish one job to give an ID"))
 		return
 	}
-	body, err := readBody(w, r, s.cfg.maxBulk, "--max-bulk-bytes")
+	lim := payloadLimit{s.cfg.maxPayload, attrBytes}
+	if err := lim.check(); err != nil {
+		writeError(w, err)
+		return
+	}
+	body, err := readBody(w, r, s.cfg.maxBulk, "the server's --max-bulk-bytes")
 	if err != nil {
 		writeError(w, err)
 		return
 	}
 	spec.Queue = topic
-	tasks, err := lmstfyBulk(body, spec, s.cfg.maxPayload, time.Now())
+	tasks, err := lmstfyBulk(body, spec, lim, time.Now())
 	if err != nil {
 		writeError(w, err)
 		return
@@ -238,8 +250,8 @@ func (s *Server) bulkLmstfy(w http.ResponseWriter, r *http.Request) {
 
 // lmstfyBulk reads the body of an lmstfy bulk publish: a JSON array of
 // 1 to MaxBulkJobs values, each the payload of one job of spec (its JSON
-// text, at most maxPayload bytes). Its errors are the answers to give.
-func lmstfyBulk(body []byte, spec onceq.Spec, maxPayload int, now time.Time) ([]onceq.Task, error) {
+// text, within lim). Its errors are the answers to give.
+func lmstfyBulk(body []byte, spec onceq.Spec, lim payloadLimit, now time.Time) ([]onceq.Task, error) {
 	var raws []json.RawMessage
 	if err := json.Unmarshal(body, &raws); err != nil {
 		return nil, badRequest("body", "want a JSON array of jobs, each its payload, such as [{\"order\":1},\"text\"]")
@@ -252,9 +264,9 @@ func lmstfyBulk(body []byte, spec onceq.Spec, maxPayload int, now time.Time) ([]
 	}
 	tasks := make([]onceq.Task, len(raws))
 	for i, raw := range raws {
-		if len(raw) > maxPayload {
+		if len(raw) > lim.bytes() {
 			return nil, &apiError{status: http.StatusRequestEntityTooLarge, field: "[" + strconv.Itoa(i) + "]",
-				msg: "job " + strconv.Itoa(i) + ": " + strconv.Itoa(len(raw)) + " bytes: at most " + strconv.Itoa(maxPayload) + " (the server's --max-payload-bytes)"}
+				msg: fmt.Sprintf("job %d: %d bytes: at most %d (%s)", i, len(raw), lim.bytes(), lim)}
 		}
 		one := spec
 		one.Payload = bytes.Clone(raw)
@@ -275,7 +287,7 @@ func (s *Server) republish(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	spec, err := lmstfySpec(r)
+	spec, attrBytes, err := lmstfySpec(r)
 	if err != nil {
 		writeError(w, err)
 		return
@@ -285,7 +297,7 @@ func (s *Server) republish(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	spec.Queue = topic
-	if spec.Payload, err = readBody(w, r, s.cfg.maxPayload, "--max-payload-bytes"); err != nil {
+	if spec.Payload, err = readPayload(w, r, payloadLimit{s.cfg.maxPayload, attrBytes}); err != nil {
 		writeError(w, err)
 		return
 	}

@@ -22,6 +22,25 @@ import (
 // A workflow's ID is kept as <ns>/<id> (a namespace name has no '/'):
 // its start task, its joins and the IDs derived from it for its steps
 // are the namespace's alone.
+//
+// A job's or workflow's ID is named again in a URL path segment
+// (.../job/{id}, .../workflow/{id}, the console's task page), escaped as
+// url.PathEscape escapes it: checkPathID refuses, at publish, the IDs
+// that cannot be named so.
+
+// checkPathID refuses an ID that does not round-trip through a URL path
+// segment: "." and ".." are dot segments, which url.PathEscape leaves as
+// they are and clients and net/http resolve away (GET .../job/.. is
+// GET .../q), and "/" alone, escaped %2F, is taken by net/http's router
+// for a trailing slash, which no {id} matches. Every other ID of
+// printable bytes, '/' within it included, round-trips escaped.
+func checkPathID(field, id string) error {
+	switch id {
+	case ".", "..", "/":
+		return badRequest(field, "%q cannot be named in a URL path (.../job/%s would be read as part of the path, not as the ID): choose another ID", id, id)
+	}
+	return nil
+}
 
 // queueNameByte reports whether c may be in a namespace's queue name.
 func queueNameByte(c byte) bool {

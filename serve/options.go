@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
+	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -35,6 +37,11 @@ const (
 	DefaultIdleTimeout = 2 * time.Minute
 	// DefaultMaxConns bounds the connections a listener holds open.
 	DefaultMaxConns = 1024
+	// MinRateLimit is the lowest rate RateLimit takes: about one request
+	// a day (a token's wait for its next request must fit a duration).
+	MinRateLimit = 0.00001
+	// MinRetention is the shortest Retention, inspect's.
+	MinRetention = time.Minute
 )
 
 // An Opt configures a Server.
@@ -83,7 +90,8 @@ func Registerer(r prometheus.Registerer) Opt { return optFunc(func(cfg *config) 
 func InsecureNoAuth(b bool) Opt { return optFunc(func(cfg *config) { cfg.insecure = b }) }
 
 // CreateQueues sets the partition count of a queue created by its first
-// publish; 0 refuses to publish to a queue that does not exist. Default
+// publish, 1 to broker.MaxPartitions (10,000, what onceq creates in a
+// topic); 0 refuses to publish to a queue that does not exist. Default
 // DefaultPartitions (8).
 func CreateQueues(partitions int32) Opt {
 	return optFunc(func(cfg *config) { cfg.partitions = partitions })
@@ -95,8 +103,9 @@ func CreateQueues(partitions int32) Opt {
 // each queue is a topic of its own, <ns>.<q>.
 func Lane(name string) Opt { return optFunc(func(cfg *config) { cfg.lane = name }) }
 
-// MaxPayloadBytes bounds a task's payload: a larger one is answered 413.
-// Default DefaultMaxPayloadBytes (256 KiB).
+// MaxPayloadBytes bounds a task's payload with its attributes (lmstfy's
+// Job-Attr-* headers as sent, a bulk task's headers): a larger one is
+// answered 413. Default DefaultMaxPayloadBytes (256 KiB).
 func MaxPayloadBytes(n int) Opt { return optFunc(func(cfg *config) { cfg.maxPayload = n }) }
 
 // MaxBulkBytes bounds a bulk publish's body. Default DefaultMaxBulkBytes
@@ -111,8 +120,8 @@ func MaxWait(d time.Duration) Opt { return optFunc(func(cfg *config) { cfg.maxWa
 // Default "": in memory.
 func ViewDir(dir string) Opt { return optFunc(func(cfg *config) { cfg.viewDir = dir }) }
 
-// Retention is how long finished tasks stay visible (inspect.Retention).
-// Default inspect.DefaultRetention (7 days).
+// Retention is how long finished tasks stay visible (inspect.Retention),
+// MinRetention (1m) or more. Default inspect.DefaultRetention (7 days).
 func Retention(d time.Duration) Opt { return optFunc(func(cfg *config) { cfg.retention = d }) }
 
 // DataDir keeps the checkpoints of the pulled queues' workers in dir.
@@ -147,7 +156,9 @@ func Scheduler(on bool) Opt { return optFunc(func(cfg *config) { cfg.scheduler =
 
 // RateLimit bounds each token's requests (with InsecureNoAuth, each
 // client address's): perSecond on average, burst at once; a request past
-// it is answered 429 with Retry-After. Default 0: no limit.
+// it is answered 429 with Retry-After. perSecond is 0 (no limit; burst is
+// then not used, and must not be negative) or a finite rate of at least
+// MinRateLimit with a burst of 1 or more. Default 0: no limit.
 func RateLimit(perSecond float64, burst int) Opt {
 	return optFunc(func(cfg *config) { cfg.rate, cfg.burst = perSecond, burst })
 }
@@ -182,8 +193,8 @@ func build(opts []Opt) (config, error) {
 	if cfg.reg == nil {
 		errs.Bad("Registerer", nil, "a registerer, not nil")
 	}
-	if cfg.partitions < 0 {
-		errs.Bad("CreateQueues", cfg.partitions, "want 0 (refuse missing queues) or a partition count")
+	if cfg.partitions < 0 || cfg.partitions > broker.MaxPartitions {
+		errs.Bad("CreateQueues", cfg.partitions, "want a partition count from 1 to %d (broker.MaxPartitions), or 0 to refuse missing queues", broker.MaxPartitions)
 	}
 	if cfg.maxPayload < 1 || cfg.maxPayload > 64<<20 {
 		errs.Bad("MaxPayloadBytes", cfg.maxPayload, "want 1 to 64 MiB")
@@ -203,8 +214,13 @@ func build(opts []Opt) (config, error) {
 	if cfg.pullSlots < 1 || cfg.pullSlots > 10_000 {
 		errs.Bad("PullSlots", cfg.pullSlots, "want 1 to 10000")
 	}
-	if cfg.rate < 0 || cfg.rate > 0 && cfg.burst < 1 {
-		errs.Bad("RateLimit", fmt.Sprintf("%v/s, burst %d", cfg.rate, cfg.burst), "want 0 (no limit), or a rate above 0 with a burst of 1 or more")
+	if !validRate(cfg.rate, cfg.burst) {
+		errs.Bad("RateLimit", fmt.Sprintf("%v/s, burst %d", cfg.rate, cfg.burst),
+			"want a rate of 0 (no limit, and a burst of 0 or more), or a finite rate of %s (about one a day) or more requests a second with a burst of 1 or more",
+			strconv.FormatFloat(MinRateLimit, 'f', -1, 64))
+	}
+	if cfg.retention < MinRetention {
+		errs.Bad("Retention", cfg.retention, "want 1m (MinRetention) or more: how long finished tasks stay visible")
 	}
 	if cfg.headerTimeout < time.Millisecond {
 		errs.Bad("ReadHeaderTimeout", cfg.headerTimeout, "want 1ms or more")
@@ -217,4 +233,22 @@ func build(opts []Opt) (config, error) {
 	}
 	errs.Add(cfg.conn.Validate())
 	return cfg, errs.Err()
+}
+
+// validRate says whether RateLimit takes a rate and burst: NaN, which
+// compares false, is refused with the infinities.
+func validRate(rate float64, burst int) bool {
+	if rate == 0 {
+		return burst >= 0
+	}
+	return rate >= MinRateLimit && !math.IsInf(rate, 1) && burst >= 1
+}
+
+// Check reports what New would refuse of opts, as New reports it (every
+// refused option, each wrapping ErrConfig), without connecting to
+// anything: a program checks its flags with it before it reaches the
+// brokers.
+func Check(opts ...Opt) error {
+	_, err := build(opts)
+	return err
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"fmt"
 	"net/http"
+	"strings"
 	"testing"
 
 	"github.com/onceq/onceq/serve"
@@ -71,4 +72,50 @@ func TestLargePayloads(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestJobAttributesCountTowardPayload: a job's Job-Attr-* headers count,
+// as sent, with its payload toward MaxPayloadBytes: an attribute of 900
+// KB (cut to 128 bytes when kept, but read whole) is refused with 413
+// naming the headers, in a publish, an lmstfy bulk publish and a
+// republish, and so is a payload that fits alone but not with its
+// attributes; the largest payload that fits with them is taken. A bulk
+// task's headers count with its payload too. Nothing refused is written.
+func TestJobAttributesCountTowardPayload(t *testing.T) {
+	const limit = 64 << 10
+	a := start(t, serve.MaxPayloadBytes(limit), serve.CreateQueues(1))
+	tok := a.token("shop", false)
+	huge := http.Header{"Enable-Job-Version": {"YES"}, "Job-Attr-Note": {strings.Repeat("n", 900_000)}}
+	for _, tc := range []struct{ method, path, body string }{
+		{"PUT", "/api/shop/attrs?id=huge-1", "x"},
+		{"PUT", "/api/shop/attrs/bulk", `["x"]`},
+		{"PUT", "/api/shop/attrs/job/old-1", "x"},
+	} {
+		code, body := a.doWith(tc.method, tc.path, tok, tc.body, huge)
+		if msg := fmt.Sprint(body["error"]); code != http.StatusRequestEntityTooLarge || body["field"] != "Job-Attr" ||
+			!strings.Contains(msg, "Job-Attr-* headers take 900013 bytes") || !strings.Contains(msg, "--max-payload-bytes") {
+			t.Errorf("%s %s with a 900 KB attribute: %d %v; want 413 naming the Job-Attr-* headers and --max-payload-bytes", tc.method, tc.path, code, body)
+		}
+	}
+	// 10 + 990 bytes of attributes: the payload has limit-1000 bytes.
+	attrs := http.Header{"Enable-Job-Version": {"YES"}, "Job-Attr-K": {strings.Repeat("v", 990)}}
+	code, body := a.doWith("PUT", "/api/shop/attrs?id=over-1", tok, strings.Repeat("p", limit-999), attrs)
+	if msg := fmt.Sprint(body["error"]); code != http.StatusRequestEntityTooLarge || !strings.Contains(msg, "less the 1000 bytes of the Job-Attr-* headers") {
+		t.Errorf("a payload that fits alone, not with its attributes: %d %v; want 413", code, body)
+	}
+	if code, body := a.doWith("PUT", "/api/shop/attrs/bulk", tok, `["`+strings.Repeat("p", limit-1000)+`"]`, attrs); code != http.StatusRequestEntityTooLarge {
+		t.Errorf("an lmstfy bulk job that fits alone, not with its attributes: %d %v; want 413", code, body)
+	}
+	if code, body := a.doWith("PUT", "/api/shop/attrs?id=fits-1", tok, strings.Repeat("p", limit-1000), attrs); code != http.StatusCreated {
+		t.Fatalf("a payload that fits with its attributes: %d %v; want 201", code, body)
+	}
+	bulk := fmt.Sprintf(`[{"id":"hdr-1","payload":%q,"headers":{"h":%q}}]`, strings.Repeat("p", limit/2), strings.Repeat("h", limit/2))
+	if code, body := a.do("POST", "/api/shop/attrs/bulk", tok, bulk); code != http.StatusRequestEntityTooLarge || !strings.Contains(fmt.Sprint(body["error"]), "headers") {
+		t.Errorf("a bulk task whose payload and headers are past the limit: %d %v; want 413", code, body)
+	}
+	for _, id := range []string{"huge-1", "over-1", "hdr-1"} {
+		if code, _ := a.do("GET", "/api/shop/attrs/job/"+id, tok, ""); code != http.StatusNotFound {
+			t.Errorf("refused job %s: %d; want 404 (nothing written)", id, code)
+		}
+	}
 }

@@ -185,7 +185,7 @@ func (s *Server) scheduleOf(w http.ResponseWriter, r *http.Request, name string)
 		q = r.Form
 	} else {
 		var err error
-		if body, err = readBody(w, r, s.cfg.maxPayload, "--max-payload-bytes"); err != nil {
+		if body, err = readBody(w, r, s.cfg.maxPayload, "the server's --max-payload-bytes"); err != nil {
 			return periodic.Schedule{}, err
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -86,9 +87,18 @@ func (a *api) token(ns string, readOnly bool) string {
 // do sends a request and returns the status and the decoded JSON body.
 func (a *api) do(method, path, token, body string) (int, map[string]any) {
 	a.t.Helper()
+	return a.doWith(method, path, token, body, nil)
+}
+
+// doWith is do with headers of its own.
+func (a *api) doWith(method, path, token, body string, header http.Header) (int, map[string]any) {
+	a.t.Helper()
 	req, err := http.NewRequest(method, a.url+path, strings.NewReader(body))
 	if err != nil {
 		a.t.Fatal(err)
+	}
+	for k, vs := range header {
+		req.Header[k] = vs
 	}
 	if token != "" {
 		req.Header.Set("X-Token", token)
@@ -379,6 +389,15 @@ func TestRateLimit(t *testing.T) {
 	}
 	if _, err := serve.New(context.Background(), serve.RateLimit(5, 0)); !errors.Is(err, serve.ErrConfig) {
 		t.Fatalf("a rate without a burst: %v; want ErrConfig", err)
+	}
+	// A rate that is not a number, infinite, or so low that a wait for
+	// the next request overflows a duration, is refused before anything
+	// connects, as is a negative burst.
+	for _, opt := range []serve.Opt{serve.RateLimit(math.NaN(), 10), serve.RateLimit(math.Inf(1), 10), serve.RateLimit(math.Inf(-1), 10),
+		serve.RateLimit(1e-300, 10), serve.RateLimit(0, -1)} {
+		if err := serve.Check(opt); !errors.Is(err, serve.ErrConfig) || !strings.Contains(err.Error(), "RateLimit") {
+			t.Errorf("Check(%v): %v; want ErrConfig naming RateLimit", opt, err)
+		}
 	}
 }
 

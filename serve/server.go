@@ -157,6 +157,16 @@ func (s *Server) Close() error {
 	return err
 }
 
+// Healthy returns nil while the side services the server runs work, or
+// one line for each that does not: what /healthz answers. With Ready, it
+// serves probes on a listener of their own too (onceq serve
+// --metrics-addr), which no connection to the API's listeners delays.
+func (s *Server) Healthy() error { return s.sides.Healthy() }
+
+// Ready returns nil once the side services the server runs are ready, or
+// one line for each that is not: what /readyz answers.
+func (s *Server) Ready() error { return s.sides.Ready() }
+
 // Tokens is the server's token store.
 func (s *Server) Tokens() *auth.Store { return s.tokens }
 
@@ -229,8 +239,8 @@ func (s *Server) apiRoutes() []route {
 func (s *Server) routes() {
 	// Probes, without a token: the server's side services' health and
 	// readiness (ops.Checker), one line each that is not.
-	s.mux.HandleFunc("GET /healthz", ops.Probe(s.sides.Healthy))
-	s.mux.HandleFunc("GET /readyz", ops.Probe(s.sides.Ready))
+	s.mux.HandleFunc("GET /healthz", ops.Probe(s.Healthy))
+	s.mux.HandleFunc("GET /readyz", ops.Probe(s.Ready))
 	if s.gather != nil {
 		metrics := promhttp.HandlerFor(s.gather, promhttp.HandlerOpts{})
 		// Every namespace's queues and volumes: an operator's token only.

@@ -35,6 +35,9 @@ func (s *Server) workflowLine(r *http.Request, raw []byte, now time.Time, task *
 		if err := checkWorkflowID(ns, line.ID); err != nil {
 			return true, err
 		}
+		if err := checkPathID("id", line.ID); err != nil {
+			return true, err
+		}
 	}
 	if *task, err = workflow.PrepareScoped(ns, line.ID, line.Node, s.p.MaxMessageBytes()); err != nil {
 		return true, err

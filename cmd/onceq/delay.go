@@ -58,7 +58,7 @@ and stops cleanly on SIGINT or SIGTERM. "onceq delay stats" shows what waits.`,
 				return usagef("--state-dir is empty: give a directory to keep this instance's ID in, one per instance, for example ./onceq-data/delay")
 			}
 			if metricsAddr != "" {
-				if err := ops.CheckAddr(metricsAddr); err != nil {
+				if err := ops.CheckAddr("metrics-addr", metricsAddr); err != nil {
 					return err
 				}
 			}

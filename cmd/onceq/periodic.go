@@ -227,7 +227,7 @@ run each once. It serves /metrics, /healthz and /readyz on --metrics-addr.`,
 				return err
 			}
 			if metricsAddr != "" {
-				if err := ops.CheckAddr(metricsAddr); err != nil {
+				if err := ops.CheckAddr("metrics-addr", metricsAddr); err != nil {
 					return err
 				}
 			}

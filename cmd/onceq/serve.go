@@ -10,13 +10,14 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/onceq/onceq/broker"
 	"github.com/onceq/onceq/internal/ops"
 	"github.com/onceq/onceq/serve"
 )
 
 type serveFlags struct {
 	listen, tlsCert, tlsKey, viewDir string
-	adminListen                      string
+	adminListen, metricsAddr         string
 	dataDir, pullGroup, lane         string
 	insecure, noCreate, delaySvc     bool
 	workflowSvc, scheduler           bool
@@ -48,6 +49,12 @@ parameter; a read-only token does not write. --insecure-no-auth opens every
 endpoint and logs a warning. SIGINT or SIGTERM stops accepting requests, lets
 those in flight finish (at most --shutdown-timeout), then exits.
 
+Each listener holds at most --max-conns connections; one that carries no
+request (idle between requests, or still sending its header) gives its place
+to the next, so idle connections cannot keep requests out. --metrics-addr
+serves /metrics, /healthz and /readyz on a listener of their own, for probes
+that must answer whatever the API's listeners hold.
+
 The server runs the side services its flags ask for (--delay-service,
 --workflow-service, --scheduler), as onceq worker does, under the same policy:
 one that stops (a state directory under --data-dir it cannot write, a broker
@@ -64,28 +71,29 @@ them.`,
 	fl := cmd.Flags()
 	fl.StringVar(&f.listen, "listen", "127.0.0.1:7700", "serve on this address")
 	fl.StringVar(&f.adminListen, "admin-listen", "", "serve the admin API (POST, GET /token/{ns}, DELETE /token/{ns}/{token}, GET /info, /version, /pools) here, for operators' tokens (empty: off)")
+	fl.StringVar(&f.metricsAddr, "metrics-addr", "", "serve /metrics, /healthz and /readyz here too, without a token, on a listener of their own outside --max-conns: point probes here (empty: off)")
 	fl.StringVar(&f.tlsCert, "https-cert", "", "serve HTTPS with this certificate (PEM), with --https-key (--tls-cert is the brokers' client certificate)")
 	fl.StringVar(&f.tlsKey, "https-key", "", "the HTTPS certificate's private key (PEM)")
 	fl.BoolVar(&f.insecure, "insecure-no-auth", false, "serve every endpoint without a token (logs a warning)")
-	fl.Int32Var(&f.partitions, "create-queues", serve.DefaultPartitions, "partitions of a queue created by its first publish")
+	fl.Int32Var(&f.partitions, "create-queues", serve.DefaultPartitions, fmt.Sprintf("partitions of a queue created by its first publish (1 to %d)", broker.MaxPartitions))
 	fl.BoolVar(&f.noCreate, "no-create-queues", false, "refuse to publish to a queue that does not exist")
 	fl.StringVar(&f.lane, "lane", "", "put every namespace's queues on this lane, as lane queues <lane>/<ns>.<queue> (empty: a topic per queue)")
-	fl.IntVar(&f.maxPayload, "max-payload-bytes", serve.DefaultMaxPayloadBytes, "largest task payload accepted (larger: 413)")
+	fl.IntVar(&f.maxPayload, "max-payload-bytes", serve.DefaultMaxPayloadBytes, "largest task payload accepted, its Job-Attr-* headers or bulk headers included (larger: 413)")
 	fl.IntVar(&f.maxBulk, "max-bulk-bytes", serve.DefaultMaxBulkBytes, "largest bulk publish body accepted (larger: 413)")
 	fl.StringVar(&f.viewDir, "view-dir", "", "keep the task records' view in this directory (default: in memory)")
-	fl.DurationVar(&f.retention, "retention", 7*24*time.Hour, "how long finished tasks stay visible: the workers' --result-retention")
+	fl.DurationVar(&f.retention, "retention", 7*24*time.Hour, "how long finished tasks stay visible (1m or more): the workers' --result-retention")
 	fl.StringVar(&f.dataDir, "data-dir", "", "keep the pulled queues' worker checkpoints and the side services' state (delay/, workflow/) here (default: in memory)")
 	fl.StringVar(&f.pullGroup, "pull-group", serve.DefaultPullGroup, "consumer group of the workers that hand tasks to HTTP consumers")
 	fl.IntVar(&f.pullSlots, "pull-slots", serve.DefaultPullSlots, "tasks of a queue held for HTTP consumers at once, per server")
 	fl.BoolVar(&f.delaySvc, "delay-service", true, "run a delay service (retries and delayed tasks move when due)")
 	fl.BoolVar(&f.workflowSvc, "workflow-service", true, "run a workflow service (starts published workflows, joins their groups)")
 	fl.BoolVar(&f.scheduler, "scheduler", true, "run a periodic scheduler (submits the ticks of 'onceq periodic' schedules)")
-	fl.Float64Var(&f.rateLimit, "rate-limit", 0, "requests a second each token may make on average (past it: 429 with Retry-After; 0: no limit)")
-	fl.IntVar(&f.rateBurst, "rate-burst", 100, "requests a token may make at once, with --rate-limit")
+	fl.Float64Var(&f.rateLimit, "rate-limit", 0, "requests a second each token may make on average, 0.00001 (about one a day) or more (past it: 429 with Retry-After; 0: no limit)")
+	fl.IntVar(&f.rateBurst, "rate-burst", 100, "requests a token may make at once, with --rate-limit (1 or more)")
 	setsOption(fl, "RateLimit", "rate-limit", "rate-burst")
 	fl.DurationVar(&f.headerTimeout, "read-header-timeout", serve.DefaultReadHeaderTimeout, "a request's header must arrive within this")
 	fl.DurationVar(&f.bodyTimeout, "body-read-timeout", serve.DefaultBodyReadTimeout, "a request's body must arrive within this of its start (slower: 408, or the connection closed)")
-	fl.IntVar(&f.maxConns, "max-conns", serve.DefaultMaxConns, "connections open at once on each listener (past it: the next waits for one to close)")
+	fl.IntVar(&f.maxConns, "max-conns", serve.DefaultMaxConns, "connections open at once on each listener; past it, the next takes the place of one idle (no request in flight) or waits for one to end")
 	setsOption(fl, "ReadHeaderTimeout", "read-header-timeout")
 	setsOption(fl, "BodyReadTimeout", "body-read-timeout")
 	setsOption(fl, "MaxConns", "max-conns")
@@ -94,30 +102,54 @@ them.`,
 }
 
 func (f *serveFlags) check() error {
-	if err := ops.CheckAddr(f.listen); err != nil {
-		return usageError{fmt.Errorf("--listen %q: %w", f.listen, err)}
+	var errs []error
+	if err := ops.CheckAddr("listen", f.listen); err != nil {
+		errs = append(errs, err)
 	}
 	if f.adminListen != "" {
-		if err := ops.CheckAddr(f.adminListen); err != nil {
-			return usageError{fmt.Errorf("--admin-listen %q: %w", f.adminListen, err)}
+		if err := ops.CheckAddr("admin-listen", f.adminListen); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if f.metricsAddr != "" {
+		if err := ops.CheckAddr("metrics-addr", f.metricsAddr); err != nil {
+			errs = append(errs, err)
 		}
 	}
 	if (f.tlsCert == "") != (f.tlsKey == "") {
-		return usagef("--https-cert and --https-key go together: give both for HTTPS, or neither")
+		errs = append(errs, errors.New("--https-cert and --https-key go together: give both for HTTPS, or neither"))
 	}
 	if f.partitions < 1 {
-		return usagef("--create-queues %d: want a partition count of 1 or more (or --no-create-queues)", f.partitions)
+		// Above broker.MaxPartitions, serve.Check says it.
+		errs = append(errs, fmt.Errorf("--create-queues %d: want a partition count from 1 to %d (or --no-create-queues)", f.partitions, broker.MaxPartitions))
 	}
 	if f.shutdown <= 0 {
-		return usagef("--shutdown-timeout %v: want a positive duration such as 30s", f.shutdown)
+		errs = append(errs, fmt.Errorf("--shutdown-timeout %v: want a positive duration such as 30s", f.shutdown))
 	}
-	return nil
+	return errors.Join(errs...)
+}
+
+// options are the server's options the flags set: all but how to reach
+// the brokers, the logger and the registry.
+func (f *serveFlags) options() []serve.Opt {
+	partitions := f.partitions
+	if f.noCreate {
+		partitions = 0
+	}
+	return []serve.Opt{serve.InsecureNoAuth(f.insecure), serve.CreateQueues(partitions), serve.Lane(f.lane), serve.MaxPayloadBytes(f.maxPayload),
+		serve.MaxBulkBytes(f.maxBulk), serve.ViewDir(f.viewDir), serve.Retention(f.retention), serve.DataDir(f.dataDir),
+		serve.PullGroup(f.pullGroup), serve.PullSlots(f.pullSlots), serve.DelayService(f.delaySvc), serve.WorkflowService(f.workflowSvc), serve.Scheduler(f.scheduler),
+		serve.RateLimit(f.rateLimit, f.rateBurst), serve.ReadHeaderTimeout(f.headerTimeout), serve.BodyReadTimeout(f.bodyTimeout),
+		serve.MaxConns(f.maxConns)}
 }
 
 func (f *serveFlags) run(cmd *cobra.Command, g *globals) error {
 	ctx := cmd.Context()
-	if err := f.check(); err != nil {
-		return err
+	// Every flag the command refuses, at once, before it reaches the
+	// brokers.
+	opts := f.options()
+	if err := errors.Join(f.check(), flagError(cmd.Flags(), serve.Check(opts...))); err != nil {
+		return usageError{err}
 	}
 	if g.tls.CertFile != "" && !g.tls.Enabled && g.tls.CAFile == "" {
 		// Before --https-cert, serve's --tls-cert was its HTTPS
@@ -138,18 +170,10 @@ func (f *serveFlags) run(cmd *cobra.Command, g *globals) error {
 		}
 		tlsCfg = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
 	}
-	partitions := f.partitions
-	if f.noCreate {
-		partitions = 0
-	}
 	startCtx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	srv, err := serve.New(startCtx, serve.Conn(conn), serve.Logger(g.log), serve.Registerer(ops.NewRegistry()),
-		serve.InsecureNoAuth(f.insecure), serve.CreateQueues(partitions), serve.Lane(f.lane), serve.MaxPayloadBytes(f.maxPayload),
-		serve.MaxBulkBytes(f.maxBulk), serve.ViewDir(f.viewDir), serve.Retention(f.retention), serve.DataDir(f.dataDir),
-		serve.PullGroup(f.pullGroup), serve.PullSlots(f.pullSlots), serve.DelayService(f.delaySvc), serve.WorkflowService(f.workflowSvc), serve.Scheduler(f.scheduler),
-		serve.RateLimit(f.rateLimit, f.rateBurst), serve.ReadHeaderTimeout(f.headerTimeout), serve.BodyReadTimeout(f.bodyTimeout),
-		serve.MaxConns(f.maxConns))
+	reg := ops.NewRegistry()
+	srv, err := serve.New(startCtx, append(opts, serve.Conn(conn), serve.Logger(g.log), serve.Registerer(reg))...)
 	if errors.Is(err, serve.ErrConfig) {
 		return flagError(cmd.Flags(), err)
 	}
@@ -157,6 +181,17 @@ func (f *serveFlags) run(cmd *cobra.Command, g *globals) error {
 		return err
 	}
 	defer srv.Close()
+	if f.metricsAddr != "" {
+		// Probes on a listener of their own: no connection to the API's
+		// listeners, however many, delays them.
+		health := &ops.Health{}
+		health.Register("serve", srv)
+		ms, err := ops.Listen(f.metricsAddr, reg, health, g.log, false)
+		if err != nil {
+			return err
+		}
+		defer ms.Close()
+	}
 	ln, err := net.Listen("tcp", f.listen)
 	if err != nil {
 		return fmt.Errorf("--listen %s: %w", f.listen, err)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -8,6 +9,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"fmt"
 	"io"
 	"math/big"
 	"net"
@@ -101,6 +103,97 @@ func TestServeCommand(t *testing.T) {
 		code, _, stderr := runCLI(t, "", tc.args...)
 		if code != exitUsage || !strings.Contains(stderr, tc.want) {
 			t.Errorf("onceq %s: exit %d, stderr %q; want exit 2 and %q", strings.Join(tc.args, " "), code, stderr, tc.want)
+		}
+	}
+}
+
+// TestServeProbesOutsideTheCap: with --metrics-addr, /healthz and
+// /metrics answer on a listener of their own while every place of
+// --listen is held by a request in flight (two publishes waiting for
+// their bodies, --max-conns 2), which /healthz on --listen waits behind.
+func TestServeProbesOutsideTheCap(t *testing.T) {
+	addr, _ := produceBroker(t)
+	code, out, stderr := runCLI(t, "", "--brokers", addr, "token", "create", "shop")
+	if code != 0 {
+		t.Fatalf("token create: %s", stderr)
+	}
+	tok := strings.TrimSpace(out)
+	metrics := testutil.FreeAddr(t)
+	p := testutil.Start(t, "serve", "--brokers", addr, "--listen", "127.0.0.1:0", "--max-conns", "2", "--body-read-timeout", "1m",
+		"--metrics-addr", metrics)
+	defer p.Kill()
+	line := p.WaitOutput(t, `msg=serving url=http://127\.0\.0\.1:\d+`, 30*time.Second)
+	api := strings.TrimPrefix(regexp.MustCompile(`http://127\.0\.0\.1:\d+`).FindString(line), "http://")
+	for i := range 2 {
+		c, err := net.Dial("tcp", api)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		if _, err := fmt.Fprintf(c, "PUT /api/shop/q?id=held-%d HTTP/1.1\r\nHost: x\r\nX-Token: %s\r\nContent-Length: 5\r\nExpect: 100-continue\r\n\r\n", i, tok); err != nil {
+			t.Fatal(err)
+		}
+		_ = c.SetReadDeadline(time.Now().Add(30 * time.Second))
+		if line, err := bufio.NewReader(c).ReadString('\n'); err != nil || !strings.Contains(line, "100 Continue") {
+			t.Fatalf("publish %d: %q %v; want 100 Continue", i, line, err)
+		}
+	}
+	probe := &http.Client{Timeout: time.Second}
+	if resp, err := probe.Get("http://" + api + "/healthz"); err == nil {
+		resp.Body.Close()
+		t.Fatalf("/healthz on --listen with its places held: %d; want it to wait", resp.StatusCode)
+	}
+	for _, path := range []string{"/healthz", "/metrics"} {
+		start := time.Now()
+		resp, err := probe.Get("http://" + metrics + path)
+		if err != nil {
+			t.Fatalf("%s on --metrics-addr with --listen's places held: %v", path, err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK || path == "/metrics" && !strings.Contains(string(b), "go_goroutines") {
+			t.Fatalf("%s on --metrics-addr: %d\n%.500s", path, resp.StatusCode, b)
+		}
+		t.Logf("%s on --metrics-addr answered in %v", path, time.Since(start).Round(time.Microsecond))
+	}
+}
+
+// TestServeFlagsRefusedByName: every flag serve refuses is named by
+// itself with what it takes, all of them at once, exit 2, before the
+// brokers are reached (there are none at --brokers): an address flag's
+// port out of range is blamed on that flag (not on --metrics-addr), and a
+// rate of NaN or Inf, a partition count past what a topic takes, or a
+// retention too short are refused.
+func TestServeFlagsRefusedByName(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"--listen", ":99999"}, []string{`--listen ":99999": invalid listen address`, "0 to 65535"}},
+		{[]string{"--admin-listen", "127.0.0.1:99999"}, []string{`--admin-listen "127.0.0.1:99999": invalid listen address`}},
+		{[]string{"--metrics-addr", "nope"}, []string{`--metrics-addr "nope": invalid listen address`}},
+		{[]string{"--rate-limit", "NaN"}, []string{`--rate-limit "NaN/s, burst 100"`, "a finite rate of 0.00001"}},
+		{[]string{"--rate-limit", "Inf"}, []string{`--rate-limit "+Inf/s, burst 100"`, "a finite rate"}},
+		{[]string{"--rate-limit", "-1"}, []string{`--rate-limit "-1/s`}},
+		{[]string{"--rate-limit", "1e-9"}, []string{"--rate-limit", "0.00001 (about one a day) or more"}},
+		{[]string{"--rate-burst", "-1"}, []string{`--rate-burst/--rate-limit "0/s, burst -1"`}},
+		{[]string{"--create-queues", "100000"}, []string{"--create-queues 100000: want a partition count from 1 to 10000"}},
+		{[]string{"--retention", "1s"}, []string{"--retention 1s: want 1m"}},
+		{[]string{"--retention", "-1h"}, []string{"--retention -1h0m0s: want 1m"}},
+		// All at once.
+		{[]string{"--listen", ":99999", "--rate-limit", "NaN", "--create-queues", "0", "--max-conns", "0"},
+			[]string{`--listen ":99999"`, `--rate-limit "NaN`, "--create-queues 0", "--max-conns 0"}},
+	} {
+		args := append([]string{"serve", "--brokers", "127.0.0.1:1"}, tc.args...)
+		code, _, stderr := runCLI(t, "", args...)
+		if code != exitUsage || tc.args[0] != "--metrics-addr" && strings.Contains(stderr, "--metrics-addr") || strings.Contains(stderr, "dial") {
+			t.Errorf("onceq %s: exit %d, stderr %q; want exit 2, before dialing, without --metrics-addr", strings.Join(args, " "), code, stderr)
+			continue
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(stderr, w) {
+				t.Errorf("onceq %s: stderr %q; want %q in it", strings.Join(args, " "), stderr, w)
+			}
 		}
 	}
 }

@@ -117,10 +117,11 @@ type Server struct {
 	srv *http.Server
 }
 
-// CheckAddr checks a listen address without listening: host:port with a
-// port from 0 (any free port) to 65535; the host may be empty (every
-// interface). The error wraps ErrAddress.
-func CheckAddr(addr string) error {
+// CheckAddr checks the listen address addr of the flag named flag
+// ("listen", "metrics-addr"), without listening: host:port with a port
+// from 0 (any free port) to 65535; the host may be empty (every
+// interface). The error names the flag and wraps ErrAddress.
+func CheckAddr(flag, addr string) error {
 	_, port, err := net.SplitHostPort(addr)
 	if err == nil {
 		if n, perr := strconv.Atoi(port); perr != nil || n < 0 || n > 65535 {
@@ -128,7 +129,7 @@ func CheckAddr(addr string) error {
 		}
 	}
 	if err != nil {
-		return fmt.Errorf("ops: --metrics-addr %q: %w: want host:port, for example 127.0.0.1:9464 (%v)", addr, ErrAddress, err)
+		return fmt.Errorf("ops: --%s %q: %w: want host:port, for example 127.0.0.1:9464, or :9464 for every interface (%v)", flag, addr, ErrAddress, err)
 	}
 	return nil
 }
@@ -137,7 +138,7 @@ func CheckAddr(addr string) error {
 // profiles (--pprof): a loopback one, since a profile shows the
 // process's memory and serves no token. The error wraps ErrAddress.
 func CheckPprofAddr(addr string) error {
-	if err := CheckAddr(addr); err != nil {
+	if err := CheckAddr("metrics-addr", addr); err != nil {
 		return err
 	}
 	host, _, _ := net.SplitHostPort(addr)
@@ -152,12 +153,13 @@ func CheckPprofAddr(addr string) error {
 // reg, /healthz and /readyz from health (nil: always ok), and with
 // withPprof Go's profiles on /debug/pprof/ (addr must then be a loopback
 // address: CheckPprofAddr). A malformed addr is an error wrapping
-// ErrAddress; one that cannot be bound, ErrListen.
+// ErrAddress; one that cannot be bound, ErrListen; both name addr as
+// --metrics-addr, the flag of every command that serves them.
 //
 // /healthz and /readyz answer 200 "ok", or 503 with one line per
 // component that is not healthy (ready), naming it.
 func Listen(addr string, reg *prometheus.Registry, health *Health, log *slog.Logger, withPprof bool) (*Server, error) {
-	check := CheckAddr
+	check := func(addr string) error { return CheckAddr("metrics-addr", addr) }
 	if withPprof {
 		check = CheckPprofAddr
 	}
@@ -179,7 +181,7 @@ func Listen(addr string, reg *prometheus.Registry, health *Health, log *slog.Log
 		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	}
-	s := &Server{ln: ln, srv: &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}}
+	s := &Server{ln: ln, srv: &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, IdleTimeout: time.Minute}}
 	go func() {
 		if err := s.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			log.Error("metrics server stopped", "err", err)

@@ -1,0 +1,93 @@
+package serve_test
+
+import (
+	"fmt"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/onceq/onceq/internal/testutil"
+	"github.com/onceq/onceq/serve"
+)
+
+// TestPublishQueueNotCreated: a publish to a queue the brokers refuse to
+// create (a policy, here) is answered 503 naming the queue and the
+// brokers' reason, not a bare 500; with an ID or without, and for a
+// workflow's queue in a bulk publish. Nothing is written.
+func TestPublishQueueNotCreated(t *testing.T) {
+	emb, conn := testutil.StartBroker(t, "")
+	a := startOn(t, conn)
+	tok := a.token("shop", false)
+	const reason = "topic creation is disabled for shop.*"
+	c := emb.Cluster()
+	c.ControlKey(int16(kmsg.CreateTopics), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		req := kreq.(*kmsg.CreateTopicsRequest)
+		if !slices.ContainsFunc(req.Topics, func(rt kmsg.CreateTopicsRequestTopic) bool { return strings.HasPrefix(rt.Topic, "shop.") }) {
+			return nil, nil, false
+		}
+		resp := req.ResponseKind().(*kmsg.CreateTopicsResponse)
+		for _, rt := range req.Topics {
+			st := kmsg.NewCreateTopicsResponseTopic()
+			st.Topic, st.ErrorCode, st.ErrorMessage = rt.Topic, kerr.PolicyViolation.Code, new(reason)
+			resp.Topics = append(resp.Topics, st)
+		}
+		return resp, nil, true
+	})
+	for _, tc := range []struct{ method, path, body, queue string }{
+		{"PUT", "/api/shop/fresh?id=f-1", "x", "shop.fresh"},
+		{"PUT", "/api/shop/fresh", "x", "shop.fresh"},
+		{"POST", "/api/shop/fresh/bulk", `[{"id":"flow-1","chain":[{"payload":"a","queue":"later"},{"payload":"b","queue":"later"}]}]`, "shop.later"},
+	} {
+		code, body := a.do(tc.method, tc.path, tok, tc.body)
+		msg := fmt.Sprint(body["error"])
+		if code != http.StatusServiceUnavailable || body["field"] != "queue" || !strings.Contains(msg, tc.queue) ||
+			!strings.Contains(msg, reason) || !strings.Contains(msg, "onceq topics create") {
+			t.Errorf("%s %s: %d %v; want 503 naming %s, the brokers' reason and how to create it", tc.method, tc.path, code, body, tc.queue)
+		} else {
+			t.Logf("%s %s: %d %s", tc.method, tc.path, code, msg)
+		}
+	}
+	if code, body := a.do("GET", "/api/shop/fresh/job/f-1", tok, ""); code != http.StatusNotFound {
+		t.Fatalf("the refused job: %d %v; want 404 (nothing written)", code, body)
+	}
+}
+
+// TestPublishRefusesIDsNotInAPath: a job or workflow ID that cannot be
+// named again in a URL path segment ("." and "..", dot segments, and "/",
+// a trailing slash to net/http's router) is refused at publish with 400
+// naming the id, in a publish and in a bulk's task or workflow; nothing
+// is written. IDs beside them ("...", "a/..", "./") are taken and found
+// again under their escaped paths.
+func TestPublishRefusesIDsNotInAPath(t *testing.T) {
+	a := start(t, serve.CreateQueues(1))
+	tok := a.token("shop", false)
+	for _, id := range []string{".", "..", "/"} {
+		for _, tc := range []struct{ method, path, body, field string }{
+			{"PUT", "/api/shop/dots?id=" + url.QueryEscape(id), "x", "id"},
+			{"POST", "/api/shop/dots/bulk", fmt.Sprintf(`[{"id":"ok-1","payload":"x"},{"id":%q,"payload":"x"}]`, id), "[1].id"},
+			{"POST", "/api/shop/dots/bulk", fmt.Sprintf(`[{"id":%q,"chain":[{"payload":"a"},{"payload":"b"}]}]`, id), "[0].id"},
+		} {
+			code, body := a.do(tc.method, tc.path, tok, tc.body)
+			if code != http.StatusBadRequest || body["field"] != tc.field || !strings.Contains(fmt.Sprint(body["error"]), "cannot be named in a URL path") {
+				t.Errorf("%s %s %s: %d %v; want 400, field %s", tc.method, tc.path, tc.body, code, body, tc.field)
+			}
+		}
+	}
+	if code, body := a.do("GET", "/api/shop/dots/job/ok-1", tok, ""); code != http.StatusNotFound {
+		t.Errorf("the refused bulk's other task: %d %v; want 404 (nothing written)", code, body)
+	}
+	for _, id := range []string{"...", "a/..", "./"} {
+		if code, body := a.do("PUT", "/api/shop/dots?id="+url.QueryEscape(id), tok, "x"); code != http.StatusCreated {
+			t.Fatalf("publish of %q: %d %v", id, code, body)
+		}
+		if code, body := a.do("GET", "/api/shop/dots/job/"+url.PathEscape(id), tok, ""); code != http.StatusOK || body["job_id"] != id {
+			t.Errorf("job %q at its escaped path: %d %v", id, code, body)
+		}
+	}
+}
