@@ -25,7 +25,9 @@
 // # Endpoints
 //
 //	GET    /healthz                              no token: 200 "ok", 503 naming an unhealthy side service
-//	GET    /readyz                               no token: 200 "ok" once the side services are ready, else 503
+//	                                             or a pull worker that stopped
+//	GET    /readyz                               no token: 200 "ok" once the side services are ready
+//	                                             and the pull worker runs, else 503
 //	GET    /metrics                              Prometheus metrics: an operator's token ("*")
 //	PUT    /api/{ns}/{queue}                     publish one task: the body is its payload; id=,
 //	                                             delay=, ttl=, tries=, timeout=, priority=
@@ -132,6 +134,13 @@
 // whoever serves Handler stops serving and ends on Err, as onceq serve
 // does (exit code 1), for the supervisor to restart the process.
 // /healthz and /readyz report the side services' health and readiness.
+//
+// The pull worker is not under that policy: New waits until it started,
+// and fails if it cannot (a DataDir whose pull checkpoint belongs to
+// another PullGroup wraps checkpoint.ErrMismatch); one that stops later
+// is replaced by a new one, after a pause that doubles from 1s to 30s
+// while its successors keep stopping, and the probes answer 503 naming it
+// meanwhile.
 //
 // # The console
 //

@@ -68,7 +68,7 @@ func New(ctx context.Context, opts ...Opt) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, mux: http.NewServeMux(), pull: pull{queues: map[string]*pullQueue{}, known: map[string]bool{}},
+	s := &Server{cfg: cfg, mux: http.NewServeMux(), pull: pull{queues: map[string]*pullQueue{}, known: map[string]bool{}, remote: map[string]time.Time{}},
 		limiters: map[string]*rate.Limiter{}}
 	if s.m, err = newMetrics(cfg.reg); err != nil {
 		return nil, err
@@ -115,7 +115,7 @@ func New(ctx context.Context, opts ...Opt) (*Server, error) {
 		s.tokens.Close()
 		return nil, err
 	}
-	if err := s.startPull(); err != nil {
+	if err := s.startPull(ctx); err != nil {
 		s.Close()
 		return nil, err
 	}
@@ -224,10 +224,11 @@ func (s *Server) apiRoutes() []route {
 }
 
 func (s *Server) routes() {
-	// Probes, without a token: the server's side services' health and
-	// readiness (ops.Checker), one line each that is not.
-	s.mux.HandleFunc("GET /healthz", ops.Probe(s.sides.Healthy))
-	s.mux.HandleFunc("GET /readyz", ops.Probe(s.sides.Ready))
+	// Probes, without a token: the health and readiness (ops.Checker) of
+	// the server's side services and of its pull worker, one line each
+	// that is not.
+	s.mux.HandleFunc("GET /healthz", ops.Probe(func() error { return errors.Join(s.sides.Healthy(), named("pull", s.pull.healthy())) }))
+	s.mux.HandleFunc("GET /readyz", ops.Probe(func() error { return errors.Join(s.sides.Ready(), named("pull", s.pull.ready())) }))
 	if s.gather != nil {
 		metrics := promhttp.HandlerFor(s.gather, promhttp.HandlerOpts{})
 		// Every namespace's queues and volumes: an operator's token only.
@@ -330,6 +331,15 @@ func (s *Server) limit(id string) time.Duration {
 		r.Cancel()
 	}
 	return d
+}
+
+// named prefixes err, if any, with a component's name, as the probes
+// name the side services.
+func named(name string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("%s: %w", name, err)
 }
 
 func nsError(ns string, err error) string {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/onceq/onceq/checkpoint"
 	"github.com/onceq/onceq/internal/ops"
 	"github.com/onceq/onceq/serve"
 )
@@ -150,10 +151,13 @@ func (f *serveFlags) run(cmd *cobra.Command, g *globals) error {
 		serve.PullGroup(f.pullGroup), serve.PullSlots(f.pullSlots), serve.DelayService(f.delaySvc), serve.WorkflowService(f.workflowSvc), serve.Scheduler(f.scheduler),
 		serve.RateLimit(f.rateLimit, f.rateBurst), serve.ReadHeaderTimeout(f.headerTimeout), serve.BodyReadTimeout(f.bodyTimeout),
 		serve.MaxConns(f.maxConns))
-	if errors.Is(err, serve.ErrConfig) {
+	switch {
+	case errors.Is(err, serve.ErrConfig):
 		return flagError(cmd.Flags(), err)
-	}
-	if err != nil {
+	case errors.Is(err, checkpoint.ErrMismatch):
+		// --data-dir of another --pull-group (or cluster): bad input.
+		return usageError{err}
+	case err != nil:
 		return err
 	}
 	defer srv.Close()
