@@ -105,6 +105,14 @@
 // wait for a queue it does not own says so in the lease topic, and the
 // server running the queue's tasks grants them to it.
 //
+// A queue's limit (PUT .../limit) counts its jobs handed out: running=
+// bounds the jobs out with consumers at once, across every server, from
+// a consumer's take to the job's acknowledgment or the end of its ttr,
+// and rate= the hand-outs. A job waiting for a consumer holds no place;
+// a consumer takes no job of a queue whose limit has no place for it, and
+// waits for one up to its timeout. A server that dies holds its places
+// until its jobs' ttr and 5 s end.
+//
 // A DELETE of a task that is not handed out cancels it (202), as lmstfy's
 // DELETE makes sure it is never consumed again; of a task final or
 // unknown, it answers 204, as an ACK is idempotent.

@@ -12,6 +12,7 @@ import (
 	"github.com/onceq/onceq"
 	"github.com/onceq/onceq/broker"
 	"github.com/onceq/onceq/consumer"
+	"github.com/onceq/onceq/internal/limit"
 )
 
 // The pull model, lmstfy's: each server runs one worker of its pull group
@@ -87,6 +88,9 @@ type lease struct {
 type grant struct {
 	ttr    time.Duration
 	freeze bool
+	// placeBy bounds the wait for the job's place under its queue's
+	// limit (handOut); zero: placeTry from the take.
+	placeBy time.Time
 }
 
 // takeReply says whether a take counted: its lease, or none (another take
@@ -116,10 +120,14 @@ type pull struct {
 	// worker that starts is told them (wantAll).
 	remote      map[string]time.Time
 	remoteSwept int // remote's size after its last sweep of the wants past
+
+	limits *limit.Client // the queues' limits, and the hand-outs' places
+	quit   chan struct{} // closed when the server closes
 }
 
 // pullQueue is a queue whose tasks the server hands out.
 type pullQueue struct {
+	topic  string
 	offers chan *lease
 	wanted atomic.Int64 // Unix nanoseconds until which a consumer waits
 	// waiting counts the consumers waiting for the queue now (with a
@@ -141,7 +149,7 @@ func (pl *pull) queue(topic string) *pullQueue {
 	defer pl.mu.Unlock()
 	q := pl.queues[topic]
 	if q == nil {
-		q = &pullQueue{offers: make(chan *lease)}
+		q = &pullQueue{topic: topic, offers: make(chan *lease)}
 		pl.queues[topic] = q
 	}
 	return q
@@ -343,18 +351,10 @@ func (pl *pull) offer(ctx context.Context, t *consumer.Task, key string, changed
 		l.reply <- takeReply{err: ctx.Err()}
 		return true, ctx.Err()
 	}
-	counted, st, err := lg.write(ctx, key, leaseEvent{Kind: evTake, Holder: lg.id, Partition: t.Partition, Offset: t.Offset,
-		Until: time.Now().Add(g.ttr).UnixMilli(), TTR: g.ttr.Milliseconds(), Freeze: g.freeze})
-	switch {
-	case err != nil:
-		l.reply <- takeReply{err: err}
+	if _, err := pl.handOut(ctx, l, key, runRef{t.Partition, t.Offset}, g); err != nil {
 		return true, runError(ctx, err)
-	case !counted:
-		l.reply <- takeReply{}
-	default:
-		l.reply <- takeReply{lease: st.Lease}
 	}
-	return false, nil // held now, or as another event left it
+	return false, nil // held now, or as another event left it, or offered again
 }
 
 // runError is the error a run ends with when the lease topic cannot be

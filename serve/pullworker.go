@@ -82,7 +82,8 @@ func (s *Server) startPull(ctx context.Context) error {
 		consumer.Group(s.cfg.pullGroup), consumer.OnDemand(true), consumer.Concurrency(pullHeld), consumer.MaxRunningPerQueue(s.cfg.pullSlots),
 		consumer.TaskTimeout(holdMax), consumer.CommitInterval(pullCommitInterval), consumer.ShutdownTimeout(pullShutdown),
 		consumer.WithHandler(consumer.HandlerFunc(s.pull.handle)), consumer.ResultRetention(s.cfg.retention),
-		consumer.MetricsPerQueue(false), consumer.Registerer(life.metrics), consumer.QuietAfter(pullQuietAfter)}
+		consumer.MetricsPerQueue(false), consumer.Registerer(life.metrics), consumer.QuietAfter(pullQuietAfter),
+		consumer.OwnLimits(true)} // a job takes its place when it is handed out (handOut)
 	life.build = func() (*consumer.Worker, error) {
 		life.metrics.reset() // the metrics of the worker this one replaces
 		o := opts

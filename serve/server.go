@@ -54,11 +54,6 @@ type Server struct {
 
 	limitMu  sync.Mutex
 	limiters map[string]*rate.Limiter // by token ID, with RateLimit
-
-	// queueLimits follows the limits of queues, opened on first use
-	// (queueLimit).
-	queueLimitsMu sync.Mutex
-	queueLimits   *limit.Client
 }
 
 // New checks the options and opens what the server stands on: a producer,
@@ -68,7 +63,7 @@ func New(ctx context.Context, opts ...Opt) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, mux: http.NewServeMux(), pull: pull{queues: map[string]*pullQueue{}, known: map[string]bool{}, remote: map[string]time.Time{}},
+	s := &Server{cfg: cfg, mux: http.NewServeMux(), pull: pull{queues: map[string]*pullQueue{}, known: map[string]bool{}, remote: map[string]time.Time{}, quit: make(chan struct{})},
 		limiters: map[string]*rate.Limiter{}}
 	if s.m, err = newMetrics(cfg.reg); err != nil {
 		return nil, err
@@ -107,7 +102,16 @@ func New(ctx context.Context, opts ...Opt) (*Server, error) {
 		s.tokens.Close()
 		return nil, err
 	}
+	if s.pull.limits, err = limit.Open(ctx, cfg.conn, cfg.log.With("component", "limits")); err != nil {
+		s.pull.ledger.close()
+		s.p.Close()
+		s.dlq.Close()
+		s.in.Close()
+		s.tokens.Close()
+		return nil, err
+	}
 	if s.schedules, err = periodic.Open(ctx, cfg.conn, cfg.log.With("component", "periodic")); err != nil {
+		s.pull.limits.Close()
 		s.pull.ledger.close()
 		s.p.Close()
 		s.dlq.Close()
@@ -135,6 +139,7 @@ func New(ctx context.Context, opts ...Opt) (*Server, error) {
 // producer (flushing what it holds), the inspector and the token and
 // schedule stores.
 func (s *Server) Close() error {
+	close(s.pull.quit)
 	s.stopPull()
 	if s.stopSides != nil {
 		s.stopSides()
@@ -146,11 +151,7 @@ func (s *Server) Close() error {
 	s.dlq.Close()
 	err := s.in.Close()
 	s.tokens.Close()
-	s.queueLimitsMu.Lock()
-	if s.queueLimits != nil {
-		s.queueLimits.Close()
-	}
-	s.queueLimitsMu.Unlock()
+	s.pull.limits.Close()
 	return err
 }
 

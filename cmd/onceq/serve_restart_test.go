@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -265,4 +266,83 @@ func TestServeDataDirOfAnotherPullGroup(t *testing.T) {
 		t.Errorf("exit %d; want 2 (bad input)", code)
 	}
 	t.Logf("refused in %v: %s", time.Since(began).Round(time.Millisecond), lastBytes(strings.TrimSpace(out), 400))
+}
+
+// TestServeCrashFreesLimitPlaces: on a queue limited to 2 running, a
+// server is SIGKILLed twice with 2 jobs handed out (ttr 3 s), and
+// restarted. The dead server's places free once those jobs' ttr and a
+// grace of seconds end, and the restarted server hands jobs out again,
+// where they used to hold for 24 h (the pull worker's task timeout, and
+// past the jobs' default ttl). Every job ends acknowledged.
+func TestServeCrashFreesLimitPlaces(t *testing.T) {
+	addr, _ := produceBroker(t)
+	code, out, stderr := runCLI(t, "", "--brokers", addr, "token", "create", "shop")
+	if code != 0 {
+		t.Fatalf("token create: %s", stderr)
+	}
+	tok := strings.TrimSpace(out)
+	do := tokenRequests(&http.Client{Timeout: 90 * time.Second}, tok, "")
+	a := startServe(t, addr)
+	if code, body, err := do("PUT", a.base+"/api/shop/jobs/limit?running=2", ""); code != 200 {
+		t.Fatalf("PUT limit: %d %s %v", code, body, err)
+	}
+	const n = 8
+	var lines []string
+	for i := range n {
+		lines = append(lines, fmt.Sprintf(`{"id":"l-%d","payload":"%d","max_attempts":10}`, i, i))
+	}
+	if code, body, err := do("POST", a.base+"/api/shop/jobs/bulk", "["+strings.Join(lines, ",")+"]"); code != 201 {
+		t.Fatalf("bulk: %d %s %v", code, body, err)
+	}
+	// handOut takes one job for 3 s, waiting up to wait.
+	handOut := func(wait time.Duration) bool {
+		for deadline := time.Now().Add(wait); time.Now().Before(deadline); {
+			code, body, err := do("GET", a.base+"/api/shop/jobs?ttr=3&timeout=5", "")
+			switch {
+			case code == 200:
+				return true
+			case code != 404 && code != 502 && code != 503 && err == nil:
+				t.Fatalf("consume: %d %s", code, body)
+			}
+		}
+		return false
+	}
+	for kill := 1; kill <= 2; kill++ {
+		for range 2 {
+			if !handOut(30 * time.Second) {
+				t.Fatalf("kill %d: no job handed out under the limit", kill)
+			}
+		}
+		killed := time.Now()
+		a.kill(t)
+		if !handOut(60 * time.Second) {
+			_, body, _ := do("GET", a.base+"/api/shop/jobs/limit", "")
+			t.Fatalf("no job handed out in the 60 s after kill %d: the dead server's places still hold (%s)", kill, body)
+		}
+		t.Logf("kill %d: a job handed out again %v after the kill", kill, time.Since(killed).Round(time.Millisecond))
+	}
+	// The jobs whose ttr passed run again: every one is acknowledged.
+	acked := map[string]bool{}
+	for deadline := time.Now().Add(3 * time.Minute); len(acked) < n && time.Now().Before(deadline); {
+		code, body, err := do("GET", a.base+"/api/shop/jobs?ttr=60&timeout=5", "")
+		if code != 200 {
+			if code != 404 {
+				t.Fatalf("consume: %d %s %v", code, body, err)
+			}
+			continue
+		}
+		var j struct {
+			ID string `json:"job_id"`
+		}
+		if err := json.Unmarshal(body, &j); err != nil {
+			t.Fatal(err)
+		}
+		if code, body, err := do("DELETE", a.base+"/api/shop/jobs/job/"+j.ID, "done"); code != 204 {
+			t.Fatalf("ACK of %s: %d %s %v", j.ID, code, body, err)
+		}
+		acked[j.ID] = true
+	}
+	if len(acked) != n {
+		t.Fatalf("%d of %d jobs acknowledged: %v", len(acked), n, acked)
+	}
 }
