@@ -307,11 +307,31 @@ func TestServeCrashFreesLimitPlaces(t *testing.T) {
 		}
 		return false
 	}
+	// running is how many jobs the limit holds handed out now.
+	running := func() float64 {
+		code, body, err := do("GET", a.base+"/api/shop/jobs/limit", "")
+		var l struct {
+			Running float64 `json:"running_now"`
+		}
+		if code != 200 || json.Unmarshal(body, &l) != nil {
+			t.Fatalf("GET limit: %d %s %v", code, body, err)
+		}
+		return l.Running
+	}
 	for kill := 1; kill <= 2; kill++ {
+		// Two jobs out, taken together: both places are held at the kill.
+		for deadline := time.Now().Add(time.Minute); running() != 0; time.Sleep(50 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("kill %d: the places taken before are still held a minute later", kill)
+			}
+		}
 		for range 2 {
 			if !handOut(30 * time.Second) {
 				t.Fatalf("kill %d: no job handed out under the limit", kill)
 			}
+		}
+		if n := running(); n != 2 {
+			t.Fatalf("kill %d: %v jobs running under the limit with two handed out", kill, n)
 		}
 		killed := time.Now()
 		a.kill(t)
