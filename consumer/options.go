@@ -121,6 +121,7 @@ type config struct {
 	onDemand        bool
 	onDemandLine    int
 	maxPerQueue     int
+	ownLimits       bool
 }
 
 func defaults() config {
@@ -436,6 +437,15 @@ func OnDemandLine(n int) Opt { return optFunc(func(c *config) { c.onDemandLine =
 // revoked it stays uncommitted and runs on the partition's next owner.
 // Default 0 (no bound).
 func MaxRunningPerQueue(n int) Opt { return optFunc(func(c *config) { c.maxPerQueue = n }) }
+
+// OwnLimits, when on, leaves the limits of queues (control.SetLimit) to
+// the handler: the worker starts every task without claiming a place
+// under its queue's limit, and the handler claims one when the task's
+// work begins. onceq serve does, whose tasks wait in their handlers for
+// an HTTP consumer: a task runs, under its queue's limit, from the
+// moment it is handed out. Default off: a task of a limited queue waits
+// in its slot for its place before its handler runs.
+func OwnLimits(on bool) Opt { return optFunc(func(c *config) { c.ownLimits = on }) }
 
 // resultRoom bounds what a task record holds besides its result: the ID,
 // queue, error text and the other fields.

@@ -112,8 +112,10 @@ func (w *Worker) start(ctx context.Context) error {
 	if w.control, err = control.Open(ctx, w.cfg.conn, w.cfg.log, w.setPaused); err != nil {
 		return fmt.Errorf("consumer: %w", err)
 	}
-	if w.limits, err = limit.Open(ctx, w.cfg.conn, w.cfg.log); err != nil {
-		return fmt.Errorf("consumer: %w", err)
+	if !w.cfg.ownLimits { // else the handler's (a nil Client limits nothing)
+		if w.limits, err = limit.Open(ctx, w.cfg.conn, w.cfg.log); err != nil {
+			return fmt.Errorf("consumer: %w", err)
+		}
 	}
 	w.pauseMu.Lock()
 	defer w.pauseMu.Unlock()

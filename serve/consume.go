@@ -109,20 +109,11 @@ func (s *Server) consume(w http.ResponseWriter, r *http.Request) {
 func (s *Server) takeJobs(ctx context.Context, ns string, queues []*pullQueue, count int, g grant) []lmstfyJob {
 	var out []lmstfyJob
 	for len(out) < count {
-		var offered []*lease
-		if l := take(ctx, queues, len(out) == 0); l != nil {
-			offered = append(offered, l)
-			for len(out)+len(offered) < count {
-				l := take(ctx, queues, false)
-				if l == nil {
-					break
-				}
-				offered = append(offered, l)
-			}
-		}
+		offered := s.pull.takeWithPlaces(ctx, queues, count-len(out), len(out) == 0)
 		if len(offered) == 0 {
 			break
 		}
+		g.placeBy = time.Now().Add(placeTry)
 		for _, l := range offered {
 			l.terms <- g
 		}

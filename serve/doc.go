@@ -28,7 +28,9 @@
 // # Endpoints
 //
 //	GET    /healthz                              no token: 200 "ok", 503 naming an unhealthy side service
-//	GET    /readyz                               no token: 200 "ok" once the side services are ready, else 503
+//	                                             or a pull worker that stopped
+//	GET    /readyz                               no token: 200 "ok" once the side services are ready
+//	                                             and the pull worker runs, else 503
 //	GET    /metrics                              Prometheus metrics: an operator's token ("*")
 //	PUT    /api/{ns}/{queue}                     publish one task: the body is its payload; id=,
 //	                                             delay=, ttl=, tries=, timeout=, priority=
@@ -106,6 +108,14 @@
 // wait for a queue it does not own says so in the lease topic, and the
 // server running the queue's tasks grants them to it.
 //
+// A queue's limit (PUT .../limit) counts its jobs handed out: running=
+// bounds the jobs out with consumers at once, across every server, from
+// a consumer's take to the job's acknowledgment or the end of its ttr,
+// and rate= the hand-outs. A job waiting for a consumer holds no place;
+// a consumer takes no job of a queue whose limit has no place for it, and
+// waits for one up to its timeout. A server that dies holds its places
+// until its jobs' ttr and 5 s end.
+//
 // A DELETE of a task that is not handed out cancels it (202), as lmstfy's
 // DELETE makes sure it is never consumed again; of a task final or
 // unknown, it answers 204, as an ACK is idempotent.
@@ -136,6 +146,13 @@
 // whoever serves Handler stops serving and ends on Err, as onceq serve
 // does (exit code 1), for the supervisor to restart the process.
 // /healthz and /readyz report the side services' health and readiness.
+//
+// The pull worker is not under that policy: New waits until it started,
+// and fails if it cannot (a DataDir whose pull checkpoint belongs to
+// another PullGroup wraps checkpoint.ErrMismatch); one that stops later
+// is replaced by a new one, after a pause that doubles from 1s to 30s
+// while its successors keep stopping, and the probes answer 503 naming it
+// meanwhile.
 //
 // # The console
 //

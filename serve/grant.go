@@ -87,16 +87,6 @@ func (pl *pull) offerGranted(key string, st leaseState) {
 		case <-ctx.Done():
 			return // its grant ends: revoked by the server that made it
 		}
-		g := <-l.terms
-		counted, now, err := lg.write(ctx, key, leaseEvent{Kind: evTake, Holder: lg.id, Partition: st.Partition, Offset: st.Offset,
-			Until: time.Now().Add(g.ttr).UnixMilli(), TTR: g.ttr.Milliseconds(), Freeze: g.freeze})
-		switch {
-		case err != nil:
-			l.reply <- takeReply{err: err}
-		case !counted:
-			l.reply <- takeReply{}
-		default:
-			l.reply <- takeReply{lease: now.Lease}
-		}
+		_, _ = pl.handOut(ctx, l, key, runRef{st.Partition, st.Offset}, <-l.terms)
 	}()
 }

@@ -46,6 +46,8 @@ type ledger struct {
 	mu       sync.Mutex
 	states   map[string]*leaseState   // by leaseKey
 	watchers map[string]chan struct{} // closed when the key's state changes
+	// followers are closed too, each its follower's own (follow).
+	followers map[string]map[chan struct{}]bool
 	// wants are the other servers' wants, by queue and server; wanted is
 	// closed when a queue gets a want.
 	wants     map[string]map[string]want
@@ -63,7 +65,7 @@ func openLedger(ctx context.Context, conn broker.Conn, group string, log *slog.L
 		return nil, err
 	}
 	lg := &ledger{topic: leaseTopic(group), log: log, cl: cl, adm: kadm.NewClient(cl), id: rand.Text()[:12], onWant: onWant, onGrant: onGrant,
-		states: map[string]*leaseState{}, watchers: map[string]chan struct{}{},
+		states: map[string]*leaseState{}, watchers: map[string]chan struct{}{}, followers: map[string]map[chan struct{}]bool{},
 		wants: map[string]map[string]want{}, wanted: map[string]chan struct{}{}, announced: map[string]time.Time{}}
 	lg.f, err = table.Follow(ctx, conn, lg.topic, log, lg.apply, table.Configs(broker.LeasesSpec(group, leaseKeep).Configs))
 	if err != nil {
@@ -212,6 +214,10 @@ func (lg *ledger) changedLocked(key string) {
 		close(ch)
 		delete(lg.watchers, key)
 	}
+	for ch := range lg.followers[key] {
+		close(ch)
+	}
+	delete(lg.followers, key)
 }
 
 // sweepLocked forgets, at most once a minute, the states no event touched
@@ -266,6 +272,35 @@ func (lg *ledger) unwatch(key string, changed <-chan struct{}) {
 	defer lg.mu.Unlock()
 	if ch, ok := lg.watchers[key]; ok && (<-chan struct{})(ch) == changed {
 		delete(lg.watchers, key)
+	}
+}
+
+// follow returns key's state (ok: the topic has one) and a channel of the
+// caller's own, closed when the state changes; stop forgets the channel
+// if it was not closed. Unlike watch's, it is no one else's: a follower
+// that stops never keeps a watcher from a change.
+func (lg *ledger) follow(key string) (st leaseState, ok bool, changed <-chan struct{}, stop func()) {
+	ch := make(chan struct{})
+	lg.mu.Lock()
+	defer lg.mu.Unlock()
+	m := lg.followers[key]
+	if m == nil {
+		m = map[chan struct{}]bool{}
+		lg.followers[key] = m
+	}
+	m[ch] = true
+	if p := lg.states[key]; p != nil {
+		st, ok = *p, true
+	}
+	return st, ok, ch, func() {
+		lg.mu.Lock()
+		defer lg.mu.Unlock()
+		if m := lg.followers[key]; m[ch] {
+			delete(m, ch)
+			if len(m) == 0 {
+				delete(lg.followers, key)
+			}
+		}
 	}
 }
 

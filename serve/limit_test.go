@@ -103,3 +103,53 @@ func TestLimitHoldsHandOuts(t *testing.T) {
 		}
 	}
 }
+
+// TestLimitWaitingJobHoldsNoPlace: under running=1, a job that waits
+// for a consumer holds no place, and a hand-out holds its place only
+// while it is out. Once the first job is acknowledged, with no consumer
+// waiting, the queue runs none, though its second job was fetched and
+// waits; a consumer then gets it, and its place counts.
+// The worker used to claim the place before its handler offered the job,
+// so a job nobody consumed held it for its queue's release time (30 s
+// past the last consume).
+func TestLimitWaitingJobHoldsNoPlace(t *testing.T) {
+	a := start(t, serve.CreateQueues(1))
+	tok := a.token("shop", false)
+	if code, body := a.do("PUT", "/api/shop/jobs/limit?running=1", tok, ""); code != 200 {
+		t.Fatalf("PUT limit: %d %v", code, body)
+	}
+	for i := range 2 {
+		if code, body := a.do("PUT", "/api/shop/jobs?tries=3&id=j-"+strconv.Itoa(i), tok, "job"); code != 201 {
+			t.Fatalf("publish %d: %d %v", i, code, body)
+		}
+	}
+	first := consumeOne(t, a, tok, "/api/shop/jobs?ttr=60&timeout=30")
+	running := func() any {
+		code, body := a.do("GET", "/api/shop/jobs/limit", tok, "")
+		if code != 200 {
+			t.Fatalf("GET limit: %d %v", code, body)
+		}
+		return body["running_now"]
+	}
+	if n := running(); n != 1.0 {
+		t.Fatalf("running_now with a job out: %v; want 1", n)
+	}
+	if code, body := a.do("DELETE", "/api/shop/jobs/job/"+first.JobID+"?lease="+first.Lease, tok, "done"); code != 204 {
+		t.Fatalf("ACK: %d %v", code, body)
+	}
+	acked := time.Now()
+	for n := running(); n != 0.0; n = running() {
+		if time.Since(acked) > 10*time.Second {
+			t.Fatalf("running_now %v 10s after the only job out was acknowledged, no consumer waiting; want 0", n)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Logf("the place freed %v after the ACK", time.Since(acked).Round(time.Millisecond))
+	second := consumeOne(t, a, tok, "/api/shop/jobs?ttr=60&timeout=30")
+	if second.JobID == first.JobID {
+		t.Fatalf("%s handed out twice", first.JobID)
+	}
+	if n := running(); n != 1.0 {
+		t.Fatalf("running_now with the second job out: %v; want 1", n)
+	}
+}

@@ -4,18 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"path/filepath"
-	"regexp"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/cockroachdb/pebble/v2/vfs"
-
 	"github.com/onceq/onceq"
 	"github.com/onceq/onceq/broker"
 	"github.com/onceq/onceq/consumer"
+	"github.com/onceq/onceq/internal/limit"
 )
 
 // The pull model, lmstfy's: each server runs one worker of its pull group
@@ -91,6 +88,9 @@ type lease struct {
 type grant struct {
 	ttr    time.Duration
 	freeze bool
+	// placeBy bounds the wait for the job's place under its queue's
+	// limit (handOut); zero: placeTry from the take.
+	placeBy time.Time
 }
 
 // takeReply says whether a take counted: its lease, or none (another take
@@ -102,11 +102,12 @@ type takeReply struct {
 
 // pull is the server's pull worker and what it hands out.
 type pull struct {
-	w      atomic.Pointer[consumer.Worker] // set once it started
-	ledger *ledger                         // the group's leases
+	// w is the worker running now, or the last one (pullworker.go): a
+	// worker that stops is replaced by a new one.
+	w      atomic.Pointer[consumer.Worker]
+	ledger *ledger // the group's leases
 	adm    *broker.Admin
-	stop   context.CancelFunc
-	done   chan struct{}
+	life   workerLife
 
 	// fleet counts the members of the pull group, looked at every
 	// fleetEvery: with one, no server's consumers wait elsewhere.
@@ -115,10 +116,18 @@ type pull struct {
 	mu     sync.Mutex
 	queues map[string]*pullQueue // by topic: the queues asked for or run
 	known  map[string]bool       // topics known to exist
+	// remote are the other servers' wants, by topic (wantRemote): a
+	// worker that starts is told them (wantAll).
+	remote      map[string]time.Time
+	remoteSwept int // remote's size after its last sweep of the wants past
+
+	limits *limit.Client // the queues' limits, and the hand-outs' places
+	quit   chan struct{} // closed when the server closes
 }
 
 // pullQueue is a queue whose tasks the server hands out.
 type pullQueue struct {
+	topic  string
 	offers chan *lease
 	wanted atomic.Int64 // Unix nanoseconds until which a consumer waits
 	// waiting counts the consumers waiting for the queue now (with a
@@ -140,7 +149,7 @@ func (pl *pull) queue(topic string) *pullQueue {
 	defer pl.mu.Unlock()
 	q := pl.queues[topic]
 	if q == nil {
-		q = &pullQueue{offers: make(chan *lease)}
+		q = &pullQueue{topic: topic, offers: make(chan *lease)}
 		pl.queues[topic] = q
 	}
 	return q
@@ -204,100 +213,6 @@ func (pl *pull) reannounce(ctx context.Context) {
 			pl.announce(topic, until, false)
 		}
 	}
-}
-
-// wantRemote makes the worker fetch topic until until: another server's
-// consumers wait for it, and this one may own its partitions.
-func (pl *pull) wantRemote(topic string, until time.Time) {
-	if w := pl.w.Load(); w != nil {
-		w.Want(topic, until)
-	}
-}
-
-// startPull starts the server's pull worker.
-func (s *Server) startPull() error {
-	pattern := pullPattern
-	if s.cfg.lane != "" {
-		pattern = regexp.QuoteMeta(s.cfg.lane) + string(onceq.LaneSep) + pullPattern
-		adm, err := broker.NewAdmin(s.cfg.conn)
-		if err != nil {
-			return err
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		err = adm.EnsureTopic(ctx, s.cfg.lane, max(s.cfg.partitions, 1), nil)
-		cancel()
-		adm.Close()
-		if err != nil {
-			return fmt.Errorf("making the lane %s: %w", s.cfg.lane, err)
-		}
-	}
-	opts := []consumer.Opt{consumer.Conn(s.cfg.conn), consumer.Logger(s.cfg.log.With("component", "pull")), consumer.Queues(pattern),
-		consumer.Group(s.cfg.pullGroup), consumer.OnDemand(true), consumer.Concurrency(pullHeld), consumer.MaxRunningPerQueue(s.cfg.pullSlots),
-		consumer.TaskTimeout(holdMax), consumer.CommitInterval(pullCommitInterval), consumer.ShutdownTimeout(pullShutdown),
-		consumer.WithHandler(consumer.HandlerFunc(s.pull.handle)), consumer.ResultRetention(s.cfg.retention),
-		consumer.MetricsPerQueue(false), consumer.Registerer(s.cfg.reg), consumer.QuietAfter(pullQuietAfter)}
-	if s.cfg.dataDir != "" {
-		opts = append(opts, consumer.CheckpointDir(filepath.Join(s.cfg.dataDir, "pull")))
-	} else {
-		opts = append(opts, consumer.CheckpointFS(vfs.NewMem()), consumer.CheckpointDir("pull"))
-	}
-	w, err := consumer.New(opts...)
-	if err != nil {
-		return fmt.Errorf("starting the pull worker: %w", err)
-	}
-	if s.pull.adm, err = broker.NewAdmin(s.cfg.conn); err != nil {
-		return err
-	}
-	ctx, stop := context.WithCancel(context.Background())
-	s.pull.w.Store(w)
-	s.pull.stop, s.pull.done = stop, make(chan struct{})
-	go s.pull.countFleet(ctx, s.cfg.pullGroup)
-	go s.pull.reannounce(ctx)
-	go func() {
-		defer close(s.pull.done)
-		for ctx.Err() == nil {
-			err := w.Run(ctx)
-			if ctx.Err() != nil {
-				return
-			}
-			s.cfg.log.Error("the pull worker stopped: starting it again in a second", "err", err)
-			select {
-			case <-ctx.Done():
-			case <-time.After(time.Second):
-			}
-		}
-	}()
-	return nil
-}
-
-// fleetEvery is how often a server counts the members of its pull group.
-const fleetEvery = 5 * time.Second
-
-// countFleet counts the pull group's members every fleetEvery until ctx
-// ends.
-func (pl *pull) countFleet(ctx context.Context, group string) {
-	for {
-		if n, err := pl.adm.GroupMembers(ctx, group); err == nil {
-			pl.fleet.Store(int32(n))
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(fleetEvery):
-		}
-	}
-}
-
-// stopPull stops the pull worker: tasks handed out and not acknowledged
-// stay leased, and the group's next owner of their partitions waits for
-// their acknowledgments.
-func (s *Server) stopPull() {
-	if s.pull.stop == nil {
-		return
-	}
-	s.pull.stop()
-	<-s.pull.done
-	s.pull.adm.Close()
 }
 
 // handle is the worker's handler: it offers the task to consumers, and
@@ -436,18 +351,10 @@ func (pl *pull) offer(ctx context.Context, t *consumer.Task, key string, changed
 		l.reply <- takeReply{err: ctx.Err()}
 		return true, ctx.Err()
 	}
-	counted, st, err := lg.write(ctx, key, leaseEvent{Kind: evTake, Holder: lg.id, Partition: t.Partition, Offset: t.Offset,
-		Until: time.Now().Add(g.ttr).UnixMilli(), TTR: g.ttr.Milliseconds(), Freeze: g.freeze})
-	switch {
-	case err != nil:
-		l.reply <- takeReply{err: err}
+	if _, err := pl.handOut(ctx, l, key, runRef{t.Partition, t.Offset}, g); err != nil {
 		return true, runError(ctx, err)
-	case !counted:
-		l.reply <- takeReply{}
-	default:
-		l.reply <- takeReply{lease: st.Lease}
 	}
-	return false, nil // held now, or as another event left it
+	return false, nil // held now, or as another event left it, or offered again
 }
 
 // runError is the error a run ends with when the lease topic cannot be

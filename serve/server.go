@@ -57,11 +57,6 @@ type Server struct {
 
 	limitMu  sync.Mutex
 	limiters map[string]*rate.Limiter // by token ID, with RateLimit
-
-	// queueLimits follows the limits of queues, opened on first use
-	// (queueLimit).
-	queueLimitsMu sync.Mutex
-	queueLimits   *limit.Client
 }
 
 // New checks the options and opens what the server stands on: a producer,
@@ -71,7 +66,7 @@ func New(ctx context.Context, opts ...Opt) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, mux: http.NewServeMux(), pull: pull{queues: map[string]*pullQueue{}, known: map[string]bool{}},
+	s := &Server{cfg: cfg, mux: http.NewServeMux(), pull: pull{queues: map[string]*pullQueue{}, known: map[string]bool{}, remote: map[string]time.Time{}, quit: make(chan struct{})},
 		limiters: map[string]*rate.Limiter{}}
 	if s.m, err = newMetrics(cfg.reg); err != nil {
 		return nil, err
@@ -110,7 +105,7 @@ func New(ctx context.Context, opts ...Opt) (*Server, error) {
 		s.tokens.Close()
 		return nil, err
 	}
-	if s.schedules, err = periodic.Open(ctx, cfg.conn, cfg.log.With("component", "periodic")); err != nil {
+	if s.pull.limits, err = limit.Open(ctx, cfg.conn, cfg.log.With("component", "limits")); err != nil {
 		s.pull.ledger.close()
 		s.p.Close()
 		s.dlq.Close()
@@ -118,7 +113,16 @@ func New(ctx context.Context, opts ...Opt) (*Server, error) {
 		s.tokens.Close()
 		return nil, err
 	}
-	if err := s.startPull(); err != nil {
+	if s.schedules, err = periodic.Open(ctx, cfg.conn, cfg.log.With("component", "periodic")); err != nil {
+		s.pull.limits.Close()
+		s.pull.ledger.close()
+		s.p.Close()
+		s.dlq.Close()
+		s.in.Close()
+		s.tokens.Close()
+		return nil, err
+	}
+	if err := s.startPull(ctx); err != nil {
 		s.Close()
 		return nil, err
 	}
@@ -138,6 +142,7 @@ func New(ctx context.Context, opts ...Opt) (*Server, error) {
 // producer (flushing what it holds), the inspector and the token and
 // schedule stores.
 func (s *Server) Close() error {
+	close(s.pull.quit)
 	s.stopPull()
 	if s.stopSides != nil {
 		s.stopSides()
@@ -149,23 +154,23 @@ func (s *Server) Close() error {
 	s.dlq.Close()
 	err := s.in.Close()
 	s.tokens.Close()
-	s.queueLimitsMu.Lock()
-	if s.queueLimits != nil {
-		s.queueLimits.Close()
-	}
-	s.queueLimitsMu.Unlock()
+	s.pull.limits.Close()
 	return err
 }
 
-// Healthy returns nil while the side services the server runs work, or
-// one line for each that does not: what /healthz answers. With Ready, it
-// serves probes on a listener of their own too (onceq serve
-// --metrics-addr), which no connection to the API's listeners delays.
-func (s *Server) Healthy() error { return s.sides.Healthy() }
+// Healthy returns nil while the side services the server runs and its
+// pull worker work, or one line for each that does not: what /healthz
+// answers. With Ready, it serves probes on a listener of their own too
+// (onceq serve --metrics-addr), which no connection to the API's
+// listeners delays.
+func (s *Server) Healthy() error {
+	return errors.Join(s.sides.Healthy(), named("pull", s.pull.healthy()))
+}
 
-// Ready returns nil once the side services the server runs are ready, or
-// one line for each that is not: what /readyz answers.
-func (s *Server) Ready() error { return s.sides.Ready() }
+// Ready returns nil once the side services the server runs and its pull
+// worker are ready, or one line for each that is not: what /readyz
+// answers.
+func (s *Server) Ready() error { return errors.Join(s.sides.Ready(), named("pull", s.pull.ready())) }
 
 // Tokens is the server's token store.
 func (s *Server) Tokens() *auth.Store { return s.tokens }
@@ -237,8 +242,9 @@ func (s *Server) apiRoutes() []route {
 }
 
 func (s *Server) routes() {
-	// Probes, without a token: the server's side services' health and
-	// readiness (ops.Checker), one line each that is not.
+	// Probes, without a token: the health and readiness (ops.Checker) of
+	// the server's side services and of its pull worker, one line each
+	// that is not.
 	s.mux.HandleFunc("GET /healthz", ops.Probe(s.Healthy))
 	s.mux.HandleFunc("GET /readyz", ops.Probe(s.Ready))
 	if s.gather != nil {
@@ -343,6 +349,15 @@ func (s *Server) limit(id string) time.Duration {
 		r.Cancel()
 	}
 	return d
+}
+
+// named prefixes err, if any, with a component's name, as the probes
+// name the side services.
+func named(name string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("%s: %w", name, err)
 }
 
 func nsError(ns string, err error) string {

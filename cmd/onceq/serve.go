@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/onceq/onceq/broker"
+	"github.com/onceq/onceq/checkpoint"
 	"github.com/onceq/onceq/internal/ops"
 	"github.com/onceq/onceq/serve"
 )
@@ -174,10 +175,13 @@ func (f *serveFlags) run(cmd *cobra.Command, g *globals) error {
 	defer cancel()
 	reg := ops.NewRegistry()
 	srv, err := serve.New(startCtx, append(opts, serve.Conn(conn), serve.Logger(g.log), serve.Registerer(reg))...)
-	if errors.Is(err, serve.ErrConfig) {
+	switch {
+	case errors.Is(err, serve.ErrConfig):
 		return flagError(cmd.Flags(), err)
-	}
-	if err != nil {
+	case errors.Is(err, checkpoint.ErrMismatch):
+		// --data-dir of another --pull-group (or cluster): bad input.
+		return usageError{err}
+	case err != nil:
 		return err
 	}
 	defer srv.Close()

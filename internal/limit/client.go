@@ -150,6 +150,20 @@ func (c *Client) Running(queue string) int {
 	return c.book.Running(queue, time.Now())
 }
 
+// HasPlace reports whether a claim on queue made now would be admitted,
+// as far as the client has read the topic: the queue has no limit, or
+// its running claims leave a place and its rate a start. Another claim
+// may still take the place first.
+func (c *Client) HasPlace(queue string) bool {
+	if c.Limit(queue).None() {
+		return true
+	}
+	at := time.Now().Add(time.Duration(c.lead.Load()))
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return !c.book.Next(queue, at).After(at)
+}
+
 // Sync waits until the client read the topic to its end as of the call.
 func (c *Client) Sync(ctx context.Context) error { return c.f.Sync(ctx) }
 

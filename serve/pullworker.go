@@ -1,0 +1,375 @@
+package serve
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"regexp"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/onceq/onceq"
+	"github.com/onceq/onceq/broker"
+	"github.com/onceq/onceq/checkpoint"
+	"github.com/onceq/onceq/consumer"
+)
+
+// The pull worker's life. New starts the server's pull worker and waits
+// until it started (its queues, changelogs and checkpoint open): a worker
+// that cannot start, such as one whose checkpoint in the data dir belongs
+// to another pull group, fails New. A worker that stops later (its
+// brokers, its checkpoint, too many failed commits in a row) is replaced
+// by a new consumer.Worker after a pause that doubles from
+// pullRestartMin to pullRestartMax while its successors keep stopping;
+// meanwhile the probes say so (healthy, ready). Every worker that starts
+// is told the wants it must serve (wantAll): those of this server's
+// consumers, and those the lease topic holds of the other servers'
+// (wantRemote), which it read before the first worker existed.
+
+// Pauses before a stopped pull worker's successor starts.
+const (
+	pullRestartMin = time.Second
+	pullRestartMax = 30 * time.Second
+	// pullSteady is how long a worker runs before the pause after it
+	// is pullRestartMin again.
+	pullSteady = time.Minute
+)
+
+// workerLife is what runs the pull workers: build makes one, stop ends
+// the run, done is closed once it ended, and down says why no worker
+// runs now (nil: one does).
+type workerLife struct {
+	build   func() (*consumer.Worker, error)
+	metrics *workerMetrics
+	stop    context.CancelFunc
+	done    chan struct{}
+	down    atomic.Pointer[stopped]
+}
+
+// stopped is a pull worker that stopped, why and when.
+type stopped struct {
+	err error
+	at  time.Time
+}
+
+// startPull starts the server's pull worker and waits, until ctx ends,
+// until it started.
+func (s *Server) startPull(ctx context.Context) error {
+	pattern := pullPattern
+	if s.cfg.lane != "" {
+		pattern = regexp.QuoteMeta(s.cfg.lane) + string(onceq.LaneSep) + pullPattern
+		adm, err := broker.NewAdmin(s.cfg.conn)
+		if err != nil {
+			return err
+		}
+		ctx, cancel := context.WithTimeout(ctx, time.Minute)
+		err = adm.EnsureTopic(ctx, s.cfg.lane, max(s.cfg.partitions, 1), nil)
+		cancel()
+		adm.Close()
+		if err != nil {
+			return fmt.Errorf("making the lane %s: %w", s.cfg.lane, err)
+		}
+	}
+	life := &s.pull.life
+	life.metrics = &workerMetrics{Registerer: s.cfg.reg}
+	opts := []consumer.Opt{consumer.Conn(s.cfg.conn), consumer.Logger(s.cfg.log.With("component", "pull")), consumer.Queues(pattern),
+		consumer.Group(s.cfg.pullGroup), consumer.OnDemand(true), consumer.Concurrency(pullHeld), consumer.MaxRunningPerQueue(s.cfg.pullSlots),
+		consumer.TaskTimeout(holdMax), consumer.CommitInterval(pullCommitInterval), consumer.ShutdownTimeout(pullShutdown),
+		consumer.WithHandler(consumer.HandlerFunc(s.pull.handle)), consumer.ResultRetention(s.cfg.retention),
+		consumer.MetricsPerQueue(false), consumer.Registerer(life.metrics), consumer.QuietAfter(pullQuietAfter),
+		consumer.OwnLimits(true)} // a job takes its place when it is handed out (handOut)
+	life.build = func() (*consumer.Worker, error) {
+		life.metrics.reset() // the metrics of the worker this one replaces
+		o := opts
+		if s.cfg.dataDir != "" {
+			o = append(o, consumer.CheckpointDir(filepath.Join(s.cfg.dataDir, "pull")))
+		} else {
+			// A store of its own: restored from the changelogs, as at a
+			// start of the server.
+			o = append(o, consumer.CheckpointFS(vfs.NewMem()), consumer.CheckpointDir("pull"))
+		}
+		return consumer.New(o...)
+	}
+	w, err := life.build()
+	if err != nil {
+		return fmt.Errorf("starting the pull worker: %w", err)
+	}
+	if s.pull.adm, err = broker.NewAdmin(s.cfg.conn); err != nil {
+		return err
+	}
+	s.pull.install(w)
+	rctx, stop := context.WithCancel(context.Background())
+	life.stop, life.done = stop, make(chan struct{})
+	started := make(chan error, 1)
+	go s.pull.run(rctx, w, started, s.cfg.log.With("component", "pull"))
+	go s.pull.countFleet(rctx, s.cfg.pullGroup)
+	go s.pull.reannounce(rctx)
+	select {
+	case err = <-started:
+	case <-ctx.Done():
+		err = ctx.Err()
+	}
+	if err != nil {
+		return s.pullStartError(err)
+	}
+	return nil
+}
+
+// pullStartError explains why the first pull worker did not start.
+func (s *Server) pullStartError(err error) error {
+	if !errors.Is(err, checkpoint.ErrMismatch) || s.cfg.dataDir == "" {
+		return fmt.Errorf("serve: starting the pull worker: %w", err)
+	}
+	store := filepath.Join(s.cfg.dataDir, "pull", "store")
+	owner, fix := "another pull group or Kafka cluster", "start with the pull group that used it (--pull-group)"
+	if st, oerr := checkpoint.Open(store, checkpoint.ReadOnly()); oerr == nil {
+		cluster, group := st.Identity()
+		_ = st.Close()
+		if group != s.cfg.pullGroup {
+			owner, fix = fmt.Sprintf("pull group %q", group), fmt.Sprintf("start with --pull-group %s", group)
+		} else {
+			owner, fix = fmt.Sprintf("the Kafka cluster %s", cluster), "start with the brokers of that cluster (--brokers)"
+		}
+	}
+	return &startError{err: err, msg: fmt.Sprintf("serve: the data dir %s (--data-dir) keeps the pull worker checkpoint of %s, not of pull group %q: %s, or give pull group %q a data dir of its own",
+		s.cfg.dataDir, owner, s.cfg.pullGroup, fix, s.cfg.pullGroup)}
+}
+
+// startError is an error of New with a message of its own, which still
+// matches what it wraps.
+type startError struct {
+	msg string
+	err error
+}
+
+func (e *startError) Error() string { return e.msg }
+func (e *startError) Unwrap() error { return e.err }
+
+// install makes w the server's worker and tells it the wants it serves.
+func (pl *pull) install(w *consumer.Worker) {
+	pl.w.Store(w)
+	pl.wantAll(w)
+}
+
+// run runs w and, until ctx ends, a new worker in place of each one that
+// stops, after a pause. started is told once w started, or why it did not:
+// then run returns.
+func (pl *pull) run(ctx context.Context, w *consumer.Worker, started chan<- error, log *slog.Logger) {
+	defer close(pl.life.done)
+	pause := pullRestartMin
+	for {
+		began := time.Now()
+		ran, err := pl.runOne(ctx, w, started)
+		if started != nil && !ran || ctx.Err() != nil {
+			return
+		}
+		started = nil
+		if err == nil {
+			err = errors.New("its Run returned") // without an error, while nothing stopped it
+		}
+		if time.Since(began) >= pullSteady {
+			pause = pullRestartMin
+		}
+		pl.life.down.Store(&stopped{err: err, at: time.Now()})
+		log.Error("the pull worker stopped: a new one starts after a pause", "err", err, "pause", pause)
+		for w = nil; w == nil; {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(pause):
+			}
+			pause = min(2*pause, pullRestartMax)
+			if w, err = pl.life.build(); err != nil {
+				log.Error("a new pull worker could not be made: trying again after a pause", "err", err, "pause", pause)
+			}
+		}
+		pl.install(w)
+	}
+}
+
+// runOne runs w until it returns, and reports whether it started. started,
+// unless nil, is told once it started, or why it did not.
+func (pl *pull) runOne(ctx context.Context, w *consumer.Worker, started chan<- error) (ran bool, err error) {
+	ret := make(chan error, 1)
+	go func() { ret <- w.Run(ctx) }()
+	select {
+	case <-w.Started():
+		pl.life.down.Store(nil)
+		if started != nil {
+			started <- nil
+		}
+		return true, <-ret
+	case err := <-ret:
+		if started != nil {
+			if err == nil {
+				err = ctx.Err()
+			}
+			started <- err
+		}
+		return false, err
+	}
+}
+
+// healthy is nil while a pull worker runs and is healthy (consumer.Worker's
+// Healthy); else it says why not.
+func (pl *pull) healthy() error {
+	if err := pl.notRunning(); err != nil {
+		return err
+	}
+	if w := pl.w.Load(); w != nil {
+		return w.Healthy()
+	}
+	return nil
+}
+
+// ready is nil while a pull worker runs; else it says why not. It does
+// not wait for the worker to join its group, as consumer.Worker's Ready
+// does: a worker over a pattern joins once a queue exists, and a server
+// must be ready to take the publish that makes the first one.
+func (pl *pull) ready() error {
+	if err := pl.notRunning(); err != nil {
+		return err
+	}
+	w := pl.w.Load()
+	if w == nil {
+		return errors.New("the worker has not started yet")
+	}
+	select {
+	case <-w.Started():
+		return nil
+	default:
+		return errors.New("the worker has not started yet")
+	}
+}
+
+// notRunning says why no pull worker runs now, if none does.
+func (pl *pull) notRunning() error {
+	if d := pl.life.down.Load(); d != nil {
+		return fmt.Errorf("the worker stopped %v ago, and a new one has not started yet: %w", time.Since(d.at).Round(time.Second), d.err)
+	}
+	return nil
+}
+
+// stopPull stops the pull worker: tasks handed out and not acknowledged
+// stay leased, and the group's next owner of their partitions waits for
+// their acknowledgments.
+func (s *Server) stopPull() {
+	if s.pull.life.stop == nil {
+		return
+	}
+	s.pull.life.stop()
+	<-s.pull.life.done
+	s.pull.adm.Close()
+}
+
+// wantRemote makes the worker fetch topic until until: another server's
+// consumers wait for it, and this one may own its partitions. The want is
+// kept for the workers that start later: the lease topic is read, and
+// its wants replayed, before the first one exists.
+func (pl *pull) wantRemote(topic string, until time.Time) {
+	pl.mu.Lock()
+	if until.After(pl.remote[topic]) {
+		pl.remote[topic] = until
+	}
+	if len(pl.remote) > 2*pl.remoteSwept {
+		now := time.Now()
+		for t, u := range pl.remote {
+			if !u.After(now) {
+				delete(pl.remote, t)
+			}
+		}
+		pl.remoteSwept = max(len(pl.remote), 64)
+	}
+	pl.mu.Unlock()
+	// Read after the want was kept: a worker installed meanwhile is told
+	// it here, or by wantAll.
+	if w := pl.w.Load(); w != nil {
+		w.Want(topic, until)
+	}
+}
+
+// wantAll tells w every want that lasts: of this server's consumers, and
+// of the other servers'.
+func (pl *pull) wantAll(w *consumer.Worker) {
+	now := time.Now()
+	wants := map[string]time.Time{}
+	pl.mu.Lock()
+	for topic, q := range pl.queues {
+		if u := q.wantedUntil(); u.After(now) {
+			wants[topic] = u
+		}
+	}
+	for topic, u := range pl.remote {
+		switch {
+		case !u.After(now):
+			delete(pl.remote, topic)
+		case u.After(wants[topic]):
+			wants[topic] = u
+		}
+	}
+	pl.mu.Unlock()
+	for topic, u := range wants {
+		w.Want(topic, u)
+	}
+}
+
+// fleetEvery is how often a server counts the members of its pull group.
+const fleetEvery = 5 * time.Second
+
+// countFleet counts the pull group's members every fleetEvery until ctx
+// ends.
+func (pl *pull) countFleet(ctx context.Context, group string) {
+	for {
+		if n, err := pl.adm.GroupMembers(ctx, group); err == nil {
+			pl.fleet.Store(int32(n))
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(fleetEvery):
+		}
+	}
+}
+
+// workerMetrics registers the metrics of one pull worker at a time (a
+// consumer.Worker registers its own, once): the worker that replaces one
+// that stopped takes its predecessor's place in the registry.
+type workerMetrics struct {
+	prometheus.Registerer
+	mu  sync.Mutex
+	reg []prometheus.Collector
+}
+
+func (m *workerMetrics) Register(c prometheus.Collector) error {
+	if err := m.Registerer.Register(c); err != nil {
+		return err
+	}
+	m.mu.Lock()
+	m.reg = append(m.reg, c)
+	m.mu.Unlock()
+	return nil
+}
+
+func (m *workerMetrics) MustRegister(cs ...prometheus.Collector) {
+	for _, c := range cs {
+		if err := m.Register(c); err != nil {
+			panic(err)
+		}
+	}
+}
+
+// reset unregisters every collector registered so far.
+func (m *workerMetrics) reset() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, c := range m.reg {
+		m.Registerer.Unregister(c)
+	}
+	m.reg = nil
+}
