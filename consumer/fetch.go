@@ -26,15 +26,7 @@ func (w *Worker) dispatch(fs kgo.Fetches) {
 		defer ps.queueMu.Unlock()
 		last := fp.Records[len(fp.Records)-1]
 		ps.lag.Store(fp.HighWatermark - last.Offset - 1)
-		items := make([]*item, 0, len(fp.Records))
-		for _, r := range fp.Records {
-			// Transaction markers only tell how far the worker has read
-			// (quiet.go).
-			if r.Attrs.IsControl() || !ps.admit(r) {
-				continue
-			}
-			items = append(items, &item{ps: ps, rec: r})
-		}
+		items := ps.admit(fp.Records)
 		w.buffered.Add(int64(len(items)))
 		ps.mu.Lock()
 		ps.q.seen = max(ps.q.seen, last.Offset+1)

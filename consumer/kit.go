@@ -7,6 +7,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kgo"
+
 	"github.com/onceq/onceq"
 	"github.com/onceq/onceq/broker"
 	"github.com/onceq/onceq/checkpoint"
@@ -98,10 +100,12 @@ func kitRun(ctx context.Context, h Handler, t *Task) kit.Outcome {
 	w.cfg.handler = h
 	rec := t.Task.Record(t.Topic)
 	rec.Partition, rec.Offset = t.Partition, t.Offset
-	if !ps.admit(rec) {
+	admitted := ps.admit([]*kgo.Record{rec})
+	if len(admitted) == 0 {
 		return kit.Outcome{Err: errors.New("consumertest: the task ran already: build another")}
 	}
-	it := &item{ps: ps, rec: rec, dedupKey: t.DedupKey(), idem: t.IdempotencyKey()}
+	it := admitted[0]
+	it.dedupKey, it.idem = t.DedupKey(), t.IdempotencyKey()
 	w.buffered.Add(1) // admitted: finish signals w.wake when it is done
 	s := w.sched
 	s.wg.Add(1)

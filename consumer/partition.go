@@ -121,18 +121,30 @@ func newPartState(tp checkpoint.TP, store *checkpoint.Store) *partState {
 		keys: map[string][]*item{}, ahead: map[int64]bool{}, ids: map[string]uint64{}, overlay: map[string]overlayVal{}}
 }
 
-// admit records a fetched record as admitted, unless it was already (a
-// re-seek after an aborted commit fetches records again) or the partition
-// is revoked.
-func (p *partState) admit(r *kgo.Record) bool {
+// admit takes, under one lock, the records of a fetch that the partition
+// has not seen (below its fetch position: fetched again after a seek) and
+// that are not transaction markers, and returns their items, made in one
+// block. A revoked partition takes none.
+func (p *partState) admit(recs []*kgo.Record) []*item {
+	block := make([]item, 0, len(recs)) // never grows: its items' addresses hold
+	items := make([]*item, 0, len(recs))
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.revoked || r.Offset < p.offsets.next {
-		return false
+	if p.revoked {
+		return nil
 	}
-	p.offsets.add(r.Offset)
-	p.leaderEpoch = r.LeaderEpoch
-	return true
+	for _, r := range recs {
+		// Transaction markers only tell how far the worker has read
+		// (quiet.go).
+		if r.Attrs.IsControl() || r.Offset < p.offsets.next {
+			continue
+		}
+		p.offsets.add(r.Offset)
+		p.leaderEpoch = r.LeaderEpoch
+		block = append(block, item{ps: p, rec: r})
+		items = append(items, &block[len(block)-1])
+	}
+	return items
 }
 
 // complete records a finished record's result and returns the records that

@@ -24,10 +24,11 @@ func admittedTask(t *testing.T, ps *partState, task onceq.Task, off int64) *item
 	t.Helper()
 	rec := task.Record("q")
 	rec.Offset = off
-	if !ps.admit(rec) {
+	items := ps.admit([]*kgo.Record{rec})
+	if len(items) != 1 {
 		t.Fatalf("offset %d not admitted", off)
 	}
-	it := &item{ps: ps, rec: rec}
+	it := items[0]
 	it.dedupKey, it.idem = onceq.DedupKeyOf(rec)
 	return it
 }
