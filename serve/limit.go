@@ -164,6 +164,14 @@ func (pl *pull) withPlace(qs []*pullQueue) (open []*pullQueue, all bool) {
 // is offered before ctx ends, looking every placeCheck whether a limited
 // queue has a place now; the rest only if they are offered already.
 func (pl *pull) takeWithPlaces(ctx context.Context, qs []*pullQueue, n int, wait bool) []*lease {
+	if len(qs) == 0 {
+		// No queue that exists: none has a job, and the consume waits
+		// out its timeout as lmstfy's does.
+		if wait {
+			<-ctx.Done()
+		}
+		return nil
+	}
 	for {
 		open, all := pl.withPlace(qs)
 		var offered []*lease
