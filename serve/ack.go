@@ -23,6 +23,13 @@ const (
 	ackLater
 )
 
+// ackFetchAfter is how long an acknowledgment of a task no handler of
+// this server runs waits for its commit before it has the task's queue
+// fetched: the handler running it, on another server, commits it sooner;
+// a run that no handler holds (its server stopped, its partition moved)
+// must be fetched to commit.
+const ackFetchAfter = time.Second
+
 // acknowledge acknowledges a task handed out to a consumer, through the
 // lease topic, from whichever server the consumer reached: the worker
 // running the task (on this server or another) commits it with result,
@@ -43,6 +50,10 @@ func (s *Server) acknowledge(ctx context.Context, topic, id, lease string, resul
 			return ackNotLeased, nil
 		}
 	}
+	// A run held here needs no fetch to commit (awaitCommit); one held
+	// now may end before the acknowledgment counts, but then because its
+	// time-to-run passed, and it is a late one.
+	held := s.pull.running(key)
 	if !st.Acked {
 		if lease != "" && lease != st.Lease {
 			return 0, &apiError{status: http.StatusConflict, field: "lease", msg: "the job was handed out again, to another consumer, after this lease's time-to-run passed: it is that consumer's to acknowledge"}
@@ -57,16 +68,9 @@ func (s *Server) acknowledge(ctx context.Context, topic, id, lease string, resul
 		// Acknowledged, by this request or another first: an ACK is
 		// idempotent, and the first result counts.
 	}
-	// The run that commits it needs its partition fetched, here or on the
-	// server that owns it, consumer or not.
-	until := time.Now().Add(ackCommitWait)
-	s.pull.wantRemote(topic, until)
-	s.pull.announce(topic, until, true)
-	wctx, cancel := context.WithTimeout(ctx, ackCommitWait)
-	defer cancel()
 	// The record of the run that was taken, or of a later run: a task
 	// requeued from the dead letters left a final record of its own.
-	rec, err := s.in.WaitFor(wctx, topic, id, func(r onceq.TaskRecord) bool {
+	rec, err := s.awaitCommit(ctx, topic, id, held, func(r onceq.TaskRecord) bool {
 		return r.State.Final() && (r.Partition != st.Partition || r.Offset >= st.Offset)
 	})
 	switch {
@@ -79,4 +83,26 @@ func (s *Server) acknowledge(ctx context.Context, topic, id, lease string, resul
 	}
 	lg.forget(key)
 	return ackDone, nil
+}
+
+// awaitCommit waits, up to ackCommitWait, for the record of topic's task
+// id that final accepts. A run not held here (held) has its queue fetched
+// if it did not commit within ackFetchAfter, here or on the server that
+// owns its partition, so that it runs again: a queue no consumer waits
+// for is not fetched for an acknowledgment its run takes without.
+func (s *Server) awaitCommit(ctx context.Context, topic, id string, held bool, final func(onceq.TaskRecord) bool) (onceq.TaskRecord, error) {
+	wctx, cancel := context.WithTimeout(ctx, ackCommitWait)
+	defer cancel()
+	if !held {
+		fctx, cancel := context.WithTimeout(wctx, ackFetchAfter)
+		rec, err := s.in.WaitFor(fctx, topic, id, final)
+		cancel()
+		if err == nil || wctx.Err() != nil || fctx.Err() == nil {
+			return rec, err
+		}
+		until, _ := wctx.Deadline()
+		s.pull.wantRemote(topic, until)
+		s.pull.announce(topic, until, true)
+	}
+	return s.in.WaitFor(wctx, topic, id, final)
 }

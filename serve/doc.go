@@ -86,8 +86,10 @@
 // task not acknowledged in time is failed as a handler's error is:
 // retried with backoff (the server runs a delay service, DelayService),
 // dead-lettered after its tries; one taken with freeze_tries is snoozed
-// instead, and comes back at once with its try. A task that waited 30 s
-// with no consumer asking for its queue goes back to the queue.
+// instead, and comes back at once with its try. A task no consumer asks
+// for goes back to the queue as it came (released: its attempt and tries
+// unchanged) 30 s after the worker's last want of its queue ended, and
+// stays there: the worker fetches the queue no more then.
 //
 // Leases live in Kafka, in the group's lease topic onceq-leases-<group>:
 // every take, acknowledgment and expiry is an event there, which every

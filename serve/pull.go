@@ -54,8 +54,9 @@ const pullHeld = 4096
 // time-to-run: the worker's task timeout.
 const holdMax = 24 * time.Hour
 
-// releaseAfter is how long a task waits for a consumer after the last
-// consume of its queue ended before it goes back to its queue.
+// releaseAfter is how long a task waits for a consumer after the worker's
+// last want of its queue ended before it goes back to its queue (the
+// server's releaseAfter, which tests shorten).
 const releaseAfter = 30 * time.Second
 
 // laneReturn is how long a lane queue's task that no HTTP consumer asked
@@ -112,22 +113,44 @@ type pull struct {
 	// fleetEvery: with one, no server's consumers wait elsewhere.
 	fleet atomic.Int32
 
+	// releaseAfter is the server's: the constant releaseAfter unless a
+	// test shortened it.
+	releaseAfter time.Duration
+
 	mu     sync.Mutex
 	queues map[string]*pullQueue // by topic: the queues asked for or run
 	known  map[string]bool       // topics known to exist
+	runs   map[string]int        // by lease key: the handlers running the task now
 }
 
 // pullQueue is a queue whose tasks the server hands out.
 type pullQueue struct {
 	offers chan *lease
 	wanted atomic.Int64 // Unix nanoseconds until which a consumer waits
+	// fetched is when the worker's last want of the queue ends (Unix
+	// nanoseconds): this server's consumers', another server's, or an
+	// acknowledgment's, whose task's run must be fetched. A task goes
+	// back to its queue releaseAfter past it, so that the worker no
+	// longer fetches it then and it stays there.
+	fetched atomic.Int64
 	// waiting counts the consumers waiting for the queue now (with a
 	// timeout): their want is told to the other servers again when the
 	// queue's partitions move (reannounce).
 	waiting atomic.Int32
 }
 
-func (q *pullQueue) wantedUntil() time.Time { return time.Unix(0, q.wanted.Load()) }
+func (q *pullQueue) wantedUntil() time.Time  { return time.Unix(0, q.wanted.Load()) }
+func (q *pullQueue) fetchedUntil() time.Time { return time.Unix(0, q.fetched.Load()) }
+
+// raiseTo sets v to until, in Unix nanoseconds, if that is later.
+func raiseTo(v *atomic.Int64, until time.Time) {
+	for {
+		old := v.Load()
+		if old >= until.UnixNano() || v.CompareAndSwap(old, until.UnixNano()) {
+			return
+		}
+	}
+}
 
 func leaseKey(topic, id string) string { return topic + "\x00" + id }
 
@@ -146,16 +169,37 @@ func (pl *pull) queue(topic string) *pullQueue {
 	return q
 }
 
+// run counts a handler running the task of lease key until done is called.
+func (pl *pull) run(key string) (done func()) {
+	pl.mu.Lock()
+	defer pl.mu.Unlock()
+	if pl.runs == nil {
+		pl.runs = map[string]int{}
+	}
+	pl.runs[key]++
+	return func() {
+		pl.mu.Lock()
+		defer pl.mu.Unlock()
+		if pl.runs[key]--; pl.runs[key] == 0 {
+			delete(pl.runs, key)
+		}
+	}
+}
+
+// running reports whether a handler of this server runs the task of lease
+// key now.
+func (pl *pull) running(key string) bool {
+	pl.mu.Lock()
+	defer pl.mu.Unlock()
+	return pl.runs[key] > 0
+}
+
 // want says that a consumer waits for topic until until: the worker
 // fetches it, and its tasks wait for consumers.
 func (pl *pull) want(topic string, until time.Time) *pullQueue {
 	q := pl.queue(topic)
-	for {
-		old := q.wanted.Load()
-		if old >= until.UnixNano() || q.wanted.CompareAndSwap(old, until.UnixNano()) {
-			break
-		}
-	}
+	raiseTo(&q.wanted, until)
+	raiseTo(&q.fetched, until)
 	if w := pl.w.Load(); w != nil {
 		w.Want(topic, until)
 	}
@@ -207,8 +251,10 @@ func (pl *pull) reannounce(ctx context.Context) {
 }
 
 // wantRemote makes the worker fetch topic until until: another server's
-// consumers wait for it, and this one may own its partitions.
+// consumers wait for it, and this one may own its partitions, or an
+// acknowledgment waits for its task's run.
 func (pl *pull) wantRemote(topic string, until time.Time) {
+	raiseTo(&pl.queue(topic).fetched, until)
 	if w := pl.w.Load(); w != nil {
 		w.Want(topic, until)
 	}
@@ -216,6 +262,7 @@ func (pl *pull) wantRemote(topic string, until time.Time) {
 
 // startPull starts the server's pull worker.
 func (s *Server) startPull() error {
+	s.pull.releaseAfter = s.cfg.releaseAfter
 	pattern := pullPattern
 	if s.cfg.lane != "" {
 		pattern = regexp.QuoteMeta(s.cfg.lane) + string(onceq.LaneSep) + pullPattern
@@ -310,6 +357,7 @@ func (s *Server) stopPull() {
 func (pl *pull) handle(ctx context.Context, t *consumer.Task) error {
 	lg := pl.ledger
 	key := leaseKey(t.Queue, t.ID)
+	defer pl.run(key)()
 	for {
 		st, ok, changed := lg.watch(key)
 		var end bool
@@ -385,15 +433,17 @@ func ttrError(st leaseState) error {
 }
 
 // offer offers t to the server's consumers until one takes it, and writes
-// the take. end says the run is over, with err: a task no consumer asked
-// for in releaseAfter goes back to its queue (snoozed, its try unspent),
-// so that it holds no place in the worker while nobody consumes it.
+// the take. end says the run is over, with err. A task no consumer asked
+// for goes back to its queue (released, its try unspent) releaseAfter
+// after the worker's last want of the queue ended: the worker fetches the
+// queue no more by then, so the task stays there, and it holds no place
+// in the worker while nobody consumes it.
 func (pl *pull) offer(ctx context.Context, t *consumer.Task, key string, changed <-chan struct{}) (end bool, err error) {
 	lg := pl.ledger
 	q := pl.queue(t.Queue)
 	l := &lease{task: t, terms: make(chan grant, 1), reply: make(chan takeReply, 1)}
 	for offered := false; !offered; {
-		idle := time.NewTimer(time.Until(q.wantedUntil().Add(releaseAfter)))
+		idle := time.NewTimer(time.Until(q.fetchedUntil().Add(pl.releaseAfter)))
 		// Another server's consumers wait for the queue: the task goes to
 		// them unless one of this server's takes it within remoteAfter.
 		var remote <-chan time.Time
@@ -410,14 +460,9 @@ func (pl *pull) offer(ctx context.Context, t *consumer.Task, key string, changed
 			return pl.grant(ctx, t, key, holder)
 		case <-more:
 		case <-idle.C:
-			if time.Since(q.wantedUntil()) >= releaseAfter && !elsewhere {
+			if !elsewhere && !time.Now().Before(q.fetchedUntil().Add(pl.releaseAfter)) {
 				lg.unwatch(key, changed)
-				if onceq.IsLaneQueue(t.Queue) {
-					// Past its queue's line (consumer.OnDemandLine): back in
-					// the lane at once, it would come back at once.
-					return true, consumer.Snooze(laneReturn, "no HTTP consumer asked for its queue, and its line is full: back in the lane in a while")
-				}
-				return true, consumer.Snooze(0, "no HTTP consumer asked for its queue: back in the queue")
+				return true, goBack(t.Queue)
 			}
 		case <-changed:
 			idle.Stop()
@@ -448,6 +493,18 @@ func (pl *pull) offer(ctx context.Context, t *consumer.Task, key string, changed
 		l.reply <- takeReply{lease: st.Lease}
 	}
 	return false, nil // held now, or as another event left it
+}
+
+// goBack is how a run of a task of queue that no consumer asked for ends:
+// released, as it came, to its queue, or for a lane queue to the delay
+// topics for laneReturn: its lane is fetched for its other queues, so
+// back in the lane at once it would come back at once (past its queue's
+// line of tasks waiting for a consumer, consumer.OnDemandLine).
+func goBack(queue string) error {
+	if onceq.IsLaneQueue(queue) {
+		return consumer.Release(laneReturn, "no HTTP consumer asked for its queue, and its line is full: back in the lane in a while")
+	}
+	return consumer.Release(0, "no HTTP consumer asked for its queue: back in the queue")
 }
 
 // runError is the error a run ends with when the lease topic cannot be

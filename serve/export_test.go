@@ -1,0 +1,11 @@
+package serve
+
+import "time"
+
+// ReleaseAfter sets how long a task no consumer asks for waits past the
+// worker's last want of its queue before it goes back to its queue
+// (releaseAfter, 30s): tests shorten it.
+func ReleaseAfter(d time.Duration) Opt { return optFunc(func(cfg *config) { cfg.releaseAfter = d }) }
+
+// Owns says whether s's pull worker owns a partition of topic now.
+func Owns(s *Server, topic string) bool { return s.pull.w.Load().Owns(topic) }
