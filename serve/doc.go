@@ -80,16 +80,18 @@
 // over every namespace's queue, which fetches a queue only while one of
 // the server's consumers waits for it, and holds at most PullSlots tasks
 // of a queue. Its handler offers each task to the waiting consumers, the
-// first queue of the path first, and waits for the one that took it to
-// acknowledge it within its ttr: the task then commits, with its result,
-// exactly once, and the DELETE answers 204 once the commit is visible. A
-// task not acknowledged in time is failed as a handler's error is:
-// retried with backoff (the server runs a delay service, DelayService),
-// dead-lettered after its tries; one taken with freeze_tries is snoozed
-// instead, and comes back at once with its try. A task no consumer asks
-// for goes back to the queue as it came (released: its attempt and tries
-// unchanged) 30 s after the worker's last want of its queue ended, and
-// stays there: the worker fetches the queue no more then.
+// first queue of the path first and, within a queue, the highest priority
+// first, then in the order the tasks came; and it waits for the one that
+// took it to acknowledge it within its ttr: the task then commits, with
+// its result, exactly once, and the DELETE answers 204 once the commit is
+// visible. A task not acknowledged in time is failed as a handler's error
+// is: retried with backoff (the server runs a delay service,
+// DelayService), dead-lettered after its tries; one taken with
+// freeze_tries is snoozed instead, and comes back at once with its try. A
+// task no consumer asks for goes back to the queue as it came (released:
+// its attempt and tries unchanged) 30 s after the worker's last want of
+// its queue ended, and stays there: the worker fetches the queue no more
+// then.
 //
 // Leases live in Kafka, in the group's lease topic onceq-leases-<group>:
 // every take, acknowledgment and expiry is an event there, which every

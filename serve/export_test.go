@@ -7,5 +7,9 @@ import "time"
 // (releaseAfter, 30s): tests shorten it.
 func ReleaseAfter(d time.Duration) Opt { return optFunc(func(cfg *config) { cfg.releaseAfter = d }) }
 
+// Offered is how many tasks of topic (a namespace's queue, <ns>.<queue>)
+// the server's handlers offer to its consumers now.
+func Offered(s *Server, topic string) int { return s.pull.queue(topic).offers.len() }
+
 // Owns says whether s's pull worker owns a partition of topic now.
 func Owns(s *Server, topic string) bool { return s.pull.w.Load().Owns(topic) }

@@ -79,24 +79,17 @@ func (pl *pull) offerGranted(key string, st leaseState) {
 		defer cancel()
 		_, _, changed := lg.watch(key)
 		defer lg.unwatch(key, changed)
-		l := &lease{task: t, terms: make(chan grant, 1), reply: make(chan takeReply, 1)}
+		l := newLease(t)
+		q.offers.put(l)
 		select {
-		case q.offers <- l:
-		case <-changed:
-			return // revoked, or acknowledged
-		case <-ctx.Done():
-			return // its grant ends: revoked by the server that made it
+		case g := <-l.terms:
+			pl.answer(ctx, key, l, g)
+			return
+		case <-changed: // revoked, or acknowledged
+		case <-ctx.Done(): // its grant ends: revoked by the server that made it
 		}
-		g := <-l.terms
-		counted, now, err := lg.write(ctx, key, leaseEvent{Kind: evTake, Holder: lg.id, Partition: st.Partition, Offset: st.Offset,
-			Until: time.Now().Add(g.ttr).UnixMilli(), TTR: g.ttr.Milliseconds(), Freeze: g.freeze})
-		switch {
-		case err != nil:
-			l.reply <- takeReply{err: err}
-		case !counted:
-			l.reply <- takeReply{}
-		default:
-			l.reply <- takeReply{lease: now.Lease}
+		if !q.offers.withdraw(l) {
+			pl.answer(ctx, key, l, <-l.terms) // taken first
 		}
 	}()
 }

@@ -85,6 +85,25 @@ type lease struct {
 	task  *consumer.Task
 	terms chan grant     // the consumer's terms, sent once it took it
 	reply chan takeReply // the handler's answer
+	// priority and ready, when the task became ready to run, place it
+	// in its queue's hand-out order (offers), at index.
+	priority int
+	ready    time.Time
+	index    int
+}
+
+// newLease is the lease of t's run.
+func newLease(t *consumer.Task) *lease {
+	return &lease{task: t, terms: make(chan grant, 1), reply: make(chan takeReply, 1), priority: t.Priority,
+		ready: laterOf(t.Enqueued, t.Due), index: -1}
+}
+
+// laterOf returns the later of a and b.
+func laterOf(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }
 
 // grant is what a consumer took a task for: its time-to-run and whether
@@ -125,7 +144,7 @@ type pull struct {
 
 // pullQueue is a queue whose tasks the server hands out.
 type pullQueue struct {
-	offers chan *lease
+	offers offers       // its tasks offered to the server's consumers
 	wanted atomic.Int64 // Unix nanoseconds until which a consumer waits
 	// fetched is when the worker's last want of the queue ends (Unix
 	// nanoseconds): this server's consumers', another server's, or an
@@ -163,7 +182,7 @@ func (pl *pull) queue(topic string) *pullQueue {
 	defer pl.mu.Unlock()
 	q := pl.queues[topic]
 	if q == nil {
-		q = &pullQueue{offers: make(chan *lease)}
+		q = &pullQueue{}
 		pl.queues[topic] = q
 	}
 	return q
@@ -432,17 +451,19 @@ func ttrError(st leaseState) error {
 	return fmt.Errorf("%w: %v", errTTR, st.TTR)
 }
 
-// offer offers t to the server's consumers until one takes it, and writes
-// the take. end says the run is over, with err. A task no consumer asked
-// for goes back to its queue (released, its try unspent) releaseAfter
-// after the worker's last want of the queue ended: the worker fetches the
-// queue no more by then, so the task stays there, and it holds no place
-// in the worker while nobody consumes it.
+// offer offers t to the server's consumers, in its queue's hand-out
+// order, until one takes it, and writes the take. end says the run is
+// over, with err. A task no consumer asked for goes back to its queue
+// (released, its try unspent) releaseAfter after the worker's last want of
+// the queue ended: the worker fetches the queue no more by then, so the
+// task stays there, and it holds no place in the worker while nobody
+// consumes it.
 func (pl *pull) offer(ctx context.Context, t *consumer.Task, key string, changed <-chan struct{}) (end bool, err error) {
 	lg := pl.ledger
 	q := pl.queue(t.Queue)
-	l := &lease{task: t, terms: make(chan grant, 1), reply: make(chan takeReply, 1)}
-	for offered := false; !offered; {
+	l := newLease(t)
+	q.offers.put(l)
+	for {
 		idle := time.NewTimer(time.Until(q.fetchedUntil().Add(pl.releaseAfter)))
 		// Another server's consumers wait for the queue: the task goes to
 		// them unless one of this server's takes it within remoteAfter.
@@ -451,48 +472,44 @@ func (pl *pull) offer(ctx context.Context, t *consumer.Task, key string, changed
 		if elsewhere {
 			remote = time.After(remoteAfter)
 		}
+		// Each way out but a take withdraws the offer first; a consumer
+		// that took it before that has its take written.
 		select {
-		case q.offers <- l:
-			offered = true
+		case g := <-l.terms:
+			idle.Stop()
+			return pl.answer(ctx, key, l, g)
 		case <-remote:
 			idle.Stop()
+			if !q.offers.withdraw(l) {
+				return pl.answer(ctx, key, l, <-l.terms)
+			}
 			lg.unwatch(key, changed)
 			return pl.grant(ctx, t, key, holder)
 		case <-more:
 		case <-idle.C:
 			if !elsewhere && !time.Now().Before(q.fetchedUntil().Add(pl.releaseAfter)) {
+				if !q.offers.withdraw(l) {
+					return pl.answer(ctx, key, l, <-l.terms)
+				}
 				lg.unwatch(key, changed)
 				return true, goBack(t.Queue)
 			}
 		case <-changed:
 			idle.Stop()
+			if !q.offers.withdraw(l) {
+				return pl.answer(ctx, key, l, <-l.terms)
+			}
 			return false, nil // acknowledged or taken elsewhere meanwhile
 		case <-ctx.Done():
 			idle.Stop()
+			if !q.offers.withdraw(l) {
+				return pl.answer(ctx, key, l, <-l.terms)
+			}
 			lg.unwatch(key, changed)
 			return true, ctx.Err()
 		}
 		idle.Stop()
 	}
-	var g grant
-	select {
-	case g = <-l.terms:
-	case <-ctx.Done():
-		l.reply <- takeReply{err: ctx.Err()}
-		return true, ctx.Err()
-	}
-	counted, st, err := lg.write(ctx, key, leaseEvent{Kind: evTake, Holder: lg.id, Partition: t.Partition, Offset: t.Offset,
-		Until: time.Now().Add(g.ttr).UnixMilli(), TTR: g.ttr.Milliseconds(), Freeze: g.freeze})
-	switch {
-	case err != nil:
-		l.reply <- takeReply{err: err}
-		return true, runError(ctx, err)
-	case !counted:
-		l.reply <- takeReply{}
-	default:
-		l.reply <- takeReply{lease: st.Lease}
-	}
-	return false, nil // held now, or as another event left it
 }
 
 // goBack is how a run of a task of queue that no consumer asked for ends:
@@ -505,6 +522,26 @@ func goBack(queue string) error {
 		return consumer.Release(laneReturn, "no HTTP consumer asked for its queue, and its line is full: back in the lane in a while")
 	}
 	return consumer.Release(0, "no HTTP consumer asked for its queue: back in the queue")
+}
+
+// answer writes the take of l, offered by this server's handler or
+// granted to this server, on the terms g of the consumer that took it,
+// and tells that consumer whether it counted. end says the run is over,
+// with err: the lease topic could not be written.
+func (pl *pull) answer(ctx context.Context, key string, l *lease, g grant) (end bool, err error) {
+	t := l.task
+	counted, st, err := pl.ledger.write(ctx, key, leaseEvent{Kind: evTake, Holder: pl.ledger.id, Partition: t.Partition, Offset: t.Offset,
+		Until: time.Now().Add(g.ttr).UnixMilli(), TTR: g.ttr.Milliseconds(), Freeze: g.freeze})
+	switch {
+	case err != nil:
+		l.reply <- takeReply{err: err}
+		return true, runError(ctx, err)
+	case !counted:
+		l.reply <- takeReply{}
+	default:
+		l.reply <- takeReply{lease: st.Lease}
+	}
+	return false, nil // held now, or as another event left it
 }
 
 // runError is the error a run ends with when the lease topic cannot be
