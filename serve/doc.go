@@ -101,15 +101,18 @@
 // out twice within its ttr. A consume answers a lease; an acknowledgment
 // that names it (lease=) is refused (409) if the job was handed out again
 // since, and one that names none completes the job as lmstfy's does. An
-// acknowledgment after the ttr completes the job if it was not handed out
-// again (204 once committed, 202 while its retry waits to run). A queue's
+// acknowledgment after the ttr answers at once: 202 while the job's retry
+// waits, which completes it with the acknowledged result when it runs,
+// without handing it out again; 409 for a job dead after its last try by
+// then, whose result is not kept. A queue's
 // partitions belong to one server at a time: a server whose consumers
 // wait for a queue it does not own says so in the lease topic, and the
 // server running the queue's tasks grants them to it.
 //
 // A DELETE of a task that is not handed out cancels it (202), as lmstfy's
-// DELETE makes sure it is never consumed again; of a task final or
-// unknown, it answers 204, as an ACK is idempotent.
+// DELETE makes sure it is never consumed again; of a task succeeded,
+// canceled (while handed out too) or unknown, it answers 204, as an ACK is
+// idempotent and lmstfy's client takes any other answer for a failure.
 //
 // A publish without tries or ttl gets lmstfy's defaults (DefaultTries,
 // DefaultJobTTL), and lmstfy's Job-Attr-* headers are kept as the task's
