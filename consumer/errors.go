@@ -94,6 +94,43 @@ type snooze struct {
 
 func (e *snooze) Error() string { return e.why }
 
+// Release gives the task back to its queue as it came, to run again
+// after d (0: at once, behind what its partition holds now): for a
+// handler that got a task it cannot serve now, and that has not tried it
+// (onceq serve's pull worker releases a task no HTTP consumer asked for).
+// Unlike Snooze, the run counts for nothing: the task's next run has its
+// attempt and max attempts, no processed-ID mark is left (a first attempt
+// stays its ID's first), and what the run set (state writes, emitted
+// tasks, a result) is dropped. Its task record is left as it was, or is
+// scheduled until the task is due again when d is above 0. The task is
+// written back in the transaction of this run's offset, so it goes back
+// exactly once. A negative d is 0. It still matches after wrapping.
+//
+// A released task goes behind the records its partition holds, so it may
+// run after later tasks of its key.
+func Release(d time.Duration, why string) error {
+	if why == "" {
+		why = "released"
+	}
+	return &release{d: max(d, 0), why: why}
+}
+
+type release struct {
+	d   time.Duration
+	why string
+}
+
+func (e *release) Error() string { return e.why }
+
+// released returns the delay a Release error in err's chain asks for.
+func released(err error) (time.Duration, bool) {
+	var r *release
+	if errors.As(err, &r) {
+		return r.d, true
+	}
+	return 0, false
+}
+
 // snoozed returns the delay a Snooze error in err's chain asks for.
 func snoozed(err error) (time.Duration, bool) {
 	var s *snooze

@@ -261,6 +261,7 @@ const (
 	endRevoked          // its partition was revoked: dropped, the next owner runs it
 	endStopped          // a cancel from the control topic stopped it: it ends canceled
 	endSnoozed          // it asked for Snooze: it runs again, no attempt counted
+	endReleased         // it asked for Release: back in its queue as it came
 	endFailed           // a retry or a dead letter (failure)
 )
 
@@ -282,6 +283,9 @@ func endingOf(herr error, revoked, stopped bool, attempt int) ending {
 	case stopped:
 		return endStopped
 	}
+	if _, ok := released(herr); ok {
+		return endReleased
+	}
 	if _, ok := snoozed(herr); ok && attempt < onceq.MaxAttemptCount {
 		return endSnoozed
 	}
@@ -289,8 +293,8 @@ func endingOf(herr error, revoked, stopped bool, attempt int) ending {
 }
 
 // settle turns a handler's run into its attempt's result: its effects
-// (success), a canceled end (stopRun), a snooze, or a retry or dead letter
-// (failure). A dropped run returns no result and the error that drops it
+// (success), a canceled end (stopRun), a snooze, a release, or a retry or
+// dead letter (failure). A dropped run returns no result and the error that drops it
 // (errTakenOver, errCanceledRun).
 func (w *Worker) settle(it *item, t *Task, key string, stopped bool, herr error) (*result, error) {
 	switch endingOf(herr, it.stale(), stopped, t.Attempt) {
@@ -305,6 +309,9 @@ func (w *Worker) settle(it *item, t *Task, key string, stopped bool, herr error)
 	case endSnoozed:
 		d, _ := snoozed(herr)
 		return w.snooze(&t.Task, key, herr.Error(), d, t.started, t.result)
+	case endReleased:
+		d, _ := released(herr)
+		return w.giveBack(&t.Task, key, herr.Error(), d)
 	case endFailed:
 		return w.failure(&t.Task, key, herr, t.started)
 	}

@@ -31,6 +31,9 @@ func TestEndingOf(t *testing.T) {
 		{name: "stopped while it snoozed", herr: snooze, stopped: true, want: endStopped},
 		{name: "snoozed", herr: snooze, attempt: 3, want: endSnoozed},
 		{name: "snoozed at the last attempt count", herr: snooze, attempt: onceq.MaxAttemptCount, want: endFailed},
+		{name: "released", herr: fmt.Errorf("w: %w", Release(0, "")), attempt: 1, want: endReleased},
+		{name: "released at the last attempt count", herr: Release(time.Second, ""), attempt: onceq.MaxAttemptCount, want: endReleased},
+		{name: "stopped while it released", herr: Release(0, ""), stopped: true, want: endStopped},
 		{name: "failed", herr: failed, attempt: 1, want: endFailed},
 		{name: "skip retry", herr: SkipRetry(failed), attempt: 1, want: endFailed},
 	} {

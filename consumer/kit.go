@@ -157,7 +157,7 @@ func kitOutcome(res *result, herr error) kit.Outcome {
 			o.Writes = append(o.Writes, kit.Write{Key: sw.key, Value: sw.value})
 		}
 	}
-	retry := res.outcome == outcomeRetried || res.outcome == outcomeSnoozed
+	retry := res.outcome == outcomeRetried || res.outcome == outcomeSnoozed || res.outcome == outcomeReleased
 	for i, rec := range res.outputs {
 		switch {
 		case strings.HasPrefix(rec.Topic, broker.DLQPrefix):

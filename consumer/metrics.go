@@ -39,7 +39,7 @@ type metrics struct {
 func newMetrics(reg prometheus.Registerer, w *Worker) (*metrics, error) {
 	m := &metrics{
 		processed: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "onceq_tasks_processed_total",
-			Help: "Tasks processed, by queue and outcome (success, duplicate, retried, snoozed, dead, expired, canceled, forwarded)."}, []string{"queue", "outcome"}),
+			Help: "Tasks processed, by queue and outcome (success, duplicate, retried, snoozed, released, dead, expired, canceled, forwarded)."}, []string{"queue", "outcome"}),
 		handler: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "onceq_handler_duration_seconds",
 			Help: "Time in the handler per run.", Buckets: prometheus.ExponentialBuckets(0.0001, 4, 12)}),
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "onceq_task_latency_seconds",

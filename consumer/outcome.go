@@ -30,6 +30,7 @@ const (
 	outcomeForwarded = "forwarded" // to its home partition, or to the delay buckets
 	outcomeCanceled  = "canceled"
 	outcomeSnoozed   = "snoozed"
+	outcomeReleased  = "released" // back in its queue as it came (Release)
 	// A task of a lane queue the worker does not consume, on a lane it
 	// reads for others: acknowledged without running, as Kafka consumer
 	// groups each read all of a topic. The groups that consume its queue
@@ -226,6 +227,28 @@ func (w *Worker) snooze(task *onceq.Task, key, why string, d time.Duration, star
 // (within what the wire format holds).
 func snoozePlan(d time.Duration, maxAttempts int, b onceq.Backoff) (time.Duration, int) {
 	return CapRetryDelay(d, b.Max), min(maxAttempts+1, onceq.MaxAttemptCount)
+}
+
+// giveBack writes the task back as it came (Release), to its queue or,
+// due after d, to the delay buckets (hold): the run leaves no mark and
+// no state, so the task's next run is the one this run would have been.
+func (w *Worker) giveBack(task *onceq.Task, key, why string, d time.Duration) (*result, error) {
+	now := time.Now()
+	w.cfg.log.Debug("task released", "id", task.ID, "queue", task.Queue, "attempt", task.Attempt, "for", d, "why", why)
+	if d > 0 {
+		back := task.Clone()
+		back.Due = now.Add(d).Add(time.Millisecond - 1).Truncate(time.Millisecond)
+		res, err := w.hold(&back, key, now)
+		if res != nil {
+			res.outcome = outcomeReleased
+		}
+		return res, err
+	}
+	rec, err := w.route(task, now)
+	if err != nil {
+		return nil, err
+	}
+	return &result{id: key, at: now, noMark: true, outcome: outcomeReleased, outputs: []*kgo.Record{rec}, queue: task.Queue}, nil
 }
 
 // again schedules the task's next attempt after delay, through the delay

@@ -248,3 +248,72 @@ func TestSnoozeCountsNoAttempt(t *testing.T) {
 	}
 	checkExactlyOnce(t, testutil.ReadCommitted(t, conn, 10*time.Second, "out"), []string{"sleepy"})
 }
+
+// TestReleaseKeepsTheAttempt: a task released by its handler, at once or
+// for a while, runs again at the same attempt and max attempts, as its
+// ID's first run (not deduplicated), with one attempt allowed; what the
+// released run set (its state writes, its result) is dropped; the task
+// released at once leaves no task record until it succeeds, the one
+// released for a while is scheduled meanwhile, at attempt 1.
+func TestReleaseKeepsTheAttempt(t *testing.T) {
+	_, conn := testutil.StartBroker(t, "")
+	testutil.CreateTopic(t, conn, "in", 1)
+	testutil.CreateTopic(t, conn, "out", 1)
+	produceTasks(t, conn, "in", []string{"now", "later"})
+	var runs runTimes
+	var mu sync.Mutex
+	seen := map[string][][2]int{} // attempt and max attempts of each run
+	h := consumer.HandlerFunc(func(ctx context.Context, task *consumer.Task) error {
+		mu.Lock()
+		seen[task.ID] = append(seen[task.ID], [2]int{task.Attempt, task.MaxAttempts})
+		mu.Unlock()
+		if runs.add(task.ID) == 1 {
+			if _, err := task.State().Counter([]byte("runs/"+task.ID), 1); err != nil {
+				return err
+			}
+			if err := task.SetResult([]byte("dropped")); err != nil {
+				return err
+			}
+			d := time.Duration(0)
+			if task.ID == "later" {
+				d = 300 * time.Millisecond
+			}
+			return fmt.Errorf("wrapped: %w", consumer.Release(d, "not now"))
+		}
+		return copyCounting("out").Handle(ctx, task)
+	})
+	stop := runWorker(t, consumer.Conn(conn), consumer.Group("gr"), consumer.Queues("in"), consumer.CheckpointDir(t.TempDir()),
+		consumer.WithHandler(h), consumer.MaxAttempts(1))
+	waitOutputs(t, conn, "out", 2, 30*time.Second)
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"now", "later"} {
+		if got := fmt.Sprint(seen[id]); got != "[[1 0] [1 0]]" {
+			t.Errorf("%s ran at attempt and max attempts %s; want [[1 0] [1 0]]: a release counts nothing", id, got)
+		}
+	}
+	if at := runs.get("later"); len(at) == 2 && at[1].Sub(at[0]) < 300*time.Millisecond {
+		t.Errorf("released for 300ms, it ran again %v later", at[1].Sub(at[0]))
+	}
+	if dls := testutil.ReadCommitted(t, conn, 10*time.Second, "onceq-dlq-in"); len(dls) != 0 {
+		t.Fatalf("%d dead letters of tasks that were only released", len(dls))
+	}
+	states := map[string][]string{}
+	for _, r := range testutil.ReadCommitted(t, conn, 10*time.Second, "onceq-rec-in") {
+		recs, err := onceq.DecodeTaskRecords(r.Value)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, rec := range recs {
+			states[rec.ID] = append(states[rec.ID], fmt.Sprintf("%s@%d%s", rec.State, rec.Attempt, rec.Result))
+		}
+	}
+	if got := fmt.Sprint(states["now"]); got != "[succeeded@1]" {
+		t.Errorf("records of the task released at once: %s; want [succeeded@1]", got)
+	}
+	if got := fmt.Sprint(states["later"]); got != "[scheduled@1 succeeded@1]" {
+		t.Errorf("records of the task released for a while: %s; want [scheduled@1 succeeded@1]", got)
+	}
+	checkExactlyOnce(t, testutil.ReadCommitted(t, conn, 10*time.Second, "out"), []string{"now", "later"})
+}

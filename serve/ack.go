@@ -21,14 +21,26 @@ const (
 	// ackLater: the acknowledgment counted after the lease's time-to-run
 	// passed; the task completes with its result when it runs again.
 	ackLater
+	// ackFinal: the task was canceled while handed out: left as it is, as
+	// an ACK is idempotent.
+	ackFinal
 )
+
+// ackFetchAfter is how long an acknowledgment of a task no handler of
+// this server runs waits for its commit before it has the task's queue
+// fetched: the handler running it, on another server, commits it sooner;
+// a run that no handler holds (its server stopped, its partition moved)
+// must be fetched to commit.
+const ackFetchAfter = time.Second
 
 // acknowledge acknowledges a task handed out to a consumer, through the
 // lease topic, from whichever server the consumer reached: the worker
 // running the task (on this server or another) commits it with result,
 // and acknowledge returns once that commit is visible. lease, if not
 // empty, is the lease the consumer holds: an acknowledgment of another
-// consumer's lease is refused (409).
+// consumer's lease is refused (409). An acknowledgment after the lease's
+// time-to-run passed answers at once: the task's retry completes it when
+// it comes (ackLater), and a task final by then stays so (ended).
 func (s *Server) acknowledge(ctx context.Context, topic, id, lease string, result []byte) (ackOutcome, error) {
 	lg := s.pull.ledger
 	key := leaseKey(topic, id)
@@ -43,6 +55,10 @@ func (s *Server) acknowledge(ctx context.Context, topic, id, lease string, resul
 			return ackNotLeased, nil
 		}
 	}
+	// A run held here needs no fetch to commit (awaitCommit); one held
+	// now may end before the acknowledgment counts, but then because its
+	// time-to-run passed, and it is a late one.
+	held := s.pull.running(key)
 	if !st.Acked {
 		if lease != "" && lease != st.Lease {
 			return 0, &apiError{status: http.StatusConflict, field: "lease", msg: "the job was handed out again, to another consumer, after this lease's time-to-run passed: it is that consumer's to acknowledge"}
@@ -56,27 +72,78 @@ func (s *Server) acknowledge(ctx context.Context, topic, id, lease string, resul
 		}
 		// Acknowledged, by this request or another first: an ACK is
 		// idempotent, and the first result counts.
+		st = now
 	}
-	// The run that commits it needs its partition fetched, here or on the
-	// server that owns it, consumer or not.
-	until := time.Now().Add(ackCommitWait)
-	s.pull.wantRemote(topic, until)
-	s.pull.announce(topic, until, true)
-	wctx, cancel := context.WithTimeout(ctx, ackCommitWait)
-	defer cancel()
 	// The record of the run that was taken, or of a later run: a task
 	// requeued from the dead letters left a final record of its own.
-	rec, err := s.in.WaitFor(wctx, topic, id, func(r onceq.TaskRecord) bool {
+	final := func(r onceq.TaskRecord) bool {
 		return r.State.Final() && (r.Partition != st.Partition || r.Offset >= st.Offset)
-	})
+	}
+	if ackedLate(st) {
+		// The run it acknowledges failed when its time-to-run passed: no
+		// commit of the result comes before the task's retry runs, after
+		// its backoff, when its queue is next fetched; and none comes for
+		// a task that was dead after that try.
+		rec, err := s.in.Get(ctx, topic, id)
+		if err != nil || !final(rec) {
+			return ackLater, nil
+		}
+		return s.ended(key, rec)
+	}
+	rec, err := s.awaitCommit(ctx, topic, id, held, final)
 	switch {
-	case err != nil && st.Expired && ctx.Err() == nil:
-		return ackLater, nil
+	case err != nil && ctx.Err() != nil:
+		return 0, err
 	case err != nil:
 		return 0, &apiError{status: http.StatusGatewayTimeout, msg: fmt.Sprintf("acknowledged, but its commit is not visible after %v: ask GET .../job/%s", ackCommitWait, id)}
-	case rec.State != onceq.StateSucceeded:
-		return 0, &apiError{status: http.StatusConflict, msg: fmt.Sprintf("the task ended %s: %s (its time-to-run passed and it ran out of tries, or it was canceled)", rec.State, rec.Error)}
 	}
-	lg.forget(key)
-	return ackDone, nil
+	return s.ended(key, rec)
+}
+
+// ended answers an acknowledgment of a task whose run's record, rec, is
+// final, and forgets its lease (a task requeued from the dead letters
+// runs anew): done if it succeeded, with this result or an earlier
+// acknowledgment's; final if it was canceled, which stands; refused (409)
+// if it is dead or expired: its time-to-run passed and it ran out of
+// tries (or its ttl passed) before the acknowledgment, whose result is
+// not kept, so that a 204 always means the job succeeded or was
+// canceled.
+func (s *Server) ended(key string, rec onceq.TaskRecord) (ackOutcome, error) {
+	s.pull.ledger.forget(key)
+	switch rec.State {
+	case onceq.StateSucceeded:
+		return ackDone, nil
+	case onceq.StateCanceled:
+		return ackFinal, nil
+	}
+	return 0, &apiError{status: http.StatusConflict, msg: fmt.Sprintf("the job ended %s before this acknowledgment (%s): its ttr passed and it ran out of tries; the result is not kept", rec.State, rec.Error)}
+}
+
+// ackedLate reports whether st's acknowledgment counted after the time-to-
+// run of the lease it ends passed: the run taken is the one whose lease
+// expired (a later run's take moves Partition and Offset past Ended).
+func ackedLate(st leaseState) bool {
+	return st.Acked && st.ExpireNonce != "" && st.Ended == (runRef{st.Partition, st.Offset})
+}
+
+// awaitCommit waits, up to ackCommitWait, for the record of topic's task
+// id that final accepts. A run not held here (held) has its queue fetched
+// if it did not commit within ackFetchAfter, here or on the server that
+// owns its partition, so that it runs again: a queue no consumer waits
+// for is not fetched for an acknowledgment its run takes without.
+func (s *Server) awaitCommit(ctx context.Context, topic, id string, held bool, final func(onceq.TaskRecord) bool) (onceq.TaskRecord, error) {
+	wctx, cancel := context.WithTimeout(ctx, ackCommitWait)
+	defer cancel()
+	if !held {
+		fctx, cancel := context.WithTimeout(wctx, ackFetchAfter)
+		rec, err := s.in.WaitFor(fctx, topic, id, final)
+		cancel()
+		if err == nil || wctx.Err() != nil || fctx.Err() == nil {
+			return rec, err
+		}
+		until, _ := wctx.Deadline()
+		s.pull.wantRemote(topic, until)
+		s.pull.announce(topic, until, true)
+	}
+	return s.in.WaitFor(wctx, topic, id, final)
 }

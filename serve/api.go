@@ -467,7 +467,7 @@ func (s *Server) finish(r *http.Request, topic, id, lease string, result []byte)
 	switch out, err := s.acknowledge(r.Context(), topic, id, lease, result); {
 	case err != nil:
 		return 0, err
-	case out == ackDone:
+	case out == ackDone || out == ackFinal:
 		return http.StatusNoContent, nil
 	case out == ackLater:
 		return http.StatusAccepted, nil

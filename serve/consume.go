@@ -134,29 +134,27 @@ func (s *Server) takeJobs(ctx context.Context, ns string, queues []*pullQueue, c
 	return out
 }
 
-// take returns a task offered in the first queue that has one: at once,
-// or, when wait, as soon as one does before ctx ends; nil if none.
+// take returns the first task of the hand-out order of the first queue
+// that offers one: at once, or, when wait, as soon as one does before ctx
+// ends; nil if none.
 func take(ctx context.Context, ps []*pullQueue, wait bool) *lease {
-	for _, p := range ps {
-		select {
-		case l := <-p.offers:
-			return l
-		default:
+	var cases []reflect.SelectCase
+	for {
+		cases = append(cases[:0], reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(ctx.Done())})
+		for _, p := range ps {
+			l, added := p.offers.pop()
+			if l != nil {
+				return l
+			}
+			cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(added)})
+		}
+		if !wait {
+			return nil
+		}
+		if i, _, _ := reflect.Select(cases); i == 0 {
+			return nil
 		}
 	}
-	if !wait {
-		return nil
-	}
-	cases := make([]reflect.SelectCase, 0, len(ps)+1)
-	cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(ctx.Done())})
-	for _, p := range ps {
-		cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(p.offers)})
-	}
-	i, v, _ := reflect.Select(cases)
-	if i == 0 {
-		return nil
-	}
-	return v.Interface().(*lease)
 }
 
 // durationParam reads seconds (or a Go duration) from q[name], def when

@@ -85,14 +85,18 @@
 // over every namespace's queue, which fetches a queue only while one of
 // the server's consumers waits for it, and holds at most PullSlots tasks
 // of a queue. Its handler offers each task to the waiting consumers, the
-// first queue of the path first, and waits for the one that took it to
-// acknowledge it within its ttr: the task then commits, with its result,
-// exactly once, and the DELETE answers 204 once the commit is visible. A
-// task not acknowledged in time is failed as a handler's error is:
-// retried with backoff (the server runs a delay service, DelayService),
-// dead-lettered after its tries; one taken with freeze_tries is snoozed
-// instead, and comes back at once with its try. A task that waited 30 s
-// with no consumer asking for its queue goes back to the queue.
+// first queue of the path first and, within a queue, the highest priority
+// first, then in the order the tasks came; and it waits for the one that
+// took it to acknowledge it within its ttr: the task then commits, with
+// its result, exactly once, and the DELETE answers 204 once the commit is
+// visible. A task not acknowledged in time is failed as a handler's error
+// is: retried with backoff (the server runs a delay service,
+// DelayService), dead-lettered after its tries; one taken with
+// freeze_tries is snoozed instead, and comes back at once with its try. A
+// task no consumer asks for goes back to the queue as it came (released:
+// its attempt and tries unchanged) 30 s after the worker's last want of
+// its queue ended, and stays there: the worker fetches the queue no more
+// then.
 //
 // Leases live in Kafka, in the group's lease topic onceq-leases-<group>:
 // every take, acknowledgment and expiry is an event there, which every
@@ -102,8 +106,10 @@
 // out twice within its ttr. A consume answers a lease; an acknowledgment
 // that names it (lease=) is refused (409) if the job was handed out again
 // since, and one that names none completes the job as lmstfy's does. An
-// acknowledgment after the ttr completes the job if it was not handed out
-// again (204 once committed, 202 while its retry waits to run). A queue's
+// acknowledgment after the ttr answers at once: 202 while the job's retry
+// waits, which completes it with the acknowledged result when it runs,
+// without handing it out again; 409 for a job dead after its last try by
+// then, whose result is not kept. A queue's
 // partitions belong to one server at a time: a server whose consumers
 // wait for a queue it does not own says so in the lease topic, and the
 // server running the queue's tasks grants them to it.
@@ -117,8 +123,9 @@
 // until its jobs' ttr and 5 s end.
 //
 // A DELETE of a task that is not handed out cancels it (202), as lmstfy's
-// DELETE makes sure it is never consumed again; of a task final or
-// unknown, it answers 204, as an ACK is idempotent.
+// DELETE makes sure it is never consumed again; of a task succeeded,
+// canceled (while handed out too) or unknown, it answers 204, as an ACK is
+// idempotent and lmstfy's client takes any other answer for a failure.
 //
 // A publish without tries or ttl gets lmstfy's defaults (DefaultTries,
 // DefaultJobTTL), and lmstfy's Job-Attr-* headers are kept as the task's

@@ -1,5 +1,7 @@
 package serve
 
+import "time"
+
 // SetMaxLaneIndex sets how many records of its lane's backlog a server
 // keeps, for the servers a test starts after, until restore.
 func SetMaxLaneIndex(n int) (restore func()) {
@@ -7,3 +9,15 @@ func SetMaxLaneIndex(n int) (restore func()) {
 	maxLaneIndex = n
 	return func() { maxLaneIndex = old }
 }
+
+// ReleaseAfter sets how long a task no consumer asks for waits past the
+// worker's last want of its queue before it goes back to its queue
+// (releaseAfter, 30s): tests shorten it.
+func ReleaseAfter(d time.Duration) Opt { return optFunc(func(cfg *config) { cfg.releaseAfter = d }) }
+
+// Offered is how many tasks of topic (a namespace's queue, <ns>.<queue>)
+// the server's handlers offer to its consumers now.
+func Offered(s *Server, topic string) int { return s.pull.queue(topic).offers.len() }
+
+// Owns says whether s's pull worker owns a partition of topic now.
+func Owns(s *Server, topic string) bool { return s.pull.w.Load().Owns(topic) }

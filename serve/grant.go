@@ -79,14 +79,17 @@ func (pl *pull) offerGranted(key string, st leaseState) {
 		defer cancel()
 		_, _, changed := lg.watch(key)
 		defer lg.unwatch(key, changed)
-		l := &lease{task: t, terms: make(chan grant, 1), reply: make(chan takeReply, 1)}
+		l := newLease(t)
+		q.offers.put(l)
 		select {
-		case q.offers <- l:
-		case <-changed:
-			return // revoked, or acknowledged
-		case <-ctx.Done():
-			return // its grant ends: revoked by the server that made it
+		case g := <-l.terms:
+			pl.answer(ctx, key, l, g)
+			return
+		case <-changed: // revoked, or acknowledged
+		case <-ctx.Done(): // its grant ends: revoked by the server that made it
 		}
-		_, _ = pl.handOut(ctx, l, key, runRef{st.Partition, st.Offset}, <-l.terms)
+		if !q.offers.withdraw(l) {
+			pl.answer(ctx, key, l, <-l.terms) // taken first
+		}
 	}()
 }

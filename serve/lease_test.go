@@ -1,11 +1,15 @@
 package serve_test
 
 import (
+	"context"
 	"encoding/base64"
+	"fmt"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/onceq/onceq/delay"
 	"github.com/onceq/onceq/serve"
 )
 
@@ -53,31 +57,45 @@ func TestLeasesAcrossServers(t *testing.T) {
 	})
 }
 
-// TestLateAck: an ACK after the lease's time-to-run completes the job if
-// it was not handed out again, and is refused when it names a lease that
-// another consumer's take ended.
+// TestLateAck: an ACK after the lease's time-to-run answers at once:
+// 202 for a job whose retry waits (in the delay topics, until a delay
+// service runs), which the ACK completes when it runs (its queue fetched
+// for a consumer), 409 for a job dead after its last try, which stays
+// dead; and an ACK naming a lease that another consumer's take ended is
+// refused.
 func TestLateAck(t *testing.T) {
 	eachLayout(t, func(t *testing.T, layout serve.Opt) {
-		a := start(t, layout, serve.CreateQueues(1))
+		a := start(t, layout, serve.CreateQueues(1), serve.DelayService(false))
 		tok := a.token("shop", false)
-		for _, id := range []string{"late", "named"} {
-			if code, body := a.do("PUT", "/api/shop/q?id="+id+"&tries=3", tok, "x"); code != 201 {
+		for _, id := range []string{"late", "named", "last"} {
+			tries := map[bool]string{true: "1", false: "3"}[id == "last"]
+			if code, body := a.do("PUT", "/api/shop/q?id="+id+"&tries="+tries, tok, "x"); code != 201 {
 				t.Fatalf("publish: %d %v", code, body)
 			}
 		}
-		first := consumeOne(t, a, tok, "/api/shop/q?ttr=1&timeout=30")
-		second := consumeOne(t, a, tok, "/api/shop/q?ttr=1&timeout=30")
-		byID := map[string]handedOut{first.JobID: first, second.JobID: second}
-		late, named := byID["late"], byID["named"]
-		if late.JobID == "" || named.JobID == "" {
-			t.Fatalf("handed out %+v and %+v", first, second)
+		byID := map[string]handedOut{}
+		for range 3 {
+			j := consumeOne(t, a, tok, "/api/shop/q?ttr=1&timeout=30")
+			byID[j.JobID] = j
 		}
-		// Past its ttr, "late" fails its first try; its ACK then completes it.
+		named := byID["named"]
+		if len(byID) != 3 || named.JobID == "" {
+			t.Fatalf("handed out %+v", byID)
+		}
+		// Past its ttr, "late" fails its first try; its ACK answers at once,
+		// and completes it when its retry runs.
 		waitState(t, a, tok, "q", "late", "retrying")
-		if code, body := a.do("DELETE", "/api/shop/q/job/late", tok, "late-result"); code != 204 {
-			t.Fatalf("late ACK: %d %v", code, body)
+		if code, body, took := ackTimed(a, tok, "late", "late-result"); code != 202 || took > 10*time.Second {
+			t.Fatalf("late ACK of a job whose retry waits: %d %v after %v; want 202 at once", code, body, took)
 		}
-		assertResult(t, a, tok, "q", "late", "late-result", 2)
+		// "last" is dead after its only try: its ACK is refused at once,
+		// and it stays dead.
+		waitState(t, a, tok, "q", "last", "dead")
+		if code, body, took := ackTimed(a, tok, "last", "too-late"); code != 409 || !strings.Contains(fmt.Sprint(body["error"]), "ran out of tries") || took > 10*time.Second {
+			t.Fatalf("late ACK of a dead job: %d %v after %v; want 409 at once", code, body, took)
+		}
+		waitState(t, a, tok, "q", "last", "dead")
+		runDelayService(t, a)
 
 		// "named" is handed out again after its ttr: the first consumer's ACK
 		// naming its lease is refused, the second's counts.
@@ -93,7 +111,56 @@ func TestLateAck(t *testing.T) {
 			t.Fatalf("ACK naming the open lease: %d %v", code, body)
 		}
 		assertResult(t, a, tok, "q", "named", "fresh", 2)
+		// The consume fetched the queue: "late"'s retry ran, and took the
+		// result of its ACK without being handed out.
+		assertResult(t, a, tok, "q", "late", "late-result", 2)
 	})
+}
+
+// TestAckOfCanceledJob: a job canceled while handed out stays canceled,
+// and its consumer's ACK answers 204: it is final, and an ACK is
+// idempotent.
+func TestAckOfCanceledJob(t *testing.T) {
+	a := start(t, serve.CreateQueues(1))
+	tok := a.token("shop", false)
+	if code, body := a.do("PUT", "/api/shop/q?id=c-1&tries=3", tok, "x"); code != 201 {
+		t.Fatalf("publish: %d %v", code, body)
+	}
+	consumeOne(t, a, tok, "/api/shop/q?ttr=60&timeout=30")
+	if code, body := a.do("POST", "/api/shop/q/job/c-1/cancel", tok, ""); code != 200 && code != 202 {
+		t.Fatalf("cancel of a job handed out: %d %v", code, body)
+	}
+	waitState(t, a, tok, "q", "c-1", "canceled")
+	if code, body, took := ackTimed(a, tok, "c-1", "r"); code != 204 || took > 10*time.Second {
+		t.Fatalf("ACK of a canceled job: %d %v after %v; want 204 at once", code, body, took)
+	}
+	waitState(t, a, tok, "q", "c-1", "canceled")
+}
+
+// runDelayService runs a delay service on a's broker until the test ends.
+func runDelayService(t *testing.T, a *api) {
+	t.Helper()
+	ds, err := delay.NewService(delay.Conn(a.conn), delay.StateDir(t.TempDir()), delay.CommitInterval(10*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- ds.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil && ctx.Err() == nil {
+			t.Errorf("delay service: %v", err)
+		}
+	})
+}
+
+// ackTimed acknowledges job id of queue q with result, and says how long
+// the answer took.
+func ackTimed(a *api, tok, id, result string) (int, map[string]any, time.Duration) {
+	start := time.Now()
+	code, body := a.do("DELETE", "/api/shop/q/job/"+id, tok, result)
+	return code, body, time.Since(start)
 }
 
 // consumeOne consumes one job, failing the test if none comes.

@@ -3,6 +3,7 @@ package serve_test
 import (
 	"fmt"
 	"maps"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -108,5 +109,51 @@ func TestPublishPriority(t *testing.T) {
 	}
 	if code, _, page := a.page("GET", "/console/q/shop.jobs/task/p-7", tok, nil); code != 200 || !strings.Contains(page, `<dt>Priority</dt><dd id="priority">7</dd>`) {
 		t.Fatalf("console's task page of p-7: %d, want its priority 7 in\n%s", code, page)
+	}
+}
+
+// TestHandOutOrder: the jobs a server holds for its consumers are handed
+// out highest priority first, and within one priority in the order they
+// came: a job of priority 9 published behind 29 jobs of priority 0 that
+// wait for a consumer is handed out next, then the others in their order.
+func TestHandOutOrder(t *testing.T) {
+	a := start(t, serve.CreateQueues(1))
+	tok := a.token("shop", false)
+	var lines, want []string
+	for i := range 30 {
+		lines = append(lines, fmt.Sprintf(`{"id":"o-%02d","payload":"x"}`, i))
+		want = append(want, fmt.Sprintf("o-%02d", i))
+	}
+	if code, body := a.do("POST", "/api/shop/order/bulk", tok, "["+strings.Join(lines, ",")+"]"); code != 201 {
+		t.Fatalf("bulk: %d %v", code, body)
+	}
+	// A consumer that waits takes whichever job is offered first.
+	first := consumeOne(t, a, tok, "/api/shop/order?ttr=60&timeout=30").JobID
+	want = slices.DeleteFunc(want, func(id string) bool { return id == first })
+	waitOffered(t, a, "shop.order", 29)
+	if code, body := a.do("PUT", "/api/shop/order?id=urgent&priority=9", tok, "x"); code != 201 {
+		t.Fatalf("publish: %d %v", code, body)
+	}
+	waitOffered(t, a, "shop.order", 30)
+	var got []string
+	for range 30 {
+		got = append(got, consumeOne(t, a, tok, "/api/shop/order?ttr=60&timeout=30").JobID)
+	}
+	want = append([]string{"urgent"}, want...)
+	if !slices.Equal(got, want) {
+		t.Fatalf("handed out %v; want %v", got, want)
+	}
+}
+
+// waitOffered waits until a's handlers offer n tasks of topic to its
+// consumers.
+func waitOffered(t *testing.T, a *api, topic string, n int) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for serve.Offered(a.srv, topic) != n {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d tasks of %s offered after a minute; want %d", serve.Offered(a.srv, topic), topic, n)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }

@@ -51,8 +51,9 @@ const pullHeld = 4096
 // time-to-run: the worker's task timeout.
 const holdMax = 24 * time.Hour
 
-// releaseAfter is how long a task waits for a consumer after the last
-// consume of its queue ended before it goes back to its queue.
+// releaseAfter is how long a task waits for a consumer after the worker's
+// last want of its queue ended before it goes back to its queue (the
+// server's releaseAfter, which tests shorten).
 const releaseAfter = 30 * time.Second
 
 // laneReturn is how long a lane queue's task that no HTTP consumer asked
@@ -81,6 +82,25 @@ type lease struct {
 	task  *consumer.Task
 	terms chan grant     // the consumer's terms, sent once it took it
 	reply chan takeReply // the handler's answer
+	// priority and ready, when the task became ready to run, place it
+	// in its queue's hand-out order (offers), at index.
+	priority int
+	ready    time.Time
+	index    int
+}
+
+// newLease is the lease of t's run.
+func newLease(t *consumer.Task) *lease {
+	return &lease{task: t, terms: make(chan grant, 1), reply: make(chan takeReply, 1), priority: t.Priority,
+		ready: laterOf(t.Enqueued, t.Due), index: -1}
+}
+
+// laterOf returns the later of a and b.
+func laterOf(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }
 
 // grant is what a consumer took a task for: its time-to-run and whether
@@ -113,6 +133,10 @@ type pull struct {
 	// fleetEvery: with one, no server's consumers wait elsewhere.
 	fleet atomic.Int32
 
+	// releaseAfter is the server's: the constant releaseAfter unless a
+	// test shortened it.
+	releaseAfter time.Duration
+
 	mu     sync.Mutex
 	queues map[string]*pullQueue // by topic: the queues asked for or run
 	known  map[string]bool       // topics known to exist
@@ -121,22 +145,40 @@ type pull struct {
 	remote      map[string]time.Time
 	remoteSwept int // remote's size after its last sweep of the wants past
 
-	limits *limit.Client // the queues' limits, and the hand-outs' places
-	quit   chan struct{} // closed when the server closes
+	limits *limit.Client  // the queues' limits, and the hand-outs' places
+	quit   chan struct{}  // closed when the server closes
+	runs   map[string]int // by lease key: the handlers running the task now
 }
 
 // pullQueue is a queue whose tasks the server hands out.
 type pullQueue struct {
 	topic  string
-	offers chan *lease
+	offers offers       // its tasks offered to the server's consumers
 	wanted atomic.Int64 // Unix nanoseconds until which a consumer waits
+	// fetched is when the worker's last want of the queue ends (Unix
+	// nanoseconds): this server's consumers', another server's, or an
+	// acknowledgment's, whose task's run must be fetched. A task goes
+	// back to its queue releaseAfter past it, so that the worker no
+	// longer fetches it then and it stays there.
+	fetched atomic.Int64
 	// waiting counts the consumers waiting for the queue now (with a
 	// timeout): their want is told to the other servers again when the
 	// queue's partitions move (reannounce).
 	waiting atomic.Int32
 }
 
-func (q *pullQueue) wantedUntil() time.Time { return time.Unix(0, q.wanted.Load()) }
+func (q *pullQueue) wantedUntil() time.Time  { return time.Unix(0, q.wanted.Load()) }
+func (q *pullQueue) fetchedUntil() time.Time { return time.Unix(0, q.fetched.Load()) }
+
+// raiseTo sets v to until, in Unix nanoseconds, if that is later.
+func raiseTo(v *atomic.Int64, until time.Time) {
+	for {
+		old := v.Load()
+		if old >= until.UnixNano() || v.CompareAndSwap(old, until.UnixNano()) {
+			return
+		}
+	}
+}
 
 func leaseKey(topic, id string) string { return topic + "\x00" + id }
 
@@ -149,22 +191,44 @@ func (pl *pull) queue(topic string) *pullQueue {
 	defer pl.mu.Unlock()
 	q := pl.queues[topic]
 	if q == nil {
-		q = &pullQueue{topic: topic, offers: make(chan *lease)}
+		q = &pullQueue{topic: topic}
 		pl.queues[topic] = q
 	}
 	return q
+}
+
+// track counts a handler running the task of lease key until done is
+// called.
+func (pl *pull) track(key string) (done func()) {
+	pl.mu.Lock()
+	defer pl.mu.Unlock()
+	if pl.runs == nil {
+		pl.runs = map[string]int{}
+	}
+	pl.runs[key]++
+	return func() {
+		pl.mu.Lock()
+		defer pl.mu.Unlock()
+		if pl.runs[key]--; pl.runs[key] == 0 {
+			delete(pl.runs, key)
+		}
+	}
+}
+
+// running reports whether a handler of this server runs the task of lease
+// key now.
+func (pl *pull) running(key string) bool {
+	pl.mu.Lock()
+	defer pl.mu.Unlock()
+	return pl.runs[key] > 0
 }
 
 // want says that a consumer waits for topic until until: the worker
 // fetches it, and its tasks wait for consumers.
 func (pl *pull) want(topic string, until time.Time) *pullQueue {
 	q := pl.queue(topic)
-	for {
-		old := q.wanted.Load()
-		if old >= until.UnixNano() || q.wanted.CompareAndSwap(old, until.UnixNano()) {
-			break
-		}
-	}
+	raiseTo(&q.wanted, until)
+	raiseTo(&q.fetched, until)
 	if w := pl.w.Load(); w != nil {
 		w.Want(topic, until)
 	}
@@ -225,6 +289,7 @@ func (pl *pull) reannounce(ctx context.Context) {
 func (pl *pull) handle(ctx context.Context, t *consumer.Task) error {
 	lg := pl.ledger
 	key := leaseKey(t.Queue, t.ID)
+	defer pl.track(key)()
 	for {
 		st, ok, changed := lg.watch(key)
 		var end bool
@@ -299,16 +364,20 @@ func ttrError(st leaseState) error {
 	return fmt.Errorf("%w: %v", errTTR, st.TTR)
 }
 
-// offer offers t to the server's consumers until one takes it, and writes
-// the take. end says the run is over, with err: a task no consumer asked
-// for in releaseAfter goes back to its queue (snoozed, its try unspent),
-// so that it holds no place in the worker while nobody consumes it.
+// offer offers t to the server's consumers, in its queue's hand-out
+// order, until one takes it, and writes the take. end says the run is
+// over, with err. A task no consumer asked for goes back to its queue
+// (released, its try unspent) releaseAfter after the worker's last want of
+// the queue ended: the worker fetches the queue no more by then, so the
+// task stays there, and it holds no place in the worker while nobody
+// consumes it.
 func (pl *pull) offer(ctx context.Context, t *consumer.Task, key string, changed <-chan struct{}) (end bool, err error) {
 	lg := pl.ledger
 	q := pl.queue(t.Queue)
-	l := &lease{task: t, terms: make(chan grant, 1), reply: make(chan takeReply, 1)}
-	for offered := false; !offered; {
-		idle := time.NewTimer(time.Until(q.wantedUntil().Add(releaseAfter)))
+	l := newLease(t)
+	q.offers.put(l)
+	for {
+		idle := time.NewTimer(time.Until(q.fetchedUntil().Add(pl.releaseAfter)))
 		// Another server's consumers wait for the queue: the task goes to
 		// them unless one of this server's takes it within remoteAfter.
 		var remote <-chan time.Time
@@ -316,41 +385,65 @@ func (pl *pull) offer(ctx context.Context, t *consumer.Task, key string, changed
 		if elsewhere {
 			remote = time.After(remoteAfter)
 		}
+		// Each way out but a take withdraws the offer first; a consumer
+		// that took it before that has its take written.
 		select {
-		case q.offers <- l:
-			offered = true
+		case g := <-l.terms:
+			idle.Stop()
+			return pl.answer(ctx, key, l, g)
 		case <-remote:
 			idle.Stop()
+			if !q.offers.withdraw(l) {
+				return pl.answer(ctx, key, l, <-l.terms)
+			}
 			lg.unwatch(key, changed)
 			return pl.grant(ctx, t, key, holder)
 		case <-more:
 		case <-idle.C:
-			if time.Since(q.wantedUntil()) >= releaseAfter && !elsewhere {
-				lg.unwatch(key, changed)
-				if onceq.IsLaneQueue(t.Queue) {
-					// Past its queue's line (consumer.OnDemandLine): back in
-					// the lane at once, it would come back at once.
-					return true, consumer.Snooze(laneReturn, "no HTTP consumer asked for its queue, and its line is full: back in the lane in a while")
+			if !elsewhere && !time.Now().Before(q.fetchedUntil().Add(pl.releaseAfter)) {
+				if !q.offers.withdraw(l) {
+					return pl.answer(ctx, key, l, <-l.terms)
 				}
-				return true, consumer.Snooze(0, "no HTTP consumer asked for its queue: back in the queue")
+				lg.unwatch(key, changed)
+				return true, goBack(t.Queue)
 			}
 		case <-changed:
 			idle.Stop()
+			if !q.offers.withdraw(l) {
+				return pl.answer(ctx, key, l, <-l.terms)
+			}
 			return false, nil // acknowledged or taken elsewhere meanwhile
 		case <-ctx.Done():
 			idle.Stop()
+			if !q.offers.withdraw(l) {
+				return pl.answer(ctx, key, l, <-l.terms)
+			}
 			lg.unwatch(key, changed)
 			return true, ctx.Err()
 		}
 		idle.Stop()
 	}
-	var g grant
-	select {
-	case g = <-l.terms:
-	case <-ctx.Done():
-		l.reply <- takeReply{err: ctx.Err()}
-		return true, ctx.Err()
+}
+
+// goBack is how a run of a task of queue that no consumer asked for ends:
+// released, as it came, to its queue, or for a lane queue to the delay
+// topics for laneReturn: its lane is fetched for its other queues, so
+// back in the lane at once it would come back at once (past its queue's
+// line of tasks waiting for a consumer, consumer.OnDemandLine).
+func goBack(queue string) error {
+	if onceq.IsLaneQueue(queue) {
+		return consumer.Release(laneReturn, "no HTTP consumer asked for its queue, and its line is full: back in the lane in a while")
 	}
+	return consumer.Release(0, "no HTTP consumer asked for its queue: back in the queue")
+}
+
+// answer writes the take of l, offered by this server's handler or
+// granted to this server, on the terms g of the consumer that took it,
+// with a place under its queue's limit (handOut), and tells that consumer
+// whether it counted. end says the run is over, with err: the lease topic
+// could not be written.
+func (pl *pull) answer(ctx context.Context, key string, l *lease, g grant) (end bool, err error) {
+	t := l.task
 	if _, err := pl.handOut(ctx, l, key, runRef{t.Partition, t.Offset}, g); err != nil {
 		return true, runError(ctx, err)
 	}

@@ -5,12 +5,17 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/onceq/onceq"
+	"github.com/onceq/onceq/internal/testutil"
 	"github.com/onceq/onceq/serve"
 )
 
@@ -197,5 +202,147 @@ func TestDeadLetters(t *testing.T) {
 	}
 	if code, body = a.do("DELETE", "/api/shop/mail/job/d-1", tok, "ok"); code != 204 {
 		t.Fatalf("ack of the respawned task: %d %v", code, body)
+	}
+}
+
+// TestUnaskedJobsGoBackOnce: of jobs the worker fetched for a consume
+// that took one of them, the others go back to their queue once the
+// queue was not wanted for releaseAfter, each once and as it came: its
+// attempt and tries unchanged. The ACK of the job taken, which its run
+// holds, has the worker fetch nothing, so none comes back: the queue's
+// topic holds one record more per job that went back, and no more, once
+// nothing wants the queue.
+func TestUnaskedJobsGoBackOnce(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	a := start(t, serve.CreateQueues(1), serve.ReleaseAfter(time.Second), serve.Registerer(reg))
+	tok := a.token("shop", false)
+	const n = 20
+	var lines []string
+	for i := range n {
+		lines = append(lines, fmt.Sprintf(`{"id":"w-%d","payload":"p","max_attempts":3}`, i))
+	}
+	if code, body := a.do("POST", "/api/shop/idle/bulk", tok, "["+strings.Join(lines, ",")+"]"); code != 201 {
+		t.Fatalf("bulk: %d %v", code, body)
+	}
+	j := consumeOne(t, a, tok, "/api/shop/idle?ttr=120")
+	waitRecords(t, a, "shop.idle", 2*n-1)
+	if code, body := a.do("DELETE", "/api/shop/idle/job/"+j.JobID, tok, "done"); code != 204 {
+		t.Fatalf("ACK of %s: %d %v", j.JobID, code, body)
+	}
+	waitGauge(t, reg, "onceq_wanted_queues", 0)
+	checkWentBackOnce(t, a, n)
+	for i := range n {
+		id := fmt.Sprintf("w-%d", i)
+		if id == j.JobID {
+			continue
+		}
+		code, body := a.do("GET", "/api/shop/idle/job/"+id, tok, "")
+		if task, _ := body["task"].(map[string]any); code != 200 || body["attempt"] != 1.0 || body["remain_tries"] != 3.0 || task != nil && task["state"] != "pending" {
+			t.Errorf("peek of %s, never consumed: %d %v; want attempt 1, 3 tries left, pending", id, code, body)
+		}
+	}
+}
+
+// TestUnaskedJobsGoBackOnceAcrossServers: a queue's jobs that its owner
+// fetched for another server's consumer, which took one and left, go back
+// to their queue once, as they came, once that server's want and the
+// grants it brought ended: the owner fetches the queue no more by then.
+func TestUnaskedJobsGoBackOnceAcrossServers(t *testing.T) {
+	regA, regB := prometheus.NewRegistry(), prometheus.NewRegistry()
+	a := start(t, serve.CreateQueues(1), serve.ReleaseAfter(time.Second), serve.Registerer(regA))
+	b := startOn(t, a.conn, serve.ReleaseAfter(time.Second), serve.Registerer(regB))
+	tok := a.token("shop", false)
+	const n = 20
+	var lines []string
+	for i := range n {
+		lines = append(lines, fmt.Sprintf(`{"id":"w-%d","payload":"p","max_attempts":3}`, i))
+	}
+	if code, body := a.do("POST", "/api/shop/idle/bulk", tok, "["+strings.Join(lines, ",")+"]"); code != 201 {
+		t.Fatalf("bulk: %d %v", code, body)
+	}
+	owner, other, reg := a, b, regA
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(20 * time.Millisecond) {
+		if serve.Owns(b.srv, "shop.idle") {
+			owner, other, reg = b, a, regB
+		}
+		if serve.Owns(owner.srv, "shop.idle") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no server owns the queue's partition after a minute")
+		}
+	}
+	j := consumeOne(t, other, tok, "/api/shop/idle?ttr=120&timeout=5")
+	waitRecords(t, a, "shop.idle", 2*n-1)
+	if code, body := other.do("DELETE", "/api/shop/idle/job/"+j.JobID, tok, "done"); code != 204 {
+		t.Fatalf("ACK of %s: %d %v", j.JobID, code, body)
+	}
+	waitGauge(t, reg, "onceq_wanted_queues", 0)
+	checkWentBackOnce(t, a, n)
+}
+
+// checkWentBackOnce checks that the queue shop.idle, where n jobs w-<i>
+// of 3 tries were published and one was taken, holds one record more per
+// job that went back, each at attempt 1 of 3.
+func checkWentBackOnce(t *testing.T, a *api, n int) {
+	t.Helper()
+	recs := testutil.ReadCommitted(t, a.conn, 30*time.Second, "shop.idle")
+	copies := map[string]int{}
+	for _, r := range recs {
+		task, err := onceq.FromRecord(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		copies[task.ID]++
+		if task.Attempt != 1 || task.MaxAttempts != 3 {
+			t.Errorf("a record of %s at attempt %d of %d; want 1 of 3: going back counts no attempt", task.ID, task.Attempt, task.MaxAttempts)
+		}
+	}
+	if len(recs) != 2*n-1 {
+		t.Fatalf("the queue's topic holds %d records once nothing wants it (records by job: %v); want %d, one more for each job that went back", len(recs), copies, 2*n-1)
+	}
+}
+
+// waitRecords waits until topic holds want committed records.
+func waitRecords(t *testing.T, a *api, topic string, want int) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		got := len(testutil.ReadCommitted(t, a.conn, 30*time.Second, topic))
+		if got == want {
+			return
+		}
+		if got > want || time.Now().After(deadline) {
+			t.Fatalf("%s holds %d records; want %d", topic, got, want)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// waitGauge waits until the gauge name of reg is want.
+func waitGauge(t *testing.T, reg *prometheus.Registry, name string, want float64) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := math.NaN()
+		for _, mf := range mfs {
+			if mf.GetName() == name {
+				got = 0
+				for _, m := range mf.GetMetric() {
+					got += m.GetGauge().GetValue()
+				}
+			}
+		}
+		if got == want {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s is %v after a minute; want %v", name, got, want)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }

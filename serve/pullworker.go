@@ -61,6 +61,7 @@ type stopped struct {
 // startPull starts the server's pull worker and waits, until ctx ends,
 // until it started.
 func (s *Server) startPull(ctx context.Context) error {
+	s.pull.releaseAfter = s.cfg.releaseAfter
 	pattern := pullPattern
 	if s.cfg.lane != "" {
 		pattern = regexp.QuoteMeta(s.cfg.lane) + string(onceq.LaneSep) + pullPattern
