@@ -274,6 +274,9 @@ func (s *Server) stopPull() {
 // kept for the workers that start later: the lease topic is read, and
 // its wants replayed, before the first one exists.
 func (pl *pull) wantRemote(topic string, until time.Time) {
+	// The worker fetches the queue until then: a task of it that goes
+	// back before would come back at once (offer).
+	raiseTo(&pl.queue(topic).fetched, until)
 	pl.mu.Lock()
 	if until.After(pl.remote[topic]) {
 		pl.remote[topic] = until
