@@ -50,6 +50,7 @@ func BenchmarkWorkerTail(b *testing.B) {
 	rate := envInt(b, "ONCEQ_BENCH_TAIL_RATE", 2000)
 	seconds := envInt(b, "ONCEQ_BENCH_TAIL_SECONDS", 10)
 	pairs := envInt(b, "ONCEQ_BENCH_TAIL_PAIRS", 3)
+	baseBin := os.Getenv("ONCEQ_BENCH_TAIL_BASE")
 	_, addr := testutil.StartBrokerProcess(b, "", b.TempDir())
 	conn := broker.Conn{Brokers: []string{addr}}
 	srv := startTailServer(b, time.Duration(handlerMS)*time.Millisecond)
@@ -61,14 +62,30 @@ func BenchmarkWorkerTail(b *testing.B) {
 	lb := &tailLoad{b: b, conn: conn, srv: srv, p: p, rate: rate, n: rate * seconds}
 	for range b.N {
 		var eos99, alo99, eos50, alo50, ratios, inproc99, cliCPU, inCPU, sideCPU []float64
+		var base99, baseRatios, baseCPU []float64
 		for i := range pairs {
 			runs := []consumer.Guarantee{consumer.ExactlyOnce, consumer.AtLeastOnce}
 			if i%2 == 1 {
 				slices.Reverse(runs)
 			}
+			if baseBin != "" {
+				// The base binary's pair, before or after this one's, in turns.
+				var bp [2]tailResult
+				for _, g := range runs {
+					r := lb.runCLI(baseBin, g)
+					if g == consumer.ExactlyOnce {
+						bp[0] = r
+					} else {
+						bp[1] = r
+					}
+				}
+				b.Logf("pair %d, base: exactly-once p50/p99 %.1f/%.1f ms, at-least-once %.1f/%.1f ms (ratio %.2f); CPU/task %.0f us",
+					i+1, bp[0].p50, bp[0].p99, bp[1].p50, bp[1].p99, bp[0].p99/bp[1].p99, bp[0].workerCPU)
+				base99, baseRatios, baseCPU = append(base99, bp[0].p99), append(baseRatios, bp[0].p99/bp[1].p99), append(baseCPU, bp[0].workerCPU)
+			}
 			var pair [2]tailResult
 			for _, g := range runs {
-				r := lb.runCLI(g)
+				r := lb.runCLI(testutil.Binary(b), g)
 				if g == consumer.ExactlyOnce {
 					pair[0] = r
 					cliCPU = append(cliCPU, r.workerCPU)
@@ -98,6 +115,11 @@ func BenchmarkWorkerTail(b *testing.B) {
 		b.ReportMetric(median(cliCPU), "cli-cpu-us/task")
 		b.ReportMetric(inWorker, "inproc-cpu-us/task")
 		b.ReportMetric(median(cliCPU)/inWorker, "cli/inproc-cpu")
+		if baseBin != "" {
+			b.ReportMetric(median(base99), "base-eos-p99-ms")
+			b.ReportMetric(median(baseRatios), "base-eos/alo-p99")
+			b.ReportMetric(median(baseCPU), "base-cli-cpu-us/task")
+		}
 	}
 }
 
@@ -129,16 +151,28 @@ func (l *tailLoad) next() (queue, group string) {
 
 // runCLI runs `onceq worker` of guarantee g over a new queue while the
 // load runs.
-func (l *tailLoad) runCLI(g consumer.Guarantee) tailResult {
+func (l *tailLoad) runCLI(bin string, g consumer.Guarantee) tailResult {
 	b := l.b
 	queue, group := l.next()
 	metrics := testutil.FreeAddr(b)
-	w := testutil.Start(b, "worker", "--brokers", l.conn.Brokers[0], "--queue", queue, "--group", group,
-		"--checkpoint-dir", filepath.Join(b.TempDir(), "w"), "--handler", "http:"+l.srv.url, "--concurrency", "64",
-		"--guarantee", string(g), "--metrics-addr", metrics, "--pprof", "--log-level", "warn",
-		"--delay-service=false", "--workflow-service=false", "--scheduler=false")
+	args := []string{"worker", "--brokers", l.conn.Brokers[0], "--queue", queue, "--group", group,
+		"--checkpoint-dir", filepath.Join(b.TempDir(), "w"), "--handler", "http:" + l.srv.url, "--concurrency", "64",
+		"--guarantee", string(g), "--metrics-addr", metrics, "--log-level", "warn",
+		"--delay-service=false", "--workflow-service=false", "--scheduler=false"}
+	profile := os.Getenv("ONCEQ_BENCH_TAIL_PROFILE") != "" && bin == testutil.Binary(b)
+	if profile {
+		args = append(args, "--pprof") // a base binary may not know it
+	}
+	w := testutil.StartBinary(b, bin, args...)
 	waitReady(b, metrics, w)
-	profiled := l.profile(metrics, g)
+	var profiled <-chan struct{}
+	if profile {
+		profiled = l.profile(metrics, g)
+	} else {
+		done := make(chan struct{})
+		close(done)
+		profiled = done
+	}
 	side, worker := cpuTime(), testutil.ProcCPU(w.Cmd.Process.Pid)
 	lat := l.offer(queue)
 	<-profiled

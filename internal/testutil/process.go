@@ -28,7 +28,14 @@ type Process struct {
 // test ends if it is still running.
 func Start(t testing.TB, args ...string) *Process {
 	t.Helper()
-	p := &Process{Cmd: exec.Command(Binary(t), args...), done: make(chan struct{})}
+	return StartBinary(t, Binary(t), args...)
+}
+
+// StartBinary is Start with another onceq binary: one built from another
+// commit, which a benchmark compares with this one.
+func StartBinary(t testing.TB, bin string, args ...string) *Process {
+	t.Helper()
+	p := &Process{Cmd: exec.Command(bin, args...), done: make(chan struct{})}
 	pr, pw := io.Pipe()
 	p.Cmd.Stdout = pw
 	p.Cmd.Stderr = pw
