@@ -21,6 +21,15 @@ test:
 	@$(GO) build -o bin/testprogress ./internal/testprogress
 	@$(GO) test -json -race -count=1 -timeout $(TEST_TIMEOUT) ./... | bin/testprogress
 
+## kafka: one Apache Kafka node for development, from Maven Central's jars
+## (internal/kafkatest), until Ctrl-C; it prints the seeds to give onceq.
+## KAFKA_VERSION picks the version, KAFKA_NODES the nodes (1 or 3)
+KAFKA_VERSION ?= 4.4.0
+KAFKA_NODES   ?= 1
+.PHONY: kafka
+kafka:
+	$(GO) run ./internal/kafkatest/cmd/kafka -version $(KAFKA_VERSION) -nodes $(KAFKA_NODES)
+
 ## test-short: the fast tests, without -race
 test-short:
 	$(GO) test -short -count=1 ./...
