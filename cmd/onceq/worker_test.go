@@ -135,6 +135,7 @@ func taskIDs(t *testing.T, recs []*kgo.Record) []string {
 // restored its partitions, its /healthz 200 while it reaches the broker
 // and 503 once the broker is gone (it answered ok regardless).
 func TestWorkerProbes(t *testing.T) {
+	testutil.NeedsEmbedded(t, "closes the broker under a running worker")
 	emb, conn := testutil.StartBroker(t, "")
 	testutil.CreateTopic(t, conn, "in", 1)
 	testutil.CreateTopic(t, conn, "out", 1)
