@@ -21,6 +21,48 @@ test:
 	@$(GO) build -o bin/testprogress ./internal/testprogress
 	@$(GO) test -json -race -count=1 -timeout $(TEST_TIMEOUT) ./... | bin/testprogress
 
+## kafka: one Apache Kafka node for development, from Maven Central's jars
+## (internal/kafkatest), until Ctrl-C; it prints the seeds to give onceq.
+## KAFKA_VERSION picks the version, KAFKA_NODES the nodes (1 or 3)
+KAFKA_VERSION ?= 4.4.0
+KAFKA_NODES   ?= 1
+.PHONY: kafka
+kafka:
+	$(GO) run ./internal/kafkatest/cmd/kafka -version $(KAFKA_VERSION) -nodes $(KAFKA_NODES)
+
+## test-kafka: the guarantee suites on Apache Kafka instead of the embedded
+## broker (internal/testutil: ONCEQ_TEST_KAFKA), one cluster per package of
+## KAFKA_NODES nodes of KAFKA_VERSION (KAFKA_TXN_VERSION=1 formats it with
+## transactions before KIP-890); the jars come from Maven Central the first
+## time. KAFKA_SUITES lists package=tests; tests that need the embedded
+## broker's internals skip themselves. Every package runs, then the target
+## fails if one did.
+KAFKA_TXN_VERSION ?=
+KAFKA_SUITES ?= \
+  './internal/kafkatest=.' \
+  './producer=.' \
+  './delay=^Test(NeverEarly|ExactlyOnceNeverEarly|KilledServiceLosesNothing|BadRecordsAreDeadLettered)$$' \
+  './consumer=^Test(Crash|ChainedStages$$|RetryWithBackoffThenSuccess$$|RetryAfterIsCapped$$|AlwaysFailingEndsInDeadLetters$$|AbandonedHandlerIsRetried$$|SkipRetryDeadLetters$$|TooLargeTaskEndsInDeadLetters$$)'
+.PHONY: test-kafka
+test-kafka:
+	@$(GO) build -o bin/testprogress ./internal/testprogress
+	@failed=""; for spec in $(KAFKA_SUITES); do \
+	  pkg=$${spec%%=*}; run=$${spec#*=}; \
+	  ONCEQ_TEST_KAFKA=$(KAFKA_NODES) ONCEQ_TEST_KAFKA_VERSION=$(KAFKA_VERSION) \
+	  ONCEQ_TEST_KAFKA_TXN_VERSION=$(KAFKA_TXN_VERSION) \
+	  $(GO) test -json -count=1 -timeout $(TEST_TIMEOUT) -run "$$run" $$pkg | bin/testprogress || failed="$$failed $$pkg"; \
+	done; \
+	if [ -n "$$failed" ]; then echo "test-kafka: failed:$$failed"; exit 1; fi
+
+## test-kafka-ci: what CI runs of test-kafka, the suites that pass on Kafka
+KAFKA_SUITES_CI ?= \
+  './internal/kafkatest=.' \
+  './producer=.' \
+  './delay=^Test(NeverEarly|ExactlyOnceNeverEarly|KilledServiceLosesNothing|BadRecordsAreDeadLettered)$$'
+.PHONY: test-kafka-ci
+test-kafka-ci: KAFKA_SUITES = $(KAFKA_SUITES_CI)
+test-kafka-ci: test-kafka
+
 ## test-short: the fast tests, without -race
 test-short:
 	$(GO) test -short -count=1 ./...

@@ -23,7 +23,8 @@ func TestLibraryDependencies(t *testing.T) {
 		t.Fatalf("go list -deps named %d packages, fewer than the %d asked about:\n%s", len(deps), len(library), out)
 	}
 	forbidden := []string{"github.com/twmb/franz-go/pkg/kfake", "github.com/spf13/cobra", "github.com/chromedp/", "github.com/go-echarts/",
-		"github.com/onceq/onceq/broker/embedded", "github.com/onceq/onceq/internal/testutil", "go.opentelemetry.io/otel/sdk"}
+		"github.com/onceq/onceq/broker/embedded", "github.com/onceq/onceq/internal/testutil", "github.com/onceq/onceq/internal/kafkatest",
+		"go.opentelemetry.io/otel/sdk"}
 	for _, d := range deps {
 		for _, f := range forbidden {
 			if strings.HasPrefix(d, f) {

@@ -110,6 +110,7 @@ func offsetsFor(topic string, partition int32, at int64) kadm.Offsets {
 // answers with an error is asked again while the error is retriable, and
 // is an error otherwise; it is never reported as an empty partition.
 func TestDescribeTopicPartitionErrors(t *testing.T) {
+	testutil.NeedsEmbedded(t, "answers with partition errors through the cluster's control hooks")
 	emb, conn := testutil.StartBroker(t, "")
 	testutil.CreateTopic(t, conn, "jobs", 2)
 	cl, err := conn.NewClient(kgo.DefaultProduceTopic("jobs"), kgo.RecordPartitioner(kgo.ManualPartitioner()))
@@ -174,6 +175,7 @@ func TestDescribeTopicPartitionErrors(t *testing.T) {
 // SASL missing?" (franz-go's guess for a connection closed right after a
 // request). It now says the broker is unreachable.
 func TestUnreachableBrokerErrorNoSASL(t *testing.T) {
+	testutil.NeedsEmbedded(t, "its own embedded broker, closed mid-test")
 	emb, err := embedded.Start(embedded.Config{})
 	if err != nil {
 		t.Fatal(err)
@@ -210,6 +212,7 @@ func TestUnreachableBrokerErrorNoSASL(t *testing.T) {
 // written, the partitions whose leader just moved asked again rather than
 // left out.
 func TestStableOffsetsWhileLeadersMove(t *testing.T) {
+	testutil.NeedsEmbedded(t, "moves partition leaders on demand")
 	emb, err := embedded.Start(embedded.Config{Nodes: 3, MoveLeadersEvery: embedded.MinMoveLeadersEvery})
 	if err != nil {
 		t.Fatal(err)

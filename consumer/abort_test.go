@@ -46,6 +46,7 @@ func failNextTxnOffsetCommit(emb *embedded.Broker, fired *atomic.Bool) {
 // is aborted once: its result is kept and the next commit takes it, so the
 // task runs once and every output appears once.
 func TestSlowTaskHoldsOnlyItsSlot(t *testing.T) {
+	testutil.NeedsEmbedded(t, "fails a TxnOffsetCommit through the cluster's control hooks")
 	emb, conn := testutil.StartBroker(t, "")
 	testutil.CreateTopic(t, conn, "in", 1)
 	testutil.CreateTopic(t, conn, "out", 1)

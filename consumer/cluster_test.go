@@ -17,6 +17,7 @@ import (
 // output must be seen once by a read_committed reader, none lost, and each
 // task's run counter must be 1.
 func TestClusterMovingLeadersExactlyOnce(t *testing.T) {
+	testutil.NeedsEmbedded(t, "moves partition leaders on demand")
 	emb, err := embedded.Start(embedded.Config{Nodes: 3, MoveLeadersEvery: 500 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)

@@ -42,6 +42,7 @@ func TestCrashRetriesOnLane(t *testing.T) {
 // TestCrashRetriesOnMovingLeaders is TestCrashRetriesAndDeadLetters on
 // three nodes whose partition leaders and coordinators move every second.
 func TestCrashRetriesOnMovingLeaders(t *testing.T) {
+	testutil.NeedsEmbedded(t, "moves partition leaders on demand")
 	emb, err := embedded.Start(embedded.Config{Nodes: 3, MoveLeadersEvery: time.Second})
 	if err != nil {
 		t.Fatal(err)

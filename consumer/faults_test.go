@@ -58,6 +58,7 @@ var errDrop = errors.New("connection dropped by the test")
 // delays or fails its transactional requests; every task must still be
 // copied exactly once.
 func TestProtocolFaults(t *testing.T) {
+	testutil.NeedsEmbedded(t, "injects protocol faults through the cluster's control hooks")
 	for _, f := range []fault{
 		{name: "EndTxn dropped", key: kmsg.EndTxn, times: 3, fn: func(*kfake.Cluster, kmsg.Request) (kmsg.Response, error, bool) {
 			return nil, errDrop, true

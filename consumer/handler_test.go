@@ -242,6 +242,7 @@ func TestWorkerReadyWithAnIdlePartition(t *testing.T) {
 // unhealthy when the brokers go away (its /healthz used to answer ok
 // regardless).
 func TestWorkerHealth(t *testing.T) {
+	testutil.NeedsEmbedded(t, "closes the broker under a running worker")
 	emb, conn := testutil.StartBroker(t, "")
 	testutil.CreateTopic(t, conn, "in", 2)
 	w, err := consumer.New(consumer.Conn(conn), consumer.Group("gh"), consumer.Queues("in"), consumer.CheckpointDir(t.TempDir()),

@@ -25,6 +25,7 @@ func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool)
 // unhealthy when the brokers stop answering for its session timeout, and
 // once it stopped.
 func TestServiceHealth(t *testing.T) {
+	testutil.NeedsEmbedded(t, "closes the broker under a running service")
 	emb, conn := testutil.StartBroker(t, "")
 	svc, err := delay.NewService(delay.Conn(conn), delay.WithPlanner(shortLadder(t)), delay.StateDir(t.TempDir()),
 		delay.SessionTimeout(6*time.Second), delay.TransactionTimeout(2*time.Second), delay.Logger(testLogger()))

@@ -149,6 +149,7 @@ func TestStopDuringStartup(t *testing.T) {
 // canceled" instead of stopping cleanly, when the partition had come with
 // records in the same poll.
 func TestStopWhileWaitingForCommittedOffsets(t *testing.T) {
+	testutil.NeedsEmbedded(t, "holds OffsetFetch answers through the cluster's control hooks")
 	emb, conn := testutil.StartBroker(t, "")
 	p := shortLadder(t)
 	createQueue(t, conn, "q", 1)

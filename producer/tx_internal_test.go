@@ -26,6 +26,7 @@ import (
 // must report ErrTxAborted, never a commit, and Tx must run fn again on a
 // new client, whose transaction commits.
 func TestTxAbortedByTheClientIsAnError(t *testing.T) {
+	testutil.NeedsEmbedded(t, "refuses produce requests through the cluster's control hooks")
 	emb, conn := testutil.StartBroker(t, "")
 	testutil.CreateTopic(t, conn, "jobs", 1)
 	c := emb.Cluster()

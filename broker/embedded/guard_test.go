@@ -136,7 +136,7 @@ func TestEmbeddedRepairsPoisonedDataDir(t *testing.T) {
 // OOM kill. The broker answers INVALID_PARTITIONS with the limit, for
 // CreateTopics and CreatePartitions, and creates nothing.
 func TestEmbeddedRefusesHugePartitionCounts(t *testing.T) {
-	emb, conn := testutil.StartBroker(t, "")
+	emb, conn := testutil.StartEmbedded(t, "")
 	ctx := context.Background()
 	raw := rawAdmin(t, emb.Addr())
 	resp, err := raw.CreateTopic(ctx, 999_999_999, -1, nil, "huge")
@@ -187,7 +187,7 @@ func TestEmbeddedRefusesHugePartitionCounts(t *testing.T) {
 // what it did not know), from any client, and onceq's admin refuses what
 // Kafka would refuse before sending.
 func TestEmbeddedTopicConfigs(t *testing.T) {
-	emb, conn := testutil.StartBroker(t, "")
+	emb, conn := testutil.StartEmbedded(t, "")
 	ctx := context.Background()
 	raw := rawAdmin(t, emb.Addr())
 	str := func(s string) *string { return &s }

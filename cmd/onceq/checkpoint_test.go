@@ -103,6 +103,7 @@ func TestCheckpointInspectRefuses(t *testing.T) {
 }
 
 func TestCheckpointVerify(t *testing.T) {
+	testutil.NeedsEmbedded(t, "reads the embedded broker's cluster ID")
 	emb, conn := testutil.StartBroker(t, "")
 	changelog := broker.ChangelogTopic("g", "jobs")
 	testutil.CreateTopic(t, conn, "jobs", 1)
@@ -210,6 +211,7 @@ func commitGroup(t *testing.T, conn broker.Conn, group, topic string, at int64) 
 // IDs ran again. A changelog that ends before the store's offset, or that
 // is missing, is drift.
 func TestCheckpointVerifyChangelogBehindStore(t *testing.T) {
+	testutil.NeedsEmbedded(t, "reads the embedded broker's cluster ID")
 	emb, conn := testutil.StartBroker(t, "")
 	changelog := broker.ChangelogTopic("g", "jobs")
 	testutil.CreateTopic(t, conn, "jobs", 1)
@@ -242,6 +244,7 @@ func TestCheckpointVerifyChangelogBehindStore(t *testing.T) {
 // shared the changelog onceq-changelog-a-b-c, group a restored group
 // a-b's records and skipped its own tasks, and verify said "in sync".
 func TestCheckpointVerifySharedLegacyChangelog(t *testing.T) {
+	testutil.NeedsEmbedded(t, "reads the embedded broker's cluster ID")
 	emb, conn := testutil.StartBroker(t, "")
 	legacy := broker.LegacyChangelogTopic("a", "b-c")
 	if legacy != broker.LegacyChangelogTopic("a-b", "c") {

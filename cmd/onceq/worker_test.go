@@ -136,6 +136,7 @@ func taskIDs(t *testing.T, recs []*kgo.Record) []string {
 // and 503 once the broker is gone (it answered ok regardless); with
 // --pprof, Go's profiles too.
 func TestWorkerProbes(t *testing.T) {
+	testutil.NeedsEmbedded(t, "closes the broker under a running worker")
 	emb, conn := testutil.StartBroker(t, "")
 	testutil.CreateTopic(t, conn, "in", 1)
 	testutil.CreateTopic(t, conn, "out", 1)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"os/exec"
 	"regexp"
 	"strings"
@@ -36,6 +37,13 @@ func Start(t testing.TB, args ...string) *Process {
 func StartBinary(t testing.TB, bin string, args ...string) *Process {
 	t.Helper()
 	p := &Process{Cmd: exec.Command(bin, args...), done: make(chan struct{})}
+	// The test's own settings (ONCEQ_TEST_KAFKA, ...) are no flags of
+	// onceq's, which would warn of them.
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "ONCEQ_TEST_") {
+			p.Cmd.Env = append(p.Cmd.Env, kv)
+		}
+	}
 	pr, pw := io.Pipe()
 	p.Cmd.Stdout = pw
 	p.Cmd.Stderr = pw
@@ -135,8 +143,11 @@ func FreeAddr(t testing.TB) string {
 
 // StartBrokerProcess runs "onceq broker" on listen (empty: a free port)
 // and dataDir, waits until it listens, and returns it with its address.
+// The test is skipped on Apache Kafka (NeedsEmbedded): it is about a
+// broker process it stops and starts, or leader moves on demand.
 func StartBrokerProcess(t testing.TB, listen, dataDir string, extra ...string) (*Process, string) {
 	t.Helper()
+	NeedsEmbedded(t, "an onceq broker process")
 	if listen == "" {
 		listen = FreeAddr(t)
 	}

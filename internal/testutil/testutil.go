@@ -1,5 +1,6 @@
 // Package testutil starts the real components tests run against: the
-// embedded broker over TCP on loopback, and readers that see a topic the way
+// embedded broker over TCP on loopback, or Apache Kafka when the
+// environment asks for it (ONCEQ_TEST_KAFKA, see OnKafka), and readers that see a topic the way
 // any read_committed Kafka consumer does. Nothing here is a mock.
 package testutil
 
@@ -17,13 +18,27 @@ import (
 	"github.com/onceq/onceq/broker/embedded"
 )
 
-// StartBroker starts an embedded broker on a random loopback port, in
-// memory (dataDir "") or persisted to dataDir, and closes it when the test
-// ends. It has one node, or as many as ONCEQ_TEST_NODES says, whose
-// partition leaders and coordinators move every
+// StartBroker gives the test a broker: an embedded broker on a random
+// loopback port, in memory (dataDir "") or persisted to dataDir, closed
+// when the test ends. It has one node, or as many as ONCEQ_TEST_NODES
+// says, whose partition leaders and coordinators move every
 // ONCEQ_TEST_MOVE_LEADERS_EVERY if that is set: make test-crash-cluster
 // runs the crash tests so.
+//
+// Under ONCEQ_TEST_KAFKA it is the test binary's Apache Kafka cluster
+// instead (see OnKafka), and the embedded broker it returns is nil: a
+// test that uses it says so first with NeedsEmbedded.
 func StartBroker(t testing.TB, dataDir string) (*embedded.Broker, broker.Conn) {
+	t.Helper()
+	if OnKafka() {
+		return nil, startKafka(t)
+	}
+	return StartEmbedded(t, dataDir)
+}
+
+// StartEmbedded is StartBroker on the embedded broker, whatever
+// ONCEQ_TEST_KAFKA says: for the tests of the embedded broker itself.
+func StartEmbedded(t testing.TB, dataDir string) (*embedded.Broker, broker.Conn) {
 	t.Helper()
 	cfg := embedded.Config{DataDir: dataDir}
 	if v := os.Getenv("ONCEQ_TEST_NODES"); v != "" {
@@ -48,7 +63,10 @@ func StartBroker(t testing.TB, dataDir string) (*embedded.Broker, broker.Conn) {
 	return emb, broker.Conn{Brokers: emb.Addrs()}
 }
 
-// CreateTopic creates a topic or fails the test.
+// CreateTopic creates a topic or fails the test. It returns once every
+// partition answers a ListOffsets: Kafka's brokers learn of a topic a
+// moment after CreateTopics returns, and until then answer requests for
+// it with UNKNOWN_TOPIC_OR_PARTITION (the embedded broker, at once).
 func CreateTopic(t testing.TB, conn broker.Conn, name string, partitions int32) {
 	t.Helper()
 	adm, err := broker.NewAdmin(conn)
@@ -56,10 +74,21 @@ func CreateTopic(t testing.TB, conn broker.Conn, name string, partitions int32) 
 		t.Fatal(err)
 	}
 	defer adm.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if err := adm.CreateTopic(ctx, name, partitions, nil); err != nil {
 		t.Fatalf("creating topic %s: %v", name, err)
+	}
+	for {
+		listed, err := adm.Kadm().ListEndOffsets(ctx, name)
+		if err == nil && listed.Error() == nil && len(listed[name]) == int(partitions) {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("topic %s created, yet its %d partitions do not all answer: %v %v", name, partitions, err, listed.Error())
+		case <-time.After(20 * time.Millisecond):
+		}
 	}
 }
 
