@@ -14,10 +14,16 @@ build:
 	@# cannot read (another user's) builds without it.
 	$(GO) build -buildvcs=auto -o $(BIN) ./cmd/onceq 2>/dev/null || $(GO) build -buildvcs=false -o $(BIN) ./cmd/onceq
 
-## test: every test with the race detector (what CI runs), each package's
-## start and end printed as they happen (internal/testprogress), the output
-## of the tests that failed after them
-test:
+## test: what CI runs: every test with the race detector on the embedded
+## broker (test-embedded), then the guarantee suites of KAFKA_SUITES_CI on
+## one Apache Kafka 4.4 node (test-kafka-ci; Java and Maven needed)
+test: test-embedded test-kafka-ci
+
+## test-embedded: every test with the race detector, each package's start
+## and end printed as they happen (internal/testprogress), the output of the
+## tests that failed after them
+.PHONY: test-embedded
+test-embedded:
 	@$(GO) build -o bin/testprogress ./internal/testprogress
 	@$(GO) test -json -race -count=1 -timeout $(TEST_TIMEOUT) ./... | bin/testprogress
 
@@ -58,10 +64,12 @@ test-kafka:
 KAFKA_SUITES_CI ?= \
   './internal/kafkatest=.' \
   './producer=.' \
-  './delay=^Test(NeverEarly|ExactlyOnceNeverEarly|KilledServiceLosesNothing|BadRecordsAreDeadLettered)$$'
+  './delay=^Test(NeverEarly|ExactlyOnceNeverEarly|KilledServiceLosesNothing|BadRecordsAreDeadLettered)$$' \
+  './consumer=^Test(RetryWithBackoffThenSuccess|AlwaysFailingEndsInDeadLetters|TooLargeTaskEndsInDeadLetters|CrashCopyWithDuplicates|CrashCancel)$$'
 .PHONY: test-kafka-ci
 test-kafka-ci: KAFKA_SUITES = $(KAFKA_SUITES_CI)
 test-kafka-ci: test-kafka
+	@echo "test-kafka-ci: the suites of KAFKA_SUITES_CI passed on Apache Kafka $(KAFKA_VERSION)"
 
 ## test-short: the fast tests, without -race
 test-short:

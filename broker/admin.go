@@ -87,7 +87,8 @@ func (t TopicInfo) Records() int64 {
 // and one replica on a cluster of several brokers is refused with
 // ErrSingleReplica unless it allows it. A refusal by the brokers wraps their error code
 // (kerr.InvalidPartitions, kerr.InvalidConfig, ...) and carries their
-// message.
+// message. It returns once every partition of the topic answers (see
+// awaitTopics).
 func (a *Admin) CreateTopic(ctx context.Context, name string, partitions int32, configs map[string]string) error {
 	if p := TopicNameProblem(name); p != "" {
 		return topicErr("topic %q: %s", name, p)
@@ -114,7 +115,7 @@ func (a *Admin) CreateTopic(ctx context.Context, name string, partitions int32, 
 		}
 		return fmt.Errorf("broker: creating topic %q: %w", name, a.conn.Explain(err))
 	}
-	return nil
+	return a.awaitTopics(ctx, []string{name})
 }
 
 // EnsureTopic creates a topic unless it exists. An existing topic is left

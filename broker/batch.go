@@ -90,7 +90,8 @@ func (a *Admin) partitionCounts(ctx context.Context, names []string) (map[string
 // says RaiseRetention (one more request for them all, and one to raise
 // those that are short). It returns the partition count of every topic,
 // existing or created, so that a caller can check them. Topics are
-// created with the Conn's Replication, as CreateTopic creates them.
+// created with the Conn's Replication, as CreateTopic creates them, and it
+// returns once every partition of those it created answers (awaitTopics).
 func (a *Admin) EnsureTopics(ctx context.Context, specs []TopicSpec) (map[string]int32, error) {
 	names := make([]string, 0, len(specs))
 	var legacy []string
@@ -171,6 +172,15 @@ func (a *Admin) EnsureTopics(ctx context.Context, specs []TopicSpec) (map[string
 		}
 	}
 	if len(groups) > 0 {
+		var created []string
+		for _, g := range groups {
+			for _, s := range g {
+				created = append(created, s.Name)
+			}
+		}
+		if err := a.awaitTopics(ctx, created); err != nil {
+			return nil, err
+		}
 		// Topics another process created first keep their own counts.
 		if counts, err = a.PartitionCounts(ctx, names...); err != nil {
 			return nil, err
@@ -180,6 +190,55 @@ func (a *Admin) EnsureTopics(ctx context.Context, specs []TopicSpec) (map[string
 		return nil, err
 	}
 	return counts, nil
+}
+
+// topicsWait bounds how long awaitTopics waits for new topics to answer.
+const topicsWait = 30 * time.Second
+
+// awaitTopics waits until every partition of the topics just created has a
+// leader that answers for it (ListOffsets). Kafka answers CreateTopics once
+// its controller made them, and a broker may not know them for a moment
+// after (no such topic in its metadata, or UNKNOWN_TOPIC_OR_PARTITION):
+// a reader right after would take the topic for missing, or for one of
+// no partitions. The embedded broker knows them at once.
+func (a *Admin) awaitTopics(ctx context.Context, names []string) error {
+	if len(names) == 0 {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, topicsWait)
+	defer cancel()
+	for wait := 20 * time.Millisecond; ; wait = min(2*wait, time.Second) {
+		problem := a.topicsAnswer(ctx, names)
+		if problem == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("broker: topics created, but they do not answer after %v: %w", topicsWait, problem)
+		case <-time.After(wait):
+		}
+	}
+}
+
+// topicsAnswer returns nil when every partition of names has a leader that
+// answers ListOffsets, else what does not.
+func (a *Admin) topicsAnswer(ctx context.Context, names []string) error {
+	ends, err := a.adm.ListEndOffsets(ctx, names...)
+	if err != nil {
+		return err
+	}
+	for _, n := range names {
+		ps, ok := ends[n]
+		if !ok || len(ps) == 0 {
+			return fmt.Errorf("topic %q: not in the brokers' metadata yet", n)
+		}
+		for p, o := range ps {
+			if o.Err != nil {
+				return fmt.Errorf("topic %q partition %d: %w", n, p, o.Err)
+			}
+		}
+	}
+	return nil
 }
 
 // configKey is a canonical text of configs, to group topics by them.

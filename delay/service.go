@@ -221,23 +221,37 @@ const bucketRecheck = 10 * time.Second
 func (s *Service) lookupTopicIDs(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	details, err := s.adm.Kadm().ListTopics(ctx)
-	if err != nil {
-		return fmt.Errorf("delay: reaching the brokers %v: %w", s.cfg.conn.Brokers, err)
-	}
-	ids := map[string][16]byte{}
-	for name, d := range details {
-		if _, ok := bucketOf(name); ok && d.Err == nil {
-			ids[name] = d.ID
+	// The broker asked may not know a bucket created a moment ago through
+	// another: ask again until it does (on Apache Kafka; the embedded
+	// broker knows at once).
+	for wait := 20 * time.Millisecond; ; wait = min(2*wait, time.Second) {
+		details, err := s.adm.Kadm().ListTopics(ctx)
+		if err != nil {
+			return fmt.Errorf("delay: reaching the brokers %v: %w", s.cfg.conn.Brokers, err)
+		}
+		ids := map[string][16]byte{}
+		for name, d := range details {
+			if _, ok := bucketOf(name); ok && d.Err == nil {
+				ids[name] = d.ID
+			}
+		}
+		missing := ""
+		for _, t := range s.cfg.planner.Topics() {
+			if _, ok := ids[t]; !ok {
+				missing = t
+				break
+			}
+		}
+		if missing == "" {
+			s.topicIDs = ids
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("delay: bucket topic %s: not found after its creation", missing)
+		case <-time.After(wait):
 		}
 	}
-	for _, t := range s.cfg.planner.Topics() {
-		if _, ok := ids[t]; !ok {
-			return fmt.Errorf("delay: bucket topic %s: not found after its creation", t)
-		}
-	}
-	s.topicIDs = ids
-	return nil
 }
 
 // assigned and revoked are the group's callbacks (the member notes the
