@@ -65,7 +65,7 @@ KAFKA_SUITES_CI ?= \
   './internal/kafkatest=.' \
   './producer=.' \
   './delay=^Test(NeverEarly|ExactlyOnceNeverEarly|KilledServiceLosesNothing|BadRecordsAreDeadLettered)$$' \
-  './consumer=^Test(RetryWithBackoffThenSuccess|AlwaysFailingEndsInDeadLetters|TooLargeTaskEndsInDeadLetters|CrashCopyWithDuplicates|CrashCancel)$$'
+  './consumer=^Test(RetryWithBackoffThenSuccess|AlwaysFailingEndsInDeadLetters|TooLargeTaskEndsInDeadLetters|CrashCopyWithDuplicates|CrashCancel|CrashPoints)$$'
 .PHONY: test-kafka-ci
 test-kafka-ci: KAFKA_SUITES = $(KAFKA_SUITES_CI)
 test-kafka-ci: test-kafka

@@ -13,7 +13,7 @@ import (
 )
 
 // TestCrashPoints kills a worker process at each point of its third
-// commit: before the Kafka transaction, between the Kafka commit and the
+// commit, while tasks flow: before the Kafka transaction, between the Kafka commit and the
 // checkpoint, and after both. The restarted worker, on the same checkpoint
 // dir, must reconcile (the checkpoint from the changelog) and lose or repeat
 // nothing, also for duplicates submitted after the restart.
@@ -27,15 +27,31 @@ func TestCrashPoints(t *testing.T) {
 			all := ids(3000)
 			dir := filepath.Join(t.TempDir(), "w")
 			p := startWorker(t, addr, "cp", dir, "--crash-at", fmt.Sprintf("%s:3", point), "--commit-interval", "20ms")
-			for i := 0; i < len(all); i += 300 {
-				produceTasks(t, conn, "in", all[i:i+300])
-				time.Sleep(30 * time.Millisecond)
+			// A batch at a time, each once the worker committed the last
+			// (a worker that starts slowly, as on Apache Kafka, must not
+			// find them all there and run them in fewer than 3 commits),
+			// until it is killed; the rest go to the restarted worker.
+			sent := 0
+			for sent < len(all) && !p.Exited() {
+				produceTasks(t, conn, "in", all[sent:sent+300])
+				sent += 300
+				for deadline := time.Now().Add(time.Minute); !p.Exited(); time.Sleep(20 * time.Millisecond) {
+					if recs, _ := testutil.ReadCommittedErr(conn, 30*time.Second, "out"); len(recs) >= sent {
+						break
+					}
+					if time.Now().After(deadline) {
+						t.Fatalf("the worker committed fewer than %d outputs in a minute\n%s", sent, p.Output())
+					}
+				}
 			}
 			code, err := p.Wait(60 * time.Second)
 			if err != nil || code != -1 || !p.Cmd.ProcessState.Sys().(syscall.WaitStatus).Signaled() {
 				t.Fatalf("the worker was not killed at its commit point: exit %d, %v\n%s", code, err, p.Output())
 			}
 			startWorker(t, addr, "cp", dir)
+			if sent < len(all) {
+				produceTasks(t, conn, "in", all[sent:])
+			}
 			produceTasks(t, conn, "in", all[:500]) // duplicates, some processed before the crash
 			waitOutputs(t, conn, "out", len(all), 60*time.Second)
 			time.Sleep(time.Second)
