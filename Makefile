@@ -120,7 +120,7 @@ bench-drain:
 ## Watermill nor Sarama)
 .PHONY: bench-watermill
 bench-watermill:
-	cd bench/watermill && $(GO) test -run '^$$' -bench . -benchtime 2x -timeout 30m
+	cd bench/watermill && $(GO) test -run '^$$' -bench . -benchtime 3x -timeout 30m
 
 ## fuzz: every fuzz target for FUZZTIME each
 fuzz:

@@ -16,11 +16,13 @@ import (
 	"github.com/onceq/onceq/broker/embedded"
 )
 
-// BenchmarkWorkerVsWatermill drains one pre-loaded queue of 100-byte tasks
-// (8 partitions, IDs onceq generated) with onceq's exactly-once worker and
-// a noop handler, and with Watermill's Kafka subscriber in a consumer group
-// that acknowledges every message and does nothing else. The two take
-// turns at going first; run -benchtime 2x for both orders.
+// BenchmarkWorkerVsWatermill drains pre-loaded queues of 100-byte tasks
+// (8 partitions) with onceq's exactly-once worker and a noop handler, over
+// tasks with IDs onceq generated and over tasks with IDs a client chose
+// (an idempotency key each, which the worker remembers), and with
+// Watermill's Kafka subscriber in a consumer group that acknowledges every
+// message and does nothing else. The three take turns at going first; run
+// -benchtime 3x for every order.
 func BenchmarkWorkerVsWatermill(b *testing.B) {
 	n := bench.EnvTasks()
 	emb, err := embedded.Start(embedded.Config{Listen: "127.0.0.1:0"})
@@ -29,18 +31,21 @@ func BenchmarkWorkerVsWatermill(b *testing.B) {
 	}
 	defer emb.Close()
 	conn := broker.Conn{Brokers: []string{emb.Addr()}}
-	preload(b, conn, "bench", n)
-	var onceqTook, wmTook time.Duration
+	preload(b, conn, "bench", n, true)
+	preload(b, conn, "bench-keys", n, false)
+	var onceqTook, keysTook, wmTook time.Duration
 	runs := 0
+	drain := func(queue, group string, took *time.Duration) {
+		d, err := bench.Drain(context.Background(), conn, queue, group, b.TempDir(), n)
+		if err != nil {
+			b.Fatal(err)
+		}
+		*took += d
+	}
 	for i := 0; b.Loop(); i++ {
 		drains := []func(){
-			func() {
-				took, err := bench.Drain(context.Background(), conn, "bench", fmt.Sprintf("onceq-%d", i), b.TempDir(), n)
-				if err != nil {
-					b.Fatal(err)
-				}
-				onceqTook += took
-			},
+			func() { drain("bench", fmt.Sprintf("onceq-%d", i), &onceqTook) },
+			func() { drain("bench-keys", fmt.Sprintf("onceq-keys-%d", i), &keysTook) },
 			func() { wmTook += drainWatermill(b, conn, "bench", fmt.Sprintf("watermill-%d", i), n) },
 		}
 		for j := range drains {
@@ -50,13 +55,15 @@ func BenchmarkWorkerVsWatermill(b *testing.B) {
 	}
 	rate := func(d time.Duration) float64 { return float64(n*runs) / d.Seconds() }
 	b.ReportMetric(rate(onceqTook), "eos-tasks/s")
+	b.ReportMetric(rate(keysTook), "eos-keys-tasks/s")
 	b.ReportMetric(rate(wmTook), "watermill-tasks/s")
 	b.ReportMetric(rate(onceqTook)/rate(wmTook), "eos/watermill")
+	b.ReportMetric(rate(keysTook)/rate(wmTook), "eos-keys/watermill")
 }
 
-// preload writes n tasks with generated IDs to a new queue of 8
-// partitions.
-func preload(b *testing.B, conn broker.Conn, queue string, n int) {
+// preload writes n tasks to a new queue of 8 partitions, with IDs onceq
+// generated or a client chose.
+func preload(b *testing.B, conn broker.Conn, queue string, n int, generated bool) {
 	b.Helper()
 	adm, err := broker.NewAdmin(conn)
 	if err != nil {
@@ -67,7 +74,7 @@ func preload(b *testing.B, conn broker.Conn, queue string, n int) {
 	if err := adm.CreateTopic(ctx, queue, 8, nil); err != nil {
 		b.Fatal(err)
 	}
-	if err := bench.Preload(ctx, conn, queue, n, true); err != nil {
+	if err := bench.Preload(ctx, conn, queue, n, generated); err != nil {
 		b.Fatal(err)
 	}
 }
