@@ -115,9 +115,10 @@ ROUNDS ?= 3
 bench-drain:
 	$(GO) run ./internal/drainguard -base $(BASE) -tasks $(TASKS) -rounds $(ROUNDS)
 
-## bench-watermill: the exactly-once worker against Watermill's Kafka subscriber,
-## side by side (bench/watermill, a module of its own: onceq depends on neither
-## Watermill nor Sarama)
+## bench-watermill: the exactly-once worker against Watermill's Kafka subscriber
+## and asynq (on a redis-server of its own; Debian's redis-server package),
+## side by side (bench/watermill, a module of its own: onceq depends on none
+## of them)
 .PHONY: bench-watermill
 bench-watermill:
 	cd bench/watermill && $(GO) test -run '^$$' -bench . -benchtime 3x -timeout 30m
