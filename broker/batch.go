@@ -205,15 +205,18 @@ func (a *Admin) awaitTopics(ctx context.Context, names []string) error {
 	if len(names) == 0 {
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(ctx, topicsWait)
+	wctx, cancel := context.WithTimeout(ctx, topicsWait)
 	defer cancel()
 	for wait := 20 * time.Millisecond; ; wait = min(2*wait, time.Second) {
-		problem := a.topicsAnswer(ctx, names)
+		problem := a.topicsAnswer(wctx, names)
 		if problem == nil {
 			return nil
 		}
 		select {
-		case <-ctx.Done():
+		case <-wctx.Done():
+			if err := ctx.Err(); err != nil {
+				return err // the caller's: it stopped waiting
+			}
 			return fmt.Errorf("broker: topics created, but they do not answer after %v: %w", topicsWait, problem)
 		case <-time.After(wait):
 		}
