@@ -52,24 +52,33 @@ KAFKA_SUITES ?= \
 .PHONY: test-kafka
 test-kafka:
 	@$(GO) build -o bin/testprogress ./internal/testprogress
-	@failed=""; for spec in $(KAFKA_SUITES); do \
-	  pkg=$${spec%%=*}; run=$${spec#*=}; \
-	  ONCEQ_TEST_KAFKA=$(KAFKA_NODES) ONCEQ_TEST_KAFKA_VERSION=$(KAFKA_VERSION) \
-	  ONCEQ_TEST_KAFKA_TXN_VERSION=$(KAFKA_TXN_VERSION) \
-	  $(GO) test -json -count=1 -timeout $(TEST_TIMEOUT) -run "$$run" $$pkg | bin/testprogress || failed="$$failed $$pkg"; \
-	done; \
+	@failed=""; $(call kafka-suites,$(KAFKA_NODES),$(KAFKA_SUITES)) \
 	if [ -n "$$failed" ]; then echo "test-kafka: failed:$$failed"; exit 1; fi
 
-## test-kafka-ci: what CI runs of test-kafka, the suites that pass on Kafka
+# kafka-suites is the shell loop that runs the suites $(2), package=tests,
+# on a cluster of $(1) nodes, adding the packages that fail to $$failed.
+kafka-suites = for spec in $(2); do \
+	  pkg=$${spec%%=*}; run=$${spec\#*=}; \
+	  ONCEQ_TEST_KAFKA=$(1) ONCEQ_TEST_KAFKA_VERSION=$(KAFKA_VERSION) \
+	  ONCEQ_TEST_KAFKA_TXN_VERSION=$(KAFKA_TXN_VERSION) \
+	  $(GO) test -json -count=1 -timeout $(TEST_TIMEOUT) -run "$$run" $$pkg | bin/testprogress || failed="$$failed $$pkg($(1))"; \
+	done;
+
+## test-kafka-ci: what CI runs on Apache Kafka: the suites of KAFKA_SUITES_CI
+## on one node, then those of KAFKA_SUITES_CLUSTER on three: the crash test
+## with two nodes SIGKILLed and restarted (ONCEQ_NODE_KILL_TASKS sizes it)
 KAFKA_SUITES_CI ?= \
   './internal/kafkatest=.' \
   './producer=.' \
   './delay=^Test(NeverEarly|ExactlyOnceNeverEarly|KilledServiceLosesNothing|BadRecordsAreDeadLettered)$$' \
   './consumer=^Test(RetryWithBackoffThenSuccess|AlwaysFailingEndsInDeadLetters|TooLargeTaskEndsInDeadLetters|CrashCopyWithDuplicates|CrashCancel|CrashPoints)$$'
+KAFKA_SUITES_CLUSTER ?= './consumer=^TestCrashKafkaNodeKills$$'
 .PHONY: test-kafka-ci
-test-kafka-ci: KAFKA_SUITES = $(KAFKA_SUITES_CI)
-test-kafka-ci: test-kafka
-	@echo "test-kafka-ci: the suites of KAFKA_SUITES_CI passed on Apache Kafka $(KAFKA_VERSION)"
+test-kafka-ci:
+	@$(GO) build -o bin/testprogress ./internal/testprogress
+	@failed=""; $(call kafka-suites,1,$(KAFKA_SUITES_CI)) $(call kafka-suites,3,$(KAFKA_SUITES_CLUSTER)) \
+	if [ -n "$$failed" ]; then echo "test-kafka-ci: failed:$$failed"; exit 1; fi; \
+	echo "test-kafka-ci: the suites of KAFKA_SUITES_CI and KAFKA_SUITES_CLUSTER passed on Apache Kafka $(KAFKA_VERSION)"
 
 ## test-short: the fast tests, without -race
 test-short:

@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -184,7 +185,10 @@ func (a *Admin) brokerCount(ctx context.Context) (int, error) {
 // of the cluster's brokers (those brokerCount found), asked once. Each
 // broker is asked for its own
 // (the cluster-wide describe returns only dynamic values, not a broker's
-// server.properties); the smallest is what a topic may get.
+// server.properties); the smallest is what a topic may get. A broker that
+// does not answer is left out, as long as another does: Kafka lists a
+// broker that died until its controller fences it, seconds later, and
+// the count may be older still.
 func (a *Admin) defaultReplicationFactor(ctx context.Context) (int16, error) {
 	a.repl.mu.Lock()
 	defer a.repl.mu.Unlock()
@@ -196,14 +200,12 @@ func (a *Admin) defaultReplicationFactor(ctx context.Context) (int16, error) {
 			"get more than one replica (this client needs DescribeConfigs on the cluster): %w; "+
 			"give --replication-factor explicitly (3 for example) and onceq need not read it", err)
 	}
-	rcs, err := a.adm.DescribeBrokerConfigs(ctx, a.repl.nodes...)
-	if err != nil {
-		return 0, unreadable(a.conn.Explain(err))
-	}
+	rcs, err := a.adm.DescribeBrokerConfigs(ctx, a.repl.nodes...) // with the answers of those that answered
 	var least int64
 	for _, rc := range rcs {
 		if rc.Err != nil {
-			return 0, unreadable(rc.Err)
+			err = cmp.Or(err, rc.Err)
+			continue
 		}
 		var (
 			value  int64
@@ -225,7 +227,7 @@ func (a *Admin) defaultReplicationFactor(ctx context.Context) (int16, error) {
 		}
 	}
 	if least == 0 {
-		return 0, unreadable(errors.New("no broker reported it"))
+		return 0, unreadable(cmp.Or(a.conn.Explain(err), errors.New("no broker reported it")))
 	}
 	a.repl.defaultFactor = int16(least)
 	return a.repl.defaultFactor, nil

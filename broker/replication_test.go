@@ -173,6 +173,31 @@ func TestBrokerDefaultReplication(t *testing.T) {
 	}
 }
 
+// TestDefaultReplicationWithABrokerDown: a broker that went down after an
+// Admin counted the brokers does not keep it from creating topics with
+// the brokers' default.replication.factor, read from the others. Kafka
+// lists a broker that died until the controller fences it, seconds later,
+// and the first node killed in TestCrashKafkaNodeKills stopped the
+// worker's workflow service in that window: its DescribeConfigs to the
+// dead node failed the whole read.
+func TestDefaultReplicationWithABrokerDown(t *testing.T) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(3), kfake.BrokerConfigs(map[string]string{"default.replication.factor": "3"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	adm := newAdmin(t, broker.Conn{Brokers: c.ListenAddrs()})
+	if n, err := broker.CountBrokers(t.Context(), adm); err != nil || n != 3 {
+		t.Fatalf("counted %d brokers (%v), want 3", n, err)
+	}
+	if err := c.RemoveNode(0); err != nil { // kfake's controller, the last node, stays
+		t.Fatal(err)
+	}
+	if err := ensure(adm, "emails", broker.WakeSpec()); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestSingleBrokerReplication: on one broker (the embedded broker, a
 // laptop) one replica is all there is: the default and an explicit 1
 // create topics without complaint.

@@ -38,7 +38,13 @@ func TestCrashPausedWorker(t *testing.T) {
 
 func pauseRun(t *testing.T, brokerArgs []string, n int, extra ...string) {
 	rng := seededRand(t)
-	_, addr := testutil.StartBrokerProcess(t, "127.0.0.1:0", "", brokerArgs...)
+	var addr string
+	if len(brokerArgs) == 0 { // one node: the test's broker, Apache Kafka too
+		_, conn := testutil.StartBroker(t, "")
+		addr = conn.Brokers[0]
+	} else {
+		_, addr = testutil.StartBrokerProcess(t, "127.0.0.1:0", "", brokerArgs...)
+	}
 	want := ids(n)
 	const group = "pause"
 	conn, slots := startThreeWorkers(t, addr, group, extra...)

@@ -190,8 +190,7 @@ func killUntil(t *testing.T, rng *rand.Rand, conn broker.Conn, slots []*workerPr
 // rebalance only at its next heartbeat, up to 3 s later; a member
 // replaced every 2 s keeps its group in rebalance for good.)
 //
-// Then it stops every worker with SIGTERM, which must exit 0. It returns
-// the kills.
+// Then it stops every worker (stopWorkers). It returns the kills.
 func killWhile(t *testing.T, rng *rand.Rand, conn broker.Conn, slots []*workerProc, limit time.Duration,
 	start func(dir string) *testutil.Process, progress func() (finished int, done bool, status string)) int {
 	t.Helper()
@@ -228,6 +227,14 @@ func killWhile(t *testing.T, rng *rand.Rand, conn broker.Conn, slots []*workerPr
 		kills, killedAt = kills+1, n
 		s.proc = start(s.dir)
 	}
+	stopWorkers(t, slots)
+	return kills
+}
+
+// stopWorkers stops every worker of slots with SIGTERM, a second after
+// the run's last output: each must exit 0.
+func stopWorkers(t *testing.T, slots []*workerProc) {
+	t.Helper()
 	time.Sleep(time.Second) // a duplicate would land after the originals
 	for _, s := range slots {
 		s.proc.Signal(syscall.SIGTERM)
@@ -244,7 +251,6 @@ func killWhile(t *testing.T, rng *rand.Rand, conn broker.Conn, slots []*workerPr
 			t.Errorf("worker exit %d:\n%s", code, tail(s.proc.Output(), 2000))
 		}
 	}
-	return kills
 }
 
 // checkRunCounters reads the changelog as any reader would and checks

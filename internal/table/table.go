@@ -11,8 +11,10 @@ import (
 	"log/slog"
 	"maps"
 	"sync"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/onceq/onceq/broker"
@@ -85,16 +87,9 @@ func Follow(ctx context.Context, conn broker.Conn, topic string, log *slog.Logge
 	if err := Ensure(ctx, adm, topic, opts...); err != nil {
 		return nil, err
 	}
-	ends, err := adm.Kadm().ListCommittedOffsets(ctx, topic)
-	if err == nil {
-		err = ends.Error()
-	}
+	end, err := lastStable(ctx, adm.Kadm(), topic)
 	if err != nil {
 		return nil, fmt.Errorf("end of %s: %w", topic, err)
-	}
-	end := int64(0)
-	if o, ok := ends.Lookup(topic, 0); ok {
-		end = o.Offset
 	}
 	cl, err := conn.NewClient(
 		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: {0: kgo.NewOffset().AtStart()}}),
@@ -152,19 +147,12 @@ func (f *Follower) Sync(ctx context.Context) error {
 		return ErrClosed
 	default:
 	}
-	ends, err := kadm.NewClient(f.cl).ListCommittedOffsets(ctx, f.topic)
-	if err == nil {
-		err = ends.Error()
-	}
+	end, err := lastStable(ctx, kadm.NewClient(f.cl), f.topic)
 	if errors.Is(err, kgo.ErrClientClosed) {
 		return ErrClosed
 	}
 	if err != nil {
 		return fmt.Errorf("end of %s: %w", f.topic, err)
-	}
-	end := int64(0)
-	if o, ok := ends.Lookup(f.topic, 0); ok {
-		end = o.Offset
 	}
 	for {
 		f.mu.Lock()
@@ -179,6 +167,40 @@ func (f *Follower) Sync(ctx context.Context) error {
 			return ErrClosed
 		case <-ctx.Done():
 			return fmt.Errorf("reading %s to offset %d: %w", f.topic, end, ctx.Err())
+		}
+	}
+}
+
+// answerWait bounds how long lastStable asks again a partition that
+// answers a retriable error.
+const answerWait = 30 * time.Second
+
+// lastStable is the last stable offset of the table's partition. On Kafka
+// a partition answers UNKNOWN_TOPIC_OR_PARTITION for a moment after
+// another process created its topic (a broker knew of it before its
+// leader did), and NOT_LEADER_OR_FOLLOWER while its leader moves: a
+// retriable error is asked again, for up to answerWait.
+func lastStable(ctx context.Context, adm *kadm.Client, topic string) (int64, error) {
+	ctx, cancel := context.WithTimeout(ctx, answerWait)
+	defer cancel()
+	for wait := 20 * time.Millisecond; ; wait = min(2*wait, time.Second) {
+		ends, err := adm.ListCommittedOffsets(ctx, topic)
+		if err == nil {
+			err = ends.Error()
+		}
+		if err == nil {
+			if o, ok := ends.Lookup(topic, 0); ok {
+				return o.Offset, nil
+			}
+			return 0, nil
+		}
+		if !kerr.IsRetriable(err) {
+			return 0, err
+		}
+		select {
+		case <-ctx.Done():
+			return 0, err
+		case <-time.After(wait):
 		}
 	}
 }
