@@ -63,6 +63,9 @@ func (s *Server) acknowledge(ctx context.Context, topic, id, lease string, resul
 		if lease != "" && lease != st.Lease {
 			return 0, &apiError{status: http.StatusConflict, field: "lease", msg: "the job was handed out again, to another consumer, after this lease's time-to-run passed: it is that consumer's to acknowledge"}
 		}
+		if err := expireDue(ctx, lg, key, st); err != nil {
+			return 0, err
+		}
 		counted, now, err := lg.write(ctx, key, leaseEvent{Kind: evAck, Lease: lease, Result: result})
 		if err != nil {
 			return 0, err
@@ -117,6 +120,26 @@ func (s *Server) ended(key string, rec onceq.TaskRecord) (ackOutcome, error) {
 		return ackFinal, nil
 	}
 	return 0, &apiError{status: http.StatusConflict, msg: fmt.Sprintf("the job ended %s before this acknowledgment (%s): its ttr passed and it ran out of tries; the result is not kept", rec.State, rec.Error)}
+}
+
+// expireDue writes the expiry of st's lease, if it is open and its
+// time-to-run passed by this server's clock, before an acknowledgment of
+// it: the server whose handler holds the task writes it when the
+// time-to-run ends, but a holder that stopped (killed, or its partitions
+// moved) writes none until the task runs again, on whichever server
+// takes its partition, which may be many seconds on. An acknowledgment
+// counted before that would be one in time, and wait for that run to
+// commit it; after the expiry it is a late one and answers at once (the
+// run, when it comes, finds it and completes with its result). The
+// expiry counts only while that lease is open, so a holder that wrote
+// it first, or an acknowledgment that counted first, makes this one a
+// no-op.
+func expireDue(ctx context.Context, lg *ledger, key string, st leaseState) error {
+	if !st.Taken || time.Now().Before(st.Until) {
+		return nil
+	}
+	_, _, err := lg.write(ctx, key, leaseEvent{Kind: evExpire, Lease: st.Lease})
+	return err
 }
 
 // ackedLate reports whether st's acknowledgment counted after the time-to-

@@ -117,6 +117,51 @@ func TestLateAck(t *testing.T) {
 	})
 }
 
+// TestLateAckWhileItsHolderIsDown: a job handed out by a server that
+// stops before the job's ttr passes is held by nobody: no handler writes
+// the expiry of its lease. An ACK after the ttr, through another server,
+// is still a late one: it answers 202 at once, rather than counting in
+// time and waiting for the job to run again wherever its partition goes;
+// the run, when its queue is fetched, completes the job with the ACK's
+// result.
+func TestLateAckWhileItsHolderIsDown(t *testing.T) {
+	eachLayout(t, func(t *testing.T, layout serve.Opt) {
+		a := start(t, layout, serve.CreateQueues(1), serve.DelayService(false))
+		tok := a.token("shop", false)
+		if code, body := a.do("PUT", "/api/shop/q?id=orphan&tries=3", tok, "x"); code != 201 {
+			t.Fatalf("publish: %d %v", code, body)
+		}
+		// a alone owns the queue's topic (the lane, or shop.q) before the
+		// consume: its consumer's want stays its own, and no server
+		// fetches the queue after a stops until something wants it.
+		for deadline := time.Now().Add(time.Minute); !serve.Owns(a.srv, "shop.q") && !serve.Owns(a.srv, "lmstfy/shop.q"); time.Sleep(20 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatal("the server does not own the queue's topic after a minute")
+			}
+		}
+		j := consumeOne(t, a, tok, "/api/shop/q?ttr=3&timeout=30")
+		until := time.Now().Add(3 * time.Second)
+		a.close()
+		if time.Now().After(until) {
+			t.Fatal("the server took longer than the job's ttr to stop")
+		}
+		b := startOn(t, a.conn, layout, serve.DelayService(false))
+		// The consumer is late by the clock: that is the case.
+		time.Sleep(time.Until(until.Add(200 * time.Millisecond)))
+		start := time.Now()
+		code, body := b.do("DELETE", "/api/shop/q/job/orphan?lease="+j.Lease, tok, "late-result")
+		if took := time.Since(start); code != 202 || took > 5*time.Second {
+			t.Fatalf("late ACK of a job whose server stopped: %d %v after %v; want 202 at once", code, body, took)
+		}
+		// A consume fetches the queue: the job's run takes the ACK's
+		// result, and is not handed out.
+		if code, jobs := consume(t, b, tok, "/api/shop/q?ttr=30&timeout=3"); code != 404 {
+			t.Fatalf("consume after a late ACK: %d %+v; want 404", code, jobs)
+		}
+		assertResult(t, b, tok, "q", "orphan", "late-result", 1)
+	})
+}
+
 // TestAckOfCanceledJob: a job canceled while handed out stays canceled,
 // and its consumer's ACK answers 204: it is final, and an ACK is
 // idempotent.
