@@ -2,11 +2,13 @@ package serve
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"time"
 
 	"github.com/onceq/onceq"
+	"github.com/onceq/onceq/consumer"
 )
 
 // ackOutcome is what an acknowledgment came to.
@@ -32,6 +34,22 @@ const (
 // a run that no handler holds (its server stopped, its partition moved)
 // must be fetched to commit.
 const ackFetchAfter = time.Second
+
+// ackRunWait is how long, once it had the queue fetched, an
+// acknowledgment waits for the commit of a run no handler of this server
+// holds before it answers 202 (ackLater): long enough for the partitions
+// of a server that stopped to move (the pull group's session timeout) and
+// its runs to start again on their new owner. A run may wait longer: its
+// queue's places (PullSlots) held by jobs offered to consumers, or the
+// queue paused. The acknowledgment counted, so the run, when it comes,
+// completes the task with its result; waiting for it would leave the
+// consumer, whose next consume could free a place, waiting on itself.
+// Tests shorten it (the server's ackRunWait).
+const ackRunWait = consumer.DefaultSessionTimeout
+
+// errRunWaits is what awaitCommit returns when the run it waits for did
+// not commit within ackRunWait.
+var errRunWaits = errors.New("the job's run did not commit: it completes with the acknowledged result when it runs")
 
 // acknowledge acknowledges a task handed out to a consumer, through the
 // lease topic, from whichever server the consumer reached: the worker
@@ -94,6 +112,9 @@ func (s *Server) acknowledge(ctx context.Context, topic, id, lease string, resul
 		return s.ended(key, rec)
 	}
 	rec, err := s.awaitCommit(ctx, topic, id, held, final)
+	if errors.Is(err, errRunWaits) {
+		return ackLater, nil
+	}
 	switch {
 	case err != nil && ctx.Err() != nil:
 		return 0, err
@@ -153,20 +174,28 @@ func ackedLate(st leaseState) bool {
 // id that final accepts. A run not held here (held) has its queue fetched
 // if it did not commit within ackFetchAfter, here or on the server that
 // owns its partition, so that it runs again: a queue no consumer waits
-// for is not fetched for an acknowledgment its run takes without.
+// for is not fetched for an acknowledgment its run takes without. Then it
+// waits ackRunWait more for that run's commit, or returns errRunWaits.
 func (s *Server) awaitCommit(ctx context.Context, topic, id string, held bool, final func(onceq.TaskRecord) bool) (onceq.TaskRecord, error) {
 	wctx, cancel := context.WithTimeout(ctx, ackCommitWait)
 	defer cancel()
-	if !held {
-		fctx, cancel := context.WithTimeout(wctx, ackFetchAfter)
-		rec, err := s.in.WaitFor(fctx, topic, id, final)
-		cancel()
-		if err == nil || wctx.Err() != nil || fctx.Err() == nil {
-			return rec, err
-		}
-		until, _ := wctx.Deadline()
-		s.pull.wantRemote(topic, until)
-		s.pull.announce(topic, until, true)
+	if held {
+		return s.in.WaitFor(wctx, topic, id, final)
 	}
-	return s.in.WaitFor(wctx, topic, id, final)
+	fctx, fcancel := context.WithTimeout(wctx, ackFetchAfter)
+	rec, err := s.in.WaitFor(fctx, topic, id, final)
+	fcancel()
+	if err == nil || wctx.Err() != nil || fctx.Err() == nil {
+		return rec, err
+	}
+	until, _ := wctx.Deadline()
+	s.pull.wantRemote(topic, until)
+	s.pull.announce(topic, until, true)
+	rctx, rcancel := context.WithTimeout(wctx, s.cfg.ackRunWait)
+	defer rcancel()
+	rec, err = s.in.WaitFor(rctx, topic, id, final)
+	if err != nil && rctx.Err() != nil && wctx.Err() == nil {
+		return rec, errRunWaits
+	}
+	return rec, err
 }

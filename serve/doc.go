@@ -110,7 +110,11 @@
 // that handed the job out is up: 202 while the job waits for its next
 // run, which completes it with the acknowledged result, without handing
 // it out again; 409 for a job dead after its last try by then, whose
-// result is not kept. A queue's
+// result is not kept. An acknowledgment in time answers 204 once the
+// job's run committed the result, or 202 if that run is not running (its
+// server stopped, or it waits behind the jobs held for consumers) and did
+// not commit within about 11 s: the run completes the job with the result
+// when it comes. A queue's
 // partitions belong to one server at a time: a server whose consumers
 // wait for a queue it does not own says so in the lease topic, and the
 // server running the queue's tasks grants them to it.
