@@ -21,10 +21,12 @@ type fleetTally struct {
 	// was abandoned; afterAck: handed out after an ACK answered 204 or
 	// 202; notBack: abandoned, and not handed out again.
 	twice, early, afterAck, notBack int
-	// late ACKs by answer, abandoned hand-outs, hand-outs.
+	// late ACKs by answer, abandoned hand-outs, hand-outs, and ACKs in
+	// time answered 202 (the run they wait for did not commit in time).
 	late      map[int]int
 	abandoned int
 	handouts  int
+	inTime202 int
 	// firstLater: jobs first handed out (as a consumer saw it) at an
 	// attempt past 1.
 	firstLater int
@@ -62,6 +64,8 @@ func (f *fleet) check() {
 				tl.late[h.code]++
 			case h.does == abandon:
 				tl.abandoned++
+			case h.code == 202:
+				tl.inTime202++
 			}
 			if h.code == 202 || h.code == 204 {
 				acked[h.result] = true
@@ -138,11 +142,11 @@ func (f *fleet) check() {
 	slices.Sort(tl.records)
 	t.Logf("%s: %d jobs (%d namespaces x %d queues x %d, the same IDs), 2 servers, %d kills, in %v: "+
 		"%d lost, %d canceled, %d with another job's result, %d held by two at once, %d back before their ttr, %d abandoned and not back, %d handed out after their ACK; "+
-		"%d hand-outs, %d abandoned, %d late ACKs (202: %d, 204: %d, 409: %d), answered p50 %v, p99 %v, max %v; "+
+		"%d hand-outs, %d abandoned, %d ACKs in time answered 202, %d late ACKs (202: %d, 204: %d, 409: %d), answered p50 %v, p99 %v, max %v; "+
 		"records per job in the queues: median %d, max %d (%d over their bound); %d jobs first handed out at an attempt past 1 (%d consumes' answers lost)",
 		f.layout.name, len(f.jobs), len(fleetNamespaces), len(fleetQueueNames), f.perQueue, f.kills, f.wall.Round(time.Second),
 		tl.lost, tl.canceled, tl.crossTalk, tl.twice, tl.early, tl.notBack, tl.afterAck,
-		tl.handouts, tl.abandoned, len(lateAnswers), tl.late[202], tl.late[204], tl.late[409],
+		tl.handouts, tl.abandoned, tl.inTime202, len(lateAnswers), tl.late[202], tl.late[204], tl.late[409],
 		quantile(lateAnswers, 0.50), quantile(lateAnswers, 0.99), quantile(lateAnswers, 1),
 		tl.records[len(tl.records)/2], tl.records[len(tl.records)-1], tl.overRecords, tl.firstLater, f.lostAnswers.Load())
 }

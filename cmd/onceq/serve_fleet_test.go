@@ -256,6 +256,9 @@ func (f *fleet) run() {
 		for time.Now().Before(f.deadline) && f.settled.Load() < total*int64(k+1)/(fleetKills+2) {
 			time.Sleep(20 * time.Millisecond)
 		}
+		if !time.Now().Before(f.deadline) {
+			break // stalled: the servers' logs are this run's
+		}
 		killed := time.Now()
 		f.kill(k % 2)
 		t.Logf("server %d killed at %v and restarted at %d of %d acknowledged", k%2, killed.Format(time.StampMilli), f.settled.Load(), total)
