@@ -2,11 +2,13 @@ package serve
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"time"
 
 	"github.com/onceq/onceq"
+	"github.com/onceq/onceq/consumer"
 )
 
 // ackOutcome is what an acknowledgment came to.
@@ -32,6 +34,22 @@ const (
 // a run that no handler holds (its server stopped, its partition moved)
 // must be fetched to commit.
 const ackFetchAfter = time.Second
+
+// ackRunWait is how long, once it had the queue fetched, an
+// acknowledgment waits for the commit of a run no handler of this server
+// holds before it answers 202 (ackLater): long enough for the partitions
+// of a server that stopped to move (the pull group's session timeout) and
+// its runs to start again on their new owner. A run may wait longer: its
+// queue's places (PullSlots) held by jobs offered to consumers, or the
+// queue paused. The acknowledgment counted, so the run, when it comes,
+// completes the task with its result; waiting for it would leave the
+// consumer, whose next consume could free a place, waiting on itself.
+// Tests shorten it (the server's ackRunWait).
+const ackRunWait = consumer.DefaultSessionTimeout
+
+// errRunWaits is what awaitCommit returns when the run it waits for did
+// not commit within ackRunWait.
+var errRunWaits = errors.New("the job's run did not commit: it completes with the acknowledged result when it runs")
 
 // acknowledge acknowledges a task handed out to a consumer, through the
 // lease topic, from whichever server the consumer reached: the worker
@@ -63,6 +81,9 @@ func (s *Server) acknowledge(ctx context.Context, topic, id, lease string, resul
 		if lease != "" && lease != st.Lease {
 			return 0, &apiError{status: http.StatusConflict, field: "lease", msg: "the job was handed out again, to another consumer, after this lease's time-to-run passed: it is that consumer's to acknowledge"}
 		}
+		if err := expireDue(ctx, lg, key, st); err != nil {
+			return 0, err
+		}
 		counted, now, err := lg.write(ctx, key, leaseEvent{Kind: evAck, Lease: lease, Result: result})
 		if err != nil {
 			return 0, err
@@ -91,6 +112,9 @@ func (s *Server) acknowledge(ctx context.Context, topic, id, lease string, resul
 		return s.ended(key, rec)
 	}
 	rec, err := s.awaitCommit(ctx, topic, id, held, final)
+	if errors.Is(err, errRunWaits) {
+		return ackLater, nil
+	}
 	switch {
 	case err != nil && ctx.Err() != nil:
 		return 0, err
@@ -119,6 +143,26 @@ func (s *Server) ended(key string, rec onceq.TaskRecord) (ackOutcome, error) {
 	return 0, &apiError{status: http.StatusConflict, msg: fmt.Sprintf("the job ended %s before this acknowledgment (%s): its ttr passed and it ran out of tries; the result is not kept", rec.State, rec.Error)}
 }
 
+// expireDue writes the expiry of st's lease, if it is open and its
+// time-to-run passed by this server's clock, before an acknowledgment of
+// it: the server whose handler holds the task writes it when the
+// time-to-run ends, but a holder that stopped (killed, or its partitions
+// moved) writes none until the task runs again, on whichever server
+// takes its partition, which may be many seconds on. An acknowledgment
+// counted before that would be one in time, and wait for that run to
+// commit it; after the expiry it is a late one and answers at once (the
+// run, when it comes, finds it and completes with its result). The
+// expiry counts only while that lease is open, so a holder that wrote
+// it first, or an acknowledgment that counted first, makes this one a
+// no-op.
+func expireDue(ctx context.Context, lg *ledger, key string, st leaseState) error {
+	if !st.Taken || time.Now().Before(st.Until) {
+		return nil
+	}
+	_, _, err := lg.write(ctx, key, leaseEvent{Kind: evExpire, Lease: st.Lease})
+	return err
+}
+
 // ackedLate reports whether st's acknowledgment counted after the time-to-
 // run of the lease it ends passed: the run taken is the one whose lease
 // expired (a later run's take moves Partition and Offset past Ended).
@@ -130,20 +174,28 @@ func ackedLate(st leaseState) bool {
 // id that final accepts. A run not held here (held) has its queue fetched
 // if it did not commit within ackFetchAfter, here or on the server that
 // owns its partition, so that it runs again: a queue no consumer waits
-// for is not fetched for an acknowledgment its run takes without.
+// for is not fetched for an acknowledgment its run takes without. Then it
+// waits ackRunWait more for that run's commit, or returns errRunWaits.
 func (s *Server) awaitCommit(ctx context.Context, topic, id string, held bool, final func(onceq.TaskRecord) bool) (onceq.TaskRecord, error) {
 	wctx, cancel := context.WithTimeout(ctx, ackCommitWait)
 	defer cancel()
-	if !held {
-		fctx, cancel := context.WithTimeout(wctx, ackFetchAfter)
-		rec, err := s.in.WaitFor(fctx, topic, id, final)
-		cancel()
-		if err == nil || wctx.Err() != nil || fctx.Err() == nil {
-			return rec, err
-		}
-		until, _ := wctx.Deadline()
-		s.pull.wantRemote(topic, until)
-		s.pull.announce(topic, until, true)
+	if held {
+		return s.in.WaitFor(wctx, topic, id, final)
 	}
-	return s.in.WaitFor(wctx, topic, id, final)
+	fctx, fcancel := context.WithTimeout(wctx, ackFetchAfter)
+	rec, err := s.in.WaitFor(fctx, topic, id, final)
+	fcancel()
+	if err == nil || wctx.Err() != nil || fctx.Err() == nil {
+		return rec, err
+	}
+	until, _ := wctx.Deadline()
+	s.pull.wantRemote(topic, until)
+	s.pull.announce(topic, until, true)
+	rctx, rcancel := context.WithTimeout(wctx, s.cfg.ackRunWait)
+	defer rcancel()
+	rec, err = s.in.WaitFor(rctx, topic, id, final)
+	if err != nil && rctx.Err() != nil && wctx.Err() == nil {
+		return rec, errRunWaits
+	}
+	return rec, err
 }

@@ -106,10 +106,15 @@
 // out twice within its ttr. A consume answers a lease; an acknowledgment
 // that names it (lease=) is refused (409) if the job was handed out again
 // since, and one that names none completes the job as lmstfy's does. An
-// acknowledgment after the ttr answers at once: 202 while the job's retry
-// waits, which completes it with the acknowledged result when it runs,
-// without handing it out again; 409 for a job dead after its last try by
-// then, whose result is not kept. A queue's
+// acknowledgment after the ttr answers at once, whether or not the server
+// that handed the job out is up: 202 while the job waits for its next
+// run, which completes it with the acknowledged result, without handing
+// it out again; 409 for a job dead after its last try by then, whose
+// result is not kept. An acknowledgment in time answers 204 once the
+// job's run committed the result, or 202 if that run is not running (its
+// server stopped, or it waits behind the jobs held for consumers) and did
+// not commit within about 11 s: the run completes the job with the result
+// when it comes. A queue's
 // partitions belong to one server at a time: a server whose consumers
 // wait for a queue it does not own says so in the lease topic, and the
 // server running the queue's tasks grants them to it.

@@ -15,6 +15,11 @@ func SetMaxLaneIndex(n int) (restore func()) {
 // (releaseAfter, 30s): tests shorten it.
 func ReleaseAfter(d time.Duration) Opt { return optFunc(func(cfg *config) { cfg.releaseAfter = d }) }
 
+// AckRunWait sets how long an acknowledgment waits for the commit of a
+// run no handler of its server holds, once it had the queue fetched
+// (ackRunWait, 10s): tests shorten it.
+func AckRunWait(d time.Duration) Opt { return optFunc(func(cfg *config) { cfg.ackRunWait = d }) }
+
 // Offered is how many tasks of topic (a namespace's queue, <ns>.<queue>)
 // the server's handlers offer to its consumers now.
 func Offered(s *Server, topic string) int { return s.pull.queue(topic).offers.len() }

@@ -117,6 +117,131 @@ func TestLateAck(t *testing.T) {
 	})
 }
 
+// TestLateAckWhileItsHolderIsDown: a job handed out by a server that
+// stops before the job's ttr passes is held by nobody: no handler writes
+// the expiry of its lease. An ACK after the ttr, through another server,
+// is still a late one: it answers 202 at once, rather than counting in
+// time and waiting for the job to run again wherever its partition goes;
+// the run, when its queue is fetched, completes the job with the ACK's
+// result.
+func TestLateAckWhileItsHolderIsDown(t *testing.T) {
+	eachLayout(t, func(t *testing.T, layout serve.Opt) {
+		a := start(t, layout, serve.CreateQueues(1), serve.DelayService(false))
+		tok := a.token("shop", false)
+		if code, body := a.do("PUT", "/api/shop/q?id=orphan&tries=3", tok, "x"); code != 201 {
+			t.Fatalf("publish: %d %v", code, body)
+		}
+		// a alone owns the queue's topic before the consume: its
+		// consumer's want stays its own, and no server fetches the queue
+		// after a stops until something wants it.
+		awaitOwned(t, a, "q")
+		j := consumeOne(t, a, tok, "/api/shop/q?ttr=5&timeout=30")
+		until := time.Now().Add(5 * time.Second)
+		a.close()
+		if time.Now().After(until) {
+			t.Fatal("the server took longer than the job's ttr to stop")
+		}
+		b := startOn(t, a.conn, layout, serve.DelayService(false))
+		// The consumer is late by the clock: that is the case.
+		time.Sleep(time.Until(until.Add(200 * time.Millisecond)))
+		start := time.Now()
+		code, body := b.do("DELETE", "/api/shop/q/job/orphan?lease="+j.Lease, tok, "late-result")
+		if took := time.Since(start); code != 202 || took > 5*time.Second {
+			t.Fatalf("late ACK of a job whose server stopped: %d %v after %v; want 202 at once", code, body, took)
+		}
+		// Consumes fetch the queue: the job's run takes the ACK's result,
+		// and is not handed out.
+		awaitRunWhileConsuming(t, b, tok, "q", "orphan")
+		assertResult(t, b, tok, "q", "orphan", "late-result", 1)
+	})
+}
+
+// TestAckOfJobWhoseRunWaits: after a restart, a job handed out before it
+// runs again behind its queue's places (PullSlots) held by a job offered
+// to consumers, so that its ACK cannot commit before a consumer takes
+// that one. The ACK answers 202 once it waited for the run a while (the
+// pull group's session timeout; shortened here), rather than 504 after
+// 30 s: its consumer goes on, takes the other job, and the run then comes
+// and completes the job with the ACK's result.
+func TestAckOfJobWhoseRunWaits(t *testing.T) {
+	eachLayout(t, func(t *testing.T, layout serve.Opt) {
+		a := start(t, layout, serve.CreateQueues(1), serve.PullSlots(2))
+		tok := a.token("shop", false)
+		if code, body := a.do("PUT", "/api/shop/q?id=warm", tok, "x"); code != 201 {
+			t.Fatalf("publish: %d %v", code, body)
+		}
+		awaitOwned(t, a, "q")
+		// A consume keeps the queue fetched for a while after it.
+		warm := consumeOne(t, a, tok, "/api/shop/q?ttr=60&timeout=30")
+		if code, body := a.do("DELETE", "/api/shop/q/job/warm?lease="+warm.Lease, tok, ""); code != 204 {
+			t.Fatalf("ACK of warm: %d %v", code, body)
+		}
+		for _, q := range []string{"id=first", "id=urgent&priority=9"} {
+			if code, body := a.do("PUT", "/api/shop/q?tries=3&"+q, tok, "x"); code != 201 {
+				t.Fatalf("publish %s: %d %v", q, code, body)
+			}
+		}
+		// Both offered, the urgent one is handed out first.
+		for deadline := time.Now().Add(time.Minute); serve.Offered(a.srv, "shop.q")+serve.Offered(a.srv, "lmstfy/shop.q") != 2; time.Sleep(10 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatal("the two jobs are not offered after a minute")
+			}
+		}
+		j := consumeOne(t, a, tok, "/api/shop/q?ttr=60&timeout=30")
+		if j.JobID != "urgent" {
+			t.Fatalf("handed out %s; want urgent", j.JobID)
+		}
+		a.close()
+		// b runs one job of the queue at a time: first, offered, holds
+		// the place; urgent waits behind it.
+		b := startOn(t, a.conn, layout, serve.PullSlots(1), serve.AckRunWait(2*time.Second))
+		start := time.Now()
+		if code, body := b.do("DELETE", "/api/shop/q/job/urgent?lease="+j.Lease, tok, "urgent-result"); code != 202 || time.Since(start) > 20*time.Second {
+			t.Fatalf("ACK of a job whose run waits for a place: %d %v after %v; want 202 after the run's wait", code, body, time.Since(start))
+		}
+		first := consumeOne(t, b, tok, "/api/shop/q?ttr=60&timeout=30")
+		if first.JobID != "first" {
+			t.Fatalf("handed out %s after urgent's ACK; want first", first.JobID)
+		}
+		if code, body := b.do("DELETE", "/api/shop/q/job/first?lease="+first.Lease, tok, "first-result"); code != 204 {
+			t.Fatalf("ACK of first: %d %v", code, body)
+		}
+		assertResult(t, b, tok, "q", "first", "first-result", 1)
+		assertResult(t, b, tok, "q", "urgent", "urgent-result", 1)
+	})
+}
+
+// awaitRunWhileConsuming consumes queue q of namespace shop on a, a
+// second at a time, none of its jobs handed out, until job id is final:
+// a run of it waits for its queue to be fetched, which a consumer's want
+// does, however long its partitions take to reach a.
+func awaitRunWhileConsuming(t *testing.T, a *api, tok, q, id string) {
+	t.Helper()
+	for deadline := time.Now().Add(2 * time.Minute); ; {
+		if code, jobs := consume(t, a, tok, "/api/shop/"+q+"?ttr=30&timeout=1"); code != 404 {
+			t.Fatalf("consume while %s waits for its run: %d %+v; want 404", id, code, jobs)
+		}
+		code, body := a.do("GET", "/api/shop/"+q+"/job/"+id, tok, "")
+		if code == 200 && body["done"] == true {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s not done after 2 minutes of consumes: %d %v", id, code, body)
+		}
+	}
+}
+
+// awaitOwned waits until a's pull worker owns the topic of namespace
+// shop's queue q, in either layout (the lane lmstfy, or shop.q).
+func awaitOwned(t *testing.T, a *api, q string) {
+	t.Helper()
+	for deadline := time.Now().Add(time.Minute); !serve.Owns(a.srv, "shop."+q) && !serve.Owns(a.srv, "lmstfy/shop."+q); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the server does not own queue %s's topic after a minute", q)
+		}
+	}
+}
+
 // TestAckOfCanceledJob: a job canceled while handed out stays canceled,
 // and its consumer's ACK answers 204: it is final, and an ACK is
 // idempotent.

@@ -67,6 +67,7 @@ type config struct {
 	pullGroup     string
 	pullSlots     int
 	releaseAfter  time.Duration // releaseAfter; tests shorten it (export_test.go)
+	ackRunWait    time.Duration // ackRunWait; tests shorten it (export_test.go)
 	delaySvc      bool
 	workflowSvc   bool
 	scheduler     bool
@@ -184,7 +185,7 @@ func build(opts []Opt) (config, error) {
 	cfg := config{conn: broker.Conn{Brokers: []string{broker.DefaultBrokers}}, log: slog.New(slog.DiscardHandler),
 		reg: prometheus.NewRegistry(), partitions: DefaultPartitions, maxPayload: DefaultMaxPayloadBytes,
 		maxBulk: DefaultMaxBulkBytes, maxWait: DefaultMaxWait, retention: broker.DefaultRecordsRetention,
-		pullGroup: DefaultPullGroup, pullSlots: DefaultPullSlots, releaseAfter: releaseAfter, delaySvc: true, workflowSvc: true, scheduler: true,
+		pullGroup: DefaultPullGroup, pullSlots: DefaultPullSlots, releaseAfter: releaseAfter, ackRunWait: ackRunWait, delaySvc: true, workflowSvc: true, scheduler: true,
 		headerTimeout: DefaultReadHeaderTimeout, bodyTimeout: DefaultBodyReadTimeout, maxConns: DefaultMaxConns}
 	errs := onceq.OptionErrors{Pkg: "serve", Kind: ErrConfig}
 	onceq.ApplyOptions(&errs, opts, func(o Opt) { o.apply(&cfg) })

@@ -270,12 +270,14 @@ func (s *Server) stopPull() {
 }
 
 // wantRemote makes the worker fetch topic until until: another server's
-// consumers wait for it, and this one may own its partitions. The want is
-// kept for the workers that start later: the lease topic is read, and
-// its wants replayed, before the first one exists.
+// consumers wait for it, and this one may own its partitions, or an
+// acknowledgment waits for its task's run. The want is kept for the
+// workers that start later: the lease topic is read, and its wants
+// replayed, before the first one exists. It is a want of the queue's
+// tasks (pullQueue.fetched), which go back to the queue only
+// releaseAfter past it: a task fetched for it and sent back at once would
+// be fetched again, a copy each time.
 func (pl *pull) wantRemote(topic string, until time.Time) {
-	// The worker fetches the queue until then: a task of it that goes
-	// back before would come back at once (offer).
 	raiseTo(&pl.queue(topic).fetched, until)
 	pl.mu.Lock()
 	if until.After(pl.remote[topic]) {
