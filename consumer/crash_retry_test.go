@@ -102,6 +102,9 @@ func crashRetries(t *testing.T, conn broker.Conn, queue string, n int) {
 		}
 		defer cl.Close()
 		for i, task := range recs {
+			if i == 3*n/4 {
+				awaitKills(slots, 3, 2*time.Minute)
+			}
 			task.Resolve(time.Now())
 			cl.Produce(context.Background(), task.Record("in"), nil)
 			if i%(n/40) == n/40-1 { // spread over about 10 s, so that kills land mid-run

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -30,8 +31,24 @@ func crashTasks() int {
 // workerProc is one "onceq worker" subprocess slot that the test kills and
 // restarts on the same checkpoint dir.
 type workerProc struct {
-	dir  string
-	proc *testutil.Process
+	dir   string
+	proc  *testutil.Process
+	kills atomic.Int32 // SIGKILLs by killWhile, read by the tests' producers
+}
+
+// awaitKills waits until killWhile has SIGKILLed the workers of slots n
+// times, for at most limit: a producer holds its last tasks back until
+// then, so that a run that goes fast still crashes mid-run.
+func awaitKills(slots []*workerProc, n int32, limit time.Duration) {
+	for end := time.Now().Add(limit); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
+		var sum int32
+		for _, s := range slots {
+			sum += s.kills.Load()
+		}
+		if sum >= n {
+			return
+		}
+	}
 }
 
 func startWorker(t *testing.T, addr, group, dir string, extra ...string) *testutil.Process {
@@ -225,6 +242,7 @@ func killWhile(t *testing.T, rng *rand.Rand, conn broker.Conn, slots []*workerPr
 			t.Fatal(err)
 		}
 		kills, killedAt = kills+1, n
+		s.kills.Add(1)
 		s.proc = start(s.dir)
 	}
 	stopWorkers(t, slots)
@@ -310,18 +328,9 @@ func produceQuiet(conn broker.Conn, queue string, tasks []onceq.Task) {
 }
 
 func countRecords(t *testing.T, conn broker.Conn, topic string) int {
-	adm, err := broker.NewAdmin(conn)
+	n, err := stableCount(conn, topic)
 	if err != nil {
 		t.Fatal(err)
-	}
-	defer adm.Close()
-	info, err := adm.DescribeTopic(t.Context(), topic)
-	if err != nil {
-		t.Fatal(err)
-	}
-	n := 0
-	for _, p := range info.Partitions {
-		n += int(p.Stable - p.Start)
 	}
 	return n
 }

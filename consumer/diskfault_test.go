@@ -2,6 +2,7 @@ package consumer_test
 
 import (
 	"path/filepath"
+	"syscall"
 	"testing"
 	"time"
 
@@ -25,13 +26,26 @@ func TestDiskFaults(t *testing.T) {
 			all := ids(4000)
 			dir := filepath.Join(t.TempDir(), "w")
 			p := startWorker(t, addr, "disk", dir, "--fault-disk", op+":6", "--max-buffered", "300", "--commit-interval", "20ms")
+			// Each batch waits for the last one's outputs, so that the run
+			// makes a commit, and a synced checkpoint write, per batch at
+			// least, however fast the worker drains what is there.
 			for i := 0; i < len(all); i += 400 {
 				produceTasks(t, conn, "in", all[i:i+400])
-				time.Sleep(50 * time.Millisecond)
+				for end := time.Now().Add(30 * time.Second); time.Now().Before(end) && !p.Exited(); time.Sleep(20 * time.Millisecond) {
+					if n, err := stableCount(conn, "out"); err == nil && n >= i+400 {
+						break
+					}
+				}
 			}
 			code, err := p.Wait(60 * time.Second)
-			if err != nil || code == 0 {
-				t.Fatalf("the worker did not stop on the disk fault: exit %d, %v\n%s", code, err, tail(p.Output(), 2000))
+			if err != nil {
+				// Still running: its goroutines say where it is stuck.
+				p.Signal(syscall.SIGQUIT)
+				_, _ = p.Wait(10 * time.Second)
+				t.Fatalf("the worker did not stop on the disk fault: %v; its goroutines:\n%s", err, tail(p.Output(), 30000))
+			}
+			if code == 0 {
+				t.Fatalf("the worker exited 0 after the disk fault, want an error exit:\n%s", tail(p.Output(), 2000))
 			}
 			t.Logf("the worker stopped with exit %d: %s", code, tail(p.Output(), 300))
 			startWorker(t, addr, "disk", dir)
