@@ -226,6 +226,29 @@ func (a *Admin) awaitTopics(ctx context.Context, names []string) error {
 // topicsAnswer returns nil when every partition of names has a leader that
 // answers ListOffsets, else what does not.
 func (a *Admin) topicsAnswer(ctx context.Context, names []string) error {
+	// A metadata request of its own first: kgo keeps what an earlier one
+	// said of these topics, before they existed, for MetadataMinAge (5 s),
+	// and ListEndOffsets would take them for missing until then. A
+	// request of the caller's own replaces what kgo keeps.
+	req := kmsg.NewPtrMetadataRequest()
+	for _, n := range names {
+		rt := kmsg.NewMetadataRequestTopic()
+		rt.Topic = kmsg.StringPtr(n)
+		req.Topics = append(req.Topics, rt)
+	}
+	resp, err := req.RequestWith(ctx, a.cl)
+	if err != nil {
+		return err
+	}
+	for _, t := range resp.Topics {
+		if err := kerr.ErrorForCode(t.ErrorCode); err != nil {
+			name := "?"
+			if t.Topic != nil {
+				name = *t.Topic
+			}
+			return fmt.Errorf("topic %q: %w", name, err)
+		}
+	}
 	ends, err := a.adm.ListEndOffsets(ctx, names...)
 	if err != nil {
 		return err
