@@ -171,17 +171,15 @@ func ackedLate(st leaseState) bool {
 }
 
 // awaitCommit waits, up to ackCommitWait, for the record of topic's task
-// id that final accepts. A run not held here (held) has its queue fetched
-// if it did not commit within ackFetchAfter, here or on the server that
-// owns its partition, so that it runs again: a queue no consumer waits
-// for is not fetched for an acknowledgment its run takes without. Then it
-// waits ackRunWait more for that run's commit, or returns errRunWaits.
+// id that final accepts. A run that did not commit within ackFetchAfter
+// has its queue fetched, here or on the server that owns its partition,
+// so that it runs again if it was dropped: a queue no consumer waits for
+// is not fetched for an acknowledgment its run takes without. Then it
+// waits, for a run not held here (held), ackRunWait more for that run's
+// commit, or returns errRunWaits.
 func (s *Server) awaitCommit(ctx context.Context, topic, id string, held bool, final func(onceq.TaskRecord) bool) (onceq.TaskRecord, error) {
 	wctx, cancel := context.WithTimeout(ctx, ackCommitWait)
 	defer cancel()
-	if held {
-		return s.in.WaitFor(wctx, topic, id, final)
-	}
 	fctx, fcancel := context.WithTimeout(wctx, ackFetchAfter)
 	rec, err := s.in.WaitFor(fctx, topic, id, final)
 	fcancel()
@@ -191,6 +189,12 @@ func (s *Server) awaitCommit(ctx context.Context, topic, id string, held bool, f
 	until, _ := wctx.Deadline()
 	s.pull.wantRemote(topic, until)
 	s.pull.announce(topic, until, true)
+	if held {
+		// A held run commits with the next commit that succeeds; one a
+		// restart of the worker's Kafka session dropped (its commits
+		// failed) runs again once its queue is fetched, as now.
+		return s.in.WaitFor(wctx, topic, id, final)
+	}
 	rctx, rcancel := context.WithTimeout(wctx, s.cfg.ackRunWait)
 	defer rcancel()
 	rec, err = s.in.WaitFor(rctx, topic, id, final)

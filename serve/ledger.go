@@ -207,6 +207,25 @@ func (lg *ledger) announce(topic string, until time.Time, fetch bool) {
 
 // wantKey is the key of a server's wants of a queue: compaction keeps the
 // last.
+// ackedTopics returns the queues of the tasks acknowledged since then
+// (by the lease topic's clock), each once.
+func (lg *ledger) ackedTopics(since time.Time) []string {
+	lg.mu.Lock()
+	defer lg.mu.Unlock()
+	seen := map[string]bool{}
+	var topics []string
+	for k, st := range lg.states {
+		if !st.Acked || st.touched.Before(since) {
+			continue
+		}
+		if topic, _, ok := cutLeaseKey(k); ok && !seen[topic] {
+			seen[topic] = true
+			topics = append(topics, topic)
+		}
+	}
+	return topics
+}
+
 func wantKey(topic, holder string) string { return "\x01want\x00" + topic + "\x00" + holder }
 
 func (lg *ledger) changedLocked(key string) {

@@ -191,6 +191,19 @@ func (pl *pull) run(ctx context.Context, w *consumer.Worker, started chan<- erro
 			}
 		}
 		pl.install(w)
+		pl.wantAcked(began.Add(-time.Minute))
+	}
+}
+
+// wantAcked has the worker fetch, for ackRunWait, the queues of the tasks
+// acknowledged since then (a minute before the stopped worker began,
+// for the servers' clocks): a run that worker held when it stopped did
+// not commit, and commits, with its acknowledged result, only once its
+// queue is fetched again, which no consumer may ask for.
+func (pl *pull) wantAcked(since time.Time) {
+	until := time.Now().Add(ackRunWait)
+	for _, topic := range pl.ledger.ackedTopics(since) {
+		pl.wantRemote(topic, until)
 	}
 }
 
