@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/onceq/onceq"
@@ -60,7 +61,8 @@ type Tx struct {
 // that could not be aborted.
 //
 // fn can run more than once: when a transaction asked to commit aborts
-// instead (ErrTxAborted, which franz-go does on a rare race), Tx runs fn
+// instead (ErrTxAborted, which franz-go does on a rare race), or a broker
+// refused one of its writes as out of sequence, Tx runs fn
 // again in a new transaction, up to txTries times in all. The tasks of a
 // run that aborted are never visible.
 func (p *Producer) Tx(ctx context.Context, fn func(*Tx) error) (err error) {
@@ -159,6 +161,14 @@ func (p *Producer) commitTx(ctx context.Context, tx *Tx) error {
 	tx.mu.Lock()
 	err := tx.err
 	tx.mu.Unlock()
+	if errors.Is(err, kerr.OutOfOrderSequenceNumber) {
+		// The client's sequence numbers no longer match the broker's, and
+		// every later transaction of it would be refused the same: a new
+		// client's initialization fences this one's transaction and starts
+		// its sequences over. Nothing of this one is visible.
+		p.dropTxClient()
+		return fmt.Errorf("%w: %w", ErrTxAborted, err)
+	}
 	if err != nil {
 		return fmt.Errorf("producer: transaction not committed: %w", err)
 	}

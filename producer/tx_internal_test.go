@@ -97,3 +97,46 @@ func TestTxAbortedByTheClientIsAnError(t *testing.T) {
 		t.Fatalf("visible: %+v, %v", got, err)
 	}
 }
+
+// TestTxOutOfOrderSequenceRunsAgain: a transactional produce refused with
+// OUT_OF_ORDER_SEQUENCE_NUMBER leaves the client's sequence numbers out of
+// step with the broker's. Tx aborts, makes a new client, whose
+// initialization starts the sequences over, and runs fn again: the task
+// is visible once.
+func TestTxOutOfOrderSequenceRunsAgain(t *testing.T) {
+	testutil.NeedsEmbedded(t, "refuses produce requests through the cluster's control hooks")
+	emb, conn := testutil.StartBroker(t, "")
+	testutil.CreateTopic(t, conn, "jobs", 1)
+	c := emb.Cluster()
+	var refuse atomic.Int64
+	refuse.Store(1)
+	c.ControlKey(kmsg.Produce.Int16(), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		req := kreq.(*kmsg.ProduceRequest)
+		if req.TransactionID == nil || refuse.Add(-1) < 0 {
+			return nil, nil, false
+		}
+		return testutil.ProduceError(req, kerr.OutOfOrderSequenceNumber.Code), nil, true
+	})
+	p, err := New(Conn(conn))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	runs := 0
+	if err := p.Tx(ctx, func(tx *Tx) error {
+		runs++
+		return tx.Submit(onceq.Task{Queue: "jobs", ID: "t1"})
+	}); err != nil {
+		t.Fatalf("Tx: %v", err)
+	}
+	if runs != 2 {
+		t.Fatalf("fn ran %d times, want 2: once refused, once committed", runs)
+	}
+	recs := testutil.ReadCommitted(t, conn, 10*time.Second, "jobs")
+	if len(recs) != 1 {
+		t.Fatalf("%d records visible, want the one committed", len(recs))
+	}
+}
