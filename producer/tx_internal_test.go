@@ -12,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/onceq/onceq"
+	"github.com/onceq/onceq/broker"
 	"github.com/onceq/onceq/internal/testutil"
 )
 
@@ -27,18 +28,7 @@ import (
 // new client, whose transaction commits.
 func TestTxAbortedByTheClientIsAnError(t *testing.T) {
 	testutil.NeedsEmbedded(t, "refuses produce requests through the cluster's control hooks")
-	emb, conn := testutil.StartBroker(t, "")
-	testutil.CreateTopic(t, conn, "jobs", 1)
-	c := emb.Cluster()
-	var refuse atomic.Int64 // transactional produce requests still to refuse
-	c.ControlKey(kmsg.Produce.Int16(), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
-		c.KeepControl()
-		req := kreq.(*kmsg.ProduceRequest)
-		if req.TransactionID == nil || refuse.Add(-1) < 0 {
-			return nil, nil, false
-		}
-		return testutil.ProduceError(req, kerr.InvalidRecord.Code), nil, true
-	})
+	conn, refuse := refuseTxProduces(t, kerr.InvalidRecord)
 	p, err := New(Conn(conn))
 	if err != nil {
 		t.Fatal(err)
@@ -105,19 +95,8 @@ func TestTxAbortedByTheClientIsAnError(t *testing.T) {
 // is visible once.
 func TestTxOutOfOrderSequenceRunsAgain(t *testing.T) {
 	testutil.NeedsEmbedded(t, "refuses produce requests through the cluster's control hooks")
-	emb, conn := testutil.StartBroker(t, "")
-	testutil.CreateTopic(t, conn, "jobs", 1)
-	c := emb.Cluster()
-	var refuse atomic.Int64
+	conn, refuse := refuseTxProduces(t, kerr.OutOfOrderSequenceNumber)
 	refuse.Store(1)
-	c.ControlKey(kmsg.Produce.Int16(), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
-		c.KeepControl()
-		req := kreq.(*kmsg.ProduceRequest)
-		if req.TransactionID == nil || refuse.Add(-1) < 0 {
-			return nil, nil, false
-		}
-		return testutil.ProduceError(req, kerr.OutOfOrderSequenceNumber.Code), nil, true
-	})
 	p, err := New(Conn(conn))
 	if err != nil {
 		t.Fatal(err)
@@ -139,4 +118,23 @@ func TestTxOutOfOrderSequenceRunsAgain(t *testing.T) {
 	if len(recs) != 1 {
 		t.Fatalf("%d records visible, want the one committed", len(recs))
 	}
+}
+
+// refuseTxProduces starts a broker with a topic "jobs" of one partition
+// that answers the transactional produce requests with code, as many as
+// the returned counter says.
+func refuseTxProduces(t *testing.T, code *kerr.Error) (broker.Conn, *atomic.Int64) {
+	emb, conn := testutil.StartBroker(t, "")
+	testutil.CreateTopic(t, conn, "jobs", 1)
+	c := emb.Cluster()
+	refuse := new(atomic.Int64) // transactional produce requests still to refuse
+	c.ControlKey(kmsg.Produce.Int16(), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		req := kreq.(*kmsg.ProduceRequest)
+		if req.TransactionID == nil || refuse.Add(-1) < 0 {
+			return nil, nil, false
+		}
+		return testutil.ProduceError(req, code.Code), nil, true
+	})
+	return conn, refuse
 }
