@@ -54,18 +54,24 @@ func (a *Admin) PartitionCounts(ctx context.Context, names ...string) (map[strin
 	}
 }
 
-func (a *Admin) partitionCounts(ctx context.Context, names []string) (map[string]int32, error) {
-	counts := make(map[string]int32, len(names))
-	if len(names) == 0 {
-		return counts, nil
-	}
+// metadataOf is a metadata request for the topics names, which a client
+// sends as asked (not from its cache) and whose answer it caches.
+func metadataOf(names []string) *kmsg.MetadataRequest {
 	req := kmsg.NewPtrMetadataRequest()
 	for _, n := range names {
 		t := kmsg.NewMetadataRequestTopic()
 		t.Topic = kmsg.StringPtr(n)
 		req.Topics = append(req.Topics, t)
 	}
-	resp, err := req.RequestWith(ctx, a.cl)
+	return req
+}
+
+func (a *Admin) partitionCounts(ctx context.Context, names []string) (map[string]int32, error) {
+	counts := make(map[string]int32, len(names))
+	if len(names) == 0 {
+		return counts, nil
+	}
+	resp, err := metadataOf(names).RequestWith(ctx, a.cl)
 	if err != nil {
 		return nil, fmt.Errorf("broker: describing %d topics: %w", len(names), a.conn.Explain(err))
 	}
@@ -230,13 +236,7 @@ func (a *Admin) topicsAnswer(ctx context.Context, names []string) error {
 	// said of these topics, before they existed, for MetadataMinAge (5 s),
 	// and ListEndOffsets would take them for missing until then. A
 	// request of the caller's own replaces what kgo keeps.
-	req := kmsg.NewPtrMetadataRequest()
-	for _, n := range names {
-		rt := kmsg.NewMetadataRequestTopic()
-		rt.Topic = kmsg.StringPtr(n)
-		req.Topics = append(req.Topics, rt)
-	}
-	resp, err := req.RequestWith(ctx, a.cl)
+	resp, err := metadataOf(names).RequestWith(ctx, a.cl)
 	if err != nil {
 		return err
 	}

@@ -76,16 +76,7 @@ func TestTxAbortedByTheClientIsAnError(t *testing.T) {
 	}); err != nil {
 		t.Fatalf("Tx: %v", err)
 	}
-	if runs != 2 {
-		t.Fatalf("fn ran %d times, want 2: once aborted, once committed", runs)
-	}
-	recs := testutil.ReadCommitted(t, conn, 10*time.Second, "jobs")
-	if len(recs) != 1 {
-		t.Fatalf("%d records visible, want the one committed", len(recs))
-	}
-	if got, err := onceq.FromRecord(recs[0]); err != nil || got.ID != "t1" {
-		t.Fatalf("visible: %+v, %v", got, err)
-	}
+	checkRanTwiceVisibleOnce(t, conn, runs)
 }
 
 // TestTxOutOfOrderSequenceRunsAgain: a transactional produce refused with
@@ -111,12 +102,23 @@ func TestTxOutOfOrderSequenceRunsAgain(t *testing.T) {
 	}); err != nil {
 		t.Fatalf("Tx: %v", err)
 	}
+	checkRanTwiceVisibleOnce(t, conn, runs)
+}
+
+// checkRanTwiceVisibleOnce checks that a Tx's fn ran twice, once aborted
+// and once committed, and that the one task t1 it wrote to "jobs" is
+// visible once.
+func checkRanTwiceVisibleOnce(t *testing.T, conn broker.Conn, runs int) {
+	t.Helper()
 	if runs != 2 {
-		t.Fatalf("fn ran %d times, want 2: once refused, once committed", runs)
+		t.Fatalf("fn ran %d times, want 2: once aborted, once committed", runs)
 	}
 	recs := testutil.ReadCommitted(t, conn, 10*time.Second, "jobs")
 	if len(recs) != 1 {
 		t.Fatalf("%d records visible, want the one committed", len(recs))
+	}
+	if got, err := onceq.FromRecord(recs[0]); err != nil || got.ID != "t1" {
+		t.Fatalf("visible: %+v, %v", got, err)
 	}
 }
 
