@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/onceq/onceq"
 	"github.com/onceq/onceq/broker"
@@ -254,24 +253,17 @@ func TestStatsWaitingCountsTasks(t *testing.T) {
 	testutil.CreateTopic(t, conn, broker.RecordsTopic("q"), 1)
 	w := testutil.NewRecordsWriter(t, conn)
 	ctx := ctxT(t)
+	var offs []int64   // of each task
 	for i := range 3 { // three transactions: a task and a marker each
-		if err := w.Client().BeginTransaction(); err != nil {
-			t.Fatal(err)
-		}
 		task := onceq.Task{ID: fmt.Sprint("t-", i), Queue: "q"}
-		if err := w.Client().ProduceSync(ctx, task.Record("q")).FirstErr(); err != nil {
-			t.Fatal(err)
-		}
-		if err := w.Client().EndTransaction(ctx, kgo.TryCommit); err != nil {
-			t.Fatal(err)
-		}
+		offs = append(offs, w.Commit(false, task.Record("q")))
 	}
 	adm, err := broker.NewAdmin(conn)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer adm.Close()
-	for group, at := range map[string]int64{"behind": 0, "midway": 2} {
+	for group, at := range map[string]int64{"behind": 0, "midway": offs[1]} {
 		var os kadm.Offsets
 		os.Add(kadm.Offset{Topic: "q", Partition: 0, At: at, LeaderEpoch: -1})
 		if _, err := adm.Kadm().CommitOffsets(ctx, group, os); err != nil {

@@ -73,7 +73,7 @@ type Producer struct {
 	txMu sync.Mutex
 	txcl *kgo.Client // transactional, created by the first Tx
 	// txUnasked is set by the transactional client's logger when the
-	// client turns a commit into an abort by itself (see txLogger).
+	// client turns a commit into an abort by itself (see broker.TxLogger).
 	txUnasked atomic.Bool
 }
 

@@ -4,9 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -61,10 +59,11 @@ type Tx struct {
 // that could not be aborted.
 //
 // fn can run more than once: when a transaction asked to commit aborts
-// instead (ErrTxAborted, which franz-go does on a rare race), or a broker
-// refused one of its writes as out of sequence, Tx runs fn
-// again in a new transaction, up to txTries times in all. The tasks of a
-// run that aborted are never visible.
+// instead (ErrTxAborted: franz-go does so when the transaction's only
+// writes went to queues new to the client, on a race that broker.TxLogger
+// tells), or a broker refused one of its writes as out of sequence, Tx
+// runs fn again in a new transaction, up to txTries times in all. The
+// tasks of a run that aborted are never visible.
 func (p *Producer) Tx(ctx context.Context, fn func(*Tx) error) (err error) {
 	for try := 1; ; try++ {
 		err = p.txOnce(ctx, fn)
@@ -192,34 +191,6 @@ func (p *Producer) commitTx(ctx context.Context, tx *Tx) error {
 	return nil
 }
 
-// txLogger is the transactional client's logger. Besides forwarding as
-// broker.KgoLogger does, it watches for the one message franz-go logs when
-// EndTransaction, asked to commit, finds no partition added to the
-// transaction and sends an abort instead, returning nil: a rare race in
-// franz-go where acknowledged tasks are then aborted. Tx turns that into
-// ErrTxAborted rather than report a commit that did not happen (see
-// TestTxAbortedByTheClientIsAnError).
-type txLogger struct {
-	kgo.Logger
-	unasked *atomic.Bool
-}
-
-// txAbortUnasked starts the message franz-go logs on that path. A franz-go
-// upgrade that rewords it makes TestTxAbortedByTheClientIsAnError fail,
-// which reaches the path on purpose.
-const txAbortUnasked = "no produce succeeded in this transaction but produces were attempted"
-
-func (l txLogger) Level() kgo.LogLevel { return max(l.Logger.Level(), kgo.LogLevelInfo) }
-
-func (l txLogger) Log(level kgo.LogLevel, msg string, kv ...any) {
-	if strings.HasPrefix(msg, txAbortUnasked) {
-		l.unasked.Store(true)
-	}
-	if level <= l.Logger.Level() {
-		l.Logger.Log(level, msg, kv...)
-	}
-}
-
 // abortTx aborts the open transaction: buffered records fail, and the
 // broker writes abort markers for what was written. If that fails, the
 // client's state is unknown; it is closed and the next Tx makes a new one,
@@ -247,7 +218,7 @@ func (p *Producer) txClient() (*kgo.Client, error) {
 		kgo.TransactionalID(p.cfg.txnID),
 		kgo.TransactionTimeout(p.cfg.txTimeout),
 		kgo.MaxBufferedRecords(p.cfg.maxBuffered),
-		kgo.WithLogger(txLogger{broker.KgoLogger(p.cfg.log), &p.txUnasked}),
+		kgo.WithLogger(broker.TxLogger(p.cfg.log, &p.txUnasked)),
 	)
 	cl, err := p.cfg.conn.NewClient(opts...)
 	if err != nil {

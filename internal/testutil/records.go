@@ -2,6 +2,8 @@ package testutil
 
 import (
 	"context"
+	"log/slog"
+	"sync/atomic"
 	"testing"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -13,41 +15,74 @@ import (
 // RecordsWriter writes task records as workers do: JSON lines in
 // transactions.
 type RecordsWriter struct {
-	t  testing.TB
-	cl *kgo.Client
+	t       testing.TB
+	conn    broker.Conn
+	cl      *kgo.Client
+	aborted atomic.Bool // franz-go aborted a commit (see broker.TxLogger)
 }
 
 // NewRecordsWriter returns a writer of task records to conn, with a
 // transactional ID of the test's name; it closes when the test ends.
 func NewRecordsWriter(t testing.TB, conn broker.Conn) *RecordsWriter {
 	t.Helper()
-	cl, err := conn.NewClient(kgo.TransactionalID("test-"+t.Name()), kgo.ProducerLinger(0))
+	w := &RecordsWriter{t: t, conn: conn}
+	w.dial()
+	t.Cleanup(func() { w.cl.Close() })
+	return w
+}
+
+// dial makes the writer's transactional client, fencing the one before.
+func (w *RecordsWriter) dial() {
+	w.t.Helper()
+	cl, err := w.conn.NewClient(kgo.TransactionalID("test-"+w.t.Name()), kgo.ProducerLinger(0),
+		kgo.WithLogger(broker.TxLogger(slog.New(slog.DiscardHandler), &w.aborted)))
 	if err != nil {
-		t.Fatal(err)
+		w.t.Fatal(err)
 	}
-	t.Cleanup(cl.Close)
-	return &RecordsWriter{t, cl}
+	if w.cl != nil {
+		w.cl.Close()
+	}
+	w.cl = cl
 }
 
 // Write writes rs to the records topic of the first one's queue in one
 // batch, in one transaction that commits or, with abort, aborts.
 func (w *RecordsWriter) Write(abort bool, rs ...onceq.TaskRecord) {
 	w.t.Helper()
-	ctx := context.Background()
-	if err := w.cl.BeginTransaction(); err != nil {
-		w.t.Fatal(err)
-	}
 	var value []byte
 	for _, r := range rs {
 		value = append(r.AppendJSON(value), '\n')
 	}
-	if err := w.cl.ProduceSync(ctx, &kgo.Record{Topic: broker.RecordsTopic(rs[0].Queue), Key: []byte("q/0"), Value: value}).FirstErr(); err != nil {
-		w.t.Fatal(err)
-	}
-	if err := w.cl.EndTransaction(ctx, kgo.TransactionEndTry(!abort)); err != nil {
-		w.t.Fatal(err)
-	}
+	w.Commit(abort, &kgo.Record{Topic: broker.RecordsTopic(rs[0].Queue), Key: []byte("q/0"), Value: value})
 }
 
-// Client is the writer's transactional client, for writes of other kinds.
-func (w *RecordsWriter) Client() *kgo.Client { return w.cl }
+// Commit writes recs in one transaction that commits or, with abort,
+// aborts, and returns the offset of the first. A commit that franz-go
+// turns into an abort of its own is written again, on a new client.
+func (w *RecordsWriter) Commit(abort bool, recs ...*kgo.Record) int64 {
+	w.t.Helper()
+	ctx := context.Background()
+	for try := 1; ; try++ {
+		for _, r := range recs {
+			r.Partition, r.Offset = 0, 0
+		}
+		if err := w.cl.BeginTransaction(); err != nil {
+			w.t.Fatal(err)
+		}
+		if err := w.cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+			w.t.Fatal(err)
+		}
+		w.aborted.Store(false)
+		if err := w.cl.EndTransaction(ctx, kgo.TransactionEndTry(!abort)); err != nil {
+			w.t.Fatal(err)
+		}
+		if abort || !w.aborted.Load() {
+			return recs[0].Offset
+		}
+		if try == 3 {
+			w.t.Fatal("franz-go aborted the transaction 3 times, asked to commit")
+		}
+		w.t.Logf("franz-go aborted a transaction asked to commit (see broker.TxLogger): writing it again")
+		w.dial()
+	}
+}
