@@ -48,7 +48,9 @@ KAFKA_SUITES ?= \
   './internal/kafkatest=.' \
   './producer=.' \
   './delay=^Test(NeverEarly|ExactlyOnceNeverEarly|KilledServiceLosesNothing|BadRecordsAreDeadLettered)$$' \
-  './consumer=^Test(Crash|ChainedStages$$|RetryWithBackoffThenSuccess$$|RetryAfterIsCapped$$|AlwaysFailingEndsInDeadLetters$$|AbandonedHandlerIsRetried$$|SkipRetryDeadLetters$$|TooLargeTaskEndsInDeadLetters$$)'
+  './consumer=^Test(Crash|ChainedStages$$|RetryWithBackoffThenSuccess$$|RetryAfterIsCapped$$|AlwaysFailingEndsInDeadLetters$$|AbandonedHandlerIsRetried$$|SkipRetryDeadLetters$$|TooLargeTaskEndsInDeadLetters$$)' \
+  './workflow=.' \
+  './periodic=.'
 .PHONY: test-kafka
 test-kafka:
 	@$(GO) build -o bin/testprogress ./internal/testprogress

@@ -496,8 +496,16 @@ func TestLmstfyParams(t *testing.T) {
 // to the pull worker; the consume waits ImmediateWait for it rather than
 // answering 404. A job republished with ttl 10 and consumed at once
 // answers ttl 10, rounded as Redis's TTL is. An empty queue answers 404.
+//
+// On Apache Kafka, with a topic per queue, the first job of a queue the
+// publish made reaches the server in 0.2-0.5 s (the queue's changelog and
+// records topics are made, its partition restored), past ImmediateWait:
+// that layout is left out there (docs/http-api.md).
 func TestLmstfyClientConsumeAtOnce(t *testing.T) {
 	eachLayout(t, func(t *testing.T, layout serve.Opt) {
+		if testutil.OnKafka() && !strings.HasSuffix(t.Name(), "/lane") {
+			t.Skip("on Apache Kafka a new queue's first job takes 0.2-0.5 s to reach the server with a topic per queue, past ImmediateWait")
+		}
 		a := start(t, layout, serve.CreateQueues(2))
 		c := &lmstfyClient{t: t, a: a, ns: "ns", token: a.token("ns", false)}
 		for i := range 3 {

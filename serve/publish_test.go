@@ -20,6 +20,7 @@ import (
 // brokers' reason, not a bare 500; with an ID or without, and for a
 // workflow's queue in a bulk publish. Nothing is written.
 func TestPublishQueueNotCreated(t *testing.T) {
+	testutil.NeedsEmbedded(t, "refuses CreateTopics through the cluster's control hooks")
 	emb, conn := testutil.StartBroker(t, "")
 	a := startOn(t, conn)
 	tok := a.token("shop", false)

@@ -32,6 +32,7 @@ func TestPullWorkerRestarts(t *testing.T) {
 	if os.Getenv("ONCEQ_TEST_PULL_RESTARTS") == "" {
 		t.Skip("a session restart may leave a finished run uncommitted under load; ONCEQ_TEST_PULL_RESTARTS=1 runs it")
 	}
+	testutil.NeedsEmbedded(t, "fails TxnOffsetCommit through the cluster's control hooks")
 	emb, conn := testutil.StartBroker(t, "")
 	var failing atomic.Int64 // commits of the pull worker still to fail
 	c := emb.Cluster()
