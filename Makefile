@@ -50,7 +50,9 @@ KAFKA_SUITES ?= \
   './delay=^Test(NeverEarly|ExactlyOnceNeverEarly|KilledServiceLosesNothing|BadRecordsAreDeadLettered)$$' \
   './consumer=^Test(Crash|ChainedStages$$|RetryWithBackoffThenSuccess$$|RetryAfterIsCapped$$|AlwaysFailingEndsInDeadLetters$$|AbandonedHandlerIsRetried$$|SkipRetryDeadLetters$$|TooLargeTaskEndsInDeadLetters$$)' \
   './workflow=.' \
-  './periodic=.'
+  './periodic=.' \
+  './serve=.' \
+  './cmd/onceq=^Test(PeriodicCrash|PeriodicCrashOnLane|ServeCrashPull|ServeFleetCrash)$$'
 .PHONY: test-kafka
 test-kafka:
 	@$(GO) build -o bin/testprogress ./internal/testprogress
