@@ -207,7 +207,11 @@ func Start(cfg Config) (*Broker, error) {
 		}
 		return nil, fmt.Errorf("broker: starting embedded broker: %w", err)
 	}
-	installGuards(e.cluster)
+	var budget *fdBudget
+	if cfg.DataDir != "" {
+		budget = &fdBudget{defaultPartitions: int32(cfg.Partitions), usage: processFiles}
+	}
+	installGuards(e.cluster, budget)
 	answerLeaderEpochs(e.cluster)
 	boundRebalances(e.cluster)
 	if cfg.DataDir != "" {

@@ -40,7 +40,10 @@ import (
 // answered whole when one of them is refused: the others are refused with
 // INVALID_REQUEST, naming the one that was bad. kfake's control hooks can
 // answer a request or pass it on, not both.
-func installGuards(c *kfake.Cluster) {
+//
+// With a data dir, b refuses partitions past the process's file limit
+// (fdBudget).
+func installGuards(c *kfake.Cluster, b *fdBudget) {
 	guard := func(key kmsg.Key, fn func(kmsg.Request) kmsg.Response) {
 		c.ControlKey(int16(key), func(req kmsg.Request) (kmsg.Response, error, bool) {
 			c.KeepControl()
@@ -50,8 +53,8 @@ func installGuards(c *kfake.Cluster) {
 			return nil, nil, false
 		})
 	}
-	guard(kmsg.CreateTopics, guardCreateTopics)
-	guard(kmsg.CreatePartitions, guardCreatePartitions)
+	guard(kmsg.CreateTopics, func(req kmsg.Request) kmsg.Response { return guardCreateTopics(req, b) })
+	guard(kmsg.CreatePartitions, func(req kmsg.Request) kmsg.Response { return guardCreatePartitions(req, b) })
 	guard(kmsg.AlterConfigs, guardAlterConfigs)
 	guard(kmsg.IncrementalAlterConfigs, guardIncrementalAlterConfigs)
 	guard(kmsg.Metadata, guardMetadata)
@@ -96,13 +99,20 @@ func refusals(names []string, check func(i int) (refusal, bool)) []refusal {
 	return out
 }
 
-func guardCreateTopics(kreq kmsg.Request) kmsg.Response {
+func guardCreateTopics(kreq kmsg.Request, b *fdBudget) kmsg.Response {
 	req := kreq.(*kmsg.CreateTopicsRequest)
 	names := make([]string, len(req.Topics))
 	for i, t := range req.Topics {
 		names[i] = t.Topic
 	}
 	refused := refusals(names, func(i int) (refusal, bool) { return checkNewTopic(req.Topics[i]) })
+	if refused == nil && !req.ValidateOnly {
+		var n int64
+		for _, t := range req.Topics {
+			n += b.partitionsOf(t)
+		}
+		refused = refuseAll(len(names), func() (refusal, bool) { return b.refuse(n) })
+	}
 	if refused == nil {
 		return nil
 	}
@@ -115,6 +125,20 @@ func guardCreateTopics(kreq kmsg.Request) kmsg.Response {
 		resp.Topics = append(resp.Topics, st)
 	}
 	return resp
+}
+
+// refuseAll answers every one of n entries with check's refusal, if it
+// refuses; nil if not.
+func refuseAll(n int, check func() (refusal, bool)) []refusal {
+	r, ok := check()
+	if !ok {
+		return nil
+	}
+	out := make([]refusal, n)
+	for i := range out {
+		out[i] = r
+	}
+	return out
 }
 
 // checkNewTopic returns why the embedded broker refuses to create t, and
@@ -143,7 +167,7 @@ func tooManyPartitions(topic string, n int64) refusal {
 	return refusal{kerr.InvalidPartitions.Code, fmt.Sprintf("topic %q: %d partitions is over the embedded broker's limit of %d", topic, n, broker.MaxPartitions)}
 }
 
-func guardCreatePartitions(kreq kmsg.Request) kmsg.Response {
+func guardCreatePartitions(kreq kmsg.Request, b *fdBudget) kmsg.Response {
 	req := kreq.(*kmsg.CreatePartitionsRequest)
 	names := make([]string, len(req.Topics))
 	for i, t := range req.Topics {
@@ -155,6 +179,15 @@ func guardCreatePartitions(kreq kmsg.Request) kmsg.Response {
 		}
 		return refusal{}, false
 	})
+	if refused == nil && !req.ValidateOnly {
+		// The topics' present counts are not known here: their new ones
+		// are counted whole.
+		var n int64
+		for _, t := range req.Topics {
+			n += int64(t.Count)
+		}
+		refused = refuseAll(len(names), func() (refusal, bool) { return b.refuse(n) })
+	}
 	if refused == nil {
 		return nil
 	}
