@@ -121,12 +121,15 @@ bench-read:
 ## the working tree and from BASE (a commit), interleaved, with franz-go's own
 ## copy loop as the floor: rates, CPU per task and head's ratio to base.
 ## Every change to the engine says it is no slower than its base with it.
-BASE   ?= HEAD
-TASKS  ?= 1000000
-ROUNDS ?= 3
+## BROKERS runs it on that cluster (make kafka's seeds, say) instead of an
+## embedded broker of its own.
+BASE    ?= HEAD
+TASKS   ?= 1000000
+ROUNDS  ?= 3
+BROKERS ?=
 .PHONY: bench-drain
 bench-drain:
-	$(GO) run ./internal/drainguard -base $(BASE) -tasks $(TASKS) -rounds $(ROUNDS)
+	$(GO) run ./internal/drainguard -base $(BASE) -tasks $(TASKS) -rounds $(ROUNDS) $(if $(BROKERS),-brokers $(BROKERS))
 
 ## bench-watermill: the exactly-once worker against Watermill's Kafka subscriber
 ## and asynq (on a redis-server of its own; Debian's redis-server package),

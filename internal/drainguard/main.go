@@ -7,6 +7,10 @@
 // both kinds of IDs and at-least-once. Each round also runs franz-go's own
 // exactly-once copy loop (bench.CopyLoop) in this process as the floor.
 //
+// With -brokers it runs on that cluster (Apache Kafka, say) instead of its
+// own embedded broker, its topics and groups named after the run so that
+// runs never meet; it leaves them behind.
+//
 // For each run it prints the rate (tasks a second, from the worker's start
 // to the group's commit of the last task), the CPU the worker process used
 // per task (user and system, from its rusage, start-up included) and its
@@ -16,6 +20,7 @@
 //
 //	go run ./internal/drainguard -base e81b932
 //	make bench-drain BASE=e81b932
+//	go run ./internal/drainguard -base e81b932 -brokers 127.0.0.1:9092
 package main
 
 import (
@@ -49,6 +54,7 @@ func main() {
 	partitions := flag.Int("partitions", 8, "partitions of the queues")
 	headArgs := flag.String("head-args", "", "more flags for head's workers, space-separated (to try a setting out)")
 	profile := flag.String("profile", "", "write a CPU profile of each of head's drains of the first round to this directory (5 s, from 1 s after the worker starts)")
+	brokers := flag.String("brokers", "", "seed brokers of a cluster to run on, comma-separated (default: an embedded broker of its own)")
 	flag.Parse()
 	if *base == "" || *tasks < 1000 || *rounds < 1 || *partitions < 1 {
 		fmt.Fprintln(os.Stderr, "drainguard: -base is required (a commit, such as HEAD~1); -tasks at least 1000; -rounds and -partitions at least 1")
@@ -64,11 +70,20 @@ func main() {
 		runs = append(runs, d)
 	}
 	extra := map[string][]string{"head": strings.Fields(*headArgs)}
-	if err := run(*base, *tasks, *rounds, *partitions, runs, extra, *profile); err != nil {
+	var seeds []string
+	if *brokers != "" {
+		seeds = strings.Split(*brokers, ",")
+		prefix = fmt.Sprintf("dg%d-", time.Now().Unix())
+	}
+	if err := run(*base, *tasks, *rounds, *partitions, runs, extra, *profile, seeds); err != nil {
 		fmt.Fprintln(os.Stderr, "drainguard:", err)
 		os.Exit(1)
 	}
 }
+
+// prefix starts the names of the run's topics and groups: empty on its
+// own broker, the run's own on a cluster given with -brokers.
+var prefix string
 
 // drainKind is one way of draining: a queue and a guarantee.
 type drainKind struct {
@@ -88,7 +103,7 @@ type result struct {
 	rssMB    float64 // the worker's peak resident set, MiB (0: not measured)
 }
 
-func run(base string, n, rounds, partitions int, kinds []drainKind, extra map[string][]string, profile string) error {
+func run(base string, n, rounds, partitions int, kinds []drainKind, extra map[string][]string, profile string, seeds []string) error {
 	tmp, err := os.MkdirTemp("", "drainguard-")
 	if err != nil {
 		return err
@@ -100,12 +115,17 @@ func run(base string, n, rounds, partitions int, kinds []drainKind, extra map[st
 		return err
 	}
 	ctx := context.Background()
-	addr, stopBroker, err := startBroker(bins["head"], filepath.Join(tmp, "broker"))
-	if err != nil {
-		return err
+	conn := broker.Conn{Brokers: seeds}
+	if len(seeds) == 0 {
+		addr, stopBroker, err := startBroker(bins["head"], filepath.Join(tmp, "broker"))
+		if err != nil {
+			return err
+		}
+		defer stopBroker()
+		conn.Brokers = []string{addr}
+	} else {
+		fmt.Printf("on the cluster of %s, topics and groups named %s*\n", strings.Join(seeds, ","), prefix)
 	}
-	defer stopBroker()
-	conn := broker.Conn{Brokers: []string{addr}}
 	if err := preload(ctx, conn, n, int32(partitions)); err != nil {
 		return err
 	}
@@ -243,10 +263,10 @@ func preload(ctx context.Context, conn broker.Conn, n int, partitions int32) err
 		name      string
 		generated bool
 	}{{"drain", true}, {"drain-keys", false}} {
-		if err := adm.CreateTopic(ctx, q.name, partitions, nil); err != nil {
+		if err := adm.CreateTopic(ctx, prefix+q.name, partitions, nil); err != nil {
 			return err
 		}
-		if err := bench.Preload(ctx, conn, q.name, n, q.generated); err != nil {
+		if err := bench.Preload(ctx, conn, prefix+q.name, n, q.generated); err != nil {
 			return err
 		}
 	}
@@ -257,7 +277,7 @@ func preload(ctx context.Context, conn broker.Conn, n int, partitions int32) err
 // drain runs one worker process of bin over k's queue in a new group until
 // the group committed n tasks, stops it, and returns its figures.
 func drain(ctx context.Context, conn broker.Conn, bin string, k drainKind, n int, dir string, extra []string, profile string) (result, error) {
-	group := "g-" + filepath.Base(dir)
+	group := prefix + "g-" + filepath.Base(dir)
 	metrics := ""
 	if profile != "" {
 		var err error
@@ -266,7 +286,7 @@ func drain(ctx context.Context, conn broker.Conn, bin string, k drainKind, n int
 		}
 		extra = append(extra, "--pprof")
 	}
-	args := append([]string{"worker", "--brokers", conn.Brokers[0], "--queue", k.queue, "--group", group,
+	args := append([]string{"worker", "--brokers", strings.Join(conn.Brokers, ","), "--queue", prefix + k.queue, "--group", group,
 		"--checkpoint-dir", dir, "--handler", "noop", "--guarantee", k.guarantee, "--metrics-addr", metrics,
 		"--delay-service=false", "--workflow-service=false", "--scheduler=false", "--log-level", "warn"}, extra...)
 	cmd := exec.Command(bin, args...)
@@ -372,7 +392,7 @@ func freeAddr() (string, error) {
 // copyLoop copies the generated-ID queue with franz-go's copy loop in this
 // process and returns the time and the CPU it took.
 func copyLoop(ctx context.Context, conn broker.Conn, n int, partitions int32, round int) (time.Duration, time.Duration, error) {
-	out := fmt.Sprintf("drain-copy-%d", round)
+	out := fmt.Sprintf("%sdrain-copy-%d", prefix, round)
 	adm, err := broker.NewAdmin(conn)
 	if err != nil {
 		return 0, 0, err
@@ -383,7 +403,7 @@ func copyLoop(ctx context.Context, conn broker.Conn, n int, partitions int32, ro
 		return 0, 0, err
 	}
 	before := cpuTime()
-	took, err := bench.CopyLoop(ctx, conn, "drain", out, "copy-"+out, n, nil)
+	took, err := bench.CopyLoop(ctx, conn, prefix+"drain", out, "copy-"+out, n, nil)
 	return took, cpuTime() - before, err
 }
 
