@@ -56,17 +56,32 @@ KAFKA_SUITES ?= \
 .PHONY: test-kafka
 test-kafka:
 	@$(GO) build -o bin/testprogress ./internal/testprogress
-	@failed=""; $(call kafka-suites,$(KAFKA_NODES),$(KAFKA_SUITES)) \
+	@failed=""; $(call kafka-suites,$(KAFKA_NODES),$(KAFKA_SUITES),$(KAFKA_VERSION),$(KAFKA_TXN_VERSION)) \
 	if [ -n "$$failed" ]; then echo "test-kafka: failed:$$failed"; exit 1; fi
 
 # kafka-suites is the shell loop that runs the suites $(2), package=tests,
-# on a cluster of $(1) nodes, adding the packages that fail to $$failed.
+# on a cluster of $(1) nodes of Kafka $(3) (transaction.version $(4) if
+# given), adding the packages that fail to $$failed.
 kafka-suites = for spec in $(2); do \
 	  pkg=$${spec%%=*}; run=$${spec\#*=}; \
-	  ONCEQ_TEST_KAFKA=$(1) ONCEQ_TEST_KAFKA_VERSION=$(KAFKA_VERSION) \
-	  ONCEQ_TEST_KAFKA_TXN_VERSION=$(KAFKA_TXN_VERSION) \
-	  $(GO) test -json -count=1 -timeout $(TEST_TIMEOUT) -run "$$run" $$pkg | bin/testprogress || failed="$$failed $$pkg($(1))"; \
+	  ONCEQ_TEST_KAFKA=$(1) ONCEQ_TEST_KAFKA_VERSION=$(3) \
+	  ONCEQ_TEST_KAFKA_TXN_VERSION=$(4) \
+	  $(GO) test -json -count=1 -timeout $(TEST_TIMEOUT) -run "$$run" $$pkg | bin/testprogress || failed="$$failed $$pkg($(1)x$(3)$(if $(4),/txn$(4)))"; \
 	done;
+
+## test-kafka-matrix: the suites of KAFKA_SUITES_MATRIX on one node of Kafka
+## 4.4.0 with transaction.version 1 (transactions before KIP-890), then on
+## one node of Kafka 4.0.0
+KAFKA_SUITES_MATRIX ?= \
+  './internal/kafkatest=.' \
+  './producer=.' \
+  './delay=^Test(NeverEarly|ExactlyOnceNeverEarly|KilledServiceLosesNothing|BadRecordsAreDeadLettered)$$' \
+  './consumer=^Test(RetryWithBackoffThenSuccess|AlwaysFailingEndsInDeadLetters|TooLargeTaskEndsInDeadLetters|CrashCopyWithDuplicates|CrashCancel|CrashPoints|ChainedStages)$$'
+.PHONY: test-kafka-matrix
+test-kafka-matrix:
+	@$(GO) build -o bin/testprogress ./internal/testprogress
+	@failed=""; $(call kafka-suites,1,$(KAFKA_SUITES_MATRIX),4.4.0,1) $(call kafka-suites,1,$(KAFKA_SUITES_MATRIX),4.0.0,) \
+	if [ -n "$$failed" ]; then echo "test-kafka-matrix: failed:$$failed"; exit 1; fi
 
 ## test-kafka-ci: what CI runs on Apache Kafka: the suites of KAFKA_SUITES_CI
 ## on one node, then those of KAFKA_SUITES_CLUSTER on three: the crash test
@@ -80,7 +95,7 @@ KAFKA_SUITES_CLUSTER ?= './consumer=^TestCrashKafkaNodeKills$$'
 .PHONY: test-kafka-ci
 test-kafka-ci:
 	@$(GO) build -o bin/testprogress ./internal/testprogress
-	@failed=""; $(call kafka-suites,1,$(KAFKA_SUITES_CI)) $(call kafka-suites,3,$(KAFKA_SUITES_CLUSTER)) \
+	@failed=""; $(call kafka-suites,1,$(KAFKA_SUITES_CI),$(KAFKA_VERSION),$(KAFKA_TXN_VERSION)) $(call kafka-suites,3,$(KAFKA_SUITES_CLUSTER),$(KAFKA_VERSION),$(KAFKA_TXN_VERSION)) \
 	if [ -n "$$failed" ]; then echo "test-kafka-ci: failed:$$failed"; exit 1; fi; \
 	echo "test-kafka-ci: the suites of KAFKA_SUITES_CI and KAFKA_SUITES_CLUSTER passed on Apache Kafka $(KAFKA_VERSION)"
 
