@@ -67,13 +67,14 @@
 // after TxTimeout, or a producer restarted with the same TransactionalID
 // fences the open transaction at once.
 //
-// A commit is only reported when it happened. franz-go has a rare race in
-// which EndTransaction, asked to commit, aborts instead and returns nil;
-// Tx notices, runs fn again in a new transaction on a new client (at most
-// three runs), and returns ErrTxAborted if every run aborted. A write a
-// broker refuses as out of sequence (OUT_OF_ORDER_SEQUENCE_NUMBER) is
-// handled the same way. fn must
-// therefore be safe to run again: submitting tasks is.
+// A commit is only reported when it happened. franz-go has a race in which
+// EndTransaction, asked to commit a transaction whose only writes went to
+// queues new to the client, aborts instead and returns nil (see
+// broker.TxLogger); Tx notices, runs fn again in a new transaction on a new
+// client (at most three runs), and returns ErrTxAborted if every run
+// aborted. A write a broker refuses as out of sequence
+// (OUT_OF_ORDER_SEQUENCE_NUMBER) is handled the same way. fn must therefore
+// be safe to run again: submitting tasks is.
 //
 // # Metrics
 //

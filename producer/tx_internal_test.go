@@ -28,14 +28,7 @@ import (
 // new client, whose transaction commits.
 func TestTxAbortedByTheClientIsAnError(t *testing.T) {
 	testutil.NeedsEmbedded(t, "refuses produce requests through the cluster's control hooks")
-	conn, refuse := refuseTxProduces(t, kerr.InvalidRecord)
-	p, err := New(Conn(conn))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	p, conn, refuse, ctx := refusingProducer(t, kerr.InvalidRecord)
 	task := onceq.Task{Queue: "jobs", ID: "t1"}
 	task.Resolve(time.Now())
 	// produce writes the task on the transaction's client directly, so
@@ -86,15 +79,8 @@ func TestTxAbortedByTheClientIsAnError(t *testing.T) {
 // is visible once.
 func TestTxOutOfOrderSequenceRunsAgain(t *testing.T) {
 	testutil.NeedsEmbedded(t, "refuses produce requests through the cluster's control hooks")
-	conn, refuse := refuseTxProduces(t, kerr.OutOfOrderSequenceNumber)
+	p, conn, refuse, ctx := refusingProducer(t, kerr.OutOfOrderSequenceNumber)
 	refuse.Store(1)
-	p, err := New(Conn(conn))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
 	runs := 0
 	if err := p.Tx(ctx, func(tx *Tx) error {
 		runs++
@@ -122,10 +108,11 @@ func checkRanTwiceVisibleOnce(t *testing.T, conn broker.Conn, runs int) {
 	}
 }
 
-// refuseTxProduces starts a broker with a topic "jobs" of one partition
+// refusingProducer starts a broker with a topic "jobs" of one partition
 // that answers the transactional produce requests with code, as many as
-// the returned counter says.
-func refuseTxProduces(t *testing.T, code *kerr.Error) (broker.Conn, *atomic.Int64) {
+// the returned counter says, and a producer on it, closed when the test
+// ends, with a context of 30 s.
+func refusingProducer(t *testing.T, code *kerr.Error) (*Producer, broker.Conn, *atomic.Int64, context.Context) {
 	emb, conn := testutil.StartBroker(t, "")
 	testutil.CreateTopic(t, conn, "jobs", 1)
 	c := emb.Cluster()
@@ -138,5 +125,12 @@ func refuseTxProduces(t *testing.T, code *kerr.Error) (broker.Conn, *atomic.Int6
 		}
 		return testutil.ProduceError(req, code.Code), nil, true
 	})
-	return conn, refuse
+	p, err := New(Conn(conn))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return p, conn, refuse, ctx
 }

@@ -209,7 +209,7 @@ func Start(cfg Config) (*Broker, error) {
 	}
 	var budget *fdBudget
 	if cfg.DataDir != "" {
-		budget = &fdBudget{defaultPartitions: int32(cfg.Partitions), usage: processFiles}
+		budget = &fdBudget{defaultPartitions: int32(cfg.Partitions)}
 	}
 	installGuards(e.cluster, budget)
 	answerLeaderEpochs(e.cluster)

@@ -28,12 +28,10 @@ const fdsPerPartition = 2
 // least 256.
 func fdReserve(limit int64) int64 { return max(256, limit/10) }
 
-// fdBudget checks new partitions against the process's open files.
+// fdBudget checks new partitions against the process's open files
+// (processFiles; where they cannot be known, nothing is refused).
 type fdBudget struct {
 	defaultPartitions int32 // of a topic made with NumPartitions -1
-	// usage returns the files the process has open and its limit; ok is
-	// false where they cannot be known, and then nothing is refused.
-	usage func() (open, limit int64, ok bool)
 }
 
 // partitionsOf returns how many partitions t makes.
@@ -54,7 +52,7 @@ func (b *fdBudget) refuse(n int64) (refusal, bool) {
 	if b == nil || n <= 0 {
 		return refusal{}, false
 	}
-	open, limit, ok := b.usage()
+	open, limit, ok := processFiles()
 	if !ok {
 		return refusal{}, false
 	}

@@ -63,9 +63,6 @@ func (w *RecordsWriter) Commit(abort bool, recs ...*kgo.Record) int64 {
 	w.t.Helper()
 	ctx := context.Background()
 	for try := 1; ; try++ {
-		for _, r := range recs {
-			r.Partition, r.Offset = 0, 0
-		}
 		if err := w.cl.BeginTransaction(); err != nil {
 			w.t.Fatal(err)
 		}
