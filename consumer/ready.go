@@ -2,6 +2,7 @@ package consumer
 
 import (
 	"sync"
+	"sync/atomic"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -20,40 +21,59 @@ type readyQueue struct {
 	// then a record. A record is added before its token, so a slot with a
 	// token always finds one.
 	avail chan struct{}
+	// n counts the records queued (guarded by mu). With counting, idle
+	// counts the slots waiting for a token (their own count before pop,
+	// pop's once it has one, before it takes a record under mu): a push
+	// that finds more records queued than slots idle, or a pop that leaves
+	// them, sees a slot is wanted (scheduler.grow), whatever their order.
+	n        int
+	counting bool
+	idle     atomic.Int64
 }
 
-func newReadyQueue(capacity int) *readyQueue {
-	return &readyQueue{avail: make(chan struct{}, capacity)}
+func newReadyQueue(capacity int, counting bool) *readyQueue {
+	return &readyQueue{avail: make(chan struct{}, capacity), counting: counting}
 }
 
-// push adds it; it waits while the queue holds its capacity, until quit
-// is closed.
-func (q *readyQueue) push(it *item, quit <-chan struct{}) {
+// push adds it and returns how many records are queued with it; it waits
+// while the queue holds its capacity, until quit is closed.
+func (q *readyQueue) push(it *item, quit <-chan struct{}) int {
 	q.mu.Lock()
 	q.levels[it.prio].push(it)
+	q.n++
+	n := q.n
 	q.mu.Unlock()
 	select {
 	case q.avail <- struct{}{}:
 	case <-quit:
 	}
+	return n
 }
 
-// pop takes the next record, waiting for one; nil once quit is closed.
-func (q *readyQueue) pop(quit <-chan struct{}) *item {
+// pop takes the next record, waiting for one, and returns how many
+// records are left; nil once quit is closed.
+func (q *readyQueue) pop(quit <-chan struct{}) (*item, int) {
 	select {
 	case <-q.avail:
 	case <-quit:
-		return nil
+		return nil, 0
+	}
+	if q.counting {
+		q.idle.Add(-1)
 	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	for p := len(q.levels) - 1; p >= 0; p-- {
 		if it := q.levels[p].pop(); it != nil {
-			return it
+			q.n--
+			return it, q.n
 		}
 	}
-	return nil // unreachable: a token stands for a record
+	return nil, q.n // unreachable: a token stands for a record
 }
+
+// wanted reports whether n records queued want another slot.
+func (q *readyQueue) wanted(n int) bool { return int64(n) > q.idle.Load() }
 
 // waiting is how many records of priority p wait for a slot.
 func (q *readyQueue) waiting(p int) int64 {

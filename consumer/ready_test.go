@@ -24,7 +24,7 @@ func TestReadyQueue(t *testing.T) {
 			t.Errorf("onceq-priority %q: priority %d, want %d", prio, got, want)
 		}
 	}
-	q := newReadyQueue(3000)
+	q := newReadyQueue(3000, false)
 	quit := make(chan struct{})
 	var in []*item
 	for i := range 2500 { // past fifo's compaction threshold
@@ -42,8 +42,12 @@ func TestReadyQueue(t *testing.T) {
 		}
 	}
 	var out []*item
-	for range in {
-		out = append(out, q.pop(quit))
+	for i := range in {
+		it, left := q.pop(quit)
+		if left != len(in)-i-1 {
+			t.Fatalf("pop %d left %d records; want %d", i, left, len(in)-i-1)
+		}
+		out = append(out, it)
 	}
 	for i := 1; i < len(out); i++ {
 		a, b := out[i-1], out[i]
@@ -70,7 +74,7 @@ func TestReadyQueue(t *testing.T) {
 		}
 	}
 	close(quit)
-	if it := q.pop(quit); it != nil {
+	if it, _ := q.pop(quit); it != nil {
 		t.Fatal("pop of an empty queue after quit returned a record")
 	}
 }

@@ -42,12 +42,17 @@ type item struct {
 	ahead bool
 }
 
-// scheduler runs records on a fixed number of slots, in key order: a
+// scheduler runs records on a bounded number of slots, in key order: a
 // record starts once no earlier record of its partition with the same key
 // or the same dedup key is unfinished, and then on the first free slot.
 // Records of one key therefore run one at a time in offset order, and
 // duplicates of one ID never run at once; a slow record holds its own slot
 // and the records queued behind its key, nothing else.
+//
+// A worker of up to eagerSlots slots starts a goroutine for each at once.
+// One of more starts them as records find every started slot busy, so a
+// concurrency of tens of thousands (onceq serve's pull worker, whose
+// handlers wait for HTTP consumers) costs only the slots it uses.
 //
 // A watchdog cancels the context of a handler past its time-to-run and,
 // after the grace period, abandons it: the run counts as failed and a new
@@ -59,6 +64,13 @@ type scheduler struct {
 	slots []*slot
 	wg    sync.WaitGroup
 	quit  chan struct{}
+	// lazy: slots start as records need them (more than eagerSlots; the
+	// ready queue counts the idle ones). started counts the slots whose
+	// goroutine started; growMu orders a start with stop's Wait.
+	lazy    bool
+	started atomic.Int64
+	growMu  sync.Mutex
+	stopped bool
 	// draining stops records from starting: on shutdown the records not
 	// started stay uncommitted and run on the partitions' next owners.
 	draining atomic.Bool
@@ -135,7 +147,8 @@ func newScheduler(w *Worker, n, buffered int) *scheduler {
 	// read ahead (each bounded by buffered), and those the slots hand
 	// on: never full, so that a slot never waits to queue the record
 	// its finish let go.
-	s := &scheduler{w: w, ready: newReadyQueue(2*buffered + n), slots: make([]*slot, n), quit: make(chan struct{}), nudge: make(chan struct{}, 1)}
+	s := &scheduler{w: w, ready: newReadyQueue(2*buffered+n, n > eagerSlots), slots: make([]*slot, n), quit: make(chan struct{}), nudge: make(chan struct{}, 1),
+		lazy: n > eagerSlots}
 	for i := range s.slots {
 		s.slots[i] = &slot{}
 	}
@@ -145,14 +158,39 @@ func newScheduler(w *Worker, n, buffered int) *scheduler {
 	return s
 }
 
-// run starts the slots and the watchdog.
+// eagerSlots is the most slots a scheduler starts all at once.
+const eagerSlots = 256
+
+// run starts the slots (of a lazy scheduler, the first) and the watchdog.
 func (s *scheduler) run() {
+	s.wg.Add(1)
+	go s.watchdog()
+	if s.lazy {
+		s.grow()
+		return
+	}
+	s.started.Store(int64(len(s.slots)))
 	for _, sl := range s.slots {
 		s.wg.Add(1)
 		go s.loop(sl)
 	}
+}
+
+// loop runs records in a slot until the scheduler stops.
+func (s *scheduler) loop(sl *slot) { s.loopFrom(sl, false) }
+
+// grow starts the next slot, if there is one and the scheduler runs.
+func (s *scheduler) grow() {
+	s.growMu.Lock()
+	defer s.growMu.Unlock()
+	i := s.started.Load()
+	if s.stopped || i == int64(len(s.slots)) {
+		return
+	}
+	s.started.Store(i + 1)
+	s.ready.idle.Add(1) // idle from now: the records after this one want another
 	s.wg.Add(1)
-	go s.watchdog()
+	go s.loopFrom(s.slots[i], true)
 }
 
 // submit queues a partition's admitted records, in offset order: each one
@@ -231,20 +269,29 @@ func (s *scheduler) start(items []*item) {
 	s.send(items...)
 }
 
-// send hands records to the slots.
+// send hands records to the slots; a lazy scheduler whose started slots
+// are all busy starts another.
 func (s *scheduler) send(items ...*item) {
 	for _, it := range items {
-		s.ready.push(it, s.quit)
+		if n := s.ready.push(it, s.quit); s.lazy && s.ready.wanted(n) {
+			s.grow()
+		}
 	}
 }
 
-// loop runs records in a slot until the scheduler stops.
-func (s *scheduler) loop(sl *slot) {
+// loopFrom is loop; counted: grow counted the slot idle already.
+func (s *scheduler) loopFrom(sl *slot, counted bool) {
 	defer s.wg.Done()
-	for {
-		it := s.ready.pop(s.quit)
+	for ; ; counted = false {
+		if s.lazy && !counted {
+			s.ready.idle.Add(1)
+		}
+		it, left := s.ready.pop(s.quit)
 		if it == nil {
 			return
+		}
+		if s.lazy && left > 0 && s.ready.wanted(left) {
+			s.grow()
 		}
 		if s.draining.Load() || it.stale() {
 			s.w.finish(it, nil)
@@ -285,6 +332,9 @@ func (s *scheduler) drop(ps *partState) int {
 // take to notice their canceled contexts.
 func (s *scheduler) stop() {
 	s.draining.Store(true)
+	s.growMu.Lock()
+	s.stopped = true
+	s.growMu.Unlock()
 	close(s.quit)
 	done := make(chan struct{})
 	go func() { s.wg.Wait(); close(done) }()
@@ -296,7 +346,7 @@ func (s *scheduler) stop() {
 
 // running calls fn for each handler running now.
 func (s *scheduler) running(fn func(*handlerRun)) {
-	for _, sl := range s.slots {
+	for _, sl := range s.slots[:s.started.Load()] {
 		if r := sl.cur.Load(); r != nil {
 			fn(r)
 		}
@@ -370,7 +420,7 @@ func (s *scheduler) watchdog() {
 // returns when to look again.
 func (s *scheduler) check(now time.Time) time.Time {
 	next := now.Add(cancelCheckEvery)
-	for _, sl := range s.slots {
+	for _, sl := range s.slots[:s.started.Load()] {
 		r := sl.cur.Load()
 		if r == nil {
 			continue

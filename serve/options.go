@@ -66,6 +66,7 @@ type config struct {
 	dataDir       string
 	pullGroup     string
 	pullSlots     int
+	pullHeld      int
 	releaseAfter  time.Duration // releaseAfter; tests shorten it (export_test.go)
 	ackRunWait    time.Duration // ackRunWait; tests shorten it (export_test.go)
 	delaySvc      bool
@@ -139,6 +140,13 @@ func PullGroup(g string) Opt { return optFunc(func(cfg *config) { cfg.pullGroup 
 // consumers at once. Default DefaultPullSlots (64).
 func PullSlots(n int) Opt { return optFunc(func(cfg *config) { cfg.pullSlots = n }) }
 
+// PullHeld is how many tasks one server holds at once, of every queue:
+// handed out to HTTP consumers (until their ACK or ttr) or waiting for
+// one. Past it, consumes wait for a held task to end. A held task costs
+// its record and a goroutine, so the bound is the server's memory for
+// jobs in flight. Default DefaultPullHeld (32,768).
+func PullHeld(n int) Opt { return optFunc(func(cfg *config) { cfg.pullHeld = n }) }
+
 // DelayService runs a delay service (package delay, its default ladder
 // and group) in the server, which moves delayed and retried tasks, those
 // of the HTTP consumers included, when they fall due; several servers
@@ -185,7 +193,7 @@ func build(opts []Opt) (config, error) {
 	cfg := config{conn: broker.Conn{Brokers: []string{broker.DefaultBrokers}}, log: slog.New(slog.DiscardHandler),
 		reg: prometheus.NewRegistry(), partitions: DefaultPartitions, maxPayload: DefaultMaxPayloadBytes,
 		maxBulk: DefaultMaxBulkBytes, maxWait: DefaultMaxWait, retention: broker.DefaultRecordsRetention,
-		pullGroup: DefaultPullGroup, pullSlots: DefaultPullSlots, releaseAfter: releaseAfter, ackRunWait: ackRunWait, delaySvc: true, workflowSvc: true, scheduler: true,
+		pullGroup: DefaultPullGroup, pullSlots: DefaultPullSlots, pullHeld: DefaultPullHeld, releaseAfter: releaseAfter, ackRunWait: ackRunWait, delaySvc: true, workflowSvc: true, scheduler: true,
 		headerTimeout: DefaultReadHeaderTimeout, bodyTimeout: DefaultBodyReadTimeout, maxConns: DefaultMaxConns}
 	errs := onceq.OptionErrors{Pkg: "serve", Kind: ErrConfig}
 	onceq.ApplyOptions(&errs, opts, func(o Opt) { o.apply(&cfg) })
@@ -215,6 +223,9 @@ func build(opts []Opt) (config, error) {
 	}
 	if cfg.pullSlots < 1 || cfg.pullSlots > 10_000 {
 		errs.Bad("PullSlots", cfg.pullSlots, "want 1 to 10000")
+	}
+	if cfg.pullHeld < 1 || cfg.pullHeld > MaxPullHeld {
+		errs.Bad("PullHeld", cfg.pullHeld, "want 1 to %d", MaxPullHeld)
 	}
 	if !validRate(cfg.rate, cfg.burst) {
 		errs.Bad("RateLimit", fmt.Sprintf("%v/s, burst %d", cfg.rate, cfg.burst),

@@ -33,6 +33,10 @@ const (
 	// DefaultPullSlots is how many tasks of a queue one server holds for
 	// its consumers at once, handed out or waiting for one.
 	DefaultPullSlots = 64
+	// DefaultPullHeld is how many tasks one server holds at once, of every
+	// queue; MaxPullHeld bounds it.
+	DefaultPullHeld = 32_768
+	MaxPullHeld     = 1_000_000
 	// DefaultTTR is a consume's time-to-run when it gives none, lmstfy's.
 	DefaultTTR = 2 * time.Minute
 	// MaxCount bounds the tasks one consume asks for.
@@ -43,9 +47,6 @@ const (
 
 // pullPattern matches the namespaces' queues: <namespace>.<queue>.
 const pullPattern = `[A-Za-z0-9_-]+\.[A-Za-z0-9-]+`
-
-// pullHeld bounds the tasks the worker holds at once, of every queue.
-const pullHeld = 4096
 
 // holdMax bounds how long a worker's task waits for a consumer, plus its
 // time-to-run: the worker's task timeout.

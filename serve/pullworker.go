@@ -80,7 +80,8 @@ func (s *Server) startPull(ctx context.Context) error {
 	life := &s.pull.life
 	life.metrics = &workerMetrics{Registerer: s.cfg.reg}
 	opts := []consumer.Opt{consumer.Conn(s.cfg.conn), consumer.Logger(s.cfg.log.With("component", "pull")), consumer.Queues(pattern),
-		consumer.Group(s.cfg.pullGroup), consumer.OnDemand(true), consumer.Concurrency(pullHeld), consumer.MaxRunningPerQueue(s.cfg.pullSlots),
+		consumer.Group(s.cfg.pullGroup), consumer.OnDemand(true), consumer.Concurrency(s.cfg.pullHeld), consumer.MaxRunningPerQueue(s.cfg.pullSlots),
+		consumer.MaxBufferedRecords(s.cfg.pullHeld + consumer.DefaultMaxBufferedRecords), // the held tasks and a fetch's
 		consumer.TaskTimeout(holdMax), consumer.CommitInterval(pullCommitInterval), consumer.ShutdownTimeout(pullShutdown),
 		consumer.WithHandler(consumer.HandlerFunc(s.pull.handle)), consumer.ResultRetention(s.cfg.retention),
 		consumer.MetricsPerQueue(false), consumer.Registerer(life.metrics), consumer.QuietAfter(pullQuietAfter),

@@ -24,6 +24,7 @@ type serveFlags struct {
 	workflowSvc, scheduler           bool
 	partitions                       int32
 	maxPayload, maxBulk, pullSlots   int
+	pullHeld                         int
 	retention, shutdown              time.Duration
 	headerTimeout, bodyTimeout       time.Duration
 	maxConns                         int
@@ -86,6 +87,7 @@ them.`,
 	fl.StringVar(&f.dataDir, "data-dir", "", "keep the pulled queues' worker checkpoints and the side services' state (delay/, workflow/) here (default: in memory)")
 	fl.StringVar(&f.pullGroup, "pull-group", serve.DefaultPullGroup, "consumer group of the workers that hand tasks to HTTP consumers")
 	fl.IntVar(&f.pullSlots, "pull-slots", serve.DefaultPullSlots, "tasks of a queue held for HTTP consumers at once, per server")
+	fl.IntVar(&f.pullHeld, "pull-held", serve.DefaultPullHeld, "tasks held for HTTP consumers at once, per server, of every queue: handed out until their ACK or ttr, or waiting for a consumer (past it, consumes wait for one to end)")
 	fl.BoolVar(&f.delaySvc, "delay-service", true, "run a delay service (retries and delayed tasks move when due)")
 	fl.BoolVar(&f.workflowSvc, "workflow-service", true, "run a workflow service (starts published workflows, joins their groups)")
 	fl.BoolVar(&f.scheduler, "scheduler", true, "run a periodic scheduler (submits the ticks of 'onceq periodic' schedules)")
@@ -139,7 +141,7 @@ func (f *serveFlags) options() []serve.Opt {
 	}
 	return []serve.Opt{serve.InsecureNoAuth(f.insecure), serve.CreateQueues(partitions), serve.Lane(f.lane), serve.MaxPayloadBytes(f.maxPayload),
 		serve.MaxBulkBytes(f.maxBulk), serve.ViewDir(f.viewDir), serve.Retention(f.retention), serve.DataDir(f.dataDir),
-		serve.PullGroup(f.pullGroup), serve.PullSlots(f.pullSlots), serve.DelayService(f.delaySvc), serve.WorkflowService(f.workflowSvc), serve.Scheduler(f.scheduler),
+		serve.PullGroup(f.pullGroup), serve.PullSlots(f.pullSlots), serve.PullHeld(f.pullHeld), serve.DelayService(f.delaySvc), serve.WorkflowService(f.workflowSvc), serve.Scheduler(f.scheduler),
 		serve.RateLimit(f.rateLimit, f.rateBurst), serve.ReadHeaderTimeout(f.headerTimeout), serve.BodyReadTimeout(f.bodyTimeout),
 		serve.MaxConns(f.maxConns)}
 }

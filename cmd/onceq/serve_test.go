@@ -94,6 +94,8 @@ func TestServeCommand(t *testing.T) {
 		{[]string{"serve", "--shutdown-timeout", "0s"}, "--shutdown-timeout 0s"},
 		{[]string{"serve", "extra"}, "want no arguments"},
 		{[]string{"serve", "--pull-slots", "0"}, "--pull-slots"},
+		{[]string{"serve", "--pull-held", "0"}, "--pull-held 0"},
+		{[]string{"serve", "--pull-held", "2000000"}, "--pull-held 2000000"},
 		{[]string{"serve", "--lane", "a/b"}, `--lane "a/b"`},
 		{[]string{"serve", "--lane", "onceq-x"}, "--lane"},
 		{[]string{"serve", "--admin-listen", "nope"}, `--admin-listen "nope"`},
