@@ -44,15 +44,7 @@ func TestManySlotsStartAsNeeded(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- w.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Error(err)
-		}
-	})
+	runUntilCleanup(t, w)
 	for deadline := time.Now().Add(60 * time.Second); w.Ready() != nil; time.Sleep(20 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatalf("not ready after 60s: %v", w.Ready())
