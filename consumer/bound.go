@@ -17,7 +17,8 @@ import (
 // A place is held from start to finish: in the ready channel, in a slot,
 // and while its result is recorded. A record abandoned by the watchdog
 // gives its place up when the watchdog takes its slot over, though its
-// handler may still be running.
+// handler may still be running, and so does one whose handler yields it
+// (Task.YieldQueuePlace).
 type queueBound struct {
 	max     int
 	mu      sync.Mutex
@@ -68,11 +69,16 @@ func (b *queueBound) take(items []*item) []*item {
 	return out
 }
 
-// done gives the place of a finished record to the first record in its
-// queue's line, and returns that one (nil if none waits).
+// done gives the place of a finished record (or one whose handler yields
+// it) to the first record in its queue's line, and returns that one (nil
+// if none waits). A record gives its place once.
 func (b *queueBound) done(it *item) *item {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if it.placeGiven {
+		return nil // given up already, by its handler
+	}
+	it.placeGiven = true
 	k := boundKey(it.rec)
 	q := b.queues[k]
 	if q == nil {

@@ -201,3 +201,62 @@ func TestMaxRunningPerQueueShutdown(t *testing.T) {
 		}
 	}
 }
+
+// TestYieldQueuePlace: with MaxRunningPerQueue(1), handlers that yield
+// their place (twice: the second does nothing) all run at once; then the
+// queue's bound still holds: of the handlers that do not yield, one runs
+// at a time.
+func TestYieldQueuePlace(t *testing.T) {
+	_, conn := testutil.StartBroker(t, "")
+	testutil.CreateTopic(t, conn, "q", 1)
+	release := make(chan struct{})
+	var mu sync.Mutex
+	held, most := 0, 0
+	c := newRunCounter()
+	w, err := consumer.New(consumer.Conn(conn), consumer.Queues("q"), consumer.CheckpointDir(t.TempDir()),
+		consumer.Concurrency(8), consumer.MaxRunningPerQueue(1), consumer.TaskTimeout(5*time.Minute),
+		consumer.WithHandler(consumer.HandlerFunc(func(ctx context.Context, task *consumer.Task) error {
+			if task.ID[0] == 'y' {
+				task.YieldQueuePlace()
+				task.YieldQueuePlace()
+				c.add(task.ID)
+				select {
+				case <-release:
+					return nil
+				case <-ctx.Done():
+					return ctx.Err()
+				}
+			}
+			mu.Lock()
+			held++
+			most = max(most, held)
+			mu.Unlock()
+			c.add(task.ID)
+			time.Sleep(20 * time.Millisecond)
+			mu.Lock()
+			held--
+			mu.Unlock()
+			return nil
+		})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := producer.New(producer.Conn(conn))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	yielding := []string{"y-0", "y-1", "y-2", "y-3", "y-4"}
+	submitAll(t, p, "q", yielding...)
+	runUntilCleanup(t, w)
+	c.waitRan(t, time.Minute, nil, yielding...) // all at once: none has returned
+	holding := []string{"h-0", "h-1", "h-2", "h-3", "h-4", "h-5"}
+	submitAll(t, p, "q", holding...)
+	c.waitRan(t, time.Minute, nil, holding...)
+	close(release)
+	mu.Lock()
+	defer mu.Unlock()
+	if most != 1 {
+		t.Fatalf("%d tasks that keep their place ran at once after 5 yielded theirs; want 1 (the queue's bound)", most)
+	}
+}

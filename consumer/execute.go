@@ -122,7 +122,7 @@ func (w *Worker) attempt(sl *slot, it *item) (*result, error) {
 		now = time.Now()
 	}
 	it.ps.latency.Observe(sinceDue(&task, now).Seconds())
-	t := &Task{Task: task, Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, w: w, state: State{ps: it.ps}, started: now}
+	t := &Task{Task: task, Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, w: w, it: it, state: State{ps: it.ps}, started: now}
 	res, _, err = w.run(sl, it, t, key)
 	return res, err
 }

@@ -54,6 +54,7 @@ type Task struct {
 	state State
 	emits []onceq.Task
 	w     *Worker
+	it    *item // the run's record (nil outside a worker's slots)
 	// started and ended bound its handler's run: ended is the time its
 	// result carries.
 	started, ended time.Time
@@ -64,6 +65,21 @@ type Task struct {
 	// and a workflow's next steps carry it on.
 	trace context.Context
 	span  trace.Span
+}
+
+// YieldQueuePlace gives the task's place under MaxRunningPerQueue to the
+// next task of its queue while its handler runs on: for a handler that
+// spends its run waiting on something outside the worker (onceq serve's,
+// once an HTTP consumer took its job, until the ACK). The task still holds
+// its slot (Concurrency) until its handler returns. Later calls, and calls
+// without a MaxRunningPerQueue, do nothing.
+func (t *Task) YieldQueuePlace() {
+	if t.w == nil || t.it == nil || t.w.sched.bound == nil {
+		return
+	}
+	if next := t.w.sched.bound.done(t.it); next != nil {
+		t.w.sched.send(next)
+	}
 }
 
 // ErrResultTooLarge is returned by SetResult for a result over the

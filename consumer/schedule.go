@@ -40,6 +40,9 @@ type item struct {
 	// ahead: the lookahead admitted it above its partition's fetch
 	// position (lookahead.go).
 	ahead bool
+	// placeGiven: it gave its place under MaxRunningPerQueue up
+	// (guarded by queueBound.mu).
+	placeGiven bool
 }
 
 // scheduler runs records on a bounded number of slots, in key order: a

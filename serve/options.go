@@ -136,8 +136,10 @@ func DataDir(dir string) Opt { return optFunc(func(cfg *config) { cfg.dataDir = 
 // DefaultPullGroup.
 func PullGroup(g string) Opt { return optFunc(func(cfg *config) { cfg.pullGroup = g }) }
 
-// PullSlots is how many tasks of a queue one server holds for its HTTP
-// consumers at once. Default DefaultPullSlots (64).
+// PullSlots is how many tasks of a queue one server holds waiting for its
+// HTTP consumers at once; a task handed out gives its place to the
+// queue's next (it counts toward PullHeld until its ACK or ttr). Default
+// DefaultPullSlots (64).
 func PullSlots(n int) Opt { return optFunc(func(cfg *config) { cfg.pullSlots = n }) }
 
 // PullHeld is how many tasks one server holds at once, of every queue:

@@ -30,8 +30,9 @@ import (
 const (
 	// DefaultPullGroup is the consumer group of the servers' workers.
 	DefaultPullGroup = "onceq-serve"
-	// DefaultPullSlots is how many tasks of a queue one server holds for
-	// its consumers at once, handed out or waiting for one.
+	// DefaultPullSlots is how many tasks of a queue one server holds
+	// waiting for its consumers at once; those handed out count only
+	// toward PullHeld.
 	DefaultPullSlots = 64
 	// DefaultPullHeld is how many tasks one server holds at once, of every
 	// queue; MaxPullHeld bounds it.
@@ -303,6 +304,9 @@ func (pl *pull) handle(ctx context.Context, t *consumer.Task) error {
 			}
 			return nil
 		case ok && st.Taken:
+			// Handed out: the job waits for its consumer, not for a place of
+			// its queue's --pull-slots, which the queue's next job takes.
+			t.YieldQueuePlace()
 			end, err = pl.hold(ctx, key, st, changed)
 		case ok && st.Granted:
 			end, err = pl.awaitGrant(ctx, t.Queue, key, st, changed)

@@ -86,7 +86,7 @@ them.`,
 	fl.DurationVar(&f.retention, "retention", 7*24*time.Hour, "how long finished tasks stay visible (1m or more): the workers' --result-retention")
 	fl.StringVar(&f.dataDir, "data-dir", "", "keep the pulled queues' worker checkpoints and the side services' state (delay/, workflow/) here (default: in memory)")
 	fl.StringVar(&f.pullGroup, "pull-group", serve.DefaultPullGroup, "consumer group of the workers that hand tasks to HTTP consumers")
-	fl.IntVar(&f.pullSlots, "pull-slots", serve.DefaultPullSlots, "tasks of a queue held for HTTP consumers at once, per server")
+	fl.IntVar(&f.pullSlots, "pull-slots", serve.DefaultPullSlots, "tasks of a queue held waiting for HTTP consumers at once, per server (those handed out count toward --pull-held)")
 	fl.IntVar(&f.pullHeld, "pull-held", serve.DefaultPullHeld, "tasks held for HTTP consumers at once, per server, of every queue: handed out until their ACK or ttr, or waiting for a consumer (past it, consumes wait for one to end)")
 	fl.BoolVar(&f.delaySvc, "delay-service", true, "run a delay service (retries and delayed tasks move when due)")
 	fl.BoolVar(&f.workflowSvc, "workflow-service", true, "run a workflow service (starts published workflows, joins their groups)")
