@@ -13,7 +13,6 @@ import (
 	"github.com/onceq/onceq"
 	"github.com/onceq/onceq/consumer"
 	"github.com/onceq/onceq/internal/testutil"
-	"github.com/onceq/onceq/producer"
 )
 
 // TestMaxRunningPerQueue: with MaxRunningPerQueue(2) and 3 slots, queue A's
@@ -74,11 +73,7 @@ func testMaxRunningPerQueue(t *testing.T, qa, qb string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := producer.New(producer.Conn(conn))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
+	p := newProducer(t, conn)
 	for _, id := range aIDs {
 		task := onceq.Task{ID: id, Queue: qa, Key: []byte(id[:len("a-k0")])}
 		if _, err := p.Submit(t.Context(), task); err != nil {
@@ -138,11 +133,7 @@ func TestMaxRunningPerQueueShutdown(t *testing.T) {
 	_, conn := testutil.StartBroker(t, "")
 	testutil.CreateTopic(t, conn, "qs", 1)
 	all := ids(6) // each its own key: nothing but the bound keeps them apart
-	p, err := producer.New(producer.Conn(conn))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
+	p := newProducer(t, conn)
 	submitAll(t, p, "qs", all...)
 
 	first := newRunCounter()
@@ -241,11 +232,7 @@ func TestYieldQueuePlace(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := producer.New(producer.Conn(conn))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
+	p := newProducer(t, conn)
 	yielding := []string{"y-0", "y-1", "y-2", "y-3", "y-4"}
 	submitAll(t, p, "q", yielding...)
 	runUntilCleanup(t, w)

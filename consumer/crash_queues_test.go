@@ -11,7 +11,6 @@ import (
 
 	"github.com/onceq/onceq"
 	"github.com/onceq/onceq/internal/testutil"
-	"github.com/onceq/onceq/producer"
 )
 
 // TestCrashManyQueues: three "onceq worker" processes of one group run
@@ -85,11 +84,7 @@ func crashManyQueues(t *testing.T, lanes bool) {
 		dir := filepath.Join(t.TempDir(), fmt.Sprintf("w%d", i))
 		slots[i] = &workerProc{dir: dir, proc: start(dir)}
 	}
-	p, err := producer.New(producer.Conn(conn))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
+	p := newProducer(t, conn)
 	go func() {
 		wave := max(len(tasks)/100, 1)
 		for i := 0; i < len(tasks); i += wave {

@@ -12,7 +12,6 @@ import (
 	"github.com/onceq/onceq"
 	"github.com/onceq/onceq/consumer"
 	"github.com/onceq/onceq/internal/testutil"
-	"github.com/onceq/onceq/producer"
 )
 
 // TestOnDemandLaneQueues: an on-demand worker of a lane's queues fetches
@@ -28,11 +27,7 @@ func TestOnDemandLaneQueues(t *testing.T) {
 	testutil.CreateTopic(t, conn, "ol", 2)
 	testutil.CreateTopic(t, conn, "om", 2)
 	testutil.CreateTopic(t, conn, "on", 2)
-	p, err := producer.New(producer.Conn(conn))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
+	p := newProducer(t, conn)
 	start := func(lane string, opts ...consumer.Opt) (*consumer.Worker, *runCounter, *prometheus.Registry) {
 		t.Helper()
 		reg := prometheus.NewRegistry()

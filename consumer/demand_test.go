@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/onceq/onceq"
+	"github.com/onceq/onceq/broker"
 	"github.com/onceq/onceq/consumer"
 	"github.com/onceq/onceq/internal/testutil"
 	"github.com/onceq/onceq/producer"
@@ -82,6 +83,17 @@ func waitMetric(t testing.TB, reg *prometheus.Registry, name string, want float6
 	}
 }
 
+// newProducer is a producer on conn, closed when the test ends.
+func newProducer(t testing.TB, conn broker.Conn) *producer.Producer {
+	t.Helper()
+	p, err := producer.New(producer.Conn(conn))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	return p
+}
+
 func submitAll(t testing.TB, p *producer.Producer, queue string, ids ...string) {
 	t.Helper()
 	for _, id := range ids {
@@ -114,11 +126,7 @@ func TestOnDemand(t *testing.T) {
 	w.Want("ctl", time.Now().Add(time.Hour))
 	w.Want("elsewhere", time.Now().Add(time.Hour)) // not a queue of the worker: nothing
 	runUntilCleanup(t, w)
-	p, err := producer.New(producer.Conn(conn))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
+	p := newProducer(t, conn)
 	for deadline := time.Now().Add(time.Minute); !w.Owns("dq") || !w.Owns("ctl"); time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("the worker owns no partition of dq or ctl after a minute")
@@ -189,11 +197,7 @@ func TestOnDemandNewQueues(t *testing.T) {
 	w.Want("dp.ctl", time.Now().Add(time.Hour))
 	w.Want("dp.b", time.Now().Add(time.Hour))
 	runUntilCleanup(t, w)
-	p, err := producer.New(producer.Conn(conn))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
+	p := newProducer(t, conn)
 	submitAll(t, p, "dp.ctl", "ctl-0")
 	c.waitRan(t, time.Minute, nil, "ctl-0")
 

@@ -211,11 +211,7 @@ func TestPausedLaneQueueHoldsNoSlot(t *testing.T) {
 	if err := control.Write(ctx, conn, control.Entry{Queue: "fn/a", Paused: true, At: time.Now()}); err != nil {
 		t.Fatal(err)
 	}
-	p, err := producer.New(producer.Conn(conn))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
+	p := newProducer(t, conn)
 	var tasks []onceq.Task
 	for i := range 40 {
 		tasks = append(tasks, onceq.Task{ID: fmt.Sprint("a-", i), Queue: "fn/a"})

@@ -34,11 +34,7 @@ func TestLaneKeysStayInTheirQueue(t *testing.T) {
 	if err := control.Write(ctx, conn, control.Entry{Queue: "fn/a", Paused: true, At: time.Now()}); err != nil {
 		t.Fatal(err)
 	}
-	p, err := producer.New(producer.Conn(conn))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
+	p := newProducer(t, conn)
 	tasks := []onceq.Task{
 		{ID: "j1", Queue: "fn/a"},
 		{ID: "k-a", Queue: "fn/a", Key: []byte("k")},

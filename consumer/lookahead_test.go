@@ -15,7 +15,6 @@ import (
 	"github.com/onceq/onceq/consumer"
 	"github.com/onceq/onceq/internal/control"
 	"github.com/onceq/onceq/internal/testutil"
-	"github.com/onceq/onceq/producer"
 )
 
 // TestPriorityLookahead: a worker that buffers 100 records drains a
@@ -89,11 +88,7 @@ func TestPriorityLookahead(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			p, err := producer.New(producer.Conn(conn))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer p.Close()
+			p := newProducer(t, conn)
 			var all []string
 			submit := func(id string, priority int, key string) {
 				task := onceq.Task{ID: id, Queue: "la", Priority: priority, Payload: []byte(id)}
@@ -353,11 +348,7 @@ func TestEmitNotesPriority(t *testing.T) {
 		t.Fatal(err)
 	}
 	runUntilCleanup(t, w)
-	p, err := producer.New(producer.Conn(conn))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
+	p := newProducer(t, conn)
 	if _, err := p.Submit(t.Context(), onceq.Task{ID: "a", Queue: "src"}); err != nil {
 		t.Fatal(err)
 	}

@@ -13,7 +13,6 @@ import (
 	"github.com/onceq/onceq"
 	"github.com/onceq/onceq/consumer"
 	"github.com/onceq/onceq/internal/testutil"
-	"github.com/onceq/onceq/producer"
 )
 
 // TestPriority: with its one slot held by a blocked task, a worker that
@@ -45,11 +44,7 @@ func TestPriority(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := producer.New(producer.Conn(conn))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
+	p := newProducer(t, conn)
 	submit := func(id string, priority int, key string) {
 		t.Helper()
 		task := onceq.Task{ID: id, Queue: "pq", Priority: priority}
@@ -167,11 +162,7 @@ func TestPriorityKeptThroughRetries(t *testing.T) {
 			t.Error(err)
 		}
 	}()
-	p, err := producer.New(producer.Conn(conn))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
+	p := newProducer(t, conn)
 	if _, err := p.Submit(t.Context(), onceq.Task{ID: "r-1", Queue: "pr", Priority: 7, Delay: 200 * time.Millisecond, MaxAttempts: 3}); err != nil {
 		t.Fatal(err)
 	}

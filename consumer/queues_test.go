@@ -13,7 +13,6 @@ import (
 	"github.com/onceq/onceq/broker"
 	"github.com/onceq/onceq/consumer"
 	"github.com/onceq/onceq/internal/testutil"
-	"github.com/onceq/onceq/producer"
 )
 
 // TestQueuePattern: a worker of a pattern runs the tasks of every queue
@@ -35,11 +34,7 @@ func TestQueuePattern(t *testing.T) {
 	}
 	runUntilCleanup(t, w)
 	ctx := t.Context()
-	p, err := producer.New(producer.Conn(conn))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
+	p := newProducer(t, conn)
 	wait := func(want string) {
 		t.Helper()
 		timeout := time.After(time.Minute)

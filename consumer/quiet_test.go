@@ -78,11 +78,7 @@ func TestQuietPartitionsWake(t *testing.T) {
 	}
 	quiet(3)
 
-	p, err := producer.New(producer.Conn(conn))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
+	p := newProducer(t, conn)
 	if _, err := p.Submit(ctx, onceq.Task{ID: "p1", Queue: "qa"}); err != nil {
 		t.Fatal(err)
 	}

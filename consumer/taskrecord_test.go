@@ -138,11 +138,7 @@ func TestTaskRecordsOff(t *testing.T) {
 func TestRecordsTopicKeptAsLongAsTheWorkerNeeds(t *testing.T) {
 	_, conn := testutil.StartBroker(t, "")
 	testutil.CreateTopic(t, conn, "in", 2)
-	p, err := producer.New(producer.Conn(conn))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
+	p := newProducer(t, conn)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if err := p.Tx(ctx, func(tx *producer.Tx) error {
