@@ -108,6 +108,7 @@ func kitRun(ctx context.Context, h Handler, t *Task) kit.Outcome {
 	it.dedupKey, it.idem = t.DedupKey(), t.IdempotencyKey()
 	w.buffered.Add(1) // admitted: finish signals w.wake when it is done
 	s := w.sched
+	s.started.Store(1) // the run's slot, slots[0], which the watchdog watches
 	s.wg.Add(1)
 	go s.watchdog()
 	defer func() {
