@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math/rand/v2"
 	"slices"
 	"sort"
 	"strings"
@@ -34,11 +35,26 @@ type Admin struct {
 // NewAdmin connects an admin client. Close releases it. extra adds to the
 // client's options (a longer kgo.MetadataMinAge, for example).
 func NewAdmin(c Conn, extra ...kgo.Opt) (*Admin, error) {
-	cl, err := c.NewClient(extra...)
+	cl, err := c.NewClient(append([]kgo.Opt{kgo.RetryBackoffFn(adminBackoff)}, extra...)...)
 	if err != nil {
 		return nil, err
 	}
 	return &Admin{conn: c, cl: cl, adm: kadm.NewClient(cl)}, nil
+}
+
+// adminBackoff is how long an admin request waits before it tries again
+// after a retriable error: 10 ms, doubling to at most a second, jittered.
+// kgo's default starts at 250 ms, made for a producer's back-pressure; an
+// admin request's usual retriable error is a topic just created that its
+// leader does not answer for yet (Kafka, for some tens of milliseconds),
+// and a new queue's first task waited out that 250 ms twice: once in its
+// publish, once in the worker's restore of its partition.
+func adminBackoff(fails int) time.Duration {
+	d := time.Second
+	if fails < 8 {
+		d = 10 * time.Millisecond << max(fails-1, 0)
+	}
+	return time.Duration(float64(d) * (0.8 + 0.4*rand.Float64()))
 }
 
 // Close releases the connection.

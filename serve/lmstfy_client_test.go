@@ -503,9 +503,6 @@ func TestLmstfyParams(t *testing.T) {
 // that layout is left out there (docs/http-api.md).
 func TestLmstfyClientConsumeAtOnce(t *testing.T) {
 	eachLayout(t, func(t *testing.T, layout serve.Opt) {
-		if testutil.OnKafka() && !strings.HasSuffix(t.Name(), "/lane") {
-			t.Skip("on Apache Kafka a new queue's first job takes 0.2-0.5 s to reach the server with a topic per queue, past ImmediateWait")
-		}
 		a := start(t, layout, serve.CreateQueues(2))
 		c := &lmstfyClient{t: t, a: a, ns: "ns", token: a.token("ns", false)}
 		for i := range 3 {
