@@ -17,9 +17,10 @@ import (
 	"github.com/onceq/onceq/internal/testutil"
 )
 
-// BenchmarkServeQueues: `onceq serve` (and the embedded broker) as
-// processes of their own, driven by lmstfy's API over HTTP, over 1 and 500
-// queues (ONCEQ_BENCH_SERVE_QUEUES picks others, e.g. "1,500"):
+// BenchmarkServeQueues: `onceq serve` and the embedded broker as processes
+// of their own (or, under ONCEQ_TEST_KAFKA, the test binary's Apache Kafka
+// cluster), driven by lmstfy's API over HTTP, over 1 and 500 queues
+// (ONCEQ_BENCH_SERVE_QUEUES picks others, e.g. "1,500"):
 //
 //   - publish: 2,000 jobs at 200 jobs/s, spread over the queues, no
 //     consumer: the server's and the broker's CPU per publish;
@@ -69,8 +70,7 @@ func serveTarget(b *testing.B) benchTarget {
 		}
 		return tg
 	}
-	brokerAddr := testutil.FreeAddr(b)
-	brk, _ := testutil.StartBrokerProcess(b, brokerAddr, b.TempDir())
+	brokerAddr, brokerPIDs := benchBroker(b)
 	code, out, stderr := runCLI(b, "", "--brokers", brokerAddr, "token", "create", "bench")
 	if code != 0 {
 		b.Fatalf("token create: %s", stderr)
@@ -83,8 +83,34 @@ func serveTarget(b *testing.B) benchTarget {
 	srv := testutil.Start(b, args...)
 	b.Cleanup(srv.Kill)
 	srv.WaitOutput(b, "serving", 30*time.Second)
-	return benchTarget{base: "http://" + listen + "/api/bench", token: strings.TrimSpace(out),
-		pids: map[string]int{"server": srv.Cmd.Process.Pid, "broker": brk.Cmd.Process.Pid}}
+	tg := benchTarget{base: "http://" + listen + "/api/bench", token: strings.TrimSpace(out),
+		pids: brokerPIDs}
+	tg.pids["server"] = srv.Cmd.Process.Pid
+	return tg
+}
+
+// benchBroker starts the broker the server under measure uses: the
+// embedded broker as a process of its own, or under ONCEQ_TEST_KAFKA the
+// test binary's Apache Kafka cluster (make kafka's, in effect), whose
+// nodes' CPU counts as the broker's. It returns the seeds and the
+// processes by name.
+func benchBroker(b *testing.B) (string, map[string]int) {
+	if testutil.OnKafka() {
+		_, conn := testutil.StartBroker(b, "")
+		c := testutil.KafkaCluster()
+		pids := map[string]int{}
+		for id := 1; id <= c.Nodes(); id++ {
+			name := "broker"
+			if c.Nodes() > 1 {
+				name += strconv.Itoa(id)
+			}
+			pids[name] = c.PID(id)
+		}
+		return strings.Join(conn.Brokers, ","), pids
+	}
+	brokerAddr := testutil.FreeAddr(b)
+	brk, _ := testutil.StartBrokerProcess(b, brokerAddr, b.TempDir())
+	return brokerAddr, map[string]int{"broker": brk.Cmd.Process.Pid}
 }
 
 // cpuMeter measures the target's processes' CPU over a phase.
