@@ -180,9 +180,9 @@ func (w *Worker) commit(ctx context.Context) error {
 
 	w.hook(BeforeKafkaCommit)
 	start := time.Now()
-	sources := make([]*partState, len(parts))
+	sources := make([]checkpoint.TP, len(parts))
 	for i, p := range parts {
-		sources[i] = p.ps
+		sources[i] = p.ps.tp
 	}
 	committed, refused, err := w.kafka.commit(ctx, recs, offsets, sources)
 	w.metrics.commit.WithLabelValues("kafka").Observe(time.Since(start).Seconds())
