@@ -70,7 +70,7 @@ func TestTooLargeTaskEndsInDeadLetters(t *testing.T) {
 		w.Signal(syscall.SIGTERM)
 		_, _ = w.Wait(30 * time.Second)
 	}()
-	out := waitRecords(t, conn, "out", 3, 30*time.Second)
+	out := waitRecords(t, conn, "out", 3, 90*time.Second)
 	dead := waitRecords(t, conn, "onceq-dlq-in", 1, 60*time.Second)
 	checkExactlyOnce(t, out, []string{"small-0", "small-1", "small-2"})
 	if len(dead) != 1 {

@@ -83,7 +83,7 @@ func (w *Worker) commit(ctx context.Context) error {
 	// An offset the transaction may commit again unchanged when no
 	// partition moved: see below.
 	var (
-		keepTP checkpoint.TP
+		keepPS *partState
 		keep   = kgo.EpochOffset{Offset: -1}
 	)
 	synced := w.synced.Load()
@@ -112,7 +112,7 @@ func (w *Worker) commit(ctx context.Context) error {
 		}
 		res, to, moved, upTo := ps.collect()
 		if keep.Offset < 0 && to.Offset >= 0 {
-			keepTP, keep = ps.tp, to
+			keepPS, keep = ps, to
 		}
 		var fin checkpoint.Ranges
 		var newFin bool
@@ -174,15 +174,21 @@ func (w *Worker) commit(ctx context.Context) error {
 	// brokers for pre-KIP-447 ones and holds the next commit for 500 ms
 	// (GroupTransactSession.End); the commit also fences it by the
 	// group's generation, as every other commit is.
-	if eos && len(offsets) == 0 && keep.Offset >= 0 {
-		offsets[keepTP.Topic] = map[int32]kgo.EpochOffset{keepTP.Partition: keep}
+	keptOnly := eos && len(offsets) == 0 && keep.Offset >= 0
+	if keptOnly {
+		offsets[keepPS.tp.Topic] = map[int32]kgo.EpochOffset{keepPS.tp.Partition: keep}
 	}
 
 	w.hook(BeforeKafkaCommit)
 	start := time.Now()
-	sources := make([]checkpoint.TP, len(parts))
+	// The states the transaction covers: a commit that finds one of their
+	// partitions given away releases those states, and no other.
+	sources := make([]*partState, len(parts), len(parts)+1)
 	for i, p := range parts {
-		sources[i] = p.ps.tp
+		sources[i] = p.ps
+	}
+	if keptOnly && !slices.Contains(sources, keepPS) {
+		sources = append(sources, keepPS)
 	}
 	committed, refused, err := w.kafka.commit(ctx, recs, offsets, sources)
 	w.metrics.commit.WithLabelValues("kafka").Observe(time.Since(start).Seconds())

@@ -10,7 +10,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/onceq/onceq/broker"
-	"github.com/onceq/onceq/checkpoint"
 )
 
 // kafkaSide is how the worker consumes and commits: its group member
@@ -24,7 +23,7 @@ type kafkaSide interface {
 	// rebalance, a refused write, a source no longer assigned); refused
 	// holds the records the brokers refused as too large, which no retry
 	// would take.
-	commit(ctx context.Context, recs []*kgo.Record, offsets map[string]map[int32]kgo.EpochOffset, sources []checkpoint.TP) (committed bool, refused []refusal, err error)
+	commit(ctx context.Context, recs []*kgo.Record, offsets map[string]map[int32]kgo.EpochOffset, sources []*partState) (committed bool, refused []refusal, err error)
 	// pause and resume stop and resume fetching partitions.
 	pause(parts map[string][]int32)
 	resume(parts map[string][]int32)
@@ -131,7 +130,7 @@ func (b *baseSide) pauseQueue(queue string, paused bool) {
 // the offsets together (broker.Member.Commit).
 type txnSide struct{ baseSide }
 
-func (s *txnSide) commit(ctx context.Context, recs []*kgo.Record, offsets map[string]map[int32]kgo.EpochOffset, sources []checkpoint.TP) (bool, []refusal, error) {
+func (s *txnSide) commit(ctx context.Context, recs []*kgo.Record, offsets map[string]map[int32]kgo.EpochOffset, sources []*partState) (bool, []refusal, error) {
 	// The session would commit the position of everything polled. The
 	// worker commits, per partition, the offset of its first unfinished
 	// record instead, for the partitions of sources that the group still
@@ -143,15 +142,15 @@ func (s *txnSide) commit(ctx context.Context, recs []*kgo.Record, offsets map[st
 		}
 	}
 	also := map[string][]int32{}
-	for _, tp := range sources {
-		also[tp.Topic] = append(also[tp.Topic], tp.Partition)
+	for _, ps := range sources {
+		also[ps.tp.Topic] = append(also[ps.tp.Topic], ps.tp.Partition)
 	}
 	t, err := s.m.Commit(ctx, recs, txnOffsets, also, func(first error) {
 		s.w.cfg.log.Warn("aborting commit: writing a record failed", "err", first)
 	})
 	if gone, ok := errors.AsType[*broker.NotAssignedError](err); ok {
 		s.w.cfg.log.Info("commit aborted: a partition of it was assigned elsewhere", "err", err)
-		s.w.lost(gone.Partitions)
+		s.w.lost(gone.Partitions, sources)
 		return false, nil, nil
 	}
 	if err != nil {
@@ -182,7 +181,7 @@ func tooLarge(err error) bool {
 // committed; a crash in between writes the outputs again.
 type plainSide struct{ baseSide }
 
-func (s *plainSide) commit(ctx context.Context, recs []*kgo.Record, offsets map[string]map[int32]kgo.EpochOffset, _ []checkpoint.TP) (bool, []refusal, error) {
+func (s *plainSide) commit(ctx context.Context, recs []*kgo.Record, offsets map[string]map[int32]kgo.EpochOffset, _ []*partState) (bool, []refusal, error) {
 	var refused []refusal
 	cl := s.m.Client()
 	for _, pr := range cl.ProduceSync(ctx, recs...) {

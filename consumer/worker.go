@@ -510,17 +510,36 @@ func (w *Worker) revoked(_ context.Context, _ *kgo.Client, m map[string][]int32)
 	w.cfg.log.Info("partitions revoked", "partitions", m)
 }
 
-// lost releases the partitions a commit found the group gave to others
-// without a revoke callback (broker.NotAssignedError).
-func (w *Worker) lost(m map[string][]int32) {
+// lost releases the partitions of m that a commit of the partitions
+// sources found the group gave to others without a revoke callback
+// (broker.NotAssignedError). A partition the worker holds in a state
+// other than the commit's was assigned to it again since, its revocation
+// unheard (kgo's transact session passes on one revocation between two
+// commits): that state is the new assignment's, fetching and running from
+// the group's committed offset, and stays. Released, the partition's
+// records would be dropped as not the worker's while the client goes on
+// fetching them, and it would stall until the next rebalance.
+func (w *Worker) lost(m map[string][]int32, sources []*partState) {
 	w.mu.Lock()
+	var gone, kept []checkpoint.TP
 	for topic, ps := range m {
 		for _, p := range ps {
-			w.drop(checkpoint.TP{Topic: topic, Partition: p})
+			tp := checkpoint.TP{Topic: topic, Partition: p}
+			if st := w.parts[tp]; st != nil && !slices.Contains(sources, st) {
+				kept = append(kept, tp)
+				continue
+			}
+			w.drop(tp)
+			gone = append(gone, tp)
 		}
 	}
 	w.mu.Unlock()
-	w.cfg.log.Info("partitions revoked without a callback: released", "partitions", m)
+	if len(gone) > 0 {
+		w.cfg.log.Info("partitions revoked without a callback: released", "partitions", gone)
+	}
+	if len(kept) > 0 {
+		w.cfg.log.Info("partitions assigned again since the commit: kept", "partitions", kept)
+	}
 }
 
 // drop releases the partition tp, if the worker has it, and forgets it;

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -97,8 +98,7 @@ func (s *Service) commit(ctx context.Context) error {
 	done := time.Now()
 	s.m.commit.Observe(done.Sub(now).Seconds())
 	if gone, ok := errors.AsType[*broker.NotAssignedError](err); ok {
-		// Given to others without a revoke callback: let them go.
-		s.revoked(ctx, nil, gone.Partitions)
+		s.lost(gone.Partitions, moves)
 	} else if err != nil {
 		return fmt.Errorf("delay: moving records: %w", err)
 	}
@@ -124,6 +124,31 @@ func (s *Service) commit(ctx context.Context) error {
 	}
 	s.m.held.Set(float64(s.held))
 	return nil
+}
+
+// lost lets go of the partitions of gone, which a commit of moves found
+// given to others without a revoke callback. A partition the service holds
+// in a part other than the move's was assigned to it again since, its
+// revocation unheard (kgo's transact session passes on one revocation
+// between two commits): that part is the new assignment's and stays.
+func (s *Service) lost(gone map[string][]int32, moves []*move) {
+	s.mu.Lock()
+	var released []tp
+	for topic, ps := range gone {
+		for _, p := range ps {
+			k := tp{topic, p}
+			old := s.parts[k]
+			if old == nil || !slices.ContainsFunc(moves, func(mv *move) bool { return mv.p == old }) {
+				continue
+			}
+			old.revoked.Store(true)
+			delete(s.parts, k)
+			released = append(released, k)
+		}
+	}
+	s.mu.Unlock()
+	s.gen.Add(1)
+	s.cfg.log.Info("partitions given away without a revoke callback: released", "partitions", released, "reported", gone)
 }
 
 // offsets are the offsets of the transaction's offset commit: the member
