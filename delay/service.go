@@ -289,19 +289,28 @@ func (s *Service) assigned(_ context.Context, _ *kgo.Client, m map[string][]int3
 }
 
 func (s *Service) revoked(_ context.Context, _ *kgo.Client, m map[string][]int32) {
+	s.release(m, nil)
+	s.cfg.log.Info("partitions revoked", "partitions", m)
+}
+
+// release lets go of the partitions of m whose part only accepts (every
+// one for a nil only), and returns those it let go.
+func (s *Service) release(m map[string][]int32, only func(*part) bool) []tp {
+	var released []tp
 	s.mu.Lock()
 	for topic, ps := range m {
 		for _, p := range ps {
 			k := tp{topic, p}
-			if old := s.parts[k]; old != nil {
+			if old := s.parts[k]; old != nil && (only == nil || only(old)) {
 				old.revoked.Store(true)
 				delete(s.parts, k)
+				released = append(released, k)
 			}
 		}
 	}
 	s.mu.Unlock()
 	s.gen.Add(1)
-	s.cfg.log.Info("partitions revoked", "partitions", m)
+	return released
 }
 
 // refreshView takes over assignment changes: drops revoked partitions,

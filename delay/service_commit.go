@@ -132,22 +132,9 @@ func (s *Service) commit(ctx context.Context) error {
 // revocation unheard (kgo's transact session passes on one revocation
 // between two commits): that part is the new assignment's and stays.
 func (s *Service) lost(gone map[string][]int32, moves []*move) {
-	s.mu.Lock()
-	var released []tp
-	for topic, ps := range gone {
-		for _, p := range ps {
-			k := tp{topic, p}
-			old := s.parts[k]
-			if old == nil || !slices.ContainsFunc(moves, func(mv *move) bool { return mv.p == old }) {
-				continue
-			}
-			old.revoked.Store(true)
-			delete(s.parts, k)
-			released = append(released, k)
-		}
-	}
-	s.mu.Unlock()
-	s.gen.Add(1)
+	released := s.release(gone, func(old *part) bool {
+		return slices.ContainsFunc(moves, func(mv *move) bool { return mv.p == old })
+	})
 	s.cfg.log.Info("partitions given away without a revoke callback: released", "partitions", released, "reported", gone)
 }
 
