@@ -53,7 +53,7 @@ func main() {
 	kinds := flag.String("runs", "eos-keys,eos,alo", "drains to run: eos-keys (exactly-once, client IDs), eos (exactly-once, generated IDs), alo (at-least-once)")
 	partitions := flag.Int("partitions", 8, "partitions of the queues")
 	headArgs := flag.String("head-args", "", "more flags for head's workers, space-separated (to try a setting out)")
-	profile := flag.String("profile", "", "write a CPU profile of each of head's drains of the first round to this directory (5 s, from 1 s after the worker starts)")
+	profile := flag.String("profile", "", "write a CPU profile of each of head's drains of the first round to this directory (5 s, from 1 s after the worker starts), and a heap profile at its end")
 	brokers := flag.String("brokers", "", "seed brokers of a cluster to run on, comma-separated (default: an embedded broker of its own)")
 	flag.Parse()
 	if *base == "" || *tasks < 1000 || *rounds < 1 || *partitions < 1 {
@@ -354,16 +354,26 @@ func peakRSS(pid int) float64 {
 }
 
 // fetchProfile writes to file a CPU profile of the worker whose metrics
-// listener is addr: 5 s from 1 s after its start.
+// listener is addr: 5 s from 1 s after its start, and its heap at the end
+// of that window (file.heap.pprof).
 func fetchProfile(addr, file string) error {
 	time.Sleep(time.Second)
-	resp, err := http.Get("http://" + addr + "/debug/pprof/profile?seconds=5")
+	if err := fetchTo(addr, "/debug/pprof/profile?seconds=5", file); err != nil {
+		return err
+	}
+	// The heap at the end of that window, while the drain runs.
+	return fetchTo(addr, "/debug/pprof/heap", strings.TrimSuffix(file, ".pprof")+".heap.pprof")
+}
+
+// fetchTo writes what addr serves at path to file.
+func fetchTo(addr, path, file string) error {
+	resp, err := http.Get("http://" + addr + path)
 	if err != nil {
 		return err
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("%s answered %s", addr, resp.Status)
+		return fmt.Errorf("%s%s answered %s", addr, path, resp.Status)
 	}
 	if err := os.MkdirAll(filepath.Dir(file), 0o755); err != nil {
 		return err
