@@ -72,15 +72,20 @@ func uuid7(ms uint64, seed uint64) string {
 func benchID(i int) string   { return uuid7(millis(benchEpoch)+uint64(i), uint64(i)) }
 func benchMiss(i int) string { return uuid7(millis(benchEpoch)+uint64(i), uint64(i)^1<<62) }
 
-// fill marks IDs [from, to) in batches of 1,000 (one commit each, all marked
-// at the time of the batch's last ID), and flushes.
+// fill marks IDs [from, to) as a worker does, in batches of 1,000 (one
+// commit each, all marked at the time of the batch's last ID, in mark
+// records), and flushes.
 func fill(b testing.TB, s *Store, from, to int, id func(int) string, at func(int) time.Time) {
+	marks := make([]Mark, 0, 1000)
 	for i := from; i < to; {
 		batch := s.NewBatch()
 		end := min(i+1000, to)
 		t := at(end - 1)
-		for ; i < end; i++ {
-			if err := batch.MarkProcessed(benchTP, id(i), t); err != nil {
+		for marks = marks[:0]; i < end; i++ {
+			marks = append(marks, Mark{ID: id(i), At: t})
+		}
+		for _, e := range MarkRecords(marks) {
+			if err := batch.MarkRecord(benchTP, e.Marks); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -397,7 +402,7 @@ func BenchmarkRestore(b *testing.B) {
 }
 
 // BenchmarkCommitDuringExpiry measures synced commits of 1,000 IDs while
-// ExpireProcessed removes 1,000,000 expired IDs, with commits back to back
+// Expire removes 1,000,000 expired IDs, with commits back to back
 // and every 10 ms.
 func BenchmarkCommitDuringExpiry(b *testing.B) {
 	for _, every := range []time.Duration{0, 10 * time.Millisecond} {
@@ -429,9 +434,9 @@ func benchCommitDuringExpiry(b *testing.B, every time.Duration) {
 		done := make(chan error, 1)
 		start := time.Now()
 		go func() {
-			removed, err := s.ExpireProcessed(context.Background(), now, 0)
-			if err == nil && len(removed) != expired {
-				err = fmt.Errorf("removed %d IDs, want %d", len(removed), expired)
+			n, err := s.Expire(context.Background(), now, 0, func([]Removed) {})
+			if err == nil && n != expired {
+				err = fmt.Errorf("removed %d IDs, want %d", n, expired)
 			}
 			expiry += time.Since(start)
 			done <- err

@@ -137,8 +137,12 @@ func (s *Store) ExpireProcessed(ctx context.Context, now time.Time, limit int) (
 //
 // Each chunk hands what it removes to tombstones before it deletes
 // anything, so that the caller can write the changelog tombstones: one per
-// mark record whose IDs are all gone (a call that stops inside a record
+// mark record once it is due (a bare one, as MarkRecord writes them, before
+// the scan that deletes its IDs by their own times; one that lists its IDs,
+// when a chunk takes the last of them, so that a call that stops inside it
 // hands it over in a later call), one per ID that has a record of its own.
+// The scan of the IDs examines a bounded number of keys a call when there
+// is a limit, so an ID may outlive its window by a few calls.
 // Handing over first lets Expire run beside the caller's commits: a task
 // that runs because its ID is gone is admitted after the deletion, so the
 // commit that marks the ID again finds the tombstone already handed over,
@@ -217,7 +221,7 @@ func (s *Store) expirePartition(ctx context.Context, p *partition, cutoff uint64
 		}
 		cands, finished = cands[:0], finished[:0]
 		room := min(expireChunk, limit-*deleted)
-		for len(cands) < room {
+		for len(cands) < room && len(finished) < expireChunk {
 			if len(pending) == 0 {
 				if !ok {
 					break
@@ -245,21 +249,101 @@ func (s *Store) expirePartition(ctx context.Context, p *partition, cutoff uint64
 		if len(cands) == 0 && len(finished) == 0 {
 			break
 		}
-		start := time.Now()
-		n, err := s.expireChunk(p, cutoff, cands, finished, tombstones)
-		if err != nil {
+		if err := s.restChunk(p, cutoff, cands, finished, true, deleted, tombstones); err != nil {
 			return err
 		}
-		*deleted += n
-		// Rest as long as the chunk took: expiry is background work, and
-		// the compactions its deletions cause compete with commits for the
-		// disk. This halves its peak load.
-		time.Sleep(time.Since(start))
 	}
 	if err := it.Error(); err != nil {
 		return ioError(err, "expire %s", p.tp)
 	}
+	if *deleted >= limit || ok || len(pending) > 0 {
+		return nil // records left: the scan waits for them
+	}
+	return s.expireScan(ctx, p, cutoff, limit, deleted, tombstones)
+}
+
+// restChunk runs expireChunk and then rests as long as it took: expiry is
+// background work, and the compactions its deletions cause compete with
+// commits for the disk. This halves its peak load.
+func (s *Store) restChunk(p *partition, cutoff uint64, cands []expiryEntry, finished []expiryRecord, rewrite bool, deleted *int, tombstones func([]Removed)) error {
+	start := time.Now()
+	n, err := s.expireChunk(p, cutoff, cands, finished, rewrite, tombstones)
+	if err != nil {
+		return err
+	}
+	*deleted += n
+	time.Sleep(time.Since(start))
 	return nil
+}
+
+// expireScanKeys bounds the ID keys one call of Expire with a limit
+// examines in a partition; the next call goes on where it stopped. A
+// worker calls Expire every minute or so, so a partition of a million IDs
+// is scanned through in about four minutes, at some thousands of keys a
+// second. A variable for the tests.
+var expireScanKeys = 1 << 18
+
+// expireScan deletes, in chunks, p's IDs whose own time is at or before
+// cutoff less recordSpan: those of bare mark records (MarkRecord), which
+// list no IDs. It runs after the walk of the expiry records due at cutoff,
+// so each such ID's record (at most recordSpan later than the ID's time)
+// is already handed over for its changelog tombstone before the ID goes,
+// as Expire promises. Without a limit it scans every key; with one, at
+// most expireScanKeys a call, from where the last call stopped.
+func (s *Store) expireScan(ctx context.Context, p *partition, cutoff uint64, limit int, deleted *int, tombstones func([]Removed)) error {
+	if cutoff < recordSpan {
+		return nil
+	}
+	cutoff -= recordSpan
+	budget := expireScanKeys
+	if limit == int(^uint(0)>>1) {
+		budget = limit
+	}
+	lower, upper := familyBounds(p.h, familyID)
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
+	if err != nil {
+		return ioError(err, "expire %s", p.tp)
+	}
+	defer it.Close()
+	from := lower
+	if p.scanFrom != nil {
+		from = p.scanFrom
+	}
+	var cands []expiryEntry
+	ok := it.SeekGE(from)
+	for ; ok && budget > 0 && *deleted < limit; ok = it.Next() {
+		budget--
+		at, err := decodeIDValue(it.Value())
+		if err != nil {
+			return errorf(ErrCorrupt, err, "dir %s: partition %s: %v", s.dir, p.tp, err)
+		}
+		if at > cutoff {
+			continue
+		}
+		// logged: its record, not the ID, has the changelog tombstone.
+		cands = append(cands, expiryEntry{ID: string(it.Key()[handleLen+1:]), At: at, logged: true})
+		if len(cands) < min(expireChunk, limit-*deleted) {
+			continue
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if err := s.restChunk(p, cutoff, cands, nil, false, deleted, tombstones); err != nil {
+			return err
+		}
+		cands = cands[:0]
+	}
+	if err := it.Error(); err != nil {
+		return ioError(err, "expire %s", p.tp)
+	}
+	p.scanFrom = nil // through: the next call starts over
+	if ok {
+		p.scanFrom = append(slices.Clone(it.Key()), 0)
+	}
+	if len(cands) == 0 {
+		return nil
+	}
+	return s.restChunk(p, cutoff, cands, nil, false, deleted, tombstones)
 }
 
 // expiryRecord is an expiry record a chunk finishes.
@@ -271,8 +355,9 @@ type expiryRecord struct {
 
 // expireChunk deletes the candidates whose ID is still marked at or before
 // cutoff, and the records the chunk finished; it returns how many IDs it
-// deleted.
-func (s *Store) expireChunk(p *partition, cutoff uint64, cands []expiryEntry, finished []expiryRecord, tombstones func([]Removed)) (int, error) {
+// deleted. A candidate marked again meanwhile stays, and with rewrite gets
+// a record of its own in place of the one the chunk deletes.
+func (s *Store) expireChunk(p *partition, cutoff uint64, cands []expiryEntry, finished []expiryRecord, rewrite bool, tombstones func([]Removed)) (int, error) {
 	slices.SortFunc(cands, func(a, b expiryEntry) int { return strings.Compare(a.ID, b.ID) })
 	w := s.watch.startChunk()
 	defer s.watch.endChunk(w)
@@ -328,8 +413,11 @@ func (s *Store) expireChunk(p *partition, cutoff uint64, cands []expiryEntry, fi
 	for _, d := range dues {
 		if _, ok := remarked[d.e.ID]; ok {
 			// Marked again while we looked, maybe with an old time: keep
-			// it, in a new record, as the chunk deletes the old one.
-			kept = append(kept, d.e)
+			// it, in a new record, as the chunk deletes the old one (a
+			// scan finds it again by its time).
+			if rewrite {
+				kept = append(kept, d.e)
+			}
 			continue
 		}
 		if err := pb.Delete(d.key, nil); err != nil {

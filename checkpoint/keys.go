@@ -18,7 +18,8 @@ import (
 //	h 's' key                    state value of key
 //	h 'x' at(8) sum(8)           expiry record: the IDs one commit marked, at or before at;
 //	                             sum is the value's xxhash, mixed with loggedSum for a
-//	                             mark record the changelog holds (marks.go)
+//	                             mark record the changelog holds (marks.go), whose entry
+//	                             here is bare: an empty value
 //
 // A handle is a small number assigned to a (topic, partition) on its first
 // write, so keys stay short (a topic name may be 249 bytes, repeated in 10

@@ -14,17 +14,24 @@ import (
 // Mark records, the changelog's form of processed IDs.
 //
 // A commit marks its idempotency keys in one changelog record per
-// partition (KindMarks), not one per ID: the record is the partition's
-// expiry record of those IDs (see keys.go), under the same time and
-// checksum. Restoring the record writes the same expiry record, and
-// expiring it removes the whole changelog record with one tombstone. The
-// changelog's version 1 KindMark records, one per ID, are still read; the
-// IDs they restore expire with a tombstone each, as before.
+// partition (KindMarks), not one per ID: the record's value is encoded as
+// an expiry record of those IDs (see keys.go), and the store keeps, under
+// the same time and checksum, a bare expiry record: the key alone, with an
+// empty value. Restoring the record writes the same bare record. Once its
+// time is past the dedup window, expiry removes the whole changelog record
+// with one tombstone, and the IDs go by their own times, found by a scan
+// of the ID keys (Store.expireScan). Keeping the IDs once, in their keys,
+// halves the bytes a marked ID costs the store, and the flushes and
+// compactions that move them. The changelog's version 1 KindMark records,
+// one per ID, are still read; the IDs they restore expire with a tombstone
+// each, as before.
 //
-// The checksum of a logged expiry record is its value's xxhash with
-// loggedSum mixed in, so expiry tells a record the changelog holds from one
-// it grouped itself (restored from KindMark records, or rewritten by
-// expiry), whose IDs have records of their own.
+// The checksum of a logged expiry record is its changelog value's xxhash
+// with loggedSum mixed in. An expiry record with IDs whose checksum is its
+// own value's plain xxhash is one the store grouped itself (restored from
+// KindMark records, or rewritten by expiry), whose IDs have records of
+// their own. Stores written before mark records went bare hold them with
+// their IDs and the logged checksum; expiry reads both kinds.
 const loggedSum = 0x6f6e6365712d6d6b // "onceq-mk"
 
 // Mark is one processed ID of a mark record.
@@ -125,23 +132,34 @@ func (b *Batch) MarkRecord(tp TP, marks []Mark) error {
 	if err != nil {
 		return err
 	}
-	at, v, sum := markRecord(marks)
+	// The changelog's value is encoded in the marks' order; then the
+	// same entries, sorted, are the ID keys and what expiry watches.
+	entries := expiryEntries(marks)
+	at, v := encodeExpiryRecord(entries)
+	sum := xxhash.Sum64(v) ^ loggedSum
 	// The ID keys go in in order: Pebble inserts sorted keys at a third
 	// of the cost of random ones.
-	byID := slices.Clone(marks)
-	slices.SortFunc(byID, func(a, b Mark) int { return strings.Compare(a.ID, b.ID) })
+	slices.SortFunc(entries, func(a, b expiryEntry) int { return strings.Compare(a.ID, b.ID) })
 	var iv [10]byte
-	for _, m := range byID {
-		ms := millis(m.At)
-		b.key = appendIDKey(b.key[:0], p.h, m.ID)
-		if err := b.pb.Set(b.key, encodeIDValue(iv[:0], ms), nil); err != nil {
+	for _, e := range entries {
+		b.key = appendIDKey(b.key[:0], p.h, e.ID)
+		if err := b.pb.Set(b.key, encodeIDValue(iv[:0], e.At), nil); err != nil {
 			return err
 		}
-		b.logged[p.h] = append(b.logged[p.h], expiryEntry{ID: m.ID, At: ms})
 	}
-	return b.pb.Set(expiryKey(p.h, at, sum), v, nil)
+	if b.logged[p.h] == nil {
+		b.logged[p.h] = entries
+	} else {
+		b.logged[p.h] = append(b.logged[p.h], entries...)
+	}
+	// The record's entry is bare: its key names the changelog record, and
+	// its IDs expire by their own times (Store.expireScan).
+	return b.pb.Set(expiryKey(p.h, at, sum), nil, nil)
 }
 
 // isLogged reports whether an expiry record is a mark record the changelog
-// holds.
-func isLogged(sum uint64, value []byte) bool { return xxhash.Sum64(value)^loggedSum == sum }
+// holds: a bare one (MarkRecord), or one written with its IDs before mark
+// records went bare.
+func isLogged(sum uint64, value []byte) bool {
+	return len(value) == 0 || xxhash.Sum64(value)^loggedSum == sum
+}

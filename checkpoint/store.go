@@ -110,6 +110,10 @@ type partition struct {
 	// and the one being built from Pebble, by one builder at a time.
 	filter, building atomic.Pointer[keyFilter]
 	filterMu         sync.Mutex
+
+	// scanFrom is the ID key where Expire's next scan of the partition's
+	// IDs starts (nil: the first); guarded by Store.expireMu.
+	scanFrom []byte
 }
 
 type partitions struct {

@@ -309,14 +309,20 @@ func (p *pending) owner(i int, recs []*kgo.Record) *result {
 // for the commit's partition unless its IDs span more than a second, 4,096
 // IDs or 128 KiB: the changelog and the checkpoint get the same records.
 func markRecords(res []*result) []checkpoint.Entry {
-	var marks []checkpoint.Mark
+	n := 0
+	for _, r := range res {
+		if r.idem && !r.noMark {
+			n++
+		}
+	}
+	if n == 0 {
+		return nil
+	}
+	marks := make([]checkpoint.Mark, 0, n)
 	for _, r := range res {
 		if r.idem && !r.noMark {
 			marks = append(marks, checkpoint.Mark{ID: r.id, At: r.at})
 		}
-	}
-	if len(marks) == 0 {
-		return nil
 	}
 	return checkpoint.MarkRecords(marks)
 }

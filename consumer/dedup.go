@@ -34,6 +34,9 @@ func (p *partState) lookup(items []*item) error {
 		// The scheduler orders by the key even if the lookup fails.
 		it.dedupKey, it.idem = onceq.DedupKeyOf(it.rec)
 		if it.idem {
+			if keys == nil {
+				keys, idem = make([]string, 0, len(items)), make([]*item, 0, len(items))
+			}
 			keys = append(keys, it.dedupKey)
 			idem = append(idem, it)
 		}
