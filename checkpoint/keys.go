@@ -28,20 +28,25 @@ import (
 //
 // Why the expiry records. The dedup window needs the IDs in time order, Has
 // needs them in ID order. Pebble orders keys one way, so the time order lives
-// in a second, much cheaper structure: every commit writes, per partition, one
-// record listing the IDs it marked, keyed by the latest processing time among
-// them. Expiry reads records in time order and deletes the listed ID keys
-// whose stored time is still outside the window (an ID marked again later has
-// a newer time and a newer record). Compared with a secondary index key per
-// ID (time|id), a record costs one key per commit instead of one per ID, and
-// its IDs sit side by side in one value where block compression removes the
-// common prefix of time-ordered IDs. Time-bucketed ID keys were rejected: a
-// lookup would probe every bucket of the window. The cost, measured by
-// BenchmarkBytesPerID with 10 million 36-character UUIDv7 IDs committed
-// 1,000 at a time and compacted: 45 bytes per ID in sstables, 21.5 of them
-// in ID keys and 24 in records; 57 with the WAL files Pebble keeps for
-// reuse. A record holds the IDs one commit marked in one partition within a
-// second (see batch.go), so an ID outlives its window by a second at most.
+// in a second, much cheaper structure: every commit writes, per partition,
+// one record keyed by the latest processing time among the IDs it marked.
+// A mark record (the changelog's, see marks.go) is bare here, its key alone,
+// which names the changelog record to delete once its time is past the
+// window; its IDs go by their own times, which their keys hold, found by a
+// paced scan of the ID keys after the due records. A record the store groups
+// itself (IDs restored from a version 1 changelog, one record each) lists its
+// IDs, and expiry deletes the listed ID keys whose stored time is still
+// outside the window (an ID marked again later has a newer time and a newer
+// record). Compared with a secondary index key per ID (time|id), a record
+// costs one key per commit instead of one per ID. Time-bucketed ID keys were
+// rejected: a lookup would probe every bucket of the window. The cost,
+// measured by BenchmarkBytesPerID with 10 million 36-character UUIDv7 IDs
+// committed 1,000 at a time in mark records and compacted: 21.6 bytes per ID
+// in sstables, nearly all of them in ID keys; 29.3 with the WAL files Pebble
+// keeps for reuse (45 and 57 when mark records listed their IDs). A record
+// holds the IDs one commit marked in one partition within a second (see
+// batch.go); an ID outlives its window by that second and the time the scan
+// takes to come round to it (a few calls of Expire).
 const (
 	handleLen = 4
 
