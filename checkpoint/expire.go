@@ -181,12 +181,15 @@ func (s *Store) Expire(ctx context.Context, now time.Time, limit int, tombstones
 	i, _ := slices.BinarySearchFunc(ps, start, func(p *partition, h handle) int { return int(p.h) - int(h) })
 	ps = slices.Concat(ps[i:], ps[:i])
 
-	deleted := 0
+	deleted, budget := 0, expireScanKeys
+	if limit == int(^uint(0)>>1) {
+		budget = limit
+	}
 	for _, p := range ps {
-		if err := s.expirePartition(ctx, p, cutoff, limit, &deleted, tombstones); err != nil {
+		if err := s.expirePartition(ctx, p, cutoff, limit, &deleted, &budget, tombstones); err != nil {
 			return deleted, err
 		}
-		if deleted >= limit {
+		if deleted >= limit || budget <= 0 {
 			s.expireNext.Store(uint32(p.h))
 			return deleted, nil
 		}
@@ -201,7 +204,7 @@ func (s *Store) Expire(ctx context.Context, now time.Time, limit int, tombstones
 // An expiry record is deleted by the chunk that takes its last ID. When the
 // call stops inside a record, the record stays whole: the next call examines
 // its IDs again and skips those already removed.
-func (s *Store) expirePartition(ctx context.Context, p *partition, cutoff uint64, limit int, deleted *int, tombstones func([]Removed)) error {
+func (s *Store) expirePartition(ctx context.Context, p *partition, cutoff uint64, limit int, deleted, budget *int, tombstones func([]Removed)) error {
 	lower, _ := familyBounds(p.h, familyExpiry)
 	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: expiryUpper(p.h, cutoff)})
 	if err != nil {
@@ -259,7 +262,7 @@ func (s *Store) expirePartition(ctx context.Context, p *partition, cutoff uint64
 	if *deleted >= limit || ok || len(pending) > 0 {
 		return nil // records left: the scan waits for them
 	}
-	return s.expireScan(ctx, p, cutoff, limit, deleted, tombstones)
+	return s.expireScan(ctx, p, cutoff, limit, deleted, budget, tombstones)
 }
 
 // restChunk runs expireChunk and then rests as long as it took: expiry is
@@ -277,10 +280,10 @@ func (s *Store) restChunk(p *partition, cutoff uint64, cands []expiryEntry, fini
 }
 
 // expireScanKeys bounds the ID keys one call of Expire with a limit
-// examines in a partition; the next call goes on where it stopped. A
-// worker calls Expire every minute or so, so a partition of a million IDs
-// is scanned through in about four minutes, at some thousands of keys a
-// second. A variable for the tests.
+// examines, over all partitions; the next call goes on where it stopped. A
+// worker calls Expire every minute or so, so a store of a million IDs is
+// scanned through in about four minutes, at some thousands of keys a
+// second whatever its size. A variable for the tests.
 var expireScanKeys = 1 << 18
 
 // expireScan deletes, in chunks, p's IDs whose own time is at or before
@@ -288,40 +291,50 @@ var expireScanKeys = 1 << 18
 // list no IDs. It runs after the walk of the expiry records due at cutoff,
 // so each such ID's record (at most recordSpan later than the ID's time)
 // is already handed over for its changelog tombstone before the ID goes,
-// as Expire promises. Without a limit it scans every key; with one, at
-// most expireScanKeys a call, from where the last call stopped.
-func (s *Store) expireScan(ctx context.Context, p *partition, cutoff uint64, limit int, deleted *int, tombstones func([]Removed)) error {
+// as Expire promises. It examines at most *budget keys, less them from
+// it, and the partition's next scan starts where this one stopped.
+func (s *Store) expireScan(ctx context.Context, p *partition, cutoff uint64, limit int, deleted, budget *int, tombstones func([]Removed)) error {
 	if cutoff < recordSpan {
 		return nil
 	}
 	cutoff -= recordSpan
-	budget := expireScanKeys
-	if limit == int(^uint(0)>>1) {
-		budget = limit
-	}
 	lower, upper := familyBounds(p.h, familyID)
 	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
 	if err != nil {
 		return ioError(err, "expire %s", p.tp)
 	}
 	defer it.Close()
-	from := lower
-	if p.scanFrom != nil {
-		from = p.scanFrom
+	// From where the last scan stopped to the last key, then round from
+	// the first key to there.
+	start := p.scanFrom
+	wrapped, ok := start == nil, it.SeekGE(lower)
+	if start != nil {
+		ok = it.SeekGE(start)
 	}
+	through := false
 	var cands []expiryEntry
-	ok := it.SeekGE(from)
-	for ; ok && budget > 0 && *deleted < limit; ok = it.Next() {
-		budget--
+	for *budget > 0 && *deleted < limit {
+		if ok && wrapped && start != nil && bytes.Compare(it.Key(), start) >= 0 {
+			ok = false
+		}
+		if !ok {
+			if wrapped {
+				through = true
+				break
+			}
+			wrapped, ok = true, it.SeekGE(lower)
+			continue
+		}
+		*budget--
 		at, err := decodeIDValue(it.Value())
 		if err != nil {
 			return errorf(ErrCorrupt, err, "dir %s: partition %s: %v", s.dir, p.tp, err)
 		}
-		if at > cutoff {
-			continue
+		if at <= cutoff {
+			// logged: its record, not the ID, has the changelog tombstone.
+			cands = append(cands, expiryEntry{ID: string(it.Key()[handleLen+1:]), At: at, logged: true})
 		}
-		// logged: its record, not the ID, has the changelog tombstone.
-		cands = append(cands, expiryEntry{ID: string(it.Key()[handleLen+1:]), At: at, logged: true})
+		ok = it.Next()
 		if len(cands) < min(expireChunk, limit-*deleted) {
 			continue
 		}
@@ -336,9 +349,13 @@ func (s *Store) expireScan(ctx context.Context, p *partition, cutoff uint64, lim
 	if err := it.Error(); err != nil {
 		return ioError(err, "expire %s", p.tp)
 	}
-	p.scanFrom = nil // through: the next call starts over
-	if ok {
-		p.scanFrom = append(slices.Clone(it.Key()), 0)
+	switch {
+	case through || !ok && wrapped:
+		p.scanFrom = nil // the next scan starts over
+	case ok:
+		p.scanFrom = slices.Clone(it.Key())
+	default: // stopped at the last key: go round next time
+		p.scanFrom = nil
 	}
 	if len(cands) == 0 {
 		return nil

@@ -328,3 +328,30 @@ func TestExpireScanKeepsRemarked(t *testing.T) {
 		}
 	}
 }
+
+// TestExpireScanGoesRound: a call without a limit scans every ID, also
+// those before where a limited call's scan stopped.
+func TestExpireScanGoesRound(t *testing.T) {
+	defer func(n int) { expireScanKeys = n }(expireScanKeys)
+	expireScanKeys = 100
+	now := time.UnixMilli(1_700_000_000_000)
+	s := mustOpen(t, "/s", ClusterID("c"), Group("g"), FS(vfs.NewMem()), DedupWindow(time.Hour), NoSync())
+	tp := TP{Topic: "q", Partition: 0}
+	var marks []Mark
+	for i := range 300 { // every other ID ten minutes later
+		marks = append(marks, Mark{ID: fmt.Sprintf("id-%03d", i), At: now.Add(time.Duration(i%2) * 10 * time.Minute)})
+	}
+	markRecords(t, s, tp, marks)
+	if n, err := s.Expire(context.Background(), now.Add(time.Hour+2*time.Second), 10_000, func([]Removed) {}); err != nil || n == 0 || n > 50 {
+		t.Fatalf("a call of %d keys deleted %d IDs (%v), want 1 to 50", expireScanKeys, n, err)
+	}
+	n, err := s.Expire(context.Background(), now.Add(time.Hour+10*time.Minute+2*time.Second), 0, func([]Removed) {})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range marks {
+		if ok, err := s.Has(tp, m.ID); err != nil || ok {
+			t.Errorf("%s still marked (%v) after a call without a limit deleted %d", m.ID, err, n)
+		}
+	}
+}
