@@ -164,7 +164,11 @@ func (b *Batch) Commit() error {
 	}
 	// Expiry watches for every ID the batch marks, however recorded.
 	for h, entries := range b.logged {
-		b.marks[h] = append(b.marks[h], entries...)
+		if len(b.marks[h]) == 0 {
+			b.marks[h] = entries // nothing else reads them now
+		} else {
+			b.marks[h] = append(b.marks[h], entries...)
+		}
 	}
 	s := b.s
 	if err := s.acquire(); err != nil {
