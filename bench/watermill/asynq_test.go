@@ -16,8 +16,6 @@ import (
 	"github.com/hibiken/asynq"
 
 	"github.com/onceq/onceq/bench"
-	"github.com/onceq/onceq/broker"
-	"github.com/onceq/onceq/broker/embedded"
 )
 
 // BenchmarkWorkerVsAsynq drains pre-loaded 100-byte tasks with IDs a
@@ -42,20 +40,16 @@ func BenchmarkWorkerVsAsynq(b *testing.B) {
 			b.Fatalf("ONCEQ_BENCH_ASYNQ_TASKS=%q: want a number of tasks, 1000 or more", v)
 		}
 	}
-	emb, err := embedded.Start(embedded.Config{Listen: "127.0.0.1:0"})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer emb.Close()
-	conn := broker.Conn{Brokers: []string{emb.Addr()}}
-	preload(b, conn, "bench-keys", n, false)
+	conn, pre := cluster(b)
+	keys := pre + "bench-keys"
+	preload(b, conn, keys, n, false)
 	addr := startRedis(b, redis)
 	var onceqTook, asynqTook time.Duration
 	runs := 0
 	for i := 0; b.Loop(); i++ {
 		drains := []func(){
 			func() {
-				took, err := bench.Drain(context.Background(), conn, "bench-keys", fmt.Sprintf("onceq-%d", i), b.TempDir(), n)
+				took, err := bench.Drain(context.Background(), conn, keys, fmt.Sprintf("%sonceq-%d", pre, i), b.TempDir(), n)
 				if err != nil {
 					b.Fatal(err)
 				}

@@ -13,7 +13,6 @@ import (
 
 	"github.com/onceq/onceq/bench"
 	"github.com/onceq/onceq/broker"
-	"github.com/onceq/onceq/broker/embedded"
 )
 
 // BenchmarkWorkerVsWatermill drains pre-loaded queues of 100-byte tasks
@@ -22,17 +21,14 @@ import (
 // (an idempotency key each, which the worker remembers), and with
 // Watermill's Kafka subscriber in a consumer group that acknowledges every
 // message and does nothing else. The three take turns at going first; run
-// -benchtime 3x for every order.
+// -benchtime 3x for every order. ONCEQ_BENCH_BROKERS runs it on a cluster
+// (see cluster).
 func BenchmarkWorkerVsWatermill(b *testing.B) {
 	n := bench.EnvTasks()
-	emb, err := embedded.Start(embedded.Config{Listen: "127.0.0.1:0"})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer emb.Close()
-	conn := broker.Conn{Brokers: []string{emb.Addr()}}
-	preload(b, conn, "bench", n, true)
-	preload(b, conn, "bench-keys", n, false)
+	conn, pre := cluster(b)
+	generated, keys := pre+"bench", pre+"bench-keys"
+	preload(b, conn, generated, n, true)
+	preload(b, conn, keys, n, false)
 	var onceqTook, keysTook, wmTook time.Duration
 	runs := 0
 	drain := func(queue, group string, took *time.Duration) {
@@ -44,9 +40,9 @@ func BenchmarkWorkerVsWatermill(b *testing.B) {
 	}
 	for i := 0; b.Loop(); i++ {
 		drains := []func(){
-			func() { drain("bench", fmt.Sprintf("onceq-%d", i), &onceqTook) },
-			func() { drain("bench-keys", fmt.Sprintf("onceq-keys-%d", i), &keysTook) },
-			func() { wmTook += drainWatermill(b, conn, "bench", fmt.Sprintf("watermill-%d", i), n) },
+			func() { drain(generated, fmt.Sprintf("%sonceq-%d", pre, i), &onceqTook) },
+			func() { drain(keys, fmt.Sprintf("%sonceq-keys-%d", pre, i), &keysTook) },
+			func() { wmTook += drainWatermill(b, conn, generated, fmt.Sprintf("%swatermill-%d", pre, i), n) },
 		}
 		for j := range drains {
 			drains[(i+j)%len(drains)]()
