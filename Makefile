@@ -149,7 +149,7 @@ bench-drain:
 ## bench-watermill: the exactly-once worker against Watermill's Kafka subscriber
 ## and asynq (on a redis-server of its own; Debian's redis-server package),
 ## side by side (bench/watermill, a module of its own: onceq depends on none
-## of them)
+## of them); ONCEQ_BENCH_BROKERS=<seeds> runs it on that cluster
 .PHONY: bench-watermill
 bench-watermill:
 	cd bench/watermill && $(GO) test -run '^$$' -bench . -benchtime 3x -timeout 30m
