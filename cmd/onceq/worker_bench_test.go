@@ -2,11 +2,13 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -39,10 +41,12 @@ import (
 // server's receipt of it). Reported: the medians over the pairs of each
 // run's p50 and p99, of the per-pair ratio of exactly-once's p99 to
 // at-least-once's (and its largest), and the CPU per task of the CLI
-// worker (its CPU while the load runs, from /proc) against the in-process
-// worker's (this process's CPU in that run, less what this process spent
-// on the load and the HTTP server in the CLI runs). ONCEQ_BENCH_TAIL_PROFILE names a directory for
-// a CPU profile of the first CLI run of each guarantee. Run:
+// worker against the library's: consumer.New with the same handler and
+// concurrency, run by this test binary in a process of its own
+// (TestTailLibraryWorker), so that both CPU figures come from /proc for
+// the worker's process alone while the load runs. ONCEQ_BENCH_TAIL_PROFILE
+// names a directory for a CPU profile of the first CLI run of each
+// guarantee. Run:
 //
 //	go test ./cmd/onceq -run '^$' -bench BenchmarkWorkerTail -benchtime 1x -timeout 30m
 func BenchmarkWorkerTail(b *testing.B) {
@@ -61,7 +65,7 @@ func BenchmarkWorkerTail(b *testing.B) {
 	defer p.Close()
 	lb := &tailLoad{b: b, conn: conn, srv: srv, p: p, rate: rate, n: rate * seconds}
 	for range b.N {
-		var eos99, alo99, eos50, alo50, ratios, inproc99, cliCPU, inCPU, sideCPU []float64
+		var eos99, alo99, eos50, alo50, ratios, lib99, cliCPU, libCPU []float64
 		var base99, baseRatios, baseCPU []float64
 		for i := range pairs {
 			runs := []consumer.Guarantee{consumer.ExactlyOnce, consumer.AtLeastOnce}
@@ -92,29 +96,26 @@ func BenchmarkWorkerTail(b *testing.B) {
 				} else {
 					pair[1] = r
 				}
-				sideCPU = append(sideCPU, r.sideCPU)
 			}
-			in := lb.runInProcess()
-			b.Logf("pair %d: exactly-once p50/p99 %.1f/%.1f ms, at-least-once %.1f/%.1f ms (ratio %.2f); in-process exactly-once %.1f/%.1f ms; CPU/task: CLI %.0f us, in-process %.0f us (less %.0f us of load)",
-				i+1, pair[0].p50, pair[0].p99, pair[1].p50, pair[1].p99, pair[0].p99/pair[1].p99, in.p50, in.p99, pair[0].workerCPU, in.sideCPU, median(sideCPU))
+			lib := lb.runLibrary()
+			b.Logf("pair %d: exactly-once p50/p99 %.1f/%.1f ms, at-least-once %.1f/%.1f ms (ratio %.2f); library exactly-once %.1f/%.1f ms; CPU/task: CLI %.0f us, library %.0f us",
+				i+1, pair[0].p50, pair[0].p99, pair[1].p50, pair[1].p99, pair[0].p99/pair[1].p99, lib.p50, lib.p99, pair[0].workerCPU, lib.workerCPU)
 			eos50, eos99 = append(eos50, pair[0].p50), append(eos99, pair[0].p99)
 			alo50, alo99 = append(alo50, pair[1].p50), append(alo99, pair[1].p99)
 			ratios = append(ratios, pair[0].p99/pair[1].p99)
-			inproc99 = append(inproc99, in.p99)
-			inCPU = append(inCPU, in.sideCPU)
+			lib99 = append(lib99, lib.p99)
+			libCPU = append(libCPU, lib.workerCPU)
 		}
-		load := median(sideCPU)
-		inWorker := median(inCPU) - load
 		b.ReportMetric(median(eos50), "eos-p50-ms")
 		b.ReportMetric(median(eos99), "eos-p99-ms")
 		b.ReportMetric(median(alo50), "alo-p50-ms")
 		b.ReportMetric(median(alo99), "alo-p99-ms")
 		b.ReportMetric(median(ratios), "eos/alo-p99")
 		b.ReportMetric(slices.Max(ratios), "eos/alo-p99-max")
-		b.ReportMetric(median(inproc99), "inproc-eos-p99-ms")
+		b.ReportMetric(median(lib99), "lib-eos-p99-ms")
 		b.ReportMetric(median(cliCPU), "cli-cpu-us/task")
-		b.ReportMetric(inWorker, "inproc-cpu-us/task")
-		b.ReportMetric(median(cliCPU)/inWorker, "cli/inproc-cpu")
+		b.ReportMetric(median(libCPU), "lib-cpu-us/task")
+		b.ReportMetric(median(cliCPU)/median(libCPU), "cli/lib-cpu")
 		if baseBin != "" {
 			b.ReportMetric(median(base99), "base-eos-p99-ms")
 			b.ReportMetric(median(baseRatios), "base-eos/alo-p99")
@@ -123,11 +124,11 @@ func BenchmarkWorkerTail(b *testing.B) {
 	}
 }
 
-// tailResult is one run's figures: latency percentiles in ms, and CPU per
-// task in us of the worker process (CLI runs) and of this process.
+// tailResult is one run's figures: latency percentiles in ms, and the
+// worker process's CPU per task in us.
 type tailResult struct {
-	p50, p99           float64
-	workerCPU, sideCPU float64
+	p50, p99  float64
+	workerCPU float64
 }
 
 // tailLoad runs one worker at a time over a queue of its own and offers
@@ -173,16 +174,16 @@ func (l *tailLoad) runCLI(bin string, g consumer.Guarantee) tailResult {
 		close(done)
 		profiled = done
 	}
-	side, worker := cpuTime(), testutil.ProcCPU(w.Cmd.Process.Pid)
+	worker := testutil.ProcCPU(w.Cmd.Process.Pid)
 	lat := l.offer(queue)
 	<-profiled
-	sideCPU, workerCPU := cpuTime()-side, testutil.ProcCPU(w.Cmd.Process.Pid)-worker
+	workerCPU := testutil.ProcCPU(w.Cmd.Process.Pid) - worker
 	b.Logf("%s: commits %s", g, commitTimes(b, metrics))
 	w.Signal(syscall.SIGTERM)
 	if code, err := w.Wait(time.Minute); err != nil || code != 0 {
 		b.Fatalf("worker exit %d (%v):\n%s", code, err, w.Output())
 	}
-	return tailResult{p50: pct(lat, 0.5), p99: pct(lat, 0.99), workerCPU: perTask(workerCPU, l.n), sideCPU: perTask(sideCPU, l.n)}
+	return tailResult{p50: pct(lat, 0.5), p99: pct(lat, 0.99), workerCPU: perTask(workerCPU, l.n)}
 }
 
 // profile writes a CPU profile of the first CLI run of guarantee g, 5 s
@@ -237,32 +238,78 @@ func commitTimes(b *testing.B, addr string) string {
 	return strings.Join(out, "; ")
 }
 
-// runInProcess runs an exactly-once worker with the CLI's http handler in
-// this process while the load runs.
-func (l *tailLoad) runInProcess() tailResult {
+// runLibrary runs an exactly-once worker of the library with the CLI's
+// http handler (TestTailLibraryWorker, this test binary in a process of
+// its own) while the load runs.
+func (l *tailLoad) runLibrary() tailResult {
 	b := l.b
 	queue, group := l.next()
-	h, _, err := handlers.Parse("http:" + l.srv.url)
+	bin, err := os.Executable()
 	if err != nil {
 		b.Fatal(err)
 	}
-	w, err := consumer.New(consumer.Conn(l.conn), consumer.Group(group), consumer.Queues(queue), consumer.Concurrency(64),
-		consumer.CheckpointDir(b.TempDir()), consumer.WithHandler(h))
+	spec, err := json.Marshal(libraryWorker{Brokers: l.conn.Brokers, Queue: queue, Group: group, Handler: "http:" + l.srv.url, Dir: b.TempDir()})
 	if err != nil {
 		b.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
+	b.Setenv(libraryWorkerEnv, string(spec))
+	w := testutil.StartBinary(b, bin, "-test.run", "^TestTailLibraryWorker$")
+	w.WaitOutput(b, "library worker ready", time.Minute)
+	start := testutil.ProcCPU(w.Cmd.Process.Pid)
+	lat := l.offer(queue)
+	cpu := testutil.ProcCPU(w.Cmd.Process.Pid) - start
+	w.Signal(syscall.SIGTERM)
+	if code, err := w.Wait(time.Minute); err != nil || code != 0 {
+		b.Fatalf("library worker exit %d (%v):\n%s", code, err, w.Output())
+	}
+	return tailResult{p50: pct(lat, 0.5), p99: pct(lat, 0.99), workerCPU: perTask(cpu, l.n)}
+}
+
+// libraryWorker is what TestTailLibraryWorker runs, from libraryWorkerEnv.
+type libraryWorker struct {
+	Brokers                    []string
+	Queue, Group, Handler, Dir string
+}
+
+const libraryWorkerEnv = "ONCEQ_TAIL_LIBRARY_WORKER"
+
+// TestTailLibraryWorker is BenchmarkWorkerTail's library worker, run in a
+// process of its own; without libraryWorkerEnv there is nothing to run.
+// It prints "library worker ready" once its partitions are assigned and
+// stops at SIGTERM.
+func TestTailLibraryWorker(t *testing.T) {
+	v := os.Getenv(libraryWorkerEnv)
+	if v == "" {
+		t.Skip("BenchmarkWorkerTail's helper process")
+	}
+	var spec libraryWorker
+	if err := json.Unmarshal([]byte(v), &spec); err != nil {
+		t.Fatalf("%s: %v", libraryWorkerEnv, err)
+	}
+	h, _, err := handlers.Parse(spec.Handler)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := consumer.New(consumer.Conn(broker.Conn{Brokers: spec.Brokers}), consumer.Group(spec.Group), consumer.Queues(spec.Queue),
+		consumer.Concurrency(64), consumer.CheckpointDir(spec.Dir), consumer.WithHandler(h))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
+	defer stop()
 	done := make(chan error, 1)
 	go func() { done <- w.Run(ctx) }()
-	waitInProcessReady(b, w)
-	start := cpuTime()
-	lat := l.offer(queue)
-	cancel()
-	if err := <-done; err != nil {
-		b.Fatal(err)
+	for w.Ready() != nil {
+		select {
+		case err := <-done:
+			t.Fatalf("the library worker stopped before it was ready: %v", err)
+		case <-time.After(20 * time.Millisecond):
+		}
 	}
-	cpu := cpuTime() - start
-	return tailResult{p50: pct(lat, 0.5), p99: pct(lat, 0.99), sideCPU: perTask(cpu, l.n)}
+	fmt.Println("library worker ready")
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
 }
 
 // offer submits l.n tasks to queue at l.rate, each carrying its
@@ -356,23 +403,6 @@ func (s *tailServer) count() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return len(s.lat)
-}
-
-// waitInProcessReady waits until an in-process worker is ready.
-func waitInProcessReady(b *testing.B, w *consumer.Worker) {
-	b.Helper()
-	for deadline := time.Now().Add(time.Minute); w.Ready() != nil; time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			b.Fatalf("the in-process worker was not ready within a minute: %v", w.Ready())
-		}
-	}
-}
-
-// cpuTime is the CPU this process used so far.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 func perTask(d time.Duration, n int) float64 { return float64(d.Microseconds()) / float64(n) }
