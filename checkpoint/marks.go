@@ -68,7 +68,12 @@ func expiryEntries(marks []Mark) []expiryEntry {
 // markRecord encodes marks as an expiry record: its time, the value and
 // the logged checksum.
 func markRecord(marks []Mark) (at uint64, value []byte, sum uint64) {
-	at, value = encodeExpiryRecord(expiryEntries(marks))
+	return markRecordOf(expiryEntries(marks))
+}
+
+// markRecordOf is markRecord of the marks' entries, in their order.
+func markRecordOf(entries []expiryEntry) (at uint64, value []byte, sum uint64) {
+	at, value = encodeExpiryRecord(entries)
 	return at, value, xxhash.Sum64(value) ^ loggedSum
 }
 
@@ -135,8 +140,7 @@ func (b *Batch) MarkRecord(tp TP, marks []Mark) error {
 	// The changelog's value is encoded in the marks' order; then the
 	// same entries, sorted, are the ID keys and what expiry watches.
 	entries := expiryEntries(marks)
-	at, v := encodeExpiryRecord(entries)
-	sum := xxhash.Sum64(v) ^ loggedSum
+	at, _, sum := markRecordOf(entries)
 	// The ID keys go in in order: Pebble inserts sorted keys at a third
 	// of the cost of random ones.
 	slices.SortFunc(entries, func(a, b expiryEntry) int { return strings.Compare(a.ID, b.ID) })
