@@ -461,3 +461,36 @@ func benchCommitDuringExpiry(b *testing.B, every time.Duration) {
 	b.ReportMetric(expiry.Seconds()/float64(b.N), "expiry-s")
 	b.ReportMetric(float64(len(lat.d))/float64(b.N), "commits")
 }
+
+// BenchmarkExpireNothingDue measures a call of Expire on a store of
+// 1,000,000 IDs none of which is due, as a worker makes every minute, once
+// the calls after the store opened have scanned it through.
+func BenchmarkExpireNothingDue(b *testing.B) {
+	s, err := Open(b.TempDir(), ClusterID("bench"), Group("bench"), NoSync(), DedupWindow(time.Hour))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	fill(b, s, 0, 1_000_000, benchID, func(i int) time.Time { return benchEpoch.Add(time.Duration(i) * time.Microsecond) })
+	now := benchEpoch.Add(time.Minute)
+	expire := func() {
+		now = now.Add(time.Minute)
+		if n, err := s.Expire(context.Background(), now, 10_000, func([]Removed) {}); err != nil || n != 0 {
+			b.Fatalf("Expire deleted %d IDs (%v), want none", n, err)
+		}
+	}
+	for range 10 {
+		expire()
+	}
+	s.expireMu.Lock()
+	before := s.expireScanned
+	s.expireMu.Unlock()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		expire()
+	}
+	b.StopTimer()
+	s.expireMu.Lock()
+	b.ReportMetric(float64(s.expireScanned-before)/float64(b.N), "keys/op")
+	s.expireMu.Unlock()
+}

@@ -231,6 +231,9 @@ func (s *Store) expirePartition(ctx context.Context, p *partition, cutoff uint64
 				}
 				k, err := decodeKey(it.Key())
 				logged := err == nil && isLogged(k.sum, it.Value())
+				if err == nil && len(it.Value()) == 0 {
+					p.walkedUntil = max(p.walkedUntil, k.at) // its IDs are for the scan
+				}
 				if err == nil {
 					err = decodeExpiryRecord(k.at, it.Value(), func(e expiryEntry) {
 						e.logged = logged
@@ -292,75 +295,91 @@ var expireScanKeys = 1 << 18
 // so each such ID's record (at most recordSpan later than the ID's time)
 // is already handed over for its changelog tombstone before the ID goes,
 // as Expire promises. It examines at most *budget keys, less them from
-// it, and the partition's next scan starts where this one stopped.
+// it.
+//
+// The scan goes through the IDs in rounds, from the first key to the
+// last, each call going on where the last one stopped. A round runs only
+// while the walk has taken a bare record that no whole round has covered
+// since, so a call with nothing due reads no ID keys; a call that ends a
+// round may start the next.
 func (s *Store) expireScan(ctx context.Context, p *partition, cutoff uint64, limit int, deleted, budget *int, tombstones func([]Removed)) error {
 	if cutoff < recordSpan {
 		return nil
 	}
+	if !p.walkedKnown {
+		// A walk before the store opened may have taken records whose
+		// IDs are still here: those are at or before this cutoff.
+		p.walkedKnown, p.walkedUntil = true, max(p.walkedUntil, cutoff)
+	}
 	cutoff -= recordSpan
+	started := false
+	for *budget > 0 && *deleted < limit {
+		if !p.scanning {
+			if started || p.walkedUntil <= p.scanCovered {
+				return nil // nothing due, or this call's round is through
+			}
+			p.scanning, p.scanStart, p.scanFrom, started = true, cutoff, nil, true
+		}
+		through, err := s.scanRound(ctx, p, cutoff, limit, deleted, budget, tombstones)
+		if err != nil || !through {
+			return err
+		}
+		// Every ID at or before the round's first cutoff is gone.
+		p.scanning, p.scanCovered, p.scanFrom = false, p.scanStart, nil
+	}
+	return nil
+}
+
+// scanRound goes on with p's round of the scan from p.scanFrom, deleting
+// the IDs at or before cutoff, until the last key (it reports through) or
+// the budget or limit is spent (p.scanFrom is then where the next call
+// goes on).
+func (s *Store) scanRound(ctx context.Context, p *partition, cutoff uint64, limit int, deleted, budget *int, tombstones func([]Removed)) (through bool, err error) {
 	lower, upper := familyBounds(p.h, familyID)
+	if p.scanFrom != nil {
+		lower = p.scanFrom
+	}
 	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
 	if err != nil {
-		return ioError(err, "expire %s", p.tp)
+		return false, ioError(err, "expire %s", p.tp)
 	}
 	defer it.Close()
-	// From where the last scan stopped to the last key, then round from
-	// the first key to there.
-	start := p.scanFrom
-	wrapped, ok := start == nil, it.SeekGE(lower)
-	if start != nil {
-		ok = it.SeekGE(start)
-	}
-	through := false
 	var cands []expiryEntry
-	for *budget > 0 && *deleted < limit {
-		if ok && wrapped && start != nil && bytes.Compare(it.Key(), start) >= 0 {
-			ok = false
-		}
-		if !ok {
-			if wrapped {
-				through = true
-				break
-			}
-			wrapped, ok = true, it.SeekGE(lower)
-			continue
-		}
+	ok := it.First()
+	for ; ok && *budget > 0 && *deleted < limit; ok = it.Next() {
 		*budget--
+		s.expireScanned++
 		at, err := decodeIDValue(it.Value())
 		if err != nil {
-			return errorf(ErrCorrupt, err, "dir %s: partition %s: %v", s.dir, p.tp, err)
+			return false, errorf(ErrCorrupt, err, "dir %s: partition %s: %v", s.dir, p.tp, err)
 		}
 		if at <= cutoff {
 			// logged: its record, not the ID, has the changelog tombstone.
 			cands = append(cands, expiryEntry{ID: string(it.Key()[handleLen+1:]), At: at, logged: true})
 		}
-		ok = it.Next()
 		if len(cands) < min(expireChunk, limit-*deleted) {
 			continue
 		}
 		if err := ctx.Err(); err != nil {
-			return err
+			return false, err
 		}
 		if err := s.restChunk(p, cutoff, cands, nil, false, deleted, tombstones); err != nil {
-			return err
+			return false, err
 		}
 		cands = cands[:0]
 	}
 	if err := it.Error(); err != nil {
-		return ioError(err, "expire %s", p.tp)
+		return false, ioError(err, "expire %s", p.tp)
 	}
-	switch {
-	case through || !ok && wrapped:
-		p.scanFrom = nil // the next scan starts over
-	case ok:
+	if ok {
 		p.scanFrom = slices.Clone(it.Key())
-	default: // stopped at the last key: go round next time
-		p.scanFrom = nil
 	}
-	if len(cands) == 0 {
-		return nil
+	if len(cands) > 0 {
+		if err := s.restChunk(p, cutoff, cands, nil, false, deleted, tombstones); err != nil {
+			return false, err
+		}
 	}
-	return s.restChunk(p, cutoff, cands, nil, false, deleted, tombstones)
+	return !ok, nil
 }
 
 // expiryRecord is an expiry record a chunk finishes.

@@ -355,3 +355,62 @@ func TestExpireScanGoesRound(t *testing.T) {
 		}
 	}
 }
+
+// TestExpireScanRestsWhenNothingDue: the scan reads no ID keys once every
+// ID of the records taken is gone, and a store reopened after a walk took
+// records whose IDs the scan had not reached still scans them out.
+func TestExpireScanRestsWhenNothingDue(t *testing.T) {
+	defer func(n int) { expireScanKeys = n }(expireScanKeys)
+	expireScanKeys = 100
+	now := time.UnixMilli(1_700_000_000_000)
+	fs := vfs.NewMem()
+	opts := []Opt{ClusterID("c"), Group("g"), FS(fs), DedupWindow(time.Hour), NoSync()}
+	s := mustOpen(t, "/s", opts...)
+	tp := TP{Topic: "q", Partition: 0}
+	var marks []Mark
+	for i := range 300 {
+		marks = append(marks, Mark{ID: fmt.Sprintf("id-%03d", i), At: now})
+	}
+	markRecords(t, s, tp, marks)
+	handed := 0
+	at := now.Add(time.Hour + 2*time.Second)
+	if n, err := s.Expire(context.Background(), at, 10_000, func(rs []Removed) { handed += len(rs) }); err != nil || n == 0 || n >= len(marks) || handed != 1 {
+		t.Fatalf("the first call deleted %d IDs (%v) and handed over %d records, want some IDs and the record", n, err, handed)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	s = mustOpen(t, "/s", opts...)
+	later := now.Add(2 * time.Hour)
+	markRecords(t, s, tp, []Mark{{ID: "fresh", At: later}})
+	for i := range 10 {
+		at = at.Add(time.Minute)
+		if _, err := s.Expire(context.Background(), at, 10_000, func([]Removed) {}); err != nil {
+			t.Fatal(err)
+		}
+		s.expireMu.Lock()
+		scanned := s.expireScanned
+		s.expireMu.Unlock()
+		if i < 8 {
+			continue
+		}
+		if i == 8 {
+			for _, m := range marks {
+				if ok, err := s.Has(tp, m.ID); err != nil || ok {
+					t.Fatalf("%s still marked (%v) after the reopened store's calls", m.ID, err)
+				}
+			}
+			s.expireMu.Lock()
+			s.expireScanned = 0
+			s.expireMu.Unlock()
+			continue
+		}
+		if scanned != 0 {
+			t.Errorf("a call with nothing due read %d ID keys, want none", scanned)
+		}
+	}
+	if ok, err := s.Has(tp, "fresh"); err != nil || !ok {
+		t.Errorf("fresh marked %v (%v), want marked", ok, err)
+	}
+}

@@ -95,8 +95,9 @@ type Store struct {
 	parts      atomic.Pointer[partitions]
 	nextHandle handle
 
-	expireMu   sync.Mutex    // one Expire at a time
-	expireNext atomic.Uint32 // the handle where the next Expire starts
+	expireMu      sync.Mutex    // one Expire at a time
+	expireNext    atomic.Uint32 // the handle where the next Expire starts
+	expireScanned int64         // ID keys the scans examined; guarded by expireMu
 }
 
 // A partition is a registered (topic, partition) and its handle.
@@ -111,9 +112,17 @@ type partition struct {
 	filter, building atomic.Pointer[keyFilter]
 	filterMu         sync.Mutex
 
-	// scanFrom is the ID key where Expire's next scan of the partition's
-	// IDs starts (nil: the first); guarded by Store.expireMu.
-	scanFrom []byte
+	// Expire's scan of the partition's IDs (Store.expireScan), guarded by
+	// Store.expireMu. A round is under way while scanning: scanFrom is the
+	// ID key where the next call goes on (nil: the first) and scanStart
+	// the round's first cutoff. scanCovered is the time up to which the
+	// last whole round took every ID, and walkedUntil the latest time of
+	// a bare mark record the walk took (at open, unknown until the first
+	// call sets it to that call's cutoff): a round runs only while
+	// walkedUntil is later than scanCovered.
+	scanning, walkedKnown               bool
+	scanFrom                            []byte
+	walkedUntil, scanCovered, scanStart uint64
 }
 
 type partitions struct {
