@@ -61,6 +61,15 @@ var errRunWaits = errors.New("the job's run did not commit: it completes with th
 // it comes (ackLater), and a task final by then stays so (ended).
 func (s *Server) acknowledge(ctx context.Context, topic, id, lease string, result []byte) (ackOutcome, error) {
 	lg := s.pull.ledger
+	if old := s.pull.legacyOf(topic); old != "" {
+		// Handed out from the topic that held the queue's jobs before
+		// the server had a lane (legacy.go)?
+		if _, ok := lg.state(leaseKey(topic, id)); !ok {
+			if _, ok := lg.state(leaseKey(old, id)); ok {
+				topic = old
+			}
+		}
+	}
 	key := leaseKey(topic, id)
 	st, ok := lg.state(key)
 	if !ok || lease != "" && lease != st.Lease {

@@ -39,7 +39,7 @@ func (s *Server) AdminHandler() http.Handler {
 	mux.HandleFunc("/", s.admin(func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, &apiError{status: http.StatusNotFound, msg: "no admin endpoint " + r.Method + " " + r.URL.Path + ": POST, GET /token/{ns}, DELETE /token/{ns}/{token}, GET /info, /version, /pools"})
 	}))
-	return s.bodyDeadline(mux)
+	return requestID(s.bodyDeadline(mux))
 }
 
 // adminToken finds an admin request's token: as an API request's, or the

@@ -25,8 +25,30 @@ import (
 
 // allowParams refuses a query parameter not in names (nor token).
 func allowParams(q url.Values, names ...string) error {
+	return checkParams(q, names, nil)
+}
+
+// allowParams is the check of rt's query parameters: those of lmstfy's
+// routes that it does not take are left out (logged at debug level).
+func (s *Server) allowParams(r *http.Request, rt route) error {
+	var ignore func(string) bool
+	if lmstfyRoutes[rt.name] {
+		ignore = func(k string) bool {
+			s.cfg.log.Debug("ignoring a query parameter the endpoint does not take", "route", rt.name, "param", k)
+			return true
+		}
+	}
+	return checkParams(r.URL.Query(), rt.params, ignore)
+}
+
+// checkParams refuses a parameter given twice, and one not among names
+// unless ignore (if not nil) says to leave it out.
+func checkParams(q url.Values, names []string, ignore func(string) bool) error {
 	for k := range q {
 		if k != "token" && !slices.Contains(names, k) {
+			if ignore != nil && ignore(k) {
+				continue
+			}
 			if len(names) == 0 {
 				return badRequest(k, "unknown parameter: this endpoint takes none (but token)")
 			}
@@ -34,7 +56,7 @@ func allowParams(q url.Values, names ...string) error {
 		}
 	}
 	for k, v := range q {
-		if len(v) > 1 {
+		if len(v) > 1 && (k == "token" || slices.Contains(names, k)) {
 			return badRequest(k, "given %d times: give it once", len(v))
 		}
 	}
@@ -65,8 +87,8 @@ func specOf(q url.Values) (onceq.Spec, error) {
 	}
 	if v := q.Get("tries"); v != "" {
 		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > onceq.MaxAttemptCount {
-			return s, badRequest("tries", "%q: want a whole number of attempts from 1 to %d", v, onceq.MaxAttemptCount)
+		if err != nil || n < 1 || n > MaxTries {
+			return s, badRequest("tries", "%q: want a whole number of attempts from 1 to %d", v, MaxTries)
 		}
 		s.MaxAttempts = n
 	}

@@ -23,6 +23,8 @@ const (
 	// task not started a day after its submission expires. ttl=0 is
 	// forever.
 	DefaultJobTTL = 24 * time.Hour
+	// MaxTries bounds a publish's tries, lmstfy's (a uint16).
+	MaxTries = 1<<16 - 1
 	// MaxBulkJobs bounds the jobs of an lmstfy bulk publish, lmstfy's.
 	MaxBulkJobs = 64
 	// maxAttributes bounds a job's attributes, lmstfy's; longer keys and

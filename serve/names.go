@@ -75,6 +75,8 @@ func (s *Server) topicOf(ns, queue string) (string, error) {
 	}
 	for i := 0; i < len(queue); i++ {
 		switch c := queue[i]; {
+		case c == '_' && s.cfg.lane != "":
+			// A lane queue's label is no topic's name: '_' is lmstfy's.
 		case c == '.' || c == '_':
 			return "", badRequest("queue", "%q: byte %d is %q: a queue name holds letters, digits and '-', not '.' and '_': "+
 				"Kafka takes '.' and '_' in topic names for one character, so with either a queue's topic "+

@@ -100,10 +100,15 @@ func CreateQueues(partitions int32) Opt {
 	return optFunc(func(cfg *config) { cfg.partitions = partitions })
 }
 
+// DefaultLane is onceq serve's lane (its --lane).
+const DefaultLane = "serve"
+
 // Lane puts the namespaces' queues on one lane: queue q of namespace ns
 // is lane queue <lane>/<ns>.<q>, a label on the topic lane (created with
 // CreateQueues partitions), whatever the number of queues. Default "":
-// each queue is a topic of its own, <ns>.<q>.
+// each queue is a topic of its own, <ns>.<q> (onceq serve's default is
+// DefaultLane). With a lane, the jobs waiting in a queue's topic <ns>.<q>
+// move to its lane queue when a consumer asks for the queue.
 func Lane(name string) Opt { return optFunc(func(cfg *config) { cfg.lane = name }) }
 
 // MaxPayloadBytes bounds a task's payload with its attributes (lmstfy's

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"regexp"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -48,6 +49,9 @@ const (
 
 // pullPattern matches the namespaces' queues: <namespace>.<queue>.
 const pullPattern = `[A-Za-z0-9_-]+\.[A-Za-z0-9-]+`
+
+// legacyQueue matches a topic of pullPattern.
+var legacyQueue = regexp.MustCompile(`^(?:` + pullPattern + `)$`)
 
 // holdMax bounds how long a worker's task waits for a consumer, plus its
 // time-to-run: the worker's task timeout.
@@ -138,6 +142,9 @@ type pull struct {
 	// releaseAfter is the server's: the constant releaseAfter unless a
 	// test shortened it.
 	releaseAfter time.Duration
+	// lane is the server's lane (empty: a topic per queue): the jobs of
+	// a queue's topic <ns>.<queue> move to its lane queue (legacy.go).
+	lane string
 
 	mu     sync.Mutex
 	queues map[string]*pullQueue // by topic: the queues asked for or run
@@ -232,7 +239,7 @@ func (pl *pull) want(topic string, until time.Time) *pullQueue {
 	raiseTo(&q.wanted, until)
 	raiseTo(&q.fetched, until)
 	if w := pl.w.Load(); w != nil {
-		w.Want(topic, until)
+		pl.tell(w, topic, until)
 	}
 	return q
 }
@@ -314,6 +321,9 @@ func (pl *pull) handle(ctx context.Context, t *consumer.Task) error {
 			// This run's lease expired before a restart: the try is spent.
 			lg.unwatch(key, changed)
 			return ttrError(st)
+		case pl.movesToLane(t.Queue):
+			lg.unwatch(key, changed)
+			return pl.moveToLane(t)
 		default:
 			end, err = pl.offer(ctx, t, key, changed)
 		}

@@ -61,10 +61,12 @@ type stopped struct {
 // startPull starts the server's pull worker and waits, until ctx ends,
 // until it started.
 func (s *Server) startPull(ctx context.Context) error {
-	s.pull.releaseAfter = s.cfg.releaseAfter
-	pattern := pullPattern
+	s.pull.releaseAfter, s.pull.lane = s.cfg.releaseAfter, s.cfg.lane
+	patterns := []string{pullPattern}
 	if s.cfg.lane != "" {
-		pattern = regexp.QuoteMeta(s.cfg.lane) + string(onceq.LaneSep) + pullPattern
+		// And the topics of queues a server without a lane kept, whose
+		// jobs move to their lane queues (legacy.go).
+		patterns = append(patterns, regexp.QuoteMeta(s.cfg.lane)+string(onceq.LaneSep)+laneLabelPattern)
 		adm, err := broker.NewAdmin(s.cfg.conn)
 		if err != nil {
 			return err
@@ -79,7 +81,7 @@ func (s *Server) startPull(ctx context.Context) error {
 	}
 	life := &s.pull.life
 	life.metrics = &workerMetrics{Registerer: s.cfg.reg}
-	opts := []consumer.Opt{consumer.Conn(s.cfg.conn), consumer.Logger(s.cfg.log.With("component", "pull")), consumer.Queues(pattern),
+	opts := []consumer.Opt{consumer.Conn(s.cfg.conn), consumer.Logger(s.cfg.log.With("component", "pull")), consumer.Queues(patterns...),
 		consumer.Group(s.cfg.pullGroup), consumer.OnDemand(true), consumer.Concurrency(s.cfg.pullHeld), consumer.MaxRunningPerQueue(s.cfg.pullSlots),
 		consumer.MaxBufferedRecords(s.cfg.pullHeld + consumer.DefaultMaxBufferedRecords), // the held tasks and a fetch's
 		consumer.TaskTimeout(holdMax), consumer.CommitInterval(pullCommitInterval), consumer.ShutdownTimeout(pullShutdown),
@@ -310,7 +312,7 @@ func (pl *pull) wantRemote(topic string, until time.Time) {
 	// Read after the want was kept: a worker installed meanwhile is told
 	// it here, or by wantAll.
 	if w := pl.w.Load(); w != nil {
-		w.Want(topic, until)
+		pl.tell(w, topic, until)
 	}
 }
 
@@ -335,7 +337,7 @@ func (pl *pull) wantAll(w *consumer.Worker) {
 	}
 	pl.mu.Unlock()
 	for topic, u := range wants {
-		w.Want(topic, u)
+		pl.tell(w, topic, u)
 	}
 }
 

@@ -177,7 +177,7 @@ func (s *Server) Tokens() *auth.Store { return s.tokens }
 
 // Handler is the server's HTTP handler: serve it with HTTPServer on a
 // Listener, or bound its header reads and connections yourself.
-func (s *Server) Handler() http.Handler { return s.bodyDeadline(s.mux) }
+func (s *Server) Handler() http.Handler { return requestID(s.bodyDeadline(s.mux)) }
 
 // access is what a route needs of a token.
 type access int
@@ -198,6 +198,13 @@ type route struct {
 	params       []string // the query parameters it takes (and token)
 	h            http.HandlerFunc
 }
+
+// lmstfyRoutes are lmstfy's routes, by name: they ignore the query
+// parameters they do not take, as lmstfy does, so that newer clients
+// work.
+var lmstfyRoutes = map[string]bool{"publish": true, "consume": true, "destroy": true, "bulk_lmstfy": true,
+	"peek": true, "job": true, "republish": true, "cancel": true, "size": true, "deadletter": true,
+	"deadletter_size": true, "respawn": true, "deadletter_delete": true}
 
 // publishParams are a publish's query parameters: lmstfy's delay, ttl
 // and tries, and onceq's id, timeout and priority.
@@ -280,7 +287,7 @@ func (s *Server) handle(rt route) {
 		}
 		if _, err := s.authorize(r, rt.need, inNS); err != nil {
 			writeError(sw, err)
-		} else if err := allowParams(r.URL.Query(), rt.params...); err != nil {
+		} else if err := s.allowParams(r, rt); err != nil {
 			writeError(sw, err)
 		} else {
 			rt.h(sw, r)

@@ -21,6 +21,7 @@ type serveFlags struct {
 	adminListen, metricsAddr         string
 	dataDir, pullGroup, lane         string
 	insecure, noCreate, delaySvc     bool
+	topicPerQueue                    bool
 	workflowSvc, scheduler           bool
 	partitions                       int32
 	maxPayload, maxBulk, pullSlots   int
@@ -79,7 +80,8 @@ them.`,
 	fl.BoolVar(&f.insecure, "insecure-no-auth", false, "serve every endpoint without a token (logs a warning)")
 	fl.Int32Var(&f.partitions, "create-queues", serve.DefaultPartitions, fmt.Sprintf("partitions of a queue created by its first publish (1 to %d)", broker.MaxPartitions))
 	fl.BoolVar(&f.noCreate, "no-create-queues", false, "refuse to publish to a queue that does not exist")
-	fl.StringVar(&f.lane, "lane", "", "put every namespace's queues on this lane, as lane queues <lane>/<ns>.<queue> (empty: a topic per queue)")
+	fl.StringVar(&f.lane, "lane", serve.DefaultLane, "keep every namespace's queues on this lane (one topic), as lane queues <lane>/<ns>.<queue>; jobs waiting in a queue's topic from --topic-per-queue move to its lane queue when a consumer asks for the queue")
+	fl.BoolVar(&f.topicPerQueue, "topic-per-queue", false, "keep each namespace's queue in a topic of its own, <ns>.<queue>, instead of on --lane")
 	fl.IntVar(&f.maxPayload, "max-payload-bytes", serve.DefaultMaxPayloadBytes, "largest task payload accepted, its Job-Attr-* headers or bulk headers included (larger: 413)")
 	fl.IntVar(&f.maxBulk, "max-bulk-bytes", serve.DefaultMaxBulkBytes, "largest bulk publish body accepted (larger: 413)")
 	fl.StringVar(&f.viewDir, "view-dir", "", "keep the task records' view in this directory (default: in memory)")
@@ -126,6 +128,12 @@ func (f *serveFlags) check() error {
 		// Above broker.MaxPartitions, serve.Check says it.
 		errs = append(errs, fmt.Errorf("--create-queues %d: want a partition count from 1 to %d (or --no-create-queues)", f.partitions, broker.MaxPartitions))
 	}
+	switch {
+	case f.topicPerQueue && f.lane != serve.DefaultLane:
+		errs = append(errs, fmt.Errorf("--topic-per-queue and --lane %q: give one of them: --lane keeps the queues on a lane, --topic-per-queue in a topic each", f.lane))
+	case f.lane == "":
+		errs = append(errs, fmt.Errorf("--lane is empty: name the lane (default %s), or give --topic-per-queue for a topic per queue", serve.DefaultLane))
+	}
 	if f.shutdown <= 0 {
 		errs = append(errs, fmt.Errorf("--shutdown-timeout %v: want a positive duration such as 30s", f.shutdown))
 	}
@@ -139,11 +147,19 @@ func (f *serveFlags) options() []serve.Opt {
 	if f.noCreate {
 		partitions = 0
 	}
-	return []serve.Opt{serve.InsecureNoAuth(f.insecure), serve.CreateQueues(partitions), serve.Lane(f.lane), serve.MaxPayloadBytes(f.maxPayload),
+	return []serve.Opt{serve.InsecureNoAuth(f.insecure), serve.CreateQueues(partitions), serve.Lane(f.laneName()), serve.MaxPayloadBytes(f.maxPayload),
 		serve.MaxBulkBytes(f.maxBulk), serve.ViewDir(f.viewDir), serve.Retention(f.retention), serve.DataDir(f.dataDir),
 		serve.PullGroup(f.pullGroup), serve.PullSlots(f.pullSlots), serve.PullHeld(f.pullHeld), serve.DelayService(f.delaySvc), serve.WorkflowService(f.workflowSvc), serve.Scheduler(f.scheduler),
 		serve.RateLimit(f.rateLimit, f.rateBurst), serve.ReadHeaderTimeout(f.headerTimeout), serve.BodyReadTimeout(f.bodyTimeout),
 		serve.MaxConns(f.maxConns)}
+}
+
+// laneName is the server's lane: "" with --topic-per-queue.
+func (f *serveFlags) laneName() string {
+	if f.topicPerQueue {
+		return ""
+	}
+	return f.lane
 }
 
 func (f *serveFlags) run(cmd *cobra.Command, g *globals) error {

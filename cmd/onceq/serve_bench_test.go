@@ -20,7 +20,9 @@ import (
 // BenchmarkServeQueues: `onceq serve` and the embedded broker as processes
 // of their own (or, under ONCEQ_TEST_KAFKA, the test binary's Apache Kafka
 // cluster), driven by lmstfy's API over HTTP, over 1 and 500 queues
-// (ONCEQ_BENCH_SERVE_QUEUES picks others, e.g. "1,500"):
+// (ONCEQ_BENCH_SERVE_QUEUES picks others, e.g. "1,500"), on the default
+// lane (ONCEQ_BENCH_SERVE_LANE names another, or "topics" for a topic of
+// one partition per queue):
 //
 //   - publish: 2,000 jobs at 200 jobs/s, spread over the queues, no
 //     consumer: the server's and the broker's CPU per publish;
@@ -76,9 +78,13 @@ func serveTarget(b *testing.B) benchTarget {
 		b.Fatalf("token create: %s", stderr)
 	}
 	listen := testutil.FreeAddr(b)
-	args := []string{"serve", "--brokers", brokerAddr, "--listen", listen, "--data-dir", b.TempDir(), "--create-queues", "1"}
-	if lane := os.Getenv("ONCEQ_BENCH_SERVE_LANE"); lane != "" {
-		args = append(args, "--lane", lane, "--create-queues", "8")
+	args := []string{"serve", "--brokers", brokerAddr, "--listen", listen, "--data-dir", b.TempDir()}
+	switch lane := os.Getenv("ONCEQ_BENCH_SERVE_LANE"); lane {
+	case "": // the default lane, of --create-queues partitions
+	case "topics":
+		args = append(args, "--topic-per-queue", "--create-queues", "1")
+	default:
+		args = append(args, "--lane", lane)
 	}
 	srv := testutil.Start(b, args...)
 	b.Cleanup(srv.Kill)

@@ -16,7 +16,9 @@ import (
 	"time"
 
 	"github.com/onceq/onceq"
+	"github.com/onceq/onceq/broker"
 	"github.com/onceq/onceq/internal/testutil"
+	"github.com/onceq/onceq/serve"
 )
 
 // TestServeCrashPull is the pull model under failure: 10,000 tasks
@@ -172,7 +174,7 @@ func TestServeCrashPull(t *testing.T) {
 		}
 	}
 	dead := map[string]int{}
-	for _, r := range testutil.ReadCommitted(t, conn, 30*time.Second, "onceq-dlq-shop.jobs") {
+	for _, r := range testutil.ReadCommitted(t, conn, 30*time.Second, broker.DLQTopic(serve.DefaultLane+"/shop.jobs")) {
 		task, err := onceq.FromRecord(r)
 		if err != nil {
 			t.Fatal(err)

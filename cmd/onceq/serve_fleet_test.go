@@ -205,6 +205,8 @@ func startFleet(t *testing.T, l fleetLayout, n int, seed uint64) *fleet {
 			url: "http://" + listen}
 		if l.lane != "" {
 			s.args = append(s.args, "--lane", l.lane)
+		} else {
+			s.args = append(s.args, "--topic-per-queue")
 		}
 		s.proc = testutil.Start(t, s.args...)
 		f.servers[i] = s

@@ -35,7 +35,7 @@ type serveProc struct {
 func startServe(t *testing.T, addr string, extra ...string) *serveProc {
 	t.Helper()
 	listen, dir := testutil.FreeAddr(t), t.TempDir()
-	s := &serveProc{args: append([]string{"serve", "--brokers", addr, "--listen", listen, "--data-dir", dir}, extra...),
+	s := &serveProc{args: append([]string{"serve", "--brokers", addr, "--listen", listen, "--data-dir", dir, "--topic-per-queue"}, extra...),
 		base: "http://" + listen, dataDir: dir}
 	s.proc = testutil.Start(t, s.args...)
 	s.proc.WaitOutput(t, "serving", 60*time.Second)

@@ -98,6 +98,8 @@ func TestServeCommand(t *testing.T) {
 		{[]string{"serve", "--pull-held", "2000000"}, "--pull-held 2000000"},
 		{[]string{"serve", "--lane", "a/b"}, `--lane "a/b"`},
 		{[]string{"serve", "--lane", "onceq-x"}, "--lane"},
+		{[]string{"serve", "--lane", ""}, "--lane is empty"},
+		{[]string{"serve", "--topic-per-queue", "--lane", "x"}, `--topic-per-queue and --lane "x"`},
 		{[]string{"serve", "--admin-listen", "nope"}, `--admin-listen "nope"`},
 		{[]string{"serve", "--max-payload-bytes", "0"}, "--max-payload-bytes"},
 		{[]string{"serve", "--rate-limit", "10", "--rate-burst", "0"}, "--rate-burst/--rate-limit"},

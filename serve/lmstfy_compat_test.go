@@ -1,0 +1,102 @@
+package serve_test
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"testing"
+
+	"github.com/onceq/onceq/serve"
+)
+
+// TestLmstfyRequestID: every answer, the API's and the admin API's, an
+// error's too, carries an X-Request-ID: the request's own when it gave a
+// printable one of at most 128 bytes, a new one otherwise, as lmstfy's
+// answers carry one.
+func TestLmstfyRequestID(t *testing.T) {
+	a := start(t, serve.Lane(serve.DefaultLane))
+	tok := a.token("ns", false)
+	as := httptest.NewServer(a.srv.AdminHandler())
+	t.Cleanup(as.Close)
+	admin := as.URL
+	ids := map[string]bool{}
+	for _, tc := range []struct {
+		base, path, token, sent string
+		keep                    bool
+	}{
+		{a.url, "/api/ns/q/size", tok, "", false},
+		{a.url, "/api/ns/q/size", tok, "req-1", true},
+		{a.url, "/api/ns/q/size", "", "req-2", true}, // 401
+		{a.url, "/api/ns/q/size", tok, strings.Repeat("x", 129), false},
+		{a.url, "/api/ns/q/size", tok, "two words", false},
+		{a.url, "/healthz", "", "", false},
+		{admin, "/version", "", "req-3", true}, // 401
+	} {
+		req, err := http.NewRequest("GET", tc.base+tc.path, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tc.token != "" {
+			req.Header.Set("X-Token", tc.token)
+		}
+		if tc.sent != "" {
+			req.Header.Set("X-Request-ID", tc.sent)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		got := resp.Header.Get("X-Request-ID")
+		switch {
+		case tc.keep && got != tc.sent:
+			t.Errorf("GET %s with X-Request-ID %q: answered %q, want it kept", tc.path, tc.sent, got)
+		case !tc.keep && (got == "" || got == tc.sent || ids[got]):
+			t.Errorf("GET %s with X-Request-ID %q: answered %q, want a new one", tc.path, tc.sent, got)
+		}
+		ids[got] = true
+	}
+}
+
+// TestLmstfyUnknownParams: lmstfy's routes take query parameters they do not
+// know (a newer client's), as lmstfy does, and still check those they
+// know; onceq's own routes refuse unknown ones. tries is at most 65535,
+// lmstfy's limit.
+func TestLmstfyUnknownParams(t *testing.T) {
+	a := start(t, serve.Lane(serve.DefaultLane))
+	tok := a.token("ns", false)
+	for _, tc := range []struct {
+		method, path string
+		want         int
+	}{
+		{"PUT", "/api/ns/q?tries=2&shard=7", http.StatusCreated},
+		{"PUT", "/api/ns/q?tries=65535", http.StatusCreated},
+		{"PUT", "/api/ns/q?tries=65536", http.StatusBadRequest},
+		{"PUT", "/api/ns/q?tries=x&shard=7", http.StatusBadRequest},
+		{"PUT", "/api/ns/q?tries=1&tries=2", http.StatusBadRequest},
+		{"GET", "/api/ns/q/size?shard=7", http.StatusOK},
+		{"GET", "/api/ns/q/stats?shard=7", http.StatusBadRequest},
+	} {
+		if code, body := a.do(tc.method, tc.path, tok, "x"); code != tc.want {
+			t.Errorf("%s %s: %d %v, want %d", tc.method, tc.path, code, body, tc.want)
+		}
+	}
+}
+
+// TestLmstfyQueueNames: on a lane, a queue's name may hold '_' as
+// lmstfy's may (a lane queue's label is no topic's name); with a topic
+// per queue it may not, and the 400 says why.
+func TestLmstfyQueueNames(t *testing.T) {
+	a := start(t, serve.Lane(serve.DefaultLane))
+	c := &lmstfyClient{t: t, a: a, ns: "ns", token: a.token("ns", false)}
+	id := c.publish("my_queue", "", []byte("x"), nil, 0, 1, 0)
+	if got := c.consume([]string{"my_queue"}, 1, 30, 10, false); len(got) != 1 || got[0].ID != id || got[0].Queue != "my_queue" {
+		t.Fatalf("consume of my_queue: %+v; want job %s", got, id)
+	}
+	b := start(t, serve.Lane(""))
+	code, body := b.do("PUT", "/api/ns/my_queue?"+url.Values{"tries": {"1"}}.Encode(), b.token("ns", false), "x")
+	if msg, _ := body["error"].(string); code != http.StatusBadRequest || !strings.Contains(msg, "write my-queue") {
+		t.Errorf("publish to my_queue with a topic per queue: %d %v; want 400 naming my-queue", code, body)
+	}
+}
