@@ -191,6 +191,7 @@ func (s *Server) publish(w http.ResponseWriter, r *http.Request) {
 			writeError(w, taskError(err))
 			return
 		}
+		s.pull.published(task.Queue)
 		writeJSON(w, http.StatusCreated, published{Msg: "published", JobID: rc.ID, New: true, Delayed: rc.Delayed})
 		return
 	}
@@ -198,6 +199,9 @@ func (s *Server) publish(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		writeError(w, taskError(err))
 		return
+	}
+	if subs[0].New {
+		s.pull.published(task.Queue)
 	}
 	status := http.StatusCreated
 	if !subs[0].New {
@@ -288,6 +292,7 @@ func (s *Server) bulk(w http.ResponseWriter, r *http.Request) {
 		writeError(w, taskError(err))
 		return
 	}
+	s.publishedMany(tasks, subs)
 	out := make([]published, len(subs))
 	status, msg := http.StatusOK, "already known" // nothing written, as a publish of a known ID
 	for i, sub := range subs {
@@ -445,13 +450,15 @@ func (s *Server) wait(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, jobAnswer(r, rec))
 }
 
-// cancel: DELETE /api/{ns}/{queue}/job/{id}, lmstfy's ACK: a task handed
-// out to a consumer is acknowledged with the body as its result (204 once
-// its commit is visible); a task that has not started never starts (202,
-// done: false, while the cancel waits for a worker to end it canceled); a
-// task already final, or unknown, is left as it is (204: an ACK is
-// idempotent). POST .../job/{id}/cancel (cancelJob) is onceq's cancel,
-// which says what it did.
+// cancel: DELETE /api/{ns}/{queue}/job/{id}, lmstfy's ACK, answered 204
+// as lmstfy's is, with what it did in the Onceq-Outcome header: a task
+// handed out to a consumer is acknowledged with the body as its result
+// ("acknowledged" once its commit is visible; "later" when it completes
+// with the result when it runs again, its time-to-run passed); a task
+// that has not started never starts ("canceled", while the cancel waits
+// for a worker to end it canceled); a task already final, or unknown, is
+// left as it is ("none": an ACK is idempotent). POST .../job/{id}/cancel
+// (cancelJob) is onceq's cancel, which answers what it did.
 func (s *Server) cancel(w http.ResponseWriter, r *http.Request) {
 	topic, id, err := s.jobOf(r)
 	if err != nil {
@@ -470,35 +477,47 @@ func (s *Server) cancel(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err) // the lease stays: acknowledge again with a smaller result
 		return
 	}
-	status, err := s.finish(r, topic, id, lease, result)
-	switch {
-	case err != nil:
+	outcome, err := s.finish(r, topic, id, lease, result)
+	if err != nil {
 		writeError(w, err)
-	case status == http.StatusAccepted:
-		writeJSON(w, status, job{Namespace: r.PathValue("ns"), Queue: r.PathValue("queue"), JobID: id})
-	default:
-		w.WriteHeader(http.StatusNoContent)
+		return
 	}
+	w.Header().Set(outcomeHeader, outcome)
+	w.WriteHeader(http.StatusNoContent)
 }
 
-// finish ends a task as a DELETE does: it acknowledges it with result if
-// it was handed out (204 once committed; 202 if it completes when it runs
-// again), cancels it if it has not started (202), and leaves it as it is
-// if it is final or unknown (204).
-func (s *Server) finish(r *http.Request, topic, id, lease string, result []byte) (status int, err error) {
+// outcomeHeader says what a DELETE of a job did (cancel).
+const outcomeHeader = "Onceq-Outcome"
+
+// What a DELETE of a job did (finish).
+const (
+	outcomeAcked    = "acknowledged"
+	outcomeLater    = "later"
+	outcomeCanceled = "canceled"
+	outcomeNone     = "none"
+)
+
+// finish ends a task as a DELETE does, and says what it did: it
+// acknowledges it with result if it was handed out (outcomeAcked once
+// committed; outcomeLater if it completes when it runs again), cancels it
+// if it has not started (outcomeCanceled), and leaves it as it is if it
+// is final or unknown (outcomeNone).
+func (s *Server) finish(r *http.Request, topic, id, lease string, result []byte) (outcome string, err error) {
 	switch out, err := s.acknowledge(r.Context(), topic, id, lease, result); {
 	case err != nil:
-		return 0, err
-	case out == ackDone || out == ackFinal:
-		return http.StatusNoContent, nil
+		return "", err
+	case out == ackDone:
+		return outcomeAcked, nil
+	case out == ackFinal:
+		return outcomeNone, nil
 	case out == ackLater:
-		return http.StatusAccepted, nil
+		return outcomeLater, nil
 	}
 	canceled, err := s.cancelUntaken(r, topic, id)
 	if canceled {
-		return http.StatusAccepted, err
+		return outcomeCanceled, err
 	}
-	return http.StatusNoContent, err
+	return outcomeNone, err
 }
 
 // cancelUntaken cancels a task that was never handed out, unless it is
@@ -699,4 +718,13 @@ var openAPI []byte
 func serveOpenAPI(w http.ResponseWriter, _ *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
 	_, _ = w.Write(openAPI)
+}
+
+// publishedMany notes the queues of the tasks that subs submitted now.
+func (s *Server) publishedMany(tasks []onceq.Task, subs []control.Submission) {
+	for i, sub := range subs {
+		if sub.New {
+			s.pull.published(tasks[i].Queue)
+		}
+	}
 }

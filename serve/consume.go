@@ -136,12 +136,22 @@ func (s *Server) takeJobs(ctx context.Context, ns string, queues []*pullQueue, c
 
 // take returns the first task of the hand-out order of the first queue
 // that offers one: at once, or, when wait, as soon as one does before ctx
-// ends; nil if none.
+// ends; nil if none. Of several queues, the first named is taken first,
+// as lmstfy's consume of several queues does: before it takes a later
+// queue's task, it waits up to orderWait for a task of an earlier one
+// this server published to within recentPublish (awaitEarlier).
 func take(ctx context.Context, ps []*pullQueue, wait bool) *lease {
 	var cases []reflect.SelectCase
+	ordered := len(ps) < 2
 	for {
 		cases = append(cases[:0], reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(ctx.Done())})
-		for _, p := range ps {
+		for k, p := range ps {
+			if !ordered && k > 0 && p.offers.len() > 0 {
+				ordered = true
+				if l := awaitEarlier(ctx, ps[:k]); l != nil {
+					return l
+				}
+			}
 			l, added := p.offers.pop()
 			if l != nil {
 				return l
@@ -155,6 +165,43 @@ func take(ctx context.Context, ps []*pullQueue, wait bool) *lease {
 			return nil
 		}
 	}
+}
+
+// Of a consume of several queues (take): how recent a publish to an
+// earlier queue is waited for, and how long.
+const (
+	recentPublish = time.Second
+	orderWait     = ImmediateWait
+)
+
+// awaitEarlier waits up to orderWait, or until ctx ends, for a task of
+// one of ps this server published to within recentPublish, and takes it;
+// nil if none came, or none was published to.
+func awaitEarlier(ctx context.Context, ps []*pullQueue) *lease {
+	since := time.Now().Add(-recentPublish).UnixNano()
+	timer := time.NewTimer(orderWait)
+	defer timer.Stop()
+	cases := []reflect.SelectCase{{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(ctx.Done())}, {Dir: reflect.SelectRecv, Chan: reflect.ValueOf(timer.C)}}
+	var from []*pullQueue
+	for _, p := range ps {
+		if p.published.Load() < since {
+			continue
+		}
+		l, added := p.offers.pop()
+		if l != nil {
+			return l
+		}
+		cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(added)})
+		from = append(from, p)
+	}
+	if len(from) == 0 {
+		return nil
+	}
+	if i, _, _ := reflect.Select(cases); i >= 2 {
+		l, _ := from[i-2].offers.pop()
+		return l
+	}
+	return nil
 }
 
 // durationParam reads seconds (or a Go duration) from q[name], def when

@@ -107,11 +107,11 @@
 // that names it (lease=) is refused (409) if the job was handed out again
 // since, and one that names none completes the job as lmstfy's does. An
 // acknowledgment after the ttr answers at once, whether or not the server
-// that handed the job out is up: 202 while the job waits for its next
+// that handed the job out is up: 204 with Onceq-Outcome: later while the job waits for its next
 // run, which completes it with the acknowledged result, without handing
 // it out again; 409 for a job dead after its last try by then, whose
-// result is not kept. An acknowledgment in time answers 204 once the
-// job's run committed the result, or 202 if that run is not running (its
+// result is not kept. An acknowledgment in time answers 204 acknowledged once the
+// job's run committed the result, or later if that run is not running (its
 // server stopped, or it waits behind the jobs held for consumers) and did
 // not commit within about 11 s: the run completes the job with the result
 // when it comes. A queue's
@@ -127,10 +127,12 @@
 // waits for one up to its timeout. A server that dies holds its places
 // until its jobs' ttr and 5 s end.
 //
-// A DELETE of a task that is not handed out cancels it (202), as lmstfy's
-// DELETE makes sure it is never consumed again; of a task succeeded,
-// canceled (while handed out too) or unknown, it answers 204, as an ACK is
-// idempotent and lmstfy's client takes any other answer for a failure.
+// A DELETE answers 204, as lmstfy's client takes any other answer for a
+// failure, and says what it did in its Onceq-Outcome header. Of a task
+// that is not handed out it cancels it (canceled), as lmstfy's DELETE
+// makes sure it is never consumed again; of a task succeeded, canceled
+// (while handed out too) or unknown it does nothing (none), as an ACK is
+// idempotent.
 //
 // A publish without tries or ttl gets lmstfy's defaults (DefaultTries,
 // DefaultJobTTL), and lmstfy's Job-Attr-* headers are kept as the task's

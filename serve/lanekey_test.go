@@ -76,8 +76,8 @@ func TestLaneJobInBacklog(t *testing.T) {
 		}
 	}
 	for _, id := range []string{ids[0], "bare-1"} {
-		if code, body := a.do("DELETE", "/api/shop/late/job/"+id, tok, ""); code != 202 {
-			t.Errorf("DELETE of %s, waiting without a record: %d %v; want 202", id, code, body)
+		if code, out := a.del("/api/shop/late/job/"+id, tok, ""); code != 204 || out != "canceled" {
+			t.Errorf("DELETE of %s, waiting without a record: %d %s; want 204 canceled", id, code, out)
 		}
 	}
 }

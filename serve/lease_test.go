@@ -32,8 +32,8 @@ func TestLeasesAcrossServers(t *testing.T) {
 		if j.Lease == "" {
 			t.Fatalf("a job handed out without its lease: %+v", j)
 		}
-		if code, body := b.do("DELETE", "/api/shop/mail/job/"+j.JobID, tok, "done-by-b"); code != 204 {
-			t.Fatalf("ACK of %s through the other server: %d %v", j.JobID, code, body)
+		if code, out := b.del("/api/shop/mail/job/"+j.JobID, tok, "done-by-b"); code != 204 || out != "acknowledged" {
+			t.Fatalf("ACK of %s through the other server: %d %s; want 204 acknowledged", j.JobID, code, out)
 		}
 		assertResult(t, a, tok, "mail", j.JobID, "done-by-b", 1)
 
@@ -45,20 +45,20 @@ func TestLeasesAcrossServers(t *testing.T) {
 		if code, jobs := consume(t, a2, tok, "/api/shop/mail?ttr=120&timeout=3"); code != 404 {
 			t.Fatalf("consume after the restart, while %s's lease is open: %d %+v; want 404", j2.JobID, code, jobs)
 		}
-		if code, body := a2.do("DELETE", "/api/shop/mail/job/"+j2.JobID, tok, "done-after-restart"); code != 204 {
-			t.Fatalf("ACK of %s after the restart: %d %v", j2.JobID, code, body)
+		if code, out := a2.del("/api/shop/mail/job/"+j2.JobID, tok, "done-after-restart"); code != 204 || out != "acknowledged" {
+			t.Fatalf("ACK of %s after the restart: %d %s; want 204 acknowledged", j2.JobID, code, out)
 		}
 		assertResult(t, b, tok, "mail", j2.JobID, "done-after-restart", 1)
 		// A second ACK is idempotent, and the first result stays.
-		if code, body := b.do("DELETE", "/api/shop/mail/job/"+j2.JobID, tok, "again"); code != 204 {
-			t.Fatalf("second ACK: %d %v", code, body)
+		if code, out := b.del("/api/shop/mail/job/"+j2.JobID, tok, "again"); code != 204 || out != "none" {
+			t.Fatalf("second ACK: %d %s; want 204 none", code, out)
 		}
 		assertResult(t, a2, tok, "mail", j2.JobID, "done-after-restart", 1)
 	})
 }
 
 // TestLateAck: an ACK after the lease's time-to-run answers at once:
-// 202 for a job whose retry waits (in the delay topics, until a delay
+// 204 later for a job whose retry waits (in the delay topics, until a delay
 // service runs), which the ACK completes when it runs (its queue fetched
 // for a consumer), 409 for a job dead after its last try, which stays
 // dead; and an ACK naming a lease that another consumer's take ended is
@@ -85,14 +85,15 @@ func TestLateAck(t *testing.T) {
 		// Past its ttr, "late" fails its first try; its ACK answers at once,
 		// and completes it when its retry runs.
 		waitState(t, a, tok, "q", "late", "retrying")
-		if code, body, took := ackTimed(a, tok, "late", "late-result"); code != 202 || took > 10*time.Second {
-			t.Fatalf("late ACK of a job whose retry waits: %d %v after %v; want 202 at once", code, body, took)
+		if code, out, took := ackTimed(a, tok, "late", "late-result"); code != 204 || out != "later" || took > 10*time.Second {
+			t.Fatalf("late ACK of a job whose retry waits: %d %s after %v; want 204 later at once", code, out, took)
 		}
 		// "last" is dead after its only try: its ACK is refused at once,
 		// and it stays dead.
 		waitState(t, a, tok, "q", "last", "dead")
-		if code, body, took := ackTimed(a, tok, "last", "too-late"); code != 409 || !strings.Contains(fmt.Sprint(body["error"]), "ran out of tries") || took > 10*time.Second {
-			t.Fatalf("late ACK of a dead job: %d %v after %v; want 409 at once", code, body, took)
+		began := time.Now()
+		if code, body := a.do("DELETE", "/api/shop/q/job/last", tok, "too-late"); code != 409 || !strings.Contains(fmt.Sprint(body["error"]), "ran out of tries") || time.Since(began) > 10*time.Second {
+			t.Fatalf("late ACK of a dead job: %d %v after %v; want 409 at once", code, body, time.Since(began))
 		}
 		waitState(t, a, tok, "q", "last", "dead")
 		runDelayService(t, a)
@@ -107,8 +108,8 @@ func TestLateAck(t *testing.T) {
 		if code, body := a.do("DELETE", "/api/shop/q/job/named?lease="+named.Lease, tok, "stale"); code != http.StatusConflict || body["field"] != "lease" {
 			t.Fatalf("ACK naming an ended lease: %d %v; want 409", code, body)
 		}
-		if code, body := a.do("DELETE", "/api/shop/q/job/named?lease="+again.Lease, tok, "fresh"); code != 204 {
-			t.Fatalf("ACK naming the open lease: %d %v", code, body)
+		if code, out := a.del("/api/shop/q/job/named?lease="+again.Lease, tok, "fresh"); code != 204 || out != "acknowledged" {
+			t.Fatalf("ACK naming the open lease: %d %s; want 204 acknowledged", code, out)
 		}
 		assertResult(t, a, tok, "q", "named", "fresh", 2)
 		// The consume fetched the queue: "late"'s retry ran, and took the
@@ -145,9 +146,9 @@ func TestLateAckWhileItsHolderIsDown(t *testing.T) {
 		// The consumer is late by the clock: that is the case.
 		time.Sleep(time.Until(until.Add(200 * time.Millisecond)))
 		start := time.Now()
-		code, body := b.do("DELETE", "/api/shop/q/job/orphan?lease="+j.Lease, tok, "late-result")
-		if took := time.Since(start); code != 202 || took > 5*time.Second {
-			t.Fatalf("late ACK of a job whose server stopped: %d %v after %v; want 202 at once", code, body, took)
+		code, out := b.del("/api/shop/q/job/orphan?lease="+j.Lease, tok, "late-result")
+		if took := time.Since(start); code != 204 || out != "later" || took > 5*time.Second {
+			t.Fatalf("late ACK of a job whose server stopped: %d %s after %v; want 204 later at once", code, out, took)
 		}
 		// Consumes fetch the queue: the job's run takes the ACK's result,
 		// and is not handed out.
@@ -159,7 +160,7 @@ func TestLateAckWhileItsHolderIsDown(t *testing.T) {
 // TestAckOfJobWhoseRunWaits: after a restart, a job handed out before it
 // runs again behind its queue's places (PullSlots) held by a job offered
 // to consumers, so that its ACK cannot commit before a consumer takes
-// that one. The ACK answers 202 once it waited for the run a while (the
+// that one. The ACK answers 204 later once it waited for the run a while (the
 // pull group's session timeout; shortened here), rather than 504 after
 // 30 s: its consumer goes on, takes the other job, and the run then comes
 // and completes the job with the ACK's result.
@@ -173,8 +174,8 @@ func TestAckOfJobWhoseRunWaits(t *testing.T) {
 		awaitOwned(t, a, "q")
 		// A consume keeps the queue fetched for a while after it.
 		warm := consumeOne(t, a, tok, "/api/shop/q?ttr=60&timeout=30")
-		if code, body := a.do("DELETE", "/api/shop/q/job/warm?lease="+warm.Lease, tok, ""); code != 204 {
-			t.Fatalf("ACK of warm: %d %v", code, body)
+		if code, out := a.del("/api/shop/q/job/warm?lease="+warm.Lease, tok, ""); code != 204 || out != "acknowledged" {
+			t.Fatalf("ACK of warm: %d %s; want 204 acknowledged", code, out)
 		}
 		for _, q := range []string{"id=first", "id=urgent&priority=9"} {
 			if code, body := a.do("PUT", "/api/shop/q?tries=3&"+q, tok, "x"); code != 201 {
@@ -196,15 +197,15 @@ func TestAckOfJobWhoseRunWaits(t *testing.T) {
 		// the place; urgent waits behind it.
 		b := startOn(t, a.conn, layout, serve.PullSlots(1), serve.AckRunWait(2*time.Second))
 		start := time.Now()
-		if code, body := b.do("DELETE", "/api/shop/q/job/urgent?lease="+j.Lease, tok, "urgent-result"); code != 202 || time.Since(start) > 20*time.Second {
-			t.Fatalf("ACK of a job whose run waits for a place: %d %v after %v; want 202 after the run's wait", code, body, time.Since(start))
+		if code, out := b.del("/api/shop/q/job/urgent?lease="+j.Lease, tok, "urgent-result"); code != 204 || out != "later" || time.Since(start) > 20*time.Second {
+			t.Fatalf("ACK of a job whose run waits for a place: %d %s after %v; want 204 later after the run's wait", code, out, time.Since(start))
 		}
 		first := consumeOne(t, b, tok, "/api/shop/q?ttr=60&timeout=30")
 		if first.JobID != "first" {
 			t.Fatalf("handed out %s after urgent's ACK; want first", first.JobID)
 		}
-		if code, body := b.do("DELETE", "/api/shop/q/job/first?lease="+first.Lease, tok, "first-result"); code != 204 {
-			t.Fatalf("ACK of first: %d %v", code, body)
+		if code, out := b.del("/api/shop/q/job/first?lease="+first.Lease, tok, "first-result"); code != 204 || out != "acknowledged" {
+			t.Fatalf("ACK of first: %d %s; want 204 acknowledged", code, out)
 		}
 		assertResult(t, b, tok, "q", "first", "first-result", 1)
 		assertResult(t, b, tok, "q", "urgent", "urgent-result", 1)
@@ -282,10 +283,10 @@ func runDelayService(t *testing.T, a *api) {
 
 // ackTimed acknowledges job id of queue q with result, and says how long
 // the answer took.
-func ackTimed(a *api, tok, id, result string) (int, map[string]any, time.Duration) {
+func ackTimed(a *api, tok, id, result string) (int, string, time.Duration) {
 	start := time.Now()
-	code, body := a.do("DELETE", "/api/shop/q/job/"+id, tok, result)
-	return code, body, time.Since(start)
+	code, out := a.del("/api/shop/q/job/"+id, tok, result)
+	return code, out, time.Since(start)
 }
 
 // consumeOne consumes one job, failing the test if none comes.
@@ -345,8 +346,8 @@ func TestConsumeFromEitherServer(t *testing.T) {
 				t.Fatalf("%s handed out twice", j.JobID)
 			}
 			seen[j.JobID] = true
-			if code, body := srv.do("DELETE", "/api/shop/one/job/"+j.JobID+"?lease="+j.Lease, tok, "r"); code != 204 {
-				t.Fatalf("ACK of %s: %d %v", j.JobID, code, body)
+			if code, out := srv.del("/api/shop/one/job/"+j.JobID+"?lease="+j.Lease, tok, "r"); code != 204 || out != "acknowledged" {
+				t.Fatalf("ACK of %s: %d %s; want 204 acknowledged", j.JobID, code, out)
 			}
 		}
 	})

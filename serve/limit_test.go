@@ -82,15 +82,15 @@ func TestLimitHoldsHandOuts(t *testing.T) {
 	}
 	got := make(chan handedOut, 1)
 	go func() { got <- consumeOne(t, a, tok, "/api/shop/jobs?ttr=60&timeout=30") }()
-	if code, body := a.do("DELETE", "/api/shop/jobs/job/"+first.JobID+"?lease="+first.Lease, tok, "done"); code != 204 {
-		t.Fatalf("ACK: %d %v", code, body)
+	if code, out := a.del("/api/shop/jobs/job/"+first.JobID+"?lease="+first.Lease, tok, "done"); code != 204 || out != "acknowledged" {
+		t.Fatalf("ACK: %d %s; want 204 acknowledged", code, out)
 	}
 	second := <-got
 	if second.JobID == first.JobID {
 		t.Fatalf("%s handed out twice", first.JobID)
 	}
-	if code, body := a.do("DELETE", "/api/shop/jobs/job/"+second.JobID+"?lease="+second.Lease, tok, "done"); code != 204 {
-		t.Fatalf("ACK: %d %v", code, body)
+	if code, out := a.del("/api/shop/jobs/job/"+second.JobID+"?lease="+second.Lease, tok, "done"); code != 204 || out != "acknowledged" {
+		t.Fatalf("ACK: %d %s; want 204 acknowledged", code, out)
 	}
 	// Both released: none runs now.
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
@@ -134,8 +134,8 @@ func TestLimitWaitingJobHoldsNoPlace(t *testing.T) {
 	if n := running(); n != 1.0 {
 		t.Fatalf("running_now with a job out: %v; want 1", n)
 	}
-	if code, body := a.do("DELETE", "/api/shop/jobs/job/"+first.JobID+"?lease="+first.Lease, tok, "done"); code != 204 {
-		t.Fatalf("ACK: %d %v", code, body)
+	if code, out := a.del("/api/shop/jobs/job/"+first.JobID+"?lease="+first.Lease, tok, "done"); code != 204 || out != "acknowledged" {
+		t.Fatalf("ACK: %d %s; want 204 acknowledged", code, out)
 	}
 	acked := time.Now()
 	for n := running(); n != 0.0; n = running() {

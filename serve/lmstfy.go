@@ -243,6 +243,7 @@ func (s *Server) bulkLmstfy(w http.ResponseWriter, r *http.Request) {
 		writeError(w, taskError(err))
 		return
 	}
+	s.publishedMany(tasks, subs)
 	ids := make([]string, len(subs))
 	for i, sub := range subs {
 		ids[i] = sub.ID
@@ -323,5 +324,6 @@ func (s *Server) republish(w http.ResponseWriter, r *http.Request) {
 		writeError(w, taskError(err))
 		return
 	}
+	s.pull.published(task.Queue)
 	writeJSON(w, http.StatusCreated, published{Msg: "published", JobID: rc.ID, New: true, Delayed: rc.Delayed})
 }

@@ -1,6 +1,7 @@
 package serve_test
 
 import (
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -98,5 +99,25 @@ func TestLmstfyQueueNames(t *testing.T) {
 	code, body := b.do("PUT", "/api/ns/my_queue?"+url.Values{"tries": {"1"}}.Encode(), b.token("ns", false), "x")
 	if msg, _ := body["error"].(string); code != http.StatusBadRequest || !strings.Contains(msg, "write my-queue") {
 		t.Errorf("publish to my_queue with a topic per queue: %d %v; want 400 naming my-queue", code, body)
+	}
+}
+
+// TestLmstfyConsumeFromQueuesOrder: lmstfy's client tests publish to two
+// queues and at once consume both, naming the second first, and want the
+// second's job: a consume of several queues takes the first named that
+// has a job, also while that job is still on its way from Kafka. On the
+// lane (the default): with a topic per queue, a new queue's first job
+// waits for its topics to be made, longer than the consume waits for it.
+func TestLmstfyConsumeFromQueuesOrder(t *testing.T) {
+	a := start(t, serve.Lane(serve.DefaultLane), serve.CreateQueues(2))
+	c := &lmstfyClient{t: t, a: a, ns: "ns", token: a.token("ns", false)}
+	for i := range 5 {
+		first, second := fmt.Sprintf("multi-%d-a", i), fmt.Sprintf("multi-%d-b", i)
+		c.publish(first, "", []byte("a"), nil, 0, 1, 0)
+		want := c.publish(second, "", []byte("b"), nil, 0, 1, 0)
+		got := c.consume([]string{second, first}, 1, 30, 10, false)
+		if len(got) != 1 || got[0].ID != want || got[0].Queue != second {
+			t.Fatalf("consume of %s,%s: %+v; want %s's job %s", second, first, got, second, want)
+		}
 	}
 }

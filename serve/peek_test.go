@@ -16,7 +16,7 @@ import (
 // job does: its data, ttl, elapsed_ms, remain_tries and attempt, whether
 // it was published with an id (its record says scheduled) or without
 // (no record until it runs). An ACK of one without a record cancels it
-// (202), as it cancels a ready job not handed out.
+// (204, canceled), as it cancels a ready job not handed out.
 func TestPeekDelayedJob(t *testing.T) {
 	eachLayout(t, func(t *testing.T, layout serve.Opt) {
 		a := start(t, layout, serve.CreateQueues(2))
@@ -46,8 +46,8 @@ func TestPeekDelayedJob(t *testing.T) {
 				t.Errorf("peek of the delayed job %s: %s; want a scheduled record for order-1 alone", id, raw)
 			}
 		}
-		if code, body := a.do("DELETE", "/api/ns/q/job/"+anon, c.token, ""); code != 202 {
-			t.Errorf("ACK of the delayed job %s, not handed out: %d %v; want 202, canceled", anon, code, body)
+		if code, out := a.del("/api/ns/q/job/"+anon, c.token, ""); code != 204 || out != "canceled" {
+			t.Errorf("ACK of the delayed job %s, not handed out: %d %s; want 204, canceled", anon, code, out)
 		}
 	})
 }

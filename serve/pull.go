@@ -162,8 +162,12 @@ type pull struct {
 // pullQueue is a queue whose tasks the server hands out.
 type pullQueue struct {
 	topic  string
-	offers offers       // its tasks offered to the server's consumers
-	wanted atomic.Int64 // Unix nanoseconds until which a consumer waits
+	offers offers // its tasks offered to the server's consumers
+	// published is when this server last published to the queue (Unix
+	// nanoseconds): a consume of several queues waits a moment for a job
+	// of an earlier one on its way (take).
+	published atomic.Int64
+	wanted    atomic.Int64 // Unix nanoseconds until which a consumer waits
 	// fetched is when the worker's last want of the queue ends (Unix
 	// nanoseconds): this server's consumers', another server's, or an
 	// acknowledgment's, whose task's run must be fetched. A task goes
@@ -204,6 +208,11 @@ func (pl *pull) queue(topic string) *pullQueue {
 		pl.queues[topic] = q
 	}
 	return q
+}
+
+// published notes that this server published to topic's queue.
+func (pl *pull) published(topic string) {
+	pl.queue(topic).published.Store(time.Now().UnixNano())
 }
 
 // track counts a handler running the task of lease key until done is

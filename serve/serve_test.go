@@ -118,6 +118,23 @@ func (a *api) doWith(method, path, token, body string, header http.Header) (int,
 	return resp.StatusCode, out
 }
 
+// del sends a DELETE of a job and returns the status and what it did
+// (the Onceq-Outcome header).
+func (a *api) del(path, token, body string) (int, string) {
+	a.t.Helper()
+	req, err := http.NewRequest("DELETE", a.url+path, strings.NewReader(body))
+	if err != nil {
+		a.t.Fatal(err)
+	}
+	req.Header.Set("X-Token", token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		a.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	return resp.StatusCode, resp.Header.Get("Onceq-Outcome")
+}
+
 // every is one request to each endpoint of namespace ns.
 func every(ns string) [][2]string {
 	return [][2]string{
