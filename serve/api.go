@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/onceq/onceq/control"
+	"github.com/onceq/onceq/dlq"
 
 	"github.com/onceq/onceq"
 	"github.com/onceq/onceq/consumer"
@@ -376,10 +377,21 @@ func lookupError(err error) error {
 	return err
 }
 
-// job: GET /api/{ns}/{queue}/job/{id}: lmstfy's peek of a job, with its
-// record (done, task) once it has one: 404 for a job neither waiting,
+// job: GET /api/{ns}/{queue}/job/{id}: lmstfy's peek of a job, answered
+// as task answers it while the job waits, is handed out, or is dead with
+// its dead letter kept; 404 once it ended otherwise (succeeded, canceled,
+// expired, or its dead letter deleted), as lmstfy's peek finds no job
+// then. Its record stays at GET .../task/{id}.
+func (s *Server) job(w http.ResponseWriter, r *http.Request) { s.peekJob(w, r, true) }
+
+// task: GET /api/{ns}/{queue}/task/{id}: onceq's view of a task: lmstfy's
+// peek of it while it waits or runs, with its record (done, task) once it
+// has one, for the server's retention; 404 for a task neither waiting,
 // handed out nor recorded.
-func (s *Server) job(w http.ResponseWriter, r *http.Request) {
+func (s *Server) task(w http.ResponseWriter, r *http.Request) { s.peekJob(w, r, false) }
+
+// peekJob answers job (lmstfy) or task.
+func (s *Server) peekJob(w http.ResponseWriter, r *http.Request, lmstfy bool) {
 	topic, id, err := s.jobOf(r)
 	if err != nil {
 		writeError(w, err)
@@ -395,6 +407,18 @@ func (s *Server) job(w http.ResponseWriter, r *http.Request) {
 	var known *onceq.TaskRecord
 	if recErr == nil {
 		known = &rec
+		if lmstfy && rec.State.Final() {
+			kept, err := s.deadLetterKept(ctx, topic, rec)
+			if err != nil {
+				writeError(w, err)
+				return
+			}
+			if !kept {
+				writeError(w, &apiError{status: http.StatusNotFound, field: "id", msg: fmt.Sprintf(
+					"job %s is %s: lmstfy's peek finds no job that ended; its record is at GET .../task/%s", id, rec.State, id)})
+				return
+			}
+		}
 	}
 	t, found, spent, err := s.findTask(ctx, topic, id, known)
 	if err != nil {
@@ -414,6 +438,19 @@ func (s *Server) job(w http.ResponseWriter, r *http.Request) {
 		out.lmstfyJob = &j
 	}
 	writeJSON(w, http.StatusOK, out)
+}
+
+// deadLetterKept says whether rec is of a dead task whose dead letter is
+// still in its queue's dead letters.
+func (s *Server) deadLetterKept(ctx context.Context, topic string, rec onceq.TaskRecord) (bool, error) {
+	if rec.State != onceq.StateDead {
+		return false, nil
+	}
+	rs, _, err := s.dlq.Requeues(ctx, topic, []string{rec.ID}, false, time.Now())
+	if errors.Is(err, dlq.ErrNoTopic) {
+		return false, nil
+	}
+	return len(rs) > 0, err
 }
 
 // DefaultWaitTimeout is a wait's timeout when the request gives none.

@@ -40,13 +40,15 @@
 //	                                             delay=, ttl=, tries=, timeout=, priority=
 //	POST   /api/{ns}/{queue}/bulk                publish a JSON array of tasks in one transaction
 //	GET    /api/{ns}/{queue}/peek                the job that waits the longest
-//	GET    /api/{ns}/{queue}/job/{id}            peek a job: its data, and its state, attempts,
-//	                                             error and result
+//	GET    /api/{ns}/{queue}/job/{id}            lmstfy's peek of a job: its data, and its
+//	                                             state, attempts and error; 404 once it ended
+//	GET    /api/{ns}/{queue}/task/{id}           a task: its data while it waits, and its
+//	                                             state, attempts, error and result
 //	PUT    /api/{ns}/{queue}/job/{id}            republish: ACK it, publish the body anew
 //	GET    /api/{ns}/{queue}/job/{id}/wait       the record once it is final (timeout=)
 //	DELETE /api/{ns}/{queue}/job/{id}            acknowledge a task handed out, through any
 //	                                             server (body: its result; lease=), else cancel
-//	                                             it; final or unknown: 204
+//	                                             it: 204, what it did in Onceq-Outcome
 //	GET    /api/{ns}/{queue}/size                the jobs waiting for a consumer
 //	POST   /api/{ns}/{queue}/job/{id}/cancel     cancel it (ahead=): 200 canceled, 202 pending,
 //	                                             404 unknown, 409 already final, 410 too late

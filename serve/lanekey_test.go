@@ -70,7 +70,7 @@ func TestLaneJobInBacklog(t *testing.T) {
 		if id == "bare-1" {
 			want = "p-bare"
 		}
-		code, body := a.do("GET", "/api/shop/late/job/"+id, tok, "")
+		code, body := a.do("GET", "/api/shop/late/task/"+id, tok, "")
 		if data, _ := body["data"].(string); code != 200 || data != base64.StdEncoding.EncodeToString([]byte(want)) {
 			t.Errorf("peek of %s: %d %v; want it waiting with %s", id, code, body, want)
 		}

@@ -57,7 +57,7 @@ func testSizeRetried(t *testing.T, layout serve.Opt, topic string) {
 			t.Fatalf("%d records of %s in %s a minute after its ttr; want 2, its retry back", copies, id, topic)
 		}
 	}
-	code, body := a.do("GET", "/api/ns/q/job/"+id, c.token, "")
+	code, body := a.do("GET", "/api/ns/q/task/"+id, c.token, "")
 	if task, _ := body["task"].(map[string]any); code != 200 || task["state"] != "retrying" {
 		t.Fatalf("the retried job: %d %v", code, body)
 	}

@@ -222,7 +222,7 @@ func awaitRunWhileConsuming(t *testing.T, a *api, tok, q, id string) {
 		if code, jobs := consume(t, a, tok, "/api/shop/"+q+"?ttr=30&timeout=1"); code != 404 {
 			t.Fatalf("consume while %s waits for its run: %d %+v; want 404", id, code, jobs)
 		}
-		code, body := a.do("GET", "/api/shop/"+q+"/job/"+id, tok, "")
+		code, body := a.do("GET", "/api/shop/"+q+"/task/"+id, tok, "")
 		if code == 200 && body["done"] == true {
 			return
 		}
@@ -314,7 +314,7 @@ func waitState(t *testing.T, a *api, tok, queue, id, state string) {
 	t.Helper()
 	deadline := time.Now().Add(60 * time.Second)
 	for {
-		code, body := a.do("GET", "/api/shop/"+queue+"/job/"+id, tok, "")
+		code, body := a.do("GET", "/api/shop/"+queue+"/task/"+id, tok, "")
 		task, _ := body["task"].(map[string]any)
 		if code == 200 && task["state"] == state {
 			return

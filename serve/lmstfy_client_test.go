@@ -290,9 +290,12 @@ func TestLmstfyClientPublishConsumeAck(t *testing.T) {
 			t.Fatalf("consume of the republished job: %+v", got)
 		}
 		c.ack("q2", idR)
-		code, rec := a.do("GET", "/api/ns/q2/job/"+idA, c.token, "")
+		code, rec := a.do("GET", "/api/ns/q2/task/"+idA, c.token, "")
 		if task, _ := rec["task"].(map[string]any); code != 200 || task["state"] != "succeeded" {
 			t.Fatalf("the job republished: %d %v; want succeeded", code, rec)
+		}
+		if code, rec := a.do("GET", "/api/ns/q2/job/"+idA, c.token, ""); code != 404 {
+			t.Fatalf("lmstfy's peek of the job republished: %d %v; want 404, as lmstfy's", code, rec)
 		}
 
 		// BatchPublish: lmstfy's body, each element a job's data.

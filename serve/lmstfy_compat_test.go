@@ -121,3 +121,44 @@ func TestLmstfyConsumeFromQueuesOrder(t *testing.T) {
 		}
 	}
 }
+
+// TestLmstfyPeekEndedJob: lmstfy's peek of a job (GET .../job/{id})
+// answers 404 once the job ended, as lmstfy's finds no job then: after
+// its ACK, and, for a dead job, once its dead letter is deleted (while it
+// is kept, the peek answers the job). onceq's GET .../task/{id} keeps
+// answering its record.
+func TestLmstfyPeekEndedJob(t *testing.T) {
+	eachLayout(t, func(t *testing.T, layout serve.Opt) {
+		a := start(t, layout, serve.CreateQueues(1))
+		c := &lmstfyClient{t: t, a: a, ns: "shop", token: a.token("shop", false)}
+		var j lmstfyJob
+		acked := c.publish("q", "", []byte("acked"), nil, 0, 1, 0)
+		if !c.get("q/job/"+acked, &j) || string(j.Data) != "acked" {
+			t.Fatalf("peek of the waiting job: %+v; want it with its data", j)
+		}
+		c.consume([]string{"q"}, 1, 30, 10, false)
+		c.ack("q", acked)
+		if c.get("q/job/"+acked, &j) {
+			t.Errorf("peek after the ACK: %+v; want 404", j)
+		}
+		dead := c.publish("q", "", []byte("dead"), nil, 0, 1, 0)
+		if got := c.consume([]string{"q"}, 1, 1, 10, false); len(got) != 1 || got[0].ID != dead {
+			t.Fatalf("consume: %+v; want %s", got, dead)
+		}
+		waitState(t, a, c.token, "q", dead, "dead") // its ttr passed: dead after its only try
+		if !c.get("q/job/"+dead, &j) || string(j.Data) != "dead" {
+			t.Errorf("peek of the dead job, its dead letter kept: %+v; want it with its data", j)
+		}
+		if code, body := c.do("DELETE", "q/deadletter", url.Values{"limit": {"1"}}, nil, nil); code != http.StatusNoContent {
+			t.Fatalf("delete of the dead letter: %d %s", code, body)
+		}
+		if c.get("q/job/"+dead, &j) {
+			t.Errorf("peek after the dead letter's delete: %+v; want 404", j)
+		}
+		for _, id := range []string{acked, dead} {
+			if code, body := a.do("GET", "/api/shop/q/task/"+id, c.token, ""); code != http.StatusOK || body["done"] != true {
+				t.Errorf("GET .../task/%s: %d %v; want its record", id, code, body)
+			}
+		}
+	})
+}

@@ -39,10 +39,10 @@ func TestLargePayloads(t *testing.T) {
 		if code, body := a.do("PUT", "/api/shop/big0?id=too-big", tok, tooBig); code != http.StatusRequestEntityTooLarge {
 			t.Fatalf("publish of %d bytes: %d %v; want 413", len(tooBig), code, body)
 		}
-		if code, body := a.do("GET", "/api/shop/big0/job/too-big", tok, ""); code != http.StatusNotFound {
+		if code, body := a.do("GET", "/api/shop/big0/task/too-big", tok, ""); code != http.StatusNotFound {
 			t.Fatalf("the refused job: %d %v; want 404 (nothing written)", code, body)
 		}
-		code, body := a.do("GET", "/api/shop/big1/job/big-1", tok, "")
+		code, body := a.do("GET", "/api/shop/big1/task/big-1", tok, "")
 		if data, _ := body["data"].(string); code != 200 || data != base64.StdEncoding.EncodeToString(payloads["big-1"]) {
 			t.Fatalf("peek of big-1: %d, %d bytes of data; want 200 and its payload", code, len(data))
 		}
@@ -114,7 +114,7 @@ func TestJobAttributesCountTowardPayload(t *testing.T) {
 		t.Errorf("a bulk task whose payload and headers are past the limit: %d %v; want 413", code, body)
 	}
 	for _, id := range []string{"huge-1", "over-1", "hdr-1"} {
-		if code, _ := a.do("GET", "/api/shop/attrs/job/"+id, tok, ""); code != http.StatusNotFound {
+		if code, _ := a.do("GET", "/api/shop/attrs/task/"+id, tok, ""); code != http.StatusNotFound {
 			t.Errorf("refused job %s: %d; want 404 (nothing written)", id, code)
 		}
 	}

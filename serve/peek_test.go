@@ -116,7 +116,7 @@ func TestDestroyEndsTasks(t *testing.T) {
 	}
 	for _, id := range ids {
 		waitFor(t, func() (bool, string) {
-			code, body := a.do("GET", "/api/shop/q/job/"+id, tok, "")
+			code, body := a.do("GET", "/api/shop/q/task/"+id, tok, "")
 			task, _ := body["task"].(map[string]any)
 			return code == 200 && body["done"] == true && task["state"] == "canceled" && task["reason"] == serve.ReasonDestroyed, fmt.Sprint(code, body)
 		})
@@ -131,7 +131,7 @@ func TestDestroyEndsTasks(t *testing.T) {
 	if code, body := a.do("DELETE", "/api/shop/held/job/h-1", tok, "done"); code != 204 {
 		t.Fatalf("ACK of the job handed out: %d %v", code, body)
 	}
-	code, body = a.do("GET", "/api/shop/held/job/h-1", tok, "")
+	code, body = a.do("GET", "/api/shop/held/task/h-1", tok, "")
 	if task, _ := body["task"].(map[string]any); code != 200 || task["state"] != "succeeded" {
 		t.Errorf("the job handed out before the destroy: %d %v; want it succeeded", code, body)
 	}

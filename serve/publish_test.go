@@ -54,7 +54,7 @@ func TestPublishQueueNotCreated(t *testing.T) {
 			t.Logf("%s %s: %d %s", tc.method, tc.path, code, msg)
 		}
 	}
-	if code, body := a.do("GET", "/api/shop/fresh/job/f-1", tok, ""); code != http.StatusNotFound {
+	if code, body := a.do("GET", "/api/shop/fresh/task/f-1", tok, ""); code != http.StatusNotFound {
 		t.Fatalf("the refused job: %d %v; want 404 (nothing written)", code, body)
 	}
 }
@@ -80,14 +80,14 @@ func TestPublishRefusesIDsNotInAPath(t *testing.T) {
 			}
 		}
 	}
-	if code, body := a.do("GET", "/api/shop/dots/job/ok-1", tok, ""); code != http.StatusNotFound {
+	if code, body := a.do("GET", "/api/shop/dots/task/ok-1", tok, ""); code != http.StatusNotFound {
 		t.Errorf("the refused bulk's other task: %d %v; want 404 (nothing written)", code, body)
 	}
 	for _, id := range []string{"...", "a/..", "./"} {
 		if code, body := a.do("PUT", "/api/shop/dots?id="+url.QueryEscape(id), tok, "x"); code != http.StatusCreated {
 			t.Fatalf("publish of %q: %d %v", id, code, body)
 		}
-		if code, body := a.do("GET", "/api/shop/dots/job/"+url.PathEscape(id), tok, ""); code != http.StatusOK || body["job_id"] != id {
+		if code, body := a.do("GET", "/api/shop/dots/task/"+url.PathEscape(id), tok, ""); code != http.StatusOK || body["job_id"] != id {
 			t.Errorf("job %q at its escaped path: %d %v", id, code, body)
 		}
 	}

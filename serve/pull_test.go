@@ -39,7 +39,7 @@ func TestPullConsumeAck(t *testing.T) {
 		{"/api/shop/jobs?count=101", "count"},
 		{"/api/shop/jobs?ttr=0", "ttr"},
 		{"/api/shop/jobs?timeout=x", "timeout"},
-		{"/api/shop/jobs?wait=1", "wait"},
+		{"/api/shop/jobs?timeout=1&timeout=2", "timeout"},
 	} {
 		if code, body := a.do("GET", tc.path, tok, ""); code != 400 || body["field"] != tc.field {
 			t.Errorf("GET %s: %d %v; want 400 naming %s", tc.path, code, body, tc.field)
@@ -105,7 +105,7 @@ func TestPullConsumeAck(t *testing.T) {
 			t.Errorf("%s handed out at attempts %v; want [1 2]", id, attempts[id])
 		}
 	}
-	code, body := a.do("GET", "/api/shop/jobs/job/t-7", tok, "")
+	code, body := a.do("GET", "/api/shop/jobs/task/t-7", tok, "")
 	if task, _ := body["task"].(map[string]any); code != 200 || task["state"] != "succeeded" || task["result"] != base64.StdEncoding.EncodeToString([]byte("r-t-7")) {
 		t.Fatalf("an acknowledged task: %d %v", code, body)
 	}
@@ -236,7 +236,7 @@ func TestUnaskedJobsGoBackOnce(t *testing.T) {
 		if id == j.JobID {
 			continue
 		}
-		code, body := a.do("GET", "/api/shop/idle/job/"+id, tok, "")
+		code, body := a.do("GET", "/api/shop/idle/task/"+id, tok, "")
 		if task, _ := body["task"].(map[string]any); code != 200 || body["attempt"] != 1.0 || body["remain_tries"] != 3.0 || task != nil && task["state"] != "pending" {
 			t.Errorf("peek of %s, never consumed: %d %v; want attempt 1, 3 tries left, pending", id, code, body)
 		}

@@ -277,7 +277,7 @@ func TestPublishAndAsk(t *testing.T) {
 	if code != 200 || body["done"] != true || task["state"] != "succeeded" || task["result"] != "c2VudCBoZWxsbw==" {
 		t.Fatalf("wait: %d %v; want succeeded with the result", code, body)
 	}
-	code, body = a.do("GET", "/api/shop/emails/job/order-1", tok, "")
+	code, body = a.do("GET", "/api/shop/emails/task/order-1", tok, "")
 	if code != 200 || body["done"] != true {
 		t.Fatalf("job: %d %v", code, body)
 	}
@@ -320,7 +320,7 @@ func TestPublishAndAsk(t *testing.T) {
 			t.Fatalf("cancel of running %s: %d %v; want %d with its record", id, code, body, want)
 		}
 	}
-	if code, body = a.do("GET", "/api/shop/emails/job/never", tok, ""); code != 404 || body["field"] != "id" {
+	if code, body = a.do("GET", "/api/shop/emails/task/never", tok, ""); code != 404 || body["field"] != "id" {
 		t.Fatalf("job never submitted: %d %v", code, body)
 	}
 	if code, body = a.do("GET", "/api/shop/emails/job/never/wait?timeout=1", tok, ""); code != 200 || body["done"] != false {

@@ -222,6 +222,7 @@ func (s *Server) apiRoutes() []route {
 		{"PUT", "/api/{ns}/{queue}/bulk", "bulk_lmstfy", write, []string{"delay", "ttl", "tries", "timeout", "priority"}, s.bulkLmstfy},
 		{"GET", "/api/{ns}/{queue}/peek", "peek", read, nil, s.peekQueue},
 		{"GET", "/api/{ns}/{queue}/job/{id}", "job", read, nil, s.job},
+		{"GET", "/api/{ns}/{queue}/task/{id}", "task", read, nil, s.task},
 		{"PUT", "/api/{ns}/{queue}/job/{id}", "republish", write, []string{"delay", "ttl", "tries", "timeout", "priority"}, s.republish},
 		{"GET", "/api/{ns}/{queue}/job/{id}/wait", "wait", read, []string{"timeout"}, s.wait},
 		{"DELETE", "/api/{ns}/{queue}/job/{id}", "cancel", write, []string{"lease"}, s.cancel},
