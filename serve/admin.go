@@ -4,11 +4,14 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"net/http/pprof"
 	"net/url"
 	"runtime/debug"
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/onceq/onceq"
 	"github.com/onceq/onceq/auth"
@@ -28,6 +31,9 @@ import (
 //	GET    /info                                 lmstfy's: the namespaces and their queues
 //	GET    /version                              lmstfy's: version, build_commit, build_date
 //	GET    /pools                                lmstfy's: the pools, ["default"]
+//	GET    /metrics                              Prometheus: onceq's series and lmstfy's
+//	                                             (infra_lmstfy_*), for lmstfy's dashboards
+//	GET    /debug/pprof/                         Go's profiles (net/http/pprof)
 func (s *Server) AdminHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /token/{ns}", s.admin(s.createToken))
@@ -36,8 +42,16 @@ func (s *Server) AdminHandler() http.Handler {
 	mux.HandleFunc("GET /info", s.admin(s.info))
 	mux.HandleFunc("GET /version", s.admin(s.version))
 	mux.HandleFunc("GET /pools", s.admin(pools))
+	if s.gather != nil {
+		mux.HandleFunc("GET /metrics", s.admin(promhttp.HandlerFor(s.gather, promhttp.HandlerOpts{}).ServeHTTP))
+	}
+	mux.HandleFunc("GET /debug/pprof/", s.admin(pprof.Index))
+	mux.HandleFunc("GET /debug/pprof/cmdline", s.admin(pprof.Cmdline))
+	mux.HandleFunc("GET /debug/pprof/profile", s.admin(pprof.Profile))
+	mux.HandleFunc("GET /debug/pprof/symbol", s.admin(pprof.Symbol))
+	mux.HandleFunc("GET /debug/pprof/trace", s.admin(pprof.Trace))
 	mux.HandleFunc("/", s.admin(func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, &apiError{status: http.StatusNotFound, msg: "no admin endpoint " + r.Method + " " + r.URL.Path + ": POST, GET /token/{ns}, DELETE /token/{ns}/{token}, GET /info, /version, /pools"})
+		writeError(w, &apiError{status: http.StatusNotFound, msg: "no admin endpoint " + r.Method + " " + r.URL.Path + ": POST, GET /token/{ns}, DELETE /token/{ns}/{token}, GET /info, /version, /pools, /metrics, /debug/pprof/"})
 	}))
 	return requestID(s.bodyDeadline(mux))
 }

@@ -9,6 +9,8 @@ import (
 	"net/url"
 	"strings"
 	"testing"
+
+	"github.com/onceq/onceq/serve"
 )
 
 // TestAdmin: the admin API creates, lists and revokes tokens for an
@@ -122,5 +124,63 @@ func TestAdminLmstfy(t *testing.T) {
 	}
 	if code, _ := a.do("PUT", "/api/shop/q", created.Token, "x"); code != 401 {
 		t.Fatalf("a revoked token: %d; want 401", code)
+	}
+}
+
+// TestAdminMetricsAndProfiles: the admin API serves /metrics, onceq's
+// series and lmstfy's under its names (its dashboards'), and Go's
+// profiles under /debug/pprof/, both to an operator's token alone.
+func TestAdminMetricsAndProfiles(t *testing.T) {
+	a := start(t, serve.Lane(serve.DefaultLane), serve.CreateQueues(1))
+	op := a.token("*", false)
+	c := &lmstfyClient{t: t, a: a, ns: "shop", token: a.token("shop", false)}
+	id := c.publish("emails", "", []byte("x"), nil, 0, 1, 0)
+	if got := c.consume([]string{"emails"}, 1, 30, 10, false); len(got) != 1 || got[0].ID != id {
+		t.Fatalf("consume: %+v; want %s", got, id)
+	}
+	c.ack("emails", id)
+	admin := httptest.NewServer(a.srv.AdminHandler())
+	defer admin.Close()
+	get := func(path, token string) (int, string) {
+		t.Helper()
+		req, _ := http.NewRequest("GET", admin.URL+path, nil)
+		if token != "" {
+			req.Header.Set("X-Token", token)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	for _, path := range []string{"/metrics", "/debug/pprof/", "/debug/pprof/heap"} {
+		if code, _ := get(path, ""); code != http.StatusUnauthorized {
+			t.Errorf("GET %s without a token: %d; want 401", path, code)
+		}
+		if code, _ := get(path, c.token); code != http.StatusForbidden {
+			t.Errorf("GET %s with a namespace's token: %d; want 403", path, code)
+		}
+	}
+	code, body := get("/metrics", op)
+	if code != http.StatusOK {
+		t.Fatalf("/metrics: %d", code)
+	}
+	for _, want := range []string{
+		`infra_lmstfy_http_http_codes{api="/api/:namespace/:queue",code="201",method="PUT",namespace="shop",pool="default"} 1`,
+		`infra_lmstfy_http_http_codes{api="/api/:namespace/:queue/job/:job_id",code="204",method="DELETE",namespace="shop",pool="default"} 1`,
+		`infra_lmstfy_http_latency_milliseconds_count{api="/api/:namespace/:queue",method="GET",namespace="shop",pool="default"} 1`,
+		`infra_lmstfy_redis_publish_queue_jobs{namespace="shop",pool="default",queue="emails"} 1`,
+		`infra_lmstfy_redis_consume_queue_jobs{namespace="shop",pool="default",queue="emails"} 1`,
+		`infra_lmstfy_redis_job_elapsed_ms_count{namespace="shop",pool="default",queue="emails"} 1`,
+		`onceq_http_requests_total{code="201",route="publish"} 1`,
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("/metrics has no %s", want)
+		}
+	}
+	if code, body := get("/debug/pprof/heap?debug=1", op); code != http.StatusOK || !strings.Contains(body, "heap profile") {
+		t.Errorf("/debug/pprof/heap: %d %.80s", code, body)
 	}
 }

@@ -192,7 +192,7 @@ func (s *Server) publish(w http.ResponseWriter, r *http.Request) {
 			writeError(w, taskError(err))
 			return
 		}
-		s.pull.published(task.Queue)
+		s.publishedTo(r.PathValue("ns"), task.Queue)
 		writeJSON(w, http.StatusCreated, published{Msg: "published", JobID: rc.ID, New: true, Delayed: rc.Delayed})
 		return
 	}
@@ -202,7 +202,7 @@ func (s *Server) publish(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if subs[0].New {
-		s.pull.published(task.Queue)
+		s.publishedTo(r.PathValue("ns"), task.Queue)
 	}
 	status := http.StatusCreated
 	if !subs[0].New {
@@ -293,7 +293,7 @@ func (s *Server) bulk(w http.ResponseWriter, r *http.Request) {
 		writeError(w, taskError(err))
 		return
 	}
-	s.publishedMany(tasks, subs)
+	s.publishedMany(r.PathValue("ns"), tasks, subs)
 	out := make([]published, len(subs))
 	status, msg := http.StatusOK, "already known" // nothing written, as a publish of a known ID
 	for i, sub := range subs {
@@ -757,11 +757,19 @@ func serveOpenAPI(w http.ResponseWriter, _ *http.Request) {
 	_, _ = w.Write(openAPI)
 }
 
-// publishedMany notes the queues of the tasks that subs submitted now.
-func (s *Server) publishedMany(tasks []onceq.Task, subs []control.Submission) {
+// publishedTo notes a job published to queue (its topic or lane queue)
+// of namespace ns.
+func (s *Server) publishedTo(ns, queue string) {
+	s.pull.published(queue)
+	s.lm.publish(ns, queueIn(ns, queue))
+}
+
+// publishedMany notes the queues of the tasks of namespace ns that subs
+// submitted now.
+func (s *Server) publishedMany(ns string, tasks []onceq.Task, subs []control.Submission) {
 	for i, sub := range subs {
 		if sub.New {
-			s.pull.published(tasks[i].Queue)
+			s.publishedTo(ns, tasks[i].Queue)
 		}
 	}
 }

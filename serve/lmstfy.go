@@ -243,7 +243,7 @@ func (s *Server) bulkLmstfy(w http.ResponseWriter, r *http.Request) {
 		writeError(w, taskError(err))
 		return
 	}
-	s.publishedMany(tasks, subs)
+	s.publishedMany(r.PathValue("ns"), tasks, subs)
 	ids := make([]string, len(subs))
 	for i, sub := range subs {
 		ids[i] = sub.ID
@@ -324,6 +324,6 @@ func (s *Server) republish(w http.ResponseWriter, r *http.Request) {
 		writeError(w, taskError(err))
 		return
 	}
-	s.pull.published(task.Queue)
+	s.publishedTo(r.PathValue("ns"), task.Queue)
 	writeJSON(w, http.StatusCreated, published{Msg: "published", JobID: rc.ID, New: true, Delayed: rc.Delayed})
 }

@@ -259,8 +259,8 @@ func TestLaneOverflow(t *testing.T) {
 		}
 		for _, j := range jobs {
 			seen[j.JobID]++
-			if code, body := a.do("DELETE", "/api/shop/b/job/"+j.JobID, tok, ""); code != 204 {
-				t.Fatalf("ACK of %s: %d %v", j.JobID, code, body)
+			if code, out := a.del("/api/shop/b/job/"+j.JobID, tok, ""); code != 204 || out != "acknowledged" {
+				t.Fatalf("ACK of %s: %d %s; want 204 acknowledged", j.JobID, code, out)
 			}
 		}
 	}

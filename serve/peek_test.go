@@ -128,8 +128,8 @@ func TestDestroyEndsTasks(t *testing.T) {
 	if code, body := a.do("GET", "/api/shop/q/size", tok, ""); code != 200 || body["size"] != float64(0) {
 		t.Errorf("size after the destroy: %d %v", code, body)
 	}
-	if code, body := a.do("DELETE", "/api/shop/held/job/h-1", tok, "done"); code != 204 {
-		t.Fatalf("ACK of the job handed out: %d %v", code, body)
+	if code, out := a.del("/api/shop/held/job/h-1", tok, "done"); code != 204 || out != "acknowledged" {
+		t.Fatalf("ACK of the job handed out: %d %s; want 204 acknowledged", code, out)
 	}
 	code, body = a.do("GET", "/api/shop/held/task/h-1", tok, "")
 	if task, _ := body["task"].(map[string]any); code != 200 || task["state"] != "succeeded" {

@@ -249,8 +249,8 @@ func TestPeriodicAPITicks(t *testing.T) {
 			t.Fatalf("tick %s consumed at %s, before it", tick, time.Now())
 		}
 		seen[id] = true
-		if code, body := a.do("DELETE", "/api/shop/pings/job/"+url.PathEscape(id), tok, ""); code != 204 {
-			t.Fatalf("ack %s: %d %v", id, code, body)
+		if code, out := a.del("/api/shop/pings/job/"+url.PathEscape(id), tok, ""); code != 204 || out != "acknowledged" {
+			t.Fatalf("ack %s: %d %s; want 204 acknowledged", id, code, out)
 		}
 	}
 	code, body := a.do("GET", "/periodic/shop/beat", tok, "")

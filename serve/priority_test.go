@@ -85,8 +85,8 @@ func TestPublishPriority(t *testing.T) {
 			t.Fatalf("consume: %d", code)
 		}
 		for _, j := range jobs {
-			if code, body := a.do("DELETE", "/api/shop/jobs/job/"+j.JobID, tok, ""); code != 204 {
-				t.Fatalf("ack of %s: %d %v", j.JobID, code, body)
+			if code, out := a.del("/api/shop/jobs/job/"+j.JobID, tok, ""); code != 204 || out != "acknowledged" {
+				t.Fatalf("ack of %s: %d %s; want 204 acknowledged", j.JobID, code, out)
 			}
 			got[name[j.JobID]] = "none"
 			if j.Priority != nil {

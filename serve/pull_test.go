@@ -81,9 +81,9 @@ func TestPullConsumeAck(t *testing.T) {
 					if j.JobID == "t-0" || dropFirst[j.JobID] && j.Attempt == 1 {
 						continue // never acknowledged: its ttr passes
 					}
-					code, body := a.do("DELETE", "/api/shop/jobs/job/"+j.JobID, tok, "r-"+j.JobID)
-					if code != 204 {
-						t.Errorf("ack of %s: %d %v", j.JobID, code, body)
+					code, out := a.del("/api/shop/jobs/job/"+j.JobID, tok, "r-"+j.JobID)
+					if code != 204 || out != "acknowledged" {
+						t.Errorf("ack of %s: %d %s; want 204 acknowledged", j.JobID, code, out)
 						continue
 					}
 					mu.Lock()
@@ -200,8 +200,8 @@ func TestDeadLetters(t *testing.T) {
 	if code != 200 || len(jobs) != 1 || jobs[0].JobID != "d-1" || jobs[0].Attempt != 1 {
 		t.Fatalf("consume of the respawned task: %d %+v", code, jobs)
 	}
-	if code, body = a.do("DELETE", "/api/shop/mail/job/d-1", tok, "ok"); code != 204 {
-		t.Fatalf("ack of the respawned task: %d %v", code, body)
+	if code, out := a.del("/api/shop/mail/job/d-1", tok, "ok"); code != 204 || out != "acknowledged" {
+		t.Fatalf("ack of the respawned task: %d %s; want 204 acknowledged", code, out)
 	}
 }
 
@@ -226,8 +226,8 @@ func TestUnaskedJobsGoBackOnce(t *testing.T) {
 	}
 	j := consumeOne(t, a, tok, "/api/shop/idle?ttr=120")
 	waitRecords(t, a, "shop.idle", 2*n-1)
-	if code, body := a.do("DELETE", "/api/shop/idle/job/"+j.JobID, tok, "done"); code != 204 {
-		t.Fatalf("ACK of %s: %d %v", j.JobID, code, body)
+	if code, out := a.del("/api/shop/idle/job/"+j.JobID, tok, "done"); code != 204 || out != "acknowledged" {
+		t.Fatalf("ACK of %s: %d %s; want 204 acknowledged", j.JobID, code, out)
 	}
 	waitGauge(t, reg, "onceq_wanted_queues", 0)
 	checkWentBackOnce(t, a, n)
@@ -274,8 +274,8 @@ func TestUnaskedJobsGoBackOnceAcrossServers(t *testing.T) {
 	}
 	j := consumeOne(t, other, tok, "/api/shop/idle?ttr=120&timeout=5")
 	waitRecords(t, a, "shop.idle", 2*n-1)
-	if code, body := other.do("DELETE", "/api/shop/idle/job/"+j.JobID, tok, "done"); code != 204 {
-		t.Fatalf("ACK of %s: %d %v", j.JobID, code, body)
+	if code, out := other.del("/api/shop/idle/job/"+j.JobID, tok, "done"); code != 204 || out != "acknowledged" {
+		t.Fatalf("ACK of %s: %d %s; want 204 acknowledged", j.JobID, code, out)
 	}
 	waitGauge(t, reg, "onceq_wanted_queues", 0)
 	checkWentBackOnce(t, a, n)

@@ -43,6 +43,7 @@ type Server struct {
 	schedules *periodic.Store
 	m         *metrics
 	gather    prometheus.Gatherer
+	lm        *lmstfyMetrics // lmstfy's series
 	pull      pull
 	// laneBacklog is what the server read of its lane's backlog, for
 	// the sizes of lane queues (lanesize.go).
@@ -69,6 +70,9 @@ func New(ctx context.Context, opts ...Opt) (*Server, error) {
 	s := &Server{cfg: cfg, mux: http.NewServeMux(), pull: pull{queues: map[string]*pullQueue{}, known: map[string]bool{}, remote: map[string]time.Time{}, quit: make(chan struct{})},
 		limiters: map[string]*rate.Limiter{}}
 	if s.m, err = newMetrics(cfg.reg); err != nil {
+		return nil, err
+	}
+	if s.lm, err = newLmstfyMetrics(cfg.reg); err != nil {
 		return nil, err
 	}
 	if g, ok := cfg.reg.(prometheus.Gatherer); ok {
@@ -286,15 +290,20 @@ func (s *Server) handle(rt route) {
 			r, end = traceRequest(r, rt)
 			defer func() { end(sw.status) }()
 		}
-		if _, err := s.authorize(r, rt.need, inNS); err != nil {
+		tok, err := s.authorize(r, rt.need, inNS)
+		if err != nil {
 			writeError(sw, err)
 		} else if err := s.allowParams(r, rt); err != nil {
 			writeError(sw, err)
 		} else {
 			rt.h(sw, r)
 		}
+		took := time.Since(start)
 		s.m.requests.WithLabelValues(rt.name, strconv.Itoa(sw.status)).Inc()
-		s.m.seconds.WithLabelValues(rt.name).Observe(time.Since(start).Seconds())
+		s.m.seconds.WithLabelValues(rt.name).Observe(took.Seconds())
+		if inNS {
+			s.lm.request(rt, r.PathValue("ns"), sw.status, took, tok.ID)
+		}
 	})
 }
 
@@ -332,7 +341,7 @@ func (s *Server) authorize(r *http.Request, need access, inNS bool) (auth.Token,
 		return auth.Token{}, &apiError{status: http.StatusForbidden, msg: fmt.Sprintf("token %s is read-only", tok.ID)}
 	}
 	if wait := s.limit(tok.ID); wait > 0 {
-		return auth.Token{}, &apiError{status: http.StatusTooManyRequests, retryAfter: wait,
+		return tok, &apiError{status: http.StatusTooManyRequests, retryAfter: wait,
 			msg: fmt.Sprintf("token %s is past its limit of %v requests a second: retry after %v", tok.ID, s.cfg.rate, wait.Round(time.Millisecond))}
 	}
 	return tok, nil
