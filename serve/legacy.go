@@ -1,9 +1,13 @@
 package serve
 
 import (
+	"context"
+	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/onceq/onceq"
+	"github.com/onceq/onceq/broker"
 	"github.com/onceq/onceq/consumer"
 )
 
@@ -23,17 +27,60 @@ import (
 // A label may hold '_', which a topic's name may not (topicOf).
 const laneLabelPattern = `[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+`
 
-// legacyOf is the topic that held lane queue topic's jobs on a server
-// without a lane, or "" if none could have.
+// legacyOf is the topic that holds lane queue topic's jobs from a server
+// without a lane, or "" if there is none.
 func (pl *pull) legacyOf(topic string) string {
 	if pl.lane == "" {
 		return ""
 	}
 	lane, label, ok := onceq.SplitLane(topic)
-	if !ok || lane != pl.lane || onceq.ValidateQueue(label) != nil || !legacyQueue.MatchString(label) {
+	if !ok || lane != pl.lane {
+		return ""
+	}
+	if ts := pl.legacy.Load(); ts == nil || !(*ts)[label] {
 		return ""
 	}
 	return label
+}
+
+// legacyEvery is how often a server with a lane lists the topics of
+// queues kept by servers without one (watchLegacy): during an upgrade,
+// a server of the old layout may make one.
+const legacyEvery = time.Minute
+
+// listLegacy keeps the topics of the cluster a server without a lane
+// kept a namespace's queue in, <ns>.<queue>.
+func (pl *pull) listLegacy(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	names, err := pl.adm.ListTopics(ctx, false)
+	if err != nil {
+		return fmt.Errorf("listing the topics of queues without a lane: %w", err)
+	}
+	ts := map[string]bool{}
+	for _, n := range names {
+		if legacyQueue.MatchString(n) && onceq.ValidateQueue(n) == nil && !broker.IsInternal(n) {
+			ts[n] = true
+		}
+	}
+	pl.legacy.Store(&ts)
+	return nil
+}
+
+// watchLegacy lists them again every legacyEvery until ctx ends.
+func (pl *pull) watchLegacy(ctx context.Context, log *slog.Logger) {
+	t := time.NewTicker(legacyEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if err := pl.listLegacy(ctx); err != nil && ctx.Err() == nil {
+				log.Warn("listing the topics of queues without a lane failed; retrying", "err", err)
+			}
+		}
+	}
 }
 
 // movesToLane says whether queue's jobs move to a lane queue.
@@ -51,11 +98,10 @@ func (pl *pull) moveToLane(t *consumer.Task) error {
 }
 
 // tell tells w that a consumer waits for topic until until, and for the
-// topic that held its jobs on a server without a lane, if this server
-// fetches some of its partitions.
+// topic that holds its jobs from a server without a lane, if any.
 func (pl *pull) tell(w *consumer.Worker, topic string, until time.Time) {
 	w.Want(topic, until)
-	if old := pl.legacyOf(topic); old != "" && w.Owns(old) {
+	if old := pl.legacyOf(topic); old != "" {
 		w.Want(old, until)
 	}
 }

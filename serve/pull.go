@@ -143,8 +143,10 @@ type pull struct {
 	// test shortened it.
 	releaseAfter time.Duration
 	// lane is the server's lane (empty: a topic per queue): the jobs of
-	// a queue's topic <ns>.<queue> move to its lane queue (legacy.go).
-	lane string
+	// a queue's topic <ns>.<queue> move to its lane queue (legacy.go),
+	// legacy the set of such topics.
+	lane   string
+	legacy atomic.Pointer[map[string]bool]
 
 	mu     sync.Mutex
 	queues map[string]*pullQueue // by topic: the queues asked for or run

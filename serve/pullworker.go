@@ -107,12 +107,20 @@ func (s *Server) startPull(ctx context.Context) error {
 	if s.pull.adm, err = broker.NewAdmin(s.cfg.conn); err != nil {
 		return err
 	}
+	if s.cfg.lane != "" {
+		if err := s.pull.listLegacy(ctx); err != nil {
+			return err
+		}
+	}
 	s.pull.install(w)
 	rctx, stop := context.WithCancel(context.Background())
 	life.stop, life.done = stop, make(chan struct{})
 	started := make(chan error, 1)
 	go s.pull.run(rctx, w, started, s.cfg.log.With("component", "pull"))
 	go s.pull.countFleet(rctx, s.cfg.pullGroup)
+	if s.cfg.lane != "" {
+		go s.pull.watchLegacy(rctx, s.cfg.log.With("component", "pull"))
+	}
 	go s.pull.reannounce(rctx)
 	select {
 	case err = <-started:

@@ -372,3 +372,58 @@ func TestServeCrashFreesLimitPlaces(t *testing.T) {
 		t.Fatalf("%d of %d jobs acknowledged: %v", len(acked), n, acked)
 	}
 }
+
+// TestServeMovesTopicPerQueueJobs: a deployment of onceq serve with a
+// topic per queue holds 1,000 jobs waiting when it stops; it starts again
+// with the default layout, a lane, on the same data dir. The jobs move to
+// their lane queue as the consumers ask for the queue: each is consumed
+// once, and none after.
+func TestServeMovesTopicPerQueueJobs(t *testing.T) {
+	addr, _ := produceBroker(t)
+	code, out, stderr := runCLI(t, "", "--brokers", addr, "token", "create", "shop")
+	if code != 0 {
+		t.Fatalf("token create: %s", stderr)
+	}
+	do := tokenRequests(&http.Client{Timeout: 90 * time.Second}, strings.TrimSpace(out), "")
+	old := startServe(t, addr, "--create-queues", "4") // --topic-per-queue
+	const n = 1000
+	var lines []string
+	for i := range n {
+		lines = append(lines, fmt.Sprintf(`{"id":"m-%d","payload":"%d"}`, i, i))
+	}
+	if code, body, err := do("POST", old.base+"/api/shop/jobs/bulk", "["+strings.Join(lines, ",")+"]"); code != 201 {
+		t.Fatalf("bulk: %d %s %v", code, body, err)
+	}
+	old.proc.Signal(syscall.SIGTERM)
+	if code, err := old.proc.Wait(60 * time.Second); err != nil || code != 0 {
+		t.Fatalf("stopping the server: exit %d, %v\n%s", code, err, old.proc.Output())
+	}
+	args := slices.DeleteFunc(slices.Clone(old.args), func(a string) bool { return a == "--topic-per-queue" })
+	p := testutil.Start(t, args...)
+	p.WaitOutput(t, "serving", 60*time.Second)
+	seen := map[string]int{}
+	for len(seen) < n {
+		code, body, err := do("GET", old.base+"/api/shop/jobs?count=100&ttr=60&timeout=10", "")
+		if code != 200 {
+			t.Fatalf("consume after %d of %d jobs: %d %s %v", len(seen), n, code, body, err)
+		}
+		var jobs []struct {
+			ID   string `json:"job_id"`
+			Data []byte `json:"data"`
+		}
+		if err := json.Unmarshal(body, &jobs); err != nil {
+			t.Fatalf("consume: %s: %v", body, err)
+		}
+		for _, j := range jobs {
+			if seen[j.ID]++; seen[j.ID] > 1 || "m-"+string(j.Data) != j.ID {
+				t.Fatalf("job %s (data %q) handed out %d times", j.ID, j.Data, seen[j.ID])
+			}
+			if code, body, err := do("DELETE", old.base+"/api/shop/jobs/job/"+j.ID, "done"); code != 204 {
+				t.Fatalf("ACK of %s: %d %s %v", j.ID, code, body, err)
+			}
+		}
+	}
+	if code, body, _ := do("GET", old.base+"/api/shop/jobs?timeout=1", ""); code != 404 {
+		t.Fatalf("consume after every job: %d %s; want 404", code, body)
+	}
+}
