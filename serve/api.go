@@ -186,6 +186,7 @@ func (s *Server) publish(w http.ResponseWriter, r *http.Request) {
 		writeError(w, taskError(err))
 		return
 	}
+	s.publishing(task)
 	if task.ID == "" {
 		rc, err := s.p.Submit(r.Context(), task)
 		if err != nil {
@@ -288,6 +289,7 @@ func (s *Server) bulk(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}
+	s.publishing(tasks...)
 	subs, err := s.ctl.SubmitUnique(r.Context(), s.p, tasks...)
 	if err != nil {
 		writeError(w, taskError(err))
@@ -757,12 +759,18 @@ func serveOpenAPI(w http.ResponseWriter, _ *http.Request) {
 	_, _ = w.Write(openAPI)
 }
 
-// publishedTo notes a job published to queue (its topic or lane queue)
-// of namespace ns.
-func (s *Server) publishedTo(ns, queue string) {
-	s.pull.published(queue)
-	s.lm.publish(ns, queueIn(ns, queue))
+// publishing notes, before they are submitted, the queues of tasks
+// about to be published: their jobs are on their way from then, and may
+// be offered before the submission returns.
+func (s *Server) publishing(tasks ...onceq.Task) {
+	for _, t := range tasks {
+		s.pull.published(t.Queue)
+	}
 }
+
+// publishedTo counts a job published to queue (its topic or lane queue)
+// of namespace ns.
+func (s *Server) publishedTo(ns, queue string) { s.lm.publish(ns, queueIn(ns, queue)) }
 
 // publishedMany notes the queues of the tasks of namespace ns that subs
 // submitted now.

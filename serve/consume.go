@@ -140,7 +140,8 @@ func (s *Server) takeJobs(ctx context.Context, ns string, queues []*pullQueue, c
 // ends; nil if none. Of several queues, the first named is taken first,
 // as lmstfy's consume of several queues does: before it takes a later
 // queue's task, it waits up to orderWait for a task of an earlier one
-// this server published to within recentPublish (awaitEarlier).
+// on its way, one this server published within recentPublish and has not
+// offered since (awaitEarlier).
 func take(ctx context.Context, ps []*pullQueue, wait bool) *lease {
 	var cases []reflect.SelectCase
 	ordered := len(ps) < 2
@@ -176,8 +177,9 @@ const (
 )
 
 // awaitEarlier waits up to orderWait, or until ctx ends, for a task of
-// one of ps this server published to within recentPublish, and takes it;
-// nil if none came, or none was published to.
+// one of ps on its way (published by this server within recentPublish,
+// and none offered since), and takes it; nil if none came, or none is on
+// its way.
 func awaitEarlier(ctx context.Context, ps []*pullQueue) *lease {
 	since := time.Now().Add(-recentPublish).UnixNano()
 	timer := time.NewTimer(orderWait)
@@ -185,7 +187,7 @@ func awaitEarlier(ctx context.Context, ps []*pullQueue) *lease {
 	cases := []reflect.SelectCase{{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(ctx.Done())}, {Dir: reflect.SelectRecv, Chan: reflect.ValueOf(timer.C)}}
 	var from []*pullQueue
 	for _, p := range ps {
-		if p.published.Load() < since {
+		if pub := p.published.Load(); pub < since || pub < p.offered.Load() {
 			continue
 		}
 		l, added := p.offers.pop()

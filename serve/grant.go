@@ -81,6 +81,7 @@ func (pl *pull) offerGranted(key string, st leaseState) {
 		defer lg.unwatch(key, changed)
 		l := newLease(t)
 		q.offers.put(l)
+		q.offered.Store(time.Now().UnixNano())
 		select {
 		case g := <-l.terms:
 			pl.answer(ctx, key, l, g)

@@ -238,6 +238,7 @@ func (s *Server) bulkLmstfy(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
+	s.publishing(tasks...)
 	subs, err := s.ctl.SubmitUnique(r.Context(), s.p, tasks...)
 	if err != nil {
 		writeError(w, taskError(err))
@@ -319,6 +320,7 @@ func (s *Server) republish(w http.ResponseWriter, r *http.Request) {
 		writeError(w, taskError(err))
 		return
 	}
+	s.publishing(task)
 	rc, err := s.p.Submit(r.Context(), task)
 	if err != nil {
 		writeError(w, taskError(err))

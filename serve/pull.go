@@ -165,11 +165,12 @@ type pull struct {
 type pullQueue struct {
 	topic  string
 	offers offers // its tasks offered to the server's consumers
-	// published is when this server last published to the queue (Unix
-	// nanoseconds): a consume of several queues waits a moment for a job
-	// of an earlier one on its way (take).
-	published atomic.Int64
-	wanted    atomic.Int64 // Unix nanoseconds until which a consumer waits
+	// published is when this server last published to the queue, and
+	// offered when it last offered one of its jobs (Unix nanoseconds): a
+	// consume of several queues waits a moment for a job of an earlier
+	// one on its way, published since (take).
+	published, offered atomic.Int64
+	wanted             atomic.Int64 // Unix nanoseconds until which a consumer waits
 	// fetched is when the worker's last want of the queue ends (Unix
 	// nanoseconds): this server's consumers', another server's, or an
 	// acknowledgment's, whose task's run must be fetched. A task goes
@@ -212,7 +213,7 @@ func (pl *pull) queue(topic string) *pullQueue {
 	return q
 }
 
-// published notes that this server published to topic's queue.
+// published notes that this server is publishing to topic's queue.
 func (pl *pull) published(topic string) {
 	pl.queue(topic).published.Store(time.Now().UnixNano())
 }
@@ -402,6 +403,7 @@ func (pl *pull) offer(ctx context.Context, t *consumer.Task, key string, changed
 	q := pl.queue(t.Queue)
 	l := newLease(t)
 	q.offers.put(l)
+	q.offered.Store(time.Now().UnixNano())
 	for {
 		idle := time.NewTimer(time.Until(q.fetchedUntil().Add(pl.releaseAfter)))
 		// Another server's consumers wait for the queue: the task goes to
