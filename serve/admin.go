@@ -3,6 +3,7 @@ package serve
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/pprof"
 	"net/url"
@@ -23,7 +24,8 @@ import (
 // address of its own (onceq serve --admin-listen), where only operators
 // reach it. Every request needs an operator's token: namespace "*",
 // read-write (onceq token create '*'), given as any API token is, or as
-// the password of HTTP basic auth (lmstfy's admin accounts).
+// the password of HTTP basic auth; or, by basic auth, the name and
+// password of an admin account (AdminAccounts), lmstfy's.
 //
 //	POST   /token/{ns}?description=&read_only=   create a token: 201 {"token": ...}, shown once
 //	GET    /token/{ns}                           the namespace's tokens ("*": every one)
@@ -69,7 +71,17 @@ func adminToken(r *http.Request) string {
 // path.
 func (s *Server) admin(h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		tok, err := s.tokens.Check(adminToken(r))
+		var tok auth.Token
+		var err error
+		if name, pw, ok := r.BasicAuth(); ok && s.cfg.accounts[name] != nil {
+			if _, ok := s.cfg.accounts.Check(name, pw); ok {
+				tok = auth.Token{ID: "account " + name, Namespace: auth.AllNamespaces}
+			} else {
+				err = fmt.Errorf("wrong password of admin account %s", name)
+			}
+		} else {
+			tok, err = s.tokens.Check(adminToken(r))
+		}
 		if err != nil && r.Header.Get("Authorization") != "" {
 			w.Header().Set("WWW-Authenticate", `Basic realm="onceq admin"`)
 		}

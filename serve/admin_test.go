@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/onceq/onceq/auth"
 	"github.com/onceq/onceq/serve"
 )
 
@@ -182,5 +183,44 @@ func TestAdminMetricsAndProfiles(t *testing.T) {
 	}
 	if code, body := get("/debug/pprof/heap?debug=1", op); code != http.StatusOK || !strings.Contains(body, "heap profile") {
 		t.Errorf("/debug/pprof/heap: %d %.80s", code, body)
+	}
+}
+
+// TestAdminAccounts: with admin accounts (lmstfy's), the admin API takes
+// an account's name and password by basic auth, refuses a wrong one, and
+// still takes an operator's token as the password of any other name.
+func TestAdminAccounts(t *testing.T) {
+	line, err := auth.HashPassword("ops", []byte("correct horse battery"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	accounts, err := auth.ParseAccounts(strings.NewReader(line), "accounts")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := start(t, serve.AdminAccounts(accounts))
+	op := a.token("*", false)
+	admin := httptest.NewServer(a.srv.AdminHandler())
+	defer admin.Close()
+	for _, tc := range []struct {
+		user, pw string
+		want     int
+	}{
+		{"ops", "correct horse battery", http.StatusOK},
+		{"ops", "wrong horse battery", http.StatusUnauthorized},
+		{"ops", op, http.StatusUnauthorized}, // an account's password is its own
+		{"admin", op, http.StatusOK},
+		{"admin", "correct horse battery", http.StatusUnauthorized},
+	} {
+		req, _ := http.NewRequest("GET", admin.URL+"/pools", nil)
+		req.SetBasicAuth(tc.user, tc.pw)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != tc.want {
+			t.Errorf("GET /pools as %s: %d; want %d", tc.user, resp.StatusCode, tc.want)
+		}
 	}
 }

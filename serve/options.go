@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/onceq/onceq"
+	"github.com/onceq/onceq/auth"
 	"github.com/onceq/onceq/broker"
 )
 
@@ -56,6 +57,7 @@ type config struct {
 	log           *slog.Logger
 	reg           prometheus.Registerer
 	insecure      bool
+	accounts      auth.Accounts
 	partitions    int32
 	lane          string
 	maxPayload    int
@@ -91,6 +93,12 @@ func Registerer(r prometheus.Registerer) Opt { return optFunc(func(cfg *config) 
 // InsecureNoAuth opens every endpoint without a token. Default false:
 // every endpoint but /healthz and /readyz needs one.
 func InsecureNoAuth(b bool) Opt { return optFunc(func(cfg *config) { cfg.insecure = b }) }
+
+// AdminAccounts are operators' accounts of the admin API (AdminHandler),
+// lmstfy's: a request that gives one's name and password by HTTP basic
+// auth is an operator's, as one with an operator's token is. Default
+// none.
+func AdminAccounts(a auth.Accounts) Opt { return optFunc(func(cfg *config) { cfg.accounts = a }) }
 
 // CreateQueues sets the partition count of a queue created by its first
 // publish, 1 to broker.MaxPartitions (10,000, what onceq creates in a

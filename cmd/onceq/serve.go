@@ -6,10 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/onceq/onceq/auth"
 	"github.com/onceq/onceq/broker"
 	"github.com/onceq/onceq/checkpoint"
 	"github.com/onceq/onceq/internal/ops"
@@ -19,6 +21,8 @@ import (
 type serveFlags struct {
 	listen, tlsCert, tlsKey, viewDir string
 	adminListen, metricsAddr         string
+	accountsFile                     string
+	accounts                         auth.Accounts
 	dataDir, pullGroup, lane         string
 	insecure, noCreate, delaySvc     bool
 	topicPerQueue                    bool
@@ -74,6 +78,7 @@ them.`,
 	fl := cmd.Flags()
 	fl.StringVar(&f.listen, "listen", "127.0.0.1:7700", "serve on this address")
 	fl.StringVar(&f.adminListen, "admin-listen", "", "serve the admin API (POST, GET /token/{ns}, DELETE /token/{ns}/{token}, GET /info, /version, /pools, /metrics, /debug/pprof/) here, for operators' tokens (empty: off)")
+	fl.StringVar(&f.accountsFile, "admin-accounts", "", "operators' accounts of the admin API, an htpasswd file of name:bcrypt-hash lines (onceq token account NAME makes one), for HTTP basic auth as lmstfy's admin accounts")
 	fl.StringVar(&f.metricsAddr, "metrics-addr", "", "serve /metrics, /healthz and /readyz here too, without a token, on a listener of their own outside --max-conns: point probes here (empty: off)")
 	fl.StringVar(&f.tlsCert, "https-cert", "", "serve HTTPS with this certificate (PEM), with --https-key (--tls-cert is the brokers' client certificate)")
 	fl.StringVar(&f.tlsKey, "https-key", "", "the HTTPS certificate's private key (PEM)")
@@ -128,6 +133,11 @@ func (f *serveFlags) check() error {
 		// Above broker.MaxPartitions, serve.Check says it.
 		errs = append(errs, fmt.Errorf("--create-queues %d: want a partition count from 1 to %d (or --no-create-queues)", f.partitions, broker.MaxPartitions))
 	}
+	if f.accountsFile != "" {
+		if err := f.readAccounts(); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	switch {
 	case f.topicPerQueue && f.lane != serve.DefaultLane:
 		errs = append(errs, fmt.Errorf("--topic-per-queue and --lane %q: give one of them: --lane keeps the queues on a lane, --topic-per-queue in a topic each", f.lane))
@@ -147,11 +157,27 @@ func (f *serveFlags) options() []serve.Opt {
 	if f.noCreate {
 		partitions = 0
 	}
-	return []serve.Opt{serve.InsecureNoAuth(f.insecure), serve.CreateQueues(partitions), serve.Lane(f.laneName()), serve.MaxPayloadBytes(f.maxPayload),
+	return []serve.Opt{serve.InsecureNoAuth(f.insecure), serve.AdminAccounts(f.accounts), serve.CreateQueues(partitions), serve.Lane(f.laneName()), serve.MaxPayloadBytes(f.maxPayload),
 		serve.MaxBulkBytes(f.maxBulk), serve.ViewDir(f.viewDir), serve.Retention(f.retention), serve.DataDir(f.dataDir),
 		serve.PullGroup(f.pullGroup), serve.PullSlots(f.pullSlots), serve.PullHeld(f.pullHeld), serve.DelayService(f.delaySvc), serve.WorkflowService(f.workflowSvc), serve.Scheduler(f.scheduler),
 		serve.RateLimit(f.rateLimit, f.rateBurst), serve.ReadHeaderTimeout(f.headerTimeout), serve.BodyReadTimeout(f.bodyTimeout),
 		serve.MaxConns(f.maxConns)}
+}
+
+// readAccounts reads --admin-accounts.
+func (f *serveFlags) readAccounts() error {
+	file, err := os.Open(f.accountsFile)
+	if err != nil {
+		return fmt.Errorf("--admin-accounts: %w", err)
+	}
+	defer file.Close()
+	if f.accounts, err = auth.ParseAccounts(file, f.accountsFile); err != nil {
+		return fmt.Errorf("--admin-accounts: %w", err)
+	}
+	if f.adminListen == "" {
+		return fmt.Errorf("--admin-accounts %s without --admin-listen: the accounts open the admin API, which --admin-listen serves", f.accountsFile)
+	}
+	return nil
 }
 
 // laneName is the server's lane: "" with --topic-per-queue.
@@ -166,8 +192,9 @@ func (f *serveFlags) run(cmd *cobra.Command, g *globals) error {
 	ctx := cmd.Context()
 	// Every flag the command refuses, at once, before it reaches the
 	// brokers.
+	checked := f.check() // reads --admin-accounts, which the options take
 	opts := f.options()
-	if err := errors.Join(f.check(), flagError(cmd.Flags(), serve.Check(opts...))); err != nil {
+	if err := errors.Join(checked, flagError(cmd.Flags(), serve.Check(opts...))); err != nil {
 		return usageError{err}
 	}
 	if g.tls.CertFile != "" && !g.tls.Enabled && g.tls.CAFile == "" {

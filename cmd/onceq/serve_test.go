@@ -36,7 +36,15 @@ func TestServeCommand(t *testing.T) {
 	}
 	tok := strings.TrimSpace(out)
 	adminAddr := testutil.FreeAddr(t)
-	p := testutil.Start(t, "serve", "--brokers", addr, "--listen", "127.0.0.1:0", "--admin-listen", adminAddr)
+	code, account, stderr := runCLI(t, "correct horse battery\n", "token", "account", "ops")
+	if code != 0 {
+		t.Fatalf("token account: exit %d: %s", code, stderr)
+	}
+	accounts := filepath.Join(t.TempDir(), "admin-accounts")
+	if err := os.WriteFile(accounts, []byte(account), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p := testutil.Start(t, "serve", "--brokers", addr, "--listen", "127.0.0.1:0", "--admin-listen", adminAddr, "--admin-accounts", accounts)
 	defer p.Kill()
 	line := p.WaitOutput(t, `serving.*url=http://127\.0\.0\.1:\d+`, 30*time.Second)
 	url := regexp.MustCompile(`http://127\.0\.0\.1:\d+`).FindString(line)
@@ -64,6 +72,18 @@ func TestServeCommand(t *testing.T) {
 	} else {
 		resp.Body.Close()
 	}
+	for pw, want := range map[string]int{"correct horse battery": 200, "wrong horse battery": 401} {
+		req, _ = http.NewRequest("GET", "http://"+adminAddr+"/pools", nil)
+		req.SetBasicAuth("ops", pw)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != want || resp.Header.Get("X-Request-ID") == "" {
+			t.Errorf("the admin API as account ops, password %q: %d, X-Request-ID %q; want %d and one", pw, resp.StatusCode, resp.Header.Get("X-Request-ID"), want)
+		}
+	}
 	if code, _ := get("PUT", "/api/shop/emails", ""); code != 401 {
 		t.Fatalf("publish without a token: %d", code)
 	}
@@ -81,10 +101,21 @@ func TestServeCommand(t *testing.T) {
 		t.Fatalf("no clean stop in the log:\n%s", p.Output())
 	}
 
+	dir := t.TempDir()
+	badAccounts, plain := filepath.Join(dir, "bad"), filepath.Join(dir, "plain")
+	if err := os.WriteFile(badAccounts, []byte("# ops\nops:secret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(plain, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range []struct {
 		args []string
 		want string
 	}{
+		{[]string{"serve", "--admin-listen", "127.0.0.1:0", "--admin-accounts", badAccounts}, badAccounts + ":2: account ops: its password's hash is not bcrypt's"},
+		{[]string{"serve", "--admin-listen", "127.0.0.1:0", "--admin-accounts", filepath.Join(dir, "none")}, "--admin-accounts: open " + filepath.Join(dir, "none")},
+		{[]string{"serve", "--admin-accounts", plain}, "without --admin-listen"},
 		{[]string{"serve", "--listen", "nope"}, `--listen "nope"`},
 		{[]string{"serve", "--https-cert", "c.pem"}, "--https-cert and --https-key go together"},
 		{[]string{"serve", "--tls-cert", "c.pem", "--tls-key", "k.pem"}, "the HTTPS certificate of onceq serve is --https-cert"},

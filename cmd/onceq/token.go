@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"text/tabwriter"
 	"time"
 
@@ -22,8 +23,34 @@ in the compacted topic onceq-tokens, which every server follows: a token created
 or revoked here is seen by running servers within a fetch.`,
 	}
 	cmd.PersistentFlags().DurationVar(&timeout, "timeout", 30*time.Second, "give up after this long")
-	cmd.AddCommand(newTokenCreateCmd(g, &timeout), newTokenListCmd(g, &timeout), newTokenRevokeCmd(g, &timeout))
+	cmd.AddCommand(newTokenCreateCmd(g, &timeout), newTokenListCmd(g, &timeout), newTokenRevokeCmd(g, &timeout), newTokenAccountCmd(g))
 	return cmd
+}
+
+func newTokenAccountCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "account NAME",
+		Short: "Print an admin account's line for onceq serve --admin-accounts, its password read from standard input",
+		Long: `Print name:bcrypt-hash, a line of the htpasswd file onceq serve --admin-accounts
+reads: the admin API then takes the account's name and password by HTTP basic
+auth, as lmstfy's admin accounts. The password (12 to 72 bytes) is read from
+standard input, so that it stays out of the shell's history and the process
+list; it is never stored, only its hash.`,
+		Example: `  read -rs PASS && echo "$PASS" | onceq token account ops >> admin-accounts`,
+		Args:    exactArgs(1, "one account name"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			pw, err := io.ReadAll(io.LimitReader(g.stdin, 1024))
+			if err != nil {
+				return err
+			}
+			line, err := auth.HashPassword(args[0], pw)
+			if err != nil {
+				return usageError{err}
+			}
+			_, err = fmt.Fprintln(g.stdout, line)
+			return err
+		},
+	}
 }
 
 // withTokens opens the token store and runs fn.

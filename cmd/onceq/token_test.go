@@ -37,10 +37,15 @@ func TestTokenCommands(t *testing.T) {
 		{[]string{"token", "create", "shop", "--description", strings.Repeat("d", 300)}, "--description of 300 bytes"},
 		{[]string{"token", "revoke", "oq_123"}, "want the 16 hex digits"},
 		{[]string{"token", "list", "a b"}, `namespace "a b"`},
+		{[]string{"token", "account"}, "want one account name"},
+		{[]string{"token", "account", "a:b"}, `account name "a:b"`},
 	} {
 		code, _, stderr := runCLI(t, "", tc.args...)
 		if code != exitUsage || !strings.Contains(stderr, tc.want) {
 			t.Errorf("onceq %s: exit %d, stderr %q; want exit 2 and %q", strings.Join(tc.args, " "), code, stderr, tc.want)
 		}
+	}
+	if code, out, stderr := runCLI(t, "short\n", "token", "account", "ops"); code != exitUsage || out != "" || !strings.Contains(stderr, "fewer than 12 bytes") {
+		t.Errorf("token account with a short password: exit %d, %q %q; want exit 2, nothing printed", code, out, stderr)
 	}
 }
