@@ -52,7 +52,7 @@ KAFKA_SUITES ?= \
   './workflow=.' \
   './periodic=.' \
   './serve=.' \
-  './cmd/onceq=^Test(PeriodicCrash|PeriodicCrashOnLane|ServeCrashPull|ServeFleetCrash)$$'
+  './cmd/onceq=^Test(PeriodicCrash|PeriodicCrashOnLane|ServeCrashPull|ServeFleetCrash|ServeMovesTopicPerQueueJobs)$$'
 .PHONY: test-kafka
 test-kafka:
 	@$(GO) build -o bin/testprogress ./internal/testprogress
