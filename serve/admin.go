@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/onceq/onceq"
@@ -37,6 +38,10 @@ import (
 //	                                             (infra_lmstfy_*), for lmstfy's dashboards
 //	GET    /debug/pprof/                         Go's profiles (net/http/pprof)
 func (s *Server) AdminHandler() http.Handler {
+	lm := newLmstfyMetrics()
+	if !s.lm.CompareAndSwap(nil, lm) {
+		lm = s.lm.Load()
+	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /token/{ns}", s.admin(s.createToken))
 	mux.HandleFunc("GET /token/{ns}", s.admin(s.listTokens))
@@ -44,9 +49,11 @@ func (s *Server) AdminHandler() http.Handler {
 	mux.HandleFunc("GET /info", s.admin(s.info))
 	mux.HandleFunc("GET /version", s.admin(s.version))
 	mux.HandleFunc("GET /pools", s.admin(pools))
+	gather := prometheus.Gatherers{lm.reg}
 	if s.gather != nil {
-		mux.HandleFunc("GET /metrics", s.admin(promhttp.HandlerFor(s.gather, promhttp.HandlerOpts{}).ServeHTTP))
+		gather = append(gather, s.gather)
 	}
+	mux.HandleFunc("GET /metrics", s.admin(promhttp.HandlerFor(gather, promhttp.HandlerOpts{}).ServeHTTP))
 	mux.HandleFunc("GET /debug/pprof/", s.admin(pprof.Index))
 	mux.HandleFunc("GET /debug/pprof/cmdline", s.admin(pprof.Cmdline))
 	mux.HandleFunc("GET /debug/pprof/profile", s.admin(pprof.Profile))

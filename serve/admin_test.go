@@ -135,13 +135,13 @@ func TestAdminMetricsAndProfiles(t *testing.T) {
 	a := start(t, serve.Lane(serve.DefaultLane), serve.CreateQueues(1))
 	op := a.token("*", false)
 	c := &lmstfyClient{t: t, a: a, ns: "shop", token: a.token("shop", false)}
+	admin := httptest.NewServer(a.srv.AdminHandler()) // lmstfy's series count from here
+	defer admin.Close()
 	id := c.publish("emails", "", []byte("x"), nil, 0, 1, 0)
 	if got := c.consume([]string{"emails"}, 1, 30, 10, false); len(got) != 1 || got[0].ID != id {
 		t.Fatalf("consume: %+v; want %s", got, id)
 	}
 	c.ack("emails", id)
-	admin := httptest.NewServer(a.srv.AdminHandler())
-	defer admin.Close()
 	get := func(path, token string) (int, string) {
 		t.Helper()
 		req, _ := http.NewRequest("GET", admin.URL+path, nil)
@@ -180,6 +180,10 @@ func TestAdminMetricsAndProfiles(t *testing.T) {
 		if !strings.Contains(body, want) {
 			t.Errorf("/metrics has no %s", want)
 		}
+	}
+	// onceq's own /metrics carries none of lmstfy's per-queue series.
+	if b := scrape(t, a.url+"/metrics", op); !strings.Contains(b, "onceq_http_requests_total") || strings.Contains(b, "infra_lmstfy") {
+		t.Errorf("the API's /metrics: onceq's series %v, lmstfy's %v; want onceq's alone", strings.Contains(b, "onceq_http_requests_total"), strings.Contains(b, "infra_lmstfy"))
 	}
 	if code, body := get("/debug/pprof/heap?debug=1", op); code != http.StatusOK || !strings.Contains(body, "heap profile") {
 		t.Errorf("/debug/pprof/heap: %d %.80s", code, body)
@@ -223,4 +227,18 @@ func TestAdminAccounts(t *testing.T) {
 			t.Errorf("GET /pools as %s: %d; want %d", tc.user, resp.StatusCode, tc.want)
 		}
 	}
+}
+
+// scrape GETs a Prometheus page with token.
+func scrape(t *testing.T, url, token string) string {
+	t.Helper()
+	req, _ := http.NewRequest("GET", url, nil)
+	req.Header.Set("X-Token", token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return string(b)
 }

@@ -770,7 +770,7 @@ func (s *Server) publishing(tasks ...onceq.Task) {
 
 // publishedTo counts a job published to queue (its topic or lane queue)
 // of namespace ns.
-func (s *Server) publishedTo(ns, queue string) { s.lm.publish(ns, queueIn(ns, queue)) }
+func (s *Server) publishedTo(ns, queue string) { s.lm.Load().publish(ns, queueIn(ns, queue)) }
 
 // publishedMany notes the queues of the tasks of namespace ns that subs
 // submitted now.

@@ -129,7 +129,7 @@ func (s *Server) takeJobs(ctx context.Context, ns string, queues []*pullQueue, c
 			j := lmstfyJobOf(ns, &l.task.Task, now, !g.freeze)
 			j.Msg, j.TTR, j.Lease = "new job", int64(g.ttr/time.Second), rep.lease
 			out = append(out, j)
-			s.lm.consume(ns, j.Queue, time.Duration(j.ElapsedMS)*time.Millisecond, len(queues))
+			s.lm.Load().consume(ns, j.Queue, time.Duration(j.ElapsedMS)*time.Millisecond, len(queues))
 		}
 	}
 	return out

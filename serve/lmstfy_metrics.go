@@ -1,7 +1,6 @@
 package serve
 
 import (
-	"fmt"
 	"strconv"
 	"strings"
 	"time"
@@ -17,8 +16,13 @@ const lmstfyPool = "default"
 // job counts of its engine (infra_lmstfy_redis_*, as lmstfy names them
 // whatever keeps the jobs). Its Redis gauges (memory, keys, connections)
 // and queue sizes have no counterpart here: onceq's own series
-// (onceq_*) tell the same.
+// (onceq_*) tell the same. They live in a registry of their own, served
+// by the admin API alone, and are kept only once AdminHandler is asked
+// for: a server without an admin API pays nothing for them, and onceq's
+// /metrics carries no per-queue series. A nil *lmstfyMetrics counts
+// nothing.
 type lmstfyMetrics struct {
+	reg        *prometheus.Registry
 	latency    *prometheus.HistogramVec // ms, answers below 300
 	codes      *prometheus.CounterVec
 	rateLimits *prometheus.CounterVec
@@ -30,7 +34,7 @@ type lmstfyMetrics struct {
 	elapsed    *prometheus.HistogramVec // ms from publish to consume
 }
 
-func newLmstfyMetrics(reg prometheus.Registerer) (*lmstfyMetrics, error) {
+func newLmstfyMetrics() *lmstfyMetrics {
 	http := func(name, help string, labels ...string) *prometheus.CounterVec {
 		return prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "infra", Subsystem: "lmstfy_http", Name: name, Help: help}, labels)
 	}
@@ -39,6 +43,7 @@ func newLmstfyMetrics(reg prometheus.Registerer) (*lmstfyMetrics, error) {
 			append([]string{"pool"}, labels...))
 	}
 	m := &lmstfyMetrics{
+		reg: prometheus.NewRegistry(),
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "infra", Subsystem: "lmstfy_http", Name: "latency_milliseconds",
 			Help: "rest api latencies (lmstfy's series)", Buckets: prometheus.ExponentialBuckets(15, 2.5, 9)}, []string{"pool", "namespace", "api", "method"}),
 		codes:      http("http_codes", "rest api response code (lmstfy's series)", "pool", "namespace", "api", "method", "code"),
@@ -51,12 +56,8 @@ func newLmstfyMetrics(reg prometheus.Registerer) (*lmstfyMetrics, error) {
 		elapsed: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "infra", Subsystem: "lmstfy_redis", Name: "job_elapsed_ms",
 			Help: "job_elapsed_ms (lmstfy's series)"}, []string{"pool", "namespace", "queue"}),
 	}
-	for _, c := range []prometheus.Collector{m.latency, m.codes, m.rateLimits, m.published, m.consumed, m.multi, m.pubQueue, m.conQueue, m.elapsed} {
-		if err := reg.Register(c); err != nil {
-			return nil, fmt.Errorf("serve: registering lmstfy's metrics: %w", err)
-		}
-	}
-	return m, nil
+	m.reg.MustRegister(m.latency, m.codes, m.rateLimits, m.published, m.consumed, m.multi, m.pubQueue, m.conQueue, m.elapsed)
+	return m
 }
 
 // lmstfyAPI is a route's path as lmstfy's api label names it (gin's
@@ -67,6 +68,9 @@ func lmstfyAPI(path string) string {
 
 // request counts an answered request of route rt as lmstfy does.
 func (m *lmstfyMetrics) request(rt route, ns string, status int, took time.Duration, token string) {
+	if m == nil {
+		return
+	}
 	api := lmstfyAPI(rt.path)
 	if status < 300 {
 		m.latency.WithLabelValues(lmstfyPool, ns, api, rt.method).Observe(float64(took) / float64(time.Millisecond))
@@ -83,6 +87,9 @@ func (m *lmstfyMetrics) request(rt route, ns string, status int, took time.Durat
 
 // publish counts a job published to queue of namespace ns.
 func (m *lmstfyMetrics) publish(ns, queue string) {
+	if m == nil {
+		return
+	}
 	m.published.WithLabelValues(lmstfyPool).Inc()
 	m.pubQueue.WithLabelValues(lmstfyPool, ns, queue).Inc()
 }
@@ -90,6 +97,9 @@ func (m *lmstfyMetrics) publish(ns, queue string) {
 // consume counts a job handed out, elapsed after its publish, by a
 // consume of queues queues.
 func (m *lmstfyMetrics) consume(ns, queue string, elapsed time.Duration, queues int) {
+	if m == nil {
+		return
+	}
 	m.consumed.WithLabelValues(lmstfyPool).Inc()
 	if queues > 1 {
 		m.multi.WithLabelValues(lmstfyPool).Inc()

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/onceq/onceq/control"
@@ -43,7 +44,7 @@ type Server struct {
 	schedules *periodic.Store
 	m         *metrics
 	gather    prometheus.Gatherer
-	lm        *lmstfyMetrics // lmstfy's series
+	lm        atomic.Pointer[lmstfyMetrics] // lmstfy's series, once AdminHandler is asked for
 	pull      pull
 	// laneBacklog is what the server read of its lane's backlog, for
 	// the sizes of lane queues (lanesize.go).
@@ -70,9 +71,6 @@ func New(ctx context.Context, opts ...Opt) (*Server, error) {
 	s := &Server{cfg: cfg, mux: http.NewServeMux(), pull: pull{queues: map[string]*pullQueue{}, known: map[string]bool{}, remote: map[string]time.Time{}, quit: make(chan struct{})},
 		limiters: map[string]*rate.Limiter{}}
 	if s.m, err = newMetrics(cfg.reg); err != nil {
-		return nil, err
-	}
-	if s.lm, err = newLmstfyMetrics(cfg.reg); err != nil {
 		return nil, err
 	}
 	if g, ok := cfg.reg.(prometheus.Gatherer); ok {
@@ -302,7 +300,7 @@ func (s *Server) handle(rt route) {
 		s.m.requests.WithLabelValues(rt.name, strconv.Itoa(sw.status)).Inc()
 		s.m.seconds.WithLabelValues(rt.name).Observe(took.Seconds())
 		if inNS {
-			s.lm.request(rt, r.PathValue("ns"), sw.status, took, tok.ID)
+			s.lm.Load().request(rt, r.PathValue("ns"), sw.status, took, tok.ID)
 		}
 	})
 }
