@@ -7,9 +7,16 @@
 // onceq-tokens, keyed by the token's ID; a revoke is a tombstone. Every
 // server reads the topic to its end when it starts and follows it, so a
 // token created or revoked on one is seen by all within a fetch.
+//
+// A token's record also holds its limit, lmstfy's throttler's (SetLimit):
+// how many consumes and publishes it may make in each interval. The
+// servers that count them report their counts in the same topic, under
+// keys of their own (usage/<id>/<r|w>/<server>: Usage), so that every
+// server knows what the others admitted.
 package auth
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
@@ -23,6 +30,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -55,6 +63,12 @@ type Token struct {
 	ReadOnly    bool      `json:"read_only"`
 	Description string    `json:"description,omitempty"`
 	Created     time.Time `json:"created"`
+	// Limit is the token's limit, nil for none. It is shared by every
+	// copy of the Token: do not modify it.
+	Limit *Limit `json:"limit,omitempty"`
+	// Updated is when the token's limit was last set or lifted, zero if
+	// never.
+	Updated time.Time `json:"updated,omitzero"`
 }
 
 // Allows reports whether the token opens namespace ns.
@@ -90,6 +104,22 @@ type stored struct {
 	Description string `json:"desc,omitempty"`
 	Created     int64  `json:"created"`
 	Hash        string `json:"sha256"` // of the secret, hex
+	Limit       *Limit `json:"limit,omitempty"`
+	// Updated is when a record that rewrites an existing token's was
+	// written (SetLimit), in Unix milliseconds; 0 for the record Create
+	// writes. A rewrite never brings back a token revoked before it in
+	// the topic (apply).
+	Updated int64 `json:"updated,omitempty"`
+}
+
+// stored is the record of e's token.
+func (e entry) stored() stored {
+	s := stored{V: 1, Namespace: e.tok.Namespace, ReadOnly: e.tok.ReadOnly, Description: e.tok.Description,
+		Created: e.tok.Created.UnixMilli(), Hash: hex.EncodeToString(e.hash[:]), Limit: e.tok.Limit}
+	if !e.tok.Updated.IsZero() {
+		s.Updated = e.tok.Updated.UnixMilli()
+	}
+	return s
 }
 
 // decode reads a token record; a nil value is a revoke.
@@ -107,11 +137,21 @@ func decode(key, val []byte) (Token, [32]byte, error) {
 		return Token{}, hash, fmt.Errorf("auth: token %s: %w", id, err)
 	}
 	h, err := hex.DecodeString(s.Hash)
-	if s.V != 1 || err != nil || len(h) != len(hash) || ValidateNamespace(s.Namespace) != nil || s.Created < 0 || s.Created > onceq.MaxUnixMilli {
+	if s.V != 1 || err != nil || len(h) != len(hash) || ValidateNamespace(s.Namespace) != nil || s.Created < 0 || s.Created > onceq.MaxUnixMilli ||
+		s.Updated < 0 || s.Updated > onceq.MaxUnixMilli {
 		return Token{}, hash, fmt.Errorf("auth: token %s: want version 1, a namespace, a time and a SHA-256 hash", id)
 	}
+	if s.Limit != nil {
+		if err := s.Limit.Validate(); err != nil {
+			return Token{}, hash, fmt.Errorf("auth: token %s: %w", id, err)
+		}
+	}
 	copy(hash[:], h)
-	return Token{ID: id, Namespace: s.Namespace, ReadOnly: s.ReadOnly, Description: s.Description, Created: time.UnixMilli(s.Created)}, hash, nil
+	tok := Token{ID: id, Namespace: s.Namespace, ReadOnly: s.ReadOnly, Description: s.Description, Created: time.UnixMilli(s.Created), Limit: s.Limit}
+	if s.Updated != 0 {
+		tok.Updated = time.UnixMilli(s.Updated)
+	}
+	return tok, hash, nil
 }
 
 // A token's parts: oq_<id: 16 hex>_<secret: 32 base64url>.
@@ -154,14 +194,21 @@ type Store struct {
 	log  *slog.Logger
 	f    *table.Follower
 
-	mu       sync.RWMutex
-	tokens   map[string]entry // by ID
-	progress table.Progress   // how far the topic was applied
+	mu     sync.RWMutex
+	tokens map[string]entry // by ID
+	// revoked are the IDs whose tombstones were applied: a rewrite of
+	// one of them (a SetLimit that raced the revoke) is not applied.
+	revoked  map[string]bool
+	usage    map[usageOf]map[string]Usage // by server
+	progress table.Progress               // how far the topic was applied
+	// reportFailing is set while usage reports fail, so that a broker
+	// that is down is logged once, not at every report.
+	reportFailing atomic.Bool
 }
 
 // Open reads the token store (creating its topic if needed) and follows it.
 func Open(ctx context.Context, conn broker.Conn, log *slog.Logger) (*Store, error) {
-	s := &Store{conn: conn, log: log, tokens: map[string]entry{}}
+	s := newStore(conn, log)
 	f, err := table.Follow(ctx, conn, Topic, log, s.apply)
 	if err != nil {
 		return nil, fmt.Errorf("auth: %w", err)
@@ -170,11 +217,20 @@ func Open(ctx context.Context, conn broker.Conn, log *slog.Logger) (*Store, erro
 	return s, nil
 }
 
+// newStore is a store that holds nothing yet, to apply the topic to.
+func newStore(conn broker.Conn, log *slog.Logger) *Store {
+	return &Store{conn: conn, log: log, tokens: map[string]entry{}, revoked: map[string]bool{}, usage: map[usageOf]map[string]Usage{}}
+}
+
 // Close stops following the store.
 func (s *Store) Close() { s.f.Close() }
 
 func (s *Store) apply(rec *kgo.Record) {
 	defer s.progress.Applied(rec)
+	if bytes.HasPrefix(rec.Key, []byte(usagePrefix)) {
+		s.applyUsage(rec)
+		return
+	}
 	tok, hash, err := decode(rec.Key, rec.Value)
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -184,6 +240,11 @@ func (s *Store) apply(rec *kgo.Record) {
 	}
 	if rec.Value == nil {
 		delete(s.tokens, tok.ID)
+		s.revoked[tok.ID] = true
+		return
+	}
+	if s.revoked[tok.ID] && !tok.Updated.IsZero() {
+		s.log.Info("a limit set on a token revoked meanwhile is not applied", "id", tok.ID, "offset", rec.Offset)
 		return
 	}
 	s.tokens[tok.ID] = entry{tok, hash}
@@ -207,6 +268,24 @@ func (s *Store) Check(tok string) (Token, error) {
 		return Token{}, ErrBadToken
 	}
 	return e.tok, nil
+}
+
+// Sync returns once the store applied every record the topic held when
+// Sync was called: a read after it sees every write acknowledged before
+// it, by this process or another.
+func (s *Store) Sync(ctx context.Context) error {
+	if err := s.f.Sync(ctx); err != nil {
+		return fmt.Errorf("auth: %w", err)
+	}
+	return nil
+}
+
+// Lookup returns the token of this ID, if the store holds it.
+func (s *Store) Lookup(id string) (Token, bool) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	e, ok := s.tokens[id]
+	return e.tok, ok
 }
 
 // List returns the tokens of namespace ns ("" for all), by namespace and
@@ -249,17 +328,19 @@ func (s *Store) Create(ctx context.Context, ns string, readOnly bool, descriptio
 	secret := base64.RawURLEncoding.EncodeToString(raw[idLen/2:])
 	h := sha256.Sum256([]byte(secret))
 	now := time.Now().Truncate(time.Millisecond)
-	val, err := json.Marshal(stored{V: 1, Namespace: ns, ReadOnly: readOnly, Description: description, Created: now.UnixMilli(), Hash: hex.EncodeToString(h[:])})
+	tok := Token{ID: id, Namespace: ns, ReadOnly: readOnly, Description: description, Created: now}
+	val, err := json.Marshal(entry{tok, h}.stored())
 	if err != nil {
 		return "", Token{}, err
 	}
 	if err := s.write(ctx, &kgo.Record{Topic: Topic, Key: []byte(id), Value: val}); err != nil {
 		return "", Token{}, err
 	}
-	return tokenPrefix + id + "_" + secret, Token{ID: id, Namespace: ns, ReadOnly: readOnly, Description: description, Created: now}, nil
+	return tokenPrefix + id + "_" + secret, tok, nil
 }
 
-// ErrUnknownID is returned by Revoke for an ID the store does not hold.
+// ErrUnknownID is returned by Revoke and SetLimit for an ID the store
+// does not hold.
 var ErrUnknownID = errors.New("auth: no token has this ID: onceq token list shows them")
 
 // Revoke deletes the token of this ID (the 16 hex digits after "oq_"),

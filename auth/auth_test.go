@@ -89,10 +89,12 @@ func TestTokens(t *testing.T) {
 	}
 }
 
-// FuzzDecode: decode never panics, and what it accepts has a valid ID and
-// namespace.
+// FuzzDecode: decode never panics, and what it accepts has a valid ID,
+// namespace and limit.
 func FuzzDecode(f *testing.F) {
 	f.Add([]byte("0123456789abcdef"), []byte(`{"v":1,"ns":"shop","created":1700000000000,"sha256":"`+strings.Repeat("ab", 32)+`"}`))
+	f.Add([]byte("0123456789abcdef"), []byte(`{"v":1,"ns":"shop","created":1700000000000,"sha256":"`+strings.Repeat("ab", 32)+`","limit":{"read":0,"write":5,"interval":10},"updated":1700000001000}`))
+	f.Add([]byte("0123456789abcdef"), []byte(`{"v":1,"ns":"shop","created":1,"sha256":"`+strings.Repeat("ab", 32)+`","limit":{"read":-1,"write":5,"interval":0},"updated":-1}`))
 	f.Add([]byte("0123456789abcdef"), []byte(nil))
 	f.Add([]byte("x"), []byte(`{}`))
 	f.Fuzz(func(t *testing.T, key, val []byte) {
@@ -105,6 +107,9 @@ func FuzzDecode(f *testing.F) {
 		}
 		if val != nil && ValidateNamespace(tok.Namespace) != nil {
 			t.Fatalf("accepted namespace %q", tok.Namespace)
+		}
+		if tok.Limit != nil && tok.Limit.Validate() != nil {
+			t.Fatalf("accepted limit %+v: %v", *tok.Limit, tok.Limit.Validate())
 		}
 	})
 }

@@ -146,6 +146,14 @@
 // lmstfy's client ignores fields it does not know. The POST bulk's tasks
 // give theirs as a JSON line does.
 //
+// A token's limit, lmstfy's throttler's (set on the admin API,
+// AdminHandler), bounds its consumes and its publishes (one job, or
+// lmstfy's bulk) in each interval: past it they answer 429, with
+// Retry-After and lmstfy's body {"msg": ...} besides the "error". The
+// servers share the count through the token store's topic: one server is
+// exact, and a fleet may admit more than the limit by what the other
+// servers admit in about 100 ms (throttle.go).
+//
 // POST .../job/{id}/cancel is onceq's own cancel, and its status says what
 // the cancel did: 200 it ended canceled, 202 it ends canceled when it
 // reaches a worker, 404 no record of it (nothing written; ahead=true

@@ -59,6 +59,9 @@ type Server struct {
 
 	limitMu  sync.Mutex
 	limiters map[string]*rate.Limiter // by token ID, with RateLimit
+	// throttle counts the requests of tokens that have a limit, lmstfy's
+	// throttler's (throttle.go).
+	throttle *throttle
 }
 
 // New checks the options and opens what the server stands on: a producer,
@@ -135,6 +138,8 @@ func New(ctx context.Context, opts ...Opt) (*Server, error) {
 	if cfg.insecure {
 		cfg.log.Warn("serving without authentication (--insecure-no-auth): anyone who reaches the server can publish, cancel and pause")
 	}
+	s.throttle = newThrottle(s.tokens, s.m.throttled)
+	s.throttle.start()
 	s.routes()
 	return s, nil
 }
@@ -155,6 +160,9 @@ func (s *Server) Close() error {
 	s.p.Close()
 	s.dlq.Close()
 	err := s.in.Close()
+	if s.throttle != nil {
+		s.throttle.close()
+	}
 	s.tokens.Close()
 	s.pull.limits.Close()
 	return err
@@ -293,8 +301,11 @@ func (s *Server) handle(rt route) {
 			writeError(sw, err)
 		} else if err := s.allowParams(r, rt); err != nil {
 			writeError(sw, err)
+		} else if done, err := s.throttle.take(tok, rt.name); err != nil {
+			writeError(sw, err)
 		} else {
 			rt.h(sw, r)
+			done(sw.status)
 		}
 		took := time.Since(start)
 		s.m.requests.WithLabelValues(rt.name, strconv.Itoa(sw.status)).Inc()
@@ -414,6 +425,9 @@ type apiError struct {
 	field      string
 	msg        string
 	retryAfter time.Duration // for a 429
+	// lmstfyMsg is lmstfy's message, answered as "msg" too: a token's
+	// limit's 429 (throttle.go).
+	lmstfyMsg string
 }
 
 func (e *apiError) Error() string { return e.msg }
@@ -435,6 +449,9 @@ func writeError(w http.ResponseWriter, err error) {
 	if ae.field != "" {
 		body["field"] = ae.field
 	}
+	if ae.lmstfyMsg != "" {
+		body["msg"] = ae.lmstfyMsg
+	}
 	writeJSON(w, ae.status, body)
 }
 
@@ -445,8 +462,9 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 }
 
 type metrics struct {
-	requests *prometheus.CounterVec
-	seconds  *prometheus.HistogramVec
+	requests  *prometheus.CounterVec
+	seconds   *prometheus.HistogramVec
+	throttled *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -455,8 +473,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "HTTP requests answered, by route and status code."}, []string{"route", "code"}),
 		seconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "onceq_http_request_seconds",
 			Help: "Time to answer an HTTP request, by route.", Buckets: prometheus.ExponentialBuckets(0.0005, 4, 10)}, []string{"route"}),
+		throttled: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "onceq_http_token_limit_refusals_total",
+			Help: "Requests answered 429 because their token reached its limit (the admin API's /token/{ns}/{id}/limit), by route."}, []string{"route"}),
 	}
-	for _, c := range []prometheus.Collector{m.requests, m.seconds} {
+	for _, c := range []prometheus.Collector{m.requests, m.seconds, m.throttled} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("serve: registering metrics: %w", err)
 		}

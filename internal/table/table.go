@@ -171,6 +171,23 @@ func (f *Follower) Sync(ctx context.Context) error {
 	}
 }
 
+// TryProduce writes rec to the table's topic with the Follower's own
+// client, without waiting for it and without a client of its own: for
+// records written often whose loss costs little, such as a server's
+// counts (package auth's usage reports). promise, if not nil, is called
+// with the outcome; a record the client has no room to buffer fails at
+// once (kgo.ErrMaxBuffered). The records of one Follower are written in
+// the order given. A writer that must read its write back uses
+// Progress.Write instead.
+func (f *Follower) TryProduce(ctx context.Context, rec *kgo.Record, promise func(*kgo.Record, error)) {
+	rec.Topic = f.topic
+	f.cl.TryProduce(ctx, rec, promise)
+}
+
+// Flush returns once every record TryProduce buffered was written or
+// failed, or ctx's error.
+func (f *Follower) Flush(ctx context.Context) error { return f.cl.Flush(ctx) }
+
 // answerWait bounds how long lastStable asks again a partition that
 // answers a retriable error.
 const answerWait = 30 * time.Second
