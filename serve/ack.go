@@ -120,7 +120,7 @@ func (s *Server) acknowledge(ctx context.Context, topic, id, lease string, resul
 		}
 		return s.ended(key, rec)
 	}
-	rec, err := s.awaitCommit(ctx, topic, id, held, final)
+	rec, err := s.awaitCommit(ctx, topic, id, held, st.Runner, final)
 	if errors.Is(err, errRunWaits) {
 		return ackLater, nil
 	}
@@ -185,17 +185,50 @@ func ackedLate(st leaseState) bool {
 // so that it runs again if it was dropped: a queue no consumer waits for
 // is not fetched for an acknowledgment its run takes without. Then it
 // waits, for a run not held here (held), ackRunWait more for that run's
-// commit, or returns errRunWaits.
-func (s *Server) awaitCommit(ctx context.Context, topic, id string, held bool, final func(onceq.TaskRecord) bool) (onceq.TaskRecord, error) {
+// commit, or returns errRunWaits. A run that another server, runner,
+// took and that did not commit within ackProbeAfter has that server
+// probed (probe.go): unless it answers that it runs the task still, the
+// task runs again only once its partition's owner fetches its queue, and
+// awaitCommit returns errRunWaits at once.
+func (s *Server) awaitCommit(ctx context.Context, topic, id string, held bool, runner string, final func(onceq.TaskRecord) bool) (onceq.TaskRecord, error) {
 	wctx, cancel := context.WithTimeout(ctx, ackCommitWait)
 	defer cancel()
-	fctx, fcancel := context.WithTimeout(wctx, ackFetchAfter)
+	first := ackFetchAfter
+	probe := !held && runner != "" && runner != s.pull.ledger.id
+	if probe {
+		first = ackProbeAfter
+	}
+	fctx, fcancel := context.WithTimeout(wctx, first)
 	rec, err := s.in.WaitFor(fctx, topic, id, final)
 	fcancel()
 	if err == nil || wctx.Err() != nil || fctx.Err() == nil {
 		return rec, err
 	}
 	until, _ := wctx.Deadline()
+	if probe {
+		runs, err := s.pull.ledger.runs(wctx, runner, leaseKey(topic, id), ackProbeWait)
+		if err != nil {
+			return rec, err
+		}
+		if !runs {
+			// The partition's owner, the next one if the runner is dead,
+			// runs the task again, finds the acknowledgment and commits
+			// its result; unless the run committed meanwhile.
+			s.pull.wantRemote(topic, until)
+			s.pull.announce(topic, until, true)
+			if rec, err := s.in.Get(wctx, topic, id); err == nil && final(rec) {
+				return rec, nil
+			}
+			return rec, errRunWaits
+		}
+		// Its server runs it: the commit comes from it.
+		fctx, fcancel := context.WithTimeout(wctx, ackFetchAfter-first)
+		rec, err = s.in.WaitFor(fctx, topic, id, final)
+		fcancel()
+		if err == nil || wctx.Err() != nil || fctx.Err() == nil {
+			return rec, err
+		}
+	}
 	s.pull.wantRemote(topic, until)
 	s.pull.announce(topic, until, true)
 	if held {

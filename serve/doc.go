@@ -113,9 +113,11 @@
 // run, which completes it with the acknowledged result, without handing
 // it out again; 409 for a job dead after its last try by then, whose
 // result is not kept. An acknowledgment in time answers 204 acknowledged once the
-// job's run committed the result, or later if that run is not running (its
-// server stopped, or it waits behind the jobs held for consumers) and did
-// not commit within about 11 s: the run completes the job with the result
+// job's run committed the result, or later if that run is not running:
+// within about 750 ms if the server running it died or lost it (it does
+// not answer a probe, or answers that it lost the run), and after about
+// 11 s if it waits behind the jobs held for consumers: the run completes
+// the job with the result
 // when it comes. A queue's
 // partitions belong to one server at a time: a server whose consumers
 // wait for a queue it does not own says so in the lease topic, and the

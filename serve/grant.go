@@ -34,7 +34,7 @@ func (pl *pull) grant(ctx context.Context, t *consumer.Task, key, holder string)
 	for _, h := range rec.Headers {
 		wt.Headers = append(wt.Headers, wireHeader{Key: h.Key, Value: h.Value})
 	}
-	_, _, err = pl.ledger.write(ctx, key, leaseEvent{Kind: evGrant, Holder: holder, Partition: t.Partition, Offset: t.Offset,
+	_, _, err = pl.ledger.write(ctx, key, leaseEvent{Kind: evGrant, Holder: holder, Runner: pl.ledger.id, Partition: t.Partition, Offset: t.Offset,
 		Until: time.Now().Add(grantHold).UnixMilli(), Task: wt})
 	if err != nil {
 		return true, runError(ctx, err)

@@ -36,6 +36,11 @@ const (
 	evRevoke = "revoke"
 	// A server's consumers wait for a queue until Until (wantKey).
 	evWant = "want"
+	// A server asks whether server Holder is alive (probeKey), and runs
+	// the task of lease key Key; Holder answers with a pong naming the
+	// probe (Lease) and whether it runs the task (Held), if it is alive.
+	evProbe = "probe"
+	evPong  = "pong"
 )
 
 // leaseEvent is one record of the lease topic. A record with no value (a
@@ -57,10 +62,17 @@ type leaseEvent struct {
 	TTR    int64  `json:"ttr_ms,omitempty"`
 	Freeze bool   `json:"freeze,omitempty"`
 	Result []byte `json:"result,omitempty"`
-	// Holder is the server a take is for, a grant to, or a want from;
-	// Queue the queue a want is of.
+	// Holder is the server a take is for, a grant to, a want from, or a
+	// probe of; Queue the queue a want is of.
 	Holder string `json:"holder,omitempty"`
-	Queue  string `json:"queue,omitempty"`
+	// Runner is the server whose handler runs a granted task: the
+	// grant's writer.
+	Runner string `json:"runner,omitempty"`
+	// Key is the lease a probe asks about; Held says, in its answer,
+	// whether the server probed runs that lease's task.
+	Key   string `json:"key,omitempty"`
+	Held  bool   `json:"held,omitempty"`
+	Queue string `json:"queue,omitempty"`
 	// Fetch marks a want of no consumer: an acknowledgment waits for its
 	// task's run, which the server owning the queue must fetch.
 	Fetch bool `json:"fetch,omitempty"`
@@ -93,9 +105,9 @@ func decodeLeaseEvent(v []byte) (leaseEvent, error) {
 		return ev, fmt.Errorf("lease record: %w", err)
 	}
 	switch ev.Kind {
-	case evTake, evAck, evExpire, evGrant, evRevoke, evWant:
+	case evTake, evAck, evExpire, evGrant, evRevoke, evWant, evProbe, evPong:
 	default:
-		return ev, fmt.Errorf("lease record of kind %q: want take, ack, expire, grant, revoke or want", ev.Kind)
+		return ev, fmt.Errorf("lease record of kind %q: want take, ack, expire, grant, revoke, want, probe or pong", ev.Kind)
 	}
 	switch {
 	case ev.Nonce == "":
@@ -108,6 +120,10 @@ func decodeLeaseEvent(v []byte) (leaseEvent, error) {
 		return ev, fmt.Errorf("lease %s without its server and end", ev.Kind)
 	case ev.Kind == evWant && ev.Queue == "":
 		return ev, errors.New("lease want without its queue")
+	case (ev.Kind == evProbe || ev.Kind == evPong) && ev.Holder == "":
+		return ev, fmt.Errorf("lease %s without its server", ev.Kind)
+	case ev.Kind == evPong && ev.Lease == "":
+		return ev, errors.New("lease pong without the probe it answers")
 	case ev.Kind == evGrant && (ev.Task == nil || ev.Offset < 0 || ev.Partition < 0):
 		return ev, errors.New("lease grant without its task")
 	}
@@ -135,8 +151,12 @@ type leaseState struct {
 	Result                []byte
 	// Granted: the task is offered to the consumers of server Holder
 	// until GrantUntil, by the grant GrantNonce; Task is the task.
-	Granted    bool
-	Holder     string
+	Granted bool
+	Holder  string
+	// Runner is the server whose handler runs the task taken or granted
+	// (the take's server, or the grant's writer); "" if an older server
+	// wrote the grant.
+	Runner     string
 	GrantNonce string
 	GrantUntil time.Time
 	Task       *wireTask
@@ -163,6 +183,9 @@ func (st *leaseState) apply(ev leaseEvent, at time.Time) bool {
 		if st.Taken || st.Acked || st.Granted && st.Holder != ev.Holder || st.Expired && st.Ended == (runRef{ev.Partition, ev.Offset}) {
 			return false
 		}
+		if !st.Granted {
+			st.Runner = ev.Holder // a take of the taker's own run
+		}
 		st.Lease, st.Partition, st.Offset, st.Until = ev.Nonce, ev.Partition, ev.Offset, time.UnixMilli(ev.Until)
 		st.TTR, st.Freeze, st.Taken, st.Expired = time.Duration(ev.TTR)*time.Millisecond, ev.Freeze, true, false
 		st.Granted, st.Task = false, nil
@@ -183,6 +206,7 @@ func (st *leaseState) apply(ev leaseEvent, at time.Time) bool {
 			return false
 		}
 		st.Granted, st.Holder, st.GrantNonce, st.GrantUntil = true, ev.Holder, ev.Nonce, time.UnixMilli(ev.Until)
+		st.Runner = ev.Runner
 		st.Partition, st.Offset, st.Task = ev.Partition, ev.Offset, ev.Task
 	case evRevoke:
 		if !st.Granted || ev.Lease != st.GrantNonce {

@@ -75,6 +75,9 @@ func FuzzLeaseEvent(f *testing.F) {
 	f.Add([]byte(`{"kind":"ack","nonce":"N","result":"cg=="}`))
 	f.Add([]byte(`{"kind":"expire","nonce":"N","lease":"L"}`))
 	f.Add([]byte(`{"kind":"take","nonce":"","until":-1}`))
+	f.Add([]byte(`{"kind":"grant","nonce":"N","holder":"h","runner":"r","until":3,"task":{"value":"dg=="}}`))
+	f.Add([]byte(`{"kind":"probe","nonce":"N","holder":"h","key":"K"}`))
+	f.Add([]byte(`{"kind":"pong","nonce":"N","holder":"h","lease":"P","held":true}`))
 	f.Add([]byte(`[]`))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		ev, err := decodeLeaseEvent(b)
@@ -91,7 +94,7 @@ func FuzzLeaseEvent(f *testing.F) {
 		if err != nil {
 			t.Fatalf("%s decoded, but its encoding %s does not: %v", b, again, err)
 		}
-		if ev2.Kind != ev.Kind || ev2.Nonce != ev.Nonce || ev2.Lease != ev.Lease || ev2.Until != ev.Until || string(ev2.Result) != string(ev.Result) {
+		if ev2.Kind != ev.Kind || ev2.Nonce != ev.Nonce || ev2.Lease != ev.Lease || ev2.Until != ev.Until || ev2.Runner != ev.Runner || ev2.Key != ev.Key || ev2.Held != ev.Held || string(ev2.Result) != string(ev.Result) {
 			t.Fatalf("%+v encoded and decoded is %+v", ev, ev2)
 		}
 	})

@@ -37,10 +37,13 @@ type ledger struct {
 
 	// id names this server in grants and wants; onWant and onGrant are
 	// called, on the reading goroutine, with another server's want of a
-	// queue and with a grant to this server.
+	// queue and with a grant to this server; holds says whether a
+	// handler of this server runs the task of a lease key (a probe's
+	// answer says it).
 	id      string
 	onWant  func(topic string, until time.Time)
 	onGrant func(key string, st leaseState)
+	holds   func(key string) bool
 
 	progress table.Progress
 	mu       sync.Mutex
@@ -53,20 +56,23 @@ type ledger struct {
 	wants     map[string]map[string]want
 	wanted    map[string]chan struct{}
 	announced map[string]time.Time // this server's last want of a queue, and its end
-	swept     time.Time
+	// probes are this server's probes of others (probe.go), by nonce.
+	probes map[string]*probe
+	swept  time.Time
 }
 
 // openLedger creates the group's lease topic if needed and reads it to its
-// end. onWant and onGrant are as the ledger's fields say.
+// end. onWant, onGrant and holds are as the ledger's fields say.
 func openLedger(ctx context.Context, conn broker.Conn, group string, log *slog.Logger,
-	onWant func(string, time.Time), onGrant func(string, leaseState)) (*ledger, error) {
+	onWant func(string, time.Time), onGrant func(string, leaseState), holds func(string) bool) (*ledger, error) {
 	cl, err := conn.NewClient(kgo.RequiredAcks(kgo.AllISRAcks()), kgo.ProducerLinger(0), kgo.WithLogger(broker.KgoLogger(log)))
 	if err != nil {
 		return nil, err
 	}
-	lg := &ledger{topic: leaseTopic(group), log: log, cl: cl, adm: kadm.NewClient(cl), id: rand.Text()[:12], onWant: onWant, onGrant: onGrant,
+	lg := &ledger{topic: leaseTopic(group), log: log, cl: cl, adm: kadm.NewClient(cl), id: rand.Text()[:12], onWant: onWant, onGrant: onGrant, holds: holds,
 		states: map[string]*leaseState{}, watchers: map[string]chan struct{}{}, followers: map[string]map[chan struct{}]bool{},
-		wants: map[string]map[string]want{}, wanted: map[string]chan struct{}{}, announced: map[string]time.Time{}}
+		wants: map[string]map[string]want{}, wanted: map[string]chan struct{}{}, announced: map[string]time.Time{},
+		probes: map[string]*probe{}}
 	lg.f, err = table.Follow(ctx, conn, lg.topic, log, lg.apply, table.Configs(broker.LeasesSpec(group, leaseKeep).Configs))
 	if err != nil {
 		cl.Close()
@@ -97,6 +103,10 @@ func (lg *ledger) apply(rec *kgo.Record) {
 		return
 	}
 	lg.sweepLocked(rec.Timestamp)
+	if ev.Kind == evProbe || ev.Kind == evPong {
+		lg.probedLocked(ev)
+		return
+	}
 	if ev.Kind == evWant {
 		lg.wantLocked(ev, rec.Timestamp)
 		return

@@ -103,7 +103,7 @@ func New(ctx context.Context, opts ...Opt) (*Server, error) {
 		s.tokens.Close()
 		return nil, err
 	}
-	if s.pull.ledger, err = openLedger(ctx, cfg.conn, cfg.pullGroup, cfg.log.With("component", "leases"), s.pull.wantRemote, s.pull.offerGranted); err != nil {
+	if s.pull.ledger, err = openLedger(ctx, cfg.conn, cfg.pullGroup, cfg.log.With("component", "leases"), s.pull.wantRemote, s.pull.offerGranted, s.pull.running); err != nil {
 		s.p.Close()
 		s.dlq.Close()
 		s.in.Close()

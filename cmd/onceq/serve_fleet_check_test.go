@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"strings"
@@ -34,8 +35,10 @@ type fleetTally struct {
 	records []int
 	// overRecords: jobs with more records than their bound.
 	overRecords int
-	// slowLate: late ACKs answered after fleetLateAnswer.
-	slowLate int
+	// slowLate: late ACKs answered after fleetLateAnswer; slowAfterKill:
+	// ACKs in time sent after a kill and answered after
+	// fleetAfterKillAnswer.
+	slowLate, slowAfterKill int
 }
 
 // check reads what the run left in the topics and checks every job
@@ -136,6 +139,11 @@ func (f *fleet) check() {
 		}
 	}
 	slices.Sort(lateAnswers)
+	inTime, afterKill := f.ackAnswers()
+	if n := len(afterKill); n > 0 && afterKill[n-1] > fleetAfterKillAnswer {
+		report(&tl.slowAfterKill, "an ACK in time sent after a kill answered after %v: want within %v, short of the pull group's session timeout (the slowest are logged above)",
+			afterKill[n-1].Round(time.Millisecond), fleetAfterKillAnswer)
+	}
 	if f.kills != fleetKills {
 		t.Errorf("%d kills; want %d", f.kills, fleetKills)
 	}
@@ -143,12 +151,59 @@ func (f *fleet) check() {
 	t.Logf("%s: %d jobs (%d namespaces x %d queues x %d, the same IDs), 2 servers, %d kills, in %v: "+
 		"%d lost, %d canceled, %d with another job's result, %d held by two at once, %d back before their ttr, %d abandoned and not back, %d handed out after their ACK; "+
 		"%d hand-outs, %d abandoned, %d ACKs in time answered 202, %d late ACKs (202: %d, 204: %d, 409: %d), answered p50 %v, p99 %v, max %v; "+
+		"ACKs in time answered p50 %v, p99 %v, max %v; of them sent within %v after a kill, %d: p50 %v, p99 %v, max %v, %d after more than %v; "+
 		"records per job in the queues: median %d, max %d (%d over their bound); %d jobs first handed out at an attempt past 1 (%d consumes' answers lost)",
 		f.layout.name, len(f.jobs), len(fleetNamespaces), len(fleetQueueNames), f.perQueue, f.kills, f.wall.Round(time.Second),
 		tl.lost, tl.canceled, tl.crossTalk, tl.twice, tl.early, tl.notBack, tl.afterAck,
 		tl.handouts, tl.abandoned, tl.inTime202, len(lateAnswers), tl.late[202], tl.late[204], tl.late[409],
 		quantile(lateAnswers, 0.50), quantile(lateAnswers, 0.99), quantile(lateAnswers, 1),
+		quantile(inTime, 0.50), quantile(inTime, 0.99), quantile(inTime, 1), fleetAfterKill, len(afterKill),
+		quantile(afterKill, 0.50), quantile(afterKill, 0.99), quantile(afterKill, 1),
+		len(afterKill)-slices.IndexFunc(append(afterKill, fleetLateAnswer+1), func(d time.Duration) bool { return d > fleetLateAnswer }), fleetLateAnswer,
 		tl.records[len(tl.records)/2], tl.records[len(tl.records)-1], tl.overRecords, tl.firstLater, f.lostAnswers.Load())
+}
+
+// fleetAfterKill is how long after a kill an ACK counts as sent after
+// it: past the pull group's session timeout, the killed server's
+// partitions have moved.
+const fleetAfterKill = 15 * time.Second
+
+// fleetAfterKillAnswer bounds the answer of an ACK in time sent after a
+// kill: an ACK of a run the killed server held answers without waiting
+// for its partition to move (about 750 ms: its probe goes unanswered).
+const fleetAfterKillAnswer = 5 * time.Second
+
+// ackAnswers returns how long the ACKs in time took to answer, sorted:
+// all of them, and those sent within fleetAfterKill after a kill. It logs
+// the slowest of the latter.
+func (f *fleet) ackAnswers() (all, afterKill []time.Duration) {
+	type slow struct {
+		j fleetJob
+		h *handout
+		d time.Duration
+	}
+	var slowest []slow
+	for _, j := range f.jobs {
+		for _, h := range f.handouts[j] {
+			if h.late() || h.code == 0 {
+				continue
+			}
+			d := h.answered.Sub(h.sent)
+			all = append(all, d)
+			if slices.ContainsFunc(f.killedAt, func(k time.Time) bool { return !h.sent.Before(k) && h.sent.Sub(k) < fleetAfterKill }) {
+				afterKill = append(afterKill, d)
+				slowest = append(slowest, slow{j, h, d})
+			}
+		}
+	}
+	slices.Sort(all)
+	slices.Sort(afterKill)
+	slices.SortFunc(slowest, func(a, b slow) int { return cmp.Compare(b.d, a.d) })
+	for _, s := range slowest[:min(3, len(slowest))] {
+		f.t.Logf("a slow ACK after a kill: %s (consumer %d, attempt %d) sent at %v, answered %d in %v", s.j, s.h.consumer, s.h.attempt,
+			s.h.sent.Format(time.StampMilli), s.h.code, s.d.Round(time.Millisecond))
+	}
+	return all, afterKill
 }
 
 // checkHandouts checks a job's hand-outs, in the order consumers got

@@ -166,6 +166,7 @@ type fleet struct {
 	start    time.Time
 	wall     time.Duration
 	kills    int
+	killedAt []time.Time // when each kill was sent
 
 	late    sync.WaitGroup // the late ACKs on their way
 	stop    chan struct{}  // closed when the consumers may stop
@@ -292,6 +293,7 @@ func (f *fleet) kill(i int) {
 	t := f.t
 	s := f.servers[i]
 	f.procMu.Lock()
+	f.killedAt = append(f.killedAt, time.Now())
 	s.proc.Signal(syscall.SIGKILL)
 	if _, err := s.proc.Wait(10 * time.Second); err != nil {
 		f.procMu.Unlock()
