@@ -1,6 +1,8 @@
 package consumer
 
 import (
+	"container/heap"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -12,7 +14,12 @@ import (
 // places, or waits in its queue's line, outside the slots; a record that
 // finishes gives its place to the first in its queue's line. Records in
 // the line keep their keys, so what waits behind them in key order still
-// waits, and they start in the order they came. Each step is O(1).
+// waits, and no two of them share a key: they may start in any order.
+// They start in the queue's order (lineOrder): the highest priority
+// first, then the oldest, whichever partition each comes from and
+// whenever it was fetched, so that a queue spread over partitions (a
+// lane queue, or a topic of several) hands its places out first come,
+// first served. Each step is O(log n) of the queue's line.
 //
 // A place is held from start to finish: in the ready channel, in a slot,
 // and while its result is recorded. A record abandoned by the watchdog
@@ -26,10 +33,46 @@ type queueBound struct {
 	waiting atomic.Int64 // records in the lines, for the metrics
 }
 
-// queueLine is one queue's places taken and its records waiting for one.
+// queueLine is one queue's places taken and its records waiting for one,
+// in lineOrder.
 type queueLine struct {
 	running int
-	line    []*item
+	line    lineHeap
+}
+
+// lineOrder orders the records of a queue's line: the highest priority
+// first, then by their records' timestamps (when each was produced:
+// published, retried, or moved on by the delay service once due), then
+// by partition and offset.
+func lineOrder(a, b *item) int {
+	switch {
+	case a.prio != b.prio:
+		return int(b.prio) - int(a.prio)
+	case !a.rec.Timestamp.Equal(b.rec.Timestamp):
+		return a.rec.Timestamp.Compare(b.rec.Timestamp)
+	case a.rec.Partition != b.rec.Partition:
+		return int(a.rec.Partition - b.rec.Partition)
+	case a.rec.Offset < b.rec.Offset:
+		return -1
+	case a.rec.Offset > b.rec.Offset:
+		return 1
+	}
+	return 0
+}
+
+// lineHeap is a queue's line, a heap in lineOrder.
+type lineHeap []*item
+
+func (h lineHeap) Len() int           { return len(h) }
+func (h lineHeap) Less(i, j int) bool { return lineOrder(h[i], h[j]) < 0 }
+func (h lineHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *lineHeap) Push(x any)        { *h = append(*h, x.(*item)) }
+func (h *lineHeap) Pop() any {
+	old := *h
+	it := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	return it
 }
 
 func newQueueBound(n int) *queueBound {
@@ -46,8 +89,12 @@ func boundKey(r *kgo.Record) string {
 }
 
 // take returns the records of items that may start now, each holding a
-// place of its queue; it puts the others in their queues' lines.
+// place of its queue; it puts the others in their queues' lines. Of
+// items, the first in lineOrder take the places.
 func (b *queueBound) take(items []*item) []*item {
+	if len(items) > 1 {
+		slices.SortFunc(items, lineOrder)
+	}
 	out := items[:0] // items is the caller's to give
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -63,7 +110,7 @@ func (b *queueBound) take(items []*item) []*item {
 			out = append(out, it)
 			continue
 		}
-		q.line = append(q.line, it)
+		heap.Push(&q.line, it)
 		b.waiting.Add(1)
 	}
 	return out
@@ -85,11 +132,8 @@ func (b *queueBound) done(it *item) *item {
 		return nil
 	}
 	if len(q.line) > 0 {
-		next := q.line[0]
-		q.line[0] = nil
-		q.line = q.line[1:]
 		b.waiting.Add(-1)
-		return next // it takes the place over
+		return heap.Pop(&q.line).(*item) // it takes the place over
 	}
 	if q.running--; q.running <= 0 {
 		delete(b.queues, k)
@@ -97,27 +141,30 @@ func (b *queueBound) done(it *item) *item {
 	return nil
 }
 
-// drop takes a revoked partition's records out of their queue's line and
-// returns how many it took: they never started.
+// drop takes a revoked partition's records out of their queues' lines
+// and returns how many it took: they never started. A partition of a
+// lane holds records of many queues.
 func (b *queueBound) drop(ps *partState) int {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	q := b.queues[ps.tp.Topic]
-	if q == nil || len(q.line) == 0 {
-		return 0
-	}
-	kept := q.line[:0]
-	for _, it := range q.line {
-		if it.ps != ps {
-			kept = append(kept, it)
+	var n int
+	for k, q := range b.queues {
+		kept := q.line[:0]
+		for _, it := range q.line {
+			if it.ps != ps {
+				kept = append(kept, it)
+			}
+		}
+		if d := len(q.line) - len(kept); d > 0 {
+			clear(q.line[len(kept):])
+			q.line = kept
+			heap.Init(&q.line)
+			n += d
+		}
+		if q.running <= 0 && len(q.line) == 0 {
+			delete(b.queues, k)
 		}
 	}
-	n := len(q.line) - len(kept)
-	clear(q.line[len(kept):])
-	q.line = kept
 	b.waiting.Add(-int64(n))
-	if q.running <= 0 && len(q.line) == 0 {
-		delete(b.queues, ps.tp.Topic)
-	}
 	return n
 }

@@ -68,7 +68,10 @@
 //
 // MaxRunningPerQueue bounds the tasks of one queue running at once: a
 // task of a queue at its bound waits, in its key order, without taking a
-// slot, and the other queues' tasks start on the free slots. A worker
+// slot, and the other queues' tasks start on the free slots. The queue's
+// waiting tasks take its places highest priority first, then oldest
+// first (by their records' timestamps), whichever partition each came
+// from. A worker
 // whose handlers wait long on some queues (onceq serve's wait for their
 // HTTP consumers) keeps the others going.
 //

@@ -433,6 +433,8 @@ func OnDemandLine(n int) Opt { return optFunc(func(c *config) { c.onDemandLine =
 // order, without taking a slot (Concurrency), while tasks of other queues
 // start on the free slots: a queue whose handlers wait long (onceq serve's
 // tasks wait for their clients' acknowledgements) cannot hold every slot.
+// The waiting tasks of a queue take its places highest priority first,
+// then oldest first, whichever partition each came from.
 // A waiting task has not started: at shutdown or when its partition is
 // revoked it stays uncommitted and runs on the partition's next owner.
 // Default 0 (no bound).
