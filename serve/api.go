@@ -431,6 +431,12 @@ func (s *Server) peekJob(w http.ResponseWriter, r *http.Request, lmstfy bool) {
 		writeError(w, lookupError(recErr))
 		return
 	}
+	if lmstfy && found && !t.Expires.IsZero() && !time.Now().Before(t.Expires) {
+		// Its ttl passed: it never runs, and lmstfy's peek finds no job.
+		writeError(w, &apiError{status: http.StatusNotFound, field: "id", msg: fmt.Sprintf(
+			"job %s expired at %s (its ttl): lmstfy's peek finds no job that expired; its record is at GET .../task/%s", id, t.Expires.UTC().Format(time.RFC3339), id)})
+		return
+	}
 	out := job{Namespace: r.PathValue("ns"), Queue: r.PathValue("queue"), JobID: id}
 	if recErr == nil {
 		out = jobAnswer(r, rec)

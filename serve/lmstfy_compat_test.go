@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/onceq/onceq/serve"
 )
@@ -159,6 +160,36 @@ func TestLmstfyPeekEndedJob(t *testing.T) {
 			if code, body := a.do("GET", "/api/shop/q/task/"+id, c.token, ""); code != http.StatusOK || body["done"] != true {
 				t.Errorf("GET .../task/%s: %d %v; want its record", id, code, body)
 			}
+		}
+	})
+}
+
+// TestLmstfyPeekExpiredJob: lmstfy's peek of a job whose ttl passed
+// (GET .../job/{id}) answers 404, as lmstfy's finds no job then, also
+// before any consume of its queue came upon it; onceq's GET .../task/{id}
+// still answers.
+func TestLmstfyPeekExpiredJob(t *testing.T) {
+	eachLayout(t, func(t *testing.T, layout serve.Opt) {
+		a := start(t, layout, serve.CreateQueues(1))
+		c := &lmstfyClient{t: t, a: a, ns: "shop", token: a.token("shop", false)}
+		var j lmstfyJob
+		id := c.publish("ttlq", "", []byte("soon gone"), nil, 1, 1, 0)
+		published := time.Now()
+		kept := c.publish("ttlq", "", []byte("kept"), nil, 3600, 1, 0)
+		if !c.get("ttlq/job/"+id, &j) || string(j.Data) != "soon gone" {
+			t.Fatalf("peek within its ttl: %+v; want the job", j)
+		}
+		for time.Since(published) < 1100*time.Millisecond {
+			time.Sleep(10 * time.Millisecond) // its ttl of 1 s passes
+		}
+		if c.get("ttlq/job/"+id, &j) {
+			t.Errorf("peek after its ttl: %+v; want 404", j)
+		}
+		if !c.get("ttlq/job/"+kept, &j) || string(j.Data) != "kept" {
+			t.Errorf("peek of a job within its ttl: %+v; want the job", j)
+		}
+		if code, body := a.do("GET", "/api/shop/ttlq/task/"+id, c.token, ""); code != http.StatusOK {
+			t.Errorf("GET .../task/%s: %d %v; want the job", id, code, body)
 		}
 	})
 }
