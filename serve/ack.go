@@ -186,48 +186,19 @@ func ackedLate(st leaseState) bool {
 // is not fetched for an acknowledgment its run takes without. Then it
 // waits, for a run not held here (held), ackRunWait more for that run's
 // commit, or returns errRunWaits. A run that another server, runner,
-// took and that did not commit within ackProbeAfter has that server
-// probed (probe.go): unless it answers that it runs the task still, the
-// task runs again only once its partition's owner fetches its queue, and
-// awaitCommit returns errRunWaits at once.
+// took is awaited by awaitRunner.
 func (s *Server) awaitCommit(ctx context.Context, topic, id string, held bool, runner string, final func(onceq.TaskRecord) bool) (onceq.TaskRecord, error) {
 	wctx, cancel := context.WithTimeout(ctx, ackCommitWait)
 	defer cancel()
-	first := ackFetchAfter
-	probe := !held && runner != "" && runner != s.pull.ledger.id
-	if probe {
-		first = ackProbeAfter
+	until, _ := wctx.Deadline()
+	if !held && runner != "" && runner != s.pull.ledger.id {
+		return s.awaitRunner(wctx, topic, id, runner, until, final)
 	}
-	fctx, fcancel := context.WithTimeout(wctx, first)
+	fctx, fcancel := context.WithTimeout(wctx, ackFetchAfter)
 	rec, err := s.in.WaitFor(fctx, topic, id, final)
 	fcancel()
 	if err == nil || wctx.Err() != nil || fctx.Err() == nil {
 		return rec, err
-	}
-	until, _ := wctx.Deadline()
-	if probe {
-		runs, err := s.pull.ledger.runs(wctx, runner, leaseKey(topic, id), ackProbeWait)
-		if err != nil {
-			return rec, err
-		}
-		if !runs {
-			// The partition's owner, the next one if the runner is dead,
-			// runs the task again, finds the acknowledgment and commits
-			// its result; unless the run committed meanwhile.
-			s.pull.wantRemote(topic, until)
-			s.pull.announce(topic, until, true)
-			if rec, err := s.in.Get(wctx, topic, id); err == nil && final(rec) {
-				return rec, nil
-			}
-			return rec, errRunWaits
-		}
-		// Its server runs it: the commit comes from it.
-		fctx, fcancel := context.WithTimeout(wctx, ackFetchAfter-first)
-		rec, err = s.in.WaitFor(fctx, topic, id, final)
-		fcancel()
-		if err == nil || wctx.Err() != nil || fctx.Err() == nil {
-			return rec, err
-		}
 	}
 	s.pull.wantRemote(topic, until)
 	s.pull.announce(topic, until, true)
@@ -244,4 +215,51 @@ func (s *Server) awaitCommit(ctx context.Context, topic, id string, held bool, r
 		return rec, errRunWaits
 	}
 	return rec, err
+}
+
+// awaitRunner waits, until wctx ends, for the commit of the run of
+// topic's task id that server runner took. Each time ackProbeAfter passes
+// without it, it probes runner (probe.go): unless runner answers that it
+// runs the task still (it may die after an answer), the task runs again
+// only once its partition's owner fetches its queue, and awaitRunner has
+// the queue fetched and returns errRunWaits at once. A run not committed
+// within ackFetchAfter has its queue fetched, and one not committed
+// within ackRunWait more returns errRunWaits, as awaitCommit's do.
+func (s *Server) awaitRunner(wctx context.Context, topic, id, runner string, until time.Time, final func(onceq.TaskRecord) bool) (onceq.TaskRecord, error) {
+	began, fetched := time.Now(), false
+	fetch := func() {
+		if !fetched {
+			s.pull.wantRemote(topic, until)
+			s.pull.announce(topic, until, true)
+			fetched = true
+		}
+	}
+	for {
+		fctx, fcancel := context.WithTimeout(wctx, ackProbeAfter)
+		rec, err := s.in.WaitFor(fctx, topic, id, final)
+		fcancel()
+		if err == nil || wctx.Err() != nil || fctx.Err() == nil {
+			return rec, err
+		}
+		runs, err := s.pull.ledger.runs(wctx, runner, leaseKey(topic, id), ackProbeWait)
+		if err != nil {
+			return rec, err
+		}
+		if !runs {
+			// The partition's owner, the next one if the runner is dead,
+			// runs the task again, finds the acknowledgment and commits
+			// its result; unless the run committed meanwhile.
+			fetch()
+			if rec, err := s.in.Get(wctx, topic, id); err == nil && final(rec) {
+				return rec, nil
+			}
+			return rec, errRunWaits
+		}
+		switch waited := time.Since(began); {
+		case waited >= ackFetchAfter+s.cfg.ackRunWait:
+			return rec, errRunWaits
+		case waited >= ackFetchAfter:
+			fetch()
+		}
+	}
 }

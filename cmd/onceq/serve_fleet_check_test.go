@@ -35,10 +35,8 @@ type fleetTally struct {
 	records []int
 	// overRecords: jobs with more records than their bound.
 	overRecords int
-	// slowLate: late ACKs answered after fleetLateAnswer; slowAfterKill:
-	// ACKs in time sent after a kill and answered after
-	// fleetAfterKillAnswer.
-	slowLate, slowAfterKill int
+	// slowLate: late ACKs answered after fleetLateAnswer.
+	slowLate int
 }
 
 // check reads what the run left in the topics and checks every job
@@ -140,10 +138,6 @@ func (f *fleet) check() {
 	}
 	slices.Sort(lateAnswers)
 	inTime, afterKill := f.ackAnswers()
-	if n := len(afterKill); n > 0 && afterKill[n-1] > fleetAfterKillAnswer {
-		report(&tl.slowAfterKill, "an ACK in time sent after a kill answered after %v: want within %v, short of the pull group's session timeout (the slowest are logged above)",
-			afterKill[n-1].Round(time.Millisecond), fleetAfterKillAnswer)
-	}
 	if f.kills != fleetKills {
 		t.Errorf("%d kills; want %d", f.kills, fleetKills)
 	}
@@ -165,13 +159,11 @@ func (f *fleet) check() {
 
 // fleetAfterKill is how long after a kill an ACK counts as sent after
 // it: past the pull group's session timeout, the killed server's
-// partitions have moved.
+// partitions have moved. How long those ACKs take is reported, not
+// checked: an ACK of a run the killed server held answers within about
+// 750 ms (TestServeAckAfterRunnerKilled checks it), but one of a run
+// whose own server's commits wait for the group's rebalance waits too.
 const fleetAfterKill = 15 * time.Second
-
-// fleetAfterKillAnswer bounds the answer of an ACK in time sent after a
-// kill: an ACK of a run the killed server held answers without waiting
-// for its partition to move (about 750 ms: its probe goes unanswered).
-const fleetAfterKillAnswer = 5 * time.Second
 
 // ackAnswers returns how long the ACKs in time took to answer, sorted:
 // all of them, and those sent within fleetAfterKill after a kill. It logs
