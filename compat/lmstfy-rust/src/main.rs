@@ -633,6 +633,9 @@ async fn peek_queue(t: &T) -> Check {
     want_none("peek_queue of an empty queue", peek().await?)?;
     let (d1, d2) = (t.data("peek-1"), t.data("peek-2"));
     let id1 = t.publish(&q, &d1, 0, 1, 0).await?;
+    // onceq knows the order of jobs to the millisecond (of two published
+    // within one, it peeks either): the second goes in a later one.
+    tokio::time::delay_for(Duration::from_millis(2)).await;
     let id2 = t.publish(&q, &d2, 0, 1, 0).await?;
     // lmstfy shows a job at once; a server may take a moment.
     let deadline = Instant::now() + WAIT;
