@@ -8,22 +8,36 @@ import (
 	"testing"
 	"time"
 
+	"github.com/onceq/onceq/broker"
 	"github.com/onceq/onceq/internal/testutil"
 )
+
+// startStores starts a broker and returns a context for the test's calls,
+// its connection, and open, which opens a Store on it, closed when the
+// test ends.
+func startStores(t *testing.T) (context.Context, broker.Conn, func() *Store) {
+	t.Helper()
+	_, conn := testutil.StartBroker(t, "")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return ctx, conn, func() *Store {
+		t.Helper()
+		s, err := Open(ctx, conn, slog.New(slog.DiscardHandler))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(s.Close)
+		return s
+	}
+}
 
 // TestTokens: a created token checks on its store and on another one
 // opened later; a wrong secret, a malformed token and a revoked one do
 // not; List and Allows say what a token opens.
 func TestTokens(t *testing.T) {
-	_, conn := testutil.StartBroker(t, "")
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	ctx, conn, open := startStores(t)
 	log := slog.New(slog.DiscardHandler)
-	s, err := Open(ctx, conn, log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := open()
 	tok, info, err := s.Create(ctx, "shop", false, "checkout service")
 	if err != nil {
 		t.Fatal(err)

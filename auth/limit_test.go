@@ -1,7 +1,6 @@
 package auth
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -13,7 +12,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/onceq/onceq/broker"
-	"github.com/onceq/onceq/internal/testutil"
 )
 
 // eventually waits up to 10 s for ok, and fails the test naming what.
@@ -31,15 +29,9 @@ func eventually(t *testing.T, what string, ok func() bool) {
 // description; nil lifts it; an invalid limit, an unknown ID and a
 // revoked one are refused, nothing written.
 func TestSetLimit(t *testing.T) {
-	_, conn := testutil.StartBroker(t, "")
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	ctx, conn, open := startStores(t)
 	log := slog.New(slog.DiscardHandler)
-	s, err := Open(ctx, conn, log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := open()
 	tok, info, err := s.Create(ctx, "shop", true, "reports")
 	if err != nil {
 		t.Fatal(err)
@@ -160,20 +152,8 @@ func TestDecodeRecords(t *testing.T) {
 // own; a tombstone forgets one; SweepUsage forgets those whose window
 // ended long ago.
 func TestUsageReports(t *testing.T) {
-	_, conn := testutil.StartBroker(t, "")
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	log := slog.New(slog.DiscardHandler)
-	a, err := Open(ctx, conn, log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
-	b, err := Open(ctx, conn, log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
+	ctx, _, open := startStores(t)
+	a, b := open(), open()
 	const id = "0123456789abcdef"
 	now := time.Now().Unix()
 	a.ReportUsage(Usage{Token: id, Kind: UsageWrite, Server: "a", Interval: 10, Window: now / 10, Count: 3})

@@ -189,6 +189,22 @@ func (s *Server) pathToken(r *http.Request) (auth.Token, error) {
 	return tok, nil
 }
 
+// limitToken is pathToken of a request of a token's limit, which takes
+// no parameter but lmstfy's pool; false, answered, if the request is
+// refused.
+func (s *Server) limitToken(w http.ResponseWriter, r *http.Request) (auth.Token, bool) {
+	if err := allowParams(r.URL.Query(), "pool"); err != nil {
+		writeError(w, err)
+		return auth.Token{}, false
+	}
+	tok, err := s.pathToken(r)
+	if err != nil {
+		writeError(w, err)
+		return auth.Token{}, false
+	}
+	return tok, true
+}
+
 func (s *Server) revokeToken(w http.ResponseWriter, r *http.Request) {
 	tok, err := s.pathToken(r)
 	if err != nil {
@@ -219,13 +235,8 @@ const limitBody = `{"read": consumes, "write": publishes, "interval": seconds}`
 // written winning: lmstfy's are one HSETNX in Redis.
 func (s *Server) setTokenLimit(create bool) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		if err := allowParams(r.URL.Query(), "pool"); err != nil {
-			writeError(w, err)
-			return
-		}
-		tok, err := s.pathToken(r)
-		if err != nil {
-			writeError(w, err)
+		tok, ok := s.limitToken(w, r)
+		if !ok {
 			return
 		}
 		l, err := readLimit(w, r)
@@ -297,13 +308,8 @@ func tokenError(err error) error {
 // kind it bounds in the current window, this server's and what the
 // others reported.
 func (s *Server) getTokenLimit(w http.ResponseWriter, r *http.Request) {
-	if err := allowParams(r.URL.Query(), "pool"); err != nil {
-		writeError(w, err)
-		return
-	}
-	tok, err := s.pathToken(r)
-	if err != nil {
-		writeError(w, err)
+	tok, ok := s.limitToken(w, r)
+	if !ok {
 		return
 	}
 	if tok.Limit == nil {
@@ -325,13 +331,8 @@ func (s *Server) getTokenLimit(w http.ResponseWriter, r *http.Request) {
 // liftTokenLimit: DELETE /token/{ns}/{id}/limit, lmstfy's: 200
 // {"msg": "success"}, whether the token had a limit or not.
 func (s *Server) liftTokenLimit(w http.ResponseWriter, r *http.Request) {
-	if err := allowParams(r.URL.Query(), "pool"); err != nil {
-		writeError(w, err)
-		return
-	}
-	tok, err := s.pathToken(r)
-	if err != nil {
-		writeError(w, err)
+	tok, ok := s.limitToken(w, r)
+	if !ok {
 		return
 	}
 	if tok.Limit != nil {
