@@ -52,7 +52,7 @@ KAFKA_SUITES ?= \
   './workflow=.' \
   './periodic=.' \
   './serve=.' \
-  './cmd/onceq=^Test(PeriodicCrash|PeriodicCrashOnLane|ServeCrashPull|ServeFleetCrash|ServeMovesTopicPerQueueJobs)$$'
+  './cmd/onceq=^Test(PeriodicCrash|PeriodicCrashOnLane|ServeCrashPull|ServeFleetCrash|ServeMovesTopicPerQueueJobs|ServeAckAfterRunnerKilled|LmstfyRustClient)$$'
 .PHONY: test-kafka
 test-kafka:
 	@$(GO) build -o bin/testprogress ./internal/testprogress

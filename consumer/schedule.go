@@ -451,7 +451,10 @@ func (s *scheduler) check(now time.Time) time.Time {
 // (of its ID in the workflow queue) lets its running steps finish: it
 // only keeps the next ones from starting.
 func (s *scheduler) stopIfCanceled(r *handlerRun) {
-	queue := r.it.rec.Topic
+	queue := r.task.Queue // a lane queue's, whose cancels name it, not its lane
+	if queue == "" {
+		queue = r.it.rec.Topic
+	}
 	if queue == onceq.WorkflowQueue || !s.w.control.Canceled(queue, r.task.ID) || !r.stopped.CompareAndSwap(false, true) {
 		return
 	}

@@ -82,6 +82,11 @@ func (s *Server) acknowledge(ctx context.Context, topic, id, lease string, resul
 			return ackNotLeased, nil
 		}
 	}
+	if !st.Taken && !st.Expired && !st.Acked {
+		// Offered to another server's consumers (granted), or canceled:
+		// never handed out.
+		return ackNotLeased, nil
+	}
 	// A run held here needs no fetch to commit (awaitCommit); one held
 	// now may end before the acknowledgment counts, but then because its
 	// time-to-run passed, and it is a late one.

@@ -559,14 +559,24 @@ func (s *Server) finish(r *http.Request, topic, id, lease string, result []byte)
 		return outcomeLater, nil
 	}
 	canceled, err := s.cancelUntaken(r, topic, id)
+	if errors.Is(err, errTakenFirst) {
+		// Handed out before the cancel: the DELETE is its ACK.
+		return s.finish(r, topic, id, lease, result)
+	}
 	if canceled {
 		return outcomeCanceled, err
 	}
 	return outcomeNone, err
 }
 
+// errTakenFirst: a consumer took the task before the cancel of a DELETE
+// counted.
+var errTakenFirst = errors.New("handed out before the cancel")
+
 // cancelUntaken cancels a task that was never handed out, unless it is
-// final or unknown.
+// final or unknown. Its cancel in the lease topic keeps every server from
+// handing it out from then on, as the control topic's cancel reaches
+// their workers later; if a take came first, it returns errTakenFirst.
 func (s *Server) cancelUntaken(r *http.Request, topic, id string) (canceled bool, err error) {
 	var opts []control.CancelOpt
 	rec, err := s.in.Get(r.Context(), topic, id)
@@ -591,6 +601,13 @@ func (s *Server) cancelUntaken(r *http.Request, topic, id string) (canceled bool
 		opts = append(opts, control.CancelAhead())
 	case err != nil:
 		return false, err
+	}
+	counted, st, err := s.pull.ledger.write(r.Context(), leaseKey(topic, id), leaseEvent{Kind: evCancel})
+	switch {
+	case err != nil:
+		return false, err
+	case !counted && (st.Taken || st.Acked):
+		return false, errTakenFirst
 	}
 	a, err := s.ctl.Cancel(r.Context(), topic, id, opts...)
 	if err != nil {

@@ -170,10 +170,11 @@ func take(ctx context.Context, ps []*pullQueue, wait bool) *lease {
 }
 
 // Of a consume of several queues (take): how recent a publish to an
-// earlier queue is waited for, and how long.
+// earlier queue is waited for, and how long at most: the job comes within
+// milliseconds, but on a loaded Kafka cluster within hundreds.
 const (
 	recentPublish = time.Second
-	orderWait     = ImmediateWait
+	orderWait     = time.Second
 )
 
 // awaitEarlier waits up to orderWait, or until ctx ends, for a task of

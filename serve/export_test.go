@@ -26,3 +26,13 @@ func Offered(s *Server, topic string) int { return s.pull.queue(topic).offers.le
 
 // Owns says whether s's pull worker owns a partition of topic now.
 func Owns(s *Server, topic string) bool { return s.pull.w.Load().Owns(topic) }
+
+// QueueOf is the queue that holds namespace ns's queue q on s: its topic,
+// or its lane queue.
+func QueueOf(s *Server, ns, q string) string {
+	topic, err := s.topicOf(ns, q)
+	if err != nil {
+		panic(err)
+	}
+	return topic
+}

@@ -36,6 +36,9 @@ const (
 	evRevoke = "revoke"
 	// A server's consumers wait for a queue until Until (wantKey).
 	evWant = "want"
+	// A DELETE of a task not handed out cancels it: no take after it
+	// counts.
+	evCancel = "cancel"
 	// A server asks whether server Holder is alive (probeKey), and runs
 	// the task of lease key Key; Holder answers with a pong naming the
 	// probe (Lease) and whether it runs the task (Held), if it is alive.
@@ -105,9 +108,9 @@ func decodeLeaseEvent(v []byte) (leaseEvent, error) {
 		return ev, fmt.Errorf("lease record: %w", err)
 	}
 	switch ev.Kind {
-	case evTake, evAck, evExpire, evGrant, evRevoke, evWant, evProbe, evPong:
+	case evTake, evAck, evExpire, evGrant, evRevoke, evWant, evProbe, evPong, evCancel:
 	default:
-		return ev, fmt.Errorf("lease record of kind %q: want take, ack, expire, grant, revoke, want, probe or pong", ev.Kind)
+		return ev, fmt.Errorf("lease record of kind %q: want take, ack, expire, grant, revoke, want, probe, pong or cancel", ev.Kind)
 	}
 	switch {
 	case ev.Nonce == "":
@@ -160,9 +163,12 @@ type leaseState struct {
 	GrantNonce string
 	GrantUntil time.Time
 	Task       *wireTask
-	// AckNonce, ExpireNonce and RevokeNonce are the nonces of the events
-	// that counted.
-	AckNonce, ExpireNonce, RevokeNonce string
+	// Canceled: a DELETE canceled the task while it was not handed out;
+	// no take counts after it.
+	Canceled bool
+	// AckNonce, ExpireNonce, RevokeNonce and CancelNonce are the nonces
+	// of the events that counted.
+	AckNonce, ExpireNonce, RevokeNonce, CancelNonce string
 	// touched is when an event last counted: states no event touches for
 	// leaseKeep are forgotten.
 	touched time.Time
@@ -176,11 +182,12 @@ type leaseState struct {
 // open or expired, and the one it names if it names one) and not
 // acknowledged yet; an expiry if the lease it ends is open; a grant if
 // the task is neither taken, acknowledged nor offered; a revoke if the
-// grant it ends is the open one.
+// grant it ends is the open one; a cancel if the task is neither taken,
+// acknowledged nor canceled, and then no take or grant counts.
 func (st *leaseState) apply(ev leaseEvent, at time.Time) bool {
 	switch ev.Kind {
 	case evTake:
-		if st.Taken || st.Acked || st.Granted && st.Holder != ev.Holder || st.Expired && st.Ended == (runRef{ev.Partition, ev.Offset}) {
+		if st.Taken || st.Acked || st.Canceled || st.Granted && st.Holder != ev.Holder || st.Expired && st.Ended == (runRef{ev.Partition, ev.Offset}) {
 			return false
 		}
 		if !st.Granted {
@@ -202,7 +209,7 @@ func (st *leaseState) apply(ev leaseEvent, at time.Time) bool {
 		st.Taken, st.Expired, st.ExpireNonce = false, true, ev.Nonce
 		st.Ended = runRef{st.Partition, st.Offset}
 	case evGrant:
-		if st.Taken || st.Acked || st.Granted {
+		if st.Taken || st.Acked || st.Granted || st.Canceled {
 			return false
 		}
 		st.Granted, st.Holder, st.GrantNonce, st.GrantUntil = true, ev.Holder, ev.Nonce, time.UnixMilli(ev.Until)
@@ -213,6 +220,12 @@ func (st *leaseState) apply(ev leaseEvent, at time.Time) bool {
 			return false
 		}
 		st.Granted, st.Task, st.RevokeNonce = false, nil, ev.Nonce
+	case evCancel:
+		if st.Taken || st.Acked || st.Canceled {
+			return false
+		}
+		st.Canceled, st.CancelNonce = true, ev.Nonce
+		st.Granted, st.Task = false, nil
 	default:
 		return false
 	}
@@ -233,6 +246,8 @@ func (st *leaseState) counted(kind, n string) bool {
 		return st.GrantNonce == n
 	case evRevoke:
 		return st.RevokeNonce == n
+	case evCancel:
+		return st.CancelNonce == n
 	}
 	return false
 }

@@ -78,6 +78,7 @@ func FuzzLeaseEvent(f *testing.F) {
 	f.Add([]byte(`{"kind":"grant","nonce":"N","holder":"h","runner":"r","until":3,"task":{"value":"dg=="}}`))
 	f.Add([]byte(`{"kind":"probe","nonce":"N","holder":"h","key":"K"}`))
 	f.Add([]byte(`{"kind":"pong","nonce":"N","holder":"h","lease":"P","held":true}`))
+	f.Add([]byte(`{"kind":"cancel","nonce":"N"}`))
 	f.Add([]byte(`[]`))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		ev, err := decodeLeaseEvent(b)
@@ -126,5 +127,36 @@ func TestUnwantedKeepsLaterWants(t *testing.T) {
 	wantOf("self", now) // this server's own wants are not others'
 	if h, ok, _ := lg.wantedElsewhere("q"); ok {
 		t.Fatalf("wanted by %q: its own want", h)
+	}
+}
+
+// TestLeaseCancel: a DELETE's cancel counts while the task is not handed
+// out, and then neither a take, a grant nor an acknowledgment does; after
+// a take it does not count (the DELETE is the take's ACK then).
+func TestLeaseCancel(t *testing.T) {
+	at := time.Unix(1000, 0)
+	var st leaseState
+	steps := []struct {
+		ev     leaseEvent
+		counts bool
+	}{
+		{leaseEvent{Kind: evCancel, Nonce: "c1"}, true},
+		{leaseEvent{Kind: evCancel, Nonce: "c2"}, false},
+		{takeOf("L1", 7), false},
+		{leaseEvent{Kind: evGrant, Nonce: "G1", Holder: "b", Runner: "a", Until: 3000, Task: &wireTask{}}, false},
+		{leaseEvent{Kind: evAck, Nonce: "a1"}, false},
+	}
+	for i, s := range steps {
+		if got := st.apply(s.ev, at); got != s.counts || got != st.counted(s.ev.Kind, s.ev.Nonce) && s.ev.Kind != evTake {
+			t.Fatalf("step %d (%s %s): counted %v; want %v", i, s.ev.Kind, s.ev.Nonce, got, s.counts)
+		}
+	}
+	if !st.Canceled || st.Taken || st.Granted || st.Acked {
+		t.Fatalf("state %+v: want canceled alone", st)
+	}
+	var taken leaseState
+	taken.apply(takeOf("L1", 7), at)
+	if taken.apply(leaseEvent{Kind: evCancel, Nonce: "c3"}, at) || taken.Canceled {
+		t.Fatalf("a cancel after a take counted: %+v", taken)
 	}
 }

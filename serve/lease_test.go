@@ -354,3 +354,37 @@ func TestConsumeFromEitherServer(t *testing.T) {
 		}
 	})
 }
+
+// TestDeleteOfOfferedJob: a DELETE of a job that a server offers to its
+// consumers (its run started, no consumer took it yet), sent to another
+// server, cancels it, and once it answered no consume through either
+// server gets the job: its cancel in the lease topic comes before any
+// take, while the control topic's cancel may reach the worker running it
+// much later (on a loaded Kafka cluster, after the next consume).
+func TestDeleteOfOfferedJob(t *testing.T) {
+	eachLayout(t, func(t *testing.T, layout serve.Opt) {
+		a := start(t, layout, serve.CreateQueues(1))
+		b := startOn(t, a.conn, layout)
+		tok := a.token("shop", false)
+		for _, id := range []string{"first", "second"} {
+			if code, body := a.do("PUT", "/api/shop/offered?id="+id, tok, "x"); code != 201 {
+				t.Fatalf("publish %s: %d %v", id, code, body)
+			}
+		}
+		taken := consumeOne(t, a, tok, "/api/shop/offered?ttr=60&timeout=30").JobID
+		other := map[string]string{"first": "second", "second": "first"}[taken]
+		waitOffered(t, a, serve.QueueOf(a.srv, "shop", "offered"), 1)
+		if code, outcome := b.del("/api/shop/offered/job/"+other, tok, ""); code != 204 || outcome != "canceled" {
+			t.Fatalf("DELETE of the offered job %s through the other server: %d %q; want 204 canceled", other, code, outcome)
+		}
+		for _, s := range []*api{a, b} {
+			if code, jobs := consume(t, s, tok, "/api/shop/offered?ttr=60&timeout=1"); code != 404 {
+				t.Fatalf("consume after the DELETE of %s: %d %+v; want 404", other, code, jobs)
+			}
+		}
+		code, body := a.do("GET", "/api/shop/offered/job/"+other+"/wait?timeout=30", tok, "")
+		if task, _ := body["task"].(map[string]any); code != 200 || task["state"] != "canceled" {
+			t.Fatalf("%s after its DELETE: %d %v; want canceled", other, code, body)
+		}
+	})
+}

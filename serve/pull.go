@@ -329,6 +329,16 @@ func (pl *pull) handle(ctx context.Context, t *consumer.Task) error {
 			end, err = pl.hold(ctx, key, st, changed)
 		case ok && st.Granted:
 			end, err = pl.awaitGrant(ctx, t.Queue, key, st, changed)
+		case ok && st.Canceled:
+			// A DELETE canceled it before any take: it is offered no
+			// more, and the cancel the DELETE wrote to the control topic
+			// ends this run canceled.
+			select {
+			case <-changed:
+			case <-ctx.Done():
+				lg.unwatch(key, changed)
+				return ctx.Err()
+			}
 		case ok && st.Expired && st.Ended == (runRef{t.Partition, t.Offset}):
 			// This run's lease expired before a restart: the try is spent.
 			lg.unwatch(key, changed)

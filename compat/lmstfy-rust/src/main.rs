@@ -321,20 +321,19 @@ async fn publish_delay(t: &T) -> Check {
     let data = t.data("delay");
     let start = Instant::now();
     let id = t.publish(&q, &data, 0, 1, 2).await?;
-    want_none(
-        "consume (timeout 1 s) of a job delayed 2 s",
-        t.consume(&q, 30, 1).await?,
-    )?;
-    want_job("peek_job of the delayed job", t.peek_job(&q, &id).await?, &data)?;
-    want_job(
-        "consume (timeout 10 s) of the delayed job",
-        t.consume(&q, 30, 10).await?,
-        &data,
-    )?;
+    // Its delay counts from the server's receipt of the publish, after
+    // start: a publish that took a second or more (a new queue's topics
+    // made on Kafka) leaves it due within the first consume's wait.
+    let mut got = t.consume(&q, 30, 1).await?;
+    if got.is_none() {
+        want_job("peek_job of the delayed job", t.peek_job(&q, &id).await?, &data)?;
+        got = t.consume(&q, 30, 10).await?;
+    }
+    want_job("consume of the delayed job", got, &data)?;
     let waited = start.elapsed();
     if waited < Duration::from_secs(1) {
         return Err(format!(
-            "the job delayed 2 s was handed out {:?} after its publish",
+            "the job delayed 2 s was handed out {:?} after its publish was sent: early",
             waited
         ));
     }
@@ -481,9 +480,10 @@ async fn batch_consume(t: &T) -> Check {
     }
     // The crate shows the first job of a batch it cannot decode: what is
     // left tells the rest, each job once. lmstfy's batch takes the 3 jobs
-    // it has; a server may hand out fewer, those that reached it.
+    // it has; a server may hand out fewer, those that reached it, and
+    // the others a moment later (the queue's first consume wakes it).
     let mut left = 0;
-    while let Some(data) = t.consume(&q, 30, 1).await? {
+    while let Some(data) = t.consume(&q, 30, 5).await? {
         if !want.contains(&data) {
             return Err(format!(
                 "consume after a batch of 4 jobs: got {}, want one not consumed yet",
