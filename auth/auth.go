@@ -84,16 +84,26 @@ func ValidateNamespace(ns string) error {
 	if ns == "" || len(ns) > MaxNamespaceLen {
 		return fmt.Errorf("namespace %q: want 1 to %d letters, digits, '_' or '-'", ns, MaxNamespaceLen)
 	}
-	for i := 0; i < len(ns); i++ {
-		c := ns[i]
-		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_' || c == '-') {
-			return fmt.Errorf("namespace %q: byte %d is %q: want letters, digits, '_' or '-'", ns, i, c)
-		}
+	if i := badNameByte(ns); i >= 0 {
+		return fmt.Errorf("namespace %q: byte %d is %q: want letters, digits, '_' or '-'", ns, i, ns[i])
 	}
 	if strings.HasPrefix(ns, "onceq-") || strings.HasPrefix(ns, "__") {
 		return fmt.Errorf("namespace %q: names starting with \"onceq-\" or \"__\" are reserved", ns)
 	}
 	return nil
+}
+
+// badNameByte returns the index of the first byte of name that is not a
+// letter, a digit, '_' or '-', or -1: the bytes of a namespace's name and
+// of a server's in a usage report.
+func badNameByte(name string) int {
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_' || c == '-') {
+			return i
+		}
+	}
+	return -1
 }
 
 // stored is a token's record in the topic.

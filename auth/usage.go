@@ -101,16 +101,7 @@ func decodeUsage(key, val []byte) (Usage, error) {
 
 // validServer says whether name may name a server in a usage report.
 func validServer(name string) bool {
-	if name == "" || len(name) > maxServerLen {
-		return false
-	}
-	for i := 0; i < len(name); i++ {
-		c := name[i]
-		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_' || c == '-') {
-			return false
-		}
-	}
-	return true
+	return name != "" && len(name) <= maxServerLen && badNameByte(name) < 0
 }
 
 // applyUsage applies a usage report, or forgets one.

@@ -144,17 +144,8 @@ func TestAdminMetricsAndProfiles(t *testing.T) {
 	c.ack("emails", id)
 	get := func(path, token string) (int, string) {
 		t.Helper()
-		req, _ := http.NewRequest("GET", admin.URL+path, nil)
-		if token != "" {
-			req.Header.Set("X-Token", token)
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b)
+		code, _, b := call(t, "GET", admin.URL+path, token, "")
+		return code, string(b)
 	}
 	for _, path := range []string{"/metrics", "/debug/pprof/", "/debug/pprof/heap"} {
 		if code, _ := get(path, ""); code != http.StatusUnauthorized {
@@ -232,13 +223,6 @@ func TestAdminAccounts(t *testing.T) {
 // scrape GETs a Prometheus page with token.
 func scrape(t *testing.T, url, token string) string {
 	t.Helper()
-	req, _ := http.NewRequest("GET", url, nil)
-	req.Header.Set("X-Token", token)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
+	_, _, b := call(t, "GET", url, token, "")
 	return string(b)
 }
