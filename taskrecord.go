@@ -320,3 +320,19 @@ func appendJSONString(b []byte, s string) []byte {
 	b = append(b, s[start:]...)
 	return append(b, '"')
 }
+
+// PendingRecord is the record of a resolved task as it is submitted:
+// pending, or scheduled with its due time when delayed (it goes to the
+// delay buckets), in partition, the one of its queue it runs in (its
+// PartitionKey's). It names no Worker, so that readers never let it
+// replace a worker's record of the ID; its Offset is 0, since no run of
+// it has a queue record yet. Producers write it from a task's submission
+// (producer.Records), and workers for the tasks a run emits.
+func (t *Task) PendingRecord(delayed bool, partition int32) TaskRecord {
+	tr := TaskRecord{ID: t.ID, Queue: t.Queue, State: StatePending, MaxAttempts: t.MaxAttempts, Priority: t.Priority,
+		Enqueued: t.Enqueued, Partition: partition}
+	if delayed {
+		tr.State, tr.Due = StateScheduled, t.Due
+	}
+	return tr
+}

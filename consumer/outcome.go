@@ -51,10 +51,13 @@ func (w *Worker) success(t *Task, key string) (*result, error) {
 		out := &t.emits[i]
 		out.Resolve(now)
 		rec, err := w.route(out, now)
+		if err == nil {
+			res.outputs, err = w.pendingOutput(append(res.outputs, rec), out, now)
+		}
 		if err != nil {
 			return nil, err
 		}
-		res.outputs = w.notePriority(append(res.outputs, rec), out)
+		res.outputs = w.notePriority(res.outputs, out)
 	}
 	if err := w.continueFlow(res, &t.Task, t.trace, flow.Succeeded(t.result), now); err != nil {
 		return nil, err
@@ -84,10 +87,13 @@ func (w *Worker) continueFlow(res *result, task *onceq.Task, run context.Context
 		next[i].Headers = tracing.Set(run, next[i].Headers)
 		next[i].Resolve(now)
 		rec, err := w.route(&next[i], now)
+		if err == nil {
+			res.outputs, err = w.pendingOutput(append(res.outputs, rec), &next[i], now)
+		}
 		if err != nil {
 			return err
 		}
-		res.outputs = w.notePriority(append(res.outputs, rec), &next[i])
+		res.outputs = w.notePriority(res.outputs, &next[i])
 	}
 	return nil
 }

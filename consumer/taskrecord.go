@@ -1,11 +1,13 @@
 package consumer
 
 import (
+	"fmt"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/onceq/onceq"
+	"github.com/onceq/onceq/broker"
 )
 
 // taskOutcome is what a result's task record says, beside what the result
@@ -110,4 +112,23 @@ func (w *Worker) appendRecordBatches(recs []*kgo.Record, ps *partState, res []*r
 // keep records: the result retention, or the dedup window if longer.
 func (w *Worker) recordsRetention() time.Duration {
 	return max(w.cfg.resultRetention, w.cfg.dedupWindow)
+}
+
+// pendingOutput appends to outputs the pending record of t, a task the
+// run emits (or a workflow's next step), routed at now, in its queue's
+// records topic, when the worker writes task records: readers know it
+// from the commit that writes it, pending or scheduled, before any worker
+// ran it, and a cancel finds it. The records topic is created, with the
+// queue's partitions, when no worker of that queue has yet.
+func (w *Worker) pendingOutput(outputs []*kgo.Record, t *onceq.Task, now time.Time) ([]*kgo.Record, error) {
+	if !w.cfg.taskRecords || w.topics == nil {
+		return outputs, nil
+	}
+	queue := onceq.QueueTopic(t.Queue)
+	n, err := w.topics.ensureRecords(queue, w.recordsRetention())
+	if err != nil {
+		return nil, fmt.Errorf("consumer: recording task %q of %s: %w", t.ID, t.Queue, err)
+	}
+	tr := t.PendingRecord(t.DelayedAt(now), broker.KeyPartition(t.PartitionKey(), int(n)))
+	return append(outputs, &kgo.Record{Topic: broker.RecordsTopic(queue), Key: []byte(t.ID), Value: tr.AppendJSON(nil)}), nil
 }

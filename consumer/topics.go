@@ -17,6 +17,7 @@ type topicCache struct {
 	adm  *broker.Admin
 	ok   sync.Map // topic -> struct{}
 	prep sync.Map // queue -> struct{}: its changelog and records topics exist
+	recs sync.Map // queue -> int32: its records topic exists, and the queue's partitions
 
 	mu     sync.Mutex
 	counts map[string]partitionCount
@@ -120,4 +121,24 @@ func (c *topicCache) ensure(topic string) error {
 		c.known(topic)
 	}
 	return err
+}
+
+// ensureRecords makes sure the records topic of queue, a queue the worker
+// writes tasks to, exists (broker.RecordsSpec, keeping records at least
+// retention), and returns the queue's partitions.
+func (c *topicCache) ensureRecords(queue string, retention time.Duration) (int32, error) {
+	if n, ok := c.recs.Load(queue); ok {
+		return n.(int32), nil
+	}
+	n, err := c.partitions(queue)
+	if err != nil {
+		return 0, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := c.adm.EnsureTopics(ctx, []broker.TopicSpec{broker.RecordsSpec(queue, n, retention)}); err != nil {
+		return 0, err
+	}
+	c.recs.Store(queue, n)
+	return n, nil
 }

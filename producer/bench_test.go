@@ -12,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/onceq/onceq"
+	"github.com/onceq/onceq/broker"
 	"github.com/onceq/onceq/internal/testutil"
 )
 
@@ -42,7 +43,12 @@ func BenchmarkSubmitAsync(b *testing.B) {
 		round     = 100_000
 		idCount   = 1 << 16
 		manyBatch = 1000
+		// recordsBatch is the tasks of one batch of pending records that
+		// raw-records writes: about what the producer's batches hold at
+		// full speed.
+		recordsBatch = 2000
 	)
+	records := broker.RecordsTopic(queue)
 	_, conn := testutil.StartBroker(b, "")
 	testutil.CreateTopic(b, conn, queue, 8)
 	p, err := New(Conn(conn))
@@ -94,6 +100,23 @@ func BenchmarkSubmitAsync(b *testing.B) {
 				raw.Produce(ctx, &kgo.Record{Topic: queue, Key: []byte(id), Value: payload, Headers: []kgo.RecordHeader{
 					{Key: onceq.HeaderID, Value: []byte(id)}, {Key: onceq.HeaderEnqueued, Value: enq},
 				}}, onRecord)
+			}
+		}},
+		{name: "raw-records", flush: raw.Flush, produce: func(done, n int) {
+			var lines []byte
+			for i := done; i < done+n; i++ {
+				id := ids[i%idCount]
+				now := time.Now()
+				enq := strconv.AppendInt(nil, now.UnixMilli(), 10)
+				raw.Produce(ctx, &kgo.Record{Topic: queue, Key: []byte(id), Value: payload, Headers: []kgo.RecordHeader{
+					{Key: onceq.HeaderID, Value: []byte(id)}, {Key: onceq.HeaderEnqueued, Value: enq},
+				}}, onRecord)
+				tr := onceq.TaskRecord{ID: id, Queue: queue, State: onceq.StatePending, Enqueued: now, Partition: broker.KeyPartition([]byte(id), 8)}
+				lines = append(tr.AppendJSON(lines), '\n')
+				if (i-done)%recordsBatch == recordsBatch-1 || i == done+n-1 {
+					raw.Produce(ctx, &kgo.Record{Topic: records, Value: lines}, onRecord)
+					lines = nil
+				}
 			}
 		}},
 		{name: "tasks", flush: p.Flush, produce: func(done, n int) {

@@ -26,6 +26,9 @@ const (
 	DefaultMaxBufferedRecords = 100_000
 	// DefaultTxTimeout is the broker's limit on one Tx. See TxTimeout.
 	DefaultTxTimeout = 20 * time.Second
+	// DefaultRecords: tasks are recorded from their submission. See
+	// Records.
+	DefaultRecords = true
 )
 
 // An Opt configures a Producer. Options are applied in order; New checks
@@ -55,6 +58,7 @@ type config struct {
 	realClock          bool // now is time.Now: one clock read per task
 	txnID              string
 	txTimeout          time.Duration
+	records            bool
 	errs               onceq.OptionErrors
 }
 
@@ -68,6 +72,7 @@ func defaultConfig() config {
 		now:             time.Now,
 		realClock:       true,
 		txTimeout:       DefaultTxTimeout,
+		records:         DefaultRecords,
 	}
 }
 
@@ -102,6 +107,23 @@ func Linger(d time.Duration) Opt {
 		cfg.linger = d
 	})
 }
+
+// Records says whether every task is recorded in its queue's task
+// records topic (broker.RecordsTopic) from its submission: pending, or
+// scheduled with its due time when delayed, before Submit returns or the
+// callback of SubmitAsync, SubmitMany or Tx runs. With them, readers of
+// the records (package inspect, onceq task get, queue stats, the console)
+// know a task before any worker ran it, and a cancel (control.Cancel,
+// onceq task cancel) finds it, so that it never runs. The producer
+// creates the records topic when no worker has yet, with the queue's
+// partitions.
+//
+// A record is a JSON line of about 150 bytes, batched: a Kafka record
+// per few thousand tasks under load. Off, for pure streams whose tasks
+// nobody looks up: a task then has no record until a worker runs it.
+// Default DefaultRecords (on). Tx.SubmitPending records its task either
+// way.
+func Records(on bool) Opt { return optFunc(func(cfg *config) { cfg.records = on }) }
 
 // MaxBufferedRecords bounds the tasks submitted and not yet acknowledged.
 // When it is reached, Submit and SubmitAsync block until tasks are

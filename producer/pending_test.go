@@ -49,13 +49,8 @@ func TestSubmitPending(t *testing.T) {
 	}); err != nil || len(generated) != 36 {
 		t.Fatalf("a task without ID: %v, ID %q; want a generated UUID", err, generated)
 	}
-	recs := testutil.ReadCommitted(t, conn, 10*time.Second, broker.RecordsTopic("jobs"))
 	got := map[string]onceq.TaskRecord{}
-	for _, r := range recs {
-		tr, err := onceq.DecodeTaskRecord(r.Value)
-		if err != nil || string(r.Key) != tr.ID {
-			t.Fatalf("record %s: %+v, %v", r.Key, tr, err)
-		}
+	for _, tr := range taskRecords(t, conn, "jobs") {
 		got[tr.ID] = tr
 	}
 	if len(got) != 3 || got[generated].State != onceq.StatePending || got["now"].State != onceq.StatePending || got["later"].State != onceq.StateScheduled || got["now"].Worker != "" {
@@ -115,16 +110,12 @@ func TestPendingRecordPartition(t *testing.T) {
 		id := fmt.Sprint("later-", i)
 		where[id] = broker.KeyPartition([]byte(id), 4)
 	}
-	recs := testutil.ReadCommitted(t, conn, 10*time.Second, broker.RecordsTopic("jobs"))
+	recs := taskRecords(t, conn, "jobs")
 	if len(recs) != 16 {
 		t.Fatalf("%d records, want 16", len(recs))
 	}
 	zero := 0
-	for _, r := range recs {
-		tr, err := onceq.DecodeTaskRecord(r.Value)
-		if err != nil {
-			t.Fatal(err)
-		}
+	for _, tr := range recs {
 		if want, ok := where[tr.ID]; !ok || tr.Partition != want {
 			t.Errorf("the %s record of %s names partition %d; its task's is %d", tr.State, tr.ID, tr.Partition, want)
 		}
@@ -135,4 +126,19 @@ func TestPendingRecordPartition(t *testing.T) {
 	if zero == len(recs) {
 		t.Fatal("every task in partition 0 of 4: the test proves nothing")
 	}
+}
+
+// taskRecords reads the committed task records of a queue, every line of
+// every Kafka record.
+func taskRecords(t *testing.T, conn broker.Conn, queue string) []onceq.TaskRecord {
+	t.Helper()
+	var out []onceq.TaskRecord
+	for _, r := range testutil.ReadCommitted(t, conn, 10*time.Second, broker.RecordsTopic(queue)) {
+		trs, err := onceq.DecodeTaskRecords(r.Value)
+		if err != nil {
+			t.Fatalf("record at %d/%d: %v", r.Partition, r.Offset, err)
+		}
+		out = append(out, trs...)
+	}
+	return out
 }

@@ -222,6 +222,15 @@ func (p *Producer) submitMany(ctx context.Context, tasks []onceq.Task, fn func(i
 		}
 		slots--
 		s.many, s.index, s.id = fn, uint32(i), t.ID
+		if p.cfg.records {
+			if err := p.recordTask(ctx, s, &t); err != nil {
+				p.slots.release(1)
+				err = p.wrap(&Receipt{ID: t.ID}, err)
+				p.m.fail(t.Queue, err)
+				fn(i, Receipt{ID: t.ID}, err)
+				continue
+			}
+		}
 		p.sampleMany(s, i)
 		s.rec.Context = s
 		p.cl.Produce(context.Background(), &s.rec, p.promise)
@@ -245,6 +254,12 @@ func (p *Producer) submit(ctx context.Context, task onceq.Task, fn func(Receipt,
 	s, err := p.prepare(ctx, &task, &clk, false)
 	if err == nil {
 		err = p.slots.acquire(ctx)
+		if err == nil {
+			s.fn, s.id = fn, task.ID
+			if err = p.record(ctx, s, &task, sync); err != nil {
+				p.slots.release(1)
+			}
+		}
 	}
 	if err != nil {
 		err = p.wrap(&Receipt{ID: task.ID}, err)
@@ -252,18 +267,49 @@ func (p *Producer) submit(ctx context.Context, task onceq.Task, fn func(Receipt,
 		fn(Receipt{ID: task.ID}, err)
 		return task.ID
 	}
-	s.fn, s.id = fn, task.ID
 	p.sample(s)
 	s.rec.Context = s
 	if sync && p.cfg.linger > 0 {
-		go func() {
-			r := p.cl.ProduceSync(context.Background(), &s.rec)[0]
-			fn(p.acked(s, r.Err))
-		}()
+		go p.produceSync(s)
 		return task.ID
 	}
 	p.cl.Produce(context.Background(), &s.rec, p.promise)
 	return task.ID
+}
+
+// record adds a task's pending record, when the producer writes them
+// (Records), to its queue's batch (recordTask), or for a Submit that does
+// not wait for the linger keeps it in the task's submission, for
+// produceSync to write beside the task.
+func (p *Producer) record(ctx context.Context, s *submission, t *onceq.Task, sync bool) error {
+	switch {
+	case !p.cfg.records:
+		return nil
+	case sync && p.cfg.linger > 0:
+		rec, err := p.syncRecord(ctx, s, t)
+		if err == nil {
+			s.pend = &recordBatch{rec: *rec}
+		}
+		return err
+	}
+	return p.recordTask(ctx, s, t)
+}
+
+// produceSync writes a task, and its pending record if it has one, at
+// once, past the linger, and settles its submission.
+func (p *Producer) produceSync(s *submission) {
+	recs := []*kgo.Record{&s.rec}
+	if s.pend != nil {
+		recs = append(recs, &s.pend.rec)
+	}
+	for _, r := range p.cl.ProduceSync(context.Background(), recs...) {
+		if r.Record == &s.rec {
+			s.err = r.Err
+		} else {
+			s.pend.err = r.Err
+		}
+	}
+	p.settled(s)
 }
 
 // prepare validates the task, completes it and returns its submission,

@@ -2,6 +2,8 @@ package producer
 
 import (
 	"context"
+	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -27,7 +29,7 @@ import (
 // (a producer holds up to MaxBufferedRecords of them), and a cache miss per
 // field was a tenth of an acknowledgment's cost. 384 bytes in all, a size
 // class of Go's allocator, which is why the sample time and the index are
-// 32 bits: 8 bytes more would take 416.
+// 32 bits; a task's pending record (records.go) takes it to 416.
 type submission struct {
 	rec  kgo.Record
 	fn   func(Receipt, error)      // SubmitAsync's callback, or
@@ -41,6 +43,12 @@ type submission struct {
 	index   uint32 // in SubmitMany's tasks
 	headers [3]kgo.RecordHeader
 	values  [56]byte
+	// A recorded task's (records.go): its batch of pending records, the
+	// acknowledgments still to come (its task's and its record's), and
+	// the task's error, kept for the last of them.
+	pend *recordBatch
+	left atomic.Int32
+	err  error
 }
 
 var _ context.Context = (*submission)(nil)
@@ -78,12 +86,11 @@ func (p *Producer) sampleMany(s *submission, i int) {
 // produce.
 func (p *Producer) promised(r *kgo.Record, err error) {
 	s := r.Context.(*submission)
-	rc, err := p.acked(s, err)
-	if s.many != nil {
-		s.many(int(s.index), rc, err)
-		return
+	s.err = err
+	if s.pend != nil && s.left.Add(-1) != 0 {
+		return // its record's acknowledgment settles it
 	}
-	s.fn(rc, err)
+	p.settled(s)
 }
 
 // acked settles a submission: it frees its admission slot, counts it and
@@ -103,6 +110,9 @@ func (p *Producer) acked(s *submission, err error) (Receipt, error) {
 	s.q.submitted.Inc()
 	if s.sent != 0 {
 		s.q.duration.Observe(float64(p.micros()-s.sent) / 1e6)
+	}
+	if s.pend != nil && s.pend.err != nil {
+		return rc, p.wrap(&rc, fmt.Errorf("%w: %w", errNotRecorded, s.pend.err))
 	}
 	return rc, nil
 }

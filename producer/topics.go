@@ -34,9 +34,9 @@ const missingRecheck = time.Second
 // topic. Once ready, the hot path only loads it from the map.
 type topicState struct {
 	name    string
-	records string      // for a queue: its records topic, once SubmitPending ensured it
-	parts   int         // and the queue's partitions then
 	ready   atomic.Bool // the topic exists
+	// recs is a queue's records topic, once the producer ensured it.
+	recs atomic.Pointer[recordsState]
 
 	mu        sync.Mutex // serializes lookups
 	missingAt time.Time  // when the broker last said the queue is missing

@@ -38,6 +38,8 @@ type Tx struct {
 	cl  *kgo.Client
 	ctx context.Context
 
+	recs txRecords // its tasks' pending records, written at its end
+
 	mu       sync.Mutex
 	receipts []Receipt
 	queues   []*topicState // queues[i] is the queue of receipts[i]
@@ -154,6 +156,7 @@ func (tx *Tx) wake(ctx context.Context) {
 // commitTx flushes the transaction's tasks and commits them, unless one
 // was refused or ctx ended. p.txMu is held.
 func (p *Producer) commitTx(ctx context.Context, tx *Tx) error {
+	tx.produceRecords(tx.recs.take())
 	if err := tx.cl.Flush(ctx); err != nil {
 		return fmt.Errorf("producer: transaction not committed: %w", err)
 	}
@@ -240,6 +243,11 @@ func (p *Producer) dropTxClient() {
 // as by Producer.Submit; the transaction goes on unless fn returns the
 // error. A task the brokers refuse later makes the commit fail.
 func (tx *Tx) Submit(task onceq.Task) error {
+	return tx.submit(task, tx.p.cfg.records)
+}
+
+// submit is Submit, with the task's pending record when record is set.
+func (tx *Tx) submit(task onceq.Task, record bool) error {
 	tx.mu.Lock()
 	ended := tx.ended
 	tx.mu.Unlock()
@@ -251,6 +259,9 @@ func (tx *Tx) Submit(task onceq.Task) error {
 		task.Headers = tracing.Set(tx.ctx, task.Headers)
 	}
 	s, err := tx.p.prepare(tx.ctx, &task, &clockReads{}, true)
+	if err == nil && record {
+		err = tx.record(s, &task)
+	}
 	if err != nil {
 		return tx.p.wrap(&Receipt{ID: task.ID}, err)
 	}
@@ -275,11 +286,43 @@ func (tx *Tx) Submit(task onceq.Task) error {
 	return nil
 }
 
+// record adds the pending record of a prepared task to the transaction's
+// batches, writing a batch that is full.
+func (tx *Tx) record(s *submission, t *onceq.Task) error {
+	rs, err := tx.p.records(tx.ctx, s.q)
+	if err != nil {
+		return err
+	}
+	tr := pendingRecord(t, s, rs)
+	if full := tx.recs.add(rs, &tr); full != nil {
+		tx.produceRecords([]*kgo.Record{{Topic: rs.topic, Value: full}})
+	}
+	return nil
+}
+
+// produceRecords writes batches of pending records in the transaction.
+func (tx *Tx) produceRecords(recs []*kgo.Record) {
+	for _, r := range recs {
+		tx.cl.Produce(tx.ctx, r, func(r *kgo.Record, err error) {
+			if err == nil {
+				return
+			}
+			tx.mu.Lock()
+			defer tx.mu.Unlock()
+			if tx.err == nil {
+				tx.err = fmt.Errorf("producer: recording the transaction's tasks in %s: %w", r.Topic, err)
+			}
+		})
+	}
+}
+
 // Receipts waits until the brokers acknowledged every task submitted so
-// far and returns their receipts in submission order. The tasks are
-// written but invisible to read_committed consumers until the transaction
-// commits; the error is the first task the brokers refused.
+// far, and their pending records, and returns their receipts in
+// submission order. The tasks are written but invisible to read_committed
+// consumers until the transaction commits; the error is the first task
+// the brokers refused.
 func (tx *Tx) Receipts(ctx context.Context) ([]Receipt, error) {
+	tx.produceRecords(tx.recs.take())
 	if err := tx.cl.Flush(ctx); err != nil {
 		return nil, fmt.Errorf("producer: waiting for the transaction's tasks: %w", err)
 	}
