@@ -33,8 +33,8 @@ const missingRecheck = time.Second
 // topicState caches what the producer knows about a queue or bucket
 // topic. Once ready, the hot path only loads it from the map.
 type topicState struct {
-	name    string
-	ready   atomic.Bool // the topic exists
+	name  string
+	ready atomic.Bool // the topic exists
 	// recs is a queue's records topic, once the producer ensured it.
 	recs atomic.Pointer[recordsState]
 
