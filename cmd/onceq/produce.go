@@ -24,6 +24,7 @@ type produceFlags struct {
 	headers               []string
 	file                  string
 	tx, quiet, unique     bool
+	records               bool
 	rate                  float64
 	createQueues          int32
 	stdinPayload, isBatch bool
@@ -59,6 +60,11 @@ its line number and exit code 2; the tasks before it were submitted. With --tx
 the whole file is read and checked first and submitted in one transaction:
 every task becomes visible to workers at once, or none.
 
+Each task is also recorded in its queue's task records, pending or scheduled,
+before it is printed: "onceq task get" shows it, "onceq queue stats" counts it
+and "onceq task cancel" cancels it before any worker runs it. --records=false
+leaves that out, for streams whose tasks nobody looks up.
+
 With --unique (one task, with --id) the task is submitted only if its queue's
 task records do not know the ID, with a record that shows it pending at once;
 it prints "ID new TOPIC/PARTITION@OFFSET", or "ID known STATE" and submits
@@ -92,6 +98,7 @@ nothing when the ID is pending, scheduled, retrying or already final.`,
 	fl.Int32Var(&f.createQueues, "create-queues", 0, "create missing queues with this many partitions (0: refuse them)")
 	fl.BoolVar(&f.quiet, "quiet", false, "print a summary instead of one line per task")
 	fl.BoolVar(&f.unique, "unique", false, "submit the task (with --id) only if its ID is unknown, and say which")
+	fl.BoolVar(&f.records, "records", producer.DefaultRecords, "record each task as pending or scheduled from its submission, so that task get, queue stats and task cancel know it before a worker runs it (--records=false for pure streams)")
 	return cmd
 }
 
@@ -161,6 +168,7 @@ func (f *produceFlags) producerOpts(g *globals) ([]producer.Opt, error) {
 	return []producer.Opt{
 		producer.Conn(conn), producer.Logger(g.log), producer.CreateQueues(f.createQueues),
 		producer.TaskMaxAttempts(f.maxAttempts), producer.TaskTimeout(timeout), producer.TaskPriority(f.priority),
+		producer.Records(f.records),
 	}, nil
 }
 

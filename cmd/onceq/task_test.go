@@ -97,7 +97,7 @@ func TestTaskCommands(t *testing.T) {
 
 // TestCancelAndPauseCommands: task cancel of a delayed task makes it end
 // canceled; a cancel of an unknown ID writes nothing and exits 1, naming
-// --ahead, which cancels the task waiting unrecorded; a cancel of a
+// --ahead, which cancels the task waiting unrecorded (--records=false); a cancel of a
 // finished task exits 1; queue pause holds a queue's tasks until queue
 // resume; queue list shows both.
 func TestCancelAndPauseCommands(t *testing.T) {
@@ -114,13 +114,18 @@ func TestCancelAndPauseCommands(t *testing.T) {
 	if out := cli("task", "cancel", "jobs", "later-1", "--wait", "0"); !strings.Contains(out, "canceled task later-1 of jobs: it ends canceled") {
 		t.Fatalf("task cancel: %s", out)
 	}
-	// Without a record: unknown, unless --ahead.
+	// Recorded from its submission: canceled as it is.
 	cli("produce", "--queue", "jobs", "--id", "later-2", "--delay", "3s", "hello")
-	code, out, stderr := runCLI(t, "", "--brokers", addr, "task", "cancel", "jobs", "later-2")
+	if out := cli("task", "cancel", "jobs", "later-2", "--wait", "0"); !strings.Contains(out, "canceled task later-2 of jobs: it ends canceled") {
+		t.Fatalf("task cancel of a task produced without --unique: %s", out)
+	}
+	// Without a record (--records=false): unknown, unless --ahead.
+	cli("produce", "--queue", "jobs", "--id", "later-3", "--delay", "3s", "--records=false", "hello")
+	code, out, stderr := runCLI(t, "", "--brokers", addr, "task", "cancel", "jobs", "later-3")
 	if code != exitFailure || !strings.Contains(stderr, "no record of it") || !strings.Contains(stderr, "--ahead") {
 		t.Fatalf("task cancel of a task without a record: exit %d: %s%s", code, out, stderr)
 	}
-	if out := cli("task", "cancel", "jobs", "later-2", "--ahead"); !strings.Contains(out, "canceled task later-2 of jobs ahead") {
+	if out := cli("task", "cancel", "jobs", "later-3", "--ahead"); !strings.Contains(out, "canceled task later-3 of jobs ahead") {
 		t.Fatalf("task cancel --ahead: %s", out)
 	}
 	time.Sleep(time.Second)
@@ -134,7 +139,7 @@ func TestCancelAndPauseCommands(t *testing.T) {
 	if out := cli("task", "wait", "jobs", "now-1", "--timeout", "30s"); !strings.Contains(out, "state     succeeded") {
 		t.Fatalf("now-1 after resume:\n%s", out)
 	}
-	for _, id := range []string{"later-1", "later-2"} {
+	for _, id := range []string{"later-1", "later-2", "later-3"} {
 		code, out, _ := runCLI(t, "", "--brokers", addr, "task", "wait", "jobs", id, "--timeout", "30s")
 		if code != exitFailure || !strings.Contains(out, "state     canceled") {
 			t.Fatalf("%s: exit %d\n%s", id, code, out)
@@ -148,8 +153,50 @@ func TestCancelAndPauseCommands(t *testing.T) {
 		t.Fatalf("queue list after resume:\n%s", out)
 	}
 	out = cli("queue", "stats", "jobs", "--json")
-	if !strings.Contains(out, `"queue":"jobs","paused":false,"tasks":{"canceled":2,"succeeded":1}`) ||
+	if !strings.Contains(out, `"queue":"jobs","paused":false,"tasks":{"canceled":3,"succeeded":1}`) ||
 		!strings.Contains(out, `"group":"onceq","state":"Stable","members":1,"waiting":`) {
 		t.Fatalf("queue stats --json:\n%s", out)
+	}
+}
+
+// TestTaskVisibleBeforeAnyWorker: with no worker running, a task just
+// produced is known: task get shows the immediate one pending and the
+// delayed one scheduled, queue stats counts both, and task cancel of the
+// delayed one succeeds (exit 0). A worker started afterwards runs the
+// first and never the second.
+func TestTaskVisibleBeforeAnyWorker(t *testing.T) {
+	addr, conn := produceBroker(t)
+	testutil.CreateTopic(t, conn, "out", 2)
+	cli := cliOn(t, addr)
+	cli("produce", "--queue", "jobs", "--id", "now-1", "hello")
+	cli("produce", "--queue", "jobs", "--id", "later-1", "--delay", "2s", "hello")
+	if out := cli("task", "get", "jobs", "now-1"); !strings.Contains(out, "state     pending") {
+		t.Fatalf("task get of an immediate task before any worker:\n%s", out)
+	}
+	if out := cli("task", "get", "jobs", "later-1"); !strings.Contains(out, "state     scheduled") || !strings.Contains(out, "due ") {
+		t.Fatalf("task get of a delayed task before any worker:\n%s", out)
+	}
+	if out := cli("queue", "stats", "jobs", "--json"); !strings.Contains(out, `"tasks":{"pending":1,"scheduled":1}`) {
+		t.Fatalf("queue stats before any worker:\n%s", out)
+	}
+	if out := cli("task", "cancel", "jobs", "later-1", "--wait", "0"); !strings.Contains(out, "canceled task later-1 of jobs: it ends canceled") {
+		t.Fatalf("task cancel of a delayed task before any worker: %s", out)
+	}
+	w := testutil.Start(t, "worker", "--brokers", addr, "--queue", "jobs", "--handler", "count:out", "--checkpoint-dir", t.TempDir(),
+		"--metrics-addr", "", "--buckets", "100ms,1s")
+	defer w.Kill()
+	if out := cli("task", "wait", "jobs", "now-1", "--timeout", "30s"); !strings.Contains(out, "state     succeeded") {
+		t.Fatalf("now-1 once a worker runs:\n%s", out)
+	}
+	code, out, stderr := runCLI(t, "", "--brokers", addr, "task", "wait", "jobs", "later-1", "--timeout", "30s")
+	if code != exitFailure || !strings.Contains(out, "state     canceled") {
+		t.Fatalf("later-1 once a worker runs: exit %d\n%s%s", code, out, stderr)
+	}
+	ran := map[string]int{}
+	for id := range readJobs(t, conn, "out") {
+		ran[id]++
+	}
+	if len(ran) != 1 || ran["now-1"] != 1 {
+		t.Fatalf("the handler's outputs by key: %v; want now-1 once and later-1 never", ran)
 	}
 }
