@@ -56,7 +56,9 @@ func ParseTaskState(s string) (TaskState, error) {
 // object a line (JSON Lines): a worker writes one Kafka record per queue
 // partition per commit with that commit's transitions, keyed by the queue
 // partition ("<queue>/<partition>") so that the transitions of a task stay
-// in order; a producer's SubmitPending writes one keyed by the task ID. Any
+// in order; a producer writes its tasks' pending records in batches (see
+// Task.PendingRecord), and a worker the records of tasks its runs emit,
+// keyed by the task ID. Any
 // Kafka client can read them; DecodeTaskRecords splits the lines. A task
 // record is:
 //

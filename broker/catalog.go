@@ -23,7 +23,7 @@ import (
 //	kind             name                                  partitions          configs                          created by
 //	KindBuckets      onceq-delay-<bucket>                  BucketPartitions    append time                      the delay service, SetLadder, whoever routes a task to it
 //	KindDeadLetters  onceq-dlq-<queue or bucket topic>     1                   -                                workers, the delay service
-//	KindRecords      onceq-rec-<queue>                     the queue's         delete, retention (RecordsSpec)  workers, producers (SubmitPending)
+//	KindRecords      onceq-rec-<queue>                     the queue's         delete, retention (RecordsSpec)  workers, producers
 //	KindChangelog    onceq-checkpoint-<n>-<group>-<queue>  the queue's         compact                          exactly-once workers
 //	KindWake         onceq-wake                            1                   delete, an hour                  workers, the delay service, producers
 //	KindWorkflow     onceq-workflow                        WorkflowPartitions  -                                the workflow service, whoever writes a task to it

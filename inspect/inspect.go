@@ -22,10 +22,11 @@ import (
 // Errors of the queries.
 var (
 	// ErrNotFound: the view holds no record of the task.
-	ErrNotFound = errors.New("no record of the task: it is pending (submitted, not yet run), was never submitted, or finished longer ago than the records are kept")
-	// ErrNoQueue: the queue has no records topic: no worker with task
-	// records on has started for it, or the queue does not exist.
-	ErrNoQueue = errors.New("no task records for the queue: start a worker for it (task records are on by default), or check the queue's name")
+	ErrNotFound = errors.New("no record of the task: it was never submitted, was submitted without a record (a producer with records off) and has not run yet, or finished longer ago than the records are kept")
+	// ErrNoQueue: the queue has no records topic: no producer or worker
+	// with task records on has written to it, or the queue does not
+	// exist.
+	ErrNoQueue = errors.New("no task records for the queue: nothing with task records on (the default) has submitted to it or run its tasks yet, or the queue's name is wrong")
 	// ErrClosed: the inspector was closed.
 	ErrClosed = errors.New("inspect: closed")
 )

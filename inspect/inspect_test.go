@@ -61,7 +61,7 @@ func TestGetWaitAndTheLastRecord(t *testing.T) {
 			t.Fatalf("Get(%s) = %s, %v; want %s", id, r.State, err, want)
 		}
 	}
-	if _, err := in.Get(ctx, "q", "nope"); !errors.Is(err, inspect.ErrNotFound) || !strings.Contains(err.Error(), "pending (submitted, not yet run)") {
+	if _, err := in.Get(ctx, "q", "nope"); !errors.Is(err, inspect.ErrNotFound) || !strings.Contains(err.Error(), "never submitted") {
 		t.Fatalf("Get of an unknown ID: %v", err)
 	}
 	if r, err := in.Wait(ctx, "q", "b"); err != nil || r.State != onceq.StateSucceeded {

@@ -92,3 +92,48 @@ func TestPublishRefusesIDsNotInAPath(t *testing.T) {
 		}
 	}
 }
+
+// TestPublishedJobsVisibleBeforeConsume: jobs published over HTTP without
+// an ID, an immediate one and a delayed one, are known before anyone
+// consumes them: their task shows pending and scheduled, the queue's
+// stats count both, and the delayed one is canceled (not refused as
+// unknown). A consume then hands out the first and never the second,
+// which ends canceled.
+func TestPublishedJobsVisibleBeforeConsume(t *testing.T) {
+	a := start(t, serve.CreateQueues(1))
+	tok := a.token("shop", false)
+	publish := func(query string) string {
+		t.Helper()
+		code, body := a.do("PUT", "/api/shop/jobs"+query, tok, "x")
+		id, _ := body["job_id"].(string)
+		if code != 201 || id == "" {
+			t.Fatalf("publish%s: %d %v", query, code, body)
+		}
+		return id
+	}
+	now, later := publish(""), publish("?delay=2")
+	for id, want := range map[string]string{now: "pending", later: "scheduled"} {
+		code, body := a.do("GET", "/api/shop/jobs/task/"+id, tok, "")
+		if task, _ := body["task"].(map[string]any); code != 200 || task["state"] != want {
+			t.Fatalf("task %s before any consume: %d %v; want %s", id, code, body, want)
+		}
+	}
+	code, st := a.do("GET", "/api/shop/jobs/stats", tok, "")
+	if tasks, _ := st["tasks"].(map[string]any); code != 200 || tasks["pending"] != 1.0 || tasks["scheduled"] != 1.0 {
+		t.Fatalf("stats before any consume: %d %v; want 1 pending and 1 scheduled", code, st)
+	}
+	if code, body := a.do("POST", "/api/shop/jobs/job/"+later+"/cancel", tok, ""); code != 202 || body["cancel"] != "pending" {
+		t.Fatalf("cancel of the delayed job: %d %v; want 202, pending", code, body)
+	}
+	code, body := a.do("GET", "/api/shop/jobs?timeout=5", tok, "")
+	if code != 200 || body["job_id"] != now {
+		t.Fatalf("consume: %d %v; want %s", code, body, now)
+	}
+	if code, body = a.do("GET", "/api/shop/jobs?timeout=4", tok, ""); code != 404 {
+		t.Fatalf("consume past the delayed job's due time: %d %v; want no job", code, body)
+	}
+	code, body = a.do("GET", "/api/shop/jobs/job/"+later+"/wait?timeout=30", tok, "")
+	if task, _ := body["task"].(map[string]any); code != 200 || task["state"] != "canceled" {
+		t.Fatalf("the canceled job: %d %v; want canceled", code, body)
+	}
+}

@@ -545,3 +545,33 @@ func TestCancelRunning(t *testing.T) {
 		t.Fatalf("Cancel of the done workflow: %s, %v", again.State, err)
 	}
 }
+
+// TestNextStepVisibleAndCanceled: a step a workflow's previous step
+// emits is recorded in the commit that emits it, scheduled when it is
+// delayed, so that it is known and can be canceled before it runs: the
+// cancel is written (not refused as unknown), and the step never runs.
+func TestNextStepVisibleAndCanceled(t *testing.T) {
+	var runs sync.Map
+	e := run(t, appender(&runs), "steps")
+	id := e.submit(t, "later-step", workflow.Chain(task("steps", "a"),
+		workflow.Task(onceq.Task{Queue: "steps", Payload: []byte("b"), Delay: 3 * time.Second})))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if r, err := e.in.Wait(ctx, "steps", id+"/0"); err != nil || r.State != onceq.StateSucceeded {
+		t.Fatalf("the first step: %+v, %v", r, err)
+	}
+	r, err := e.in.Get(ctx, "steps", id+"/1")
+	if err != nil || r.State != onceq.StateScheduled || r.Worker != "" {
+		t.Fatalf("the delayed next step once the first committed: %+v, %v; want scheduled", r, err)
+	}
+	a, err := e.ctl.Cancel(ctx, "steps", id+"/1")
+	if err != nil || a.Outcome != control.CancelPending && a.Outcome != control.CancelDone {
+		t.Fatalf("cancel of the next step: %+v, %v; want %s or %s", a, err, control.CancelPending, control.CancelDone)
+	}
+	if r, err := e.in.Wait(ctx, "steps", id+"/1"); err != nil || r.State != onceq.StateCanceled {
+		t.Fatalf("the canceled step: %+v, %v; want canceled", r, err)
+	}
+	if _, ran := runs.Load("steps/" + id + "/1"); ran {
+		t.Fatal("the canceled step ran")
+	}
+}
