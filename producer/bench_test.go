@@ -24,15 +24,22 @@ import (
 //
 //   - raw: franz-go producing records with the key, value and headers of
 //     a task (onceq-id, onceq-enqueued), built in the loop;
+//   - raw-records: the same, and each task's pending record, the JSON
+//     line the producer writes (Records), batched recordsBatch to a Kafka
+//     record: what the producer writes, by hand;
 //   - tasks: SubmitAsync of tasks carrying the same IDs (validation,
-//     resolution, routing, admission, metrics and the record);
+//     resolution, routing, admission, metrics, the record and its pending
+//     record);
 //   - many: SubmitMany of the same tasks, manyBatch to a call, as a caller
 //     producing in bulk submits them;
+//   - bare: SubmitAsync of a producer with Records(false), which writes
+//     what raw writes;
 //   - assigned: SubmitAsync of tasks without IDs (the producer assigns a
 //     UUIDv7 to each).
 //
 // It reports records or tasks per second for each, the ratios of the
-// others to raw, and each way's process CPU time per task (cpu-ns/...):
+// others to raw and of the producer's to raw-records (.../rawrec), and
+// each way's process CPU time per task (cpu-ns/...):
 // the embedded broker and the client's goroutines included, and moved less
 // than the rates by other load on a shared machine. Run:
 //
@@ -56,6 +63,11 @@ func BenchmarkSubmitAsync(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer p.Close()
+	bare, err := New(Conn(conn), Records(false))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer bare.Close()
 	raw, err := conn.NewClient(clientOpts(p.cfg)...)
 	if err != nil {
 		b.Fatal(err)
@@ -79,6 +91,9 @@ func BenchmarkSubmitAsync(b *testing.B) {
 	onMany := func(_ int, _ Receipt, err error) { onRecord(nil, err) }
 	// Warm up: topic lookups, connections, producer IDs.
 	if _, err := p.Submit(ctx, onceq.Task{Queue: queue, Payload: payload}); err != nil {
+		b.Fatal(err)
+	}
+	if _, err := bare.Submit(ctx, onceq.Task{Queue: queue, Payload: payload}); err != nil {
 		b.Fatal(err)
 	}
 	if err := raw.ProduceSync(ctx, &kgo.Record{Topic: queue, Value: payload}).FirstErr(); err != nil {
@@ -133,6 +148,11 @@ func BenchmarkSubmitAsync(b *testing.B) {
 				p.SubmitMany(ctx, batch, onMany)
 			}
 		}},
+		{name: "bare", flush: bare.Flush, produce: func(done, n int) {
+			for i := done; i < done+n; i++ {
+				bare.SubmitAsync(ctx, onceq.Task{Queue: queue, ID: ids[i%idCount], Payload: payload}, onTask)
+			}
+		}},
 		{name: "assigned", flush: p.Flush, produce: func(done, n int) {
 			for i := done; i < done+n; i++ {
 				p.SubmitAsync(ctx, onceq.Task{Queue: queue, Payload: payload}, onTask)
@@ -163,8 +183,11 @@ func BenchmarkSubmitAsync(b *testing.B) {
 		if w != ways[0] {
 			b.ReportMetric(ways[0].wall.Seconds()/w.wall.Seconds(), w.name+"/raw")
 		}
+		if w != ways[0] && w != ways[1] {
+			b.ReportMetric(ways[1].wall.Seconds()/w.wall.Seconds(), w.name+"/rawrec")
+		}
 	}
-	b.ReportMetric(perTask(ways[1].wall), "ns/op")
+	b.ReportMetric(perTask(ways[2].wall), "ns/op")
 }
 
 // processCPU is the CPU time the process used so far, user and system.
