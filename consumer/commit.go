@@ -148,6 +148,7 @@ func (w *Worker) commit(ctx context.Context) error {
 		for _, p := range parts {
 			recs = w.appendRecordBatches(recs, p.ps, p.results)
 		}
+		recs = w.appendEmittedBatches(recs, parts)
 	}
 	// Tombstones of expired IDs go first: a mark of this commit for an ID
 	// that expiry removed must come after its tombstone, so that a replay

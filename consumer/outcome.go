@@ -52,12 +52,12 @@ func (w *Worker) success(t *Task, key string) (*result, error) {
 		out.Resolve(now)
 		rec, err := w.route(out, now)
 		if err == nil {
-			res.outputs, err = w.pendingOutput(append(res.outputs, rec), out, now)
+			err = w.recordEmitted(res, out, now)
 		}
 		if err != nil {
 			return nil, err
 		}
-		res.outputs = w.notePriority(res.outputs, out)
+		res.outputs = w.notePriority(append(res.outputs, rec), out)
 	}
 	if err := w.continueFlow(res, &t.Task, t.trace, flow.Succeeded(t.result), now); err != nil {
 		return nil, err
@@ -88,12 +88,12 @@ func (w *Worker) continueFlow(res *result, task *onceq.Task, run context.Context
 		next[i].Resolve(now)
 		rec, err := w.route(&next[i], now)
 		if err == nil {
-			res.outputs, err = w.pendingOutput(append(res.outputs, rec), &next[i], now)
+			err = w.recordEmitted(res, &next[i], now)
 		}
 		if err != nil {
 			return err
 		}
-		res.outputs = w.notePriority(res.outputs, &next[i])
+		res.outputs = w.notePriority(append(res.outputs, rec), &next[i])
 	}
 	return nil
 }
@@ -386,6 +386,7 @@ func hasID(r *kgo.Record) bool {
 func (w *Worker) refuseTooLarge(ps *partState, res *result, refused *kgo.Record, cause error) {
 	res.refused++
 	ps.retract(res)
+	res.emitted = nil // its emitted tasks are not written
 	if res.refused > maxRefusals {
 		// Not even a bare dead letter fits: the task ends with nothing
 		// written but its mark, and says so.

@@ -11,6 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/onceq/onceq"
 	"github.com/onceq/onceq/broker"
 	"github.com/onceq/onceq/checkpoint"
 )
@@ -105,10 +106,11 @@ type result struct {
 	at      time.Time
 	writes  []stateWrite
 	outputs []*kgo.Record
-	src     *kgo.Record // the record that ran
-	queue   string      // its queue, for a dead letter
-	refused int         // commits that refused an output as too large
-	rec     taskOutcome // what its task record says
+	src     *kgo.Record        // the record that ran
+	queue   string             // its queue, for a dead letter
+	refused int                // commits that refused an output as too large
+	rec     taskOutcome        // what its task record says
+	emitted []onceq.TaskRecord // the pending records of the tasks it emits
 	// commit is the span of a traced run's wait for its commit (nil: the
 	// run was not traced), ended once the commit took the result.
 	commit trace.Span

@@ -114,21 +114,59 @@ func (w *Worker) recordsRetention() time.Duration {
 	return max(w.cfg.resultRetention, w.cfg.dedupWindow)
 }
 
-// pendingOutput appends to outputs the pending record of t, a task the
-// run emits (or a workflow's next step), routed at now, in its queue's
-// records topic, when the worker writes task records: readers know it
-// from the commit that writes it, pending or scheduled, before any worker
-// ran it, and a cancel finds it. The records topic is created, with the
-// queue's partitions, when no worker of that queue has yet.
-func (w *Worker) pendingOutput(outputs []*kgo.Record, t *onceq.Task, now time.Time) ([]*kgo.Record, error) {
+// recordEmitted keeps in res the pending record of t, a task the run
+// emits (or a workflow's next step), routed at now, when the worker writes
+// task records: the commit writes it to the task's queue's records topic
+// (appendEmittedBatches), so that readers know the task from the commit
+// that writes it, pending or scheduled, before any worker ran it, and a
+// cancel finds it. The records topic is created, with the queue's
+// partitions, when no worker of that queue has yet.
+func (w *Worker) recordEmitted(res *result, t *onceq.Task, now time.Time) error {
 	if !w.cfg.taskRecords || w.topics == nil {
-		return outputs, nil
+		return nil
 	}
 	queue := onceq.QueueTopic(t.Queue)
 	n, err := w.topics.ensureRecords(queue, w.recordsRetention())
 	if err != nil {
-		return nil, fmt.Errorf("consumer: recording task %q of %s: %w", t.ID, t.Queue, err)
+		return fmt.Errorf("consumer: recording task %q of %s: %w", t.ID, t.Queue, err)
 	}
-	tr := t.PendingRecord(t.DelayedAt(now), broker.KeyPartition(t.PartitionKey(), int(n)))
-	return append(outputs, &kgo.Record{Topic: broker.RecordsTopic(queue), Key: []byte(t.ID), Value: tr.AppendJSON(nil)}), nil
+	res.emitted = append(res.emitted, t.PendingRecord(t.DelayedAt(now), broker.KeyPartition(t.PartitionKey(), int(n))))
+	return nil
+}
+
+// appendEmittedBatches appends the pending records of the tasks a commit's
+// results emitted, as JSON lines, one Kafka record per records topic (or
+// a few, when they are many), in the commit's transaction with the tasks
+// they describe. Appended after every partition's outputs and changelog
+// records, they are none of pending.owner's, as the results' own records.
+func (w *Worker) appendEmittedBatches(recs []*kgo.Record, parts []pending) []*kgo.Record {
+	limit := min(maxRecordBatch, w.cfg.maxMessageBytes/2)
+	var bufs map[string][]byte
+	var order []string
+	for _, p := range parts {
+		for _, r := range p.results {
+			for i := range r.emitted {
+				tr := &r.emitted[i]
+				topic := broker.RecordsTopic(onceq.QueueTopic(tr.Queue))
+				if bufs == nil {
+					bufs = map[string][]byte{}
+				}
+				buf, ok := bufs[topic]
+				if !ok {
+					order = append(order, topic)
+				}
+				if len(buf) > 0 && len(buf)+tr.JSONSize()+1 > limit {
+					recs = append(recs, &kgo.Record{Topic: topic, Value: buf})
+					buf = nil
+				}
+				bufs[topic] = append(tr.AppendJSON(buf), '\n')
+			}
+		}
+	}
+	for _, topic := range order {
+		if buf := bufs[topic]; len(buf) > 0 {
+			recs = append(recs, &kgo.Record{Topic: topic, Value: buf})
+		}
+	}
+	return recs
 }

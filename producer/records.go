@@ -90,7 +90,9 @@ func (p *Producer) records(ctx context.Context, q *topicState) (*recordsState, e
 	}
 	spec := broker.RecordsSpec(q.name, int32(len(info.Partitions)), broker.DefaultRecordsRetention)
 	if _, err := adm.EnsureTopics(ctx, []broker.TopicSpec{spec}); err != nil {
-		return nil, fmt.Errorf("creating the task records topic %s: %w", spec.Name, err)
+		return nil, fmt.Errorf("creating the task records topic %s, which records the tasks of %s from their submission "+
+			"(start a worker of the queue first, which creates it, or turn records off: producer.Records(false), onceq produce --records=false): %w",
+			spec.Name, q.name, err)
 	}
 	rs := &recordsState{topic: spec.Name, parts: len(info.Partitions), limit: min(recordBatchBytes, p.cfg.maxMessageBytes/2)}
 	q.recs.Store(rs)
