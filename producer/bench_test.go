@@ -123,10 +123,11 @@ func BenchmarkSubmitAsync(b *testing.B) {
 				id := ids[i%idCount]
 				now := time.Now()
 				enq := strconv.AppendInt(nil, now.UnixMilli(), 10)
-				raw.Produce(ctx, &kgo.Record{Topic: queue, Key: []byte(id), Value: payload, Headers: []kgo.RecordHeader{
+				key := []byte(id)
+				raw.Produce(ctx, &kgo.Record{Topic: queue, Key: key, Value: payload, Headers: []kgo.RecordHeader{
 					{Key: onceq.HeaderID, Value: []byte(id)}, {Key: onceq.HeaderEnqueued, Value: enq},
 				}}, onRecord)
-				tr := onceq.TaskRecord{ID: id, Queue: queue, State: onceq.StatePending, Enqueued: now, Partition: broker.KeyPartition([]byte(id), 8)}
+				tr := onceq.TaskRecord{ID: id, Queue: queue, State: onceq.StatePending, Enqueued: now, Partition: broker.KeyPartition(key, 8)}
 				lines = append(tr.AppendJSON(lines), '\n')
 				if (i-done)%recordsBatch == recordsBatch-1 || i == done+n-1 {
 					raw.Produce(ctx, &kgo.Record{Topic: records, Value: lines}, onRecord)

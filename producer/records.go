@@ -102,7 +102,8 @@ func (p *Producer) records(ctx context.Context, q *topicState) (*recordsState, e
 // pendingRecord is the record of a task the producer just resolved and
 // routed (submission s) in its queue's records topic rs.
 func pendingRecord(t *onceq.Task, s *submission, rs *recordsState) onceq.TaskRecord {
-	return t.PendingRecord(s.rec.Topic != s.q.name, broker.KeyPartition(t.PartitionKey(), rs.parts))
+	// The task's record has its PartitionKey, delayed or not.
+	return t.PendingRecord(s.rec.Topic != s.q.name, broker.KeyPartition(s.rec.Key, rs.parts))
 }
 
 // recordTask adds the pending record of the prepared task t (submission

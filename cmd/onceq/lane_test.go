@@ -51,8 +51,10 @@ func TestLaneQueuesFromTheCLI(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	if out := cli("queue", "stats", "--lane", "fn", "--json"); strings.Count(out, `"queue":`) != 2 || !strings.Contains(out, `"queue":"fn/mail"`) || !strings.Contains(out, `"queue":"fn/resize"`) {
-		t.Fatalf("queue stats --lane fn: want fn/mail and fn/resize:\n%s", out)
+	// fn/other, which no worker consumes, counts its task as pending.
+	if out := cli("queue", "stats", "--lane", "fn", "--json"); strings.Count(out, `"queue":`) != 3 || !strings.Contains(out, `"queue":"fn/mail"`) ||
+		!strings.Contains(out, `"queue":"fn/resize"`) || !strings.Contains(out, `"queue":"fn/other","paused":false,"tasks":{"pending":1}`) {
+		t.Fatalf("queue stats --lane fn: want fn/mail, fn/resize and fn/other's pending task:\n%s", out)
 	}
 	if code, out, stderr := runCLI(t, "", "--brokers", addr, "queue", "stats", "--lane", "fn/x"); code != 2 || !strings.Contains(stderr, "--lane") {
 		t.Fatalf("queue stats --lane fn/x: exit %d: %s%s", code, out, stderr)
