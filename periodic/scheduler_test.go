@@ -96,6 +96,23 @@ func TestSchedulersCatchUpAndSkip(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Fatalf("ticks submitted %v;\nwant the latest 4 of 10 missed, %v, and none of the schedule that skips", got, want)
 	}
+	// Every tick is recorded from its submission, pending before any
+	// worker ran it.
+	recorded := map[string]onceq.TaskState{}
+	for _, r := range testutil.ReadCommitted(t, conn, 10*time.Second, broker.RecordsTopic("reports")) {
+		trs, err := onceq.DecodeTaskRecords(r.Value)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, tr := range trs {
+			recorded[tr.ID] = tr.State
+		}
+	}
+	for _, id := range want {
+		if recorded[id] != onceq.StatePending {
+			t.Errorf("tick %s recorded %q, want pending", id, recorded[id])
+		}
+	}
 }
 
 // TestNewSchedulerRefusesBadOptions: every bad option is reported at
