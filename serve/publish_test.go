@@ -137,3 +137,26 @@ func TestPublishedJobsVisibleBeforeConsume(t *testing.T) {
 		t.Fatalf("the canceled job: %d %v; want canceled", code, body)
 	}
 }
+
+// TestPublishWithoutRecords: with Records(false), a job published without
+// an ID has no record until it is handed out (its task answers with the
+// job alone), as before records were written from the publish; one with
+// an ID still has one.
+func TestPublishWithoutRecords(t *testing.T) {
+	a := start(t, serve.CreateQueues(1), serve.Records(false))
+	tok := a.token("shop", false)
+	code, body := a.do("PUT", "/api/shop/jobs", tok, "x")
+	id, _ := body["job_id"].(string)
+	if code != 201 || id == "" {
+		t.Fatalf("publish: %d %v", code, body)
+	}
+	if code, body := a.do("PUT", "/api/shop/jobs?id=mine", tok, "x"); code != 201 {
+		t.Fatalf("publish with an ID: %d %v", code, body)
+	}
+	if code, body := a.do("GET", "/api/shop/jobs/task/mine", tok, ""); code != 200 || body["task"] == nil {
+		t.Fatalf("task of the job published with an ID: %d %v; want its record", code, body)
+	}
+	if code, body := a.do("GET", "/api/shop/jobs/task/"+id, tok, ""); code != 200 || body["task"] != nil {
+		t.Fatalf("task of the job published without an ID: %d %v; want the job without a record", code, body)
+	}
+}

@@ -96,7 +96,7 @@ func New(ctx context.Context, opts ...Opt) (*Server, error) {
 		s.tokens.Close()
 		return nil, err
 	}
-	if s.p, err = producer.New(producer.Conn(cfg.conn), producer.Logger(cfg.log), producer.CreateQueues(cfg.partitions), producer.Registerer(cfg.reg),
+	if s.p, err = producer.New(producer.Records(cfg.records), producer.Conn(cfg.conn), producer.Logger(cfg.log), producer.CreateQueues(cfg.partitions), producer.Registerer(cfg.reg),
 		producer.MaxMessageBytes(max(cfg.maxPayload+64<<10, 1<<20))); err != nil {
 		s.dlq.Close()
 		s.in.Close()

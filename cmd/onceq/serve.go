@@ -26,7 +26,7 @@ type serveFlags struct {
 	dataDir, pullGroup, lane         string
 	insecure, noCreate, delaySvc     bool
 	topicPerQueue                    bool
-	workflowSvc, scheduler           bool
+	workflowSvc, scheduler, records  bool
 	partitions                       int32
 	maxPayload, maxBulk, pullSlots   int
 	pullHeld                         int
@@ -98,6 +98,7 @@ them.`,
 	fl.BoolVar(&f.delaySvc, "delay-service", true, "run a delay service (retries and delayed tasks move when due)")
 	fl.BoolVar(&f.workflowSvc, "workflow-service", true, "run a workflow service (starts published workflows, joins their groups)")
 	fl.BoolVar(&f.scheduler, "scheduler", true, "run a periodic scheduler (submits the ticks of 'onceq periodic' schedules)")
+	fl.BoolVar(&f.records, "records", serve.DefaultRecords, "record a job published without an ID from its publish, as one with an ID is, so that its task, stats and cancel know it before it is handed out (--records=false saves a record per publish)")
 	fl.Float64Var(&f.rateLimit, "rate-limit", 0, "requests a second each token may make on average, 0.00001 (about one a day) or more (past it: 429 with Retry-After; 0: no limit)")
 	fl.IntVar(&f.rateBurst, "rate-burst", 100, "requests a token may make at once, with --rate-limit (1 or more)")
 	setsOption(fl, "RateLimit", "rate-limit", "rate-burst")
@@ -159,7 +160,7 @@ func (f *serveFlags) options() []serve.Opt {
 	}
 	return []serve.Opt{serve.InsecureNoAuth(f.insecure), serve.AdminAccounts(f.accounts), serve.CreateQueues(partitions), serve.Lane(f.laneName()), serve.MaxPayloadBytes(f.maxPayload),
 		serve.MaxBulkBytes(f.maxBulk), serve.ViewDir(f.viewDir), serve.Retention(f.retention), serve.DataDir(f.dataDir),
-		serve.PullGroup(f.pullGroup), serve.PullSlots(f.pullSlots), serve.PullHeld(f.pullHeld), serve.DelayService(f.delaySvc), serve.WorkflowService(f.workflowSvc), serve.Scheduler(f.scheduler),
+		serve.PullGroup(f.pullGroup), serve.PullSlots(f.pullSlots), serve.PullHeld(f.pullHeld), serve.DelayService(f.delaySvc), serve.WorkflowService(f.workflowSvc), serve.Scheduler(f.scheduler), serve.Records(f.records),
 		serve.RateLimit(f.rateLimit, f.rateBurst), serve.ReadHeaderTimeout(f.headerTimeout), serve.BodyReadTimeout(f.bodyTimeout),
 		serve.MaxConns(f.maxConns)}
 }
