@@ -2,7 +2,6 @@ package control_test
 
 import (
 	"context"
-	"errors"
 	"testing"
 	"time"
 
@@ -37,20 +36,8 @@ func TestCancelAnswersWhatItDid(t *testing.T) {
 		}
 		return nil
 	})
-	w, err := consumer.New(consumer.Conn(conn), consumer.Queues("q"), consumer.CheckpointDir(t.TempDir()),
+	run(t, "worker", consumer.New, consumer.Conn(conn), consumer.Queues("q"), consumer.CheckpointDir(t.TempDir()),
 		consumer.WithHandler(h), consumer.TaskTimeout(time.Minute))
-	if err != nil {
-		t.Fatal(err)
-	}
-	wctx, stop := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- w.Run(wctx) }()
-	t.Cleanup(func() {
-		stop()
-		if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
-			t.Errorf("worker: %v", err)
-		}
-	})
 	p, err := producer.New(producer.Conn(conn))
 	if err != nil {
 		t.Fatal(err)
