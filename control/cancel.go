@@ -6,7 +6,10 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kgo"
+
 	"github.com/onceq/onceq"
+	"github.com/onceq/onceq/broker"
 	"github.com/onceq/onceq/inspect"
 	ctltopic "github.com/onceq/onceq/internal/control"
 )
@@ -65,8 +68,9 @@ func (a CancelAnswer) Canceled() bool {
 type CancelOpt func(*cancelConfig)
 
 type cancelConfig struct {
-	ahead bool
-	wait  time.Duration
+	ahead      bool
+	notRunning bool
+	wait       time.Duration
 }
 
 // CancelAhead cancels a task of which the view knows no record, in case
@@ -75,6 +79,13 @@ type cancelConfig struct {
 // Default: off (an unknown task is CancelUnknown, and nothing is
 // written).
 func CancelAhead() CancelOpt { return func(c *cancelConfig) { c.ahead = true } }
+
+// CancelNotRunning tells Cancel that the task is not running and cannot
+// start before the cancel reaches its workers, as the HTTP server knows
+// of a job it never handed out and now never will: its record ends
+// canceled at once, whatever its state, as it does for a task due later
+// (see Cancel). Default: off.
+func CancelNotRunning() CancelOpt { return func(c *cancelConfig) { c.notRunning = true } }
 
 // CancelWait sets how long Cancel waits for a task that may be running,
 // or about to run, to end, so that its answer says which way it ended.
@@ -93,6 +104,15 @@ func CancelWait(d time.Duration) CancelOpt { return func(c *cancelConfig) { c.wa
 //     is due later than that: CancelDone if it ended canceled,
 //     CancelTooLate if it finished anyway (the cancel is then withdrawn),
 //     CancelPending if it has not reached a worker yet.
+//
+// A task that cannot be running, since it is due later (scheduled, or
+// retrying, in the delay buckets) but before the cancel lapses, or the
+// caller says so (CancelNotRunning), also has its record end canceled at
+// once, so that
+// every reader of the records (task get and wait, queue stats, the
+// console) sees it canceled from then on, not pending or overdue until a
+// worker reaches it. The worker that does writes its own canceled record
+// over it.
 //
 // A cancel lapses after one dedup window (Retention), and the worker that
 // ends the task removes it, however the task ends: it never cancels a
@@ -126,6 +146,11 @@ func (c *Controller) Cancel(ctx context.Context, queue, id string, opts ...Cance
 	if err := c.writeCancel(ctx, ctltopic.Entry{Queue: queue, ID: id, At: now, Until: a.Until}); err != nil {
 		return CancelAnswer{}, err
 	}
+	if !unknown && (cfg.notRunning || r.Due.After(now) && r.Due.Before(a.Until)) {
+		if err := c.recordCanceled(ctx, r, now); err != nil {
+			return CancelAnswer{}, err
+		}
+	}
 	if unknown || cfg.wait == 0 || r.Due.After(now.Add(cfg.wait)) {
 		return a, nil
 	}
@@ -156,6 +181,25 @@ func (c *Controller) Cancel(ctx context.Context, queue, id string, opts ...Cance
 // the one to call.
 func (c *Controller) CancelWorkflow(ctx context.Context, id string) error {
 	return c.writeCancel(ctx, ctltopic.Entry{Queue: onceq.WorkflowQueue, ID: id, At: time.Now()})
+}
+
+// recordCanceled writes, to its queue's records topic, the canceled
+// record of a task the cancel reaches before any worker can run it. It
+// names no Worker, as a producer's records do: the worker that reaches
+// the task writes its own over it.
+func (c *Controller) recordCanceled(ctx context.Context, r onceq.TaskRecord, now time.Time) error {
+	tr := onceq.TaskRecord{ID: r.ID, Queue: r.Queue, State: onceq.StateCanceled, Attempt: r.Attempt, MaxAttempts: r.MaxAttempts,
+		Priority: r.Priority, Enqueued: r.Enqueued, Finished: now, Reason: "canceled", Partition: r.Partition}
+	rec := &kgo.Record{Topic: broker.RecordsTopic(onceq.QueueTopic(r.Queue)), Key: []byte(r.ID), Value: tr.AppendJSON(nil)}
+	cl, err := c.in.Conn().NewClient(kgo.RequiredAcks(kgo.AllISRAcks()))
+	if err != nil {
+		return fmt.Errorf("control: recording task %s of %s canceled: %w", r.ID, r.Queue, err)
+	}
+	defer cl.Close()
+	if err := cl.ProduceSync(ctx, rec).FirstErr(); err != nil {
+		return fmt.Errorf("control: recording task %s of %s canceled: %w", r.ID, r.Queue, err)
+	}
+	return nil
 }
 
 func (c *Controller) writeCancel(ctx context.Context, e ctltopic.Entry) error {

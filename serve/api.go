@@ -609,6 +609,9 @@ func (s *Server) cancelUntaken(r *http.Request, topic, id string) (canceled bool
 	case !counted && (st.Taken || st.Acked):
 		return false, errTakenFirst
 	}
+	// Never handed out, and from now on never: its record ends canceled
+	// at once, not pending (or overdue) until its queue's worker reaches it.
+	opts = append(opts, control.CancelNotRunning())
 	a, err := s.ctl.Cancel(r.Context(), topic, id, opts...)
 	if err != nil {
 		return false, lookupError(err)
