@@ -48,7 +48,8 @@ KAFKA_SUITES ?= \
   './internal/kafkatest=.' \
   './producer=.' \
   './delay=^Test(NeverEarly|ExactlyOnceNeverEarly|KilledServiceLosesNothing|BadRecordsAreDeadLettered)$$' \
-  './consumer=^Test(Crash|ChainedStages$$|RetryWithBackoffThenSuccess$$|RetryAfterIsCapped$$|AlwaysFailingEndsInDeadLetters$$|AbandonedHandlerIsRetried$$|SkipRetryDeadLetters$$|TooLargeTaskEndsInDeadLetters$$)' \
+  './consumer=^Test(Crash|ChainedStages$$|RetryWithBackoffThenSuccess$$|RetryAfterIsCapped$$|AlwaysFailingEndsInDeadLetters$$|AbandonedHandlerIsRetried$$|SkipRetryDeadLetters$$|TooLargeTaskEndsInDeadLetters$$|EmittedTasksRecorded$$)' \
+  './control=^TestTasksVisibleFromSubmission$$' \
   './workflow=.' \
   './periodic=.' \
   './serve=.' \
@@ -90,7 +91,8 @@ KAFKA_SUITES_CI ?= \
   './internal/kafkatest=.' \
   './producer=.' \
   './delay=^Test(NeverEarly|ExactlyOnceNeverEarly|KilledServiceLosesNothing|BadRecordsAreDeadLettered)$$' \
-  './consumer=^Test(RetryWithBackoffThenSuccess|AlwaysFailingEndsInDeadLetters|TooLargeTaskEndsInDeadLetters|CrashCopyWithDuplicates|CrashCancel|CrashPoints)$$'
+  './consumer=^Test(RetryWithBackoffThenSuccess|AlwaysFailingEndsInDeadLetters|TooLargeTaskEndsInDeadLetters|CrashCopyWithDuplicates|CrashCancel|CrashPoints|EmittedTasksRecorded)$$' \
+  './control=^TestTasksVisibleFromSubmission$$'
 KAFKA_SUITES_CLUSTER ?= './consumer=^TestCrashKafkaNodeKills$$'
 .PHONY: test-kafka-ci
 test-kafka-ci:
