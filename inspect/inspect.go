@@ -567,22 +567,38 @@ func (in *Inspector) LaneQueues(ctx context.Context, lane string) ([]string, err
 // laneNames names the lane queues of lane with retained tasks in its view,
 // in no order; none if the view is not loaded or lane is a lane queue.
 func (in *Inspector) laneNames(lane string) []string {
+	var out []string
+	in.eachLaneQueue(lane, func(name string, _ *queueView) { out = append(out, name) })
+	return out
+}
+
+// laneTally sums the counts of lane's lane queues with retained tasks in
+// its view, and says how many there are, as laneNames finds them.
+func (in *Inspector) laneTally(lane string) (sum tally, n int) {
+	in.eachLaneQueue(lane, func(_ string, q *queueView) {
+		sum.merge(&q.counts)
+		n++
+	})
+	return sum, n
+}
+
+// eachLaneQueue calls fn, with in.mu held, for each lane queue of lane
+// with retained tasks in its view.
+func (in *Inspector) eachLaneQueue(lane string, fn func(name string, q *queueView)) {
 	if onceq.IsLaneQueue(lane) {
-		return nil
+		return
 	}
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	t := in.topics[broker.RecordsTopic(lane)]
 	if t == nil {
-		return nil
+		return
 	}
-	var out []string
 	for name, lq := range t.queues {
 		if name != lane && lq.any() {
-			out = append(out, name)
+			fn(name, lq)
 		}
 	}
-	return out
 }
 
 // any reports whether the view holds a task of q. in.mu is held.

@@ -107,6 +107,21 @@ func TestLaneQueues(t *testing.T) {
 	if err != nil || sts[0].LaneQueues != 3 || sts[1].LaneQueues != 0 || sts[2].LaneQueues != 0 {
 		t.Fatalf("the lane queues counted by StatsOf(fn, fn/img, fnx): %+v, %v; want 3, 0, 0", sts, err)
 	}
+	// The lane's row counts the lane in total: its own tasks and every
+	// lane queue's.
+	each, err := fresh.CountsOf(ctxT(t), []string{"fn", "fn/img", "fn/mail", "fn/other"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	total := map[onceq.TaskState]int64{}
+	for _, c := range each {
+		for st, n := range c {
+			total[st] += n
+		}
+	}
+	if fmt.Sprint(sts[0].LaneTasks) != fmt.Sprint(total) || len(total) == 0 || sts[1].LaneTasks != nil {
+		t.Fatalf("LaneTasks of fn: %v, of fn/img: %v; want the lane in total, %v, and none", sts[0].LaneTasks, sts[1].LaneTasks, total)
+	}
 	if qs, err := fresh.LaneQueues(ctxT(t), "fn/img"); err == nil {
 		t.Fatalf("LaneQueues of a lane queue's name: %v, no error", qs)
 	}

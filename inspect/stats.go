@@ -34,6 +34,10 @@ type QueueStats struct {
 	// on that topic (<queue>/<label>) with retained tasks, which
 	// Inspector.LaneQueues lists.
 	LaneQueues int `json:"lane_queues,omitempty"`
+	// LaneTasks counts, for a queue with lane queues, the retained tasks
+	// of its whole topic by state: its own and every lane queue's, the
+	// lane in total.
+	LaneTasks map[onceq.TaskState]int64 `json:"lane_tasks,omitempty"`
 }
 
 // GroupStats is one consumer group's progress on a queue.
@@ -76,7 +80,11 @@ func (in *Inspector) StatsOf(ctx context.Context, queues []string) ([]QueueStats
 	}
 	sts := make([]QueueStats, len(queues))
 	for i, q := range queues {
-		sts[i] = QueueStats{Queue: q, Paused: paused[q], Tasks: ts[i].byState(), ByPriority: ts[i].byPriority(), LaneQueues: len(in.laneNames(q))}
+		sts[i] = QueueStats{Queue: q, Paused: paused[q], Tasks: ts[i].byState(), ByPriority: ts[i].byPriority()}
+		if total, n := in.laneTally(q); n > 0 {
+			total.merge(&ts[i])
+			sts[i].LaneQueues, sts[i].LaneTasks = n, total.byState()
+		}
 		if err := in.dueStats(q, &sts[i]); err != nil {
 			return nil, err
 		}

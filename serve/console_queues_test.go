@@ -222,6 +222,11 @@ func TestConsoleLaneQueues(t *testing.T) {
 		return qs
 	}
 	b.run("the lane", chromedp.Navigate(a.url+"/console/?filter=fn"), chromedp.WaitVisible(chromedp.CSS(`#queues tr[data-queue="fn"] .lanes`)))
+	// Its row counts the lane in total: the 150 tasks of its lane queues,
+	// pending (the first state's column).
+	if got := b.text(`#queues tr[data-queue="fn"] td.num`); got != fmt.Sprint(n) {
+		t.Fatalf("the lane's row counts %q pending, want %d, the lane in total", got, n)
+	}
 	b.run("its lane queues", chromedp.Click(chromedp.CSS(`#queues tr[data-queue="fn"] .lanes`)),
 		chromedp.WaitVisible(chromedp.CSS(`#queues tr[data-queue="fn/q-000"]`)), b.shot("lane-queues"))
 	if qs := lanes(); len(qs) != 100 || qs[0] != "fn/q-000" || qs[99] != "fn/q-099" {

@@ -169,6 +169,9 @@ func (s *Server) homePage(w http.ResponseWriter, r *http.Request, pg *page) {
 		}
 		for _, st := range sts {
 			row := queueRow{Queue: st.Queue, Paused: st.Paused, Tasks: st.Tasks, Groups: st.Groups, Overdue: st.Overdue, LaneQueues: st.LaneQueues}
+			if st.LaneQueues > 0 {
+				row.Tasks = st.LaneTasks // the lane in total
+			}
 			for _, g := range st.Groups {
 				row.Waiting = max(row.Waiting, g.Waiting)
 			}

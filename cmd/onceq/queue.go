@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"slices"
 	"strconv"
 	"text/tabwriter"
@@ -155,11 +156,11 @@ with or without a record, is counted per bucket by onceq delay stats. With
 					return writeJSONLines(g.stdout, all)
 				}
 				for _, st := range all {
-					fmt.Fprintf(g.stdout, "%s (paused %v)\n  tasks:", st.Queue, st.Paused)
-					for _, s := range onceq.TaskStates {
-						fmt.Fprintf(g.stdout, " %s=%d", s, st.Tasks[s])
+					fmt.Fprintf(g.stdout, "%s (paused %v)\n", st.Queue, st.Paused)
+					writeCounts(g.stdout, "tasks", st.Tasks)
+					if st.LaneQueues > 0 {
+						writeCounts(g.stdout, fmt.Sprintf("lane in total (%d lane queues)", st.LaneQueues), st.LaneTasks)
 					}
-					fmt.Fprintln(g.stdout)
 					if len(st.ByPriority) > 0 {
 						fmt.Fprint(g.stdout, "  unfinished by priority:")
 						for p := onceq.MaxPriority; p >= 0; p-- {
@@ -192,4 +193,13 @@ with or without a record, is counted per bucket by onceq delay stats. With
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print one JSON object per queue")
 	cmd.Flags().StringVar(&lane, "lane", "", "show every lane queue of this lane (LANE/<label>) with retained tasks")
 	return cmd
+}
+
+// writeCounts writes a line of task counts, every state's, under a name.
+func writeCounts(w io.Writer, name string, counts map[onceq.TaskState]int64) {
+	fmt.Fprintf(w, "  %s:", name)
+	for _, s := range onceq.TaskStates {
+		fmt.Fprintf(w, " %s=%d", s, counts[s])
+	}
+	fmt.Fprintln(w)
 }
