@@ -48,15 +48,22 @@ var pages = template.Must(template.New("").Funcs(template.FuncMap{
 		}
 		return t.UTC().Format("2006-01-02 15:04:05.000Z")
 	},
-	"path": url.PathEscape,
+	"path":  url.PathEscape,
+	"shown": shown,
 }).ParseFS(consoleFS, "console/*.html"))
 
 const cookieName = "onceq_console"
 
 // page is what every page template gets.
 type page struct {
-	Title    string
-	Token    auth.Token
+	Title string
+	Token auth.Token
+	// Strip is what the API leaves out of the names of the token's
+	// queues, and the page too: for a namespace's token, the server's
+	// lane and the namespace ("serve/shop." of "serve/shop.emails"), so
+	// that the page names emails as the API does. Links keep the whole
+	// name; an operator's token sees whole names.
+	Strip    string
 	ReadOnly bool
 	Flash    string
 	Error    string
@@ -109,7 +116,7 @@ func (s *Server) console(pattern string, h func(http.ResponseWriter, *http.Reque
 			http.Redirect(w, r, "/console/login?next="+url.QueryEscape(r.URL.RequestURI()), http.StatusSeeOther)
 			return
 		}
-		pg := &page{Token: tok, ReadOnly: tok.ReadOnly}
+		pg := &page{Token: tok, ReadOnly: tok.ReadOnly, Strip: s.stripOf(tok)}
 		if !post {
 			pg.Flash = takeFlash(w, r)
 		}
@@ -158,6 +165,20 @@ func consoleSecret(r *http.Request) (string, bool) {
 		return pw, true
 	}
 	return "", false
+}
+
+// shown is a queue's name as the page's token names it (page.Strip).
+func shown(strip, queue string) string { return strings.TrimPrefix(queue, strip) }
+
+// stripOf is the page's Strip for tok.
+func (s *Server) stripOf(tok auth.Token) string {
+	if tok.Namespace == auth.AllNamespaces {
+		return ""
+	}
+	if s.cfg.lane != "" {
+		return s.cfg.lane + string(onceq.LaneSep) + tok.Namespace + "."
+	}
+	return tok.Namespace + "."
 }
 
 // consoleSees reports whether tok opens queue: a token of every namespace
@@ -296,7 +317,7 @@ func charts(recs []onceq.TaskRecord, now time.Time) (count, p99 []chartBar) {
 
 func (s *Server) queuePage(w http.ResponseWriter, r *http.Request, pg *page) {
 	queue := r.PathValue("queue")
-	pg.Title = queue
+	pg.Title = strings.TrimPrefix(queue, pg.Strip)
 	if id := strings.TrimSpace(r.URL.Query().Get("id")); id != "" {
 		http.Redirect(w, r, "/console/q/"+url.PathEscape(queue)+"/task/"+url.PathEscape(id), http.StatusSeeOther)
 		return
@@ -404,7 +425,7 @@ func (s *Server) taskAt(ctx context.Context, queue string, partition int32, offs
 
 func (s *Server) deadLettersPage(w http.ResponseWriter, r *http.Request, pg *page) {
 	queue := r.PathValue("queue")
-	pg.Title = "Dead letters of " + queue
+	pg.Title = "Dead letters of " + strings.TrimPrefix(queue, pg.Strip)
 	letters, total, err := s.dlq.List(r.Context(), queue, 100)
 	if err != nil && !errors.Is(err, dlq.ErrNoTopic) {
 		pg.Error = err.Error()

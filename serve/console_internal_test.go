@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/onceq/onceq"
+	"github.com/onceq/onceq/auth"
 	"github.com/onceq/onceq/workflow"
 )
 
@@ -105,5 +106,24 @@ func TestStepTreeBounded(t *testing.T) {
 	tr.add(&workflow.Step{Kind: "group", State: workflow.StateSucceeded, Steps: slices.Repeat([]workflow.Step{group}, 50)}, "", 0)
 	if len(tr.rows) != maxRows || tr.cut == 0 {
 		t.Fatalf("groups of groups: %d rows, %d steps cut; want %d rows and a cut", len(tr.rows), tr.cut, maxRows)
+	}
+}
+
+// TestStripOf: a namespace's token sees its queues named as its API names
+// them, on the server's lane or in topics of their own; an operator's
+// token sees whole names.
+func TestStripOf(t *testing.T) {
+	for _, tc := range []struct {
+		lane, ns, queue, want string
+	}{
+		{"serve", "shop", "serve/shop.emails", "emails"},
+		{"", "shop", "shop.emails", "emails"},
+		{"serve", auth.AllNamespaces, "serve/shop.emails", "serve/shop.emails"},
+		{"", "shop", "shopping.emails", "shopping.emails"},
+	} {
+		s := &Server{cfg: config{lane: tc.lane}}
+		if got := shown(s.stripOf(auth.Token{Namespace: tc.ns}), tc.queue); got != tc.want {
+			t.Errorf("lane %q, namespace %q: %s shown as %q, want %q", tc.lane, tc.ns, tc.queue, got, tc.want)
+		}
 	}
 }

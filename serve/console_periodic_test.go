@@ -100,7 +100,7 @@ func TestConsolePeriodicBrowser(t *testing.T) {
 	b.login(a.url, a.token("shop", false))
 	b.run("periodic page", chromedp.Click(chromedp.CSS(`header a[href="/console/periodic"]`)),
 		chromedp.WaitVisible(chromedp.CSS(`#schedules tr[data-name="shop.morning"]`)), b.shot("periodic"))
-	if row := strings.Join(strings.Fields(b.text(`#schedules tr[data-name="shop.morning"]`)), " "); !strings.Contains(row, "shop.reports cron 0 9 * * 1-5 Europe/Paris skip none yet") {
+	if row := strings.Join(strings.Fields(b.text(`#schedules tr[data-name="shop.morning"]`)), " "); !strings.Contains(row, "shop.morning reports cron 0 9 * * 1-5 Europe/Paris skip none yet") {
 		t.Fatalf("the morning row: %q", row)
 	}
 	if tbl := b.text("#schedules"); strings.Contains(tbl, "other.beat") {

@@ -159,10 +159,17 @@ func TestConsole(t *testing.T) {
 	if who := text("#who"); !strings.Contains(who, "namespace shop") {
 		t.Fatalf("header after login: %q", who)
 	}
+	// The namespace's queue is named as its API names it.
+	if name := text(`#queues tr[data-queue="shop.jobs"] a`); name != "jobs" {
+		t.Fatalf("the namespace's queue is shown as %q, want jobs, as the API names it", name)
+	}
 	// A queue and its tasks.
 	run("queue", chromedp.Click(chromedp.CSS(`#queues tr[data-queue="shop.jobs"] a`)), chromedp.WaitVisible(chromedp.CSS("#tasks")), shot("queue"))
 	if tasks := text("#tasks"); !strings.Contains(tasks, "ok-1") || !strings.Contains(tasks, "bad-1") || !strings.Contains(tasks, "succeeded") {
 		t.Fatalf("the queue's tasks: %q", tasks)
+	}
+	if h := text("h1"); !strings.HasPrefix(h, "jobs") {
+		t.Fatalf("the queue's page is headed %q, want jobs", h)
 	}
 	if prio := text("#by-priority"); prio != "Unfinished by priority: 7: 1" {
 		t.Fatalf("the queue's unfinished tasks by priority: %q", prio)
@@ -404,12 +411,13 @@ func TestConsoleWorkflow(t *testing.T) {
 	}
 	for path, want := range map[string][]string{
 		"":     {"chain", "3 steps: 1 failed, 1 skipped, 1 succeeded", "failed"},
-		"0":    {"task", "shop.fetch", "report-2026-w47/0", "succeeded"},
-		"1":    {"task", "shop.render", "report-2026-w47/1", "dead", "1", `template "weekly" not found`},
+		"0":    {"task fetch report-2026-w47/0", "succeeded"},
+		"1":    {"task render report-2026-w47/1", "dead", "1", `template "weekly" not found`},
 		"2":    {"task", "report-2026-w47/2", "skipped", "not run: step 1 failed before it"},
-		"err0": {"on error", "shop.alerts", "alert-report-2026-w47", "succeeded"},
+		"err0": {"on error task alerts alert-report-2026-w47", "succeeded"},
 	} {
-		row := b.text(`#steps tr[data-path="` + path + `"]`)
+		// Queues named as the namespace's API names them.
+		row := strings.Join(strings.Fields(b.text(`#steps tr[data-path="`+path+`"]`)), " ")
 		for _, w := range want {
 			if !strings.Contains(row, w) {
 				t.Errorf("the chain's step %q: %q, want %q in it", path, row, w)
@@ -433,8 +441,8 @@ func TestConsoleWorkflow(t *testing.T) {
 	}
 	for sel, want := range map[string]string{
 		`#steps tr[data-path=""]`:   "30 members: 30 succeeded",
-		`#steps tr[data-path="cb"]`: "callback task shop.merge nightly-2026-11-25/cb succeeded",
-		`#steps tr[data-path="7"]`:  "7 task shop.render nightly-2026-11-25/7 succeeded",
+		`#steps tr[data-path="cb"]`: "callback task merge nightly-2026-11-25/cb succeeded",
+		`#steps tr[data-path="7"]`:  "7 task render nightly-2026-11-25/7 succeeded",
 		`#steps tr.more`:            "10 more members not listed",
 	} {
 		if got := strings.Join(strings.Fields(b.text(sel)), " "); !strings.Contains(got, want) {
