@@ -481,6 +481,59 @@ func (in *Inspector) List(ctx context.Context, queue string, f Filter) (Page, er
 	return page, nil
 }
 
+// ListDue returns a page of a queue's tasks waiting for their due time
+// (scheduled, and retrying in the delay buckets), soonest first, then by
+// ID, from the view's index of due times: the order they will run in.
+// Overdue tasks, due and not started yet, come first. Filter's Limit and
+// After work as for List; its States, Since and Until are not used.
+func (in *Inspector) ListDue(ctx context.Context, queue string, f Filter) (Page, error) {
+	if f.Limit == 0 {
+		f.Limit = DefaultLimit
+	}
+	if f.Limit < 1 || f.Limit > MaxLimit {
+		return Page{}, fmt.Errorf("inspect: limit %d: want 1 to %d", f.Limit, MaxLimit)
+	}
+	prefix := queuePrefix(prefixDue, queue)
+	lower := prefix
+	var after *cursor
+	if f.After != "" {
+		c, err := parseCursor(f.After)
+		if err != nil {
+			return Page{}, err
+		}
+		after, lower = &c, dueKey(queue, c.last, c.id)
+	}
+	if _, err := in.view(ctx, queue); err != nil {
+		return Page{}, err
+	}
+	it, err := in.db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: prefixEnd(prefix)})
+	if err != nil {
+		return Page{}, in.dbErr(err)
+	}
+	defer it.Close()
+	var page Page
+	for ok := it.First(); ok; ok = it.Next() {
+		due, id := indexID(it.Key(), len(prefix))
+		if after != nil && due == after.last && id == after.id {
+			continue // the previous page's last
+		}
+		if len(page.Tasks) == f.Limit {
+			last := page.Tasks[len(page.Tasks)-1]
+			page.Next = cursor{dueOf(&last), last.ID}.String()
+			break
+		}
+		r, err := in.get(queue, id)
+		if errors.Is(err, ErrNotFound) {
+			continue // swept meanwhile
+		}
+		if err != nil {
+			return Page{}, err
+		}
+		page.Tasks = append(page.Tasks, r)
+	}
+	return page, nil
+}
+
 func cmpStrings(a, b string) int {
 	switch {
 	case a < b:

@@ -324,7 +324,7 @@ func (s *Server) queuePage(w http.ResponseWriter, r *http.Request, pg *page) {
 	}
 	f := inspect.Filter{Limit: 50, After: r.URL.Query().Get("after")}
 	state := r.URL.Query().Get("state")
-	if state != "" {
+	if state != "" && state != dueTab {
 		st, err := onceq.ParseTaskState(state)
 		if err != nil {
 			pg.Error = err.Error()
@@ -334,7 +334,10 @@ func (s *Server) queuePage(w http.ResponseWriter, r *http.Request, pg *page) {
 	}
 	st, err := s.in.Stats(r.Context(), queue)
 	var tasks inspect.Page
-	if err == nil {
+	switch {
+	case err == nil && state == dueTab:
+		tasks, err = s.in.ListDue(r.Context(), queue, f)
+	case err == nil:
 		tasks, err = s.in.List(r.Context(), queue, f)
 	}
 	var done, p99 []chartBar
@@ -351,7 +354,8 @@ func (s *Server) queuePage(w http.ResponseWriter, r *http.Request, pg *page) {
 	if err != nil {
 		pg.Error = err.Error()
 	}
-	pg.Data = map[string]any{"Queue": queue, "Stats": st, "Page": tasks, "State": state, "States": onceq.TaskStates, "Done": done, "P99": p99, "Limit": lim}
+	pg.Data = map[string]any{"Queue": queue, "Stats": st, "Page": tasks, "State": state, "States": onceq.TaskStates, "Done": done, "P99": p99, "Limit": lim,
+		"Due": st.Tasks[onceq.StateScheduled] + st.Tasks[onceq.StateRetrying], "DueTab": dueTab}
 	s.render(w, "queue", pg)
 }
 
@@ -498,8 +502,16 @@ func (s *Server) consoleRequeue(w http.ResponseWriter, r *http.Request, _ *page)
 
 func (s *Server) consoleCancel(w http.ResponseWriter, r *http.Request, _ *page) {
 	queue, id := r.PathValue("queue"), r.PathValue("id")
-	back(w, r, "/console/q/"+url.PathEscape(queue)+"/task/"+url.PathEscape(id), s.cancelTask(r.Context(), queue, id))
+	to := "/console/q/" + url.PathEscape(queue) + "/task/" + url.PathEscape(id)
+	if r.FormValue("from") == dueTab {
+		to = "/console/q/" + url.PathEscape(queue) + "?state=" + dueTab // canceled from the list of those due
+	}
+	back(w, r, to, s.cancelTask(r.Context(), queue, id))
 }
+
+// dueTab is the queue page's list of the tasks waiting for their due
+// time, soonest first (inspect.ListDue), in place of a state.
+const dueTab = "due"
 
 // cancelTask cancels a task and says what came of it.
 func (s *Server) cancelTask(ctx context.Context, queue, id string) string {
