@@ -17,8 +17,10 @@
 //
 // The view is a Pebble store, in memory by default or in a directory
 // (Dir), one per process, shared by every caller. It holds the last record
-// of each retained task (its JSON line and ten bytes of metadata) and an
-// index by queue, state and time for List and the counts: about 300 bytes
+// of each retained task (its JSON line and ten bytes of metadata), the
+// records of the attempts that failed and were retried (Attempts), and
+// indexes by queue, state and time for List and the counts, and by due
+// time for ListDue: about 300 bytes
 // per task before Pebble's compression and about 50 after it, so one
 // reader serves millions of retained tasks from memory or tens of millions
 // from disk. Restoring a view reads the records topic at the broker's pace

@@ -481,6 +481,36 @@ func (in *Inspector) List(ctx context.Context, queue string, f Filter) (Page, er
 	return page, nil
 }
 
+// Attempts returns a task's history, one record per attempt, oldest
+// first: each run that failed and was retried (its start, end and error,
+// as the worker recorded it), then the task's last record, as Get
+// returns it (its last attempt, or what it waits for). A task that never
+// failed has its last record alone. A task without a record is
+// ErrNotFound.
+func (in *Inspector) Attempts(ctx context.Context, queue, id string) ([]onceq.TaskRecord, error) {
+	last, err := in.Get(ctx, queue, id)
+	if err != nil {
+		return nil, err
+	}
+	prefix := attemptPrefix(queue, id)
+	it, err := in.db.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: prefixEnd(prefix)})
+	if err != nil {
+		return nil, in.dbErr(err)
+	}
+	defer it.Close()
+	var out []onceq.TaskRecord
+	for ok := it.First(); ok; ok = it.Next() {
+		r, err := onceq.DecodeTaskRecord(it.Value())
+		if err != nil {
+			return nil, fmt.Errorf("inspect: a stored attempt of %s: %w: rebuild the view (remove its directory)", id, err)
+		}
+		if r.Attempt < last.Attempt || r.Attempt == last.Attempt && last.State != onceq.StateRetrying {
+			out = append(out, r)
+		}
+	}
+	return append(out, last), nil
+}
+
 // ListDue returns a page of a queue's tasks waiting for their due time
 // (scheduled, and retrying in the delay buckets), soonest first, then by
 // ID, from the view's index of due times: the order they will run in.

@@ -19,19 +19,22 @@ import (
 //	r <queue> 0 <id>                          -> meta, then the record's JSON line
 //	i <queue> 0 <state> <last time, 8 bytes BE ms> <id>  -> (empty): the index
 //	d <queue> 0 <due, 8 bytes BE ms> <id>     -> (empty): scheduled and retrying tasks by due time
+//	a <queue> 0 <id> 0 <attempt, 4 bytes BE>  -> the JSON line of a failed attempt that was retried
 //	o <topic> 0 <partition, 4 bytes BE>       -> next offset, 8 bytes BE
 //	v                                         -> viewFormat, 1 byte
 const (
-	prefixRecord = 'r'
-	prefixIndex  = 'i'
-	prefixDue    = 'd'
-	prefixOffset = 'o'
-	keyFormat    = 'v'
+	prefixRecord  = 'r'
+	prefixIndex   = 'i'
+	prefixDue     = 'd'
+	prefixAttempt = 'a'
+	prefixOffset  = 'o'
+	keyFormat     = 'v'
 )
 
 // viewFormat numbers the layout above and the meta's; a stored view of
-// another is rebuilt. 2: the meta holds the task's priority.
-const viewFormat = 2
+// another is rebuilt. 2: the meta holds the task's priority. 3: failed
+// attempts are kept (prefixAttempt), and the meta says so.
+const viewFormat = 3
 
 // meta is what a stored record's value starts with: enough to find its
 // index entry and to judge a newer record without decoding its JSON.
@@ -41,6 +44,9 @@ type meta struct {
 	worker bool  // a worker wrote it (not a producer's pending record)
 	prio   byte  // the task's priority
 	due    int64 // unix ms it is due, when scheduled or retrying; else 0
+	// retried: the view keeps records of the task's failed attempts
+	// (prefixAttempt), which go with it.
+	retried bool
 }
 
 const metaLen = 18
@@ -76,15 +82,18 @@ func (m meta) put(b []byte) {
 	if m.worker {
 		b[9] |= 1
 	}
+	if m.retried {
+		b[9] |= 0x80
+	}
 	binary.BigEndian.PutUint64(b[10:18], uint64(m.due))
 }
 
 func decodeMeta(v []byte) (meta, []byte, error) {
-	if len(v) < metaLen || int(v[0]) >= len(onceq.TaskStates) || v[9]>>1 > onceq.MaxPriority {
+	if len(v) < metaLen || int(v[0]) >= len(onceq.TaskStates) || (v[9]>>1)&0x3f > onceq.MaxPriority {
 		return meta{}, nil, errors.New("inspect: corrupt view record: rebuild the view (remove its directory)")
 	}
-	return meta{state: v[0], last: int64(binary.BigEndian.Uint64(v[1:9])), worker: v[9]&1 == 1, prio: v[9] >> 1,
-		due: int64(binary.BigEndian.Uint64(v[10:18]))}, v[metaLen:], nil
+	return meta{state: v[0], last: int64(binary.BigEndian.Uint64(v[1:9])), worker: v[9]&1 == 1, prio: (v[9] >> 1) & 0x3f,
+		due: int64(binary.BigEndian.Uint64(v[10:18])), retried: v[9]&0x80 != 0}, v[metaLen:], nil
 }
 
 // tally is what the view counts of a queue's tasks: per state, by index
@@ -171,6 +180,15 @@ func indexKey(queue string, m meta, id string) []byte {
 	k := indexPrefix(queue, m.state)
 	k = binary.BigEndian.AppendUint64(k, uint64(m.last))
 	return append(k, id...)
+}
+
+// attemptPrefix is the start of the keys of a task's failed attempts.
+func attemptPrefix(queue, id string) []byte {
+	return append(append(queuePrefix(prefixAttempt, queue), id...), 0)
+}
+
+func attemptKey(queue, id string, attempt int) []byte {
+	return binary.BigEndian.AppendUint32(attemptPrefix(queue, id), uint32(attempt))
 }
 
 func dueKey(queue string, due int64, id string) []byte {

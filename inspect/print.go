@@ -58,11 +58,7 @@ func WriteTask(w io.Writer, r onceq.TaskRecord) error {
 	line("enqueued", formatTime(r.Enqueued))
 	line("started", formatTime(r.Started))
 	if f := formatTime(r.Finished); f != "" && !r.Started.IsZero() {
-		ran := r.Finished.Sub(r.Started).String()
-		if r.Finished.Sub(r.Started) < time.Millisecond {
-			ran = "under 1ms"
-		}
-		line("finished", f+" (ran "+ran+")")
+		line("finished", f+" (ran "+Ran(r)+")")
 	} else {
 		line("finished", f)
 	}
@@ -84,6 +80,38 @@ func WriteTask(w io.Writer, r onceq.TaskRecord) error {
 		line("record", r.Queue+"/"+strconv.Itoa(int(r.Partition))+"@"+strconv.FormatInt(r.Offset, 10))
 	}
 	return tw.Flush()
+}
+
+// WriteAttempts writes a task's failed attempts (those of Attempts but
+// its last record), one a line, under a heading; nothing when there is
+// none:
+//
+//	failed attempts
+//	  1  2026-11-24T12:00:00.120Z  ran 3ms  smtp: 550 mailbox unavailable
+func WriteAttempts(w io.Writer, rs []onceq.TaskRecord) error {
+	if len(rs) < 2 {
+		return nil
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "failed attempts")
+	for _, r := range rs[:len(rs)-1] {
+		ran := ""
+		if !r.Started.IsZero() && !r.Finished.IsZero() {
+			ran = "ran " + Ran(r)
+		}
+		fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\n", r.Attempt, formatTime(r.Started), ran, r.Error)
+	}
+	return tw.Flush()
+}
+
+// Ran is how long a run of a task took, from its record's start to its
+// end, for a person: "under 1ms" below the records' precision.
+func Ran(r onceq.TaskRecord) string {
+	d := r.Finished.Sub(r.Started)
+	if d < time.Millisecond {
+		return "under 1ms"
+	}
+	return d.String()
 }
 
 // FormatResult shows a result for a person: as text when it is printable

@@ -88,3 +88,28 @@ func TestWriteTasksAndJSON(t *testing.T) {
 		}
 	}
 }
+
+// TestWriteAttempts: the failed attempts before a task's last record, one
+// a line with when it started, how long it ran and its error; none for a
+// task of one record.
+func TestWriteAttempts(t *testing.T) {
+	at := time.Date(2026, 11, 24, 12, 0, 0, 120e6, time.UTC)
+	run := func(attempt int, st onceq.TaskState, err string) onceq.TaskRecord {
+		return onceq.TaskRecord{ID: "order-7", Attempt: attempt, State: st, Started: at, Finished: at.Add(3 * time.Millisecond), Error: err}
+	}
+	var b bytes.Buffer
+	if err := WriteAttempts(&b, []onceq.TaskRecord{run(1, onceq.StateSucceeded, "")}); err != nil || b.Len() != 0 {
+		t.Fatalf("one record: %q, %v; want nothing", b.String(), err)
+	}
+	if err := WriteAttempts(&b, []onceq.TaskRecord{run(1, onceq.StateRetrying, "smtp: 550"), run(2, onceq.StateRetrying, "timeout"),
+		run(3, onceq.StateSucceeded, "")}); err != nil {
+		t.Fatal(err)
+	}
+	want := `failed attempts
+  1  2026-11-24T12:00:00.120Z  ran 3ms  smtp: 550
+  2  2026-11-24T12:00:00.120Z  ran 3ms  timeout
+`
+	if b.String() != want {
+		t.Errorf("got:\n%s\nwant:\n%s", b.String(), want)
+	}
+}

@@ -384,6 +384,14 @@ func (in *Inspector) apply(topic string, partition int32, recs []*kgo.Record, si
 			if had && !m.supersedes(old) {
 				continue // a producer's pending record never hides a worker's, nor a final one
 			}
+			m.retried = had && old.retried
+			if tr.Worker != "" && tr.State == onceq.StateRetrying && tr.Attempt > 0 {
+				// A failed attempt, kept for the task's history (Attempts).
+				m.retried = true
+				if err := b.Set(attemptKey(queue, tr.ID, tr.Attempt), line, nil); err != nil {
+					return err
+				}
+			}
 			c := counts[queue]
 			if c == nil {
 				c = new(tally)
@@ -544,7 +552,7 @@ func (in *Inspector) countTopic(t *topicView) error {
 // dropTopic forgets everything of a topic's queues, to read it again
 // from the start. in.writeMu is held.
 func (in *Inspector) dropTopic(t *topicView) error {
-	for _, p := range []byte{prefixRecord, prefixIndex, prefixDue} {
+	for _, p := range []byte{prefixRecord, prefixIndex, prefixDue, prefixAttempt} {
 		for _, sp := range topicSpans(p, t.owner) {
 			if err := in.db.DeleteRange(sp[0], sp[1], pebble.Sync); err != nil {
 				return in.dbErr(err)
@@ -628,21 +636,27 @@ func (in *Inspector) sweep(q *queueView) error {
 			}
 			key := recordKey(q.queue, id)
 			m := meta{state: byte(i)}
-			if !onceq.TaskStates[i].Final() {
-				// Its priority and due time are in its record's meta.
-				sm, found, err := in.storedMeta(key)
-				if err != nil {
+			// Its priority, due time and failed attempts are in its
+			// record's meta.
+			sm, found, err := in.storedMeta(key)
+			if err != nil {
+				it.Close()
+				return err
+			}
+			if found && !onceq.TaskStates[i].Final() {
+				m.prio, m.due = sm.prio, sm.due
+			}
+			if m.due != 0 {
+				if err := b.Delete(dueKey(q.queue, m.due, id), nil); err != nil {
 					it.Close()
 					return err
 				}
-				if found {
-					m.prio, m.due = sm.prio, sm.due
-				}
-				if m.due != 0 {
-					if err := b.Delete(dueKey(q.queue, m.due, id), nil); err != nil {
-						it.Close()
-						return err
-					}
+			}
+			if found && sm.retried {
+				ap := attemptPrefix(q.queue, id)
+				if err := b.DeleteRange(ap, prefixEnd(ap), nil); err != nil {
+					it.Close()
+					return err
 				}
 			}
 			if err := b.Delete(key, nil); err != nil {

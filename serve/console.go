@@ -371,6 +371,9 @@ func (s *Server) taskPage(w http.ResponseWriter, r *http.Request, pg *page) {
 		pg.Error = err.Error()
 	} else {
 		data["Record"] = rec
+		if rs, err := s.in.Attempts(r.Context(), queue, id); err == nil {
+			data["Attempts"] = attemptRows(rs)
+		}
 		ctx, cancel := context.WithTimeout(r.Context(), 3*time.Second)
 		defer cancel()
 		task, found, _, err := s.findTask(ctx, queue, id, &rec)
@@ -388,6 +391,31 @@ func (s *Server) taskPage(w http.ResponseWriter, r *http.Request, pg *page) {
 	}
 	pg.Data = data
 	s.render(w, "task", pg)
+}
+
+// attemptRow is a run of a task on its page: when it started and
+// ended, how long it took, and how it ended.
+type attemptRow struct {
+	onceq.TaskRecord
+	Took string // "" when it has not both started and ended
+}
+
+// attemptRows are the rows of a task's runs (inspect.Attempts), leaving
+// out a last record that is no run (the task's submission, pending or
+// scheduled).
+func attemptRows(rs []onceq.TaskRecord) []attemptRow {
+	var out []attemptRow
+	for _, r := range rs {
+		if r.Attempt == 0 && r.Started.IsZero() && !r.State.Final() {
+			continue
+		}
+		row := attemptRow{TaskRecord: r}
+		if !r.Started.IsZero() && !r.Finished.IsZero() {
+			row.Took = inspect.Ran(r)
+		}
+		out = append(out, row)
+	}
+	return out
 }
 
 // errTaskGone says that a task's queue record was deleted.

@@ -95,11 +95,14 @@ func newTaskGetCmd(g *globals, timeout *time.Duration) *cobra.Command {
 					}
 					return printWorkflow(g, st, asJSON)
 				}
-				r, err := in.Get(ctx, args[0], args[1])
+				rs, err := in.Attempts(ctx, args[0], args[1])
 				if err != nil {
 					return err
 				}
-				return printTask(g, r, asJSON)
+				if err := printTask(g, rs[len(rs)-1], asJSON); err != nil || asJSON {
+					return err
+				}
+				return inspect.WriteAttempts(g.stdout, rs)
 			})
 		},
 	}

@@ -59,6 +59,11 @@ func TestTaskCommands(t *testing.T) {
 	if code != exitFailure || !strings.Contains(out, "state     dead") || !strings.Contains(out, "reason    max_attempts") || strings.Contains(out, "priority") {
 		t.Fatalf("task wait doomed-1: exit %d\n%s", code, out)
 	}
+	// Its two failed attempts, each with its error.
+	code, out, _ = runCLI(t, "", "--brokers", addr, "task", "get", "jobs", "flaky-1")
+	if code != 0 || !strings.Contains(out, "failed attempts\n  1  ") || !strings.Contains(out, "\n  2  ") || strings.Count(out, "flaky: task flaky-1 fails attempt") != 2 {
+		t.Fatalf("task get of a task that failed twice: exit %d\n%s", code, out)
+	}
 	code, out, _ = runCLI(t, "", "--brokers", addr, "task", "get", "jobs", "flaky-1", "--json")
 	if code != 0 || !strings.HasPrefix(out, `{"v":1,"id":"flaky-1","queue":"jobs","state":"succeeded"`) || !strings.Contains(out, `,"priority":7,`) {
 		t.Fatalf("task get --json: exit %d\n%s", code, out)

@@ -1,0 +1,76 @@
+package inspect_test
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/onceq/onceq"
+	"github.com/onceq/onceq/broker"
+	"github.com/onceq/onceq/inspect"
+	"github.com/onceq/onceq/internal/testutil"
+)
+
+// TestAttempts: a task's history holds each failed attempt that was
+// retried, with its start, end and error, then its last record; a task
+// that never failed has its last record alone, and one waiting for a
+// retry its last failure once. The attempts of a task past the retention
+// go with it.
+func TestAttempts(t *testing.T) {
+	_, conn := testutil.StartBroker(t, "")
+	testutil.CreateTopic(t, conn, broker.RecordsTopic("q"), 2)
+	now := time.Now().Truncate(time.Millisecond)
+	run := func(id string, st onceq.TaskState, attempt int, at time.Time, err string) onceq.TaskRecord {
+		r := onceq.TaskRecord{ID: id, Queue: "q", State: st, Attempt: attempt, Worker: "w-1", Enqueued: at.Add(-time.Minute),
+			Started: at.Add(-time.Second), Finished: at, Error: err}
+		if st == onceq.StateRetrying {
+			r.Due = at.Add(time.Second)
+		}
+		return r
+	}
+	w := testutil.NewRecordsWriter(t, conn)
+	old := now.Add(-2 * time.Hour)
+	w.Write(false, run("a", onceq.StateRetrying, 1, now.Add(-3*time.Second), "e1"), run("b", onceq.StateSucceeded, 1, now, ""),
+		run("c", onceq.StateRetrying, 1, now, "c1"), run("old", onceq.StateRetrying, 1, old, "o1"))
+	w.Write(false, run("a", onceq.StateRetrying, 2, now.Add(-time.Second), "e2"), run("old", onceq.StateDead, 2, old, "o2"))
+	w.Write(false, run("a", onceq.StateSucceeded, 3, now, ""))
+	in := open(t, conn, inspect.Retention(time.Hour))
+	ctx := ctxT(t)
+	history := func(id string) string {
+		t.Helper()
+		rs, err := in.Attempts(ctx, "q", id)
+		if err != nil {
+			t.Fatalf("Attempts(%s): %v", id, err)
+		}
+		s := ""
+		for _, r := range rs {
+			s += fmt.Sprintf("%d:%s:%s ", r.Attempt, r.State, r.Error)
+		}
+		return s
+	}
+	for id, want := range map[string]string{
+		"a": "1:retrying:e1 2:retrying:e2 3:succeeded: ",
+		"b": "1:succeeded: ",
+		"c": "1:retrying:c1 ",
+	} {
+		if got := history(id); got != want {
+			t.Errorf("Attempts(%s) = %q, want %q", id, got, want)
+		}
+	}
+	if _, err := in.Attempts(ctx, "q", "old"); !errors.Is(err, inspect.ErrNotFound) {
+		t.Fatalf("Attempts of a task past the retention: %v, want not found", err)
+	}
+	if n, err := inspect.AttemptKeys(in, "q", "old"); err != nil || n != 1 {
+		t.Fatalf("the view keeps %d failed attempts of old before its sweep (%v), want 1", n, err)
+	}
+	if err := inspect.SweepNow(ctx, in, "q"); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := inspect.AttemptKeys(in, "q", "old"); err != nil || n != 0 {
+		t.Fatalf("the view keeps %d failed attempts of old after its sweep (%v), want none", n, err)
+	}
+	if n, err := inspect.AttemptKeys(in, "q", "a"); err != nil || n != 2 {
+		t.Fatalf("the view keeps %d failed attempts of a after the sweep (%v), want its 2", n, err)
+	}
+}
