@@ -508,23 +508,42 @@ func (s *Server) consolePause(paused bool) func(http.ResponseWriter, *http.Reque
 	}
 }
 
+// consoleRequeue requeues the newest dead letter of a task (id), or of
+// every task (all=1), starting them over at attempt 1 when reset=1;
+// requeueing twice writes a task once (dlq.Write).
 func (s *Server) consoleRequeue(w http.ResponseWriter, r *http.Request, _ *page) {
-	queue, id := r.PathValue("queue"), r.FormValue("id")
+	queue, id, all := r.PathValue("queue"), r.FormValue("id"), r.FormValue("all") == "1"
 	to := "/console/q/" + url.PathEscape(queue) + "/deadletters"
-	rs, problems, err := s.dlq.Requeues(r.Context(), queue, []string{id}, true, time.Now())
+	var ids []string
+	if !all {
+		ids = []string{id}
+	}
+	rs, problems, err := s.dlq.Requeues(r.Context(), queue, ids, r.FormValue("reset") == "1", time.Now())
 	switch {
 	case err != nil:
 		back(w, r, to, err.Error())
 	case len(rs) == 0 && len(problems) > 0:
 		back(w, r, to, problems[0].Error())
+	case len(rs) == 0 && all:
+		back(w, r, to, "no dead letter to requeue")
 	case len(rs) == 0:
 		back(w, r, to, "no dead letter of "+id)
 	default:
-		if err := dlq.Write(r.Context(), s.p, rs[:1]); err != nil {
+		if !all {
+			rs = rs[:1]
+		}
+		if err := dlq.Write(r.Context(), s.p, rs); err != nil {
 			back(w, r, to, err.Error())
 			return
 		}
-		back(w, r, to, "requeued "+id)
+		msg := "requeued " + id
+		if all {
+			msg = fmt.Sprintf("requeued %d dead letters", len(rs))
+			if len(problems) > 0 {
+				msg += fmt.Sprintf("; %d left out: %v", len(problems), problems[0])
+			}
+		}
+		back(w, r, to, msg)
 	}
 }
 

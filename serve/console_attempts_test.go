@@ -2,8 +2,10 @@ package serve_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -51,6 +53,70 @@ func TestConsoleTaskAttempts(t *testing.T) {
 		row := strings.Join(strings.Fields(b.text(`#attempts tr[data-attempt="`+attempt+`"]`)), " ")
 		if !strings.HasPrefix(row, want) || attempt != "3" && !strings.HasSuffix(row, "boom "+attempt) {
 			t.Errorf("attempt %s: %q, want %q and its error", attempt, row, want)
+		}
+	}
+}
+
+// TestConsoleRequeueAll: the dead letters page requeues every dead task
+// at once, started over at attempt 1 when asked: each runs again and
+// succeeds.
+func TestConsoleRequeueAll(t *testing.T) {
+	chromium := testutil.Tool(t, "chromium", "chromium")
+	a := start(t, serve.CreateQueues(1))
+	tok := a.token("shop", false)
+	// Published before the worker starts: their publish makes the queue.
+	for _, id := range []string{"d-1", "d-2"} {
+		if code, body := a.do("PUT", "/api/shop/jobs?tries=1&id="+id, tok, "x"); code != 201 {
+			t.Fatalf("publish %s: %d %v", id, code, body)
+		}
+	}
+	var failing atomic.Bool
+	failing.Store(true)
+	w, err := consumer.New(consumer.Conn(a.conn), consumer.Queues("shop.jobs"), consumer.CheckpointDir(t.TempDir()),
+		consumer.WithHandler(consumer.HandlerFunc(func(_ context.Context, task *consumer.Task) error {
+			if failing.Load() {
+				return errors.New("smtp: 550 mailbox unavailable")
+			}
+			return task.SetResult([]byte(fmt.Sprintf("attempt %d", task.Attempt)))
+		})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	defer func() {
+		stop()
+		<-done
+	}()
+	for _, id := range []string{"d-1", "d-2"} {
+		if code, body := a.do("GET", "/api/shop/jobs/job/"+id+"/wait?timeout=60", tok, ""); code != 200 || body["done"] != true {
+			t.Fatalf("wait %s: %d %v", id, code, body)
+		}
+	}
+	failing.Store(false)
+	b := newBrowser(t, chromium)
+	b.login(a.url, tok)
+	b.run("dead letters", chromedp.Navigate(a.url+"/console/q/shop.jobs/deadletters"), chromedp.WaitVisible(chromedp.CSS(`#letters tr[data-id="d-2"]`)))
+	b.run("requeue all", chromedp.Click(chromedp.CSS("#reset")), chromedp.Click(chromedp.CSS("#requeueall")), chromedp.WaitVisible(chromedp.CSS("#flash")))
+	if msg := b.text("#flash"); msg != "requeued 2 dead letters" {
+		t.Fatalf("after requeue all: %q", msg)
+	}
+	deadline := time.Now().Add(time.Minute)
+	for _, id := range []string{"d-1", "d-2"} {
+		for {
+			_, body := a.do("GET", "/api/shop/jobs/task/"+id, tok, "")
+			task, _ := body["task"].(map[string]any)
+			if task["state"] == "succeeded" {
+				if task["attempt"] != 1.0 {
+					t.Fatalf("%s requeued with its attempts reset ran as attempt %v", id, task["attempt"])
+				}
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s after requeue all: %v; want succeeded", id, body)
+			}
+			time.Sleep(50 * time.Millisecond)
 		}
 	}
 }
