@@ -248,73 +248,6 @@ func consoleNext(next string) string {
 	return next
 }
 
-// chartBar is one bar of a chart: a minute and its value.
-type chartBar struct {
-	X, Y, H int
-	Label   string
-	Value   string
-}
-
-// chartMinutes is the span of the queue page's charts: the last hour.
-const chartMinutes = 60
-
-// perMinute groups the finished records of the last hour by the minute
-// they finished in, oldest first.
-func perMinute(recs []onceq.TaskRecord, now time.Time) [chartMinutes][]onceq.TaskRecord {
-	var out [chartMinutes][]onceq.TaskRecord
-	for _, rec := range recs {
-		if m := int(now.Sub(rec.Finished) / time.Minute); !rec.Finished.IsZero() && m >= 0 && m < chartMinutes {
-			out[chartMinutes-1-m] = append(out[chartMinutes-1-m], rec)
-		}
-	}
-	return out
-}
-
-// bars draws one value a minute as the bars of an SVG chart 600 by 100,
-// scaled to the largest.
-func bars(vals [chartMinutes]float64, now time.Time, format func(float64) string) []chartBar {
-	const width, height = 600, 100
-	top := 0.0
-	for _, v := range vals {
-		top = max(top, v)
-	}
-	out := make([]chartBar, chartMinutes)
-	for i, v := range vals {
-		h := 0
-		if top > 0 {
-			h = int(v * height / top)
-		}
-		out[i] = chartBar{X: i * width / chartMinutes, Y: height - h, H: h, Value: format(v),
-			Label: now.Add(-time.Duration(chartMinutes-1-i) * time.Minute).UTC().Format("15:04")}
-	}
-	return out
-}
-
-// charts returns the queue page's charts from the tasks that finished in
-// the last hour: how many finished each minute, and the 99th percentile
-// of their time from enqueue to finish.
-func charts(recs []onceq.TaskRecord, now time.Time) (count, p99 []chartBar) {
-	var n, lat [chartMinutes]float64
-	for i, minute := range perMinute(recs, now) {
-		n[i] = float64(len(minute))
-		ds := make([]time.Duration, 0, len(minute))
-		for _, r := range minute {
-			if !r.Enqueued.IsZero() {
-				ds = append(ds, r.Finished.Sub(r.Enqueued))
-			}
-		}
-		if len(ds) > 0 {
-			slices.Sort(ds)
-			lat[i] = ds[len(ds)*99/100].Seconds()
-		}
-	}
-	count = bars(n, now, func(v float64) string { return fmt.Sprintf("%.0f tasks", v) })
-	p99 = bars(lat, now, func(v float64) string {
-		return time.Duration(v * float64(time.Second)).Round(time.Millisecond).String()
-	})
-	return count, p99
-}
-
 func (s *Server) queuePage(w http.ResponseWriter, r *http.Request, pg *page) {
 	queue := r.PathValue("queue")
 	pg.Title = strings.TrimPrefix(queue, pg.Strip)
@@ -340,12 +273,13 @@ func (s *Server) queuePage(w http.ResponseWriter, r *http.Request, pg *page) {
 	case err == nil:
 		tasks, err = s.in.List(r.Context(), queue, f)
 	}
-	var done, p99 []chartBar
+	var done, p99 chart
+	var errRate string
 	if err == nil {
 		recent, lerr := s.in.List(r.Context(), queue, inspect.Filter{States: []onceq.TaskState{onceq.StateSucceeded, onceq.StateDead},
 			Since: time.Now().Add(-time.Hour), Limit: inspect.MaxLimit})
 		err = lerr
-		done, p99 = charts(recent.Tasks, time.Now())
+		done, p99, errRate = charts(recent.Tasks, time.Now())
 	}
 	var lim control.QueueLimit
 	if err == nil {
@@ -354,7 +288,7 @@ func (s *Server) queuePage(w http.ResponseWriter, r *http.Request, pg *page) {
 	if err != nil {
 		pg.Error = err.Error()
 	}
-	pg.Data = map[string]any{"Queue": queue, "Stats": st, "Page": tasks, "State": state, "States": onceq.TaskStates, "Done": done, "P99": p99, "Limit": lim,
+	pg.Data = map[string]any{"Queue": queue, "Stats": st, "Page": tasks, "State": state, "States": onceq.TaskStates, "Done": done, "P99": p99, "ErrRate": errRate, "Limit": lim,
 		"Due": st.Tasks[onceq.StateScheduled] + st.Tasks[onceq.StateRetrying], "DueTab": dueTab}
 	s.render(w, "queue", pg)
 }

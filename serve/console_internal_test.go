@@ -14,23 +14,35 @@ import (
 	"github.com/onceq/onceq/workflow"
 )
 
-// TestCharts: tasks count in the minute they finished, their p99 is of
-// their time from enqueue to finish, and the bars scale to the largest.
+// TestCharts: tasks count in the minute they finished, the dead ones
+// apart, their p99 is of their time from enqueue to finish, the bars
+// scale to the largest, whose value names the axis, and the hour's error
+// rate counts the dead.
 func TestCharts(t *testing.T) {
 	now := time.Date(2026, 11, 24, 12, 0, 30, 0, time.UTC)
-	rec := func(ago, took time.Duration) onceq.TaskRecord {
+	rec := func(ago, took time.Duration, st onceq.TaskState) onceq.TaskRecord {
 		fin := now.Add(-ago)
-		return onceq.TaskRecord{Enqueued: fin.Add(-took), Finished: fin}
+		return onceq.TaskRecord{State: st, Enqueued: fin.Add(-took), Finished: fin}
 	}
-	recs := []onceq.TaskRecord{rec(10*time.Second, time.Second), rec(20*time.Second, 3*time.Second),
-		rec(5*time.Minute, 500*time.Millisecond), rec(2*time.Hour, time.Second)}
-	count, p99 := charts(recs, now)
-	last, five := count[chartMinutes-1], count[chartMinutes-6]
-	if last.Value != "2 tasks" || last.H != 100 || five.Value != "1 tasks" || five.H != 50 || count[0].H != 0 {
-		t.Fatalf("counts: last minute %+v, five minutes ago %+v, first %+v", last, five, count[0])
+	recs := []onceq.TaskRecord{rec(10*time.Second, time.Second, onceq.StateSucceeded), rec(20*time.Second, 3*time.Second, onceq.StateDead),
+		rec(5*time.Minute, 500*time.Millisecond, onceq.StateSucceeded), rec(2*time.Hour, time.Second, onceq.StateDead)}
+	count, p99, errRate := charts(recs, now)
+	last, five := count.Bars[chartMinutes-1], count.Bars[chartMinutes-6]
+	if last.Value != "2 tasks, 1 failed" || last.H != 100 || last.FH != 50 || last.FY != last.Y || five.Value != "1 tasks" || five.H != 50 ||
+		five.FH != 0 || count.Bars[0].H != 0 {
+		t.Fatalf("counts: last minute %+v, five minutes ago %+v, first %+v", last, five, count.Bars[0])
 	}
-	if p99[chartMinutes-1].Value != "3s" || p99[chartMinutes-6].Value != "500ms" || last.Label != "12:00" {
-		t.Fatalf("p99: %+v, %+v", p99[chartMinutes-1], p99[chartMinutes-6])
+	if count.Top != "2 tasks" || count.Mid != "1 tasks" || last.Y != chartTop || last.X != chartLeft+(chartMinutes-1)*chartBarStep {
+		t.Fatalf("axis %q/%q, last bar at %d,%d", count.Top, count.Mid, last.X, last.Y)
+	}
+	if p99.Bars[chartMinutes-1].Value != "3s" || p99.Bars[chartMinutes-6].Value != "500ms" || last.Label != "12:00" || p99.Top != "3s" {
+		t.Fatalf("p99: %+v, %+v, top %q", p99.Bars[chartMinutes-1], p99.Bars[chartMinutes-6], p99.Top)
+	}
+	if errRate != "33.3% (1 of 3 failed)" {
+		t.Fatalf("error rate %q, want the hour's: 1 dead of 3", errRate)
+	}
+	if _, _, none := charts(nil, now); none != "none finished" {
+		t.Fatalf("error rate of no task: %q", none)
 	}
 }
 
