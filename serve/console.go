@@ -444,10 +444,14 @@ func (s *Server) consolePause(paused bool) func(http.ResponseWriter, *http.Reque
 
 // consoleRequeue requeues the newest dead letter of a task (id), or of
 // every task (all=1), starting them over at attempt 1 when reset=1;
-// requeueing twice writes a task once (dlq.Write).
+// requeueing twice writes a task once (dlq.Write). It goes back to the
+// dead letters, or to the task's page (from=task).
 func (s *Server) consoleRequeue(w http.ResponseWriter, r *http.Request, _ *page) {
 	queue, id, all := r.PathValue("queue"), r.FormValue("id"), r.FormValue("all") == "1"
 	to := "/console/q/" + url.PathEscape(queue) + "/deadletters"
+	if r.FormValue("from") == "task" && !all {
+		to = "/console/q/" + url.PathEscape(queue) + "/task/" + url.PathEscape(id) // requeued from its page
+	}
 	var ids []string
 	if !all {
 		ids = []string{id}

@@ -57,9 +57,9 @@ func TestConsoleTaskAttempts(t *testing.T) {
 	}
 }
 
-// TestConsoleRequeueAll: the dead letters page requeues every dead task
-// at once, started over at attempt 1 when asked: each runs again and
-// succeeds.
+// TestConsoleRequeueAll: a dead task's page links its dead letter and
+// requeues it; the dead letters page requeues every dead task at once,
+// started over at attempt 1 when asked: each runs again and succeeds.
 func TestConsoleRequeueAll(t *testing.T) {
 	chromium := testutil.Tool(t, "chromium", "chromium")
 	a := start(t, serve.CreateQueues(1))
@@ -97,6 +97,13 @@ func TestConsoleRequeueAll(t *testing.T) {
 	failing.Store(false)
 	b := newBrowser(t, chromium)
 	b.login(a.url, tok)
+	// A dead task's page links its dead letter and requeues it.
+	b.run("a dead task", chromedp.Navigate(a.url+"/console/q/shop.jobs/task/d-1"), chromedp.WaitVisible(chromedp.CSS("#deadletter")))
+	b.run("requeue it", chromedp.Click(chromedp.CSS("#reset")), chromedp.Click(chromedp.CSS("#requeue")), chromedp.WaitVisible(chromedp.CSS("#flash")))
+	if msg, h := b.text("#flash"), b.text("h1"); msg != "requeued d-1" || h != "Task d-1" {
+		t.Fatalf("after requeueing d-1 from its page: %q on %q", msg, h)
+	}
+	// Then every one: d-1's letter a second time, which runs it no more.
 	b.run("dead letters", chromedp.Navigate(a.url+"/console/q/shop.jobs/deadletters"), chromedp.WaitVisible(chromedp.CSS(`#letters tr[data-id="d-2"]`)))
 	b.run("requeue all", chromedp.Click(chromedp.CSS("#reset")), chromedp.Click(chromedp.CSS("#requeueall")), chromedp.WaitVisible(chromedp.CSS("#flash")))
 	if msg := b.text("#flash"); msg != "requeued 2 dead letters" {
