@@ -414,6 +414,23 @@ func TestConsoleWorkflow(t *testing.T) {
 	b := newBrowser(t, chromium)
 	b.login(a.url, tok)
 	b.run("search page", chromedp.Click(chromedp.CSS(`header a[href="/console/workflow"]`)), chromedp.WaitVisible(chromedp.CSS("#wfsearch")), b.shot("workflows"))
+	// The latest workflows, newest first, filtered by state.
+	listed := func() []string {
+		t.Helper()
+		ids, err := chromedp.Run(b.ctx, chromedp.Evaluate[[]string](`[...document.querySelectorAll("#workflows tr[data-id]")].map(r => r.dataset.id + " " + r.querySelector(".state").textContent)`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ids
+	}
+	if got := listed(); len(got) != 2 || got[0] != nightly+" succeeded" || got[1] != report+" failed" {
+		t.Fatalf("the workflows listed: %q, want the chord succeeded, then the chain failed", got)
+	}
+	b.run("the failed ones", chromedp.Navigate(a.url+"/console/workflow?state=failed"), chromedp.WaitVisible(chromedp.CSS("#workflows")))
+	if got := listed(); len(got) != 1 || got[0] != report+" failed" {
+		t.Fatalf("the failed workflows: %q, want the chain", got)
+	}
+	b.run("search page again", chromedp.Navigate(a.url+"/console/workflow"), chromedp.WaitVisible(chromedp.CSS("#wfsearch")))
 	b.run("find the chain", chromedp.SendKeys(chromedp.CSS("#wfsearch"), report), chromedp.Click(chromedp.CSS("#wffind")),
 		chromedp.WaitVisible(chromedp.CSS("#steps")), b.shot("workflow-failed"))
 	if st, why := b.text("#wfstate"), b.text("#wfreason"); st != "failed" ||
@@ -504,6 +521,16 @@ func TestConsoleWorkflowAccess(t *testing.T) {
 	code, _, body = a.page("GET", "/console/workflow?id=daily", other, nil)
 	if code != 404 || strings.Contains(body, "shop.") || strings.Contains(body, "daily/0") {
 		t.Fatalf("the workflow's page for another namespace's token: %d\n%s", code, body)
+	}
+	// The list of workflows: shop's token sees it, another's does not.
+	if code, _, body := a.page("GET", "/console/workflow", tok, nil); code != 200 || !strings.Contains(body, `<tr data-id="daily">`) {
+		t.Fatalf("the workflow list for its namespace's token: %d\n%s", code, body)
+	}
+	if code, _, body := a.page("GET", "/console/workflow", other, nil); code != 200 || strings.Contains(body, `data-id="daily"`) {
+		t.Fatalf("the workflow list for another namespace's token: %d\n%s", code, body)
+	}
+	if code, _, body := a.page("GET", "/console/workflow?state=bogus", tok, nil); code != 400 || !strings.Contains(body, "bogus") || !strings.Contains(body, "want one of") {
+		t.Fatalf("the workflow list of a bad state: %d\n%s", code, body)
 	}
 	for _, tc := range []struct {
 		id   string

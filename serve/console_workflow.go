@@ -6,12 +6,14 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
+	"time"
 
-	"github.com/onceq/onceq/control"
-
+	"github.com/onceq/onceq"
 	"github.com/onceq/onceq/auth"
+	"github.com/onceq/onceq/control"
 	"github.com/onceq/onceq/inspect"
 	"github.com/onceq/onceq/workflow"
 )
@@ -162,6 +164,79 @@ type workflowView struct {
 	// Retryable: the workflow failed before it started, and may be run
 	// again (workflow.Retry).
 	Retryable bool
+	// On the search page: the latest workflows the token sees, of State
+	// when it names one, and the states to filter by.
+	List   []workflowRow
+	State  string
+	States []workflow.State
+}
+
+// workflowRow is a workflow of the list: its ID as kept, its state and
+// when it was submitted.
+type workflowRow struct {
+	ID        string
+	State     workflow.State
+	Submitted time.Time
+	Reason    string
+}
+
+// Bounds of the workflow list: the rows a page shows, and the workflows
+// it reads to find them (each costs a read of its steps' records).
+const (
+	workflowListRows = 50
+	workflowListRead = 500
+)
+
+// workflowList lists the latest workflows tok sees, newest first, of
+// state when it is not empty: to an operator's token every one; to a
+// namespace's, those kept in it, or submitted outside the API without
+// one, whose steps are all in it (as findWorkflow finds them); found
+// among the workflowListRead latest.
+func (s *Server) workflowList(ctx context.Context, tok auth.Token, state workflow.State) ([]workflowRow, error) {
+	var rows []workflowRow
+	read, after := 0, ""
+	for len(rows) < workflowListRows && read < workflowListRead {
+		pg, err := s.in.List(ctx, onceq.WorkflowQueue, inspect.Filter{Limit: 100, After: after})
+		if errors.Is(err, inspect.ErrNoQueue) {
+			return nil, nil // no workflow yet
+		}
+		if err != nil {
+			return nil, err
+		}
+		for _, r := range pg.Tasks {
+			if read++; len(rows) == workflowListRows || read > workflowListRead {
+				break
+			}
+			if workflow.ValidateID(r.ID) != nil {
+				continue // a join's report, not a workflow
+			}
+			ns := tok.Namespace
+			own := ns == auth.AllNamespaces || strings.HasPrefix(r.ID, ns+"/")
+			if !own && isNamespaced(r.ID) {
+				continue // another namespace's
+			}
+			st, err := workflow.Get(ctx, s.in, r.ID)
+			if errors.Is(err, inspect.ErrNotFound) {
+				continue // forgotten meanwhile
+			}
+			if err != nil {
+				return nil, err
+			}
+			// As findWorkflow sees them: one submitted outside the API
+			// is the namespace's when every step of it is.
+			if ns != auth.AllNamespaces && (st.Root == nil && !own || st.Root != nil && outside(st.Root, s.inNamespace(ns))) {
+				continue
+			}
+			if state != "" && st.State != state {
+				continue
+			}
+			rows = append(rows, workflowRow{ID: r.ID, State: st.State, Submitted: r.Enqueued, Reason: st.Reason})
+		}
+		if after = pg.Next; after == "" {
+			break
+		}
+	}
+	return rows, nil
 }
 
 // workflowPage: GET /console/workflow?id=ID: the workflow's page; without
@@ -171,6 +246,18 @@ func (s *Server) workflowPage(w http.ResponseWriter, r *http.Request, pg *page) 
 	v := workflowView{ID: strings.TrimSpace(r.URL.Query().Get("id"))}
 	pg.Data = &v
 	if v.ID == "" {
+		v.States = []workflow.State{workflow.StatePending, workflow.StateWaiting, workflow.StateRunning, workflow.StateCanceling,
+			workflow.StateSucceeded, workflow.StateFailed}
+		v.State = r.URL.Query().Get("state")
+		if v.State != "" && !slices.Contains(v.States, workflow.State(v.State)) {
+			w.WriteHeader(http.StatusBadRequest)
+			pg.Error = fmt.Sprintf("state %q: want one of %v, or none", v.State, v.States)
+			v.State = ""
+		}
+		var err error
+		if v.List, err = s.workflowList(r.Context(), pg.Token, workflow.State(v.State)); err != nil {
+			pg.Error = err.Error()
+		}
 		s.render(w, "workflow", pg)
 		return
 	}
