@@ -41,6 +41,10 @@ import (
 //	api-queues    GET /api/shop, the namespace's queues
 //	console-home  the console's queue list, its first page
 //	console-queue the console's page of shop.q-00000
+//	console-due   its tasks due soonest
+//	console-task  a task's page, with its attempts
+//	console-groups the groups page, lag counted in tasks
+//	console-workflows the latest workflows
 //
 // Run it with make bench-read.
 func BenchmarkReadSide(b *testing.B) {
@@ -147,6 +151,10 @@ func BenchmarkReadSide(b *testing.B) {
 	op("api-queues", func() error { return get("/api/shop") })
 	op("console-home", func() error { return get("/console/") })
 	op("console-queue", func() error { return get("/console/q/" + busy) })
+	op("console-due", func() error { return get("/console/q/" + busy + "?state=due") })
+	op("console-task", func() error { return get("/console/q/" + busy + "/task/t-42") })
+	op("console-groups", func() error { return get("/console/groups") })
+	op("console-workflows", func() error { return get("/console/workflow") })
 }
 
 // benchQueues is the number of queues ONCEQ_BENCH_QUEUES asks for, or
