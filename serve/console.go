@@ -94,6 +94,7 @@ func (s *Server) consoleRoutes() {
 	s.console("POST /console/q/{queue}/limit", s.consoleLimit)
 	s.console("POST /console/q/{queue}/requeue", s.consoleRequeue)
 	s.console("POST /console/q/{queue}/task/{id}/cancel", s.consoleCancel)
+	s.console("POST /console/q/{queue}/task/{id}/runnow", s.consoleRunNow)
 	s.console("GET /console/workflow", s.workflowPage)
 	s.console("POST /console/workflow/cancel", s.consoleWorkflowCancel)
 	s.console("POST /console/workflow/retry", s.consoleWorkflowRetry)
@@ -492,6 +493,50 @@ func (s *Server) consoleCancel(w http.ResponseWriter, r *http.Request, _ *page) 
 		to = "/console/q/" + url.PathEscape(queue) + "?state=" + dueTab // canceled from the list of those due
 	}
 	back(w, r, to, s.cancelTask(r.Context(), queue, id))
+}
+
+// consoleRunNow runs a task due later now: it submits a copy of it, due
+// now, with its ID, key, payload and headers (runNow).
+func (s *Server) consoleRunNow(w http.ResponseWriter, r *http.Request, _ *page) {
+	queue, id := r.PathValue("queue"), r.PathValue("id")
+	back(w, r, "/console/q/"+url.PathEscape(queue)+"/task/"+url.PathEscape(id), s.runNow(r, queue, id))
+}
+
+// runNow submits a copy, due now, of a task waiting for its due time
+// (scheduled, or retrying), and says what came of it. The copy runs
+// first and marks its ID processed, so that the delayed task is dropped
+// as its duplicate when it comes due: a task whose ID was generated (no
+// idempotency key), or due after the dedup window (the view's
+// retention), is refused, since it would run twice.
+func (s *Server) runNow(r *http.Request, queue, id string) string {
+	ctx := r.Context()
+	rec, err := s.in.Get(ctx, queue, id)
+	now := time.Now()
+	switch {
+	case err != nil:
+		return err.Error()
+	case rec.State != onceq.StateScheduled && rec.State != onceq.StateRetrying || !rec.Due.After(now):
+		return fmt.Sprintf("task %s is %s, not waiting for its due time: nothing to run now", id, rec.State)
+	case rec.Due.After(now.Add(s.in.Retention())):
+		return fmt.Sprintf("task %s is due %s, past the dedup window (%v): a copy run now would not make it a duplicate, and it would run twice",
+			id, rec.Due.UTC().Format(time.RFC3339), s.in.Retention())
+	}
+	fctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	t, found, _, err := s.findTask(fctx, queue, id, &rec)
+	switch {
+	case err != nil:
+		return "finding the delayed task: " + err.Error()
+	case !found:
+		return "the delayed task is not in the delay buckets (moved on, or past their retention): try again"
+	case t.GeneratedID:
+		return fmt.Sprintf("task %s has an ID the producer generated, which is no idempotency key: a copy run now would run it twice", id)
+	}
+	t.Due, t.Delay = time.Time{}, 0
+	if _, err := s.p.Submit(ctx, t); err != nil {
+		return err.Error()
+	}
+	return fmt.Sprintf("task %s runs now; its delayed copy, due %s, is dropped as its duplicate when it comes", id, rec.Due.UTC().Format(time.RFC3339))
 }
 
 // dueTab is the queue page's list of the tasks waiting for their due
