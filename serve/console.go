@@ -309,12 +309,13 @@ func (s *Server) taskPage(w http.ResponseWriter, r *http.Request, pg *page) {
 		if rs, err := s.in.Attempts(r.Context(), queue, id); err == nil {
 			data["Attempts"] = attemptRows(rs)
 		}
-		ctx, cancel := context.WithTimeout(r.Context(), 3*time.Second)
+		ctx, cancel := context.WithTimeout(r.Context(), findTaskWait)
 		defer cancel()
 		task, found, _, err := s.findTask(ctx, queue, id, &rec)
 		if err == nil && !found {
 			err = errors.New("not found in its queue nor in the delay buckets (gone past their retention, or on its way between them)")
 		}
+		err = findTaskError(err)
 		if err == nil {
 			data["Task"] = task
 			if w, ok := workflow.Of(&task); ok {
@@ -495,6 +496,19 @@ func (s *Server) consoleCancel(w http.ResponseWriter, r *http.Request, _ *page) 
 	back(w, r, to, s.cancelTask(r.Context(), queue, id))
 }
 
+// findTaskWait bounds a console page's look for a task's payload in its
+// queue or the delay buckets.
+const findTaskWait = 3 * time.Second
+
+// findTaskError says in words what a look for a task that ran out of
+// time means; other errors are as they are.
+func findTaskError(err error) error {
+	if errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("not found within %v: its queue's backlog or the delay buckets take longer to read; reload the page to look again", findTaskWait)
+	}
+	return err
+}
+
 // consoleRunNow runs a task due later now: it submits a copy of it, due
 // now, with its ID, key, payload and headers (runNow).
 func (s *Server) consoleRunNow(w http.ResponseWriter, r *http.Request, _ *page) {
@@ -521,12 +535,12 @@ func (s *Server) runNow(r *http.Request, queue, id string) string {
 		return fmt.Sprintf("task %s is due %s, past the dedup window (%v): a copy run now would not make it a duplicate, and it would run twice",
 			id, rec.Due.UTC().Format(time.RFC3339), s.in.Retention())
 	}
-	fctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	fctx, cancel := context.WithTimeout(ctx, findTaskWait)
 	defer cancel()
 	t, found, _, err := s.findTask(fctx, queue, id, &rec)
 	switch {
 	case err != nil:
-		return "finding the delayed task: " + err.Error()
+		return "finding the delayed task: " + findTaskError(err).Error()
 	case !found:
 		return "the delayed task is not in the delay buckets (moved on, or past their retention): try again"
 	case t.GeneratedID:

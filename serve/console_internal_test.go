@@ -2,6 +2,7 @@ package serve
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"slices"
 	"strconv"
@@ -137,5 +138,17 @@ func TestStripOf(t *testing.T) {
 		if got := shown(s.stripOf(auth.Token{Namespace: tc.ns}), tc.queue); got != tc.want {
 			t.Errorf("lane %q, namespace %q: %s shown as %q, want %q", tc.lane, tc.ns, tc.queue, got, tc.want)
 		}
+	}
+}
+
+// TestFindTaskError: a look for a task that ran out of time says so in
+// words, with its bound; other errors stay as they are.
+func TestFindTaskError(t *testing.T) {
+	if got := findTaskError(fmt.Errorf("reading: %w", context.DeadlineExceeded)).Error(); !strings.HasPrefix(got, "not found within 3s:") ||
+		strings.Contains(got, "deadline") {
+		t.Fatalf("a time-out reads %q", got)
+	}
+	if err := errTaskGone; findTaskError(err) != err {
+		t.Fatal("another error changed")
 	}
 }
