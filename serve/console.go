@@ -93,6 +93,7 @@ func (s *Server) consoleRoutes() {
 	s.console("POST /console/q/{queue}/resume", s.consolePause(false))
 	s.console("POST /console/q/{queue}/limit", s.consoleLimit)
 	s.console("POST /console/q/{queue}/requeue", s.consoleRequeue)
+	s.console("POST /console/q/{queue}/deadletters/delete", s.consoleDeleteLetters)
 	s.console("POST /console/q/{queue}/task/{id}/cancel", s.consoleCancel)
 	s.console("POST /console/q/{queue}/task/{id}/runnow", s.consoleRunNow)
 	s.console("GET /console/workflow", s.workflowPage)
@@ -507,6 +508,39 @@ func findTaskError(err error) error {
 		return fmt.Errorf("not found within %v: its queue's backlog or the delay buckets take longer to read; reload the page to look again", findTaskWait)
 	}
 	return err
+}
+
+// consoleDeleteLetters deletes a queue's dead letters, every one there
+// when asked (the dead-letter topic's end offsets then), once its form's
+// box confirms it: they cannot be requeued afterwards. A lane queue's go
+// by raising its floors, the lane's other queues' staying (removeLetters).
+func (s *Server) consoleDeleteLetters(w http.ResponseWriter, r *http.Request, pg *page) {
+	queue := r.PathValue("queue")
+	to := "/console/q/" + url.PathEscape(queue) + "/deadletters"
+	if r.FormValue("confirm") != "1" {
+		back(w, r, to, "nothing deleted: tick the box to confirm, as dead letters deleted cannot be requeued")
+		return
+	}
+	adm, err := broker.NewAdmin(s.cfg.conn)
+	if err != nil {
+		back(w, r, to, err.Error())
+		return
+	}
+	defer adm.Close()
+	listed, err := adm.Kadm().ListEndOffsets(r.Context(), broker.DLQTopic(queue))
+	if err == nil {
+		err = listed.Error()
+	}
+	ends := map[int32]int64{}
+	listed.Each(func(o kadm.ListedOffset) { ends[o.Partition] = o.Offset })
+	if err == nil {
+		err = s.removeLetters(r, queue, ends)
+	}
+	if err != nil {
+		back(w, r, to, "nothing deleted: "+err.Error())
+		return
+	}
+	back(w, r, to, "deleted the dead letters of "+shown(pg.Strip, queue))
 }
 
 // consoleRunNow runs a task due later now: it submits a copy of it, due

@@ -59,7 +59,8 @@ func TestConsoleTaskAttempts(t *testing.T) {
 
 // TestConsoleRequeueAll: a dead task's page links its dead letter and
 // requeues it; the dead letters page requeues every dead task at once,
-// started over at attempt 1 when asked: each runs again and succeeds.
+// started over at attempt 1 when asked: each runs again and succeeds;
+// and deletes them all once its box confirms it.
 func TestConsoleRequeueAll(t *testing.T) {
 	chromium := testutil.Tool(t, "chromium", "chromium")
 	a := start(t, serve.CreateQueues(1))
@@ -125,5 +126,16 @@ func TestConsoleRequeueAll(t *testing.T) {
 			}
 			time.Sleep(50 * time.Millisecond)
 		}
+	}
+	// Delete all: refused without its box ticked, then every letter gone.
+	b.run("dead letters again", chromedp.Navigate(a.url+"/console/q/shop.jobs/deadletters"), chromedp.WaitVisible(chromedp.CSS(`#letters tr[data-id="d-2"]`)))
+	b.run("delete unconfirmed", chromedp.Click(chromedp.CSS("#deleteall")), chromedp.WaitVisible(chromedp.CSS("#flash")))
+	if msg := b.text("#flash"); !strings.HasPrefix(msg, "nothing deleted: tick the box") {
+		t.Fatalf("Delete all without its box: %q", msg)
+	}
+	noFlash := chromedp.Evaluate[chromedp.Void](`document.querySelector("#flash")?.remove()`)
+	b.run("delete", noFlash, chromedp.Click(chromedp.CSS("#confirmdelete")), chromedp.Click(chromedp.CSS("#deleteall")), chromedp.WaitVisible(chromedp.CSS("#flash")))
+	if msg, letters := b.text("#flash"), b.text("#letters"); msg != "deleted the dead letters of jobs" || !strings.Contains(letters, "No dead letters.") {
+		t.Fatalf("after Delete all: %q, letters %q", msg, letters)
 	}
 }
