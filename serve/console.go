@@ -22,7 +22,6 @@ import (
 	"github.com/onceq/onceq/broker"
 	"github.com/onceq/onceq/control"
 	"github.com/onceq/onceq/delay"
-	"github.com/onceq/onceq/dlq"
 	"github.com/onceq/onceq/inspect"
 	"github.com/onceq/onceq/workflow"
 )
@@ -392,17 +391,6 @@ func (s *Server) taskAt(ctx context.Context, queue string, partition int32, offs
 	return onceq.Task{}, errors.New("the task's record could not be read in time")
 }
 
-func (s *Server) deadLettersPage(w http.ResponseWriter, r *http.Request, pg *page) {
-	queue := r.PathValue("queue")
-	pg.Title = "Dead letters of " + strings.TrimPrefix(queue, pg.Strip)
-	letters, total, err := s.dlq.List(r.Context(), queue, 100)
-	if err != nil && !errors.Is(err, dlq.ErrNoTopic) {
-		pg.Error = err.Error()
-	}
-	pg.Data = map[string]any{"Queue": queue, "Letters": letters, "Total": total}
-	s.render(w, "deadletters", pg)
-}
-
 func (s *Server) delayPage(w http.ResponseWriter, r *http.Request, pg *page) {
 	pg.Title = "Delay ladder"
 	p, _, err := delay.ReadLadder(r.Context(), s.cfg.conn)
@@ -445,49 +433,6 @@ func (s *Server) consolePause(paused bool) func(http.ResponseWriter, *http.Reque
 	}
 }
 
-// consoleRequeue requeues the newest dead letter of a task (id), or of
-// every task (all=1), starting them over at attempt 1 when reset=1;
-// requeueing twice writes a task once (dlq.Write). It goes back to the
-// dead letters, or to the task's page (from=task).
-func (s *Server) consoleRequeue(w http.ResponseWriter, r *http.Request, _ *page) {
-	queue, id, all := r.PathValue("queue"), r.FormValue("id"), r.FormValue("all") == "1"
-	to := "/console/q/" + url.PathEscape(queue) + "/deadletters"
-	if r.FormValue("from") == "task" && !all {
-		to = "/console/q/" + url.PathEscape(queue) + "/task/" + url.PathEscape(id) // requeued from its page
-	}
-	var ids []string
-	if !all {
-		ids = []string{id}
-	}
-	rs, problems, err := s.dlq.Requeues(r.Context(), queue, ids, r.FormValue("reset") == "1", time.Now())
-	switch {
-	case err != nil:
-		back(w, r, to, err.Error())
-	case len(rs) == 0 && len(problems) > 0:
-		back(w, r, to, problems[0].Error())
-	case len(rs) == 0 && all:
-		back(w, r, to, "no dead letter to requeue")
-	case len(rs) == 0:
-		back(w, r, to, "no dead letter of "+id)
-	default:
-		if !all {
-			rs = rs[:1]
-		}
-		if err := dlq.Write(r.Context(), s.p, rs); err != nil {
-			back(w, r, to, err.Error())
-			return
-		}
-		msg := "requeued " + id
-		if all {
-			msg = fmt.Sprintf("requeued %d dead letters", len(rs))
-			if len(problems) > 0 {
-				msg += fmt.Sprintf("; %d left out: %v", len(problems), problems[0])
-			}
-		}
-		back(w, r, to, msg)
-	}
-}
-
 func (s *Server) consoleCancel(w http.ResponseWriter, r *http.Request, _ *page) {
 	queue, id := r.PathValue("queue"), r.PathValue("id")
 	to := "/console/q/" + url.PathEscape(queue) + "/task/" + url.PathEscape(id)
@@ -508,39 +453,6 @@ func findTaskError(err error) error {
 		return fmt.Errorf("not found within %v: its queue's backlog or the delay buckets take longer to read; reload the page to look again", findTaskWait)
 	}
 	return err
-}
-
-// consoleDeleteLetters deletes a queue's dead letters, every one there
-// when asked (the dead-letter topic's end offsets then), once its form's
-// box confirms it: they cannot be requeued afterwards. A lane queue's go
-// by raising its floors, the lane's other queues' staying (removeLetters).
-func (s *Server) consoleDeleteLetters(w http.ResponseWriter, r *http.Request, pg *page) {
-	queue := r.PathValue("queue")
-	to := "/console/q/" + url.PathEscape(queue) + "/deadletters"
-	if r.FormValue("confirm") != "1" {
-		back(w, r, to, "nothing deleted: tick the box to confirm, as dead letters deleted cannot be requeued")
-		return
-	}
-	adm, err := broker.NewAdmin(s.cfg.conn)
-	if err != nil {
-		back(w, r, to, err.Error())
-		return
-	}
-	defer adm.Close()
-	listed, err := adm.Kadm().ListEndOffsets(r.Context(), broker.DLQTopic(queue))
-	if err == nil {
-		err = listed.Error()
-	}
-	ends := map[int32]int64{}
-	listed.Each(func(o kadm.ListedOffset) { ends[o.Partition] = o.Offset })
-	if err == nil {
-		err = s.removeLetters(r, queue, ends)
-	}
-	if err != nil {
-		back(w, r, to, "nothing deleted: "+err.Error())
-		return
-	}
-	back(w, r, to, "deleted the dead letters of "+shown(pg.Strip, queue))
 }
 
 // consoleRunNow runs a task due later now: it submits a copy of it, due
