@@ -469,16 +469,24 @@ func (in *Inspector) List(ctx context.Context, queue string, f Filter) (Page, er
 			page.Next = cursor(last).String()
 			break
 		}
-		r, err := in.get(queue, h.id)
-		if errors.Is(err, ErrNotFound) {
-			continue // swept meanwhile
-		}
-		if err != nil {
+		if err := in.appendTask(&page, queue, h.id); err != nil {
 			return Page{}, err
 		}
-		page.Tasks = append(page.Tasks, r)
 	}
 	return page, nil
+}
+
+// appendTask appends a task's record to a page, unless it was swept since
+// its index entry was read.
+func (in *Inspector) appendTask(page *Page, queue, id string) error {
+	r, err := in.get(queue, id)
+	if errors.Is(err, ErrNotFound) {
+		return nil
+	}
+	if err == nil {
+		page.Tasks = append(page.Tasks, r)
+	}
+	return err
 }
 
 // Attempts returns a task's history, one record per attempt, oldest
@@ -552,14 +560,9 @@ func (in *Inspector) ListDue(ctx context.Context, queue string, f Filter) (Page,
 			page.Next = cursor{dueOf(&last), last.ID}.String()
 			break
 		}
-		r, err := in.get(queue, id)
-		if errors.Is(err, ErrNotFound) {
-			continue // swept meanwhile
-		}
-		if err != nil {
+		if err := in.appendTask(&page, queue, id); err != nil {
 			return Page{}, err
 		}
-		page.Tasks = append(page.Tasks, r)
 	}
 	return page, nil
 }

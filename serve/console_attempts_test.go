@@ -25,24 +25,12 @@ func TestConsoleTaskAttempts(t *testing.T) {
 	if code, body := a.do("PUT", "/api/shop/jobs?id=flaky-1&tries=3", tok, "x"); code != 201 {
 		t.Fatalf("publish: %d %v", code, body)
 	}
-	w, err := consumer.New(consumer.Conn(a.conn), consumer.Queues("shop.jobs"), consumer.CheckpointDir(t.TempDir()),
-		consumer.Backoff(10*time.Millisecond, 1, 10*time.Millisecond),
-		consumer.WithHandler(consumer.HandlerFunc(func(_ context.Context, task *consumer.Task) error {
-			if task.Attempt < 3 {
-				return fmt.Errorf("boom %d", task.Attempt)
-			}
-			return nil
-		})))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, stop := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- w.Run(ctx) }()
-	defer func() {
-		stop()
-		<-done
-	}()
+	runWorker(t, a, "shop.jobs", func(_ context.Context, task *consumer.Task) error {
+		if task.Attempt < 3 {
+			return fmt.Errorf("boom %d", task.Attempt)
+		}
+		return nil
+	}, consumer.Backoff(10*time.Millisecond, 1, 10*time.Millisecond))
 	if code, body := a.do("GET", "/api/shop/jobs/job/flaky-1/wait?timeout=60", tok, ""); code != 200 || body["done"] != true {
 		t.Fatalf("wait: %d %v", code, body)
 	}
@@ -73,23 +61,12 @@ func TestConsoleRequeueAll(t *testing.T) {
 	}
 	var failing atomic.Bool
 	failing.Store(true)
-	w, err := consumer.New(consumer.Conn(a.conn), consumer.Queues("shop.jobs"), consumer.CheckpointDir(t.TempDir()),
-		consumer.WithHandler(consumer.HandlerFunc(func(_ context.Context, task *consumer.Task) error {
-			if failing.Load() {
-				return errors.New("smtp: 550 mailbox unavailable")
-			}
-			return task.SetResult([]byte(fmt.Sprintf("attempt %d", task.Attempt)))
-		})))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, stop := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- w.Run(ctx) }()
-	defer func() {
-		stop()
-		<-done
-	}()
+	runWorker(t, a, "shop.jobs", func(_ context.Context, task *consumer.Task) error {
+		if failing.Load() {
+			return errors.New("smtp: 550 mailbox unavailable")
+		}
+		return task.SetResult([]byte(fmt.Sprintf("attempt %d", task.Attempt)))
+	})
 	for _, id := range []string{"d-1", "d-2"} {
 		if code, body := a.do("GET", "/api/shop/jobs/job/"+id+"/wait?timeout=60", tok, ""); code != 200 || body["done"] != true {
 			t.Fatalf("wait %s: %d %v", id, code, body)

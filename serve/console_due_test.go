@@ -78,21 +78,11 @@ func TestConsoleRunNow(t *testing.T) {
 		t.Fatalf("publish without an ID: %d %v", code, body)
 	}
 	var runs atomic.Int32
-	w, err := consumer.New(consumer.Conn(a.conn), consumer.Queues("shop.jobs"), consumer.CheckpointDir(t.TempDir()),
-		consumer.WithHandler(consumer.HandlerFunc(func(context.Context, *consumer.Task) error {
-			runs.Add(1)
-			return nil
-		})))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, stop := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- w.Run(ctx) }()
-	defer func() {
-		stop()
-		<-done
-	}()
+	runWorker(t, a, "shop.jobs", func(context.Context, *consumer.Task) error {
+		runs.Add(1)
+		return nil
+	})
+	ctx := context.Background()
 	b := newBrowser(t, chromium)
 	b.login(a.url, tok)
 	b.run("the generated one", chromedp.Navigate(a.url+"/console/q/shop.jobs/task/"+anon), chromedp.WaitVisible(chromedp.CSS("#payload")))

@@ -126,23 +126,12 @@ func TestConsole(t *testing.T) {
 			t.Fatalf("publish %s: %d %v", p, code, b)
 		}
 	}
-	w, err := consumer.New(consumer.Conn(a.conn), consumer.Queues("shop.jobs"), consumer.CheckpointDir(t.TempDir()),
-		consumer.WithHandler(consumer.HandlerFunc(func(_ context.Context, task *consumer.Task) error {
-			if string(task.Payload) == "fail" {
-				return errors.New("smtp: 550 mailbox unavailable")
-			}
-			return task.SetResult([]byte("sent"))
-		})))
-	if err != nil {
-		t.Fatal(err)
-	}
-	wctx, stop := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- w.Run(wctx) }()
-	defer func() {
-		stop()
-		<-done
-	}()
+	runWorker(t, a, "shop.jobs", func(_ context.Context, task *consumer.Task) error {
+		if string(task.Payload) == "fail" {
+			return errors.New("smtp: 550 mailbox unavailable")
+		}
+		return task.SetResult([]byte("sent"))
+	})
 	for _, id := range []string{"ok-1", "bad-1"} {
 		if code, b := a.do("GET", "/api/shop/jobs/job/"+id+"/wait?timeout=60", tok, ""); code != 200 || b["done"] != true {
 			t.Fatalf("wait %s: %d %v", id, code, b)

@@ -40,6 +40,27 @@ func start(t testing.TB, opts ...serve.Opt) *api {
 	return startOn(t, conn, opts...)
 }
 
+// runWorker runs a worker of queue on a's broker with handler h (and
+// opts) until the test ends, and fails the test if it stopped with an
+// error: a queue made by a publish must exist before it starts.
+func runWorker(t *testing.T, a *api, queue string, h consumer.HandlerFunc, opts ...consumer.Opt) {
+	t.Helper()
+	w, err := consumer.New(append([]consumer.Opt{consumer.Conn(a.conn), consumer.Queues(queue), consumer.CheckpointDir(t.TempDir()),
+		consumer.WithHandler(h)}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	t.Cleanup(func() {
+		stop()
+		if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+			t.Errorf("worker of %s: %v", queue, err)
+		}
+	})
+}
+
 // layouts are the queue layouts of onceq serve that the lmstfy API's
 // tests run on: a topic per queue, and every queue on one lane.
 var layouts = []struct {
