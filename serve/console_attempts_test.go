@@ -25,12 +25,12 @@ func TestConsoleTaskAttempts(t *testing.T) {
 	if code, body := a.do("PUT", "/api/shop/jobs?id=flaky-1&tries=3", tok, "x"); code != 201 {
 		t.Fatalf("publish: %d %v", code, body)
 	}
-	runWorker(t, a, "shop.jobs", func(_ context.Context, task *consumer.Task) error {
+	runWorker(t, a, func(_ context.Context, task *consumer.Task) error {
 		if task.Attempt < 3 {
 			return fmt.Errorf("boom %d", task.Attempt)
 		}
 		return nil
-	}, consumer.Backoff(10*time.Millisecond, 1, 10*time.Millisecond))
+	}, consumer.Queues("shop.jobs"), consumer.Backoff(10*time.Millisecond, 1, 10*time.Millisecond))
 	if code, body := a.do("GET", "/api/shop/jobs/job/flaky-1/wait?timeout=60", tok, ""); code != 200 || body["done"] != true {
 		t.Fatalf("wait: %d %v", code, body)
 	}
@@ -61,12 +61,12 @@ func TestConsoleRequeueAll(t *testing.T) {
 	}
 	var failing atomic.Bool
 	failing.Store(true)
-	runWorker(t, a, "shop.jobs", func(_ context.Context, task *consumer.Task) error {
+	runWorker(t, a, func(_ context.Context, task *consumer.Task) error {
 		if failing.Load() {
 			return errors.New("smtp: 550 mailbox unavailable")
 		}
 		return task.SetResult([]byte(fmt.Sprintf("attempt %d", task.Attempt)))
-	})
+	}, consumer.Queues("shop.jobs"))
 	for _, id := range []string{"d-1", "d-2"} {
 		if code, body := a.do("GET", "/api/shop/jobs/job/"+id+"/wait?timeout=60", tok, ""); code != 200 || body["done"] != true {
 			t.Fatalf("wait %s: %d %v", id, code, body)

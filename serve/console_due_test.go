@@ -78,10 +78,10 @@ func TestConsoleRunNow(t *testing.T) {
 		t.Fatalf("publish without an ID: %d %v", code, body)
 	}
 	var runs atomic.Int32
-	runWorker(t, a, "shop.jobs", func(context.Context, *consumer.Task) error {
+	runWorker(t, a, func(context.Context, *consumer.Task) error {
 		runs.Add(1)
 		return nil
-	})
+	}, consumer.Queues("shop.jobs"))
 	ctx := context.Background()
 	b := newBrowser(t, chromium)
 	b.login(a.url, tok)

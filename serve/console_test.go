@@ -126,12 +126,12 @@ func TestConsole(t *testing.T) {
 			t.Fatalf("publish %s: %d %v", p, code, b)
 		}
 	}
-	runWorker(t, a, "shop.jobs", func(_ context.Context, task *consumer.Task) error {
+	runWorker(t, a, func(_ context.Context, task *consumer.Task) error {
 		if string(task.Payload) == "fail" {
 			return errors.New("smtp: 550 mailbox unavailable")
 		}
 		return task.SetResult([]byte("sent"))
-	})
+	}, consumer.Queues("shop.jobs"))
 	for _, id := range []string{"ok-1", "bad-1"} {
 		if code, b := a.do("GET", "/api/shop/jobs/job/"+id+"/wait?timeout=60", tok, ""); code != 200 || b["done"] != true {
 			t.Fatalf("wait %s: %d %v", id, code, b)
@@ -252,34 +252,21 @@ func startWorkflows(t *testing.T, queues ...string) (*api, *producer.Producer) {
 	for _, q := range queues {
 		testutil.CreateTopic(t, a.conn, q, 2)
 	}
-	w, err := consumer.New(consumer.Conn(a.conn), consumer.Queues(queues...), consumer.CheckpointDir(t.TempDir()),
-		consumer.WithHandler(consumer.HandlerFunc(func(_ context.Context, task *consumer.Task) error {
-			switch p := string(task.Payload); {
-			case p == "fail":
-				return consumer.SkipRetry(errors.New(`render: template "weekly" not found in /srv/reports/templates ` +
-					`(searched weekly.html.tmpl, weekly.tmpl and weekly.txt.tmpl): check the template named in the report's configuration`))
-			case strings.HasPrefix(string(task.Input), "["):
-				rs, err := workflow.Results(task.Input)
-				if err != nil {
-					return consumer.SkipRetry(err)
-				}
-				return task.SetResult(bytes.Join(rs, []byte("+")))
-			default:
-				return task.SetResult([]byte(p + " done"))
+	runWorker(t, a, func(_ context.Context, task *consumer.Task) error {
+		switch p := string(task.Payload); {
+		case p == "fail":
+			return consumer.SkipRetry(errors.New(`render: template "weekly" not found in /srv/reports/templates ` +
+				`(searched weekly.html.tmpl, weekly.tmpl and weekly.txt.tmpl): check the template named in the report's configuration`))
+		case strings.HasPrefix(string(task.Input), "["):
+			rs, err := workflow.Results(task.Input)
+			if err != nil {
+				return consumer.SkipRetry(err)
 			}
-		})))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, stop := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- w.Run(ctx) }()
-	t.Cleanup(func() {
-		stop()
-		if err := <-done; err != nil {
-			t.Errorf("worker: %v", err)
+			return task.SetResult(bytes.Join(rs, []byte("+")))
+		default:
+			return task.SetResult([]byte(p + " done"))
 		}
-	})
+	}, consumer.Queues(queues...))
 	p, err := producer.New(producer.Conn(a.conn))
 	if err != nil {
 		t.Fatal(err)

@@ -40,13 +40,13 @@ func start(t testing.TB, opts ...serve.Opt) *api {
 	return startOn(t, conn, opts...)
 }
 
-// runWorker runs a worker of queue on a's broker with handler h (and
-// opts) until the test ends, and fails the test if it stopped with an
-// error: a queue made by a publish must exist before it starts.
-func runWorker(t *testing.T, a *api, queue string, h consumer.HandlerFunc, opts ...consumer.Opt) {
+// runWorker runs a worker on a's broker with handler h and opts (its
+// queues among them) until the test ends, and fails the test if it
+// stopped with an error: a queue made by a publish must exist before it
+// starts.
+func runWorker(t *testing.T, a *api, h consumer.HandlerFunc, opts ...consumer.Opt) {
 	t.Helper()
-	w, err := consumer.New(append([]consumer.Opt{consumer.Conn(a.conn), consumer.Queues(queue), consumer.CheckpointDir(t.TempDir()),
-		consumer.WithHandler(h)}, opts...)...)
+	w, err := consumer.New(append([]consumer.Opt{consumer.Conn(a.conn), consumer.CheckpointDir(t.TempDir()), consumer.WithHandler(h)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,7 +56,7 @@ func runWorker(t *testing.T, a *api, queue string, h consumer.HandlerFunc, opts 
 	t.Cleanup(func() {
 		stop()
 		if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
-			t.Errorf("worker of %s: %v", queue, err)
+			t.Errorf("worker: %v", err)
 		}
 	})
 }
