@@ -82,8 +82,13 @@ const (
 	fleetTries             = 5
 	fleetConsumers         = 6
 	fleetKills             = 6 // each server, in turn, 3 times
-	// fleetLateAnswer bounds a late ACK's answer.
+	// fleetLateAnswer bounds the late ACKs' answers at their p99, and
+	// fleetLateMax each one: a machine whose cores are all busy (a killed
+	// server restarting beside the broker) stalls a few for more than a
+	// second, while an ACK blocked until the group's session times out
+	// waits far longer than either.
 	fleetLateAnswer = time.Second
+	fleetLateMax    = 3 * time.Second
 )
 
 // The namespaces and their queues: each queue holds the same job IDs.
