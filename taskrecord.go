@@ -19,6 +19,7 @@ type TaskState string
 const (
 	StatePending   TaskState = "pending"
 	StateScheduled TaskState = "scheduled" // waiting in the delay buckets until Due
+	StateRunning   TaskState = "running"   // a worker runs it since Started (runs past a second are recorded)
 	StateRetrying  TaskState = "retrying"  // failed; its next attempt is due at Due
 	StateSucceeded TaskState = "succeeded" // final, with its Result
 	StateDead      TaskState = "dead"      // final: dead-lettered, with Reason and Error
@@ -27,7 +28,7 @@ const (
 )
 
 // TaskStates lists every state, in the order of a task's life.
-var TaskStates = []TaskState{StatePending, StateScheduled, StateRetrying, StateSucceeded, StateDead, StateExpired, StateCanceled}
+var TaskStates = []TaskState{StatePending, StateScheduled, StateRunning, StateRetrying, StateSucceeded, StateDead, StateExpired, StateCanceled}
 
 // Final reports whether a task in state s is done: it never runs again.
 func (s TaskState) Final() bool {
@@ -45,7 +46,7 @@ func ParseTaskState(s string) (TaskState, error) {
 			return st, nil
 		}
 	}
-	return "", fmt.Errorf("onceq: task state %q: want one of pending, scheduled, retrying, succeeded, dead, expired, canceled", s)
+	return "", fmt.Errorf("onceq: task state %q: want one of pending, scheduled, running, retrying, succeeded, dead, expired, canceled", s)
 }
 
 // TaskRecord is one transition of a task, as workers write it to its

@@ -69,10 +69,15 @@ func (w *Worker) commit(ctx context.Context) error {
 	// its partition) or an expiry's tombstones give a commit something to
 	// do once the last one found nothing: a worker over thousands of idle
 	// partitions skips looking at each of them every commit interval.
-	if w.nothingToCommit && w.completed.Load() == 0 && !w.hasTombstones() {
+	if w.nothingToCommit && w.completed.Load() == 0 && !w.hasTombstones() && !w.runningDue.Load() {
 		return nil
 	}
 	w.nothingToCommit = false
+	// The partitions whose runs may get running records (running.go).
+	var live map[*partState]bool
+	if w.runningDue.Swap(false) {
+		live = map[*partState]bool{}
+	}
 	w.completed.Store(0)
 	var (
 		recs    []*kgo.Record
@@ -109,6 +114,9 @@ func (w *Worker) commit(ctx context.Context) error {
 				deferred = true
 				continue
 			}
+		}
+		if live != nil {
+			live[ps] = true
 		}
 		res, to, moved, upTo := ps.collect()
 		if keep.Offset < 0 && to.Offset >= 0 {
@@ -149,6 +157,10 @@ func (w *Worker) commit(ctx context.Context) error {
 			recs = w.appendRecordBatches(recs, p.ps, p.results)
 		}
 		recs = w.appendEmittedBatches(recs, parts)
+	}
+	var running []*handlerRun
+	if live != nil {
+		recs, running = w.appendRunning(recs, live, time.Now())
 	}
 	// Tombstones of expired IDs go first: a mark of this commit for an ID
 	// that expiry removed must come after its tombstone, so that a replay
@@ -193,6 +205,7 @@ func (w *Worker) commit(ctx context.Context) error {
 	}
 	committed, refused, err := w.kafka.commit(ctx, recs, offsets, sources)
 	w.metrics.commit.WithLabelValues("kafka").Observe(time.Since(start).Seconds())
+	w.markRunning(running, err == nil && committed)
 	if err != nil {
 		return fmt.Errorf("consumer: committing: %w", err)
 	}

@@ -69,6 +69,7 @@ const (
 	DefaultGroupProtocol       = ClassicGroup
 	DefaultTaskRecords         = true
 	DefaultResultRetention     = DefaultDedupWindow
+	DefaultRecordRunningAfter  = time.Second
 	DefaultMaxResultBytes      = 64 << 10
 	DefaultOnDemandLine        = 1000
 )
@@ -115,6 +116,7 @@ type config struct {
 	noSync          bool
 	taskRecords     bool
 	resultRetention time.Duration
+	runningAfter    time.Duration
 	maxResultBytes  int
 	quietAfter      time.Duration
 	metricsPerQueue bool
@@ -149,6 +151,7 @@ func defaults() config {
 		maxMessageBytes: onceq.DefaultMaxMessageBytes,
 		taskRecords:     DefaultTaskRecords,
 		resultRetention: DefaultResultRetention,
+		runningAfter:    DefaultRecordRunningAfter,
 		maxResultBytes:  DefaultMaxResultBytes,
 		quietAfter:      DefaultQuietAfter,
 		metricsPerQueue: DefaultMetricsPerQueue,
@@ -367,6 +370,17 @@ func ParseCommitPoint(s string) (CommitPoint, error) {
 // Default DefaultTaskRecords (on).
 func TaskRecords(on bool) Opt { return optFunc(func(c *config) { c.taskRecords = on }) }
 
+// RecordRunningAfter sets how long a handler runs before the worker
+// records its task running (onceq.StateRunning, with the worker and the
+// start time), in the next commit's transaction, so that readers see the
+// slow runs in progress; the run's outcome is recorded over it. Shorter
+// runs are never recorded running, and cost nothing. 0 records no run
+// in progress. Default DefaultRecordRunningAfter (1s); at least
+// 100ms. It needs TaskRecords.
+func RecordRunningAfter(d time.Duration) Opt {
+	return optFunc(func(c *config) { c.runningAfter = d })
+}
+
 // ResultRetention sets how long task records keep their results: the
 // records topic keeps records this long (its retention.ms, the dedup
 // window if that is longer: set when the worker creates the topic, and
@@ -564,6 +578,9 @@ func (c *config) validate(nils int) error {
 	}
 	if c.maxMessageBytes < 1 {
 		errs.Bad("MaxMessageBytes", c.maxMessageBytes, "want 1 or more")
+	}
+	if c.runningAfter < 0 || c.runningAfter > 0 && c.runningAfter < 100*time.Millisecond {
+		errs.Bad("RecordRunningAfter", c.runningAfter, "want 0 (no runs in progress recorded) or 100ms or more")
 	}
 	if c.resultRetention < 0 || c.resultRetention > 0 && c.resultRetention < time.Minute {
 		errs.Bad("ResultRetention", c.resultRetention, "want 0 (states only) or 1m or more")

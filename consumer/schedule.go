@@ -128,9 +128,11 @@ type handlerRun struct {
 	// stopped: a cancel of the task in the control topic canceled its
 	// context; unless the handler succeeds all the same, it ends canceled.
 	stopped atomic.Bool
-	it      *item
-	task    *onceq.Task
-	key     string
+	// recorded: its running record committed (running.go).
+	recorded atomic.Bool
+	it       *item
+	task     *onceq.Task
+	key      string
 }
 
 const (
@@ -434,6 +436,7 @@ func (s *scheduler) check(now time.Time) time.Time {
 			next = r.ctx.deadline
 		}
 		s.stopIfCanceled(r)
+		next = s.w.noteRunning(r, now, next)
 		if now.After(r.abandonAt) {
 			if r.state.CompareAndSwap(runRunning, runAbandoned) {
 				s.wg.Add(1)

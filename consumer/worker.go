@@ -73,6 +73,8 @@ type Worker struct {
 	// nothing to commit waits idlePoll, and the first task to finish
 	// ends it.
 	pollCancel atomic.Pointer[context.CancelFunc]
+	// runningDue: a run is due for its running record (running.go).
+	runningDue atomic.Bool
 	wake       chan struct{}
 	instanceID string
 	stopping   atomic.Bool
@@ -234,14 +236,14 @@ func (w *Worker) Run(ctx context.Context) (err error) {
 			// return at once again and again, reading nothing, until the
 			// commit is due.
 			until := next
-			idle := w.nothingToCommit && w.completed.Load() == 0 && !w.hasTombstones()
+			idle := w.nothingToCommit && w.completed.Load() == 0 && !w.hasTombstones() && !w.runningDue.Load()
 			if idle {
 				until = time.Now().Add(max(w.cfg.commitInterval, idlePoll))
 			}
 			pctx, cancel := context.WithDeadline(ctx, until)
 			if idle {
 				w.pollCancel.Store(&cancel)
-				if w.completed.Load() > 0 {
+				if w.completed.Load() > 0 || w.runningDue.Load() {
 					cancel() // one finished meanwhile: poll until the commit is due
 				}
 			}

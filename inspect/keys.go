@@ -33,8 +33,9 @@ const (
 
 // viewFormat numbers the layout above and the meta's; a stored view of
 // another is rebuilt. 2: the meta holds the task's priority. 3: failed
-// attempts are kept (prefixAttempt), and the meta says so.
-const viewFormat = 3
+// attempts are kept (prefixAttempt), and the meta says so. 4: the state
+// running (its index moves the later states' up by one).
+const viewFormat = 4
 
 // meta is what a stored record's value starts with: enough to find its
 // index entry and to judge a newer record without decoding its JSON.
@@ -64,8 +65,15 @@ func (m meta) final() bool {
 // does not make a finished task look pending again; a final record
 // without a worker (the record of a task whose queue record was deleted
 // unrun: a destroyed queue's) ends its task, whatever it was before.
+//
+// A worker's running record replaces a final record only if its run
+// started after that record's transition: the run of a task requeued
+// from the dead letters, not a run that its worker lost (its partition
+// moved, and its next owner ended the task first).
 func (m meta) supersedes(old meta) bool {
 	switch {
+	case m.worker && m.state == stateRunning && old.final():
+		return m.last > old.last
 	case m.worker:
 		return true
 	case m.final():
@@ -152,6 +160,9 @@ func dueOf(r *onceq.TaskRecord) int64 {
 	}
 	return 0
 }
+
+// stateRunning is the index of onceq.StateRunning.
+var stateRunning = stateIndex(onceq.StateRunning)
 
 func stateIndex(s onceq.TaskState) byte {
 	for i, st := range onceq.TaskStates {

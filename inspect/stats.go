@@ -18,7 +18,7 @@ type QueueStats struct {
 	// Tasks counts the retained tasks by state, from their records.
 	Tasks map[onceq.TaskState]int64 `json:"tasks"`
 	// ByPriority counts the retained tasks not finished yet (pending,
-	// scheduled or retrying) by priority, 0 to onceq.MaxPriority;
+	// scheduled, running or retrying) by priority, 0 to onceq.MaxPriority;
 	// priorities of none are left out.
 	ByPriority map[int]int64 `json:"by_priority"`
 	// DueWithin counts the scheduled and retrying tasks due within each

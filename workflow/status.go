@@ -94,8 +94,8 @@ func Get(ctx context.Context, in *inspect.Inspector, id string) (Status, error) 
 	}
 	st.Start = &rec
 	switch rec.State {
-	case onceq.StatePending:
-		return st, nil
+	case onceq.StatePending, onceq.StateRunning:
+		return st, nil // its start task runs: no step started yet
 	case onceq.StateScheduled, onceq.StateRetrying:
 		// Waiting: the service keeps its shape meanwhile, so its steps
 		// show, none started.

@@ -54,6 +54,7 @@ type workerFlags struct {
 	memoryLimit     string
 	taskRecords     bool
 	resultRetention time.Duration
+	runningAfter    time.Duration
 	maxResultBytes  int
 }
 
@@ -116,6 +117,7 @@ meanwhile.`,
 	fl.DurationVar(&f.quietAfter, "quiet-after", consumer.DefaultQuietAfter, "how long a partition goes without tasks before the worker stops fetching it until a task comes (at least 500ms)")
 	fl.BoolVar(&f.taskRecords, "task-records", consumer.DefaultTaskRecords, "write each task's outcome and result to onceq-rec-QUEUE, for 'onceq task' to read")
 	fl.DurationVar(&f.resultRetention, "result-retention", consumer.DefaultResultRetention, "how long task records keep results (0: states only)")
+	fl.DurationVar(&f.runningAfter, "record-running-after", consumer.DefaultRecordRunningAfter, "how long a task runs before its record says running, with this worker and its start (100ms or more; 0: never)")
 	fl.IntVar(&f.maxResultBytes, "max-result-bytes", consumer.DefaultMaxResultBytes, "largest result a task may return")
 	fl.BoolVar(&f.delayService, "delay-service", true, "also run the delay service (moves delayed tasks and retries on); off when it runs apart (onceq delay)")
 	fl.BoolVar(&f.workflowService, "workflow-service", true, "also run the workflow service (starts workflows, joins groups and chords); every worker may run one")
@@ -200,7 +202,7 @@ func runWorker(cmd *cobra.Command, g *globals, f workerFlags) error {
 		consumer.SessionTimeout(f.sessionTimeout), consumer.TransactionTimeout(f.txnTimeout), consumer.RetryPause(f.retryPause),
 		consumer.MaxAttempts(f.maxAttempts), consumer.Backoff(f.backoffBase, f.backoffFactor, f.backoffMax),
 		consumer.AbandonGrace(f.abandonGrace), consumer.QuietAfter(f.quietAfter), consumer.MetricsPerQueue(f.metricsPerQueue), consumer.Planner(planner), consumer.DropExpired(f.dropExpired), consumer.CommitHook(hook), consumer.GroupProtocol(f.groupProtocol),
-		consumer.TaskRecords(f.taskRecords), consumer.ResultRetention(f.resultRetention), consumer.MaxResultBytes(f.maxResultBytes), consumer.CheckpointFS(diskFS), consumer.Registerer(reg), consumer.Logger(g.log),
+		consumer.TaskRecords(f.taskRecords), consumer.ResultRetention(f.resultRetention), consumer.RecordRunningAfter(f.runningAfter), consumer.MaxResultBytes(f.maxResultBytes), consumer.CheckpointFS(diskFS), consumer.Registerer(reg), consumer.Logger(g.log),
 	)
 	if err != nil {
 		return flagError(cmd.Flags(), err)

@@ -1,0 +1,103 @@
+package consumer
+
+import (
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/onceq/onceq"
+)
+
+// Runs in progress. A handler that runs past RecordRunningAfter gets a
+// running record (onceq.StateRunning: the worker, the start) in the next
+// commit's transaction, written like the outcomes' records: to its
+// partition's records batch key, so that it lands before the outcome's
+// record, which the run writes in a later commit. Runs shorter than that,
+// the usual case, are never looked at by the commit.
+//
+// The watchdog, which looks at every running handler anyway, notices a
+// run that is due (noteRunning) and wakes the commit loop; the commit
+// then scans the slots (appendRunning), and marks the runs it wrote once
+// its transaction committed.
+
+// noteRunning is called by the watchdog with a run still in its slot: if
+// the run is due for its running record, it flags the commit loop and
+// wakes its poll; it returns next, or the run's due time if earlier.
+func (w *Worker) noteRunning(r *handlerRun, now, next time.Time) time.Time {
+	after := w.cfg.runningAfter
+	if after == 0 || !w.cfg.taskRecords || r.recorded.Load() {
+		return next
+	}
+	if at := r.started.Add(after); now.Before(at) {
+		if at.Before(next) {
+			return at
+		}
+		return next
+	}
+	if !w.runningDue.Swap(true) {
+		if cancel := w.pollCancel.Load(); cancel != nil {
+			(*cancel)() // the poll waits no longer: there is a record to commit
+		}
+	}
+	return next
+}
+
+// appendRunning appends the running records of the runs due for one, of
+// the partitions a commit covers (live), as JSON lines batched per
+// partition's records key, and returns the runs written, which the
+// commit marks recorded once it committed (markRunning). A run whose
+// handler returned meanwhile is past its slot (endRun vacates it before
+// its result exists), so its outcome comes in a later commit, after this
+// record.
+func (w *Worker) appendRunning(recs []*kgo.Record, live map[*partState]bool, now time.Time) ([]*kgo.Record, []*handlerRun) {
+	var (
+		runs  []*handlerRun
+		bufs  map[*partState][]byte
+		order []*partState
+	)
+	w.sched.running(func(r *handlerRun) {
+		if r.recorded.Load() || r.state.Load() != runRunning || now.Sub(r.started) < w.cfg.runningAfter || !live[r.it.ps] {
+			return
+		}
+		ps := r.it.ps
+		tr := runningRecord(r, w.instanceID)
+		if bufs == nil {
+			bufs = map[*partState][]byte{}
+		}
+		buf, ok := bufs[ps]
+		if !ok {
+			order = append(order, ps)
+		}
+		bufs[ps] = append(tr.AppendJSON(buf), '\n')
+		runs = append(runs, r)
+	})
+	for _, ps := range order {
+		recs = append(recs, &kgo.Record{Topic: ps.recordsTopic, Key: ps.recordsKey, Value: bufs[ps]})
+	}
+	return recs, runs
+}
+
+// runningRecord is the running record of run r on worker instance.
+func runningRecord(r *handlerRun, instance string) onceq.TaskRecord {
+	t, src := r.task, r.it.rec
+	tr := onceq.TaskRecord{ID: t.ID, Queue: src.Topic, State: onceq.StateRunning, Attempt: t.Attempt, MaxAttempts: t.MaxAttempts,
+		Priority: t.Priority, Enqueued: t.Enqueued, Started: r.started, Worker: instance, Partition: src.Partition, Offset: src.Offset}
+	if onceq.QueueTopic(t.Queue) == src.Topic {
+		tr.Queue = t.Queue // a lane queue of the topic
+	}
+	return tr
+}
+
+// markRunning marks runs recorded, once the commit that wrote their
+// records committed; after an abort they are written again.
+func (w *Worker) markRunning(runs []*handlerRun, committed bool) {
+	if !committed {
+		if len(runs) > 0 {
+			w.runningDue.Store(true)
+		}
+		return
+	}
+	for _, r := range runs {
+		r.recorded.Store(true)
+	}
+}
