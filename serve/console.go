@@ -41,6 +41,12 @@ var pages = template.Must(template.New("").Funcs(template.FuncMap{
 		}
 		return time.Since(t).Round(time.Second).String() + " ago"
 	},
+	"for": func(t time.Time) string {
+		if t.IsZero() {
+			return ""
+		}
+		return time.Since(t).Round(time.Second).String()
+	},
 	"at": func(t time.Time) string {
 		if t.IsZero() {
 			return ""

@@ -128,7 +128,7 @@ type queueRow struct {
 	Queue   string
 	Paused  bool
 	Tasks   map[onceq.TaskState]int64
-	Waiting int64
+	Waiting int64 // pending or overdue: due, and not started
 	Groups  []inspect.GroupStats
 	Overdue int64
 	// LaneQueues counts the lane queues on the queue's topic.
@@ -172,9 +172,11 @@ func (s *Server) homePage(w http.ResponseWriter, r *http.Request, pg *page) {
 			if st.LaneQueues > 0 {
 				row.Tasks = st.LaneTasks // the lane in total
 			}
-			for _, g := range st.Groups {
-				row.Waiting = max(row.Waiting, g.Waiting)
-			}
+			// Waiting to start, as the records say: pending, and
+			// scheduled or retrying past their due time. A group's
+			// offsets also stand below tasks that finished after a
+			// slow one, so they are shown apart, per group.
+			row.Waiting = row.Tasks[onceq.StatePending] + st.Overdue
 			rows = append(rows, row)
 		}
 		if err != nil {
