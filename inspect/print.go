@@ -56,7 +56,11 @@ func WriteTask(w io.Writer, r onceq.TaskRecord) error {
 		line("priority", strconv.Itoa(r.Priority))
 	}
 	line("enqueued", formatTime(r.Enqueued))
-	line("started", formatTime(r.Started))
+	if r.State == onceq.StateRunning && !r.Started.IsZero() {
+		line("started", formatTime(r.Started)+" (running for "+time.Since(r.Started).Round(time.Second).String()+")")
+	} else {
+		line("started", formatTime(r.Started))
+	}
 	if f := formatTime(r.Finished); f != "" && !r.Started.IsZero() {
 		line("finished", f+" (ran "+Ran(r)+")")
 	} else {

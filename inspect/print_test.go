@@ -47,6 +47,20 @@ func TestWriteTaskNotRun(t *testing.T) {
 	}
 }
 
+func TestWriteTaskRunning(t *testing.T) {
+	var b bytes.Buffer
+	started := time.Now().Add(-90 * time.Second)
+	if err := WriteTask(&b, onceq.TaskRecord{ID: "order-9", Queue: "emails", State: onceq.StateRunning, Attempt: 1, Started: started, Worker: "w-1/ab", Partition: 2, Offset: 7}); err != nil {
+		t.Fatal(err)
+	}
+	got := strings.Join(strings.Fields(b.String()), " ")
+	for _, want := range []string{"state running ", "(running for 1m30s) ", "worker w-1/ab ", "record emails/2@7"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("got:\n%s\nwant it to hold %q", b.String(), want)
+		}
+	}
+}
+
 func TestFormatResult(t *testing.T) {
 	for _, tc := range []struct {
 		in   []byte
