@@ -105,11 +105,17 @@ func decodeMeta(v []byte) (meta, []byte, error) {
 }
 
 // tally is what the view counts of a queue's tasks: per state, by index
-// in onceq.TaskStates, and the unfinished ones per priority.
+// in onceq.TaskStates, the unfinished ones per priority, and the failed
+// attempts kept (prefixAttempt).
 type tally struct {
-	states [8]int64
-	prio   [onceq.MaxPriority + 1]int64
+	states   [8]int64
+	prio     [onceq.MaxPriority + 1]int64
+	attempts int64
 }
+
+// failed counts the failed attempts of the tasks retained: each attempt
+// retried, and each dead task's last.
+func (t *tally) failed() int64 { return t.attempts + t.states[stateIndex(onceq.StateDead)] }
 
 // add counts n more tasks (n < 0: fewer) of meta m.
 func (t *tally) add(m meta, n int64) {
@@ -147,6 +153,7 @@ func (t *tally) merge(o *tally) {
 	for i, n := range o.states {
 		t.states[i] += n
 	}
+	t.attempts += o.attempts
 	for i, n := range o.prio {
 		t.prio[i] += n
 	}

@@ -17,6 +17,9 @@ type QueueStats struct {
 	Paused bool   `json:"paused"`
 	// Tasks counts the retained tasks by state, from their records.
 	Tasks map[onceq.TaskState]int64 `json:"tasks"`
+	// Failed counts the failed attempts of the retained tasks: each
+	// attempt that was retried, and each dead task's last.
+	Failed int64 `json:"failed"`
 	// ByPriority counts the retained tasks not finished yet (pending,
 	// scheduled, running or retrying) by priority, 0 to onceq.MaxPriority;
 	// priorities of none are left out.
@@ -38,6 +41,8 @@ type QueueStats struct {
 	// of its whole topic by state: its own and every lane queue's, the
 	// lane in total.
 	LaneTasks map[onceq.TaskState]int64 `json:"lane_tasks,omitempty"`
+	// LaneFailed counts the lane's failed attempts in total, as Failed.
+	LaneFailed int64 `json:"lane_failed,omitempty"`
 }
 
 // GroupStats is one consumer group's progress on a queue.
@@ -80,10 +85,10 @@ func (in *Inspector) StatsOf(ctx context.Context, queues []string) ([]QueueStats
 	}
 	sts := make([]QueueStats, len(queues))
 	for i, q := range queues {
-		sts[i] = QueueStats{Queue: q, Paused: paused[q], Tasks: ts[i].byState(), ByPriority: ts[i].byPriority()}
+		sts[i] = QueueStats{Queue: q, Paused: paused[q], Tasks: ts[i].byState(), Failed: ts[i].failed(), ByPriority: ts[i].byPriority()}
 		if total, n := in.laneTally(q); n > 0 {
 			total.merge(&ts[i])
-			sts[i].LaneQueues, sts[i].LaneTasks = n, total.byState()
+			sts[i].LaneQueues, sts[i].LaneTasks, sts[i].LaneFailed = n, total.byState(), total.failed()
 		}
 		if err := in.dueStats(q, &sts[i]); err != nil {
 			return nil, err

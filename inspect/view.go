@@ -350,6 +350,7 @@ func (in *Inspector) apply(topic string, partition int32, recs []*kgo.Record, si
 	touched := map[string]meta{} // this batch's records, newer than the store
 	counts := map[string]*tally{}
 	var finals [][]byte
+	var attempts map[string]bool // the failed attempts this batch keeps
 	next := recs[len(recs)-1].Offset + 1
 	for _, r := range recs {
 		if r.Attrs.IsControl() || len(r.Value) == 0 {
@@ -385,17 +386,31 @@ func (in *Inspector) apply(topic string, partition int32, recs []*kgo.Record, si
 				continue // a producer's pending record never hides a worker's, nor a final one
 			}
 			m.retried = had && old.retried
-			if tr.Worker != "" && tr.State == onceq.StateRetrying && tr.Attempt > 0 {
-				// A failed attempt, kept for the task's history (Attempts).
-				m.retried = true
-				if err := b.Set(attemptKey(queue, tr.ID, tr.Attempt), line, nil); err != nil {
-					return err
-				}
-			}
 			c := counts[queue]
 			if c == nil {
 				c = new(tally)
 				counts[queue] = c
+			}
+			if tr.Worker != "" && tr.State == onceq.StateRetrying && tr.Attempt > 0 {
+				// A failed attempt, kept for the task's history (Attempts).
+				ak := attemptKey(queue, tr.ID, tr.Attempt)
+				if !attempts[string(ak)] {
+					known, err := in.hasKey(ak)
+					if err != nil {
+						return err
+					}
+					if !known {
+						c.attempts++
+					}
+					if attempts == nil {
+						attempts = map[string]bool{}
+					}
+					attempts[string(ak)] = true
+				}
+				m.retried = true
+				if err := b.Set(ak, line, nil); err != nil {
+					return err
+				}
 			}
 			if had {
 				c.add(old, -1)
@@ -541,12 +556,60 @@ func (in *Inspector) countTopic(t *topicView) error {
 			return in.dbErr(err)
 		}
 	}
+	for _, sp := range topicSpans(prefixAttempt, t.owner) {
+		it, err := in.db.NewIter(&pebble.IterOptions{LowerBound: sp[0], UpperBound: sp[1]})
+		if err != nil {
+			return in.dbErr(err)
+		}
+		for ok := it.First(); ok; ok = it.Next() {
+			if queue, ok := spanQueue(it.Key()); ok {
+				c := counts[queue]
+				if c == nil {
+					c = new(tally)
+					counts[queue] = c
+				}
+				c.attempts++
+			}
+		}
+		if err := it.Close(); err != nil {
+			return in.dbErr(err)
+		}
+	}
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	for queue, c := range counts {
 		t.queue(queue).counts = *c
 	}
 	return nil
+}
+
+// hasKey reports whether key is in the store.
+func (in *Inspector) hasKey(key []byte) (bool, error) {
+	_, closer, err := in.db.Get(key)
+	if err == nil {
+		closer.Close()
+		return true, nil
+	}
+	if errors.Is(err, pebble.ErrNotFound) {
+		return false, nil
+	}
+	return false, in.dbErr(err)
+}
+
+// countKeys counts the stored keys under prefix.
+func (in *Inspector) countKeys(prefix []byte) (int64, error) {
+	it, err := in.db.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: prefixEnd(prefix)})
+	if err != nil {
+		return 0, in.dbErr(err)
+	}
+	var n int64
+	for ok := it.First(); ok; ok = it.Next() {
+		n++
+	}
+	if err := it.Close(); err != nil {
+		return 0, in.dbErr(err)
+	}
+	return n, nil
 }
 
 // dropTopic forgets everything of a topic's queues, to read it again
@@ -654,6 +717,12 @@ func (in *Inspector) sweep(q *queueView) error {
 			}
 			if found && sm.retried {
 				ap := attemptPrefix(q.queue, id)
+				n, err := in.countKeys(ap)
+				if err != nil {
+					it.Close()
+					return err
+				}
+				counts.attempts -= n
 				if err := b.DeleteRange(ap, prefixEnd(ap), nil); err != nil {
 					it.Close()
 					return err

@@ -17,7 +17,8 @@ import (
 // retried, with its start, end and error, then its last record; a task
 // that never failed has its last record alone, and one waiting for a
 // retry its last failure once. The attempts of a task past the retention
-// go with it.
+// go with it. The queue's failed attempts are counted (Failed), once
+// each, and go with their tasks.
 func TestAttempts(t *testing.T) {
 	_, conn := testutil.StartBroker(t, "")
 	testutil.CreateTopic(t, conn, broker.RecordsTopic("q"), 2)
@@ -35,9 +36,22 @@ func TestAttempts(t *testing.T) {
 	w.Write(false, run("a", onceq.StateRetrying, 1, now.Add(-3*time.Second), "e1"), run("b", onceq.StateSucceeded, 1, now, ""),
 		run("c", onceq.StateRetrying, 1, now, "c1"), run("old", onceq.StateRetrying, 1, old, "o1"))
 	w.Write(false, run("a", onceq.StateRetrying, 2, now.Add(-time.Second), "e2"), run("old", onceq.StateDead, 2, old, "o2"))
-	w.Write(false, run("a", onceq.StateSucceeded, 3, now, ""))
-	in := open(t, conn, inspect.Retention(time.Hour))
+	w.Write(false, run("a", onceq.StateSucceeded, 3, now, ""), run("c", onceq.StateRetrying, 1, now, "c1"))
+	dir := t.TempDir()
+	in := open(t, conn, inspect.Retention(time.Hour), inspect.Dir(dir))
 	ctx := ctxT(t)
+	failed := func(in *inspect.Inspector) int64 {
+		t.Helper()
+		st, err := in.Stats(ctx, "q")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st.Failed
+	}
+	// a's 2 attempts retried, c's 1 (written twice), old's 1 and its death.
+	if n := failed(in); n != 5 {
+		t.Errorf("failed attempts: %d, want 5", n)
+	}
 	history := func(id string) string {
 		t.Helper()
 		rs, err := in.Attempts(ctx, "q", id)
@@ -73,6 +87,14 @@ func TestAttempts(t *testing.T) {
 	}
 	if n, err := inspect.AttemptKeys(in, "q", "a"); err != nil || n != 2 {
 		t.Fatalf("the view keeps %d failed attempts of a after the sweep (%v), want its 2", n, err)
+	}
+	if n := failed(in); n != 3 {
+		t.Errorf("failed attempts after old's sweep: %d, want 3", n)
+	}
+	// Counted again from the stored view when it opens.
+	in.Close()
+	if n := failed(open(t, conn, inspect.Retention(time.Hour), inspect.Dir(dir))); n != 3 {
+		t.Errorf("failed attempts after the view opened again: %d, want 3", n)
 	}
 }
 

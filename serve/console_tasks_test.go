@@ -18,7 +18,8 @@ import (
 )
 
 // TestConsoleTaskAttempts: a task's page lists every attempt, the failed
-// ones with their error, start, end and duration, not the last alone.
+// ones with their error, start, end and duration, not the last alone;
+// the queue's page and the home page count its failed attempts.
 func TestConsoleTaskAttempts(t *testing.T) {
 	chromium := testutil.Tool(t, "chromium", "chromium")
 	a := start(t, serve.CreateQueues(1))
@@ -43,6 +44,14 @@ func TestConsoleTaskAttempts(t *testing.T) {
 		if !strings.HasPrefix(row, want) || attempt != "3" && !strings.HasSuffix(row, "boom "+attempt) {
 			t.Errorf("attempt %s: %q, want %q and its error", attempt, row, want)
 		}
+	}
+	b.run("the queue", chromedp.Navigate(a.url+"/console/q/shop.jobs"), chromedp.WaitVisible(chromedp.CSS("#failed")))
+	if n := b.text("#failed"); n != "2" {
+		t.Errorf("the queue's failed attempts: %q, want 2", n)
+	}
+	b.run("home", chromedp.Navigate(a.url+"/console/"), chromedp.WaitVisible(chromedp.CSS(`#queues tr[data-queue="shop.jobs"]`)))
+	if n := b.text(`#queues tr[data-queue="shop.jobs"] td.failed`); n != "2" {
+		t.Errorf("the home page's failed attempts of shop.jobs: %q, want 2", n)
 	}
 }
 

@@ -128,6 +128,7 @@ type queueRow struct {
 	Queue   string
 	Paused  bool
 	Tasks   map[onceq.TaskState]int64
+	Failed  int64 // failed attempts (inspect.QueueStats.Failed)
 	Waiting int64 // pending or overdue: due, and not started
 	Groups  []inspect.GroupStats
 	Overdue int64
@@ -168,9 +169,9 @@ func (s *Server) homePage(w http.ResponseWriter, r *http.Request, pg *page) {
 			sts, err = s.in.StatsOf(r.Context(), list.Queues)
 		}
 		for _, st := range sts {
-			row := queueRow{Queue: st.Queue, Paused: st.Paused, Tasks: st.Tasks, Groups: st.Groups, Overdue: st.Overdue, LaneQueues: st.LaneQueues}
+			row := queueRow{Queue: st.Queue, Paused: st.Paused, Tasks: st.Tasks, Failed: st.Failed, Groups: st.Groups, Overdue: st.Overdue, LaneQueues: st.LaneQueues}
 			if st.LaneQueues > 0 {
-				row.Tasks = st.LaneTasks // the lane in total
+				row.Tasks, row.Failed = st.LaneTasks, st.LaneFailed // the lane in total
 			}
 			// Waiting to start, as the records say: pending, and
 			// scheduled or retrying past their due time. A group's

@@ -158,6 +158,7 @@ with or without a record, is counted per bucket by onceq delay stats. With
 				for _, st := range all {
 					fmt.Fprintf(g.stdout, "%s (paused %v)\n", st.Queue, st.Paused)
 					writeCounts(g.stdout, "tasks", st.Tasks)
+					fmt.Fprintf(g.stdout, "  failed attempts: %d\n", st.Failed)
 					if st.LaneQueues > 0 {
 						writeCounts(g.stdout, fmt.Sprintf("lane in total (%d lane queues)", st.LaneQueues), st.LaneTasks)
 					}
@@ -183,7 +184,7 @@ with or without a record, is counted per bucket by onceq delay stats. With
 						if !gr.Exact {
 							approx = "~"
 						}
-						fmt.Fprintf(g.stdout, "  group %s (%s, %d members): %s%d waiting\n", gr.Group, gr.State, gr.Members, approx, gr.Waiting)
+						fmt.Fprintf(g.stdout, "  group %s (%s, %d members): %s%d past its offsets\n", gr.Group, gr.State, gr.Members, approx, gr.Waiting)
 					}
 				}
 				return nil
