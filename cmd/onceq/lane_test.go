@@ -57,7 +57,7 @@ func TestLaneQueuesFromTheCLI(t *testing.T) {
 		t.Fatalf("queue stats --lane fn: want fn/mail, fn/resize and fn/other's pending task:\n%s", out)
 	}
 	// The lane's own stats count the lane in total.
-	if out := cli("queue", "stats", "fn"); !strings.Contains(out, "lane in total (3 lane queues): pending=1 scheduled=0 retrying=0 succeeded=2") {
+	if out := cli("queue", "stats", "fn"); !strings.Contains(out, "lane in total (3 lane queues): pending=1 scheduled=0 running=0 retrying=0 succeeded=2") {
 		t.Fatalf("queue stats fn: want the lane in total:\n%s", out)
 	}
 	if code, out, stderr := runCLI(t, "", "--brokers", addr, "queue", "stats", "--lane", "fn/x"); code != 2 || !strings.Contains(stderr, "--lane") {
