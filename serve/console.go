@@ -1,6 +1,7 @@
 package serve
 
 import (
+	"bytes"
 	"context"
 	"embed"
 	"errors"
@@ -11,6 +12,7 @@ import (
 	"net/url"
 	"path"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -218,9 +220,16 @@ func (s *Server) forbidden(w http.ResponseWriter, pg *page, why string) {
 func (s *Server) render(w http.ResponseWriter, name string, pg *page) {
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.Header().Set("Content-Security-Policy", "default-src 'self'; style-src 'self'; img-src 'self' data:; form-action 'self'; frame-ancestors 'none'")
-	if err := pages.ExecuteTemplate(w, name, pg); err != nil {
+	// Rendered whole before a byte goes: a page that fails halfway is
+	// an error, not half a page, and a page comes in one piece.
+	var buf bytes.Buffer
+	if err := pages.ExecuteTemplate(&buf, name, pg); err != nil {
 		s.cfg.log.Error("rendering a console page", "page", name, "err", err)
+		http.Error(w, "the page could not be rendered: the server's log says why", http.StatusInternalServerError)
+		return
 	}
+	w.Header().Set("Content-Length", strconv.Itoa(buf.Len()))
+	w.Write(buf.Bytes())
 }
 
 func (s *Server) loginPage(w http.ResponseWriter, r *http.Request) {

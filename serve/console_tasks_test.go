@@ -161,7 +161,10 @@ func TestConsoleDueTasks(t *testing.T) {
 	if due := b.text(`#tasks tr[data-id="a-1h"] .due`); len(due) < 20 {
 		t.Fatalf("a-1h's due time: %q", due)
 	}
-	b.run("cancel b-2h", chromedp.Click(chromedp.CSS(`#tasks tr[data-id="b-2h"] .cancel`)), chromedp.WaitVisible(chromedp.CSS("#flash")))
+	// The flash comes first on the page: the list is read once its
+	// first row is there too.
+	b.run("cancel b-2h", chromedp.Click(chromedp.CSS(`#tasks tr[data-id="b-2h"] .cancel`)), chromedp.WaitVisible(chromedp.CSS("#flash")),
+		chromedp.WaitVisible(chromedp.CSS(`#tasks tr[data-id="a-1h"]`)))
 	if msg := b.text("#flash"); !strings.Contains(msg, "canceled task b-2h") {
 		t.Fatalf("the cancel's flash: %q", msg)
 	}
