@@ -28,8 +28,10 @@ import (
 // ONCEQ_BENCH_QUEUES, default 10,000) on the embedded broker: N queues
 // of namespace shop, each with its task records and dead-letter topics,
 // a consumer group with offsets on every one of them, and one queue,
-// shop.q-00000, whose worker ran 100 tasks (10 of them dead letters).
-// Each sub-benchmark is one operation, in ms/op:
+// shop.q-00000, whose worker ran 100 tasks (10 of them dead letters),
+// and whose records hold N more tasks of every state (N from
+// ONCEQ_BENCH_RETAINED, default 1,000,000; writeRetained). Each
+// sub-benchmark is one operation, in ms/op:
 //
 //	queue-list    what onceq queue list does: a new inspector, every
 //	              queue with its tasks by state
@@ -43,6 +45,8 @@ import (
 //	console-queue the console's page of shop.q-00000
 //	console-due   its tasks due soonest
 //	console-task  a task's page, with its attempts
+//	console-running its running tasks, with their workers
+//	console-dead  its dead tasks, newest first
 //	console-groups the groups page, lag counted in tasks
 //	console-workflows the latest workflows
 //
@@ -76,7 +80,9 @@ func BenchmarkReadSide(b *testing.B) {
 	}
 	busy := queues[0]
 	runTasks(b, a, busy)
-	b.Logf("%d queues set up in %v", n, time.Since(setup).Round(time.Millisecond))
+	retained := benchRetained(b)
+	counts := writeRetained(b, a.conn, busy, retained)
+	b.Logf("%d queues and %d retained tasks set up in %v", n, retained, time.Since(setup).Round(time.Millisecond))
 
 	tok := a.token("shop", false)
 	in, err := inspect.Open(inspect.Conn(a.conn))
@@ -84,12 +90,22 @@ func BenchmarkReadSide(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer in.Close()
+	loading := time.Now()
+	awaitRetained(b, in, busy, int64(retained+100))
+	b.Logf("a new view loaded %s's %d tasks in %v; its counts: %v", busy, retained+100, time.Since(loading).Round(time.Millisecond), counts)
 	r, err := dlq.NewReader(a.conn)
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer r.Close()
 
+	// The server's view of busy, loaded as a first look at its page
+	// loads it.
+	loading = time.Now()
+	if err := getPage(a, tok, "/console/q/"+busy); err != nil {
+		b.Fatal(err)
+	}
+	b.Logf("the server's view loaded %s in %v", busy, time.Since(loading).Round(time.Millisecond))
 	op := func(name string, fn func() error) { benchOp(b, name, fn) }
 	op("queue-list", func() error {
 		in, err := inspect.Open(inspect.Conn(a.conn))
@@ -153,6 +169,8 @@ func BenchmarkReadSide(b *testing.B) {
 	op("console-queue", func() error { return get("/console/q/" + busy) })
 	op("console-due", func() error { return get("/console/q/" + busy + "?state=due") })
 	op("console-task", func() error { return get("/console/q/" + busy + "/task/t-42") })
+	op("console-running", func() error { return get("/console/q/" + busy + "?state=running") })
+	op("console-dead", func() error { return get("/console/q/" + busy + "?state=dead") })
 	op("console-groups", func() error { return get("/console/groups") })
 	op("console-workflows", func() error { return get("/console/workflow") })
 }
