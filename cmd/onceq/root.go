@@ -237,10 +237,10 @@ func withStore[S interface{ Close() }](cmd *cobra.Command, g *globals, timeout t
 	defer cancel()
 	s, err := open(ctx, conn, g.log)
 	if err != nil {
-		return err
+		return timedOut(ctx, timeout, err)
 	}
 	defer s.Close()
-	return fn(ctx, s)
+	return timedOut(ctx, timeout, fn(ctx, s))
 }
 
 // isTerminal reports whether w is a terminal, for progress lines that

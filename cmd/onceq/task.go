@@ -59,7 +59,17 @@ func withInspectorOf(cmd *cobra.Command, g *globals, timeout time.Duration, fn f
 	defer in.Close()
 	ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
 	defer cancel()
-	return fn(ctx, in)
+	return timedOut(ctx, timeout, fn(ctx, in))
+}
+
+// timedOut words err, if ctx's timeout ended it, as a user reads it:
+// "timed out after 30s (--timeout)" and what was under way, rather than
+// "context deadline exceeded".
+func timedOut(ctx context.Context, timeout time.Duration, err error) error {
+	if err == nil || !errors.Is(err, context.DeadlineExceeded) || !errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return err
+	}
+	return fmt.Errorf("timed out after %v (--timeout; raise it to wait longer): %w", timeout, err)
 }
 
 // openInspector opens an inspector on the brokers of the global flags.

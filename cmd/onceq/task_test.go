@@ -59,6 +59,11 @@ func TestTaskCommands(t *testing.T) {
 	if code != exitFailure || !strings.Contains(out, "state     dead") || !strings.Contains(out, "reason    max_attempts") || strings.Contains(out, "priority") {
 		t.Fatalf("task wait doomed-1: exit %d\n%s", code, out)
 	}
+	// A --timeout too short for the view to load says so, in words.
+	code, _, stderr = runCLI(t, "", "--brokers", addr, "queue", "stats", "jobs", "--timeout", "1ms")
+	if code != exitFailure || !strings.Contains(stderr, "timed out after 1ms (--timeout; raise it to wait longer)") {
+		t.Fatalf("queue stats --timeout 1ms: exit %d: %s", code, stderr)
+	}
 	// Its two failed attempts, each with its error.
 	code, out, _ = runCLI(t, "", "--brokers", addr, "task", "get", "jobs", "flaky-1")
 	if code != 0 || !strings.Contains(out, "failed attempts\n  1  ") || !strings.Contains(out, "\n  2  ") || strings.Count(out, "flaky: task flaky-1 fails attempt") != 2 {
