@@ -375,6 +375,8 @@ func (w *Worker) startRun(sl *slot, it *item, t *Task, key string) *handlerRun {
 	timeout := timeToRun(&t.Task, w.cfg.taskTimeout)
 	r := &handlerRun{it: it, task: &t.Task, key: key, started: t.started, abandonAt: t.started.Add(timeout + w.cfg.abandonGrace)}
 	r.ctx.deadline, r.ctx.timeout = t.started.Add(timeout), timeout
+	r.from.Store(t.started.UnixNano())
+	t.run = r
 	it.ps.inflight.Inc()
 	w.sched.occupy(sl, r)
 	return r

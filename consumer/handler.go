@@ -55,6 +55,7 @@ type Task struct {
 	emits []onceq.Task
 	w     *Worker
 	it    *item // the run's record (nil outside a worker's slots)
+	run   *handlerRun
 	// started and ended bound its handler's run: ended is the time its
 	// result carries.
 	started, ended time.Time

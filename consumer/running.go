@@ -15,6 +15,10 @@ import (
 // record, which the run writes in a later commit. Runs shorter than that,
 // the usual case, are never looked at by the commit.
 //
+// A handler whose run waits for its work to start elsewhere says so
+// (Task.AwaitsStart, Task.WorkStarts): its running record counts from
+// then.
+//
 // The watchdog, which looks at every running handler anyway, notices a
 // run that is due (noteRunning) and wakes the commit loop; the commit
 // then scans the slots (appendRunning), and marks the runs it wrote once
@@ -25,10 +29,11 @@ import (
 // wakes its poll; it returns next, or the run's due time if earlier.
 func (w *Worker) noteRunning(r *handlerRun, now, next time.Time) time.Time {
 	after := w.cfg.runningAfter
-	if after == 0 || !w.cfg.taskRecords || r.recorded.Load() {
+	from := r.from.Load()
+	if after == 0 || !w.cfg.taskRecords || r.recorded.Load() || from == 0 {
 		return next
 	}
-	if at := r.started.Add(after); now.Before(at) {
+	if at := time.Unix(0, from).Add(after); now.Before(at) {
 		if at.Before(next) {
 			return at
 		}
@@ -56,11 +61,12 @@ func (w *Worker) appendRunning(recs []*kgo.Record, live map[*partState]bool, now
 		order []*partState
 	)
 	w.sched.running(func(r *handlerRun) {
-		if r.recorded.Load() || r.state.Load() != runRunning || now.Sub(r.started) < w.cfg.runningAfter || !live[r.it.ps] {
+		from := r.from.Load()
+		if r.recorded.Load() || r.state.Load() != runRunning || from == 0 || now.Sub(time.Unix(0, from)) < w.cfg.runningAfter || !live[r.it.ps] {
 			return
 		}
 		ps := r.it.ps
-		tr := runningRecord(r, w.instanceID)
+		tr := runningRecord(r, time.Unix(0, from), w.instanceID)
 		if bufs == nil {
 			bufs = map[*partState][]byte{}
 		}
@@ -77,11 +83,12 @@ func (w *Worker) appendRunning(recs []*kgo.Record, live map[*partState]bool, now
 	return recs, runs
 }
 
-// runningRecord is the running record of run r on worker instance.
-func runningRecord(r *handlerRun, instance string) onceq.TaskRecord {
+// runningRecord is the running record of run r, whose work started at
+// from, on worker instance.
+func runningRecord(r *handlerRun, from time.Time, instance string) onceq.TaskRecord {
 	t, src := r.task, r.it.rec
 	tr := onceq.TaskRecord{ID: t.ID, Queue: src.Topic, State: onceq.StateRunning, Attempt: t.Attempt, MaxAttempts: t.MaxAttempts,
-		Priority: t.Priority, Enqueued: t.Enqueued, Started: r.started, Worker: instance, Partition: src.Partition, Offset: src.Offset}
+		Priority: t.Priority, Enqueued: t.Enqueued, Started: from, Worker: instance, Partition: src.Partition, Offset: src.Offset}
 	if onceq.QueueTopic(t.Queue) == src.Topic {
 		tr.Queue = t.Queue // a lane queue of the topic
 	}
@@ -99,5 +106,25 @@ func (w *Worker) markRunning(runs []*handlerRun, committed bool) {
 	}
 	for _, r := range runs {
 		r.recorded.Store(true)
+	}
+}
+
+// AwaitsStart tells the worker that the run waits, from now, for its work
+// to start outside the worker (onceq serve's handler waits so for an
+// HTTP consumer to take its job): it is not recorded running, however
+// long it waits, until WorkStarts.
+func (t *Task) AwaitsStart() {
+	if t.run != nil {
+		t.run.from.Store(0)
+	}
+}
+
+// WorkStarts tells the worker that the run's work started now, after
+// AwaitsStart: it is recorded running, from now, once its work has run
+// RecordRunningAfter. It does nothing without AwaitsStart, or a second
+// time.
+func (t *Task) WorkStarts() {
+	if t.run != nil {
+		t.run.from.CompareAndSwap(0, time.Now().UnixNano())
 	}
 }

@@ -16,16 +16,27 @@ import (
 // TestRunningRecorded: a run past RecordRunningAfter is recorded running,
 // once, with its worker, start, attempt and source, in a commit of its
 // own while nothing else finishes; its outcome's record follows it in the
-// same records partition. A quick run is never recorded running, and a
-// worker with RecordRunningAfter(0) records no run in progress.
+// same records partition. A run that awaits its start (Task.AwaitsStart)
+// is recorded running only from its WorkStarts. A quick run is never
+// recorded running, and a worker with RecordRunningAfter(0) records no
+// run in progress.
 func TestRunningRecorded(t *testing.T) {
 	_, conn := testutil.StartBroker(t, "")
 	testutil.CreateTopic(t, conn, "slow", 1)
 	testutil.CreateTopic(t, conn, "unnoted", 1)
-	release := make(chan struct{})
+	release, take := make(chan struct{}), make(chan struct{})
 	h := consumer.HandlerFunc(func(ctx context.Context, t *consumer.Task) error {
-		if t.ID == "quick" {
+		switch t.ID {
+		case "quick":
 			return nil
+		case "held":
+			t.AwaitsStart()
+			select {
+			case <-take:
+				t.WorkStarts()
+			case <-ctx.Done():
+				return ctx.Err()
+			}
 		}
 		select {
 		case <-release:
@@ -39,7 +50,7 @@ func TestRunningRecorded(t *testing.T) {
 	runWorker(t, consumer.Conn(conn), consumer.Group("unnoted"), consumer.Queues("unnoted"), consumer.CheckpointDir(t.TempDir()),
 		consumer.WithHandler(h), consumer.RecordRunningAfter(0))
 	submitted := time.Now()
-	produceTasks(t, conn, "slow", []string{"quick", "long"})
+	produceTasks(t, conn, "slow", []string{"quick", "long", "held"})
 	produceTasks(t, conn, "unnoted", []string{"long"})
 
 	lines := func(topic string) []onceq.TaskRecord {
@@ -69,6 +80,27 @@ func TestRunningRecorded(t *testing.T) {
 	if running.Worker == "" || running.Attempt != 1 || running.Queue != "slow" || running.Partition != 0 || running.Offset != 1 ||
 		running.Started.Before(submitted.Add(-time.Second)) || !running.Finished.IsZero() {
 		t.Errorf("running record %+v; want attempt 1 of slow/0@1 by its worker, started after its submission, not finished", running)
+	}
+	// held has waited as long, for its work to start: not running yet.
+	if hasState(lines(broker.RecordsTopic("slow")), "held", onceq.StateRunning) {
+		t.Fatal("a run that awaits its start was recorded running")
+	}
+	took := time.Now()
+	close(take)
+	var held onceq.TaskRecord
+	for held.ID == "" {
+		for _, tr := range lines(broker.RecordsTopic("slow")) {
+			if tr.ID == "held" && tr.State == onceq.StateRunning {
+				held = tr
+			}
+		}
+		if held.ID == "" && time.Now().After(deadline) {
+			t.Fatal("no running record of held after its work started")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if held.Started.Before(took.Truncate(time.Millisecond)) {
+		t.Errorf("held's running record starts %v, before its work started at %v", held.Started, took)
 	}
 	close(release)
 	for _, topic := range []string{"slow", "unnoted"} {

@@ -128,8 +128,11 @@ type handlerRun struct {
 	// stopped: a cancel of the task in the control topic canceled its
 	// context; unless the handler succeeds all the same, it ends canceled.
 	stopped atomic.Bool
-	// recorded: its running record committed (running.go).
+	// recorded: its running record committed; from: when its work
+	// started, as that record says (unix ns; 0: waiting to start, no
+	// record yet). See running.go.
 	recorded atomic.Bool
+	from     atomic.Int64
 	it       *item
 	task     *onceq.Task
 	key      string

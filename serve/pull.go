@@ -311,6 +311,9 @@ func (pl *pull) handle(ctx context.Context, t *consumer.Task) error {
 	lg := pl.ledger
 	key := leaseKey(t.Queue, t.ID)
 	defer pl.track(key)()
+	// Offered, the job waits for a consumer: it runs (in its record)
+	// once one took it.
+	t.AwaitsStart()
 	for {
 		st, ok, changed := lg.watch(key)
 		var end bool
@@ -326,6 +329,7 @@ func (pl *pull) handle(ctx context.Context, t *consumer.Task) error {
 			// Handed out: the job waits for its consumer, not for a place of
 			// its queue's --pull-slots, which the queue's next job takes.
 			t.YieldQueuePlace()
+			t.WorkStarts()
 			end, err = pl.hold(ctx, key, st, changed)
 		case ok && st.Granted:
 			end, err = pl.awaitGrant(ctx, t.Queue, key, st, changed)

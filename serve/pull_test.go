@@ -211,7 +211,8 @@ func TestDeadLetters(t *testing.T) {
 // attempt and tries unchanged. The ACK of the job taken, which its run
 // holds, has the worker fetch nothing, so none comes back: the queue's
 // topic holds one record more per job that went back, and no more, once
-// nothing wants the queue.
+// nothing wants the queue. The job taken shows running until its ACK;
+// the others, never taken, pending.
 func TestUnaskedJobsGoBackOnce(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	a := start(t, serve.CreateQueues(1), serve.ReleaseAfter(time.Second), serve.Registerer(reg))
@@ -226,6 +227,16 @@ func TestUnaskedJobsGoBackOnce(t *testing.T) {
 	}
 	j := consumeOne(t, a, tok, "/api/shop/idle?ttr=120")
 	waitRecords(t, a, "shop.idle", 2*n-1)
+	// The job taken runs, in its record, with its server's worker; the
+	// others, offered and never taken, are pending (below).
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(50 * time.Millisecond) {
+		code, body := a.do("GET", "/api/shop/idle/task/"+j.JobID, tok, "")
+		if task, _ := body["task"].(map[string]any); code == 200 && task != nil && task["state"] == "running" && task["worker"] != "" {
+			break
+		} else if time.Now().After(deadline) {
+			t.Fatalf("peek of %s, taken and not acknowledged: %d %v; want running", j.JobID, code, body)
+		}
+	}
 	if code, out := a.del("/api/shop/idle/job/"+j.JobID, tok, "done"); code != 204 || out != "acknowledged" {
 		t.Fatalf("ACK of %s: %d %s; want 204 acknowledged", j.JobID, code, out)
 	}
