@@ -48,7 +48,7 @@ KAFKA_SUITES ?= \
   './internal/kafkatest=.' \
   './producer=.' \
   './delay=^Test(NeverEarly|ExactlyOnceNeverEarly|KilledServiceLosesNothing|BadRecordsAreDeadLettered)$$' \
-  './consumer=^Test(Crash|ChainedStages$$|RetryWithBackoffThenSuccess$$|RetryAfterIsCapped$$|AlwaysFailingEndsInDeadLetters$$|AbandonedHandlerIsRetried$$|SkipRetryDeadLetters$$|TooLargeTaskEndsInDeadLetters$$|EmittedTasksRecorded$$)' \
+  './consumer=^Test(Crash|ChainedStages$$|RetryWithBackoffThenSuccess$$|RetryAfterIsCapped$$|AlwaysFailingEndsInDeadLetters$$|AbandonedHandlerIsRetried$$|SkipRetryDeadLetters$$|TooLargeTaskEndsInDeadLetters$$|EmittedTasksRecorded$$|RunningRecorded$$)' \
   './control=^TestTasksVisibleFromSubmission$$' \
   './workflow=.' \
   './periodic=.' \
@@ -91,7 +91,7 @@ KAFKA_SUITES_CI ?= \
   './internal/kafkatest=.' \
   './producer=.' \
   './delay=^Test(NeverEarly|ExactlyOnceNeverEarly|KilledServiceLosesNothing|BadRecordsAreDeadLettered)$$' \
-  './consumer=^Test(RetryWithBackoffThenSuccess|AlwaysFailingEndsInDeadLetters|TooLargeTaskEndsInDeadLetters|CrashCopyWithDuplicates|CrashCancel|CrashPoints|EmittedTasksRecorded)$$' \
+  './consumer=^Test(RetryWithBackoffThenSuccess|AlwaysFailingEndsInDeadLetters|TooLargeTaskEndsInDeadLetters|CrashCopyWithDuplicates|CrashCancel|CrashPoints|EmittedTasksRecorded|RunningRecorded)$$' \
   './control=^TestTasksVisibleFromSubmission$$'
 KAFKA_SUITES_CLUSTER ?= './consumer=^TestCrashKafkaNodeKills$$'
 .PHONY: test-kafka-ci
