@@ -65,18 +65,22 @@ func TestRunningRecorded(t *testing.T) {
 		return out
 	}
 	deadline := time.Now().Add(30 * time.Second)
-	var running onceq.TaskRecord
-	for running.ID == "" {
-		for _, tr := range lines(broker.RecordsTopic("slow")) {
-			if tr.ID == "long" && tr.State == onceq.StateRunning {
-				running = tr
+	// runningOf waits for id's running record.
+	runningOf := func(id string) onceq.TaskRecord {
+		t.Helper()
+		for {
+			for _, tr := range lines(broker.RecordsTopic("slow")) {
+				if tr.ID == id && tr.State == onceq.StateRunning {
+					return tr
+				}
 			}
+			if time.Now().After(deadline) {
+				t.Fatalf("no running record of %s after 30s: %+v", id, lines(broker.RecordsTopic("slow")))
+			}
+			time.Sleep(50 * time.Millisecond)
 		}
-		if running.ID == "" && time.Now().After(deadline) {
-			t.Fatalf("no running record of the long run after 30s: %+v", lines(broker.RecordsTopic("slow")))
-		}
-		time.Sleep(50 * time.Millisecond)
 	}
+	running := runningOf("long")
 	if running.Worker == "" || running.Attempt != 1 || running.Queue != "slow" || running.Partition != 0 || running.Offset != 1 ||
 		running.Started.Before(submitted.Add(-time.Second)) || !running.Finished.IsZero() {
 		t.Errorf("running record %+v; want attempt 1 of slow/0@1 by its worker, started after its submission, not finished", running)
@@ -87,18 +91,7 @@ func TestRunningRecorded(t *testing.T) {
 	}
 	took := time.Now()
 	close(take)
-	var held onceq.TaskRecord
-	for held.ID == "" {
-		for _, tr := range lines(broker.RecordsTopic("slow")) {
-			if tr.ID == "held" && tr.State == onceq.StateRunning {
-				held = tr
-			}
-		}
-		if held.ID == "" && time.Now().After(deadline) {
-			t.Fatal("no running record of held after its work started")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	held := runningOf("held")
 	if held.Started.Before(took.Truncate(time.Millisecond)) {
 		t.Errorf("held's running record starts %v, before its work started at %v", held.Started, took)
 	}
