@@ -41,14 +41,21 @@ type TopicSpec struct {
 // the brokers cannot answer for yet (just made, a leader moving) is asked
 // again for a few seconds.
 func (a *Admin) PartitionCounts(ctx context.Context, names ...string) (map[string]int32, error) {
+	counts, _, err := a.Topics(ctx, names...)
+	return counts, err
+}
+
+// Topics is PartitionCounts with each topic's ID too, which tells a
+// topic from another of the same name made after it was deleted.
+func (a *Admin) Topics(ctx context.Context, names ...string) (map[string]int32, map[string][16]byte, error) {
 	for wait := 50 * time.Millisecond; ; wait *= 2 {
-		counts, err := a.partitionCounts(ctx, names)
+		counts, ids, err := a.partitionCounts(ctx, names)
 		if err == nil || !kerr.IsRetriable(err) || wait > 2*time.Second {
-			return counts, err
+			return counts, ids, err
 		}
 		select {
 		case <-ctx.Done():
-			return counts, err
+			return counts, ids, err
 		case <-time.After(wait):
 		}
 	}
@@ -66,14 +73,14 @@ func metadataOf(names []string) *kmsg.MetadataRequest {
 	return req
 }
 
-func (a *Admin) partitionCounts(ctx context.Context, names []string) (map[string]int32, error) {
-	counts := make(map[string]int32, len(names))
+func (a *Admin) partitionCounts(ctx context.Context, names []string) (map[string]int32, map[string][16]byte, error) {
+	counts, ids := make(map[string]int32, len(names)), make(map[string][16]byte, len(names))
 	if len(names) == 0 {
-		return counts, nil
+		return counts, ids, nil
 	}
 	resp, err := metadataOf(names).RequestWith(ctx, a.cl)
 	if err != nil {
-		return nil, fmt.Errorf("broker: describing %d topics: %w", len(names), a.conn.Explain(err))
+		return nil, nil, fmt.Errorf("broker: describing %d topics: %w", len(names), a.conn.Explain(err))
 	}
 	for _, t := range resp.Topics {
 		if t.Topic == nil {
@@ -82,12 +89,13 @@ func (a *Admin) partitionCounts(ctx context.Context, names []string) (map[string
 		switch err := kerr.ErrorForCode(t.ErrorCode); {
 		case err == nil:
 			counts[*t.Topic] = int32(len(t.Partitions))
+			ids[*t.Topic] = t.TopicID
 		case errors.Is(err, kerr.UnknownTopicOrPartition):
 		default:
-			return nil, fmt.Errorf("broker: describing topic %q: %w", *t.Topic, err)
+			return nil, nil, fmt.Errorf("broker: describing topic %q: %w", *t.Topic, err)
 		}
 	}
-	return counts, nil
+	return counts, ids, nil
 }
 
 // EnsureTopics creates those of specs that do not exist, in as few

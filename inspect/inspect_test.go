@@ -194,6 +194,44 @@ func TestDirResumes(t *testing.T) {
 	}
 }
 
+// TestDirOfRecreatedTopic: a view kept in a directory forgets what it
+// read of a records topic that was deleted and made again, and reads the
+// new one from its start, even when the new one holds more records than
+// the view read of the old.
+func TestDirOfRecreatedTopic(t *testing.T) {
+	_, conn := testutil.StartBroker(t, "")
+	topic := broker.RecordsTopic("q")
+	testutil.CreateTopic(t, conn, topic, 1)
+	dir := t.TempDir()
+	now := time.Now()
+	w := testutil.NewRecordsWriter(t, conn)
+	w.Write(false, rec("a", onceq.StateSucceeded, 1, now))
+	in := open(t, conn, inspect.Dir(dir))
+	if _, err := in.Get(ctxT(t), "q", "a"); err != nil {
+		t.Fatal(err)
+	}
+	in.Close()
+	adm, err := broker.NewAdmin(conn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer adm.Close()
+	if _, err := adm.Kadm().DeleteTopics(ctxT(t), topic); err != nil {
+		t.Fatal(err)
+	}
+	testutil.CreateTopic(t, conn, topic, 1)
+	w = testutil.NewRecordsWriter(t, conn) // a client of its own: the old one knows the old topic
+	w.Write(false, rec("b", onceq.StateDead, 1, now), rec("c", onceq.StateDead, 1, now), rec("d", onceq.StateDead, 1, now))
+	in2 := open(t, conn, inspect.Dir(dir))
+	c, err := in2.Counts(ctxT(t), "q")
+	if err != nil || c[onceq.StateSucceeded] != 0 || c[onceq.StateDead] != 3 {
+		t.Fatalf("counts of the new topic: %v (%v); want its 3 dead tasks alone", c, err)
+	}
+	if _, err := in2.Get(ctxT(t), "q", "a"); !errors.Is(err, inspect.ErrNotFound) {
+		t.Fatalf("the old topic's task: %v; want not found", err)
+	}
+}
+
 func TestErrors(t *testing.T) {
 	_, conn := testutil.StartBroker(t, "")
 	in := open(t, conn)

@@ -21,6 +21,7 @@ import (
 //	d <queue> 0 <due, 8 bytes BE ms> <id>     -> (empty): scheduled and retrying tasks by due time
 //	a <queue> 0 <id> 0 <attempt, 4 bytes BE>  -> the JSON line of a failed attempt that was retried
 //	o <topic> 0 <partition, 4 bytes BE>       -> next offset, 8 bytes BE
+//	t <topic> 0                               -> the topic's ID, 16 bytes: the topic the offsets are of
 //	v                                         -> viewFormat, 1 byte
 const (
 	prefixRecord  = 'r'
@@ -28,6 +29,7 @@ const (
 	prefixDue     = 'd'
 	prefixAttempt = 'a'
 	prefixOffset  = 'o'
+	prefixTopicID = 't'
 	keyFormat     = 'v'
 )
 
@@ -218,6 +220,8 @@ func dueKey(queue string, due int64, id string) []byte {
 func indexID(k []byte, prefixLen int) (int64, string) {
 	return int64(binary.BigEndian.Uint64(k[prefixLen : prefixLen+8])), string(k[prefixLen+8:])
 }
+
+func topicIDKey(topic string) []byte { return queuePrefix(prefixTopicID, topic) }
 
 func offsetKey(topic string, partition int32) []byte {
 	return binary.BigEndian.AppendUint32(queuePrefix(prefixOffset, topic), uint32(partition))

@@ -124,7 +124,7 @@ func (in *Inspector) load(ts []*topicView) {
 	for i, t := range ts {
 		topics[i] = t.topic
 	}
-	counts, err := in.adm.PartitionCounts(ctx, topics...)
+	counts, ids, err := in.adm.Topics(ctx, topics...)
 	if err != nil {
 		failAll(fmt.Errorf("inspect: %w", err))
 		return
@@ -162,7 +162,7 @@ func (in *Inspector) load(ts []*topicView) {
 			fail(t, fmt.Errorf("inspect: end offsets of %s: the brokers did not answer for every partition: try again", t.topic))
 			continue
 		}
-		o, err := in.start(t, ends[t.topic])
+		o, err := in.start(t, ends[t.topic], ids[t.topic])
 		if err != nil {
 			fail(t, err)
 			continue
@@ -188,11 +188,15 @@ func (in *Inspector) load(ts []*topicView) {
 
 // start sets a topic's target (its end offsets) and its positions from
 // the store, counts what the store holds of its queues (or drops them, if
-// the topic is behind the view), and returns where to follow each
-// partition from.
-func (in *Inspector) start(t *topicView, ends map[int32]int64) (map[int32]kgo.Offset, error) {
+// the topic is not the one the view read: another ID, or behind the
+// view), and returns where to follow each partition from. id is the
+// topic's ID, kept with the view.
+func (in *Inspector) start(t *topicView, ends map[int32]int64, id [16]byte) (map[int32]kgo.Offset, error) {
 	t.target, t.pos = map[int32]int64{}, map[int32]int64{}
-	rebuild := false
+	rebuild, err := in.otherTopic(t.topic, id)
+	if err != nil {
+		return nil, err
+	}
 	for p, end := range ends {
 		t.target[p] = end
 		next, err := in.storedOffset(t.topic, p)
@@ -207,18 +211,41 @@ func (in *Inspector) start(t *topicView, ends map[int32]int64) (map[int32]kgo.Of
 	in.writeMu.Lock()
 	defer in.writeMu.Unlock()
 	if rebuild {
-		in.cfg.log.Warn("task records topic is behind the view (recreated?): rebuilding the view of its queues", "topic", t.topic)
+		in.cfg.log.Warn("task records topic is not the one the view read (recreated?): rebuilding the view of its queues", "topic", t.topic)
 		if err := in.dropTopic(t); err != nil {
 			return nil, err
 		}
 	} else if err := in.countTopic(t); err != nil {
 		return nil, err
 	}
+	if id != ([16]byte{}) {
+		if err := in.db.Set(topicIDKey(t.topic), id[:], pebble.NoSync); err != nil {
+			return nil, in.dbErr(err)
+		}
+	}
 	from := make(map[int32]kgo.Offset, len(t.pos))
 	for p, next := range t.pos {
 		from[p] = kgo.NewOffset().At(next)
 	}
 	return from, nil
+}
+
+// otherTopic reports whether the view holds the records of another topic
+// of that name than the one of ID id (deleted and made again): a view
+// without the ID, or a broker without IDs, says nothing.
+func (in *Inspector) otherTopic(topic string, id [16]byte) (bool, error) {
+	if id == ([16]byte{}) {
+		return false, nil
+	}
+	v, closer, err := in.db.Get(topicIDKey(topic))
+	if errors.Is(err, pebble.ErrNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, in.dbErr(err)
+	}
+	defer closer.Close()
+	return !bytes.Equal(v, id[:]), nil
 }
 
 // checkLoaded closes t.ready once every partition is read to its target.
@@ -617,13 +644,13 @@ func (in *Inspector) countKeys(prefix []byte) (int64, error) {
 func (in *Inspector) dropTopic(t *topicView) error {
 	for _, p := range []byte{prefixRecord, prefixIndex, prefixDue, prefixAttempt} {
 		for _, sp := range topicSpans(p, t.owner) {
-			if err := in.db.DeleteRange(sp[0], sp[1], pebble.Sync); err != nil {
+			if err := in.db.DeleteRange(sp[0], sp[1], pebble.NoSync); err != nil {
 				return in.dbErr(err)
 			}
 		}
 	}
 	offsets := queuePrefix(prefixOffset, t.topic)
-	if err := in.db.DeleteRange(offsets, prefixEnd(offsets), pebble.Sync); err != nil {
+	if err := in.db.DeleteRange(offsets, prefixEnd(offsets), pebble.NoSync); err != nil {
 		return in.dbErr(err)
 	}
 	for p := range t.pos {
