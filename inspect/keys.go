@@ -17,7 +17,7 @@ import (
 // zero byte, which ends them.
 //
 //	r <queue> 0 <id>                          -> meta, then the record's JSON line
-//	i <queue> 0 <state> <last time, 8 bytes BE ms> <id>  -> (empty): the index
+//	i <queue> 0 <state> <last time, 8 bytes BE ms> <id>  -> priority, 1 byte: the index
 //	d <queue> 0 <due, 8 bytes BE ms> <id>     -> (empty): scheduled and retrying tasks by due time
 //	a <queue> 0 <id> 0 <attempt, 4 bytes BE>  -> the JSON line of a failed attempt that was retried
 //	o <topic> 0 <partition, 4 bytes BE>       -> next offset, 8 bytes BE
@@ -36,7 +36,8 @@ const (
 // viewFormat numbers the layout above and the meta's; a stored view of
 // another is rebuilt. 2: the meta holds the task's priority. 3: failed
 // attempts are kept (prefixAttempt), and the meta says so. 4: the state
-// running (its index moves the later states' up by one).
+// running (its index moves the later states' up by one); an index entry
+// holds its task's priority.
 const viewFormat = 4
 
 // meta is what a stored record's value starts with: enough to find its

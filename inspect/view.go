@@ -461,7 +461,7 @@ func (in *Inspector) apply(topic string, partition int32, recs []*kgo.Record, si
 			if err := op.Finish(); err != nil {
 				return err
 			}
-			if err := b.Set(indexKey(queue, m, tr.ID), nil, nil); err != nil {
+			if err := b.Set(indexKey(queue, m, tr.ID), []byte{m.prio}, nil); err != nil {
 				return err
 			}
 			if m.due != 0 {
@@ -535,19 +535,11 @@ func spanQueue(k []byte) (string, bool) {
 // state, from the index, and fills the topic's seen set from its
 // records' keys. in.writeMu is held.
 func (in *Inspector) countTopic(t *topicView) error {
-	for _, sp := range topicSpans(prefixRecord, t.owner) {
-		it, err := in.db.NewIter(&pebble.IterOptions{LowerBound: sp[0], UpperBound: sp[1]})
-		if err != nil {
-			return in.dbErr(err)
-		}
-		for ok := it.First(); ok; ok = it.Next() {
-			t.seen[xxhash.Sum64(it.Key())] = struct{}{}
-		}
-		if err := it.Close(); err != nil {
-			return in.dbErr(err)
-		}
-	}
+	// One pass over the index, whose entries hold the tasks' priorities,
+	// finds every stored task (seen) and counts it, without reading its
+	// record, a line of JSON.
 	counts := map[string]*tally{}
+	var rk []byte
 	for _, sp := range topicSpans(prefixIndex, t.owner) {
 		it, err := in.db.NewIter(&pebble.IterOptions{LowerBound: sp[0], UpperBound: sp[1]})
 		if err != nil {
@@ -565,17 +557,11 @@ func (in *Inspector) countTopic(t *topicView) error {
 				counts[queue] = c
 			}
 			m := meta{state: k[len(queue)+2]}
-			if !onceq.TaskStates[m.state].Final() {
-				// Its priority is in its record's meta.
-				_, id := indexID(k, len(queue)+3)
-				sm, found, err := in.storedMeta(recordKey(queue, id))
-				if err != nil {
-					it.Close()
-					return err
-				}
-				if found {
-					m.prio = sm.prio
-				}
+			id := k[len(queue)+11:]
+			rk = append(append(append(append(rk[:0], prefixRecord), queue...), 0), id...)
+			t.seen[xxhash.Sum64(rk)] = struct{}{}
+			if v := it.Value(); len(v) == 1 && v[0] <= onceq.MaxPriority && !onceq.TaskStates[m.state].Final() {
+				m.prio = v[0]
 			}
 			c.add(m, 1)
 		}
