@@ -37,7 +37,10 @@ import (
 //	              queue with its tasks by state
 //	stats         a queue's statistics (onceq queue stats Q, GET .../stats)
 //	pause-resume  a pause and a resume of a queue
-//	task-get      onceq task get Q ID: a new inspector, one task
+//	task-get      a new inspector, one task: onceq task get Q ID
+//	              with --view-cache off
+//	task-get-cached the same with a view kept in a directory: onceq
+//	              task get's default, after a first command
 //	dlq-size      a queue's dead letters counted
 //	dlq-stats     onceq dlq stats: every queue's dead letters by reason
 //	api-queues    GET /api/shop, the namespace's queues
@@ -148,6 +151,22 @@ func BenchmarkReadSide(b *testing.B) {
 		_, err = in.Get(ctx, busy, "t-42")
 		return err
 	})
+	// What the CLI does with its view cache: the first command reads the
+	// records (here, before the clock), the next ones only what is new.
+	cached := b.TempDir()
+	getCached := func() error {
+		in, err := inspect.Open(inspect.Conn(a.conn), inspect.Dir(cached))
+		if err != nil {
+			return err
+		}
+		defer in.Close()
+		_, err = in.Get(ctx, busy, "t-42")
+		return err
+	}
+	if err := getCached(); err != nil {
+		b.Fatal(err)
+	}
+	op("task-get-cached", getCached)
 	op("dlq-size", func() error {
 		got := 0
 		err := r.Read(ctx, busy, func(dlq.Letter) error { got++; return nil })

@@ -75,6 +75,9 @@ type globals struct {
 	// becomes the int16 of broker.Replication.Factor.
 	replicationFactor int
 	replication       broker.Replication
+	// viewCache is --view-cache: where the commands that read task
+	// records keep their view of them between runs (openInspector).
+	viewCache string
 
 	stdin          io.Reader
 	stdout, stderr io.Writer
@@ -165,6 +168,8 @@ the file. "onceq config print COMMAND" shows what a command would run with.`,
 		"min.insync.replicas of the topics onceq creates: 0 for the brokers' default, or 1 to --replication-factor")
 	pf.BoolVar(&g.replication.AllowSingleReplica, "allow-single-replica", false,
 		"create topics of one replica on a cluster of several brokers, which losing one broker would lose (refused otherwise)")
+
+	pf.StringVar(&g.viewCache, "view-cache", "", "directory where task, queue and workflow commands keep what they read of the task records, for the next run to read only what is new (default: onceq/views in the user's cache directory; off: read them all each run)")
 
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	root.AddCommand(

@@ -2,15 +2,21 @@ package main
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
 	"time"
-
-	"github.com/onceq/onceq/control"
 
 	"github.com/spf13/cobra"
 
 	"github.com/onceq/onceq"
+	"github.com/onceq/onceq/broker"
+	"github.com/onceq/onceq/control"
 	"github.com/onceq/onceq/inspect"
 	"github.com/onceq/onceq/workflow"
 )
@@ -72,13 +78,58 @@ func timedOut(ctx context.Context, timeout time.Duration, err error) error {
 	return fmt.Errorf("timed out after %v (--timeout; raise it to wait longer): %w", timeout, err)
 }
 
-// openInspector opens an inspector on the brokers of the global flags.
+// openInspector opens an inspector on the brokers of the global flags,
+// with its view kept in the view cache (viewDir), so that a command
+// reads only the records written since the last one: a queue of a
+// million retained tasks takes seconds to read whole. A cache another
+// command holds (or one that cannot be opened) leaves this one to read
+// the records afresh, in memory.
 func openInspector(g *globals) (*inspect.Inspector, error) {
 	conn, err := g.conn()
 	if err != nil {
 		return nil, err
 	}
-	return inspect.Open(inspect.Conn(conn), inspect.Logger(g.log))
+	opts := []inspect.Opt{inspect.Conn(conn), inspect.Logger(g.log)}
+	dir, err := g.viewDir(conn)
+	if err != nil {
+		return nil, err
+	}
+	if dir != "" {
+		in, err := inspect.Open(append(opts, inspect.Dir(dir))...)
+		if err == nil {
+			return in, nil
+		}
+		g.log.Debug("the view cache is in use or cannot be opened: reading the task records afresh", "dir", dir, "err", err)
+	}
+	return inspect.Open(opts...)
+}
+
+// viewDir is the directory of the view of conn's cluster in the view
+// cache (--view-cache), made if needed; "" with --view-cache off. Each
+// set of seed brokers has its own: a view knows its topics by their IDs,
+// and reads a topic made again anew.
+func (g *globals) viewDir(conn broker.Conn) (string, error) {
+	root := g.viewCache
+	switch root {
+	case "off":
+		return "", nil
+	case "":
+		cache, err := os.UserCacheDir()
+		if err != nil {
+			return "", nil // no home to keep it in: read afresh
+		}
+		root = filepath.Join(cache, "onceq", "views")
+	}
+	brokers := slices.Sorted(slices.Values(conn.Brokers))
+	sum := sha256.Sum256([]byte(strings.Join(brokers, ",")))
+	dir := filepath.Join(root, hex.EncodeToString(sum[:8]))
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		if g.viewCache != "" {
+			return "", usageError{fmt.Errorf("--view-cache %s: %w: name a directory this user may write, or off", g.viewCache, err)}
+		}
+		return "", nil
+	}
+	return dir, nil
 }
 
 // printTask writes a task's record as text or JSON.

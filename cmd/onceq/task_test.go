@@ -1,6 +1,8 @@
 package main
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -208,5 +210,56 @@ func TestTaskVisibleBeforeAnyWorker(t *testing.T) {
 	}
 	if len(ran) != 1 || ran["now-1"] != 1 {
 		t.Fatalf("the handler's outputs by key: %v; want now-1 once and later-1 never", ran)
+	}
+}
+
+// TestViewCache: the task commands keep their view of the records in the
+// view cache, one directory per cluster, and read on from it: a task
+// submitted since the last command is there, and so is the one before.
+// A command that finds the cache held by another reads afresh; --view-cache
+// off keeps none; an unwritable --view-cache is a usage error.
+func TestViewCache(t *testing.T) {
+	addr, _ := produceBroker(t)
+	cache := filepath.Join(t.TempDir(), "views")
+	cli := cliOn(t, addr)
+	cli("produce", "--queue", "jobs", "--id", "a-1", "hello")
+	if out := cli("--view-cache", cache, "task", "get", "jobs", "a-1"); !strings.Contains(out, "state     pending") {
+		t.Fatalf("task get a-1:\n%s", out)
+	}
+	views, err := os.ReadDir(cache)
+	if err != nil || len(views) != 1 {
+		t.Fatalf("the view cache holds %v (%v); want one view, of this cluster", views, err)
+	}
+	if files, err := os.ReadDir(filepath.Join(cache, views[0].Name())); err != nil || len(files) == 0 {
+		t.Fatalf("the view's directory holds %v (%v); want its store", files, err)
+	}
+	cli("produce", "--queue", "jobs", "--id", "b-1", "hello")
+	if out := cli("--view-cache", cache, "task", "list", "jobs"); !strings.Contains(out, "a-1") || !strings.Contains(out, "b-1") {
+		t.Fatalf("task list from the cached view:\n%s", out)
+	}
+	// A wait holds the cache: a command beside it reads afresh.
+	waiting := make(chan string, 1)
+	go func() {
+		_, out, stderr := runCLI(t, "", "--brokers", addr, "--view-cache", cache, "task", "wait", "jobs", "a-1", "--timeout", "3s")
+		waiting <- out + stderr
+	}()
+	for range 20 {
+		if out := cli("--view-cache", cache, "task", "get", "jobs", "b-1"); !strings.Contains(out, "state     pending") {
+			t.Fatalf("task get b-1 beside a wait:\n%s", out)
+		}
+	}
+	if out := <-waiting; !strings.Contains(out, "not done after 3s") {
+		t.Fatalf("the wait beside: %s", out)
+	}
+	off := filepath.Join(t.TempDir(), "unused")
+	t.Setenv("XDG_CACHE_HOME", off)
+	if out := cli("--view-cache", "off", "task", "get", "jobs", "a-1"); !strings.Contains(out, "state     pending") {
+		t.Fatalf("task get with --view-cache off:\n%s", out)
+	}
+	if _, err := os.Stat(off); !os.IsNotExist(err) {
+		t.Fatalf("--view-cache off made a cache: %v", err)
+	}
+	if code, _, stderr := runCLI(t, "", "--brokers", addr, "--view-cache", "/proc/onceq", "task", "get", "jobs", "a-1"); code != exitUsage || !strings.Contains(stderr, "--view-cache /proc/onceq") {
+		t.Fatalf("an unwritable --view-cache: exit %d: %s", code, stderr)
 	}
 }
