@@ -49,11 +49,15 @@ func perMinute(recs []onceq.TaskRecord, now time.Time) [chartMinutes][]onceq.Tas
 }
 
 // bars draws one value a minute, and the failed part of it (nil: none),
-// scaled to the largest value.
-func bars(vals, failed *[chartMinutes]float64, now time.Time, format func(float64) string) chart {
+// scaled to the largest value; whole values (counts) to the next even
+// number, so that the axis's middle is a whole one too.
+func bars(vals, failed *[chartMinutes]float64, now time.Time, whole bool, format func(float64) string) chart {
 	top := 0.0
 	for _, v := range vals {
 		top = max(top, v)
+	}
+	if whole && int64(top)%2 == 1 {
+		top++
 	}
 	c := chart{Bars: make([]chartBar, chartMinutes), Top: format(top), Mid: format(top / 2)}
 	scale := func(v float64) int {
@@ -100,8 +104,13 @@ func charts(recs []onceq.TaskRecord, now time.Time) (count, p99 chart, errRate s
 		total += len(minute)
 		failed += int(dead[i])
 	}
-	count = bars(&n, &dead, now, func(v float64) string { return fmt.Sprintf("%.0f tasks", v) })
-	p99 = bars(&lat, nil, now, func(v float64) string {
+	count = bars(&n, &dead, now, true, func(v float64) string {
+		if v == 1 {
+			return "1 task"
+		}
+		return fmt.Sprintf("%.0f tasks", v)
+	})
+	p99 = bars(&lat, nil, now, false, func(v float64) string {
 		return time.Duration(v * float64(time.Second)).Round(time.Millisecond).String()
 	})
 	errRate = "none finished"

@@ -29,11 +29,11 @@ func TestCharts(t *testing.T) {
 		rec(5*time.Minute, 500*time.Millisecond, onceq.StateSucceeded), rec(2*time.Hour, time.Second, onceq.StateDead)}
 	count, p99, errRate := charts(recs, now)
 	last, five := count.Bars[chartMinutes-1], count.Bars[chartMinutes-6]
-	if last.Value != "2 tasks, 1 failed" || last.H != 100 || last.FH != 50 || last.FY != last.Y || five.Value != "1 tasks" || five.H != 50 ||
+	if last.Value != "2 tasks, 1 failed" || last.H != 100 || last.FH != 50 || last.FY != last.Y || five.Value != "1 task" || five.H != 50 ||
 		five.FH != 0 || count.Bars[0].H != 0 {
 		t.Fatalf("counts: last minute %+v, five minutes ago %+v, first %+v", last, five, count.Bars[0])
 	}
-	if count.Top != "2 tasks" || count.Mid != "1 tasks" || last.Y != chartTop || last.X != chartLeft+(chartMinutes-1)*chartBarStep {
+	if count.Top != "2 tasks" || count.Mid != "1 task" || last.Y != chartTop || last.X != chartLeft+(chartMinutes-1)*chartBarStep {
 		t.Fatalf("axis %q/%q, last bar at %d,%d", count.Top, count.Mid, last.X, last.Y)
 	}
 	if p99.Bars[chartMinutes-1].Value != "3s" || p99.Bars[chartMinutes-6].Value != "500ms" || last.Label != "12:00" || p99.Top != "3s" {
@@ -41,6 +41,11 @@ func TestCharts(t *testing.T) {
 	}
 	if errRate != "33.3% (1 of 3 failed)" {
 		t.Fatalf("error rate %q, want the hour's: 1 dead of 3", errRate)
+	}
+	// An odd largest count rounds the axis up to an even one: its middle
+	// is a whole number of tasks.
+	if odd, _, _ := charts(recs[:1], now); odd.Top != "2 tasks" || odd.Mid != "1 task" || odd.Bars[chartMinutes-1].H != 50 {
+		t.Fatalf("the axis of one task: %q/%q, its bar %d high", odd.Top, odd.Mid, odd.Bars[chartMinutes-1].H)
 	}
 	if _, _, none := charts(nil, now); none != "none finished" {
 		t.Fatalf("error rate of no task: %q", none)

@@ -166,8 +166,8 @@ func TestConsole(t *testing.T) {
 	if rate := text("#errrate"); rate != "50.0% (1 of 2 failed)" {
 		t.Fatalf("the queue's error rate: %q, want 1 of 2", rate)
 	}
-	if top, err := chromedp.Run(ctx, chromedp.Evaluate[string](`document.querySelector("#done svg text.top").textContent`)); err != nil || top != "2 tasks" && top != "1 tasks" {
-		t.Fatalf("the chart's axis is topped with %q (%v), want the busiest minute's count", top, err)
+	if top, err := chromedp.Run(ctx, chromedp.Evaluate[string](`document.querySelector("#done svg text.top").textContent`)); err != nil || top != "2 tasks" {
+		t.Fatalf("the chart's axis is topped with %q (%v), want the busiest minute's count, 1 or 2, rounded up to an even 2", top, err)
 	}
 	if n, err := chromedp.Run(ctx, chromedp.Evaluate[int](`document.querySelectorAll("#done svg rect.failed").length`)); err != nil || n != 1 {
 		t.Fatalf("%d bars of failed tasks (%v), want 1: bad-1's minute", n, err)
