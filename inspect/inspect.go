@@ -88,8 +88,12 @@ type topicView struct {
 	// of each queue asked about; in.mu guards it.
 	queues map[string]*queueView
 	// seen holds the hashes of the keys of the topic's records in the
-	// store (see stored). The view's writers own it.
-	seen map[uint64]struct{}
+	// store (see stored). The view's writers own it. counted: seen and
+	// the queues' counts cover what the store held when the topic was
+	// loaded (countTopic), which a view kept in a directory does only
+	// once its counts are asked for (count); in.writeMu guards it.
+	seen    map[uint64]struct{}
+	counted bool
 }
 
 // queueView is the view of one queue's records, in its topic's view.
@@ -607,6 +611,11 @@ func (in *Inspector) tallies(ctx context.Context, queues []string) ([]tally, err
 	if err := cmp.Or(errs...); err != nil {
 		return nil, err
 	}
+	for _, q := range qs {
+		if err := in.count(q.t); err != nil {
+			return nil, err
+		}
+	}
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	out := make([]tally, len(qs))
@@ -642,7 +651,11 @@ func (in *Inspector) LaneQueues(ctx context.Context, lane string) ([]string, err
 	if err := onceq.ValidateQueue(lane); err != nil {
 		return nil, err
 	}
-	if _, err := in.view(ctx, lane); err != nil {
+	q, err := in.view(ctx, lane)
+	if err != nil {
+		return nil, err
+	}
+	if err := in.count(q.t); err != nil {
 		return nil, err
 	}
 	out := in.laneNames(lane)

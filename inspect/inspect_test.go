@@ -194,6 +194,40 @@ func TestDirResumes(t *testing.T) {
 	}
 }
 
+// TestDirCountsWhenAsked: a view kept in a directory counts what it
+// holds when its counts are first asked for, not when it opens; the
+// records it applies before that, of tasks it holds and of new ones,
+// replace the tasks' old records and are counted once.
+func TestDirCountsWhenAsked(t *testing.T) {
+	_, conn := testutil.StartBroker(t, "")
+	testutil.CreateTopic(t, conn, broker.RecordsTopic("q"), 2)
+	w := testutil.NewRecordsWriter(t, conn)
+	dir := t.TempDir()
+	now := time.Now()
+	pending := func(id string) onceq.TaskRecord {
+		return onceq.TaskRecord{ID: id, Queue: "q", State: onceq.StatePending, Enqueued: now}
+	}
+	w.Write(false, pending("a"), pending("b"))
+	in := open(t, conn, inspect.Dir(dir))
+	if c, err := in.Counts(ctxT(t), "q"); err != nil || c[onceq.StatePending] != 2 {
+		t.Fatalf("counts: %v (%v)", c, err)
+	}
+	in.Close()
+	w.Write(false, rec("a", onceq.StateSucceeded, 1, now), pending("c"))
+	in2 := open(t, conn, inspect.Dir(dir))
+	if r, err := in2.Get(ctxT(t), "q", "a"); err != nil || r.State != onceq.StateSucceeded {
+		t.Fatalf("a after the reopen: %+v (%v); want succeeded", r, err)
+	}
+	c, err := in2.Counts(ctxT(t), "q")
+	if err != nil || c[onceq.StatePending] != 2 || c[onceq.StateSucceeded] != 1 || len(c) != 2 {
+		t.Fatalf("counts after the reopen: %v (%v); want b and c pending, a succeeded", c, err)
+	}
+	page, err := in2.List(ctxT(t), "q", inspect.Filter{States: []onceq.TaskState{onceq.StatePending}})
+	if err != nil || len(page.Tasks) != 2 {
+		t.Fatalf("pending tasks after the reopen: %+v (%v); want b and c", page.Tasks, err)
+	}
+}
+
 // TestDirOfRecreatedTopic: a view kept in a directory forgets what it
 // read of a records topic that was deleted and made again, and reads the
 // new one from its start, even when the new one holds more records than

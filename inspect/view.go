@@ -6,6 +6,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/cespare/xxhash/v2"
@@ -210,14 +212,23 @@ func (in *Inspector) start(t *topicView, ends map[int32]int64, id [16]byte) (map
 	}
 	in.writeMu.Lock()
 	defer in.writeMu.Unlock()
-	if rebuild {
+	stored := false
+	for _, next := range t.pos {
+		stored = stored || next > 0
+	}
+	switch {
+	case rebuild:
 		in.cfg.log.Warn("task records topic is not the one the view read (recreated?): rebuilding the view of its queues", "topic", t.topic)
 		if err := in.dropTopic(t); err != nil {
 			return nil, err
 		}
-	} else if err := in.countTopic(t); err != nil {
-		return nil, err
+		t.counted = true
+	case !stored:
+		t.counted = true // nothing stored: nothing to count
 	}
+	// A view kept in a directory counts what it holds of the topic once
+	// its counts are asked for (count): a command that gets one task of
+	// a queue of a million does not read them all.
 	if id != ([16]byte{}) {
 		if err := in.db.Set(topicIDKey(t.topic), id[:], pebble.NoSync); err != nil {
 			return nil, in.dbErr(err)
@@ -500,13 +511,14 @@ func (in *Inspector) apply(topic string, partition int32, recs []*kgo.Record, si
 
 // stored returns the meta of a task's record as the batch being built
 // leaves it: touched, else the store, which is asked only when the
-// topic's seen set has the key's hash: a new task's record, the usual
-// case, costs no lookup.
+// topic's seen set has the key's hash, so that a new task's record, the
+// usual case, costs no lookup; or while the topic is not counted (a view
+// kept in a directory, whose seen set is made with its counts).
 func (in *Inspector) stored(t *topicView, key []byte, touched map[string]meta) (meta, bool, error) {
 	if m, ok := touched[string(key)]; ok {
 		return m, true, nil
 	}
-	if _, ok := t.seen[xxhash.Sum64(key)]; !ok {
+	if _, ok := t.seen[xxhash.Sum64(key)]; !ok && t.counted {
 		return meta{}, false, nil
 	}
 	return in.storedMeta(key)
@@ -531,9 +543,24 @@ func spanQueue(k []byte) (string, bool) {
 	return string(k[1:i]), true
 }
 
+// count counts what the store holds of t's queues, once (countTopic).
+func (in *Inspector) count(t *topicView) error {
+	in.writeMu.Lock()
+	defer in.writeMu.Unlock()
+	if t.counted {
+		return nil
+	}
+	if err := in.countTopic(t); err != nil {
+		return err
+	}
+	t.counted = true
+	return nil
+}
+
 // countTopic counts the stored tasks of each of a topic's queues per
-// state, from the index, and fills the topic's seen set from its
-// records' keys. in.writeMu is held.
+// state, from the index, and fills the topic's seen set from it. The
+// counts replace those the records applied since the load had moved.
+// in.writeMu is held.
 func (in *Inspector) countTopic(t *topicView) error {
 	// One pass over the index, whose entries hold the tasks' priorities,
 	// finds every stored task (seen) and counts it, without reading its
@@ -590,6 +617,9 @@ func (in *Inspector) countTopic(t *topicView) error {
 	}
 	in.mu.Lock()
 	defer in.mu.Unlock()
+	for _, q := range t.queues {
+		q.counts = tally{}
+	}
 	for queue, c := range counts {
 		t.queue(queue).counts = *c
 	}
@@ -665,6 +695,21 @@ func (in *Inspector) sweepLoop() {
 		case <-in.ctx.Done():
 			return
 		case <-t.C:
+		}
+		// The sweep goes through the queues a topic's counts know.
+		in.mu.Lock()
+		ts := slices.Collect(maps.Values(in.topics))
+		in.mu.Unlock()
+		for _, tv := range ts {
+			select {
+			case <-tv.ready:
+				if tv.err == nil {
+					if err := in.count(tv); err != nil && in.ctx.Err() == nil {
+						in.cfg.log.Warn("counting the tasks of a records topic", "topic", tv.topic, "err", err)
+					}
+				}
+			default: // loading
+			}
 		}
 		in.mu.Lock()
 		var qs []*queueView
