@@ -160,13 +160,18 @@ func TestListPages(t *testing.T) {
 	}
 }
 
+// dirView starts a broker with queue q's records topic of partitions,
+// and returns a writer of its records and a directory for a view.
+func dirView(t *testing.T, partitions int32) (broker.Conn, *testutil.RecordsWriter, string) {
+	_, conn := testutil.StartBroker(t, "")
+	testutil.CreateTopic(t, conn, broker.RecordsTopic("q"), partitions)
+	return conn, testutil.NewRecordsWriter(t, conn), t.TempDir()
+}
+
 // TestDirResumes: a view kept in a directory reads, after a restart, the
 // records written while it was closed, and keeps the ones it had.
 func TestDirResumes(t *testing.T) {
-	_, conn := testutil.StartBroker(t, "")
-	testutil.CreateTopic(t, conn, broker.RecordsTopic("q"), 2)
-	w := testutil.NewRecordsWriter(t, conn)
-	dir := t.TempDir()
+	conn, w, dir := dirView(t, 2)
 	now := time.Now()
 	w.Write(false, rec("a", onceq.StateSucceeded, 1, now))
 	in, err := inspect.Open(inspect.Conn(conn), inspect.Dir(dir))
@@ -199,10 +204,7 @@ func TestDirResumes(t *testing.T) {
 // records it applies before that, of tasks it holds and of new ones,
 // replace the tasks' old records and are counted once.
 func TestDirCountsWhenAsked(t *testing.T) {
-	_, conn := testutil.StartBroker(t, "")
-	testutil.CreateTopic(t, conn, broker.RecordsTopic("q"), 2)
-	w := testutil.NewRecordsWriter(t, conn)
-	dir := t.TempDir()
+	conn, w, dir := dirView(t, 2)
 	now := time.Now()
 	pending := func(id string) onceq.TaskRecord {
 		return onceq.TaskRecord{ID: id, Queue: "q", State: onceq.StatePending, Enqueued: now}
@@ -233,12 +235,9 @@ func TestDirCountsWhenAsked(t *testing.T) {
 // new one from its start, even when the new one holds more records than
 // the view read of the old.
 func TestDirOfRecreatedTopic(t *testing.T) {
-	_, conn := testutil.StartBroker(t, "")
+	conn, w, dir := dirView(t, 1)
 	topic := broker.RecordsTopic("q")
-	testutil.CreateTopic(t, conn, topic, 1)
-	dir := t.TempDir()
 	now := time.Now()
-	w := testutil.NewRecordsWriter(t, conn)
 	w.Write(false, rec("a", onceq.StateSucceeded, 1, now))
 	in := open(t, conn, inspect.Dir(dir))
 	if _, err := in.Get(ctxT(t), "q", "a"); err != nil {
