@@ -50,15 +50,16 @@ func (w *Worker) noteRunning(r *handlerRun, now, next time.Time) time.Time {
 // appendRunning appends the running records of the runs due for one, of
 // the partitions a commit covers (live), as JSON lines batched per
 // partition's records key, and returns the runs written, which the
-// commit marks recorded once it committed (markRunning). A run whose
-// handler returned meanwhile is past its slot (endRun vacates it before
-// its result exists), so its outcome comes in a later commit, after this
-// record.
+// commit marks recorded once it committed (markRunning). Many runs of a
+// partition take a few Kafka records, each within the batch limit. A run
+// whose handler returned meanwhile is past its slot (endRun vacates it
+// before its result exists), so its outcome comes in a later commit,
+// after this record.
 func (w *Worker) appendRunning(recs []*kgo.Record, live map[*partState]bool, now time.Time) ([]*kgo.Record, []*handlerRun) {
 	var (
-		runs  []*handlerRun
-		bufs  map[*partState][]byte
-		order []*partState
+		runs    []*handlerRun
+		batches map[*partState]*lineBatch
+		order   []*partState
 	)
 	w.sched.running(func(r *handlerRun) {
 		from := r.from.Load()
@@ -66,19 +67,21 @@ func (w *Worker) appendRunning(recs []*kgo.Record, live map[*partState]bool, now
 			return
 		}
 		ps := r.it.ps
-		tr := runningRecord(r, time.Unix(0, from), w.instanceID)
-		if bufs == nil {
-			bufs = map[*partState][]byte{}
-		}
-		buf, ok := bufs[ps]
+		b, ok := batches[ps]
 		if !ok {
+			if batches == nil {
+				batches = map[*partState]*lineBatch{}
+			}
+			b = w.recordBatch(ps.recordsTopic, ps.recordsKey, 0)
+			batches[ps] = b
 			order = append(order, ps)
 		}
-		bufs[ps] = append(tr.AppendJSON(buf), '\n')
+		tr := runningRecord(r, time.Unix(0, from), w.instanceID)
+		recs = b.add(recs, &tr)
 		runs = append(runs, r)
 	})
 	for _, ps := range order {
-		recs = append(recs, &kgo.Record{Topic: ps.recordsTopic, Key: ps.recordsKey, Value: bufs[ps]})
+		recs = batches[ps].flush(recs)
 	}
 	return recs, runs
 }

@@ -140,3 +140,61 @@ func hasState(trs []onceq.TaskRecord, id string, st onceq.TaskState) bool {
 	}
 	return false
 }
+
+// TestManyRunningRecorded: the running records of many runs of one
+// partition are split into Kafka records within the batch limit (half
+// of MaxMessageBytes), so that the commit that writes them is not
+// refused as too large: each run is recorded running once.
+func TestManyRunningRecorded(t *testing.T) {
+	_, conn := testutil.StartBroker(t, "")
+	testutil.CreateTopic(t, conn, "many", 1)
+	release := make(chan struct{})
+	h := consumer.HandlerFunc(func(ctx context.Context, _ *consumer.Task) error {
+		select {
+		case <-release:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	})
+	const n, maxMessage = 40, 8192
+	runWorker(t, consumer.Conn(conn), consumer.Queues("many"), consumer.CheckpointDir(t.TempDir()), consumer.WithHandler(h),
+		consumer.Concurrency(n), consumer.MaxMessageBytes(maxMessage), consumer.MaxResultBytes(1024),
+		consumer.RecordRunningAfter(100*time.Millisecond))
+	defer close(release)
+	produceTasks(t, conn, "many", ids(n))
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		running, values := map[string]int{}, 0
+		for _, r := range readRecords(t, conn, broker.RecordsTopic("many")) {
+			trs, err := onceq.DecodeTaskRecords(r.Value)
+			if err != nil {
+				t.Fatal(err)
+			}
+			values++
+			if len(r.Value) > maxMessage/2 {
+				t.Fatalf("a Kafka record of %d bytes of task records; want at most %d", len(r.Value), maxMessage/2)
+			}
+			for _, tr := range trs {
+				if tr.State == onceq.StateRunning {
+					running[tr.ID]++
+				}
+			}
+		}
+		if len(running) == n {
+			for id, c := range running {
+				if c != 1 {
+					t.Errorf("%s recorded running %d times; want once", id, c)
+				}
+			}
+			if values < 2 {
+				t.Errorf("%d running records in %d Kafka record; want them split", n, values)
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d runs recorded running after 30s", len(running), n)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}

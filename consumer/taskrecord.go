@@ -74,6 +74,48 @@ func (w *Worker) taskRecord(res *result) (tr onceq.TaskRecord, ok bool) {
 // message size limit, and big enough that a commit writes a few.
 const maxRecordBatch = 256 << 10
 
+// lineBatch gathers task records, as JSON lines, into the values of
+// Kafka records of one topic and key, each within limit bytes (but for a
+// line longer than it, alone): the worker writes task records so, a few
+// Kafka records a commit.
+type lineBatch struct {
+	topic string
+	key   []byte
+	limit int
+	hint  int // bytes to allocate for a value, within limit
+	buf   []byte
+}
+
+// recordBatch is a lineBatch for topic and key within the worker's
+// limit, whose values start with room for hint bytes.
+func (w *Worker) recordBatch(topic string, key []byte, hint int) *lineBatch {
+	limit := min(maxRecordBatch, w.cfg.maxMessageBytes/2)
+	return &lineBatch{topic: topic, key: key, limit: limit, hint: min(limit, hint)}
+}
+
+// add appends tr's line, first appending to recs the value gathered so
+// far if the line would take it past the limit.
+func (b *lineBatch) add(recs []*kgo.Record, tr *onceq.TaskRecord) []*kgo.Record {
+	size := tr.JSONSize() + 1
+	if len(b.buf) > 0 && len(b.buf)+size > b.limit {
+		recs = b.flush(recs)
+	}
+	if b.buf == nil {
+		b.buf = make([]byte, 0, max(size, b.hint))
+	}
+	b.buf = append(tr.AppendJSON(b.buf), '\n')
+	return recs
+}
+
+// flush appends the value gathered, if any, to recs.
+func (b *lineBatch) flush(recs []*kgo.Record) []*kgo.Record {
+	if len(b.buf) > 0 {
+		recs = append(recs, &kgo.Record{Topic: b.topic, Key: b.key, Value: b.buf})
+		b.buf = nil
+	}
+	return recs
+}
+
 // appendRecordBatches appends a partition's share of a commit's task
 // records (one per result that writes one), in the commit's transaction
 // with the outputs they describe: one Kafka record of JSON lines, or a
@@ -83,29 +125,15 @@ const maxRecordBatch = 256 << 10
 // batch. They belong to no one result: appended after every partition's
 // outputs and changelog records, they are none of pending.owner's.
 func (w *Worker) appendRecordBatches(recs []*kgo.Record, ps *partState, res []*result) []*kgo.Record {
-	limit := min(maxRecordBatch, w.cfg.maxMessageBytes/2)
-	var buf []byte
+	// Room for every record of a partition's usual commit (about 200
+	// bytes each).
+	b := w.recordBatch(ps.recordsTopic, ps.recordsKey, len(res)*256)
 	for _, r := range res {
-		tr, ok := w.taskRecord(r)
-		if !ok {
-			continue
+		if tr, ok := w.taskRecord(r); ok {
+			recs = b.add(recs, &tr)
 		}
-		size := tr.JSONSize() + 1
-		if len(buf) > 0 && len(buf)+size > limit {
-			recs = append(recs, &kgo.Record{Topic: ps.recordsTopic, Key: ps.recordsKey, Value: buf})
-			buf = nil
-		}
-		if buf == nil {
-			// Room for every record of a partition's usual commit
-			// (about 200 bytes each), within the limit.
-			buf = make([]byte, 0, min(limit, max(size, len(res)*256)))
-		}
-		buf = append(tr.AppendJSON(buf), '\n')
 	}
-	if len(buf) > 0 {
-		recs = append(recs, &kgo.Record{Topic: ps.recordsTopic, Key: ps.recordsKey, Value: buf})
-	}
-	return recs
+	return b.flush(recs)
 }
 
 // recordsRetention is how long the worker needs its records topics to
@@ -140,33 +168,28 @@ func (w *Worker) recordEmitted(res *result, t *onceq.Task, now time.Time) error 
 // they describe. Appended after every partition's outputs and changelog
 // records, they are none of pending.owner's, as the results' own records.
 func (w *Worker) appendEmittedBatches(recs []*kgo.Record, parts []pending) []*kgo.Record {
-	limit := min(maxRecordBatch, w.cfg.maxMessageBytes/2)
-	var bufs map[string][]byte
+	var batches map[string]*lineBatch
 	var order []string
 	for _, p := range parts {
 		for _, r := range p.results {
 			for i := range r.emitted {
 				tr := &r.emitted[i]
 				topic := broker.RecordsTopic(onceq.QueueTopic(tr.Queue))
-				if bufs == nil {
-					bufs = map[string][]byte{}
-				}
-				buf, ok := bufs[topic]
+				b, ok := batches[topic]
 				if !ok {
+					if batches == nil {
+						batches = map[string]*lineBatch{}
+					}
+					b = w.recordBatch(topic, nil, 0)
+					batches[topic] = b
 					order = append(order, topic)
 				}
-				if len(buf) > 0 && len(buf)+tr.JSONSize()+1 > limit {
-					recs = append(recs, &kgo.Record{Topic: topic, Value: buf})
-					buf = nil
-				}
-				bufs[topic] = append(tr.AppendJSON(buf), '\n')
+				recs = b.add(recs, tr)
 			}
 		}
 	}
 	for _, topic := range order {
-		if buf := bufs[topic]; len(buf) > 0 {
-			recs = append(recs, &kgo.Record{Topic: topic, Value: buf})
-		}
+		recs = batches[topic].flush(recs)
 	}
 	return recs
 }
