@@ -118,7 +118,7 @@ type tally struct {
 
 // failed counts the failed attempts of the tasks retained: each attempt
 // retried, and each dead task's last.
-func (t *tally) failed() int64 { return t.attempts + t.states[stateIndex(onceq.StateDead)] }
+func (t *tally) failed() int64 { return t.attempts + t.states[stateDead] }
 
 // add counts n more tasks (n < 0: fewer) of meta m.
 func (t *tally) add(m meta, n int64) {
@@ -171,8 +171,8 @@ func dueOf(r *onceq.TaskRecord) int64 {
 	return 0
 }
 
-// stateRunning is the index of onceq.StateRunning.
-var stateRunning = stateIndex(onceq.StateRunning)
+// The indexes of onceq.StateRunning and onceq.StateDead.
+var stateRunning, stateDead = stateIndex(onceq.StateRunning), stateIndex(onceq.StateDead)
 
 func stateIndex(s onceq.TaskState) byte {
 	for i, st := range onceq.TaskStates {

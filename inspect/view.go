@@ -189,10 +189,10 @@ func (in *Inspector) load(ts []*topicView) {
 }
 
 // start sets a topic's target (its end offsets) and its positions from
-// the store, counts what the store holds of its queues (or drops them, if
-// the topic is not the one the view read: another ID, or behind the
-// view), and returns where to follow each partition from. id is the
-// topic's ID, kept with the view.
+// the store (or drops what the store holds of its queues, if the topic is
+// not the one the view read: another ID, or behind the view), and returns
+// where to follow each partition from. id is the topic's ID, kept with
+// the view. What the store holds is counted when first asked (count).
 func (in *Inspector) start(t *topicView, ends map[int32]int64, id [16]byte) (map[int32]kgo.Offset, error) {
 	t.target, t.pos = map[int32]int64{}, map[int32]int64{}
 	rebuild, err := in.otherTopic(t.topic, id)
@@ -226,9 +226,10 @@ func (in *Inspector) start(t *topicView, ends map[int32]int64, id [16]byte) (map
 	case !stored:
 		t.counted = true // nothing stored: nothing to count
 	}
-	// A view kept in a directory counts what it holds of the topic once
-	// its counts are asked for (count): a command that gets one task of
-	// a queue of a million does not read them all.
+	// Otherwise the store holds tasks of the topic (a view kept in a
+	// directory): they are counted once counts are asked for (count), so
+	// that a command that gets one task of a million does not read them
+	// all.
 	if id != ([16]byte{}) {
 		if err := in.db.Set(topicIDKey(t.topic), id[:], pebble.NoSync); err != nil {
 			return nil, in.dbErr(err)

@@ -41,14 +41,9 @@ var pages = template.Must(template.New("").Funcs(template.FuncMap{
 		if t.IsZero() {
 			return ""
 		}
-		return time.Since(t).Round(time.Second).String() + " ago"
+		return sinceFor(t) + " ago"
 	},
-	"for": func(t time.Time) string {
-		if t.IsZero() {
-			return ""
-		}
-		return time.Since(t).Round(time.Second).String()
-	},
+	"for": sinceFor,
 	"at": func(t time.Time) string {
 		if t.IsZero() {
 			return ""
@@ -58,6 +53,15 @@ var pages = template.Must(template.New("").Funcs(template.FuncMap{
 	"path":  url.PathEscape,
 	"shown": shown,
 }).ParseFS(consoleFS, "console/*.html"))
+
+// sinceFor is how long ago t was, to the second: how long a task has
+// run; "" for no time.
+func sinceFor(t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	return time.Since(t).Round(time.Second).String()
+}
 
 const cookieName = "onceq_console"
 
