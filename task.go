@@ -2,6 +2,7 @@ package onceq
 
 import (
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -181,6 +182,20 @@ func (b Backoff) Delay(attempt int) time.Duration {
 // generated ID, and a retry, which a worker's transaction writes once.
 func (t *Task) IdempotencyKey() bool {
 	return t.Attempt <= 1 && (!t.GeneratedID || t.Requeued != "")
+}
+
+// CompareSubmissions orders two tasks submitted within one millisecond,
+// the wire format's precision for Enqueued, by their IDs when onceq
+// generated both (GeneratedID): a producer generates time-ordered IDs that
+// rise with each of its submissions, so the one first submitted through a
+// producer sorts first. It returns 0 when an ID is a client's, which
+// tells nothing of when its task came: the caller keeps its own order
+// (a partition's).
+func CompareSubmissions(a, b *Task) int {
+	if !a.GeneratedID || !b.GeneratedID {
+		return 0
+	}
+	return strings.Compare(a.ID, b.ID)
 }
 
 // DedupKey is what a worker remembers a processed run of the task by: the

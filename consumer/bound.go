@@ -3,6 +3,7 @@ package consumer
 import (
 	"container/heap"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -42,14 +43,19 @@ type queueLine struct {
 
 // lineOrder orders the records of a queue's line: the highest priority
 // first, then by their records' timestamps (when each was produced:
-// published, retried, or moved on by the delay service once due), then
-// by partition and offset.
+// published, retried, or moved on by the delay service once due, to the
+// millisecond), then, of two whose IDs onceq generated (no idempotency
+// key), by their dedup keys, which start with their IDs and so sort a
+// producer's submissions of one millisecond in its order
+// (onceq.CompareSubmissions), then by partition and offset.
 func lineOrder(a, b *item) int {
 	switch {
 	case a.prio != b.prio:
 		return int(b.prio) - int(a.prio)
 	case !a.rec.Timestamp.Equal(b.rec.Timestamp):
 		return a.rec.Timestamp.Compare(b.rec.Timestamp)
+	case !a.idem && !b.idem && a.dedupKey != b.dedupKey:
+		return strings.Compare(a.dedupKey, b.dedupKey)
 	case a.rec.Partition != b.rec.Partition:
 		return int(a.rec.Partition - b.rec.Partition)
 	case a.rec.Offset < b.rec.Offset:

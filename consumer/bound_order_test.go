@@ -3,6 +3,7 @@ package consumer
 import (
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -60,5 +61,36 @@ func TestQueueBoundOrder(t *testing.T) {
 	b.take([]*item{rec("lane/a", 1, 3, 3, 0), rec("lane/b", 1, 4, 4, 0), rec("lane/a", 0, 5, 5, 0)})
 	if n := b.drop(ps[1]); n != 2 || b.waiting.Load() != 1 {
 		t.Fatalf("dropped %d, %d waiting; want 2 dropped, 1 waiting", n, b.waiting.Load())
+	}
+}
+
+// TestLineOrderOneMillisecond: records of one millisecond take a queue's
+// places in the order their generated IDs were submitted, whatever their
+// partitions; records with client IDs (idempotency keys) tell nothing by
+// their IDs and keep partition and offset order.
+func TestLineOrderOneMillisecond(t *testing.T) {
+	at := time.Unix(1000, 0)
+	rec := func(p int32, off int64, id string, idem bool) *item {
+		r := &kgo.Record{Topic: "lane", Partition: p, Offset: off, Timestamp: at,
+			Headers: []kgo.RecordHeader{{Key: onceq.HeaderQueue, Value: []byte("lane/a")}}}
+		return &item{ps: &partState{}, rec: r, dedupKey: "lane/a/" + id, idem: idem}
+	}
+	for _, tc := range []struct {
+		name  string
+		idem  bool
+		order []string
+	}{
+		{"generated", false, []string{"0191-a", "0191-b", "0191-c", "0191-d"}},
+		{"client", true, []string{"0191-c", "0191-a", "0191-d", "0191-b"}}, // 0@3, 0@5, 1@4, 1@7
+	} {
+		b := newQueueBound(1)
+		got := b.take([]*item{rec(1, 7, "0191-b", tc.idem), rec(0, 3, "0191-c", tc.idem), rec(1, 4, "0191-d", tc.idem), rec(0, 5, "0191-a", tc.idem)})
+		var order []string
+		for it := got[0]; it != nil; it = b.done(it) {
+			order = append(order, strings.TrimPrefix(it.dedupKey, "lane/a/"))
+		}
+		if !slices.Equal(order, tc.order) {
+			t.Errorf("%s IDs: started %v; want %v", tc.name, order, tc.order)
+		}
 	}
 }

@@ -3,6 +3,8 @@ package serve
 import (
 	"container/heap"
 	"sync"
+
+	"github.com/onceq/onceq"
 )
 
 // offers is a queue's hand-out order: the tasks its handlers offer to
@@ -67,7 +69,8 @@ func (o *offers) len() int {
 }
 
 // offerHeap orders leases by priority, highest first, then by the time
-// their tasks became ready, then by partition and offset. A lease knows
+// their tasks became ready, then, within one millisecond, by their IDs
+// (onceq.CompareSubmissions), then by partition and offset. A lease knows
 // its index, -1 once out.
 type offerHeap []*lease
 
@@ -79,6 +82,11 @@ func (h offerHeap) Less(i, j int) bool {
 		return a.priority > b.priority
 	case !a.ready.Equal(b.ready):
 		return a.ready.Before(b.ready)
+	}
+	if c := onceq.CompareSubmissions(&a.task.Task, &b.task.Task); c != 0 {
+		return c < 0 // one millisecond, one producer: its order
+	}
+	switch {
 	case a.task.Partition != b.task.Partition:
 		return a.task.Partition < b.task.Partition
 	}

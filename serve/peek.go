@@ -175,15 +175,16 @@ func (s *Server) backlogSize(ctx context.Context, topic string) (int64, error) {
 }
 
 // backlogHead returns the task of the backlog of topic that waits the
-// longest (the earliest enqueued of each partition's first), ok false if
-// there is none.
+// longest (the earliest enqueued of each partition's first, and of those
+// enqueued in one millisecond the first submitted, where their IDs tell:
+// onceq.CompareSubmissions), ok false if there is none.
 func (s *Server) backlogHead(ctx context.Context, topic string) (t onceq.Task, ok bool, err error) {
 	ranges, _, err := s.backlogRanges(ctx, topic)
 	if err != nil {
 		return t, false, err
 	}
 	err = s.readBacklog(ctx, topic, ranges, func(c onceq.Task, _ *kgo.Record) bool {
-		if !ok || c.Enqueued.Before(t.Enqueued) {
+		if !ok || c.Enqueued.Before(t.Enqueued) || c.Enqueued.Equal(t.Enqueued) && onceq.CompareSubmissions(&c, &t) < 0 {
 			t, ok = c, true
 		}
 		return true

@@ -157,3 +157,46 @@ func waitOffered(t *testing.T, a *api, topic string, n int) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// TestOneMillisecondOrder: the jobs of one bulk publish, enqueued in one
+// millisecond and spread over the partitions of their queue (a topic of
+// 4, or the lane's), are peeked and handed out in the order published:
+// their generated IDs order them (onceq.CompareSubmissions), not the
+// partition each landed in.
+func TestOneMillisecondOrder(t *testing.T) {
+	eachLayout(t, func(t *testing.T, layout serve.Opt) {
+		a := start(t, layout, serve.CreateQueues(4))
+		tok := a.token("shop", false)
+		code, body := a.do("PUT", "/api/shop/fifo/bulk", tok, `[1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16]`)
+		if code != 201 {
+			t.Fatalf("bulk: %d %v", code, body)
+		}
+		var ids []string
+		for _, id := range body["job_ids"].([]any) {
+			ids = append(ids, id.(string))
+		}
+		parts := map[float64]bool{}
+		for _, id := range ids {
+			_, task := a.do("GET", "/api/shop/fifo/task/"+id, tok, "")
+			rec, _ := task["task"].(map[string]any)
+			parts[rec["partition"].(float64)] = true
+		}
+		if len(parts) < 2 {
+			t.Fatalf("16 jobs in partitions %v; want them spread", slices.Collect(maps.Keys(parts)))
+		}
+		if code, head := a.do("GET", "/api/shop/fifo/peek", tok, ""); code != 200 || head["job_id"] != ids[0] {
+			t.Fatalf("peek: %d %v; want the first published, %s", code, head, ids[0])
+		}
+		// A consumer that waits takes whichever job is offered first.
+		first := consumeOne(t, a, tok, "/api/shop/fifo?ttr=60&timeout=30").JobID
+		want := slices.DeleteFunc(slices.Clone(ids), func(id string) bool { return id == first })
+		waitOffered(t, a, serve.QueueOf(a.srv, "shop", "fifo"), len(want))
+		var got []string
+		for range want {
+			got = append(got, consumeOne(t, a, tok, "/api/shop/fifo?ttr=60&timeout=30").JobID)
+		}
+		if !slices.Equal(got, want) {
+			t.Fatalf("handed out %v; want %v", got, want)
+		}
+	})
+}
