@@ -12,6 +12,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 
 	"github.com/onceq/onceq"
+	"github.com/onceq/onceq/internal/compactsched"
 )
 
 // Defaults of the options.
@@ -214,6 +215,9 @@ func (c *config) pebbleOptions(cache *pebble.Cache, lock *pebble.Lock) *pebble.O
 		FlushDelayDeleteRange: 10 * time.Second,
 		WALBytesPerSync:       0, // every commit syncs anyway
 	}
+	// Pebble's default scheduler wakes every 100 ms while the store is
+	// open; this one only while a compaction waits for a place.
+	p.Experimental.CompactionScheduler = compactsched.New()
 	for i := range p.Levels {
 		// Bloom filters on every level: a lookup of an ID that is not there
 		// (most lookups: new tasks) skips each sstable after one filter probe.

@@ -16,6 +16,7 @@ import (
 
 	"github.com/onceq/onceq"
 	"github.com/onceq/onceq/broker"
+	"github.com/onceq/onceq/internal/compactsched"
 	"github.com/onceq/onceq/internal/control"
 )
 
@@ -129,6 +130,7 @@ func Open(opts ...Opt) (*Inspector, error) {
 	// in one memtable, so a store that lost its memtables to a crash
 	// resumes from the offsets of what it flushed.
 	popts.DisableWAL = true
+	popts.Experimental.CompactionScheduler = compactsched.New() // rests while the view is idle
 	dir := cfg.dir
 	if dir == "" {
 		popts.FS, dir = vfs.NewMem(), "view"
