@@ -396,8 +396,11 @@ func (w *Worker) expireLoop(ctx context.Context) {
 // commit.
 func (w *Worker) queueTombstones(rs []checkpoint.Removed) {
 	w.tombMu.Lock()
-	defer w.tombMu.Unlock()
 	w.tombs = append(w.tombs, rs...)
+	w.tombMu.Unlock()
+	if len(rs) > 0 {
+		w.cutIdlePoll()
+	}
 }
 
 // takeTombstones returns the queued tombstones as changelog records, for

@@ -40,9 +40,7 @@ func (w *Worker) noteRunning(r *handlerRun, now, next time.Time) time.Time {
 		return next
 	}
 	if !w.runningDue.Swap(true) {
-		if cancel := w.pollCancel.Load(); cancel != nil {
-			(*cancel)() // the poll waits no longer: there is a record to commit
-		}
+		w.cutIdlePoll() // there is a record to commit
 	}
 	return next
 }

@@ -71,7 +71,7 @@ type Worker struct {
 	completed atomic.Int64 // records finished since the last commit
 	// pollCancel cancels the poll in progress, if any: a poll with
 	// nothing to commit waits idlePoll, and the first task to finish
-	// ends it.
+	// ends it (cutIdlePoll).
 	pollCancel atomic.Pointer[context.CancelFunc]
 	// runningDue: a run is due for its running record (running.go).
 	runningDue atomic.Bool
@@ -243,7 +243,7 @@ func (w *Worker) Run(ctx context.Context) (err error) {
 			pctx, cancel := context.WithDeadline(ctx, until)
 			if idle {
 				w.pollCancel.Store(&cancel)
-				if w.completed.Load() > 0 || w.runningDue.Load() {
+				if w.completed.Load() > 0 || w.runningDue.Load() || w.hasTombstones() {
 					cancel() // one finished meanwhile: poll until the commit is due
 				}
 			}
@@ -409,8 +409,18 @@ func (w *Worker) signal() {
 // idlePoll is how long a poll of a worker with nothing to commit waits
 // at least, rather than its commit interval: a worker with a short commit
 // interval (onceq serve's) does not wake a thousand times a second for
-// nothing.
-const idlePoll = 250 * time.Millisecond
+// nothing. Whatever gives a commit something to do cuts it short
+// (cutIdlePoll): a task that finished, a run due for its running record,
+// an expiry's tombstones. An idle worker wakes for nothing else.
+const idlePoll = 5 * time.Second
+
+// cutIdlePoll ends the idle poll in progress, if any: there is a commit
+// to make.
+func (w *Worker) cutIdlePoll() {
+	if cancel := w.pollCancel.Load(); cancel != nil {
+		(*cancel)()
+	}
+}
 
 // finish is called by a slot with a record it finished, successfully or
 // not; a nil result means its work was dropped (its partition was
@@ -418,9 +428,7 @@ const idlePoll = 250 * time.Millisecond
 func (w *Worker) finish(it *item, res *result) {
 	ready := it.ps.complete(it, res)
 	if res != nil && w.completed.Add(1) == 1 {
-		if cancel := w.pollCancel.Load(); cancel != nil {
-			(*cancel)() // the worker's poll waits no longer: there is a commit to make
-		}
+		w.cutIdlePoll()
 	}
 	w.buffered.Add(-1)
 	w.sched.done(it)

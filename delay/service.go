@@ -212,6 +212,11 @@ func (s *Service) start(ctx context.Context) error {
 	return nil
 }
 
+// idleWake bounds the service's poll while it has nothing to release nor
+// to read on: what the poll waits for comes with records (the fetch ends
+// the poll), or with a release that nextWake already counts.
+const idleWake = time.Second
+
 // bucketRecheck is how often the service looks for bucket topics created
 // since it started.
 const bucketRecheck = 10 * time.Second
@@ -417,13 +422,20 @@ func (s *Service) commitDue(now time.Time) bool {
 
 // nextWake is when the loop has something to do without new records: the
 // next release in a partition that may commit (not before the commit
-// interval is up) or the next stopped partition to read on. It is never
-// now or earlier: a poll whose context is done returns no records at all,
-// and a partition that may not commit yet waits for records to read.
+// interval is up), or in one whose committed cursor's time comes (a
+// previous owner's clock ahead of this one's), or the next stopped
+// partition to read on; idleWake at the latest. It is never now or
+// earlier: a poll whose context is done returns no records at all, and a
+// partition that may not commit yet waits for records to read.
 func (s *Service) nextWake(now time.Time) time.Time {
-	wake := now.Add(100 * time.Millisecond)
+	wake := now.Add(idleWake)
 	earliest := s.lastCommit.Add(s.cfg.commitInterval)
 	for _, p := range s.view {
+		if _, ok := p.nextRelease(); ok && now.UnixMilli() < p.committed.Time && p.committable(p.committed.Time) {
+			if at := time.UnixMilli(p.committed.Time); at.Before(wake) {
+				wake = at
+			}
+		}
 		if rel, ok := p.nextRelease(); ok && p.committable(now.UnixMilli()) {
 			at := time.UnixMilli(rel)
 			if at.Before(earliest) {
