@@ -44,10 +44,12 @@ type queueLine struct {
 // lineOrder orders the records of a queue's line: the highest priority
 // first, then by their records' timestamps (when each was produced:
 // published, retried, or moved on by the delay service once due, to the
-// millisecond), then, of two whose IDs onceq generated (no idempotency
-// key), by their dedup keys, which start with their IDs and so sort a
-// producer's submissions of one millisecond in its order
-// (onceq.CompareSubmissions), then by partition and offset.
+// millisecond), then, of two without idempotency keys, by their dedup
+// keys, which start with their IDs: two first attempts of IDs onceq
+// generated so go in the order their producer submitted them
+// (onceq.CompareSubmissions), and two retries of one millisecond, whose
+// order tells nothing either way, in their IDs' order; then by partition
+// and offset.
 func lineOrder(a, b *item) int {
 	switch {
 	case a.prio != b.prio:

@@ -430,16 +430,15 @@ func (s *Service) commitDue(now time.Time) bool {
 func (s *Service) nextWake(now time.Time) time.Time {
 	wake := now.Add(idleWake)
 	earliest := s.lastCommit.Add(s.cfg.commitInterval)
+	nowMS := now.UnixMilli()
 	for _, p := range s.view {
-		if _, ok := p.nextRelease(); ok && now.UnixMilli() < p.committed.Time && p.committable(p.committed.Time) {
-			if at := time.UnixMilli(p.committed.Time); at.Before(wake) {
-				wake = at
-			}
-		}
-		if rel, ok := p.nextRelease(); ok && p.committable(now.UnixMilli()) {
-			at := time.UnixMilli(rel)
-			if at.Before(earliest) {
-				at = earliest
+		if rel, ok := p.nextRelease(); ok {
+			at := wake
+			switch {
+			case p.committable(nowMS):
+				at = later(time.UnixMilli(rel), earliest)
+			case nowMS < p.committed.Time && p.committable(p.committed.Time):
+				at = time.UnixMilli(p.committed.Time)
 			}
 			if at.Before(wake) {
 				wake = at
