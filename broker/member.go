@@ -94,6 +94,10 @@ func (c MemberConfig) Check(errs *onceq.OptionErrors) {
 	}
 }
 
+// TransactionalID is the transactional ID of the member of group whose
+// instance ID is instance (MemberConfig.InstanceID).
+func TransactionalID(group, instance string) string { return "onceq-" + group + "-" + instance }
+
 // Member is one member of a consumer group that commits exactly once:
 // franz-go's GroupTransactSession, made with the options every onceq group
 // member shares, whose transactions (Commit) commit the offsets its user
@@ -140,7 +144,7 @@ func NewMember(c MemberConfig) (*Member, error) {
 		return m, nil
 	}
 	opts = append(opts,
-		kgo.TransactionalID("onceq-"+c.Group+"-"+c.InstanceID),
+		kgo.TransactionalID(TransactionalID(c.Group, c.InstanceID)),
 		kgo.TransactionTimeout(c.TransactionTimeout),
 	)
 	if m.sess, err = kgo.NewGroupTransactSession(opts...); err != nil {
