@@ -53,7 +53,7 @@ KAFKA_SUITES ?= \
   './workflow=.' \
   './periodic=.' \
   './serve=.' \
-  './cmd/onceq=^Test(PeriodicCrash|PeriodicCrashOnLane|ServeCrashPull|ServeFleetCrash|ServeMovesTopicPerQueueJobs|ServeAckAfterRunnerKilled|LmstfyRustClient)$$'
+  './cmd/onceq=^Test(PeriodicCrash|PeriodicCrashOnLane|ServeCrashPull|ServeFleetCrash|ServeMovesTopicPerQueueJobs|ServeAckAfterRunnerKilled|ServeFailoverWithinSeconds|LmstfyRustClient)$$'
 .PHONY: test-kafka
 test-kafka:
 	@$(GO) build -o bin/testprogress ./internal/testprogress
@@ -92,7 +92,8 @@ KAFKA_SUITES_CI ?= \
   './producer=.' \
   './delay=^Test(NeverEarly|ExactlyOnceNeverEarly|KilledServiceLosesNothing|BadRecordsAreDeadLettered)$$' \
   './consumer=^Test(RetryWithBackoffThenSuccess|AlwaysFailingEndsInDeadLetters|TooLargeTaskEndsInDeadLetters|CrashCopyWithDuplicates|CrashCancel|CrashPoints|EmittedTasksRecorded|RunningRecorded)$$' \
-  './control=^TestTasksVisibleFromSubmission$$'
+  './control=^TestTasksVisibleFromSubmission$$' \
+  './cmd/onceq=^TestServeFailoverWithinSeconds$$'
 KAFKA_SUITES_CLUSTER ?= './consumer=^TestCrashKafkaNodeKills$$'
 .PHONY: test-kafka-ci
 test-kafka-ci:

@@ -139,6 +139,21 @@ func (w *Worker) Owns(queue string) bool {
 	return len(w.byQueue[onceq.QueueTopic(queue)]) > 0
 }
 
+// Rejoin has the worker's group member join its group again now, when
+// its user knows that the group rebalances: another member was removed
+// from it (broker.Admin.RemoveMember). A member learns of a rebalance at
+// its next heartbeat, up to 3 s on, and the group hands the removed
+// member's partitions over only once every member rejoined. With
+// ConsumerGroup it sends a heartbeat now instead. Before Run and after it
+// returned, it does nothing.
+func (w *Worker) Rejoin() {
+	w.fetchMu.Lock() // w.kafka is replaced under it
+	defer w.fetchMu.Unlock()
+	if w.kafka != nil {
+		w.kafka.rejoin()
+	}
+}
+
 // demandLoop ends, every demandTick until ctx ends, the wants that lapsed;
 // while there is none, it waits for the next one without ticking.
 func (w *Worker) demandLoop(ctx context.Context) {

@@ -33,6 +33,8 @@ type kafkaSide interface {
 	// refreshMetadata asks for the brokers' topics now: a new queue that
 	// matches a pattern.
 	refreshMetadata()
+	// rejoin has the member join its group again now (Worker.Rejoin).
+	rejoin()
 	// holds reports, from one look, whether a commit would find the
 	// member holding a partition (broker.Member.Holds).
 	holds() func(topic string, p int32) bool
@@ -114,6 +116,7 @@ func (b *baseSide) poll(ctx context.Context, max int) kgo.Fetches { return b.m.P
 func (b *baseSide) pause(parts map[string][]int32)                { b.m.Client().PauseFetchPartitions(parts) }
 func (b *baseSide) resume(parts map[string][]int32)               { b.m.Client().ResumeFetchPartitions(parts) }
 func (b *baseSide) refreshMetadata()                              { b.m.Client().ForceMetadataRefresh() }
+func (b *baseSide) rejoin()                                       { b.m.Client().ForceRebalance() }
 func (b *baseSide) holds() func(string, int32) bool               { return b.m.Holds() }
 func (b *baseSide) leave(ctx context.Context)                     { b.m.Leave(ctx, "onceq worker shutdown") }
 func (b *baseSide) close()                                        { b.m.Close() }

@@ -189,9 +189,10 @@ func ackedLate(st leaseState) bool {
 // has its queue fetched, here or on the server that owns its partition,
 // so that it runs again if it was dropped: a queue no consumer waits for
 // is not fetched for an acknowledgment its run takes without. Then it
-// waits, for a run not held here (held), ackRunWait more for that run's
-// commit, or returns errRunWaits. A run that another server, runner,
-// took is awaited by awaitRunner.
+// returns errRunWaits for a run this server took and no longer holds
+// (held), or waits, for a run of no known runner, ackRunWait more for
+// that run's commit, or returns errRunWaits. A run that another server,
+// runner, took is awaited by awaitRunner.
 func (s *Server) awaitCommit(ctx context.Context, topic, id string, held bool, runner string, final func(onceq.TaskRecord) bool) (onceq.TaskRecord, error) {
 	wctx, cancel := context.WithTimeout(ctx, ackCommitWait)
 	defer cancel()
@@ -212,6 +213,18 @@ func (s *Server) awaitCommit(ctx context.Context, topic, id string, held bool, r
 		// restart of the worker's Kafka session dropped (its commits
 		// failed) runs again once its queue is fetched, as now.
 		return s.in.WaitFor(wctx, topic, id, final)
+	}
+	if runner == s.pull.ledger.id {
+		// This server took the run, and no handler of it held the run
+		// when the acknowledgment came, nor did its commit come since:
+		// it ended uncommitted (its partition moved, or the worker's
+		// Kafka session restarted), and runs again on the partition's
+		// owner, which fetches its queue now; as a probe of a runner
+		// that no longer runs the task says (awaitRunner).
+		if rec, err := s.in.Get(wctx, topic, id); err == nil && final(rec) {
+			return rec, nil
+		}
+		return rec, errRunWaits
 	}
 	rctx, rcancel := context.WithTimeout(wctx, s.cfg.ackRunWait)
 	defer rcancel()
@@ -246,9 +259,14 @@ func (s *Server) awaitRunner(wctx context.Context, topic, id, runner string, unt
 		if err == nil || wctx.Err() != nil || fctx.Err() == nil {
 			return rec, err
 		}
-		runs, err := s.pull.ledger.runs(wctx, runner, leaseKey(topic, id), ackProbeWait)
+		answered, runs, err := s.pull.ledger.ask(wctx, runner, leaseKey(topic, id), ackProbeWait)
 		if err != nil {
 			return rec, err
+		}
+		if !answered {
+			// Dead: its partitions move at once if its pull worker is
+			// (failover.go), and the run commits within about a second.
+			s.pull.suspect()
 		}
 		if !runs {
 			// The partition's owner, the next one if the runner is dead,

@@ -44,6 +44,10 @@ const (
 	// probe (Lease) and whether it runs the task (Held), if it is alive.
 	evProbe = "probe"
 	evPong  = "pong"
+	// A server removed the pull group's member Holder, which answered no
+	// probe (failover.go): every server's pull worker rejoins the group
+	// now (rejoinKey).
+	evRejoin = "rejoin"
 )
 
 // leaseEvent is one record of the lease topic. A record with no value (a
@@ -108,9 +112,9 @@ func decodeLeaseEvent(v []byte) (leaseEvent, error) {
 		return ev, fmt.Errorf("lease record: %w", err)
 	}
 	switch ev.Kind {
-	case evTake, evAck, evExpire, evGrant, evRevoke, evWant, evProbe, evPong, evCancel:
+	case evTake, evAck, evExpire, evGrant, evRevoke, evWant, evProbe, evPong, evCancel, evRejoin:
 	default:
-		return ev, fmt.Errorf("lease record of kind %q: want take, ack, expire, grant, revoke, want, probe, pong or cancel", ev.Kind)
+		return ev, fmt.Errorf("lease record of kind %q: want take, ack, expire, grant, revoke, want, probe, pong, cancel or rejoin", ev.Kind)
 	}
 	switch {
 	case ev.Nonce == "":
@@ -123,7 +127,7 @@ func decodeLeaseEvent(v []byte) (leaseEvent, error) {
 		return ev, fmt.Errorf("lease %s without its server and end", ev.Kind)
 	case ev.Kind == evWant && ev.Queue == "":
 		return ev, errors.New("lease want without its queue")
-	case (ev.Kind == evProbe || ev.Kind == evPong) && ev.Holder == "":
+	case (ev.Kind == evProbe || ev.Kind == evPong || ev.Kind == evRejoin) && ev.Holder == "":
 		return ev, fmt.Errorf("lease %s without its server", ev.Kind)
 	case ev.Kind == evPong && ev.Lease == "":
 		return ev, errors.New("lease pong without the probe it answers")

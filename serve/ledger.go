@@ -40,10 +40,15 @@ type ledger struct {
 	// queue and with a grant to this server; holds says whether a
 	// handler of this server runs the task of a lease key (a probe's
 	// answer says it).
-	id      string
-	onWant  func(topic string, until time.Time)
-	onGrant func(key string, st leaseState)
-	holds   func(key string) bool
+	id string
+	// member is the pull group's instance ID of this server's pull
+	// worker, once known (answerFor): probes of it are answered too, and
+	// onRejoin is called for a fresh rejoin event.
+	member   string
+	onRejoin func()
+	onWant   func(topic string, until time.Time)
+	onGrant  func(key string, st leaseState)
+	holds    func(key string) bool
 
 	progress table.Progress
 	mu       sync.Mutex
@@ -105,6 +110,10 @@ func (lg *ledger) apply(rec *kgo.Record) {
 	lg.sweepLocked(rec.Timestamp)
 	if ev.Kind == evProbe || ev.Kind == evPong {
 		lg.probedLocked(ev)
+		return
+	}
+	if ev.Kind == evRejoin {
+		lg.rejoinedLocked(rec.Timestamp)
 		return
 	}
 	if ev.Kind == evWant {

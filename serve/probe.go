@@ -48,7 +48,7 @@ type probe struct {
 func (lg *ledger) probedLocked(ev leaseEvent) {
 	switch ev.Kind {
 	case evProbe:
-		if ev.Holder == lg.id {
+		if ev.Holder == lg.id || ev.Holder == lg.member && lg.member != "" {
 			go lg.pong(ev.Nonce, ev.Key)
 		}
 	case evPong:
@@ -75,10 +75,20 @@ func (lg *ledger) pong(probe, key string) {
 	})
 }
 
-// runs probes server holder and reports whether it answered, within wait
-// of the probe's write, that it runs the task of lease key. The probes
-// of holder are forgotten (a tombstone) once it answered or wait passed.
-func (lg *ledger) runs(ctx context.Context, holder, key string, wait time.Duration) (bool, error) {
+// ping probes the server whose pull worker is the pull group's member
+// instance and reports whether it answered within wait of the probe's
+// write: whether it is alive.
+func (lg *ledger) ping(ctx context.Context, instance string, wait time.Duration) (bool, error) {
+	answered, _, err := lg.ask(ctx, instance, "", wait)
+	return answered, err
+}
+
+// ask probes holder, a server or the pull group member of one, about the
+// task of lease key (none: empty), and reports whether it answered within
+// wait of the probe's write, and whether its handler runs the task. The
+// probes of holder are forgotten (a tombstone) once it answered or wait
+// passed.
+func (lg *ledger) ask(ctx context.Context, holder, key string, wait time.Duration) (answered, held bool, err error) {
 	nonce := rand.Text()
 	p := &probe{answered: make(chan struct{})}
 	lg.mu.Lock()
@@ -91,24 +101,24 @@ func (lg *ledger) runs(ctx context.Context, holder, key string, wait time.Durati
 	}()
 	v, err := json.Marshal(leaseEvent{Kind: evProbe, Nonce: nonce, Holder: holder, Key: key})
 	if err != nil {
-		return false, err
+		return false, false, err
 	}
 	pk := []byte(probeKey(holder))
 	if err := lg.cl.ProduceSync(ctx, &kgo.Record{Topic: lg.topic, Key: pk, Value: v}).FirstErr(); err != nil {
-		return false, fmt.Errorf("leases: probing server %s: %w", holder, err)
+		return false, false, fmt.Errorf("leases: probing server %s: %w", holder, err)
 	}
 	t := time.NewTimer(wait)
 	defer t.Stop()
-	var ok bool
 	select {
 	case <-p.answered:
+		answered = true
 		lg.mu.Lock()
-		ok = p.held
+		held = p.held
 		lg.mu.Unlock()
 	case <-t.C:
 	case <-ctx.Done():
-		return false, ctx.Err()
+		return false, false, ctx.Err()
 	}
 	lg.forget(string(pk))
-	return ok, nil
+	return answered, held, nil
 }

@@ -33,9 +33,10 @@ func TestLeaseRunner(t *testing.T) {
 }
 
 // TestProbeAnswersWhileAlive: a probe of a server whose ledger runs is
-// answered, and says whether its handlers run the task asked about; once
-// that server is gone, a probe of it is not answered, and a server never
-// takes another's probe for its own.
+// answered, and says whether its handlers run the task asked about, and
+// so is a ping of its pull worker's instance ID; a server's rejoin event
+// reaches the others. Once that server is gone, neither is answered, and
+// a server never takes another's probe for its own.
 func TestProbeAnswersWhileAlive(t *testing.T) {
 	_, conn := testutil.StartBroker(t, t.TempDir())
 	ctx := context.Background()
@@ -48,26 +49,38 @@ func TestProbeAnswersWhileAlive(t *testing.T) {
 	}
 	a, b := open(), open()
 	defer a.close()
+	rejoined := make(chan struct{}, 1)
+	b.answerFor("member-b", func() { rejoined <- struct{}{} })
 	wait := 30 * time.Second // a loaded machine answers late, not never
-	if ok, err := a.runs(ctx, b.id, "held", wait); err != nil || !ok {
-		t.Fatalf("probe of a live server that runs the task: runs %v, err %v", ok, err)
+	if answered, held, err := a.ask(ctx, b.id, "held", wait); err != nil || !answered || !held {
+		t.Fatalf("probe of a live server that runs the task: answered %v, runs %v, err %v", answered, held, err)
 	}
 	began := time.Now()
-	if ok, err := a.runs(ctx, b.id, "other", wait); err != nil || ok {
-		t.Fatalf("probe of a live server that does not run the task: runs %v, err %v", ok, err)
+	if answered, held, err := a.ask(ctx, b.id, "other", wait); err != nil || !answered || held {
+		t.Fatalf("probe of a live server that does not run the task: answered %v, runs %v, err %v", answered, held, err)
 	}
 	if d := time.Since(began); d >= wait {
 		t.Fatalf("probe of a live server answered after %v: its wait", d)
 	}
+	if alive, err := a.ping(ctx, "member-b", wait); err != nil || !alive {
+		t.Fatalf("ping of a live server's pull worker: answered %v, err %v", alive, err)
+	}
+	if err := a.rejoinAll(ctx, "member-c"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-rejoined:
+	case <-time.After(wait):
+		t.Fatal("a rejoin event did not reach the other server")
+	}
 	b.close()
-	began = time.Now()
-	if ok, err := a.runs(ctx, b.id, "held", time.Second); err != nil || ok {
-		t.Fatalf("probe of a closed server: runs %v, err %v", ok, err)
-	}
-	if d := time.Since(began); d < time.Second {
-		t.Fatalf("probe of a closed server returned after %v: before its wait", d)
-	}
-	if ok, err := a.runs(ctx, "no-such-server", "held", time.Second); err != nil || ok {
-		t.Fatalf("probe of a server that never was: runs %v, err %v", ok, err)
+	for _, probe := range []struct{ holder, key string }{{b.id, "held"}, {"member-b", ""}, {"no-such-server", "held"}} {
+		began = time.Now()
+		if answered, held, err := a.ask(ctx, probe.holder, probe.key, time.Second); err != nil || answered || held {
+			t.Fatalf("probe of %s, closed or never there: answered %v, runs %v, err %v", probe.holder, answered, held, err)
+		}
+		if d := time.Since(began); d < time.Second {
+			t.Fatalf("probe of %s, closed or never there, returned after %v: before its wait", probe.holder, d)
+		}
 	}
 }

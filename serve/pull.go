@@ -4,11 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"regexp"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/onceq/onceq"
 	"github.com/onceq/onceq/broker"
@@ -138,6 +141,15 @@ type pull struct {
 	// fleet counts the members of the pull group, looked at every
 	// fleetEvery: with one, no server's consumers wait elsewhere.
 	fleet atomic.Int32
+	// group is the pull group, and instance this server's member of it
+	// (its pull worker's instance ID), set before the worker starts;
+	// failover looks for its dead members (failover.go), removals
+	// counts those removed.
+	group    string
+	instance string
+	failover failover
+	removals prometheus.Counter
+	log      *slog.Logger
 
 	// releaseAfter is the server's: the constant releaseAfter unless a
 	// test shortened it.
@@ -296,6 +308,10 @@ func (pl *pull) reannounce(ctx context.Context) {
 		pl.mu.Unlock()
 		for topic, until := range wanted {
 			pl.announce(topic, until, false)
+		}
+		if len(wanted) > 0 && pl.fleet.Load() > 1 {
+			// Their jobs may be a dead server's (failover.go).
+			pl.suspect()
 		}
 	}
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/onceq/onceq/broker"
 	"github.com/onceq/onceq/checkpoint"
 	"github.com/onceq/onceq/consumer"
+	"github.com/onceq/onceq/internal/instance"
 )
 
 // The pull worker's life. New starts the server's pull worker and waits
@@ -79,6 +80,26 @@ func (s *Server) startPull(ctx context.Context) error {
 			return fmt.Errorf("making the lane %s: %w", s.cfg.lane, err)
 		}
 	}
+	// The worker's instance ID, as the worker keeps it, known before it
+	// starts: the ledger answers probes of it (failover.go).
+	pl := &s.pull
+	pl.group, pl.instance, pl.log = s.cfg.pullGroup, instance.New("onceq-"), s.cfg.log.With("component", "pull")
+	if s.cfg.dataDir != "" {
+		var err error
+		if pl.instance, err = instance.Load(filepath.Join(s.cfg.dataDir, "pull"), "instance-id", "w-"); err != nil {
+			return fmt.Errorf("serve: the pull worker's instance ID: %w", err)
+		}
+	}
+	pl.removals = prometheus.NewCounter(prometheus.CounterOpts{Name: "onceq_serve_pull_members_removed_total",
+		Help: "Servers this server removed from the pull group for answering no probe (taken for dead), so that their jobs move at once."})
+	if err := s.cfg.reg.Register(pl.removals); err != nil {
+		return fmt.Errorf("serve: registering metrics: %w", err)
+	}
+	pl.ledger.answerFor(pl.instance, func() {
+		if w := pl.w.Load(); w != nil {
+			w.Rejoin()
+		}
+	})
 	life := &s.pull.life
 	life.metrics = &workerMetrics{Registerer: s.cfg.reg}
 	opts := []consumer.Opt{consumer.Conn(s.cfg.conn), consumer.Logger(s.cfg.log.With("component", "pull")), consumer.Queues(patterns...),
@@ -87,7 +108,8 @@ func (s *Server) startPull(ctx context.Context) error {
 		consumer.TaskTimeout(holdMax), consumer.CommitInterval(pullCommitInterval), consumer.ShutdownTimeout(pullShutdown),
 		consumer.WithHandler(consumer.HandlerFunc(s.pull.handle)), consumer.ResultRetention(s.cfg.retention),
 		consumer.MetricsPerQueue(false), consumer.Registerer(life.metrics), consumer.QuietAfter(pullQuietAfter),
-		consumer.OwnLimits(true)} // a job takes its place when it is handed out (handOut)
+		consumer.OwnLimits(true), // a job takes its place when it is handed out (handOut)
+		consumer.InstanceID(pl.instance)}
 	life.build = func() (*consumer.Worker, error) {
 		life.metrics.reset() // the metrics of the worker this one replaces
 		o := opts

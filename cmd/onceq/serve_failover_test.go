@@ -1,14 +1,18 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/onceq/onceq/broker"
 	"github.com/onceq/onceq/internal/testutil"
+	"github.com/onceq/onceq/serve"
 )
 
 // TestServeAckAfterRunnerKilled: a job is handed out by the server whose
@@ -85,5 +89,178 @@ func TestServeAckAfterRunnerKilled(t *testing.T) {
 	}
 	if code, body, _ := do("GET", survivorURL+"?ttr=30&timeout=2", ""); code != 404 {
 		t.Errorf("a consume after the job completed: %d %s; want 404, no job", code, body)
+	}
+}
+
+// TestServeFailoverWithinSeconds: two servers share a queue's partitions,
+// and one is SIGKILLed and stays down. Through the survivor, an ACK of a
+// job the dead server handed out answers at once, and the job completes
+// with its result; a publish answers; and every job waiting in the dead
+// server's partitions is handed out within a few seconds of the kill,
+// not after the pull group's session timeout (10 s): the survivor,
+// whose consumers wait, pings the dead server's member, which answers
+// nothing, and removes it from the group.
+func TestServeFailoverWithinSeconds(t *testing.T) {
+	addr, conn := produceBroker(t)
+	code, out, stderr := runCLI(t, "", "--brokers", addr, "token", "create", "shop")
+	if code != 0 {
+		t.Fatalf("token create: %s", stderr)
+	}
+	cl := &http.Client{Timeout: 90 * time.Second}
+	do := tokenRequests(cl, strings.TrimSpace(out), "")
+	start := func() (*testutil.Process, string) {
+		listen := testutil.FreeAddr(t)
+		p := testutil.Start(t, "serve", "--brokers", addr, "--listen", listen, "--data-dir", t.TempDir(), "--create-queues", "4")
+		t.Cleanup(p.Kill)
+		p.WaitOutput(t, "serving", 30*time.Second)
+		return p, "http://" + listen + "/api/shop/jobs"
+	}
+	dead, deadURL := start()
+	survivor, survivorURL := start()
+	const n = 40
+	var lines []string
+	for i := range n {
+		lines = append(lines, fmt.Sprintf(`{"id":"j-%d","payload":"p"}`, i))
+	}
+	if code, body, err := do("POST", deadURL+"/bulk", "["+strings.Join(lines, ",")+"]"); code != 201 {
+		t.Fatalf("bulk publish: %d %s %v", code, body, err)
+	}
+	// Both servers hold partitions of the jobs' lane.
+	owners := awaitPullOwners(t, conn, 2)
+	t.Logf("partitions of the pull group's members: %v", owners)
+	code, body, err := do("GET", deadURL+"?ttr=120&timeout=30", "")
+	var held struct {
+		ID    string `json:"job_id"`
+		Lease string
+	}
+	if code != 200 || json.Unmarshal(body, &held) != nil || held.Lease == "" {
+		t.Fatalf("consume through the server to kill: %d %s %v", code, body, err)
+	}
+
+	dead.Signal(syscall.SIGKILL)
+	if _, err := dead.Wait(10 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	killed := time.Now()
+	code, body, err = do("DELETE", survivorURL+"/job/"+held.ID+"?lease="+held.Lease, "the-result")
+	ackTook := time.Since(killed)
+	if code != http.StatusAccepted && code != http.StatusNoContent {
+		t.Fatalf("ACK through the survivor: %d %s %v", code, body, err)
+	}
+	sent := time.Now()
+	code, body, err = do("PUT", survivorURL+"?tries=3", "after the kill")
+	publishTook := time.Since(sent)
+	var pub struct {
+		ID string `json:"job_id"`
+	}
+	if code != 201 || json.Unmarshal(body, &pub) != nil {
+		t.Fatalf("publish through the survivor: %d %s %v", code, body, err)
+	}
+	// The survivor's consumers take every other job, each once.
+	want := map[string]bool{pub.ID: true}
+	for i := range n {
+		if id := fmt.Sprintf("j-%d", i); id != held.ID {
+			want[id] = true
+		}
+	}
+	got := map[string]time.Duration{}
+	deadline := killed.Add(60 * time.Second)
+	for len(got) < len(want) && time.Now().Before(deadline) {
+		code, body, err := do("GET", survivorURL+"?ttr=120&timeout=1", "")
+		if code == 404 {
+			continue
+		}
+		var job struct {
+			ID    string `json:"job_id"`
+			Lease string
+		}
+		if code != 200 || json.Unmarshal(body, &job) != nil {
+			t.Fatalf("consume through the survivor: %d %s %v", code, body, err)
+		}
+		if !want[job.ID] {
+			t.Fatalf("the survivor handed out %s: not a job waiting", job.ID)
+		}
+		if _, twice := got[job.ID]; twice {
+			t.Fatalf("the survivor handed out %s twice", job.ID)
+		}
+		got[job.ID] = time.Since(killed)
+		if code, body, err := do("DELETE", survivorURL+"/job/"+job.ID+"?lease="+job.Lease, "done"); code != 204 {
+			t.Fatalf("ACK of %s: %d %s %v", job.ID, code, body, err)
+		}
+	}
+	if len(got) < len(want) {
+		t.Fatalf("%v after the kill, %d of the %d jobs waiting were handed out; survivor's log:\n%s",
+			time.Since(killed).Round(time.Millisecond), len(got), len(want), lastBytes(survivor.Output(), 6000))
+	}
+	var last time.Duration
+	for _, d := range got {
+		last = max(last, d)
+	}
+	code, body, err = do("GET", survivorURL+"/job/"+held.ID+"/wait?timeout=60", "")
+	ended := time.Since(killed)
+	var rec struct {
+		Done bool
+		Task struct {
+			State  string
+			Result []byte
+		}
+	}
+	if code != 200 || json.Unmarshal(body, &rec) != nil || !rec.Done || rec.Task.State != "succeeded" || string(rec.Task.Result) != "the-result" {
+		t.Fatalf("the job acknowledged through the survivor: %d %s %v; want it succeeded with the ACK's result", code, body, err)
+	}
+	t.Logf("after the kill: the ACK answered in %v, a publish in %v, the last of %d jobs waiting was handed out at %v, and the job acknowledged ended at %v",
+		ackTook.Round(time.Millisecond), publishTook.Round(time.Millisecond), len(want), last.Round(time.Millisecond), ended.Round(time.Millisecond))
+	survivor.WaitOutput(t, "answered no probe: removed", 10*time.Second)
+	// The pull group's session timeout is 10s: jobs that waited for it
+	// would come later than this.
+	const bound = 5 * time.Second
+	if last > bound {
+		t.Errorf("the last job waiting was handed out %v after the kill; want within %v", last.Round(time.Millisecond), bound)
+	}
+	if ended > bound {
+		t.Errorf("the job acknowledged ended %v after the kill; want within %v", ended.Round(time.Millisecond), bound)
+	}
+	if ackTook > time.Second || publishTook > time.Second {
+		t.Logf("slow answers on this machine: ACK %v, publish %v", ackTook, publishTook)
+	}
+}
+
+// awaitPullOwners waits until members members of the serve's pull group
+// hold partitions, and returns each one's.
+func awaitPullOwners(t *testing.T, conn broker.Conn, members int) map[string][]int32 {
+	t.Helper()
+	adm, err := broker.NewAdmin(conn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer adm.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for {
+		owners := map[string][]int32{}
+		gs, err := adm.Kadm().DescribeGroups(ctx, serve.DefaultPullGroup)
+		if err == nil {
+			for _, m := range gs[serve.DefaultPullGroup].Members {
+				if a, ok := m.Assigned.AsConsumer(); ok && m.InstanceID != nil {
+					for _, tp := range a.Topics {
+						owners[*m.InstanceID] = append(owners[*m.InstanceID], tp.Partitions...)
+					}
+				}
+			}
+		}
+		full := 0
+		for _, ps := range owners {
+			if len(ps) > 0 {
+				full++
+			}
+		}
+		if full >= members {
+			return owners
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("the pull group's members never held partitions on %d servers: %v (%v)", members, owners, err)
+		case <-time.After(50 * time.Millisecond):
+		}
 	}
 }
