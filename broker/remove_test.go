@@ -73,7 +73,7 @@ func TestRemoveMember(t *testing.T) {
 	// A member joins: the group waits for the dead one's rejoin.
 	var mu sync.Mutex
 	var got []int32
-	live, err := broker.NewMember(broker.MemberConfig{Conn: conn, Group: group, InstanceID: "live", Protocol: broker.ClassicGroup,
+	live, err := broker.NewMember(ctx, broker.MemberConfig{Conn: conn, Group: group, InstanceID: "live", Protocol: broker.ClassicGroup,
 		SessionTimeout: session, TransactionTimeout: 10 * time.Second,
 		Assigned: func(_ context.Context, _ *kgo.Client, m map[string][]int32) {
 			mu.Lock()
@@ -152,4 +152,55 @@ func openTxnGap(ctx context.Context, t *testing.T, adm *broker.Admin) int64 {
 		}
 	})
 	return gap
+}
+
+// TestNewMemberFencesItsPredecessor: a member that crashed with a
+// transaction open (its producer closed mid-transaction) leaves out
+// unreadable past that transaction. A new member of its instance ID,
+// which has nothing to commit, aborts that transaction as it starts: out
+// is readable to its end once NewMember returns, long before the
+// transaction's timeout.
+func TestNewMemberFencesItsPredecessor(t *testing.T) {
+	_, conn := testutil.StartBroker(t, "")
+	testutil.CreateTopic(t, conn, "in", 1)
+	testutil.CreateTopic(t, conn, "out", 1)
+	const group = "restarted"
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	adm, err := broker.NewAdmin(conn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer adm.Close()
+	txn, err := conn.NewClient(kgo.TransactionalID(broker.TransactionalID(group, "i1")), kgo.TransactionTimeout(time.Minute),
+		kgo.DefaultProduceTopic("out"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := txn.BeginTransaction(); err != nil {
+		t.Fatal(err)
+	}
+	if err := txn.ProduceSync(ctx, &kgo.Record{Value: []byte("pending")}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	txn.Close()
+	if openTxnGap(ctx, t, adm) == 0 {
+		t.Fatal("out's last stable offset is at its end: the crashed member's transaction is not open")
+	}
+	began := time.Now()
+	m, err := broker.NewMember(ctx, broker.MemberConfig{Conn: conn, Group: group, InstanceID: "i1", Protocol: broker.ClassicGroup,
+		SessionTimeout: 30 * time.Second, TransactionTimeout: 10 * time.Second, Opts: []kgo.Opt{kgo.ConsumeTopics("in")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	// The abort's marker may reach the partition a moment after the
+	// producer's initialization answered.
+	for open := openTxnGap(ctx, t, adm); open != 0; open = openTxnGap(ctx, t, adm) {
+		if time.Since(began) > 15*time.Second {
+			t.Fatalf("%v after NewMember began, out's last stable offset is %d short of its end: the crashed member's transaction is still open",
+				time.Since(began), open)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
