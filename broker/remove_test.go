@@ -53,22 +53,8 @@ func TestRemoveMember(t *testing.T) {
 			t.Fatal("the member never joined")
 		}
 	}
-	txn, err := conn.NewClient(kgo.TransactionalID(broker.TransactionalID(group, "dead")), kgo.TransactionTimeout(session),
-		kgo.DefaultProduceTopic("out"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := txn.BeginTransaction(); err != nil {
-		t.Fatal(err)
-	}
-	if err := txn.ProduceSync(ctx, &kgo.Record{Value: []byte("pending")}).FirstErr(); err != nil {
-		t.Fatal(err)
-	}
-	txn.Close()
+	crashInTxn(ctx, t, conn, adm, broker.TransactionalID(group, "dead"))
 	dead.Close() // a static member does not leave on close
-	if open := openTxnGap(ctx, t, adm); open == 0 {
-		t.Fatal("out's last stable offset is at its end: the dead member's transaction is not open")
-	}
 
 	// A member joins: the group waits for the dead one's rejoin.
 	var mu sync.Mutex
@@ -102,15 +88,7 @@ func TestRemoveMember(t *testing.T) {
 	if err := adm.RemoveMember(ctx, group, "dead", 10*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	// The abort's marker may reach the partition a moment after the
-	// fencing answered; the transaction's own timeout is a minute.
-	for open := openTxnGap(ctx, t, adm); open != 0; open = openTxnGap(ctx, t, adm) {
-		if time.Since(removed) > session/4 {
-			t.Fatalf("%v after RemoveMember, out's last stable offset is %d short of its end: the dead member's transaction is still open",
-				time.Since(removed), open)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	awaitTxnEnded(ctx, t, adm, removed, "RemoveMember")
 	for {
 		mu.Lock()
 		n := len(got)
@@ -172,8 +150,23 @@ func TestNewMemberFencesItsPredecessor(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer adm.Close()
-	txn, err := conn.NewClient(kgo.TransactionalID(broker.TransactionalID(group, "i1")), kgo.TransactionTimeout(time.Minute),
-		kgo.DefaultProduceTopic("out"))
+	crashInTxn(ctx, t, conn, adm, broker.TransactionalID(group, "i1"))
+	began := time.Now()
+	m, err := broker.NewMember(ctx, broker.MemberConfig{Conn: conn, Group: group, InstanceID: "i1", Protocol: broker.ClassicGroup,
+		SessionTimeout: 30 * time.Second, TransactionTimeout: 10 * time.Second, Opts: []kgo.Opt{kgo.ConsumeTopics("in")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	awaitTxnEnded(ctx, t, adm, began, "NewMember began")
+}
+
+// crashInTxn writes a record to out in a transaction of txid, with a
+// minute's timeout, and closes the producer without ending it, as a
+// process SIGKILLed leaves it: out is unreadable past it.
+func crashInTxn(ctx context.Context, t *testing.T, conn broker.Conn, adm *broker.Admin, txid string) {
+	t.Helper()
+	txn, err := conn.NewClient(kgo.TransactionalID(txid), kgo.TransactionTimeout(time.Minute), kgo.DefaultProduceTopic("out"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -185,21 +178,20 @@ func TestNewMemberFencesItsPredecessor(t *testing.T) {
 	}
 	txn.Close()
 	if openTxnGap(ctx, t, adm) == 0 {
-		t.Fatal("out's last stable offset is at its end: the crashed member's transaction is not open")
+		t.Fatal("out's last stable offset is at its end: the crashed transaction is not open")
 	}
-	began := time.Now()
-	m, err := broker.NewMember(ctx, broker.MemberConfig{Conn: conn, Group: group, InstanceID: "i1", Protocol: broker.ClassicGroup,
-		SessionTimeout: 30 * time.Second, TransactionTimeout: 10 * time.Second, Opts: []kgo.Opt{kgo.ConsumeTopics("in")}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Close()
-	// The abort's marker may reach the partition a moment after the
-	// producer's initialization answered.
+}
+
+// awaitTxnEnded waits until out is readable to its end, and fails the
+// test if it is not within 15s since since (after), well short of the
+// transaction's own timeout: the abort's marker may reach the partition
+// a moment after the fencing answered.
+func awaitTxnEnded(ctx context.Context, t *testing.T, adm *broker.Admin, since time.Time, after string) {
+	t.Helper()
 	for open := openTxnGap(ctx, t, adm); open != 0; open = openTxnGap(ctx, t, adm) {
-		if time.Since(began) > 15*time.Second {
-			t.Fatalf("%v after NewMember began, out's last stable offset is %d short of its end: the crashed member's transaction is still open",
-				time.Since(began), open)
+		if time.Since(since) > 15*time.Second {
+			t.Fatalf("%v after %s, out's last stable offset is %d short of its end: the crashed transaction is still open",
+				time.Since(since).Round(time.Millisecond), after, open)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
