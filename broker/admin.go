@@ -383,23 +383,16 @@ func ParseConfigs(pairs []string) (map[string]string, error) {
 // GroupMembers counts the members of a classic consumer group now: 0 for
 // a group that has none, or does not exist.
 func (a *Admin) GroupMembers(ctx context.Context, group string) (int, error) {
-	g, err := a.describeGroup(ctx, group)
-	return len(g.Members), err
-}
-
-// describeGroup describes a classic consumer group now: one without
-// members for a group that does not exist.
-func (a *Admin) describeGroup(ctx context.Context, group string) (kadm.DescribedGroup, error) {
 	gs, err := a.adm.DescribeGroups(ctx, group)
 	if err != nil {
-		return kadm.DescribedGroup{}, fmt.Errorf("broker: describing group %q: %w", group, a.conn.Explain(err))
+		return 0, fmt.Errorf("broker: describing group %q: %w", group, a.conn.Explain(err))
 	}
-	g := gs[group]
-	if errors.Is(g.Err, kerr.GroupIDNotFound) {
-		return kadm.DescribedGroup{}, nil
+	g, ok := gs[group]
+	if !ok {
+		return 0, nil
 	}
 	if g.Err != nil {
-		return kadm.DescribedGroup{}, fmt.Errorf("broker: describing group %q: %w", group, g.Err)
+		return 0, fmt.Errorf("broker: describing group %q: %w", group, g.Err)
 	}
-	return g, nil
+	return len(g.Members), nil
 }

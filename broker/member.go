@@ -112,13 +112,8 @@ type Member struct {
 
 // NewMember checks c, reporting every refused setting at once (wrapping
 // ErrConfig), and makes the member's client, which joins the group at
-// once. A transactional member's producer is initialized before NewMember
-// returns (it waits for the brokers until ctx ends): its InitProducerID
-// fences the member's previous incarnation, a process of the same
-// instance ID that crashed, and aborts that one's open transaction, which
-// would otherwise keep the partitions it wrote to unreadable until the
-// transaction timeout, past a restart with nothing to commit.
-func NewMember(ctx context.Context, c MemberConfig) (*Member, error) {
+// once.
+func NewMember(c MemberConfig) (*Member, error) {
 	errs := onceq.OptionErrors{Pkg: "broker", Kind: ErrConfig}
 	c.Check(&errs)
 	if c.InstanceID == "" {
@@ -156,10 +151,6 @@ func NewMember(ctx context.Context, c MemberConfig) (*Member, error) {
 		return nil, err
 	}
 	m.cl = m.sess.Client()
-	if _, _, err := m.cl.ProducerID(ctx); err != nil {
-		m.Close()
-		return nil, fmt.Errorf("broker: initializing the transactional producer of member %s of group %q: %w", c.InstanceID, c.Group, c.Conn.Explain(err))
-	}
 	return m, nil
 }
 

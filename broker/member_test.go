@@ -24,7 +24,7 @@ import (
 // refuses in one error, as the worker's and the delay service's
 // constructors do.
 func TestMemberRefusesEverySettingAtOnce(t *testing.T) {
-	_, err := broker.NewMember(context.Background(), broker.MemberConfig{Group: "a b", Protocol: "eager",
+	_, err := broker.NewMember(broker.MemberConfig{Group: "a b", Protocol: "eager",
 		SessionTimeout: 6 * time.Second, TransactionTimeout: 6 * time.Second})
 	if !errors.Is(err, broker.ErrConfig) {
 		t.Fatalf("error %v does not match ErrConfig", err)
@@ -97,7 +97,7 @@ func TestMemberCommit(t *testing.T) {
 			group := "g-" + protocol
 			health := broker.NewMemberHealth("test", group, 6*time.Second)
 			health.Start()
-			m, err := broker.NewMember(context.Background(), broker.MemberConfig{Conn: conn, Group: group, InstanceID: "i1", Protocol: protocol,
+			m, err := broker.NewMember(broker.MemberConfig{Conn: conn, Group: group, InstanceID: "i1", Protocol: protocol,
 				SessionTimeout: 6 * time.Second, TransactionTimeout: 3 * time.Second, Health: health,
 				Opts: []kgo.Opt{kgo.ConsumeTopics("in"), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart())}})
 			if err != nil {
@@ -170,7 +170,7 @@ func TestMemberCommit(t *testing.T) {
 // none to run.
 func TestMemberAtLeastOnceRefusesCommit(t *testing.T) {
 	_, conn := testutil.StartBroker(t, "")
-	m, err := broker.NewMember(context.Background(), broker.MemberConfig{Conn: conn, Group: "g", InstanceID: "i1", Protocol: broker.ClassicGroup,
+	m, err := broker.NewMember(broker.MemberConfig{Conn: conn, Group: "g", InstanceID: "i1", Protocol: broker.ClassicGroup,
 		SessionTimeout: 6 * time.Second, TransactionTimeout: 3 * time.Second, AtLeastOnce: true})
 	if err != nil {
 		t.Fatal(err)
@@ -218,7 +218,7 @@ func TestMemberCommitAfterUnheardRevocation(t *testing.T) {
 		holders = map[int32]string{} // the other members' assignments
 	)
 	member := func(id string) *broker.Member {
-		m, err := broker.NewMember(context.Background(), broker.MemberConfig{Conn: conn, Group: group, InstanceID: id, Protocol: broker.ConsumerGroup,
+		m, err := broker.NewMember(broker.MemberConfig{Conn: conn, Group: group, InstanceID: id, Protocol: broker.ConsumerGroup,
 			SessionTimeout: 6 * time.Second, TransactionTimeout: 3 * time.Second,
 			Assigned: func(_ context.Context, _ *kgo.Client, m map[string][]int32) {
 				mu.Lock()

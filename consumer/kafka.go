@@ -56,7 +56,7 @@ const (
 // newKafkaSide makes the worker's group member (broker.Member), with the
 // worker's own options: what it consumes, its fetch limits, its
 // partitioner, and the transaction markers it keeps.
-func newKafkaSide(ctx context.Context, w *Worker) (kafkaSide, error) {
+func newKafkaSide(w *Worker) (kafkaSide, error) {
 	mc := w.cfg.member()
 	mc.InstanceID, mc.Health, mc.Assigned, mc.Revoked = w.instanceID, w.health, w.assigned, w.revoked
 	// Before the client: the group callbacks read it from their first
@@ -97,7 +97,7 @@ func newKafkaSide(ctx context.Context, w *Worker) (kafkaSide, error) {
 		// client's own autocommit (100ms at least) is a backstop.
 		mc.Opts = append(mc.Opts, kgo.AutoCommitInterval(max(w.cfg.commitInterval, 100*time.Millisecond)))
 	}
-	m, err := broker.NewMember(ctx, mc)
+	m, err := broker.NewMember(mc)
 	if err != nil {
 		return nil, err
 	}

@@ -120,7 +120,7 @@ func (w *Worker) start(ctx context.Context) error {
 	w.pauseMu.Lock()
 	defer w.pauseMu.Unlock()
 	w.fetchMu.Lock()
-	w.kafka, err = newKafkaSide(ctx, w)
+	w.kafka, err = newKafkaSide(w)
 	w.fetchMu.Unlock()
 	if err != nil {
 		return err

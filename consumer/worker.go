@@ -323,7 +323,7 @@ func (w *Worker) restartSession(ctx context.Context, cause error) error {
 	}
 	var err error
 	w.fetchMu.Lock()
-	w.kafka, err = newKafkaSide(ctx, w)
+	w.kafka, err = newKafkaSide(w)
 	clear(w.fetchPaused) // a new client fetches everything it is assigned
 	w.fetchMu.Unlock()
 	return err

@@ -205,7 +205,7 @@ func (s *Service) start(ctx context.Context) error {
 		kgo.FetchMaxBytes(8 << 20),
 		kgo.FetchMaxPartitionBytes(256 << 10),
 	}
-	if s.member, err = broker.NewMember(ctx, mc); err != nil {
+	if s.member, err = broker.NewMember(mc); err != nil {
 		return fmt.Errorf("delay: %w", err)
 	}
 	s.cl = s.member.Client()
