@@ -383,16 +383,23 @@ func ParseConfigs(pairs []string) (map[string]string, error) {
 // GroupMembers counts the members of a classic consumer group now: 0 for
 // a group that has none, or does not exist.
 func (a *Admin) GroupMembers(ctx context.Context, group string) (int, error) {
+	g, err := a.describeGroup(ctx, group)
+	return len(g.Members), err
+}
+
+// describeGroup describes a classic consumer group now: one without
+// members for a group that does not exist.
+func (a *Admin) describeGroup(ctx context.Context, group string) (kadm.DescribedGroup, error) {
 	gs, err := a.adm.DescribeGroups(ctx, group)
 	if err != nil {
-		return 0, fmt.Errorf("broker: describing group %q: %w", group, a.conn.Explain(err))
+		return kadm.DescribedGroup{}, fmt.Errorf("broker: describing group %q: %w", group, a.conn.Explain(err))
 	}
-	g, ok := gs[group]
-	if !ok {
-		return 0, nil
+	g := gs[group]
+	if errors.Is(g.Err, kerr.GroupIDNotFound) {
+		return kadm.DescribedGroup{}, nil
 	}
 	if g.Err != nil {
-		return 0, fmt.Errorf("broker: describing group %q: %w", group, g.Err)
+		return kadm.DescribedGroup{}, fmt.Errorf("broker: describing group %q: %w", group, g.Err)
 	}
-	return len(g.Members), nil
+	return g, nil
 }

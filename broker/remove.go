@@ -15,27 +15,14 @@ import (
 // classic consumer group now (ClassicGroup's members are static): none
 // for a group that has no members, or does not exist.
 func (a *Admin) StaticMembers(ctx context.Context, group string) ([]string, error) {
-	gs, err := a.adm.DescribeGroups(ctx, group)
-	if err != nil {
-		return nil, fmt.Errorf("broker: describing group %q: %w", group, a.conn.Explain(err))
-	}
-	g, ok := gs[group]
-	if !ok {
-		return nil, nil
-	}
-	if errors.Is(g.Err, kerr.GroupIDNotFound) {
-		return nil, nil
-	}
-	if g.Err != nil {
-		return nil, fmt.Errorf("broker: describing group %q: %w", group, g.Err)
-	}
+	g, err := a.describeGroup(ctx, group)
 	var ids []string
 	for _, m := range g.Members {
 		if m.InstanceID != nil {
 			ids = append(ids, *m.InstanceID)
 		}
 	}
-	return ids, nil
+	return ids, err
 }
 
 // RemoveMember takes the static member instance out of group as if its

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -24,21 +25,8 @@ import (
 // once, with the acknowledged result, when the surviving server takes
 // the partition and runs it again; it is not handed out again.
 func TestServeAckAfterRunnerKilled(t *testing.T) {
-	addr, _ := produceBroker(t)
-	code, out, stderr := runCLI(t, "", "--brokers", addr, "token", "create", "shop")
-	if code != 0 {
-		t.Fatalf("token create: %s", stderr)
-	}
-	cl := &http.Client{Timeout: 90 * time.Second}
-	do := tokenRequests(cl, strings.TrimSpace(out), "")
-	start := func() (*testutil.Process, string) {
-		listen := testutil.FreeAddr(t)
-		// One partition: the first server to join keeps it.
-		p := testutil.Start(t, "serve", "--brokers", addr, "--listen", listen, "--data-dir", t.TempDir(), "--create-queues", "1")
-		t.Cleanup(p.Kill)
-		p.WaitOutput(t, "serving", 30*time.Second)
-		return p, "http://" + listen + "/api/shop/jobs"
-	}
+	// One partition: the first server to join keeps it.
+	_, do, start := serverPair(t, 1)
 	runner, runnerURL := start()
 	code, body, err := do("PUT", runnerURL+"?tries=3", "payload")
 	var pub struct {
@@ -101,20 +89,7 @@ func TestServeAckAfterRunnerKilled(t *testing.T) {
 // whose consumers wait, pings the dead server's member, which answers
 // nothing, and removes it from the group.
 func TestServeFailoverWithinSeconds(t *testing.T) {
-	addr, conn := produceBroker(t)
-	code, out, stderr := runCLI(t, "", "--brokers", addr, "token", "create", "shop")
-	if code != 0 {
-		t.Fatalf("token create: %s", stderr)
-	}
-	cl := &http.Client{Timeout: 90 * time.Second}
-	do := tokenRequests(cl, strings.TrimSpace(out), "")
-	start := func() (*testutil.Process, string) {
-		listen := testutil.FreeAddr(t)
-		p := testutil.Start(t, "serve", "--brokers", addr, "--listen", listen, "--data-dir", t.TempDir(), "--create-queues", "4")
-		t.Cleanup(p.Kill)
-		p.WaitOutput(t, "serving", 30*time.Second)
-		return p, "http://" + listen + "/api/shop/jobs"
-	}
+	conn, do, start := serverPair(t, 4)
 	dead, deadURL := start()
 	survivor, survivorURL := start()
 	const n = 40
@@ -223,6 +198,27 @@ func TestServeFailoverWithinSeconds(t *testing.T) {
 	if ackTook > time.Second || publishTook > time.Second {
 		t.Logf("slow answers on this machine: ACK %v, publish %v", ackTook, publishTook)
 	}
+}
+
+// serverPair starts a broker and makes a token of namespace shop: it
+// returns the broker, the token's requests, and start, which starts a
+// server whose new queues have partitions partitions and returns it and
+// the URL of its queue jobs.
+func serverPair(t *testing.T, partitions int) (broker.Conn, func(method, path, body string) (int, []byte, error), func() (*testutil.Process, string)) {
+	addr, conn := produceBroker(t)
+	code, out, stderr := runCLI(t, "", "--brokers", addr, "token", "create", "shop")
+	if code != 0 {
+		t.Fatalf("token create: %s", stderr)
+	}
+	cl := &http.Client{Timeout: 90 * time.Second}
+	start := func() (*testutil.Process, string) {
+		listen := testutil.FreeAddr(t)
+		p := testutil.Start(t, "serve", "--brokers", addr, "--listen", listen, "--data-dir", t.TempDir(), "--create-queues", strconv.Itoa(partitions))
+		t.Cleanup(p.Kill)
+		p.WaitOutput(t, "serving", 30*time.Second)
+		return p, "http://" + listen + "/api/shop/jobs"
+	}
+	return conn, tokenRequests(cl, strings.TrimSpace(out), ""), start
 }
 
 // awaitPullOwners waits until members members of the serve's pull group
