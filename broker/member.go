@@ -108,11 +108,14 @@ type Member struct {
 	cl        *kgo.Client
 	sess      *kgo.GroupTransactSession // nil: AtLeastOnce
 	closeOnce sync.Once
+	fenced    chan struct{} // closed when the fence at start is done
+	stopFence context.CancelFunc
 }
 
 // NewMember checks c, reporting every refused setting at once (wrapping
 // ErrConfig), and makes the member's client, which joins the group at
-// once.
+// once. A transactional member also initializes its producer at once, in
+// the background (see fence).
 func NewMember(c MemberConfig) (*Member, error) {
 	errs := onceq.OptionErrors{Pkg: "broker", Kind: ErrConfig}
 	c.Check(&errs)
@@ -151,7 +154,31 @@ func NewMember(c MemberConfig) (*Member, error) {
 		return nil, err
 	}
 	m.cl = m.sess.Client()
+	var ctx context.Context
+	ctx, m.stopFence = context.WithTimeout(context.Background(), c.TransactionTimeout)
+	m.fenced = make(chan struct{})
+	go m.fence(ctx)
 	return m, nil
+}
+
+// fence initializes the member's transactional producer. Its
+// InitProducerID fences the member's previous incarnation, a process of
+// the same instance ID that crashed, and aborts that one's open
+// transaction, which would otherwise keep the partitions it wrote to
+// unreadable until the transaction timeout: franz-go initializes the
+// producer only at the first transaction, and a restarted member may have
+// nothing to commit for a long time. Nothing waits for it: a commit
+// before it is done waits for the same initialization inside the client,
+// and one that failed here is tried again there. It gives up after the
+// transaction timeout, when the brokers have aborted that transaction
+// themselves, or when the member closes.
+func (m *Member) fence(ctx context.Context) {
+	defer close(m.fenced)
+	defer m.stopFence()
+	if _, _, err := m.cl.ProducerID(ctx); err != nil && ctx.Err() == nil {
+		m.cfg.Log.Debug("initializing the transactional producer at start failed; the first commit tries again",
+			"group", m.cfg.Group, "instance", m.cfg.InstanceID, "err", err)
+	}
 }
 
 // clientOpts are the client options of c's member but the transactional
@@ -231,4 +258,12 @@ func (m *Member) Leave(ctx context.Context, reason string) {
 
 // Close closes the member's client. A static member stays in the group
 // until its session times out (see Leave). Calling it again does nothing.
-func (m *Member) Close() { m.closeOnce.Do(m.cl.Close) }
+func (m *Member) Close() {
+	m.closeOnce.Do(func() {
+		if m.fenced != nil {
+			m.stopFence()
+			<-m.fenced
+		}
+		m.cl.Close()
+	})
+}

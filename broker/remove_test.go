@@ -53,22 +53,8 @@ func TestRemoveMember(t *testing.T) {
 			t.Fatal("the member never joined")
 		}
 	}
-	txn, err := conn.NewClient(kgo.TransactionalID(broker.TransactionalID(group, "dead")), kgo.TransactionTimeout(session),
-		kgo.DefaultProduceTopic("out"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := txn.BeginTransaction(); err != nil {
-		t.Fatal(err)
-	}
-	if err := txn.ProduceSync(ctx, &kgo.Record{Value: []byte("pending")}).FirstErr(); err != nil {
-		t.Fatal(err)
-	}
-	txn.Close()
+	crashInTxn(ctx, t, conn, adm, broker.TransactionalID(group, "dead"))
 	dead.Close() // a static member does not leave on close
-	if open := openTxnGap(ctx, t, adm); open == 0 {
-		t.Fatal("out's last stable offset is at its end: the dead member's transaction is not open")
-	}
 
 	// A member joins: the group waits for the dead one's rejoin.
 	var mu sync.Mutex
@@ -102,15 +88,7 @@ func TestRemoveMember(t *testing.T) {
 	if err := adm.RemoveMember(ctx, group, "dead", 10*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	// The abort's marker may reach the partition a moment after the
-	// fencing answered; the transaction's own timeout is a minute.
-	for open := openTxnGap(ctx, t, adm); open != 0; open = openTxnGap(ctx, t, adm) {
-		if time.Since(removed) > session/4 {
-			t.Fatalf("%v after RemoveMember, out's last stable offset is %d short of its end: the dead member's transaction is still open",
-				time.Since(removed), open)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	awaitTxnEnded(ctx, t, adm, removed, "RemoveMember")
 	for {
 		mu.Lock()
 		n := len(got)
@@ -152,4 +130,69 @@ func openTxnGap(ctx context.Context, t *testing.T, adm *broker.Admin) int64 {
 		}
 	})
 	return gap
+}
+
+// TestNewMemberFencesItsPredecessor: a member that crashed with a
+// transaction open (its producer closed mid-transaction) leaves out
+// unreadable past that transaction. A new member of its instance ID,
+// which has nothing to commit, aborts that transaction as it starts: out
+// is readable to its end soon after NewMember returns, long before the
+// transaction's timeout.
+func TestNewMemberFencesItsPredecessor(t *testing.T) {
+	_, conn := testutil.StartBroker(t, "")
+	testutil.CreateTopic(t, conn, "in", 1)
+	testutil.CreateTopic(t, conn, "out", 1)
+	const group = "restarted"
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	adm, err := broker.NewAdmin(conn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer adm.Close()
+	crashInTxn(ctx, t, conn, adm, broker.TransactionalID(group, "i1"))
+	began := time.Now()
+	m, err := broker.NewMember(broker.MemberConfig{Conn: conn, Group: group, InstanceID: "i1", Protocol: broker.ClassicGroup,
+		SessionTimeout: 30 * time.Second, TransactionTimeout: 10 * time.Second, Opts: []kgo.Opt{kgo.ConsumeTopics("in")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	awaitTxnEnded(ctx, t, adm, began, "NewMember began")
+}
+
+// crashInTxn writes a record to out in a transaction of txid, with a
+// minute's timeout, and closes the producer without ending it, as a
+// process SIGKILLed leaves it: out is unreadable past it.
+func crashInTxn(ctx context.Context, t *testing.T, conn broker.Conn, adm *broker.Admin, txid string) {
+	t.Helper()
+	txn, err := conn.NewClient(kgo.TransactionalID(txid), kgo.TransactionTimeout(time.Minute), kgo.DefaultProduceTopic("out"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := txn.BeginTransaction(); err != nil {
+		t.Fatal(err)
+	}
+	if err := txn.ProduceSync(ctx, &kgo.Record{Value: []byte("pending")}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	txn.Close()
+	if openTxnGap(ctx, t, adm) == 0 {
+		t.Fatal("out's last stable offset is at its end: the crashed transaction is not open")
+	}
+}
+
+// awaitTxnEnded waits until out is readable to its end, and fails the
+// test if it is not within 15s since since (after), well short of the
+// transaction's own timeout: the abort's marker may reach the partition
+// a moment after the fencing answered.
+func awaitTxnEnded(ctx context.Context, t *testing.T, adm *broker.Admin, since time.Time, after string) {
+	t.Helper()
+	for open := openTxnGap(ctx, t, adm); open != 0; open = openTxnGap(ctx, t, adm) {
+		if time.Since(since) > 15*time.Second {
+			t.Fatalf("%v after %s, out's last stable offset is %d short of its end: the crashed transaction is still open",
+				time.Since(since).Round(time.Millisecond), after, open)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
