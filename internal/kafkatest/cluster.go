@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	mrand "math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -76,7 +77,7 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	if err := os.WriteFile(c.log4j, []byte(log4j2Props), 0o644); err != nil {
 		return nil, fmt.Errorf("kafkatest: %w", err)
 	}
-	ports, err := freePorts(2 * cfg.Nodes)
+	ports, err := FreePorts(2 * cfg.Nodes)
 	if err != nil {
 		return nil, err
 	}
@@ -406,22 +407,54 @@ func (n *node) signal(sig syscall.Signal, grace time.Duration) error {
 	return nil
 }
 
-// freePorts are n distinct loopback ports free at the time of the call.
-func freePorts(n int) ([]int, error) {
+// FreePorts are n distinct loopback ports free at the time of the call,
+// for processes that must restart on the same port. They are below the
+// kernel's range of ephemeral ports where it can be: a port from that
+// range (as ":0" gives) may be taken by any outgoing connection, a
+// client's of another node say, before the process binds it, or while it
+// restarts.
+func FreePorts(n int) ([]int, error) {
 	var lns []net.Listener
 	defer func() {
 		for _, ln := range lns {
 			ln.Close()
 		}
 	}()
-	ports := make([]int, n)
-	for i := range ports {
+	ports := make([]int, 0, n)
+	low := ephemeralLow()
+	for tries := 0; len(ports) < n && low > 10000 && tries < 100*n; tries++ {
+		ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(10000+mrand.IntN(low-10000))))
+		if err != nil {
+			continue // taken
+		}
+		lns = append(lns, ln)
+		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
+	}
+	for len(ports) < n {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			return nil, fmt.Errorf("kafkatest: finding a free port: %w", err)
 		}
 		lns = append(lns, ln)
-		ports[i] = ln.Addr().(*net.TCPAddr).Port
+		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
 	}
 	return ports, nil
+}
+
+// ephemeralLow is the lowest port the kernel hands out to outgoing
+// connections and to listeners on port 0 (Linux), 0 when unknown.
+func ephemeralLow() int {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 0
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return 0
+	}
+	n, err := strconv.Atoi(f[0])
+	if err != nil {
+		return 0
+	}
+	return n
 }

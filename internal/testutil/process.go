@@ -9,11 +9,14 @@ import (
 	"os"
 	"os/exec"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/onceq/onceq/internal/kafkatest"
 )
 
 // Process is a running onceq subprocess whose output is captured.
@@ -130,15 +133,16 @@ func (p *Process) Kill() {
 }
 
 // FreeAddr returns a loopback address with a port free at the time of the
-// call, for processes that must restart on the same address.
+// call, for processes that must restart on the same address: one below
+// the kernel's ephemeral ports, which any outgoing connection of the tests
+// may take (kafkatest.FreePorts).
 func FreeAddr(t testing.TB) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ports, err := kafkatest.FreePorts(1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
-	return ln.Addr().String()
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[0]))
 }
 
 // StartBrokerProcess runs "onceq broker" on listen (empty: a free port)
