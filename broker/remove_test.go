@@ -2,6 +2,7 @@ package broker_test
 
 import (
 	"context"
+	"net"
 	"slices"
 	"sync"
 	"testing"
@@ -194,5 +195,49 @@ func awaitTxnEnded(ctx context.Context, t *testing.T, adm *broker.Admin, since t
 				time.Since(since).Round(time.Millisecond), after, open)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestMemberClosesWhileFencing: a member whose brokers never answer is
+// still initializing its producer in the background when it closes; Close
+// ends that at once rather than after the transaction timeout (20s).
+func TestMemberClosesWhileFencing(t *testing.T) {
+	// A broker that takes connections and never answers.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		var conns []net.Conn
+		defer func() {
+			for _, c := range conns {
+				c.Close()
+			}
+		}()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			conns = append(conns, c)
+		}
+	}()
+	m, err := broker.NewMember(broker.MemberConfig{Conn: broker.Conn{Brokers: []string{ln.Addr().String()}}, Group: "g", InstanceID: "i1",
+		Protocol: broker.ClassicGroup, SessionTimeout: 30 * time.Second, TransactionTimeout: 20 * time.Second,
+		Opts: []kgo.Opt{kgo.ConsumeTopics("in")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := make(chan struct{})
+	began := time.Now()
+	go func() {
+		m.Close()
+		close(closed)
+	}()
+	select {
+	case <-closed:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("Close has not returned after %v: it waits for the fence at start", time.Since(began).Round(time.Millisecond))
 	}
 }
