@@ -90,7 +90,7 @@ func TestStaleClockNeverMakesDueEarly(t *testing.T) {
 		t.Errorf("receipts %+v, %+v, %+v: want the first two in onceq-delay-1s, the bucket of their remaining delay", delayed, soon, plain)
 	}
 	recs := map[string]*kgo.Record{}
-	for _, r := range testutil.ReadCommitted(t, conn, 20*time.Second, "jobs", delayed.Topic, soon.Topic) {
+	for _, r := range testutil.ReadSettled(t, conn, 20*time.Second, "jobs", delayed.Topic, soon.Topic) {
 		task, err := onceq.FromRecord(r)
 		if err != nil {
 			t.Fatal(err)

@@ -99,7 +99,7 @@ func TestPendingRecordPartition(t *testing.T) {
 		t.Fatal(err)
 	}
 	where := map[string]int32{}
-	for _, r := range testutil.ReadCommitted(t, conn, 10*time.Second, "jobs") {
+	for _, r := range testutil.ReadSettled(t, conn, 10*time.Second, "jobs") {
 		task, err := onceq.FromRecord(r)
 		if err != nil {
 			t.Fatal(err)
@@ -133,7 +133,7 @@ func TestPendingRecordPartition(t *testing.T) {
 func taskRecords(t *testing.T, conn broker.Conn, queue string) []onceq.TaskRecord {
 	t.Helper()
 	var out []onceq.TaskRecord
-	for _, r := range testutil.ReadCommitted(t, conn, 10*time.Second, broker.RecordsTopic(queue)) {
+	for _, r := range testutil.ReadSettled(t, conn, 10*time.Second, broker.RecordsTopic(queue)) {
 		trs, err := onceq.DecodeTaskRecords(r.Value)
 		if err != nil {
 			t.Fatalf("record at %d/%d: %v", r.Partition, r.Offset, err)

@@ -46,7 +46,7 @@ func ctxT(t *testing.T) context.Context {
 func readTasks(t *testing.T, conn broker.Conn, topics ...string) []onceq.Task {
 	t.Helper()
 	var out []onceq.Task
-	for _, r := range testutil.ReadCommitted(t, conn, 20*time.Second, topics...) {
+	for _, r := range testutil.ReadSettled(t, conn, 20*time.Second, topics...) {
 		task, err := onceq.FromRecord(r)
 		if err != nil {
 			t.Fatalf("record %s/%d@%d: %v", r.Topic, r.Partition, r.Offset, err)
@@ -90,7 +90,7 @@ func TestSubmit(t *testing.T) {
 		t.Fatalf("receipt ID %q, want the task's own", rc2.ID)
 	}
 
-	recs := testutil.ReadCommitted(t, conn, 20*time.Second, "jobs")
+	recs := testutil.ReadSettled(t, conn, 20*time.Second, "jobs")
 	if len(recs) != 2 {
 		t.Fatalf("read %d records, want 2", len(recs))
 	}
@@ -383,7 +383,7 @@ func TestDelayed(t *testing.T) {
 			t.Errorf("task %+v: receipt %+v, want topic %s", tc.task, rc, tc.topic)
 			continue
 		}
-		recs := testutil.ReadCommitted(t, conn, 20*time.Second, tc.topic)
+		recs := testutil.ReadSettled(t, conn, 20*time.Second, tc.topic)
 		var r *kgo.Record
 		for _, rr := range recs {
 			if id, _ := header(rr, onceq.HeaderID); id == rc.ID {

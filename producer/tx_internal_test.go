@@ -99,7 +99,7 @@ func checkRanTwiceVisibleOnce(t *testing.T, conn broker.Conn, runs int) {
 	if runs != 2 {
 		t.Fatalf("fn ran %d times, want 2: once aborted, once committed", runs)
 	}
-	recs := testutil.ReadCommitted(t, conn, 10*time.Second, "jobs")
+	recs := testutil.ReadSettled(t, conn, 10*time.Second, "jobs")
 	if len(recs) != 1 {
 		t.Fatalf("%d records visible, want the one committed", len(recs))
 	}

@@ -199,7 +199,7 @@ func TestTxConcurrent(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if got := testutil.ReadCommitted(t, conn, 20*time.Second, "jobs"); len(got) != 200 {
+	if got := testutil.ReadSettled(t, conn, 20*time.Second, "jobs"); len(got) != 200 {
 		t.Fatalf("%d tasks visible, want 200", len(got))
 	}
 }

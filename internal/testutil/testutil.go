@@ -92,10 +92,42 @@ func CreateTopic(t testing.TB, conn broker.Conn, name string, partitions int32) 
 	}
 }
 
+// awaitStable waits, up to markersWait, until every partition of topic
+// has its last stable offset at its end: no transaction is open in it, or
+// committed with its markers still on the way.
+func awaitStable(ctx context.Context, conn broker.Conn, topic string) {
+	adm, err := broker.NewAdmin(conn)
+	if err != nil {
+		return // the read reports the brokers' trouble
+	}
+	defer adm.Close()
+	ctx, cancel := context.WithTimeout(ctx, markersWait)
+	defer cancel()
+	for {
+		info, err := adm.DescribeTopic(ctx, topic)
+		if err != nil {
+			return
+		}
+		stable := true
+		for _, p := range info.Partitions {
+			stable = stable && p.Stable >= p.End
+		}
+		if stable {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
 // ReadCommitted reads every record of the topics visible to a fresh
 // read_committed consumer, from the start to the last stable offset of each
 // partition at the time of the call; a topic that does not exist holds
-// nothing. It fails the test after timeout.
+// nothing. It fails the test after timeout. A read right after the test's
+// own commit wants ReadSettled.
 func ReadCommitted(t testing.TB, conn broker.Conn, timeout time.Duration, topics ...string) []*kgo.Record {
 	t.Helper()
 	recs, err := ReadCommittedErr(conn, timeout, topics...)
@@ -103,6 +135,28 @@ func ReadCommitted(t testing.TB, conn broker.Conn, timeout time.Duration, topics
 		t.Fatal(err)
 	}
 	return recs
+}
+
+// markersWait bounds how long ReadSettled waits for a topic's last
+// stable offsets to reach its ends. Apache Kafka answers a transaction's
+// commit (EndTxn) once the coordinator logged it, and writes the commit
+// markers to the partitions after: a read right after a commit can find
+// the last stable offset still below that transaction's records. A
+// transaction left open on purpose (a crash test's) costs a read this
+// wait, and its records are not read.
+const markersWait = 3 * time.Second
+
+// ReadSettled is ReadCommitted once every partition of the topics has its
+// last stable offset at its end, or markersWait passed: the read sees the
+// transactions that committed before the call, on Apache Kafka too.
+func ReadSettled(t testing.TB, conn broker.Conn, timeout time.Duration, topics ...string) []*kgo.Record {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	for _, topic := range topics {
+		awaitStable(ctx, conn, topic)
+	}
+	return ReadCommitted(t, conn, timeout, topics...)
 }
 
 // ReadCommittedErr is ReadCommitted returning an error instead of failing.
