@@ -71,7 +71,9 @@ func (a *Admin) fence(ctx context.Context, txid string, txnTimeout time.Duration
 		// While it aborts the open transaction, the coordinator answers
 		// CONCURRENT_TRANSACTIONS; the fencing is done once it answers
 		// without an error.
-		if err == nil || !kerr.IsRetriable(err) {
+		// kerr does not count it as retriable: only a fencing producer
+		// retries it.
+		if err == nil || !kerr.IsRetriable(err) && !errors.Is(err, kerr.ConcurrentTransactions) {
 			return err
 		}
 		select {
