@@ -46,6 +46,7 @@ kafka:
 KAFKA_TXN_VERSION ?=
 KAFKA_SUITES ?= \
   './internal/kafkatest=.' \
+  './broker=^Test(RemoveMember|NewMemberFencesItsPredecessor|MemberClosesWhileFencing)$$' \
   './producer=.' \
   './delay=^Test(NeverEarly|ExactlyOnceNeverEarly|KilledServiceLosesNothing|BadRecordsAreDeadLettered)$$' \
   './consumer=^Test(Crash|ChainedStages$$|RetryWithBackoffThenSuccess$$|RetryAfterIsCapped$$|AlwaysFailingEndsInDeadLetters$$|AbandonedHandlerIsRetried$$|SkipRetryDeadLetters$$|TooLargeTaskEndsInDeadLetters$$|EmittedTasksRecorded$$|RunningRecorded$$)' \
