@@ -21,9 +21,9 @@ import (
 // kept up to date by the commits, which add their keys before their batch
 // is applied, under the gate, so that a key is in the filter before it is
 // in Pebble. A deleted key stays in the filter: a false positive costs the
-// Pebble lookup it would have cost anyway. Once it holds twice the keys it
-// was sized for, its false positives climb and the next Get rebuilds it,
-// sized for four times as many.
+// Pebble lookup it would have cost anyway. Once it holds more keys than it
+// was sized for, its false positives climb past 1% (at twice, 10-15%) and
+// the next Get rebuilds it, sized for four times as many.
 
 const (
 	filterBitsPerKey = 10 // with filterHashes: about 1% false positives
@@ -77,7 +77,7 @@ func (f *keyFilter) mayContain(h uint64) bool {
 	return true
 }
 
-func (f *keyFilter) overfull() bool { return f.added.Load() > 2*f.sized }
+func (f *keyFilter) overfull() bool { return f.added.Load() > f.sized }
 
 // addKeys adds a committing batch's state keys to p's filters: the one in
 // use and the one being built, if any. The caller holds the gate shared.

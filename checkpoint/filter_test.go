@@ -123,3 +123,29 @@ func TestStateFilterAfterReopen(t *testing.T) {
 		t.Fatal("k100 found, never set")
 	}
 }
+
+// TestKeyFilterHoldsItsRateUntilRebuilt fills filters of several sizes
+// with as many keys as they take before a Get rebuilds them: up to then,
+// absent keys must pass at about the 1% the filter is built for.
+func TestKeyFilterHoldsItsRateUntilRebuilt(t *testing.T) {
+	for _, size := range []int64{filterMinKeys, 1500, 3000, 50_000} {
+		f := newKeyFilter(size)
+		for i := 0; ; i++ {
+			f.add(keyHash([]byte(fmt.Sprint("k", i))))
+			if f.overfull() {
+				break
+			}
+		}
+		passed := 0
+		const probes = 20_000
+		for i := range probes {
+			if f.mayContain(keyHash([]byte(fmt.Sprint("absent", i)))) {
+				passed++
+			}
+		}
+		if rate := float64(passed) / probes; rate > 0.02 {
+			t.Errorf("filter sized for %d keys, holding %d when a Get would rebuild it: %.1f%% of absent keys pass, want about 1%%",
+				size, f.added.Load(), 100*rate)
+		}
+	}
+}
