@@ -82,7 +82,7 @@ func startOn(t testing.TB, conn broker.Conn, opts ...serve.Opt) *api {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	srv, err := serve.New(ctx, append([]serve.Opt{serve.Conn(conn)}, opts...)...)
+	srv, err := serve.New(ctx, append([]serve.Opt{serve.Conn(conn), serve.Logger(testutil.FailureLog(t))}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
