@@ -1,16 +1,19 @@
 // Command testprogress reads `go test -json` on stdin and prints, as they
 // happen, each package's start and end with its time, and the output of
 // each test that failed; it exits 1 if anything failed, and ends with the
-// tests counted: "tests: N passed, N failed, N skipped". make test pipes
+// tests counted: "tests: N passed, N failed, N skipped", and the slowest
+// top-level tests with their times. make test pipes
 // the suite through it, so that a long run shows where it is.
 package main
 
 import (
 	"bufio"
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 	"time"
 )
@@ -34,14 +37,41 @@ func main() {
 		fmt.Printf("ok: every package passed, in %v\n", time.Since(start).Round(time.Second))
 	}
 	fmt.Printf("tests: %d passed, %d failed, %d skipped\n", n.passed, n.failed, n.skipped)
+	printSlowest(os.Stdout, n.slow, slowest)
 	if failed > 0 {
 		os.Exit(1)
 	}
 }
 
 // counts are the tests (not packages) that passed, failed and were
-// skipped.
-type counts struct{ passed, failed, skipped int }
+// skipped, and how long the top-level ones took.
+type counts struct {
+	passed, failed, skipped int
+	slow                    []timed
+}
+
+// timed is a top-level test's time.
+type timed struct {
+	name    string // package and test
+	elapsed float64
+}
+
+// slowest is how many tests printSlowest lists.
+const slowest = 15
+
+// printSlowest prints the k slowest of ts: where a suite's time goes.
+func printSlowest(w io.Writer, ts []timed, k int) {
+	slices.SortStableFunc(ts, func(a, b timed) int { return cmp.Compare(b.elapsed, a.elapsed) })
+	if len(ts) > k {
+		ts = ts[:k]
+	}
+	if len(ts) > 0 {
+		fmt.Fprintf(w, "the %d slowest tests:\n", len(ts))
+	}
+	for _, x := range ts {
+		fmt.Fprintf(w, "%8.1fs  %s\n", x.elapsed, x.name)
+	}
+}
 
 // progress prints the events of r to w as main says, stamped with since,
 // and returns how many packages and tests failed.
@@ -65,6 +95,9 @@ func progress(r io.Reader, w io.Writer, since func() time.Duration, n *counts) (
 		case "output", "build-output":
 			out[key] = append(out[key], e.Output)
 		case "pass", "skip":
+			if e.Test != "" && !strings.Contains(e.Test, "/") {
+				n.slow = append(n.slow, timed{e.Package + " " + e.Test, e.Elapsed})
+			}
 			switch {
 			case e.Test != "" && e.Action == "pass":
 				n.passed++
@@ -84,6 +117,9 @@ func progress(r io.Reader, w io.Writer, since func() time.Duration, n *counts) (
 			failed++
 			if e.Test != "" {
 				n.failed++
+				if !strings.Contains(e.Test, "/") {
+					n.slow = append(n.slow, timed{e.Package + " " + e.Test, e.Elapsed})
+				}
 			}
 			if e.Test == "" {
 				delete(running, e.Package)

@@ -16,6 +16,7 @@ func TestProgress(t *testing.T) {
 		`{"Action":"output","Package":"a","Test":"TestX","Output":"    x_test.go:9: boom\n"}`,
 		`{"Action":"fail","Package":"a","Test":"TestX","Elapsed":1.5}`,
 		`{"Action":"output","Package":"b","Test":"TestY","Output":"quiet\n"}`,
+		`{"Action":"pass","Package":"b","Test":"TestY/sub","Elapsed":9}`,
 		`{"Action":"pass","Package":"b","Test":"TestY","Elapsed":0.1}`,
 		`{"Action":"pass","Package":"b","Elapsed":0.2}`,
 		`# a build error`,
@@ -37,7 +38,12 @@ func TestProgress(t *testing.T) {
 	if failed != 2 || out.String() != want {
 		t.Fatalf("failed %d, printed:\n%s\nwant 2 and:\n%s", failed, out.String(), want)
 	}
-	if n != (counts{passed: 1, failed: 1}) {
-		t.Fatalf("counted %+v, want 1 passed and 1 failed", n)
+	if n.passed != 2 || n.failed != 1 || n.skipped != 0 {
+		t.Fatalf("counted %+v, want 2 passed and 1 failed", n)
+	}
+	var slow strings.Builder
+	printSlowest(&slow, n.slow, 1) // a subtest's time is its test's
+	if want := "the 1 slowest tests:\n     1.5s  a TestX\n"; slow.String() != want {
+		t.Fatalf("the slowest printed:\n%s\nwant:\n%s", slow.String(), want)
 	}
 }
