@@ -82,7 +82,7 @@ func SpecOf(fields map[string]json.RawMessage) (Spec, error) {
 	if s.MaxAttempts, err = lineCount("max_attempts", fields["max_attempts"], MaxAttemptCount, fmt.Sprintf("zero (the worker's default) or 1 to %d", MaxAttemptCount)); err != nil {
 		return Spec{}, err
 	}
-	if s.Priority, err = lineCount("priority", fields["priority"], MaxPriority, fmt.Sprintf("0 (the default, the lowest) to %d (the highest)", MaxPriority)); err != nil {
+	if s.Priority, err = lineCount("priority", fields["priority"], MaxPriority, PriorityRange); err != nil {
 		return Spec{}, err
 	}
 	if s.Payload, err = linePayload(fields["payload"], fields["payload_base64"]); err != nil {

@@ -67,6 +67,9 @@ const (
 	// MaxPriority is the highest priority a task may have; 0, the
 	// default, is the lowest.
 	MaxPriority = 9
+	// PriorityRange is the range of priorities, as every error that
+	// refuses one says it.
+	PriorityRange = "0 (the default, the lowest) to 9 (the highest)"
 )
 
 // Header is a record header that onceq passes through untouched.

@@ -249,7 +249,7 @@ func DecodeTaskRecord(value []byte) (TaskRecord, error) {
 		return TaskRecord{}, fmt.Errorf("onceq: task record of %q: attempt, max_attempts, partition and offset are whole numbers from 0", j.ID)
 	}
 	if j.Priority < 0 || j.Priority > MaxPriority {
-		return TaskRecord{}, fmt.Errorf("onceq: task record of %q: priority %d: want 0 (the default, the lowest) to %d (the highest)", j.ID, j.Priority, MaxPriority)
+		return TaskRecord{}, fmt.Errorf("onceq: task record of %q: priority %d: want %s", j.ID, j.Priority, PriorityRange)
 	}
 	r := TaskRecord{ID: j.ID, Queue: j.Queue, State: st, Attempt: j.Attempt, MaxAttempts: j.MaxAttempts, Priority: j.Priority,
 		Worker: j.Worker, Reason: j.Reason, Error: j.Error, Partition: j.Partition, Offset: j.Offset}

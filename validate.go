@@ -154,7 +154,7 @@ func (t *Task) Validate(maxMessageBytes int) error {
 // lowest) to MaxPriority.
 func ValidatePriority(p int) error {
 	if p < 0 || p > MaxPriority {
-		return invalid(ErrInvalidTask, "priority", strconv.Itoa(p), "want 0 (the default, the lowest) to %d (the highest)", MaxPriority)
+		return invalid(ErrInvalidTask, "priority", strconv.Itoa(p), "want %s", PriorityRange)
 	}
 	return nil
 }

@@ -183,3 +183,14 @@ func TestApplyOptions(t *testing.T) {
 		t.Fatalf("applied %v, error %v", got, errs.Err())
 	}
 }
+
+// TestPriorityRangeSaysMaxPriority: the range every refusal of a
+// priority names is MaxPriority's.
+func TestPriorityRangeSaysMaxPriority(t *testing.T) {
+	if want := fmt.Sprintf("0 (the default, the lowest) to %d (the highest)", MaxPriority); PriorityRange != want {
+		t.Fatalf("PriorityRange %q, want %q", PriorityRange, want)
+	}
+	if err := ValidatePriority(MaxPriority + 1); err == nil || !strings.Contains(err.Error(), PriorityRange) {
+		t.Fatalf("ValidatePriority(%d) = %v, want an error naming %q", MaxPriority+1, err, PriorityRange)
+	}
+}

@@ -361,9 +361,8 @@ func (t *Task) setHeader(key string, v []byte) error {
 		}
 		t.ID = s
 	case HeaderQueue:
-		// A topic's name, or a lane queue's (lane/label).
-		if ValidateTopic(s) != nil && ValidateLaneQueue(s) != nil {
-			return invalid(ErrMalformedHeader, "header "+key, s, "not a valid queue name")
+		if err := checkQueueHeader(s); err != nil {
+			return err
 		}
 		t.Queue = s
 	case HeaderError:

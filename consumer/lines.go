@@ -131,12 +131,10 @@ func orderKey(r *kgo.Record) string {
 // laneQueueOf is the lane queue a record's onceq-queue header names, if it
 // names one.
 func laneQueueOf(r *kgo.Record) (string, bool) {
-	for _, h := range r.Headers {
-		if h.Key == onceq.HeaderQueue {
-			q := string(h.Value)
-			_, _, ok := onceq.SplitLane(q)
-			return q, ok
-		}
+	q, found, err := onceq.PeekQueue(r)
+	if !found || err != nil {
+		return "", false
 	}
-	return "", false
+	_, _, ok := onceq.SplitLane(q)
+	return q, ok
 }

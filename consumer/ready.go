@@ -111,16 +111,5 @@ func (f *fifo) pop() *item {
 	return it
 }
 
-// recordPriority is a record's onceq-priority, 0 without one or with a
-// value that is not one digit (FromRecord refuses it when the task runs).
-func recordPriority(r *kgo.Record) int8 {
-	for _, h := range r.Headers {
-		if h.Key == onceq.HeaderPriority {
-			if len(h.Value) == 1 && h.Value[0] >= '0' && h.Value[0] <= '0'+onceq.MaxPriority {
-				return int8(h.Value[0] - '0')
-			}
-			return 0
-		}
-	}
-	return 0
-}
+// recordPriority is a record's onceq-priority (onceq.PeekPriority).
+func recordPriority(r *kgo.Record) int8 { return int8(onceq.PeekPriority(r)) }

@@ -217,21 +217,11 @@ func (s *Service) route(ctx context.Context, r *kgo.Record, now time.Time) (outp
 // queueHeader returns the record's onceq-queue header, or why it has no
 // usable one.
 func queueHeader(r *kgo.Record) (queue, problem string) {
-	for _, h := range r.Headers {
-		if h.Key != onceq.HeaderQueue {
-			continue
-		}
-		if queue != "" {
-			return "", "onceq-queue appears more than once"
-		}
-		queue = string(h.Value)
-		if onceq.ValidateTopic(queue) != nil {
-			if err := onceq.ValidateLaneQueue(queue); err != nil {
-				return "", err.Error()
-			}
-		}
-	}
-	if queue == "" {
+	queue, found, err := onceq.PeekQueue(r)
+	switch {
+	case err != nil:
+		return "", err.Error()
+	case !found:
 		return "", "no onceq-queue header: a record in a delay bucket must name its queue"
 	}
 	return queue, ""
@@ -257,12 +247,11 @@ func (s *Service) deadLetter(ctx context.Context, r *kgo.Record, queue, reason, 
 	return output{rec: dlq.EncodeRecord(r, topic, reason, text, now), to: "dlq"}, nil
 }
 
-// rawQueue is the record's onceq-queue header if it names a valid queue.
+// rawQueue is the record's onceq-queue header if it names a queue with a
+// topic of its own.
 func rawQueue(r *kgo.Record) string {
-	for _, h := range r.Headers {
-		if h.Key == onceq.HeaderQueue && onceq.ValidateTopic(string(h.Value)) == nil {
-			return string(h.Value)
-		}
+	if q, found, err := onceq.PeekQueue(r); found && err == nil && onceq.ValidateTopic(q) == nil {
+		return q
 	}
 	return ""
 }

@@ -144,37 +144,11 @@ func releaseOf(r *kgo.Record, bucket, smallest time.Duration) int64 {
 	return ReleaseAt(r.Timestamp, bucket, smallest, time.UnixMilli(due)).UnixMilli()
 }
 
-// maxDueMillis is the latest due time the wire format accepts (the year
-// 9999).
-const maxDueMillis = 253402300799999
-
-// dueMillis reads the onceq-due header as onceq.FromRecord does: exactly
-// one, a canonical decimal of unix milliseconds.
+// dueMillis reads the onceq-due header as onceq.FromRecord does
+// (onceq.PeekDue): exactly one, a canonical decimal of unix milliseconds.
 func dueMillis(r *kgo.Record) (int64, bool) {
-	var (
-		due   int64
-		found bool
-	)
-	for _, h := range r.Headers {
-		if h.Key != onceq.HeaderDue {
-			continue
-		}
-		if found {
-			return 0, false
-		}
-		found = true
-		v := h.Value
-		if len(v) == 0 || len(v) > 15 || len(v) > 1 && v[0] == '0' {
-			return 0, false
-		}
-		for _, c := range v {
-			if c < '0' || c > '9' {
-				return 0, false
-			}
-			due = due*10 + int64(c-'0')
-		}
-	}
-	return due, found && due <= maxDueMillis
+	due, found, err := onceq.PeekDue(r)
+	return due, found && err == nil
 }
 
 // push adds a record read in offset order, released at release (unix ms).

@@ -118,10 +118,10 @@ func (in *Inspector) groupStats(ctx context.Context, sts []QueueStats) error {
 // queue, each task naming its queue in its onceq-queue header.
 func otherQueue(queue string) func(*kgo.Record) bool {
 	return func(r *kgo.Record) bool {
-		for _, h := range r.Headers {
-			if h.Key == onceq.HeaderQueue {
-				return string(h.Value) != queue
-			}
+		// A record without a valid header is its topic's, whose worker
+		// dead-letters a malformed one.
+		if q, found, err := onceq.PeekQueue(r); found && err == nil {
+			return q != queue
 		}
 		return r.Topic != queue
 	}

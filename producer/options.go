@@ -155,8 +155,8 @@ func TaskMaxAttempts(n int) Opt {
 // run at the lowest priority. A task's own priority, from 1 up, is kept.
 func TaskPriority(p int) Opt {
 	return optFunc(func(cfg *config) {
-		if p < 0 || p > onceq.MaxPriority {
-			cfg.bad("TaskPriority", p, "want 0 (the default, the lowest) to %d (the highest)", onceq.MaxPriority)
+		if onceq.ValidatePriority(p) != nil {
+			cfg.bad("TaskPriority", p, "want %s", onceq.PriorityRange)
 		}
 		cfg.defaultPriority = p
 	})

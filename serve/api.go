@@ -96,7 +96,7 @@ func specOf(q url.Values) (onceq.Spec, error) {
 	if v := q.Get("priority"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || onceq.ValidatePriority(n) != nil {
-			return s, badRequest("priority", "%q: want a whole number from 0 (the default, the lowest) to %d (the highest)", v, onceq.MaxPriority)
+			return s, badRequest("priority", "%q: want a whole number from %s", v, onceq.PriorityRange)
 		}
 		s.Priority = n
 	}

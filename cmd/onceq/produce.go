@@ -141,8 +141,8 @@ func (f *produceFlags) check(cmd *cobra.Command, args []string) error {
 	if f.maxAttempts < 0 || f.maxAttempts > onceq.MaxAttemptCount {
 		return usagef("--max-attempts %d: want 0 (the worker's default) or 1 to %d", f.maxAttempts, onceq.MaxAttemptCount)
 	}
-	if f.priority < 0 || f.priority > onceq.MaxPriority {
-		return usagef("--priority %d: want 0 (the default, the lowest) to %d (the highest)", f.priority, onceq.MaxPriority)
+	if onceq.ValidatePriority(f.priority) != nil {
+		return usagef("--priority %d: want %s", f.priority, onceq.PriorityRange)
 	}
 	if f.queue != "" {
 		if err := onceq.ValidateAnyQueue(f.queue); err != nil {
