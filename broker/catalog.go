@@ -76,7 +76,7 @@ func (k Kind) String() string {
 
 // The names of onceq's topics of one kind each. WakeTopic is another.
 const (
-	// ControlTopic holds cancels and pauses (package internal/control).
+	// ControlTopic holds cancels and pauses (package internal/ctltopic).
 	ControlTopic = "onceq-control"
 	// LadderTopic holds the cluster's delay ladder (delay.SetLadder).
 	LadderTopic = "onceq-ladder"

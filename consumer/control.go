@@ -8,7 +8,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/onceq/onceq"
-	"github.com/onceq/onceq/internal/control"
+	"github.com/onceq/onceq/internal/ctltopic"
 	"github.com/onceq/onceq/internal/limit"
 )
 
@@ -44,7 +44,7 @@ func (w *Worker) canceled(task *onceq.Task, key, queue, why string, started time
 
 // withdrawCancel is the tombstone of a cancel of task id of queue.
 func withdrawCancel(queue, id string) *kgo.Record {
-	return control.Entry{Queue: queue, ID: id, Deleted: true}.Record()
+	return ctltopic.Entry{Queue: queue, ID: id, Deleted: true}.Record()
 }
 
 // withdrawLateCancel adds to a task's final result the tombstone of a

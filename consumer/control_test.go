@@ -8,7 +8,7 @@ import (
 	"github.com/onceq/onceq"
 	"github.com/onceq/onceq/broker"
 	"github.com/onceq/onceq/consumer"
-	"github.com/onceq/onceq/internal/control"
+	"github.com/onceq/onceq/internal/ctltopic"
 	"github.com/onceq/onceq/internal/testutil"
 )
 
@@ -34,16 +34,16 @@ func TestCancel(t *testing.T) {
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	var cancels []control.Entry
+	var cancels []ctltopic.Entry
 	var want []string
 	for _, id := range ids(100) {
 		if canceled[id] {
-			cancels = append(cancels, control.Entry{Queue: "in", ID: id, At: time.Now()})
+			cancels = append(cancels, ctltopic.Entry{Queue: "in", ID: id, At: time.Now()})
 		} else {
 			want = append(want, id)
 		}
 	}
-	if err := control.Write(ctx, conn, cancels...); err != nil {
+	if err := ctltopic.Write(ctx, conn, cancels...); err != nil {
 		t.Fatal(err)
 	}
 	stop := runWorker(t, consumer.Conn(conn), consumer.Group("gr"), consumer.Queues("in"), consumer.CheckpointDir(t.TempDir()),
@@ -72,11 +72,11 @@ func TestCancel(t *testing.T) {
 		}
 	}
 	last := map[string][]byte{}
-	for _, r := range testutil.ReadCommitted(t, conn, 10*time.Second, control.Topic) {
+	for _, r := range testutil.ReadCommitted(t, conn, 10*time.Second, ctltopic.Topic) {
 		last[string(r.Key)] = r.Value
 	}
 	for _, c := range cancels {
-		if v, ok := last[string(control.CancelKey("in", c.ID))]; !ok || v != nil {
+		if v, ok := last[string(ctltopic.CancelKey("in", c.ID))]; !ok || v != nil {
 			t.Fatalf("the cancel of %s is still in the control topic: %q", c.ID, v)
 		}
 	}
@@ -100,7 +100,7 @@ func TestPause(t *testing.T) {
 	testutil.CreateTopic(t, conn, "out", 2)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if err := control.Write(ctx, conn, control.Entry{Queue: "in", Paused: true, At: time.Now()}); err != nil {
+	if err := ctltopic.Write(ctx, conn, ctltopic.Entry{Queue: "in", Paused: true, At: time.Now()}); err != nil {
 		t.Fatal(err)
 	}
 	produceTasks(t, conn, "in", ids(50))
@@ -110,7 +110,7 @@ func TestPause(t *testing.T) {
 	if recs, _ := testutil.ReadCommittedErr(conn, 5*time.Second, "out"); len(recs) > 0 {
 		t.Fatalf("%d tasks of a paused queue ran", len(recs))
 	}
-	if err := control.Write(ctx, conn, control.Entry{Queue: "in", Paused: false, At: time.Now()}); err != nil {
+	if err := ctltopic.Write(ctx, conn, ctltopic.Entry{Queue: "in", Paused: false, At: time.Now()}); err != nil {
 		t.Fatal(err)
 	}
 	waitOutputs(t, conn, "out", 50, 30*time.Second)

@@ -12,7 +12,7 @@ import (
 	"github.com/onceq/onceq"
 	"github.com/onceq/onceq/broker"
 	"github.com/onceq/onceq/handlers"
-	"github.com/onceq/onceq/internal/control"
+	"github.com/onceq/onceq/internal/ctltopic"
 	"github.com/onceq/onceq/internal/testutil"
 )
 
@@ -35,12 +35,12 @@ func TestCrashCancel(t *testing.T) {
 	}
 	due := time.Now().Add(5 * time.Second).Truncate(time.Millisecond)
 	var all, run []string
-	var cancels []control.Entry
+	var cancels []ctltopic.Entry
 	for i := 0; i < n; i++ {
 		id := fmt.Sprintf("c-%d", i)
 		all = append(all, id)
 		if i%2 == 0 {
-			cancels = append(cancels, control.Entry{Queue: "in", ID: id, At: time.Now()})
+			cancels = append(cancels, ctltopic.Entry{Queue: "in", ID: id, At: time.Now()})
 		} else {
 			run = append(run, id)
 		}
@@ -48,7 +48,7 @@ func TestCrashCancel(t *testing.T) {
 	produceTasks(t, conn, "in", all, func(task *onceq.Task) { task.Due = due })
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if err := control.Write(ctx, conn, cancels...); err != nil {
+	if err := ctltopic.Write(ctx, conn, cancels...); err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(2 * time.Second)

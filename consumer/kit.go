@@ -15,7 +15,7 @@ import (
 	"github.com/onceq/onceq/consumer/internal/kit"
 	"github.com/onceq/onceq/delay"
 	"github.com/onceq/onceq/dlq"
-	"github.com/onceq/onceq/internal/control"
+	"github.com/onceq/onceq/internal/ctltopic"
 )
 
 // The test kit, package consumertest, runs a handler through a worker's
@@ -56,7 +56,7 @@ func newKitTask(task onceq.Task, c kit.Config, opts []Opt) (*Task, error) {
 	if task, err = onceq.FromRecord(rec); err != nil {
 		return nil, fmt.Errorf("consumer: the task's record does not decode (a worker dead-letters it as malformed): %w", err)
 	}
-	w.control = &control.Reader{}
+	w.control = &ctltopic.Reader{}
 	if w.cfg.planner == nil {
 		w.cfg.planner = delay.DefaultPlanner()
 	}
@@ -165,7 +165,7 @@ func kitOutcome(res *result, herr error) kit.Outcome {
 			l := dlq.Decode(rec, res.queue)
 			o.DeadLetter = &l
 			continue
-		case rec.Topic == control.Topic:
+		case rec.Topic == ctltopic.Topic:
 			continue
 		}
 		task, err := onceq.FromRecord(rec)

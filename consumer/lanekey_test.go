@@ -15,7 +15,7 @@ import (
 	"github.com/onceq/onceq"
 	"github.com/onceq/onceq/broker"
 	"github.com/onceq/onceq/consumer"
-	"github.com/onceq/onceq/internal/control"
+	"github.com/onceq/onceq/internal/ctltopic"
 	"github.com/onceq/onceq/internal/testutil"
 	"github.com/onceq/onceq/producer"
 )
@@ -31,7 +31,7 @@ func TestLaneKeysStayInTheirQueue(t *testing.T) {
 	_, conn := testutil.StartBroker(t, "")
 	testutil.CreateTopic(t, conn, "fn", 1)
 	ctx := t.Context()
-	if err := control.Write(ctx, conn, control.Entry{Queue: "fn/a", Paused: true, At: time.Now()}); err != nil {
+	if err := ctltopic.Write(ctx, conn, ctltopic.Entry{Queue: "fn/a", Paused: true, At: time.Now()}); err != nil {
 		t.Fatal(err)
 	}
 	p := newProducer(t, conn)
@@ -78,7 +78,7 @@ func TestLaneKeysStayInTheirQueue(t *testing.T) {
 	if n := count("fn/a/"); n != 0 {
 		t.Fatalf("%d tasks of the paused fn/a ran", n)
 	}
-	if err := control.Write(ctx, conn, control.Entry{Queue: "fn/a", Paused: false, At: time.Now()}); err != nil {
+	if err := ctltopic.Write(ctx, conn, ctltopic.Entry{Queue: "fn/a", Paused: false, At: time.Now()}); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, time.Minute, "fn/a's 4 tasks once resumed", func() bool { return count("fn/a/") == 4 })

@@ -13,7 +13,7 @@ import (
 
 	"github.com/onceq/onceq"
 	"github.com/onceq/onceq/consumer"
-	"github.com/onceq/onceq/internal/control"
+	"github.com/onceq/onceq/internal/ctltopic"
 	"github.com/onceq/onceq/internal/testutil"
 )
 
@@ -353,7 +353,7 @@ func TestEmitNotesPriority(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitOutputs(t, conn, "hi", 1, time.Minute)
-	r, err := control.Open(t.Context(), conn, slog.New(slog.DiscardHandler), nil)
+	r, err := ctltopic.Open(t.Context(), conn, slog.New(slog.DiscardHandler), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

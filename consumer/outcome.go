@@ -15,7 +15,7 @@ import (
 	"github.com/onceq/onceq"
 	"github.com/onceq/onceq/broker"
 	"github.com/onceq/onceq/dlq"
-	"github.com/onceq/onceq/internal/control"
+	"github.com/onceq/onceq/internal/ctltopic"
 	"github.com/onceq/onceq/internal/flow"
 	"github.com/onceq/onceq/internal/tracing"
 )
@@ -100,7 +100,7 @@ func (w *Worker) continueFlow(res *result, task *onceq.Task, run context.Context
 
 // notePriority appends to outputs the priority note of the topic of t, a
 // task the run emits, when t has a priority above 0 and the worker wrote
-// none for the topic within control.PriorityNoteEvery: the workers of
+// none for the topic within ctltopic.PriorityNoteEvery: the workers of
 // that queue then read ahead of a backlog for it (lookahead.go). A note
 // of a transaction that aborts is not written, and the worker writes the
 // next one an interval later: until then, those workers read ahead once
@@ -114,10 +114,10 @@ func (w *Worker) notePriority(outputs []*kgo.Record, t *onceq.Task) []*kgo.Recor
 	v, _ := w.noted.LoadOrStore(topic, new(atomic.Int64))
 	last := v.(*atomic.Int64)
 	was := last.Load()
-	if was != 0 && now.UnixNano()-was < int64(control.PriorityNoteEvery) || !last.CompareAndSwap(was, now.UnixNano()) {
+	if was != 0 && now.UnixNano()-was < int64(ctltopic.PriorityNoteEvery) || !last.CompareAndSwap(was, now.UnixNano()) {
 		return outputs
 	}
-	return append(outputs, control.PriorityNote(topic, now).Record())
+	return append(outputs, ctltopic.PriorityNote(topic, now).Record())
 }
 
 // failFlow continues a workflow's step that failed for good.

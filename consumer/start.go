@@ -12,7 +12,7 @@ import (
 	"github.com/onceq/onceq/broker"
 	"github.com/onceq/onceq/checkpoint"
 	"github.com/onceq/onceq/delay"
-	"github.com/onceq/onceq/internal/control"
+	"github.com/onceq/onceq/internal/ctltopic"
 	"github.com/onceq/onceq/internal/instance"
 	"github.com/onceq/onceq/internal/limit"
 )
@@ -109,7 +109,7 @@ func (w *Worker) start(ctx context.Context) error {
 	}
 	// Before the first fetch: a task canceled, or a queue paused, before
 	// this worker started is so for it from its first task.
-	if w.control, err = control.Open(ctx, w.cfg.conn, w.cfg.log, w.setPaused); err != nil {
+	if w.control, err = ctltopic.Open(ctx, w.cfg.conn, w.cfg.log, w.setPaused); err != nil {
 		return fmt.Errorf("consumer: %w", err)
 	}
 	if !w.cfg.ownLimits { // else the handler's (a nil Client limits nothing)

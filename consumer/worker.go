@@ -35,7 +35,7 @@ import (
 
 	"github.com/onceq/onceq/broker"
 	"github.com/onceq/onceq/checkpoint"
-	"github.com/onceq/onceq/internal/control"
+	"github.com/onceq/onceq/internal/ctltopic"
 	"github.com/onceq/onceq/internal/limit"
 	"github.com/onceq/onceq/internal/ops"
 )
@@ -103,7 +103,7 @@ type Worker struct {
 	tombMu sync.Mutex
 	tombs  []checkpoint.Removed // changelog tombstones expiry handed over
 
-	control *control.Reader // cancels and pauses
+	control *ctltopic.Reader // cancels and pauses
 	// noted holds the unix ns of the last priority note the worker wrote
 	// of each topic (notePriority), as topic -> *atomic.Int64.
 	noted   sync.Map

@@ -11,7 +11,7 @@ import (
 	"github.com/onceq/onceq"
 	"github.com/onceq/onceq/broker"
 	"github.com/onceq/onceq/inspect"
-	ctltopic "github.com/onceq/onceq/internal/control"
+	"github.com/onceq/onceq/internal/ctltopic"
 )
 
 // What a Cancel did, as CancelAnswer.Outcome says.

@@ -19,7 +19,7 @@ import (
 
 	"github.com/onceq/onceq"
 	"github.com/onceq/onceq/inspect"
-	ctltopic "github.com/onceq/onceq/internal/control"
+	"github.com/onceq/onceq/internal/ctltopic"
 )
 
 // A Controller writes cancels, pauses and unique submissions, reading

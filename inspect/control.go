@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/onceq/onceq/internal/control"
+	"github.com/onceq/onceq/internal/ctltopic"
 )
 
 // CancelRequested reports whether a cancel of task id of queue is in the
@@ -21,13 +21,13 @@ func (in *Inspector) CancelRequested(ctx context.Context, queue, id string) (boo
 
 // controlReader returns the inspector's reader of the control topic,
 // opening it on first use.
-func (in *Inspector) controlReader(ctx context.Context) (*control.Reader, error) {
+func (in *Inspector) controlReader(ctx context.Context) (*ctltopic.Reader, error) {
 	in.controlMu.Lock()
 	defer in.controlMu.Unlock()
 	if in.control != nil {
 		return in.control, nil
 	}
-	r, err := control.Open(ctx, in.cfg.conn, in.cfg.log, nil)
+	r, err := ctltopic.Open(ctx, in.cfg.conn, in.cfg.log, nil)
 	if err != nil {
 		return nil, fmt.Errorf("inspect: %w", err)
 	}

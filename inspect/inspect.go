@@ -17,7 +17,7 @@ import (
 	"github.com/onceq/onceq"
 	"github.com/onceq/onceq/broker"
 	"github.com/onceq/onceq/internal/compactsched"
-	"github.com/onceq/onceq/internal/control"
+	"github.com/onceq/onceq/internal/ctltopic"
 )
 
 // Errors of the queries.
@@ -73,7 +73,7 @@ type Inspector struct {
 	recent map[string]recentSubmit
 
 	controlMu sync.Mutex
-	control   *control.Reader // follows the control topic, opened on first use
+	control   *ctltopic.Reader // follows the control topic, opened on first use
 }
 
 // topicView is the view of one records topic: of its own queue and, for a
@@ -208,7 +208,7 @@ func (in *Inspector) Close() error {
 
 // Get returns the task's last record: its state, attempt, times, error
 // and result. A task without one is ErrNotFound. A record the view was
-// told of with Expect (a task control.SubmitUnique submitted through this
+// told of with Expect (a task ctltopic.SubmitUnique submitted through this
 // Inspector) is found at once, as submitted, even before the view read it
 // back from the brokers.
 func (in *Inspector) Get(ctx context.Context, queue, id string) (onceq.TaskRecord, error) {
@@ -250,7 +250,7 @@ type recentSubmit struct {
 const recentTTL = time.Minute
 
 // Expect tells the view of task records written that it may not have read
-// back yet (control.SubmitUnique's pending records): Get answers with
+// back yet (ctltopic.SubmitUnique's pending records): Get answers with
 // them, as if read, until the view reads them or a minute has passed.
 func (in *Inspector) Expect(recs ...onceq.TaskRecord) {
 	now := in.cfg.now()

@@ -15,7 +15,7 @@ import (
 	"github.com/onceq/onceq"
 	"github.com/onceq/onceq/broker"
 	"github.com/onceq/onceq/delay"
-	"github.com/onceq/onceq/internal/control"
+	"github.com/onceq/onceq/internal/ctltopic"
 	"github.com/onceq/onceq/internal/tracing"
 )
 
@@ -90,7 +90,7 @@ func New(opts ...Opt) (*Producer, error) {
 	}
 	p := &Producer{cfg: cfg, m: m, slots: newAdmission(cfg.maxBuffered), ids: newIDSource(), clock: newClock(), epoch: time.Now(),
 		wakeTopic:    hintTopic{name: broker.WakeTopic, what: "workers find this producer's tasks on quiet queues a little later"},
-		controlTopic: hintTopic{name: control.Topic, what: "workers read ahead of a backlog for its tasks of a priority above 0 only once they met one"}}
+		controlTopic: hintTopic{name: ctltopic.Topic, what: "workers read ahead of a backlog for its tasks of a priority above 0 only once they met one"}}
 	p.promise = p.promised
 	if p.cl, err = cfg.conn.NewClient(clientOpts(cfg)...); err != nil {
 		return nil, fmt.Errorf("producer: %w", err)

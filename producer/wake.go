@@ -9,12 +9,12 @@ import (
 
 	"github.com/onceq/onceq"
 	"github.com/onceq/onceq/broker"
-	"github.com/onceq/onceq/internal/control"
+	"github.com/onceq/onceq/internal/ctltopic"
 )
 
 // Hints: records a producer writes beside its tasks for the workers, none
 // of which a task needs to run. A wake-up (broker.WakeTopic) tells the
-// workers of a quiet queue to fetch it; a priority note (control.
+// workers of a quiet queue to fetch it; a priority note (ctltopic.
 // PriorityNote) tells them that its topic holds tasks of a priority above
 // 0, which they then read ahead of a backlog for. A lost hint only
 // delays a task, so their errors are not reported.
@@ -43,15 +43,15 @@ func (p *Producer) wake(ctx context.Context, q *topicState, now time.Time) {
 }
 
 // notePriority writes the priority note of t's topic, unless the producer
-// did so less than control.PriorityNoteEvery ago. Without one, the workers
+// did so less than ctltopic.PriorityNoteEvery ago. Without one, the workers
 // read ahead of a backlog for t only once their fetch met a task of a
 // priority above 0 in its topic.
 func (p *Producer) notePriority(ctx context.Context, q *topicState, t *onceq.Task) {
 	now := time.Now()
-	if t.Priority <= 0 || !due(&q.noted, now, control.PriorityNoteEvery) || !p.hintReady(ctx, &p.controlTopic, now) {
+	if t.Priority <= 0 || !due(&q.noted, now, ctltopic.PriorityNoteEvery) || !p.hintReady(ctx, &p.controlTopic, now) {
 		return
 	}
-	p.cl.Produce(context.Background(), control.PriorityNote(onceq.QueueTopic(t.Queue), now).Record(), func(*kgo.Record, error) {})
+	p.cl.Produce(context.Background(), ctltopic.PriorityNote(onceq.QueueTopic(t.Queue), now).Record(), func(*kgo.Record, error) {})
 }
 
 // due reports whether a hint last written at *last (unix ns; 0: never)

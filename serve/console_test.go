@@ -21,7 +21,7 @@ import (
 
 	"github.com/onceq/onceq"
 	"github.com/onceq/onceq/consumer"
-	"github.com/onceq/onceq/internal/control"
+	"github.com/onceq/onceq/internal/ctltopic"
 	"github.com/onceq/onceq/internal/testutil"
 	"github.com/onceq/onceq/producer"
 	"github.com/onceq/onceq/serve"
@@ -581,8 +581,8 @@ func TestConsoleWorkflowAccess(t *testing.T) {
 	if code != 303 || !strings.Contains(flash, "no record of it") || !strings.Contains(flash, "nothing canceled") {
 		t.Fatalf("cancel of a task never submitted: %d to %q, flash %q", code, loc, flash)
 	}
-	for _, r := range testutil.ReadCommitted(t, a.conn, 5*time.Second, control.Topic) {
-		if string(r.Key) == string(control.CancelKey("shop.render", "never-7")) {
+	for _, r := range testutil.ReadCommitted(t, a.conn, 5*time.Second, ctltopic.Topic) {
+		if string(r.Key) == string(ctltopic.CancelKey("shop.render", "never-7")) {
 			t.Fatalf("the cancel of a task never submitted wrote %q", r.Value)
 		}
 	}

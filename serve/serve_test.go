@@ -17,7 +17,7 @@ import (
 	"github.com/onceq/onceq/broker"
 	"github.com/onceq/onceq/consumer"
 	"github.com/onceq/onceq/delay"
-	"github.com/onceq/onceq/internal/control"
+	"github.com/onceq/onceq/internal/ctltopic"
 	"github.com/onceq/onceq/internal/testutil"
 	"github.com/onceq/onceq/serve"
 )
@@ -325,7 +325,7 @@ func TestPublishAndAsk(t *testing.T) {
 	if code, body = a.do("POST", "/api/shop/emails/job/never/cancel?ahead=soon", tok, ""); code != 400 || body["field"] != "ahead" {
 		t.Fatalf("cancel with a bad ahead: %d %v; want 400", code, body)
 	}
-	if recs, _ := testutil.ReadCommittedErr(a.conn, 5*time.Second, control.Topic); len(recs) != 1 {
+	if recs, _ := testutil.ReadCommittedErr(a.conn, 5*time.Second, ctltopic.Topic); len(recs) != 1 {
 		t.Fatalf("the control topic holds %d records, want the cancel of later-1 alone", len(recs))
 	}
 	if code, body = a.do("POST", "/api/shop/emails/job/ahead-1/cancel?ahead=true", tok, ""); code != 202 || body["cancel"] != "ahead" {

@@ -19,7 +19,7 @@ import (
 	"github.com/onceq/onceq/consumer"
 	"github.com/onceq/onceq/delay"
 	"github.com/onceq/onceq/inspect"
-	ctltopic "github.com/onceq/onceq/internal/control"
+	"github.com/onceq/onceq/internal/ctltopic"
 	"github.com/onceq/onceq/internal/testutil"
 	"github.com/onceq/onceq/producer"
 	"github.com/onceq/onceq/workflow"

@@ -1,4 +1,4 @@
-// Package control is onceq's control topic: cancels of tasks and pauses of
+// Package ctltopic is onceq's control topic: cancels of tasks and pauses of
 // queues, written by the CLI and package inspect and read by every worker.
 //
 // The topic, onceq-control, has one partition and is compacted: the last
@@ -14,7 +14,7 @@
 // only in the topics of such notes, or where its fetch met such a task
 // (consumer.PriorityLookahead), so that queues without priorities pay
 // nothing for it.
-package control
+package ctltopic
 
 import (
 	"context"
