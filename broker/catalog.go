@@ -138,12 +138,12 @@ func KindOf(topic string) Kind {
 	return KindNotOwn
 }
 
-// SpecOf returns the spec of one of onceq's topics whose spec follows
+// TopicSpecOf returns the spec of one of onceq's topics whose spec follows
 // from its name alone: a bucket, dead-letter, wake-up, workflow or table
 // topic. A records topic or a changelog takes its queue's partitions
 // (RecordsSpec, ChangelogSpec), a lease topic its server's lease keep
 // (LeasesSpec), and a user's queue is not onceq's: ok is false for them.
-func SpecOf(topic string) (spec TopicSpec, ok bool) {
+func TopicSpecOf(topic string) (spec TopicSpec, ok bool) {
 	switch KindOf(topic) {
 	case KindBuckets:
 		return BucketSpec(topic), true

@@ -66,7 +66,7 @@ func TestCatalogTopics(t *testing.T) {
 	for _, tc := range []struct {
 		spec       broker.TopicSpec
 		kind       broker.Kind
-		byName     bool // SpecOf(name) gives the spec
+		byName     bool // TopicSpecOf(name) gives the spec
 		partitions int
 		configs    map[string]string
 	}{
@@ -88,9 +88,9 @@ func TestCatalogTopics(t *testing.T) {
 		if k := broker.KindOf(name); k != tc.kind {
 			t.Errorf("KindOf(%s) = %v, want %v", name, k, tc.kind)
 		}
-		spec, ok := broker.SpecOf(name)
+		spec, ok := broker.TopicSpecOf(name)
 		if ok != tc.byName || ok && (spec.Partitions != tc.spec.Partitions || !maps.Equal(spec.Configs, tc.spec.Configs)) {
-			t.Errorf("SpecOf(%s) = %+v, %v; want %+v, %v", name, spec, ok, tc.spec, tc.byName)
+			t.Errorf("TopicSpecOf(%s) = %+v, %v; want %+v, %v", name, spec, ok, tc.spec, tc.byName)
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		counts, err := adm.EnsureTopics(ctx, []broker.TopicSpec{tc.spec})
@@ -110,8 +110,8 @@ func TestCatalogTopics(t *testing.T) {
 		if k := broker.KindOf(name); k != broker.KindNotOwn {
 			t.Errorf("KindOf(%q) = %v, want %v", name, k, broker.KindNotOwn)
 		}
-		if spec, ok := broker.SpecOf(name); ok {
-			t.Errorf("SpecOf(%q) = %+v, want none", name, spec)
+		if spec, ok := broker.TopicSpecOf(name); ok {
+			t.Errorf("TopicSpecOf(%q) = %+v, want none", name, spec)
 		}
 	}
 }

@@ -12,7 +12,7 @@ import (
 // topicCache checks that the topics a worker writes to exist, asking the
 // brokers once per topic. onceq's own topics (delay buckets, dead letters,
 // the workflow queue) are created when missing, as the catalogue
-// (broker.SpecOf) says; a missing user queue is an error.
+// (broker.TopicSpecOf) says; a missing user queue is an error.
 type topicCache struct {
 	adm  *broker.Admin
 	ok   sync.Map // topic -> struct{}
@@ -105,7 +105,7 @@ func (c *topicCache) ensure(topic string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	var err error
-	if spec, own := broker.SpecOf(topic); own {
+	if spec, own := broker.TopicSpecOf(topic); own {
 		_, err = c.adm.EnsureTopics(ctx, []broker.TopicSpec{spec})
 	} else {
 		var counts map[string]int32

@@ -129,7 +129,7 @@ func (p *Producer) ensure(ctx context.Context, name string, bucket bool) (*topic
 
 // lookup asks the broker whether the topic exists, creating onceq's own
 // topics (bucket topics, the workflow queue, the wake-up topic) always,
-// as the catalogue (broker.SpecOf) says, and queues when CreateQueues is
+// as the catalogue (broker.TopicSpecOf) says, and queues when CreateQueues is
 // set.
 func (p *Producer) lookup(ctx context.Context, s *topicState) error {
 	s.mu.Lock()
@@ -142,7 +142,7 @@ func (p *Producer) lookup(ctx context.Context, s *topicState) error {
 		return p.missing(s.name)
 	}
 	var err error
-	spec, own := broker.SpecOf(s.name)
+	spec, own := broker.TopicSpecOf(s.name)
 	switch {
 	case own || create > 0:
 		if !own {
