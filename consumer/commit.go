@@ -73,29 +73,71 @@ func (w *Worker) commit(ctx context.Context) error {
 		return nil
 	}
 	w.nothingToCommit = false
+	tx := w.gather()
+	if len(tx.recs) == 0 && len(tx.offsets) == 0 {
+		w.nothingToCommit = !tx.deferred
+		return nil
+	}
+	tx.recs = broker.AppendWakeUps(tx.recs)
+	// A transaction that moves no offset (its tasks finished above their
+	// partitions' first unfinished record) commits one partition's offset
+	// again, unchanged. Without an offset commit kgo's session takes the
+	// brokers for pre-KIP-447 ones and holds the next commit for 500 ms
+	// (GroupTransactSession.End); the commit also fences it by the
+	// group's generation, as every other commit is.
+	keptOnly := tx.eos && len(tx.offsets) == 0 && tx.keep.Offset >= 0
+	if keptOnly {
+		tx.offsets[tx.keepPS.tp.Topic] = map[int32]kgo.EpochOffset{tx.keepPS.tp.Partition: tx.keep}
+	}
+
+	w.hook(BeforeKafkaCommit)
+	start := time.Now()
+	// The states the transaction covers: a commit that finds one of their
+	// partitions given away releases those states, and no other.
+	sources := make([]*partState, len(tx.parts), len(tx.parts)+1)
+	for i, p := range tx.parts {
+		sources[i] = p.ps
+	}
+	if keptOnly && !slices.Contains(sources, tx.keepPS) {
+		sources = append(sources, tx.keepPS)
+	}
+	committed, refused, err := w.kafka.commit(ctx, tx.recs, tx.offsets, sources)
+	w.metrics.commit.WithLabelValues("kafka").Observe(time.Since(start).Seconds())
+	w.markRunning(tx.running, err == nil && committed)
+	if err != nil {
+		return fmt.Errorf("consumer: committing: %w", err)
+	}
+	w.endCommit(tx, committed, refused)
+	return nil
+}
+
+// txn is what one commit writes, as gather builds it.
+type txn struct {
+	eos     bool
+	recs    []*kgo.Record
+	parts   []pending
+	offsets map[string]map[int32]kgo.EpochOffset
+	// An offset the transaction may commit again unchanged when no
+	// partition moved (see commit).
+	keepPS   *partState
+	keep     kgo.EpochOffset
+	deferred bool          // a partition's results wait for a later commit
+	running  []*handlerRun // the runs whose running records it writes
+}
+
+// gather takes each partition's finished results and builds the
+// transaction of a commit: their outputs, changelog records, task records
+// and offsets, the running records due, and expiry's tombstones.
+func (w *Worker) gather() *txn {
 	// The partitions whose runs may get running records (running.go).
 	var live map[*partState]bool
 	if w.runningDue.Swap(false) {
 		live = map[*partState]bool{}
 	}
 	w.completed.Store(0)
-	var (
-		recs    []*kgo.Record
-		parts   []pending
-		offsets = map[string]map[int32]kgo.EpochOffset{}
-		eos     = w.cfg.guarantee == ExactlyOnce
-	)
-	// An offset the transaction may commit again unchanged when no
-	// partition moved: see below.
-	var (
-		keepPS *partState
-		keep   = kgo.EpochOffset{Offset: -1}
-	)
+	tx := &txn{eos: w.cfg.guarantee == ExactlyOnce, offsets: map[string]map[int32]kgo.EpochOffset{}, keep: kgo.EpochOffset{Offset: -1}}
 	synced := w.synced.Load()
-	var (
-		holds    func(topic string, p int32) bool
-		deferred bool // a partition's results wait for a later commit
-	)
+	var holds func(topic string, p int32) bool
 	for _, ps := range w.snapshotParts() {
 		if !synced.Has(ps.tp.Topic, ps.tp.Partition) {
 			// Moved away without a revoke callback: its next assignment
@@ -111,104 +153,88 @@ func (w *Worker) commit(ctx context.Context) error {
 				holds = w.kafka.holds()
 			}
 			if !holds(ps.tp.Topic, ps.tp.Partition) {
-				deferred = true
+				tx.deferred = true
 				continue
 			}
 		}
 		if live != nil {
 			live[ps] = true
 		}
-		res, to, moved, upTo := ps.collect()
-		if keep.Offset < 0 && to.Offset >= 0 {
-			keepPS, keep = ps, to
-		}
-		var fin checkpoint.Ranges
-		var newFin bool
-		if eos {
-			fin, newFin = ps.finishedAfter(res, to.Offset)
-		}
-		if len(res) == 0 && !moved && !newFin {
-			continue
-		}
-		p := pending{ps: ps, results: res, to: to, moved: moved, finished: fin, newFin: newFin, upTo: upTo}
-		for _, r := range res {
-			recs = append(recs, r.outputs...)
-		}
-		p.logStart = len(recs)
-		if eos {
-			p.marks = markRecords(res)
-			recs = w.appendChangelog(recs, ps.tp, p.marks, res)
-			if newFin {
-				k, v := checkpoint.EncodeFinished(fin)
-				recs = append(recs, &kgo.Record{Topic: broker.ChangelogTopic(w.cfg.group, ps.tp.Topic), Partition: ps.tp.Partition, Key: k, Value: v})
-			}
-		}
-		p.logEnd = len(recs)
-		if moved {
-			if offsets[ps.tp.Topic] == nil {
-				offsets[ps.tp.Topic] = map[int32]kgo.EpochOffset{}
-			}
-			offsets[ps.tp.Topic][ps.tp.Partition] = to
-		}
-		parts = append(parts, p)
+		w.gatherPart(tx, ps)
 	}
 	if w.cfg.taskRecords {
-		for _, p := range parts {
-			recs = w.appendRecordBatches(recs, p.ps, p.results)
+		for _, p := range tx.parts {
+			tx.recs = w.appendRecordBatches(tx.recs, p.ps, p.results)
 		}
-		recs = w.appendEmittedBatches(recs, parts)
+		tx.recs = w.appendEmittedBatches(tx.recs, tx.parts)
 	}
-	var running []*handlerRun
 	if live != nil {
-		recs, running = w.appendRunning(recs, live, time.Now())
+		tx.recs, tx.running = w.appendRunning(tx.recs, live, time.Now())
 	}
 	// Tombstones of expired IDs go first: a mark of this commit for an ID
 	// that expiry removed must come after its tombstone, so that a replay
 	// of the changelog ends with the ID present, like the store. They are
 	// taken after the results: expiry hands a tombstone over before it
 	// deletes the ID, so a task that ran because its ID was gone finds it.
-	if eos {
+	if tx.eos {
 		if tombs := w.takeTombstones(); len(tombs) > 0 {
-			recs = append(tombs, recs...)
-			for i := range parts {
-				parts[i].logStart += len(tombs)
-				parts[i].logEnd += len(tombs)
+			tx.recs = append(tombs, tx.recs...)
+			for i := range tx.parts {
+				tx.parts[i].logStart += len(tombs)
+				tx.parts[i].logEnd += len(tombs)
 			}
 		}
 	}
-	if len(recs) == 0 && len(offsets) == 0 {
-		w.nothingToCommit = !deferred
-		return nil
-	}
-	recs = broker.AppendWakeUps(recs)
-	// A transaction that moves no offset (its tasks finished above their
-	// partitions' first unfinished record) commits one partition's offset
-	// again, unchanged. Without an offset commit kgo's session takes the
-	// brokers for pre-KIP-447 ones and holds the next commit for 500 ms
-	// (GroupTransactSession.End); the commit also fences it by the
-	// group's generation, as every other commit is.
-	keptOnly := eos && len(offsets) == 0 && keep.Offset >= 0
-	if keptOnly {
-		offsets[keepPS.tp.Topic] = map[int32]kgo.EpochOffset{keepPS.tp.Partition: keep}
-	}
+	return tx
+}
 
-	w.hook(BeforeKafkaCommit)
-	start := time.Now()
-	// The states the transaction covers: a commit that finds one of their
-	// partitions given away releases those states, and no other.
-	sources := make([]*partState, len(parts), len(parts)+1)
-	for i, p := range parts {
-		sources[i] = p.ps
+// gatherPart adds partition ps's finished results to tx: their outputs,
+// and with exactly-once their marks and finished ranges in the changelog;
+// and its offset, if it moved.
+func (w *Worker) gatherPart(tx *txn, ps *partState) {
+	res, to, moved, upTo := ps.collect()
+	if tx.keep.Offset < 0 && to.Offset >= 0 {
+		tx.keepPS, tx.keep = ps, to
 	}
-	if keptOnly && !slices.Contains(sources, keepPS) {
-		sources = append(sources, keepPS)
+	var fin checkpoint.Ranges
+	var newFin bool
+	if tx.eos {
+		fin, newFin = ps.finishedAfter(res, to.Offset)
 	}
-	committed, refused, err := w.kafka.commit(ctx, recs, offsets, sources)
-	w.metrics.commit.WithLabelValues("kafka").Observe(time.Since(start).Seconds())
-	w.markRunning(running, err == nil && committed)
-	if err != nil {
-		return fmt.Errorf("consumer: committing: %w", err)
+	if len(res) == 0 && !moved && !newFin {
+		return
 	}
+	p := pending{ps: ps, results: res, to: to, moved: moved, finished: fin, newFin: newFin, upTo: upTo}
+	for _, r := range res {
+		tx.recs = append(tx.recs, r.outputs...)
+	}
+	p.logStart = len(tx.recs)
+	if tx.eos {
+		p.marks = markRecords(res)
+		tx.recs = w.appendChangelog(tx.recs, ps.tp, p.marks, res)
+		if newFin {
+			k, v := checkpoint.EncodeFinished(fin)
+			tx.recs = append(tx.recs, &kgo.Record{Topic: broker.ChangelogTopic(w.cfg.group, ps.tp.Topic), Partition: ps.tp.Partition, Key: k, Value: v})
+		}
+	}
+	p.logEnd = len(tx.recs)
+	if moved {
+		if tx.offsets[ps.tp.Topic] == nil {
+			tx.offsets[ps.tp.Topic] = map[int32]kgo.EpochOffset{}
+		}
+		tx.offsets[ps.tp.Topic][ps.tp.Partition] = to
+	}
+	tx.parts = append(tx.parts, p)
+}
+
+// endCommit ends a commit whose transaction ended, committed or aborted:
+// an aborted one's results go back to their partitions (those refused as
+// too large as dead letters) for the next commit; a committed one moves
+// its partitions' committed offsets, counts its outcomes and, with
+// exactly-once, starts its checkpoint write, which runs while the next
+// records do: what it holds stays in the partitions' overlays, where
+// dedup and State find it, until it is durable.
+func (w *Worker) endCommit(tx *txn, committed bool, refused []refusal) {
 	if !committed {
 		w.metrics.aborts.Inc()
 		why := "the group rebalanced, or the offset commit or a write failed"
@@ -216,42 +242,38 @@ func (w *Worker) commit(ctx context.Context) error {
 			why = "the brokers refused a record as too large: its task is dead-lettered instead"
 		}
 		w.cfg.log.Info("commit aborted: the next commit takes its finished tasks, the next owners run those of revoked partitions",
-			"why", why, "tasks", countResults(parts))
-		w.deadLetterRefused(refused, recs, parts)
-		for _, p := range parts {
+			"why", why, "tasks", countResults(tx.parts))
+		w.deadLetterRefused(refused, tx.recs, tx.parts)
+		for _, p := range tx.parts {
 			commitSpans(p.results, false)
 			p.ps.putBack(p.results)
 		}
-		return nil
+		return
 	}
 	w.hook(BetweenCommits)
 	w.restarts = 0
-	for _, p := range parts {
+	for _, p := range tx.parts {
 		if p.moved || p.newFin {
 			p.ps.committedTo(p.to.Offset, p.finished, p.newFin)
 		}
 	}
-	w.countOutcomes(parts)
-	for _, p := range parts {
+	w.countOutcomes(tx.parts)
+	for _, p := range tx.parts {
 		commitSpans(p.results, true)
 	}
-	if !eos {
+	if !tx.eos {
 		w.hook(AfterCommits)
-		return nil
+		return
 	}
-	// The checkpoint write runs while the next records do: what it holds
-	// stays in the partitions' overlays, where dedup and State find it,
-	// until it is durable.
 	w.ckpt.start(func() error {
 		start := time.Now()
-		if err := w.checkpoint(recs, parts); err != nil {
+		if err := w.checkpoint(tx.recs, tx.parts); err != nil {
 			return err
 		}
 		w.metrics.commit.WithLabelValues("pebble").Observe(time.Since(start).Seconds())
 		w.hook(AfterCommits)
 		return nil
 	})
-	return nil
 }
 
 // deadLetterRefused turns the results that wrote records the brokers

@@ -164,47 +164,10 @@ func (w *Worker) Run(ctx context.Context) (err error) {
 	}
 	close(w.started)
 	defer w.close()
-	if w.store != nil {
-		// Stopped before the store closes (defers run last first).
-		ectx, stopExpiry := context.WithCancel(ctx)
-		expired := make(chan struct{})
-		go func() {
-			defer close(expired)
-			w.expireLoop(ectx)
-		}()
-		defer func() {
-			stopExpiry()
-			<-expired
-		}()
-	}
-	w.sched.run()
-	defer w.sched.stop()
-	stopWake, err := w.startWakeReader(ctx)
+	stopBeside, err := w.runBeside(ctx)
+	defer stopBeside() // before the store closes (defers run last first)
 	if err != nil {
 		return err
-	}
-	defer stopWake()
-	qctx, stopQuiet := context.WithCancel(ctx)
-	quietDone := make(chan struct{})
-	go func() {
-		defer close(quietDone)
-		w.quietLoop(qctx)
-	}()
-	defer func() {
-		stopQuiet()
-		<-quietDone
-	}()
-	if w.cfg.onDemand {
-		dctx, stopDemand := context.WithCancel(ctx)
-		demandDone := make(chan struct{})
-		go func() {
-			defer close(demandDone)
-			w.demandLoop(dctx)
-		}()
-		defer func() {
-			stopDemand()
-			<-demandDone
-		}()
 	}
 	defer w.stopping.Store(true) // first of the deferred: restores stop retrying
 	w.cfg.log.Info("worker started", "group", w.cfg.group, "queues", w.cfg.queues, "instance", w.instanceID,
@@ -229,38 +192,85 @@ func (w *Worker) Run(ctx context.Context) (err error) {
 		// Fetching stops only for the bound on buffered records, never
 		// for a commit: the commit does not wait for running tasks.
 		if room := w.cfg.maxBuffered - int(w.buffered.Load()); room > 0 {
-			// With nothing to commit, the poll waits longer than the commit
-			// interval: the first task to finish cuts it short (finish),
-			// and the next poll lasts until the commit is due. A poll with
-			// something to commit lasts until then: cut short, it would
-			// return at once again and again, reading nothing, until the
-			// commit is due.
-			until := next
-			idle := w.nothingToCommit && w.completed.Load() == 0 && !w.hasTombstones() && !w.runningDue.Load()
-			if idle {
-				until = time.Now().Add(max(w.cfg.commitInterval, idlePoll))
+			if err := w.pollAndDispatch(ctx, next, room); err != nil {
+				return err
 			}
-			pctx, cancel := context.WithDeadline(ctx, until)
-			if idle {
-				w.pollCancel.Store(&cancel)
-				if w.completed.Load() > 0 || w.runningDue.Load() || w.hasTombstones() {
-					cancel() // one finished meanwhile: poll until the commit is due
-				}
-			}
-			fs := w.kafka.poll(pctx, room)
-			if idle {
-				w.pollCancel.Store(nil)
-			}
-			cancel()
-			if err := broker.FetchErr(fs); err != nil {
-				return w.cfg.conn.Explain(err)
-			}
-			w.dispatch(fs)
 		} else {
 			w.waitWake(ctx, next)
 		}
 	}
 	return w.shutdown()
+}
+
+// runBeside starts what runs beside the worker's loop: expiry, the
+// scheduler, the wake-up reader, the quiet partitions' loop and the
+// demand loop. stop stops what started, the last first, also when err
+// says that something could not start.
+func (w *Worker) runBeside(ctx context.Context) (stop func(), err error) {
+	var stops []func()
+	stop = func() {
+		for i := len(stops) - 1; i >= 0; i-- {
+			stops[i]()
+		}
+	}
+	goLoop := func(loop func(context.Context)) {
+		lctx, cancel := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			loop(lctx)
+		}()
+		stops = append(stops, func() {
+			cancel()
+			<-done
+		})
+	}
+	if w.store != nil {
+		goLoop(w.expireLoop)
+	}
+	w.sched.run()
+	stops = append(stops, w.sched.stop)
+	stopWake, err := w.startWakeReader(ctx)
+	if err != nil {
+		return stop, err
+	}
+	stops = append(stops, stopWake)
+	goLoop(w.quietLoop)
+	if w.cfg.onDemand {
+		goLoop(w.demandLoop)
+	}
+	return stop, nil
+}
+
+// pollAndDispatch polls for up to room records and dispatches them. With
+// nothing to commit, the poll waits longer than the commit interval: the
+// first task to finish cuts it short (finish), and the next poll lasts
+// until the commit is due, next. A poll with something to commit lasts
+// until then: cut short, it would return at once again and again,
+// reading nothing, until the commit is due.
+func (w *Worker) pollAndDispatch(ctx context.Context, next time.Time, room int) error {
+	until := next
+	idle := w.nothingToCommit && w.completed.Load() == 0 && !w.hasTombstones() && !w.runningDue.Load()
+	if idle {
+		until = time.Now().Add(max(w.cfg.commitInterval, idlePoll))
+	}
+	pctx, cancel := context.WithDeadline(ctx, until)
+	if idle {
+		w.pollCancel.Store(&cancel)
+		if w.completed.Load() > 0 || w.runningDue.Load() || w.hasTombstones() {
+			cancel() // one finished meanwhile: poll until the commit is due
+		}
+	}
+	fs := w.kafka.poll(pctx, room)
+	if idle {
+		w.pollCancel.Store(nil)
+	}
+	cancel()
+	if err := broker.FetchErr(fs); err != nil {
+		return w.cfg.conn.Explain(err)
+	}
+	w.dispatch(fs)
+	return nil
 }
 
 // commitOrRestart commits; a commit that failed in an unknown state
