@@ -251,8 +251,16 @@ func (c *Cluster) start(ctx context.Context, n *node) error {
 		return fmt.Errorf("kafkatest: %w", err)
 	}
 	defer out.Close()
+	// The JVM's temporary files (the native compression libraries it
+	// unpacks) go in the node's directory, and it keeps no performance
+	// data file in /tmp: a node killed leaves nothing outside its
+	// directory.
+	tmp := filepath.Join(n.dir, "tmp")
+	if err := os.MkdirAll(tmp, 0o755); err != nil {
+		return fmt.Errorf("kafkatest: %w", err)
+	}
 	cmd := exec.Command(c.java, "-Xms256m", "-Xmx"+c.cfg.Heap, "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20",
-		"-Xshare:auto", "-Djava.awt.headless=true",
+		"-Xshare:auto", "-Djava.awt.headless=true", "-Djava.io.tmpdir="+tmp, "-XX:-UsePerfData",
 		"-Dkafka.logs.dir="+logs, "-Dlog4j2.configurationFile="+c.log4j,
 		"-cp", filepath.Join(c.jars, "*"), "kafka.Kafka", n.props)
 	cmd.Stdout, cmd.Stderr = out, out
