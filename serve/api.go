@@ -166,7 +166,7 @@ func answer(s control.Submission) published {
 // if new, 200 with its state if known. Without one it takes the fast path
 // (an acknowledged Submit, a generated ID): 201.
 func (s *Server) publish(w http.ResponseWriter, r *http.Request) {
-	topic, err := s.topicOf(r.PathValue("ns"), r.PathValue("queue"))
+	topic, err := s.queueOf(r.PathValue("ns"), r.PathValue("queue"))
 	if err != nil {
 		writeError(w, err)
 		return
@@ -218,7 +218,7 @@ func (s *Server) publish(w http.ResponseWriter, r *http.Request) {
 // none. The answer lists each task's ID and whether it was new.
 func (s *Server) bulk(w http.ResponseWriter, r *http.Request) {
 	ns := r.PathValue("ns")
-	if _, err := s.topicOf(ns, r.PathValue("queue")); err != nil {
+	if _, err := s.queueOf(ns, r.PathValue("queue")); err != nil {
 		writeError(w, err)
 		return
 	}
@@ -257,7 +257,7 @@ func (s *Server) bulk(w http.ResponseWriter, r *http.Request) {
 			if spec.Queue == "" {
 				spec.Queue = r.PathValue("queue")
 			}
-			if spec.Queue, err = s.topicOf(ns, spec.Queue); err == nil {
+			if spec.Queue, err = s.queueOf(ns, spec.Queue); err == nil {
 				err = checkPathID("id", spec.ID)
 			}
 			if err == nil {
@@ -337,7 +337,7 @@ func indexed(i int, err error) error {
 
 // jobOf reads a job route's path.
 func (s *Server) jobOf(r *http.Request) (topic, id string, err error) {
-	if topic, err = s.queueOf(r); err != nil {
+	if topic, err = s.pathQueue(r); err != nil {
 		return "", "", err
 	}
 	id = r.PathValue("id")
@@ -682,14 +682,14 @@ var cancelStatus = map[string]int{
 	control.CancelTooLate: http.StatusGone,
 }
 
-// queueOf reads a queue route's path.
-func (s *Server) queueOf(r *http.Request) (string, error) {
-	return s.topicOf(r.PathValue("ns"), r.PathValue("queue"))
+// pathQueue is the queue of a queue route's path (queueOf).
+func (s *Server) pathQueue(r *http.Request) (string, error) {
+	return s.queueOf(r.PathValue("ns"), r.PathValue("queue"))
 }
 
 // queueStats answers a queue route's statistics, or writes its error.
 func (s *Server) queueStats(w http.ResponseWriter, r *http.Request) (inspect.QueueStats, bool) {
-	topic, err := s.queueOf(r)
+	topic, err := s.pathQueue(r)
 	var st inspect.QueueStats
 	if err == nil {
 		st, err = s.in.Stats(r.Context(), topic)
@@ -711,7 +711,7 @@ func (s *Server) stats(w http.ResponseWriter, r *http.Request) {
 // pause: POST /api/{ns}/{queue}/pause and /resume.
 func (s *Server) pause(paused bool) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		topic, err := s.queueOf(r)
+		topic, err := s.pathQueue(r)
 		if err != nil {
 			writeError(w, err)
 			return

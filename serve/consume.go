@@ -34,7 +34,7 @@ func (s *Server) consume(w http.ResponseWriter, r *http.Request) {
 	}
 	topics := make([]string, len(names))
 	for i, n := range names {
-		t, err := s.topicOf(ns, n)
+		t, err := s.queueOf(ns, n)
 		if err != nil {
 			writeError(w, err)
 			return

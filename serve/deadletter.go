@@ -35,7 +35,7 @@ func limitParam(r *http.Request, def int) (int, error) {
 // (deadletter_size, deadletter_head), and the first limit dead letters
 // (default 10) with their errors.
 func (s *Server) deadLetters(w http.ResponseWriter, r *http.Request) {
-	topic, err := s.queueOf(r)
+	topic, err := s.pathQueue(r)
 	if err != nil {
 		writeError(w, err)
 		return
@@ -66,7 +66,7 @@ func (s *Server) deadLetters(w http.ResponseWriter, r *http.Request) {
 
 // deadLetterSize: GET /api/{ns}/{queue}/deadletter/size.
 func (s *Server) deadLetterSize(w http.ResponseWriter, r *http.Request) {
-	topic, err := s.queueOf(r)
+	topic, err := s.pathQueue(r)
 	if err != nil {
 		writeError(w, err)
 		return
@@ -89,7 +89,7 @@ func (s *Server) deadLetterSize(w http.ResponseWriter, r *http.Request) {
 // its task keeps its ID, and the requeue (onceq-requeued) names the dead
 // letter.
 func (s *Server) respawn(w http.ResponseWriter, r *http.Request) {
-	topic, err := s.queueOf(r)
+	topic, err := s.pathQueue(r)
 	if err != nil {
 		writeError(w, err)
 		return
@@ -181,7 +181,7 @@ func (s *Server) heads(r *http.Request, topic string, limit int, now time.Time) 
 // the first limit dead letters (default 1, in the order the peek lists
 // them) are deleted: 204.
 func (s *Server) deleteDeadLetters(w http.ResponseWriter, r *http.Request) {
-	topic, err := s.queueOf(r)
+	topic, err := s.pathQueue(r)
 	if err != nil {
 		writeError(w, err)
 		return

@@ -30,7 +30,7 @@ func Owns(s *Server, topic string) bool { return s.pull.w.Load().Owns(topic) }
 // QueueOf is the queue that holds namespace ns's queue q on s: its topic,
 // or its lane queue.
 func QueueOf(s *Server, ns, q string) string {
-	topic, err := s.topicOf(ns, q)
+	topic, err := s.queueOf(ns, q)
 	if err != nil {
 		panic(err)
 	}

@@ -118,8 +118,8 @@ func FuzzTopicOf(f *testing.F) {
 	f.Add("s", strings.Repeat("q", 300), "s", "q")
 	s := &Server{cfg: config{pullGroup: DefaultPullGroup}}
 	f.Fuzz(func(t *testing.T, ns1, q1, ns2, q2 string) {
-		t1, err1 := s.topicOf(ns1, q1)
-		t2, err2 := s.topicOf(ns2, q2)
+		t1, err1 := s.queueOf(ns1, q1)
+		t2, err2 := s.queueOf(ns2, q2)
 		answered(t, err1)
 		answered(t, err2)
 		for _, tp := range []string{t1, t2} {

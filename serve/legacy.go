@@ -24,7 +24,7 @@ import (
 // (acknowledge), and if none comes it moves when its ttr passes.
 
 // laneLabelPattern matches the labels of a lane's queues: <ns>.<queue>.
-// A label may hold '_', which a topic's name may not (topicOf).
+// A label may hold '_', which a topic's name may not (queueOf).
 const laneLabelPattern = `[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+`
 
 // legacyOf is the topic that holds lane queue topic's jobs from a server

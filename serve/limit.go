@@ -235,7 +235,7 @@ func parseLimit(rate, running string) (control.Limit, error) {
 
 // getLimit: GET /api/{ns}/{queue}/limit.
 func (s *Server) getLimit(w http.ResponseWriter, r *http.Request) {
-	topic, err := s.queueOf(r)
+	topic, err := s.pathQueue(r)
 	if err != nil {
 		writeError(w, err)
 		return
@@ -253,7 +253,7 @@ func (s *Server) getLimit(w http.ResponseWriter, r *http.Request) {
 // setLimit: PUT /api/{ns}/{queue}/limit?rate=&running=: the limit given
 // replaces the queue's.
 func (s *Server) setLimit(w http.ResponseWriter, r *http.Request) {
-	topic, err := s.queueOf(r)
+	topic, err := s.pathQueue(r)
 	if err != nil {
 		writeError(w, err)
 		return
@@ -272,7 +272,7 @@ func (s *Server) setLimit(w http.ResponseWriter, r *http.Request) {
 
 // liftLimit: DELETE /api/{ns}/{queue}/limit.
 func (s *Server) liftLimit(w http.ResponseWriter, r *http.Request) {
-	topic, err := s.queueOf(r)
+	topic, err := s.pathQueue(r)
 	if err != nil {
 		writeError(w, err)
 		return

@@ -208,7 +208,7 @@ func lmstfySpec(r *http.Request) (s onceq.Spec, attrBytes int, err error) {
 // the request's attributes, submitted in one transaction. 201
 // {"msg":"published","job_ids":[...]}.
 func (s *Server) bulkLmstfy(w http.ResponseWriter, r *http.Request) {
-	topic, err := s.queueOf(r)
+	topic, err := s.pathQueue(r)
 	if err != nil {
 		writeError(w, err)
 		return

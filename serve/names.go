@@ -64,9 +64,11 @@ func queueIn(ns, queue string) string {
 	return strings.TrimPrefix(queue, ns+".")
 }
 
-// topicOf is the topic of a namespace's queue, <ns>.<queue>, or the 400
-// that says what is wrong with the queue's name.
-func (s *Server) topicOf(ns, queue string) (string, error) {
+// queueOf is the onceq queue that holds namespace ns's queue: the topic
+// <ns>.<queue>, or on a server of a lane the lane queue
+// <lane>/<ns>.<queue>; or the 400 that says what is wrong with the
+// queue's name.
+func (s *Server) queueOf(ns, queue string) (string, error) {
 	switch {
 	case queue == "":
 		return "", badRequest("queue", "the name is empty: give a queue name such as \"emails\"")

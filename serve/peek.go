@@ -353,7 +353,7 @@ func backlogError(err error) error {
 // tasks published and due that no consumer has taken (0 for a queue that
 // does not exist).
 func (s *Server) size(w http.ResponseWriter, r *http.Request) {
-	topic, err := s.queueOf(r)
+	topic, err := s.pathQueue(r)
 	if err != nil {
 		writeError(w, err)
 		return
@@ -372,7 +372,7 @@ func (s *Server) size(w http.ResponseWriter, r *http.Request) {
 // that waits the longest, as a consume would answer it but taking
 // nothing; 404 when there is none.
 func (s *Server) peekQueue(w http.ResponseWriter, r *http.Request) {
-	topic, err := s.queueOf(r)
+	topic, err := s.pathQueue(r)
 	if err != nil {
 		writeError(w, err)
 		return
@@ -399,7 +399,7 @@ const destroyWait = time.Minute
 // deleted (its records up to their ends, as Kafka's DeleteRecords does):
 // 204. Tasks handed out, delayed or retrying are not in it and still run.
 func (s *Server) destroy(w http.ResponseWriter, r *http.Request) {
-	topic, err := s.queueOf(r)
+	topic, err := s.pathQueue(r)
 	if err != nil {
 		writeError(w, err)
 		return

@@ -196,7 +196,7 @@ func (s *Server) scheduleOf(w http.ResponseWriter, r *http.Request, name string)
 		return periodic.Schedule{}, badRequest("queue", "missing: name the namespace's queue the ticks' tasks go to, such as queue=emails")
 	}
 	var err error
-	if sch.Queue, err = s.topicOf(r.PathValue("ns"), queue); err != nil {
+	if sch.Queue, err = s.queueOf(r.PathValue("ns"), queue); err != nil {
 		return periodic.Schedule{}, err
 	}
 	if sch.Every, err = durationValue(q, "every", "an interval such as 30s, 15m or 24h"); err != nil {

@@ -25,7 +25,7 @@ import (
 func (s *Server) workflowLine(r *http.Request, raw []byte, now time.Time, task *onceq.Task, node *workflow.Node) (ok bool, err error) {
 	ns := r.PathValue("ns")
 	line, ok, err := workflow.ParseLine(raw, now, func(q string) (string, error) {
-		return s.topicOf(ns, cmp.Or(q, r.PathValue("queue")))
+		return s.queueOf(ns, cmp.Or(q, r.PathValue("queue")))
 	})
 	if !ok || err != nil {
 		return ok, err
@@ -123,7 +123,7 @@ func isNamespaced(id string) bool {
 // the ID it is kept as.
 func (s *Server) workflowOf(ctx context.Context, r *http.Request, wait time.Duration) (st workflow.Status, full string, err error) {
 	ns := r.PathValue("ns")
-	if _, err := s.topicOf(ns, r.PathValue("queue")); err != nil {
+	if _, err := s.queueOf(ns, r.PathValue("queue")); err != nil {
 		return st, "", err
 	}
 	id := r.PathValue("id")
