@@ -61,15 +61,29 @@ func Binary(t testing.TB) string {
 	return binPath
 }
 
-// binDir is where the test binaries of the package in the working
-// directory build onceq: one directory per package and checkout, reused
-// by every run, so that runs leave no binary of their own behind.
+// binDir is where the test binaries of the checkout in the working
+// directory build onceq: one directory per checkout (the module's root),
+// shared by its packages' test binaries and reused by every run, so that
+// runs leave no binary of their own behind.
 func binDir() (string, error) {
 	wd, err := os.Getwd()
 	if err != nil {
 		return "", err
 	}
-	sum := sha256.Sum256([]byte(wd))
+	root := wd
+	for dir := wd; ; dir = filepath.Dir(dir) {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			root = dir
+			break
+		}
+		if filepath.Dir(dir) == dir {
+			break
+		}
+	}
+	if raceEnabled && os.Getenv("ONCEQ_RACE_BINARY") == "1" {
+		root += " race" // a binary of its own
+	}
+	sum := sha256.Sum256([]byte(root))
 	dir := filepath.Join(os.TempDir(), "onceq-bin-"+hex.EncodeToString(sum[:6]))
 	return dir, os.MkdirAll(dir, 0o755)
 }
