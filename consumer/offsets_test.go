@@ -2,18 +2,19 @@ package consumer
 
 import (
 	"math/rand/v2"
+	"slices"
 	"testing"
 )
 
-// TestOffsetSetPrefix checks the set against a plain map of open offsets
-// over random admissions (with gaps, as transaction markers leave) and
-// completions in any order.
+// TestOffsetSetPrefix checks the set against a plain model over random
+// admissions (with gaps, as transaction markers leave) and completions in
+// any order: the open offsets and the finished ones at or above the
+// prefix, each kept sorted, since offsets are admitted in order.
 func TestOffsetSetPrefix(t *testing.T) {
 	for seed := range uint64(20) {
 		rng := rand.New(rand.NewPCG(seed, 0))
 		s := newOffsetSet()
-		open := map[int64]bool{}
-		admittedAbove := map[int64]bool{}
+		var open, finished []int64
 		next := int64(rng.IntN(1000))
 		var last int64 = -1
 		for range 5000 {
@@ -23,34 +24,29 @@ func TestOffsetSetPrefix(t *testing.T) {
 					next += 100_000 // a compacted stretch
 				}
 				s.add(next)
-				open[next], admittedAbove[next] = true, true
+				open = append(open, next)
 				last = next
 			} else {
-				for off := range open { // any one
-					if !s.done(off) {
-						t.Fatalf("seed %d: done(%d) refused an open offset", seed, off)
-					}
-					delete(open, off)
-					break
+				i := rng.IntN(len(open)) // any one
+				off := open[i]
+				if !s.done(off) {
+					t.Fatalf("seed %d: done(%d) refused an open offset", seed, off)
 				}
+				open = slices.Delete(open, i, i+1)
+				at, _ := slices.BinarySearch(finished, off)
+				finished = slices.Insert(finished, at, off)
 			}
 			want := last + 1
-			for off := range open {
-				want = min(want, off)
+			if len(open) > 0 {
+				want = open[0]
 			}
 			if got := s.prefix(); got != want {
 				t.Fatalf("seed %d: prefix %d, want %d", seed, got, want)
 			}
-			above := 0
-			for off := range admittedAbove {
-				if off < want {
-					delete(admittedAbove, off)
-				} else if !open[off] {
-					above++
-				}
-			}
-			if got := s.finishedAbove(); got != above {
-				t.Fatalf("seed %d: finishedAbove %d, want %d", seed, got, above)
+			below, _ := slices.BinarySearch(finished, want)
+			finished = finished[below:]
+			if got := s.finishedAbove(); got != len(finished) {
+				t.Fatalf("seed %d: finishedAbove %d, want %d", seed, got, len(finished))
 			}
 			if s.openCount() != len(open) {
 				t.Fatalf("seed %d: openCount %d, want %d", seed, s.openCount(), len(open))
