@@ -394,7 +394,7 @@ func (w *Worker) appendChangelog(recs []*kgo.Record, tp checkpoint.TP, marks []c
 func (w *Worker) expireLoop(ctx context.Context) {
 	idle := min(w.cfg.dedupWindow/4, expireIdle)
 	for {
-		n, err := w.store.Expire(ctx, time.Now(), expirePass, w.queueTombstones)
+		n, err := w.store.Expire(ctx, w.cfg.now(), expirePass, w.queueTombstones)
 		wait := idle
 		switch {
 		case err != nil && ctx.Err() == nil:

@@ -124,6 +124,9 @@ type config struct {
 	onDemandLine    int
 	maxPerQueue     int
 	ownLimits       bool
+	// now is the clock of the time-driven rules it serves: the expiry of
+	// processed IDs past the dedup window. time.Now but in tests.
+	now func() time.Time
 }
 
 func defaults() config {
@@ -148,6 +151,7 @@ func defaults() config {
 		jitter:          DefaultJitter,
 		abandonGrace:    DefaultAbandonGrace,
 		groupProtocol:   DefaultGroupProtocol,
+		now:             time.Now,
 		maxMessageBytes: onceq.DefaultMaxMessageBytes,
 		taskRecords:     DefaultTaskRecords,
 		resultRetention: DefaultResultRetention,
