@@ -21,6 +21,7 @@ import (
 	"github.com/onceq/onceq/consumer"
 	"github.com/onceq/onceq/inspect"
 	"github.com/onceq/onceq/producer"
+	"github.com/onceq/onceq/serve/internal/pull"
 	"github.com/onceq/onceq/workflow"
 )
 
@@ -511,12 +512,12 @@ func (s *Server) cancel(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	lease := r.URL.Query().Get("lease")
-	if !validLease(lease) {
+	if !pull.ValidLease(lease) {
 		writeError(w, badRequest("lease", "%q: want the lease a consume answered with (letters A-Z and digits 2-7), or none", lease))
 		return
 	}
 	// The body is the result of a task handed out; which it is, the lease
-	// topic says once read to its end, in acknowledge.
+	// topic says once read to its end, in pull.Pull.Acknowledge.
 	result, err := readBody(w, r, consumer.DefaultMaxResultBytes, "the server's result limit, consumer.DefaultMaxResultBytes")
 	if err != nil {
 		writeError(w, err) // the lease stays: acknowledge again with a smaller result
@@ -548,14 +549,14 @@ const (
 // if it has not started (outcomeCanceled), and leaves it as it is if it
 // is final or unknown (outcomeNone).
 func (s *Server) finish(r *http.Request, topic, id, lease string, result []byte) (outcome string, err error) {
-	switch out, err := s.acknowledge(r.Context(), topic, id, lease, result); {
+	switch out, err := s.pull.Acknowledge(r.Context(), topic, id, lease, result); {
 	case err != nil:
-		return "", err
-	case out == ackDone:
+		return "", ackError(err)
+	case out == pull.AckDone:
 		return outcomeAcked, nil
-	case out == ackFinal:
+	case out == pull.AckFinal:
 		return outcomeNone, nil
-	case out == ackLater:
+	case out == pull.AckLater:
 		return outcomeLater, nil
 	}
 	canceled, err := s.cancelUntaken(r, topic, id)
@@ -567,6 +568,23 @@ func (s *Server) finish(r *http.Request, topic, id, lease string, result []byte)
 		return outcomeCanceled, err
 	}
 	return outcomeNone, err
+}
+
+// ackError answers an acknowledgment's error: 409 for a lease that
+// ended (lease) or a job that ended before it, 504 for a commit not
+// visible in time.
+func ackError(err error) error {
+	var ended *pull.EndedError
+	var wait *pull.CommitWaitError
+	switch {
+	case errors.Is(err, pull.ErrHandedOutAgain):
+		return &apiError{status: http.StatusConflict, field: "lease", msg: err.Error()}
+	case errors.As(err, &ended):
+		return &apiError{status: http.StatusConflict, msg: err.Error()}
+	case errors.As(err, &wait):
+		return &apiError{status: http.StatusGatewayTimeout, msg: err.Error()}
+	}
+	return err
 }
 
 // errTakenFirst: a consumer took the task before the cancel of a DELETE
@@ -602,11 +620,10 @@ func (s *Server) cancelUntaken(r *http.Request, topic, id string) (canceled bool
 	case err != nil:
 		return false, err
 	}
-	counted, st, err := s.pull.ledger.write(r.Context(), leaseKey(topic, id), leaseEvent{Kind: evCancel})
-	switch {
+	switch handedOut, err := s.pull.CancelLease(r.Context(), topic, id); {
 	case err != nil:
 		return false, err
-	case !counted && (st.Taken || st.Acked):
+	case handedOut:
 		return false, errTakenFirst
 	}
 	// Never handed out, and from now on never: its record ends canceled
@@ -790,7 +807,7 @@ func serveOpenAPI(w http.ResponseWriter, _ *http.Request) {
 // be offered before the submission returns.
 func (s *Server) publishing(tasks ...onceq.Task) {
 	for _, t := range tasks {
-		s.pull.published(t.Queue)
+		s.pull.Published(t.Queue)
 	}
 }
 

@@ -136,7 +136,7 @@ const (
 // stateOf says where the record of task id of queue at partition and
 // offset stands.
 func (s *Server) stateOf(ctx context.Context, queue, id string, partition int32, offset int64) backlogState {
-	if st, ok := s.pull.ledger.state(leaseKey(queue, id)); ok && (st.Taken || st.Acked) {
+	if st, ok := s.pull.LeaseOf(queue, id); ok && (st.Taken || st.Acked) {
 		return out
 	}
 	if onceq.IsLaneQueue(queue) {
@@ -206,7 +206,7 @@ func keyPartition(queue, id string, n int) int32 {
 // queue's retention, say) is not found; err is the error of a read of
 // the queue's backlog.
 func (s *Server) findTask(ctx context.Context, queue, id string, rec *onceq.TaskRecord) (t onceq.Task, found, spent bool, err error) {
-	switch st, leased := s.pull.ledger.state(leaseKey(queue, id)); {
+	switch st, leased := s.pull.LeaseOf(queue, id); {
 	case leased && st.Taken:
 		t, err = s.taskAt(ctx, queue, st.Partition, st.Offset)
 		return t, err == nil, !st.Freeze, nil
