@@ -3,7 +3,6 @@ package serve
 import (
 	"context"
 	"net/http"
-	"net/url"
 	"strconv"
 
 	"github.com/onceq/onceq/control"
@@ -107,23 +106,4 @@ func (s *Server) liftLimit(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, limitOf(r, control.Limit{}))
-}
-
-// consoleLimit: POST /console/q/{queue}/limit: sets the queue's limit
-// from the form's rate and running, or lifts it (lift).
-func (s *Server) consoleLimit(w http.ResponseWriter, r *http.Request, _ *page) {
-	queue := r.PathValue("queue")
-	var l control.Limit
-	var err error
-	if r.FormValue("lift") == "" {
-		l, err = parseLimit(r.FormValue("rate"), r.FormValue("running"))
-	}
-	if err == nil {
-		err = s.ctl.SetLimit(r.Context(), queue, l)
-	}
-	msg := queue + " limit: " + l.String()
-	if err != nil {
-		msg = err.Error()
-	}
-	back(w, r, "/console/q/"+url.PathEscape(queue), msg)
 }

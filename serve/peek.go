@@ -526,3 +526,40 @@ func (s *Server) deleteRecords(ctx context.Context, topic string, upTo map[int32
 	}
 	return nil
 }
+
+// errTaskGone says that a task's queue record was deleted.
+var errTaskGone = errors.New("the task's record is gone from the queue (past its retention, or its backlog destroyed)")
+
+// taskAt reads the task at a queue's partition and offset: its payload and
+// headers, which the task's record does not keep.
+func (s *Server) taskAt(ctx context.Context, queue string, partition int32, offset int64) (onceq.Task, error) {
+	topic := onceq.QueueTopic(queue)
+	cl, err := s.cfg.conn.NewClient(kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: {partition: kgo.NewOffset().At(offset)}}),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()))
+	if err != nil {
+		return onceq.Task{}, err
+	}
+	defer cl.Close()
+	// A record deleted (past the queue's retention, or its backlog
+	// destroyed) is below the partition's start: a fetch would wait for
+	// records that never come.
+	starts, err := kadm.NewClient(cl).ListStartOffsets(ctx, topic)
+	if err != nil {
+		return onceq.Task{}, err
+	}
+	if o, ok := starts.Lookup(topic, partition); ok && o.Err == nil && o.Offset > offset {
+		return onceq.Task{}, errTaskGone
+	}
+	for ctx.Err() == nil {
+		fs := cl.PollFetches(ctx)
+		for _, rec := range fs.Records() {
+			if rec.Offset == offset {
+				return onceq.FromRecord(rec)
+			}
+			if rec.Offset > offset {
+				return onceq.Task{}, errTaskGone
+			}
+		}
+	}
+	return onceq.Task{}, errors.New("the task's record could not be read in time")
+}

@@ -28,6 +28,7 @@ import (
 	"github.com/onceq/onceq/internal/tracing"
 	"github.com/onceq/onceq/periodic"
 	"github.com/onceq/onceq/producer"
+	"github.com/onceq/onceq/serve/internal/console"
 	"github.com/onceq/onceq/serve/internal/pull"
 )
 
@@ -263,7 +264,8 @@ func (s *Server) routes() {
 	for _, rt := range s.apiRoutes() {
 		s.handle(rt)
 	}
-	s.consoleRoutes()
+	console.Register(s.mux, console.Deps{Conn: s.cfg.conn, Log: s.cfg.log, Lane: s.cfg.lane, Insecure: s.cfg.insecure, Tokens: s.tokens,
+		In: s.in, Ctl: s.ctl, P: s.p, DLQ: s.dlq, Schedules: s.schedules, API: consoleAPI{s}})
 	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		if _, err := s.authorize(r, read, false); err != nil {
 			writeError(w, err)
