@@ -71,10 +71,10 @@ const ackFetchAfter = time.Second
 
 // AckRunWait is how long, once it had the queue fetched, an
 // acknowledgment waits for the commit of a run no handler of this server
-// holds before it answers 202 (AckLater): long enough for the partitions
+// holds before it returns AckLater: long enough for the partitions
 // of a server that stopped to move (the pull group's session timeout) and
 // its runs to start again on their new owner. A run may wait longer: its
-// queue's places (PullSlots) held by jobs offered to consumers, or the
+// queue's places (Config.Slots) held by jobs offered to consumers, or the
 // queue paused. The acknowledgment counted, so the run, when it comes,
 // completes the task with its result; waiting for it would leave the
 // consumer, whose next consume could free a place, waiting on itself.
@@ -177,10 +177,10 @@ func (pl *Pull) Acknowledge(ctx context.Context, topic, id, lease string, result
 // final, and forgets its lease (a task requeued from the dead letters
 // runs anew): done if it succeeded, with this result or an earlier
 // acknowledgment's; final if it was canceled, which stands; refused
-// (EndedError) if it is dead or expired: its time-to-run passed and it ran out of
-// tries (or its ttl passed) before the acknowledgment, whose result is
-// not kept, so that a 204 always means the job succeeded or was
-// canceled.
+// (EndedError) if it is dead or expired: its time-to-run passed and it
+// ran out of tries (or its ttl passed) before the acknowledgment, whose
+// result is not kept, so that AckDone and AckFinal always mean the job
+// succeeded or was canceled.
 func (pl *Pull) ended(key string, rec onceq.TaskRecord) (AckOutcome, error) {
 	pl.ledger.forget(key)
 	switch rec.State {

@@ -21,7 +21,7 @@ import (
 // each moves once, with its ID, data, attributes, tries left, ttl and
 // submission time. A job handed out before the switch stays its
 // consumer's: its ACK through the lane queue finds its lease
-// (acknowledge), and if none comes it moves when its ttr passes.
+// (Acknowledge), and if none comes it moves when its ttr passes.
 
 // laneLabelPattern matches the labels of a lane's queues: <ns>.<queue>.
 // A label may hold '_', which a topic's name may not (queueOf).

@@ -22,10 +22,10 @@ import (
 	"github.com/onceq/onceq/internal/limit"
 )
 
-// The pull worker's life. New starts the server's pull worker and waits
+// The pull worker's life. Start starts the server's pull worker and waits
 // until it started (its queues, changelogs and checkpoint open): a worker
 // that cannot start, such as one whose checkpoint in the data dir belongs
-// to another pull group, fails New. A worker that stops later (its
+// to another pull group, fails Start. A worker that stops later (its
 // brokers, its checkpoint, too many failed commits in a row) is replaced
 // by a new consumer.Worker after a pause that doubles from
 // pullRestartMin to pullRestartMax while its successors keep stopping;
