@@ -1,6 +1,7 @@
 package serve
 
 import (
+	"context"
 	"errors"
 	"net/http"
 	"strconv"
@@ -141,7 +142,7 @@ func (s *Server) respawn(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	if err := s.removeLetters(r, topic, done); err != nil {
+	if err := s.removeLetters(r.Context(), topic, done); err != nil {
 		writeError(w, err)
 		return
 	}
@@ -200,7 +201,7 @@ func (s *Server) deleteDeadLetters(w http.ResponseWriter, r *http.Request) {
 	for _, l := range letters {
 		ends[l.Partition] = max(ends[l.Partition], l.Offset+1)
 	}
-	if err := s.removeLetters(r, topic, ends); err != nil {
+	if err := s.removeLetters(r.Context(), topic, ends); err != nil {
 		writeError(w, err)
 		return
 	}
@@ -211,9 +212,9 @@ func (s *Server) deleteDeadLetters(w http.ResponseWriter, r *http.Request) {
 // partition: those of a lane queue by raising its floors (dlq.Remove), the
 // lane's other queues' letters sharing its topic; others by deleting their
 // records.
-func (s *Server) removeLetters(r *http.Request, queue string, ends map[int32]int64) error {
+func (s *Server) removeLetters(ctx context.Context, queue string, ends map[int32]int64) error {
 	if onceq.IsLaneQueue(queue) {
-		return s.dlq.Remove(r.Context(), queue, ends)
+		return s.dlq.Remove(ctx, queue, ends)
 	}
-	return s.deleteRecords(r.Context(), broker.DLQTopic(queue), ends)
+	return s.deleteRecords(ctx, broker.DLQTopic(queue), ends)
 }

@@ -100,6 +100,9 @@
 // its queue ended, and stays there: the worker fetches the queue no more
 // then.
 //
+// The pull worker and its lease protocol are package serve/internal/pull,
+// which speaks no HTTP: this package answers its outcomes and errors.
+//
 // Leases live in Kafka, in the group's lease topic onceq-leases-<group>:
 // every take, acknowledgment and expiry is an event there, which every
 // server reads, and the topic's order decides every race. So an
@@ -187,6 +190,8 @@
 // SameSite=Strict cookie) or basic auth with the token as password. A
 // read-only token sees the pages without their actions. /console/periodic
 // lists the schedules the token sees, each with a remove button.
+// The console is package serve/internal/console, which asks this
+// package's API for what both answer alike (consoleapi.go).
 //
 // Every answer of the API is JSON; an error is {"error": "...", "field": "..."} with
 // the parameter at fault, and a refused request writes nothing.

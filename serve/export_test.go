@@ -12,20 +12,20 @@ func SetMaxLaneIndex(n int) (restore func()) {
 
 // ReleaseAfter sets how long a task no consumer asks for waits past the
 // worker's last want of its queue before it goes back to its queue
-// (releaseAfter, 30s): tests shorten it.
+// (pull.ReleaseAfter, 30s): tests shorten it.
 func ReleaseAfter(d time.Duration) Opt { return optFunc(func(cfg *config) { cfg.releaseAfter = d }) }
 
 // AckRunWait sets how long an acknowledgment waits for the commit of a
 // run no handler of its server holds, once it had the queue fetched
-// (ackRunWait, 10s): tests shorten it.
+// (pull.AckRunWait, 10s): tests shorten it.
 func AckRunWait(d time.Duration) Opt { return optFunc(func(cfg *config) { cfg.ackRunWait = d }) }
 
 // Offered is how many tasks of topic (a namespace's queue, <ns>.<queue>)
 // the server's handlers offer to its consumers now.
-func Offered(s *Server, topic string) int { return s.pull.queue(topic).offers.len() }
+func Offered(s *Server, topic string) int { return s.pull.Offered(topic) }
 
 // Owns says whether s's pull worker owns a partition of topic now.
-func Owns(s *Server, topic string) bool { return s.pull.w.Load().Owns(topic) }
+func Owns(s *Server, topic string) bool { return s.pull.Owns(topic) }
 
 // QueueOf is the queue that holds namespace ns's queue q on s: its topic,
 // or its lane queue.

@@ -13,6 +13,7 @@ import (
 	"github.com/onceq/onceq"
 	"github.com/onceq/onceq/auth"
 	"github.com/onceq/onceq/broker"
+	"github.com/onceq/onceq/serve/internal/pull"
 )
 
 // ErrConfig is wrapped by every option New refuses.
@@ -45,6 +46,20 @@ const (
 	MinRetention = time.Minute
 )
 
+// Defaults of the pull model (package doc: Consuming over HTTP).
+const (
+	// DefaultPullGroup is the consumer group of the servers' workers.
+	DefaultPullGroup = "onceq-serve"
+	// DefaultPullSlots is how many tasks of a queue one server holds
+	// waiting for its consumers at once; those handed out count only
+	// toward PullHeld.
+	DefaultPullSlots = 64
+	// DefaultPullHeld is how many tasks one server holds at once, of every
+	// queue; MaxPullHeld bounds it.
+	DefaultPullHeld = 32_768
+	MaxPullHeld     = 1_000_000
+)
+
 // An Opt configures a Server.
 type Opt interface{ apply(*config) }
 
@@ -69,8 +84,8 @@ type config struct {
 	pullGroup     string
 	pullSlots     int
 	pullHeld      int
-	releaseAfter  time.Duration // releaseAfter; tests shorten it (export_test.go)
-	ackRunWait    time.Duration // ackRunWait; tests shorten it (export_test.go)
+	releaseAfter  time.Duration // pull.ReleaseAfter; tests shorten it (export_test.go)
+	ackRunWait    time.Duration // pull.AckRunWait; tests shorten it (export_test.go)
 	delaySvc      bool
 	workflowSvc   bool
 	scheduler     bool
@@ -223,7 +238,7 @@ func build(opts []Opt) (config, error) {
 	cfg := config{conn: broker.Conn{Brokers: []string{broker.DefaultBrokers}}, log: slog.New(slog.DiscardHandler),
 		reg: prometheus.NewRegistry(), partitions: DefaultPartitions, maxPayload: DefaultMaxPayloadBytes,
 		maxBulk: DefaultMaxBulkBytes, maxWait: DefaultMaxWait, retention: broker.DefaultRecordsRetention,
-		pullGroup: DefaultPullGroup, pullSlots: DefaultPullSlots, pullHeld: DefaultPullHeld, releaseAfter: releaseAfter, ackRunWait: ackRunWait, delaySvc: true, workflowSvc: true, scheduler: true, records: DefaultRecords,
+		pullGroup: DefaultPullGroup, pullSlots: DefaultPullSlots, pullHeld: DefaultPullHeld, releaseAfter: pull.ReleaseAfter, ackRunWait: pull.AckRunWait, delaySvc: true, workflowSvc: true, scheduler: true, records: DefaultRecords,
 		headerTimeout: DefaultReadHeaderTimeout, bodyTimeout: DefaultBodyReadTimeout, maxConns: DefaultMaxConns}
 	errs := onceq.OptionErrors{Pkg: "serve", Kind: ErrConfig}
 	onceq.ApplyOptions(&errs, opts, func(o Opt) { o.apply(&cfg) })

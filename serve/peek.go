@@ -136,7 +136,7 @@ const (
 // stateOf says where the record of task id of queue at partition and
 // offset stands.
 func (s *Server) stateOf(ctx context.Context, queue, id string, partition int32, offset int64) backlogState {
-	if st, ok := s.pull.ledger.state(leaseKey(queue, id)); ok && (st.Taken || st.Acked) {
+	if st, ok := s.pull.LeaseOf(queue, id); ok && (st.Taken || st.Acked) {
 		return out
 	}
 	if onceq.IsLaneQueue(queue) {
@@ -206,7 +206,7 @@ func keyPartition(queue, id string, n int) int32 {
 // queue's retention, say) is not found; err is the error of a read of
 // the queue's backlog.
 func (s *Server) findTask(ctx context.Context, queue, id string, rec *onceq.TaskRecord) (t onceq.Task, found, spent bool, err error) {
-	switch st, leased := s.pull.ledger.state(leaseKey(queue, id)); {
+	switch st, leased := s.pull.LeaseOf(queue, id); {
 	case leased && st.Taken:
 		t, err = s.taskAt(ctx, queue, st.Partition, st.Offset)
 		return t, err == nil, !st.Freeze, nil
@@ -525,4 +525,41 @@ func (s *Server) deleteRecords(ctx context.Context, topic string, upTo map[int32
 		return fmt.Errorf("deleting the records of %s: %w", topic, err)
 	}
 	return nil
+}
+
+// errTaskGone says that a task's queue record was deleted.
+var errTaskGone = errors.New("the task's record is gone from the queue (past its retention, or its backlog destroyed)")
+
+// taskAt reads the task at a queue's partition and offset: its payload and
+// headers, which the task's record does not keep.
+func (s *Server) taskAt(ctx context.Context, queue string, partition int32, offset int64) (onceq.Task, error) {
+	topic := onceq.QueueTopic(queue)
+	cl, err := s.cfg.conn.NewClient(kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: {partition: kgo.NewOffset().At(offset)}}),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()))
+	if err != nil {
+		return onceq.Task{}, err
+	}
+	defer cl.Close()
+	// A record deleted (past the queue's retention, or its backlog
+	// destroyed) is below the partition's start: a fetch would wait for
+	// records that never come.
+	starts, err := kadm.NewClient(cl).ListStartOffsets(ctx, topic)
+	if err != nil {
+		return onceq.Task{}, err
+	}
+	if o, ok := starts.Lookup(topic, partition); ok && o.Err == nil && o.Offset > offset {
+		return onceq.Task{}, errTaskGone
+	}
+	for ctx.Err() == nil {
+		fs := cl.PollFetches(ctx)
+		for _, rec := range fs.Records() {
+			if rec.Offset == offset {
+				return onceq.FromRecord(rec)
+			}
+			if rec.Offset > offset {
+				return onceq.Task{}, errTaskGone
+			}
+		}
+	}
+	return onceq.Task{}, errors.New("the task's record could not be read in time")
 }

@@ -23,12 +23,13 @@ import (
 	"github.com/onceq/onceq/auth"
 	"github.com/onceq/onceq/dlq"
 	"github.com/onceq/onceq/inspect"
-	"github.com/onceq/onceq/internal/limit"
 	"github.com/onceq/onceq/internal/ops"
 	"github.com/onceq/onceq/internal/sides"
 	"github.com/onceq/onceq/internal/tracing"
 	"github.com/onceq/onceq/periodic"
 	"github.com/onceq/onceq/producer"
+	"github.com/onceq/onceq/serve/internal/console"
+	"github.com/onceq/onceq/serve/internal/pull"
 )
 
 // Server is onceq's HTTP server. Create it with New, serve its Handler
@@ -45,7 +46,7 @@ type Server struct {
 	m         *metrics
 	gather    prometheus.Gatherer
 	lm        atomic.Pointer[lmstfyMetrics] // lmstfy's series, once AdminHandler is asked for
-	pull      pull
+	pull      *pull.Pull
 	// laneBacklog is what the server read of its lane's backlog, for
 	// the sizes of lane queues (lanesize.go).
 	laneBacklog laneBacklog
@@ -71,8 +72,7 @@ func New(ctx context.Context, opts ...Opt) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, mux: http.NewServeMux(), pull: pull{queues: map[string]*pullQueue{}, known: map[string]bool{}, remote: map[string]time.Time{}, quit: make(chan struct{})},
-		limiters: map[string]*rate.Limiter{}}
+	s := &Server{cfg: cfg, mux: http.NewServeMux(), limiters: map[string]*rate.Limiter{}}
 	if s.m, err = newMetrics(cfg.reg); err != nil {
 		return nil, err
 	}
@@ -103,15 +103,9 @@ func New(ctx context.Context, opts ...Opt) (*Server, error) {
 		s.tokens.Close()
 		return nil, err
 	}
-	if s.pull.ledger, err = openLedger(ctx, cfg.conn, cfg.pullGroup, cfg.log.With("component", "leases"), s.pull.wantRemote, s.pull.offerGranted, s.pull.running); err != nil {
-		s.p.Close()
-		s.dlq.Close()
-		s.in.Close()
-		s.tokens.Close()
-		return nil, err
-	}
-	if s.pull.limits, err = limit.Open(ctx, cfg.conn, cfg.log.With("component", "limits")); err != nil {
-		s.pull.ledger.close()
+	if s.pull, err = pull.Open(ctx, pull.Config{Conn: cfg.conn, Log: cfg.log, Reg: cfg.reg, Group: cfg.pullGroup, Slots: cfg.pullSlots, Held: cfg.pullHeld,
+		Retention: cfg.retention, DataDir: cfg.dataDir, Lane: cfg.lane, Partitions: cfg.partitions, ReleaseAfter: cfg.releaseAfter, AckRunWait: cfg.ackRunWait,
+		Records: s.in}); err != nil {
 		s.p.Close()
 		s.dlq.Close()
 		s.in.Close()
@@ -119,15 +113,14 @@ func New(ctx context.Context, opts ...Opt) (*Server, error) {
 		return nil, err
 	}
 	if s.schedules, err = periodic.Open(ctx, cfg.conn, cfg.log.With("component", "periodic")); err != nil {
-		s.pull.limits.Close()
-		s.pull.ledger.close()
+		s.pull.Close()
 		s.p.Close()
 		s.dlq.Close()
 		s.in.Close()
 		s.tokens.Close()
 		return nil, err
 	}
-	if err := s.startPull(ctx); err != nil {
+	if err := s.pull.Start(ctx); err != nil {
 		s.Close()
 		return nil, err
 	}
@@ -149,13 +142,12 @@ func New(ctx context.Context, opts ...Opt) (*Server, error) {
 // producer (flushing what it holds), the inspector and the token and
 // schedule stores.
 func (s *Server) Close() error {
-	close(s.pull.quit)
-	s.stopPull()
+	s.pull.Stop()
 	if s.stopSides != nil {
 		s.stopSides()
 		<-s.sidesDone
 	}
-	s.pull.ledger.close()
+	s.pull.Close()
 	s.schedules.Close()
 	s.p.Close()
 	s.dlq.Close()
@@ -164,7 +156,6 @@ func (s *Server) Close() error {
 		s.throttle.close()
 	}
 	s.tokens.Close()
-	s.pull.limits.Close()
 	return err
 }
 
@@ -174,13 +165,13 @@ func (s *Server) Close() error {
 // (onceq serve --metrics-addr), which no connection to the API's
 // listeners delays.
 func (s *Server) Healthy() error {
-	return errors.Join(s.sides.Healthy(), named("pull", s.pull.healthy()))
+	return errors.Join(s.sides.Healthy(), named("pull", s.pull.Healthy()))
 }
 
 // Ready returns nil once the side services the server runs and its pull
 // worker are ready, or one line for each that is not: what /readyz
 // answers.
-func (s *Server) Ready() error { return errors.Join(s.sides.Ready(), named("pull", s.pull.ready())) }
+func (s *Server) Ready() error { return errors.Join(s.sides.Ready(), named("pull", s.pull.Ready())) }
 
 // Tokens is the server's token store.
 func (s *Server) Tokens() *auth.Store { return s.tokens }
@@ -273,7 +264,8 @@ func (s *Server) routes() {
 	for _, rt := range s.apiRoutes() {
 		s.handle(rt)
 	}
-	s.consoleRoutes()
+	console.Register(s.mux, console.Deps{Conn: s.cfg.conn, Log: s.cfg.log, Lane: s.cfg.lane, Insecure: s.cfg.insecure, Tokens: s.tokens,
+		In: s.in, Ctl: s.ctl, P: s.p, DLQ: s.dlq, Schedules: s.schedules, API: consoleAPI{s}})
 	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		if _, err := s.authorize(r, read, false); err != nil {
 			writeError(w, err)

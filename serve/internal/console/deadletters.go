@@ -1,4 +1,4 @@
-package serve
+package console
 
 import (
 	"container/heap"
@@ -20,15 +20,15 @@ import (
 // The console's dead letters: a queue's newest, requeued one by one or
 // all at once, and deleted.
 
-func (s *Server) deadLettersPage(w http.ResponseWriter, r *http.Request, pg *page) {
+func (c *Console) deadLettersPage(w http.ResponseWriter, r *http.Request, pg *page) {
 	queue := r.PathValue("queue")
 	pg.Title = "Dead letters of " + strings.TrimPrefix(queue, pg.Strip)
-	letters, total, err := s.newestLetters(r.Context(), queue, deadLettersShown)
+	letters, total, err := c.newestLetters(r.Context(), queue, deadLettersShown)
 	if err != nil && !errors.Is(err, dlq.ErrNoTopic) {
 		pg.Error = err.Error()
 	}
 	pg.Data = map[string]any{"Queue": queue, "Letters": letters, "Total": total}
-	s.render(w, "deadletters", pg)
+	c.render(w, "deadletters", pg)
 }
 
 // deadLettersShown is the most dead letters the page lists.
@@ -38,7 +38,7 @@ const deadLettersShown = 100
 // (by when they failed, then by their place in their topic), newest
 // first, and how many there are: the heap it keeps while it reads holds
 // n of them at most, whatever the topic's size.
-func (s *Server) newestLetters(ctx context.Context, queue string, n int) ([]dlq.Letter, int, error) {
+func (c *Console) newestLetters(ctx context.Context, queue string, n int) ([]dlq.Letter, int, error) {
 	older := func(a, b *dlq.Letter) bool {
 		if !a.Failed.Equal(b.Failed) {
 			return a.Failed.Before(b.Failed)
@@ -47,7 +47,7 @@ func (s *Server) newestLetters(ctx context.Context, queue string, n int) ([]dlq.
 	}
 	h := &letterHeap{older: older}
 	total := 0
-	err := s.dlq.Read(ctx, queue, func(l dlq.Letter) error {
+	err := c.dlq.Read(ctx, queue, func(l dlq.Letter) error {
 		total++
 		if h.Len() < n {
 			heap.Push(h, l)
@@ -87,7 +87,7 @@ func (h *letterHeap) Pop() any {
 // every task (all=1), starting them over at attempt 1 when reset=1;
 // requeueing twice writes a task once (dlq.Write). It goes back to the
 // dead letters, or to the task's page (from=task).
-func (s *Server) consoleRequeue(w http.ResponseWriter, r *http.Request, _ *page) {
+func (c *Console) consoleRequeue(w http.ResponseWriter, r *http.Request, _ *page) {
 	queue, id, all := r.PathValue("queue"), r.FormValue("id"), r.FormValue("all") == "1"
 	to := "/console/q/" + url.PathEscape(queue) + "/deadletters"
 	if r.FormValue("from") == "task" && !all {
@@ -97,7 +97,7 @@ func (s *Server) consoleRequeue(w http.ResponseWriter, r *http.Request, _ *page)
 	if !all {
 		ids = []string{id}
 	}
-	rs, problems, err := s.dlq.Requeues(r.Context(), queue, ids, r.FormValue("reset") == "1", time.Now())
+	rs, problems, err := c.dlq.Requeues(r.Context(), queue, ids, r.FormValue("reset") == "1", time.Now())
 	switch {
 	case err != nil:
 		back(w, r, to, err.Error())
@@ -111,7 +111,7 @@ func (s *Server) consoleRequeue(w http.ResponseWriter, r *http.Request, _ *page)
 		if !all {
 			rs = rs[:1]
 		}
-		if err := dlq.Write(r.Context(), s.p, rs); err != nil {
+		if err := dlq.Write(r.Context(), c.p, rs); err != nil {
 			back(w, r, to, err.Error())
 			return
 		}
@@ -130,14 +130,14 @@ func (s *Server) consoleRequeue(w http.ResponseWriter, r *http.Request, _ *page)
 // when asked (the dead-letter topic's end offsets then), once its form's
 // box confirms it: they cannot be requeued afterwards. A lane queue's go
 // by raising its floors, the lane's other queues' staying (removeLetters).
-func (s *Server) consoleDeleteLetters(w http.ResponseWriter, r *http.Request, pg *page) {
+func (c *Console) consoleDeleteLetters(w http.ResponseWriter, r *http.Request, pg *page) {
 	queue := r.PathValue("queue")
 	to := "/console/q/" + url.PathEscape(queue) + "/deadletters"
 	if r.FormValue("confirm") != "1" {
 		back(w, r, to, "nothing deleted: tick the box to confirm, as dead letters deleted cannot be requeued")
 		return
 	}
-	adm, err := broker.NewAdmin(s.cfg.conn)
+	adm, err := broker.NewAdmin(c.conn)
 	if err != nil {
 		back(w, r, to, err.Error())
 		return
@@ -150,7 +150,7 @@ func (s *Server) consoleDeleteLetters(w http.ResponseWriter, r *http.Request, pg
 	ends := map[int32]int64{}
 	listed.Each(func(o kadm.ListedOffset) { ends[o.Partition] = o.Offset })
 	if err == nil {
-		err = s.removeLetters(r, queue, ends)
+		err = c.api.RemoveLetters(r.Context(), queue, ends)
 	}
 	if err != nil {
 		back(w, r, to, "nothing deleted: "+err.Error())

@@ -1,4 +1,4 @@
-package serve
+package pull
 
 import (
 	"encoding/json"
@@ -256,9 +256,9 @@ func (st *leaseState) counted(kind, n string) bool {
 	return false
 }
 
-// validLease reports whether s can be a lease a consume answered with
+// ValidLease reports whether s can be a lease a consume answered with
 // (rand.Text's alphabet), or is empty: none named.
-func validLease(s string) bool {
+func ValidLease(s string) bool {
 	if len(s) > 64 {
 		return false
 	}

@@ -1,4 +1,4 @@
-package serve
+package console
 
 import (
 	"bytes"
@@ -7,33 +7,27 @@ import (
 	"errors"
 	"fmt"
 	"html/template"
-	"maps"
+	"log/slog"
 	"net/http"
 	"net/url"
 	"path"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/onceq/onceq"
 	"github.com/onceq/onceq/auth"
 	"github.com/onceq/onceq/broker"
 	"github.com/onceq/onceq/control"
 	"github.com/onceq/onceq/delay"
+	"github.com/onceq/onceq/dlq"
 	"github.com/onceq/onceq/inspect"
+	"github.com/onceq/onceq/periodic"
+	"github.com/onceq/onceq/producer"
 	"github.com/onceq/onceq/workflow"
 )
 
-// The web console: server-rendered pages, every asset embedded, behind
-// the same tokens as the API. A login keeps the token in an HttpOnly,
-// SameSite=Strict cookie of /console; actions are POST forms; a read-only
-// token sees the pages without their buttons and is refused the actions.
-
-//go:embed console
+//go:embed assets
 var consoleFS embed.FS
 
 var pages = template.Must(template.New("").Funcs(template.FuncMap{
@@ -52,7 +46,7 @@ var pages = template.Must(template.New("").Funcs(template.FuncMap{
 	},
 	"path":  url.PathEscape,
 	"shown": shown,
-}).ParseFS(consoleFS, "console/*.html"))
+}).ParseFS(consoleFS, "assets/*.html"))
 
 // sinceFor is how long ago t was, to the second: how long a task has
 // run; "" for no time.
@@ -81,46 +75,119 @@ type page struct {
 	Data     any
 }
 
+// Deps is what the console stands on: the server's clients of Kafka and
+// its stores, and its API, whose rules the console's pages and actions
+// follow.
+type Deps struct {
+	Conn broker.Conn
+	Log  *slog.Logger
+	// Lane is the server's lane (empty: a topic per queue); Insecure
+	// opens every page without a token (InsecureNoAuth).
+	Lane      string
+	Insecure  bool
+	Tokens    *auth.Store
+	In        *inspect.Inspector
+	Ctl       *control.Controller
+	P         *producer.Producer
+	DLQ       *dlq.Reader
+	Schedules *periodic.Store
+	API       API
+}
+
+// API is what the console asks of the server's API: what both answer
+// alike, by the API's rules.
+type API interface {
+	// QueueLimit is queue's limit as the limits topic holds it now,
+	// and its tasks running under it.
+	QueueLimit(ctx context.Context, queue string) (control.QueueLimit, error)
+	// ParseLimit reads a limit from its rate and running parameters.
+	ParseLimit(rate, running string) (control.Limit, error)
+	// FindTask finds the task id of queue, whose record is rec: its
+	// payload and headers, which the record does not keep.
+	FindTask(ctx context.Context, queue, id string, rec *onceq.TaskRecord) (t onceq.Task, found bool, err error)
+	// RemoveLetters removes the dead letters of queue below ends, by
+	// partition.
+	RemoveLetters(ctx context.Context, queue string, ends map[int32]int64) error
+	// QueueNames lists the namespaces' queues.
+	QueueNames(ctx context.Context) ([]string, error)
+	// FindWorkflow reads the status of workflow id as namespace ns sees
+	// it, and the ID it is kept as.
+	FindWorkflow(ctx context.Context, ns, id string) (st workflow.Status, full string, err error)
+	// RetryIn lets workflow.Retry run workflow id again only if
+	// namespace ns holds every task of it.
+	RetryIn(ns, id string) workflow.RetryOpt
+	// WorkflowIn says whether namespace ns sees the workflow kept as id,
+	// whose status is st, as FindWorkflow finds it; with st nil, whether
+	// it may, by its ID alone.
+	WorkflowIn(ns, id string, st *workflow.Status) bool
+	// ScheduleIn returns schedule e as namespace ns shows it, and whether
+	// ns sees it.
+	ScheduleIn(e periodic.Entry, ns string) (periodic.Entry, bool)
+}
+
+// Console is the web console of a server.
+type Console struct {
+	conn      broker.Conn
+	log       *slog.Logger
+	lane      string
+	insecure  bool
+	tokens    *auth.Store
+	in        *inspect.Inspector
+	ctl       *control.Controller
+	p         *producer.Producer
+	dlq       *dlq.Reader
+	schedules *periodic.Store
+	api       API
+	mux       *http.ServeMux
+}
+
+// Register registers the console's pages on mux, under /console/.
+func Register(mux *http.ServeMux, d Deps) {
+	c := &Console{conn: d.Conn, log: d.Log, lane: d.Lane, insecure: d.Insecure, tokens: d.Tokens, in: d.In, ctl: d.Ctl, p: d.P,
+		dlq: d.DLQ, schedules: d.Schedules, api: d.API, mux: mux}
+	c.consoleRoutes()
+}
+
 // consoleRoutes registers the console's pages.
-func (s *Server) consoleRoutes() {
+func (c *Console) consoleRoutes() {
 	// The stylesheet is all the login page needs before a token: nothing
 	// else is served without one.
-	s.mux.HandleFunc("GET /console/assets/style.css", func(w http.ResponseWriter, r *http.Request) {
-		http.ServeFileFS(w, r, consoleFS, "console/style.css")
+	c.mux.HandleFunc("GET /console/assets/style.css", func(w http.ResponseWriter, r *http.Request) {
+		http.ServeFileFS(w, r, consoleFS, "assets/style.css")
 	})
-	s.mux.HandleFunc("GET /console/login", s.loginPage)
-	s.mux.HandleFunc("POST /console/login", s.login)
-	s.mux.HandleFunc("POST /console/logout", func(w http.ResponseWriter, r *http.Request) {
+	c.mux.HandleFunc("GET /console/login", c.loginPage)
+	c.mux.HandleFunc("POST /console/login", c.login)
+	c.mux.HandleFunc("POST /console/logout", func(w http.ResponseWriter, r *http.Request) {
 		http.SetCookie(w, &http.Cookie{Name: cookieName, Path: "/console", MaxAge: -1, HttpOnly: true, SameSite: http.SameSiteStrictMode})
 		http.Redirect(w, r, "/console/login", http.StatusSeeOther)
 	})
-	s.console("GET /console/{$}", s.homePage)
-	s.console("GET /console/q/{queue}", s.queuePage)
-	s.console("GET /console/q/{queue}/task/{id}", s.taskPage)
-	s.console("GET /console/q/{queue}/deadletters", s.deadLettersPage)
-	s.console("GET /console/delay", s.delayPage)
-	s.console("GET /console/groups", s.groupsPage)
-	s.console("POST /console/q/{queue}/pause", s.consolePause(true))
-	s.console("POST /console/q/{queue}/resume", s.consolePause(false))
-	s.console("POST /console/q/{queue}/limit", s.consoleLimit)
-	s.console("POST /console/q/{queue}/requeue", s.consoleRequeue)
-	s.console("POST /console/q/{queue}/deadletters/delete", s.consoleDeleteLetters)
-	s.console("POST /console/q/{queue}/task/{id}/cancel", s.consoleCancel)
-	s.console("POST /console/q/{queue}/task/{id}/runnow", s.consoleRunNow)
-	s.console("GET /console/workflow", s.workflowPage)
-	s.console("POST /console/workflow/cancel", s.consoleWorkflowCancel)
-	s.console("POST /console/workflow/retry", s.consoleWorkflowRetry)
-	s.console("GET /console/periodic", s.periodicPage)
-	s.console("POST /console/periodic/remove", s.consolePeriodicRemove)
+	c.console("GET /console/{$}", c.homePage)
+	c.console("GET /console/q/{queue}", c.queuePage)
+	c.console("GET /console/q/{queue}/task/{id}", c.taskPage)
+	c.console("GET /console/q/{queue}/deadletters", c.deadLettersPage)
+	c.console("GET /console/delay", c.delayPage)
+	c.console("GET /console/groups", c.groupsPage)
+	c.console("POST /console/q/{queue}/pause", c.consolePause(true))
+	c.console("POST /console/q/{queue}/resume", c.consolePause(false))
+	c.console("POST /console/q/{queue}/limit", c.consoleLimit)
+	c.console("POST /console/q/{queue}/requeue", c.consoleRequeue)
+	c.console("POST /console/q/{queue}/deadletters/delete", c.consoleDeleteLetters)
+	c.console("POST /console/q/{queue}/task/{id}/cancel", c.consoleCancel)
+	c.console("POST /console/q/{queue}/task/{id}/runnow", c.consoleRunNow)
+	c.console("GET /console/workflow", c.workflowPage)
+	c.console("POST /console/workflow/cancel", c.consoleWorkflowCancel)
+	c.console("POST /console/workflow/retry", c.consoleWorkflowRetry)
+	c.console("GET /console/periodic", c.periodicPage)
+	c.console("POST /console/periodic/remove", c.consolePeriodicRemove)
 }
 
 // console registers a page or action behind the console's login: a GET
 // without a valid cookie goes to the login page; an action needs a
 // read-write token and a same-origin request.
-func (s *Server) console(pattern string, h func(http.ResponseWriter, *http.Request, *page)) {
+func (c *Console) console(pattern string, h func(http.ResponseWriter, *http.Request, *page)) {
 	post := strings.HasPrefix(pattern, "POST ")
-	s.mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
-		tok, err := s.consoleToken(r)
+	c.mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
+		tok, err := c.consoleToken(r)
 		if err != nil {
 			if post {
 				http.Error(w, "log in first", http.StatusUnauthorized)
@@ -129,12 +196,12 @@ func (s *Server) console(pattern string, h func(http.ResponseWriter, *http.Reque
 			http.Redirect(w, r, "/console/login?next="+url.QueryEscape(r.URL.RequestURI()), http.StatusSeeOther)
 			return
 		}
-		pg := &page{Token: tok, ReadOnly: tok.ReadOnly, Strip: s.stripOf(tok)}
+		pg := &page{Token: tok, ReadOnly: tok.ReadOnly, Strip: c.stripOf(tok)}
 		if !post {
 			pg.Flash = takeFlash(w, r)
 		}
-		if q := r.PathValue("queue"); q != "" && !s.consoleSees(tok, q) {
-			s.forbidden(w, pg, fmt.Sprintf("token %s opens namespace %s, not queue %s", tok.ID, tok.Namespace, q))
+		if q := r.PathValue("queue"); q != "" && !c.consoleSees(tok, q) {
+			c.forbidden(w, pg, fmt.Sprintf("token %s opens namespace %s, not queue %s", tok.ID, tok.Namespace, q))
 			return
 		}
 		if post {
@@ -158,12 +225,12 @@ func sameOrigin(origin string, r *http.Request) bool {
 
 // consoleToken is the token of the request's cookie, or of its basic
 // auth password, or, with InsecureNoAuth, an operator's.
-func (s *Server) consoleToken(r *http.Request) (auth.Token, error) {
-	if s.cfg.insecure {
+func (c *Console) consoleToken(r *http.Request) (auth.Token, error) {
+	if c.insecure {
 		return auth.Token{Namespace: auth.AllNamespaces}, nil
 	}
 	if secret, ok := consoleSecret(r); ok {
-		return s.tokens.Check(secret)
+		return c.tokens.Check(secret)
 	}
 	return auth.Token{}, auth.ErrNoToken
 }
@@ -184,12 +251,12 @@ func consoleSecret(r *http.Request) (string, bool) {
 func shown(strip, queue string) string { return strings.TrimPrefix(queue, strip) }
 
 // stripOf is the page's Strip for tok.
-func (s *Server) stripOf(tok auth.Token) string {
+func (c *Console) stripOf(tok auth.Token) string {
 	if tok.Namespace == auth.AllNamespaces {
 		return ""
 	}
-	if s.cfg.lane != "" {
-		return s.cfg.lane + string(onceq.LaneSep) + tok.Namespace + "."
+	if c.lane != "" {
+		return c.lane + string(onceq.LaneSep) + tok.Namespace + "."
 	}
 	return tok.Namespace + "."
 }
@@ -198,15 +265,15 @@ func (s *Server) stripOf(tok auth.Token) string {
 // opens every queue, including those a Go producer named without one and
 // lane queues; a namespace's token opens its topics <ns>.<queue> (and the
 // lane queues on them).
-func (s *Server) consoleSees(tok auth.Token, queue string) bool {
+func (c *Console) consoleSees(tok auth.Token, queue string) bool {
 	if onceq.ValidateAnyQueue(queue) != nil {
 		return false
 	}
 	if tok.Namespace == auth.AllNamespaces {
 		return true
 	}
-	if s.cfg.lane != "" {
-		if label, ok := strings.CutPrefix(queue, s.cfg.lane+string(onceq.LaneSep)); ok {
+	if c.lane != "" {
+		if label, ok := strings.CutPrefix(queue, c.lane+string(onceq.LaneSep)); ok {
 			queue = label // a namespace's queue on the server's lane
 		}
 	}
@@ -215,20 +282,20 @@ func (s *Server) consoleSees(tok auth.Token, queue string) bool {
 }
 
 // forbidden answers 403 with the console's refusal page.
-func (s *Server) forbidden(w http.ResponseWriter, pg *page, why string) {
+func (c *Console) forbidden(w http.ResponseWriter, pg *page, why string) {
 	w.WriteHeader(http.StatusForbidden)
 	pg.Title, pg.Error = "Forbidden", why
-	s.render(w, "error", pg)
+	c.render(w, "error", pg)
 }
 
-func (s *Server) render(w http.ResponseWriter, name string, pg *page) {
+func (c *Console) render(w http.ResponseWriter, name string, pg *page) {
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.Header().Set("Content-Security-Policy", "default-src 'self'; style-src 'self'; img-src 'self' data:; form-action 'self'; frame-ancestors 'none'")
 	// Rendered whole before a byte goes: a page that fails halfway is
 	// an error, not half a page, and a page comes in one piece.
 	var buf bytes.Buffer
 	if err := pages.ExecuteTemplate(&buf, name, pg); err != nil {
-		s.cfg.log.Error("rendering a console page", "page", name, "err", err)
+		c.log.Error("rendering a console page", "page", name, "err", err)
 		http.Error(w, "the page could not be rendered: the server's log says why", http.StatusInternalServerError)
 		return
 	}
@@ -236,18 +303,18 @@ func (s *Server) render(w http.ResponseWriter, name string, pg *page) {
 	w.Write(buf.Bytes())
 }
 
-func (s *Server) loginPage(w http.ResponseWriter, r *http.Request) {
-	s.render(w, "login", &page{Title: "Log in", Data: consoleNext(r.URL.Query().Get("next"))})
+func (c *Console) loginPage(w http.ResponseWriter, r *http.Request) {
+	c.render(w, "login", &page{Title: "Log in", Data: consoleNext(r.URL.Query().Get("next"))})
 }
 
 // login checks the form's token: a refused one is answered 401 with the
 // login page saying why (the server's words, never the query's).
-func (s *Server) login(w http.ResponseWriter, r *http.Request) {
+func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 	next := consoleNext(r.FormValue("next"))
 	tok := strings.TrimSpace(r.FormValue("token"))
-	if _, err := s.tokens.Check(tok); err != nil {
+	if _, err := c.tokens.Check(tok); err != nil {
 		w.WriteHeader(http.StatusUnauthorized)
-		s.render(w, "login", &page{Title: "Log in", Error: err.Error(), Data: next})
+		c.render(w, "login", &page{Title: "Log in", Error: err.Error(), Data: next})
 		return
 	}
 	http.SetCookie(w, &http.Cookie{Name: cookieName, Value: tok, Path: "/console", HttpOnly: true, Secure: r.TLS != nil,
@@ -268,7 +335,7 @@ func consoleNext(next string) string {
 	return next
 }
 
-func (s *Server) queuePage(w http.ResponseWriter, r *http.Request, pg *page) {
+func (c *Console) queuePage(w http.ResponseWriter, r *http.Request, pg *page) {
 	queue := r.PathValue("queue")
 	pg.Title = strings.TrimPrefix(queue, pg.Strip)
 	if id := strings.TrimSpace(r.URL.Query().Get("id")); id != "" {
@@ -285,38 +352,38 @@ func (s *Server) queuePage(w http.ResponseWriter, r *http.Request, pg *page) {
 			f.States = []onceq.TaskState{st}
 		}
 	}
-	st, err := s.in.Stats(r.Context(), queue)
+	st, err := c.in.Stats(r.Context(), queue)
 	var tasks inspect.Page
 	switch {
 	case err == nil && state == dueTab:
-		tasks, err = s.in.ListDue(r.Context(), queue, f)
+		tasks, err = c.in.ListDue(r.Context(), queue, f)
 	case err == nil:
-		tasks, err = s.in.List(r.Context(), queue, f)
+		tasks, err = c.in.List(r.Context(), queue, f)
 	}
 	var done, p99 chart
 	var errRate string
 	if err == nil {
-		recent, lerr := s.in.List(r.Context(), queue, inspect.Filter{States: []onceq.TaskState{onceq.StateSucceeded, onceq.StateDead},
+		recent, lerr := c.in.List(r.Context(), queue, inspect.Filter{States: []onceq.TaskState{onceq.StateSucceeded, onceq.StateDead},
 			Since: time.Now().Add(-time.Hour), Limit: inspect.MaxLimit})
 		err = lerr
 		done, p99, errRate = charts(recent.Tasks, time.Now())
 	}
 	var lim control.QueueLimit
 	if err == nil {
-		lim, err = s.queueLimit(r.Context(), queue)
+		lim, err = c.api.QueueLimit(r.Context(), queue)
 	}
 	if err != nil {
 		pg.Error = err.Error()
 	}
 	pg.Data = map[string]any{"Queue": queue, "Stats": st, "Page": tasks, "State": state, "States": onceq.TaskStates, "Done": done, "P99": p99, "ErrRate": errRate, "Limit": lim,
 		"Due": st.Tasks[onceq.StateScheduled] + st.Tasks[onceq.StateRetrying], "DueTab": dueTab}
-	s.render(w, "queue", pg)
+	c.render(w, "queue", pg)
 }
 
-func (s *Server) taskPage(w http.ResponseWriter, r *http.Request, pg *page) {
+func (c *Console) taskPage(w http.ResponseWriter, r *http.Request, pg *page) {
 	queue, id := r.PathValue("queue"), r.PathValue("id")
 	pg.Title = id
-	rec, err := s.in.Get(r.Context(), queue, id)
+	rec, err := c.in.Get(r.Context(), queue, id)
 	data := map[string]any{"Queue": queue, "ID": id}
 	if err != nil {
 		if errors.Is(err, inspect.ErrNotFound) {
@@ -325,12 +392,12 @@ func (s *Server) taskPage(w http.ResponseWriter, r *http.Request, pg *page) {
 		pg.Error = err.Error()
 	} else {
 		data["Record"] = rec
-		if rs, err := s.in.Attempts(r.Context(), queue, id); err == nil {
+		if rs, err := c.in.Attempts(r.Context(), queue, id); err == nil {
 			data["Attempts"] = attemptRows(rs)
 		}
 		ctx, cancel := context.WithTimeout(r.Context(), findTaskWait)
 		defer cancel()
-		task, found, _, err := s.findTask(ctx, queue, id, &rec)
+		task, found, err := c.api.FindTask(ctx, queue, id, &rec)
 		if err == nil && !found {
 			err = errors.New("not found in its queue nor in the delay buckets (gone past their retention, or on its way between them)")
 		}
@@ -345,7 +412,7 @@ func (s *Server) taskPage(w http.ResponseWriter, r *http.Request, pg *page) {
 		}
 	}
 	pg.Data = data
-	s.render(w, "task", pg)
+	c.render(w, "task", pg)
 }
 
 // attemptRow is a run of a task on its page: when it started and
@@ -373,49 +440,12 @@ func attemptRows(rs []onceq.TaskRecord) []attemptRow {
 	return out
 }
 
-// errTaskGone says that a task's queue record was deleted.
-var errTaskGone = errors.New("the task's record is gone from the queue (past its retention, or its backlog destroyed)")
-
-// taskAt reads the task at a queue's partition and offset: its payload and
-// headers, which the task's record does not keep.
-func (s *Server) taskAt(ctx context.Context, queue string, partition int32, offset int64) (onceq.Task, error) {
-	topic := onceq.QueueTopic(queue)
-	cl, err := s.cfg.conn.NewClient(kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: {partition: kgo.NewOffset().At(offset)}}),
-		kgo.FetchIsolationLevel(kgo.ReadCommitted()))
-	if err != nil {
-		return onceq.Task{}, err
-	}
-	defer cl.Close()
-	// A record deleted (past the queue's retention, or its backlog
-	// destroyed) is below the partition's start: a fetch would wait for
-	// records that never come.
-	starts, err := kadm.NewClient(cl).ListStartOffsets(ctx, topic)
-	if err != nil {
-		return onceq.Task{}, err
-	}
-	if o, ok := starts.Lookup(topic, partition); ok && o.Err == nil && o.Offset > offset {
-		return onceq.Task{}, errTaskGone
-	}
-	for ctx.Err() == nil {
-		fs := cl.PollFetches(ctx)
-		for _, rec := range fs.Records() {
-			if rec.Offset == offset {
-				return onceq.FromRecord(rec)
-			}
-			if rec.Offset > offset {
-				return onceq.Task{}, errTaskGone
-			}
-		}
-	}
-	return onceq.Task{}, errors.New("the task's record could not be read in time")
-}
-
-func (s *Server) delayPage(w http.ResponseWriter, r *http.Request, pg *page) {
+func (c *Console) delayPage(w http.ResponseWriter, r *http.Request, pg *page) {
 	pg.Title = "Delay ladder"
-	p, _, err := delay.ReadLadder(r.Context(), s.cfg.conn)
+	p, _, err := delay.ReadLadder(r.Context(), c.conn)
 	var stats []delay.BucketStats
 	if err == nil {
-		stats, err = delay.Stats(r.Context(), s.cfg.conn, p, delay.DefaultGroup)
+		stats, err = delay.Stats(r.Context(), c.conn, p, delay.DefaultGroup)
 	}
 	if err != nil {
 		pg.Error = err.Error()
@@ -425,7 +455,7 @@ func (s *Server) delayPage(w http.ResponseWriter, r *http.Request, pg *page) {
 		horizons[i] = h.Name
 	}
 	pg.Data = map[string]any{"Buckets": stats, "Horizons": horizons}
-	s.render(w, "delay", pg)
+	c.render(w, "delay", pg)
 }
 
 // back redirects to the page an action came from, which shows flash, the
@@ -435,14 +465,14 @@ func back(w http.ResponseWriter, r *http.Request, to, flash string) {
 	http.Redirect(w, r, to, http.StatusSeeOther)
 }
 
-func (s *Server) consolePause(paused bool) func(http.ResponseWriter, *http.Request, *page) {
+func (c *Console) consolePause(paused bool) func(http.ResponseWriter, *http.Request, *page) {
 	return func(w http.ResponseWriter, r *http.Request, _ *page) {
 		queue := r.PathValue("queue")
 		var err error
 		if paused {
-			err = s.ctl.Pause(r.Context(), queue)
+			err = c.ctl.Pause(r.Context(), queue)
 		} else {
-			err = s.ctl.Resume(r.Context(), queue)
+			err = c.ctl.Resume(r.Context(), queue)
 		}
 		msg := map[bool]string{true: "paused", false: "resumed"}[paused]
 		if err != nil {
@@ -452,13 +482,32 @@ func (s *Server) consolePause(paused bool) func(http.ResponseWriter, *http.Reque
 	}
 }
 
-func (s *Server) consoleCancel(w http.ResponseWriter, r *http.Request, _ *page) {
+// consoleLimit: POST /console/q/{queue}/limit: sets the queue's limit
+// from the form's rate and running, or lifts it (lift).
+func (c *Console) consoleLimit(w http.ResponseWriter, r *http.Request, _ *page) {
+	queue := r.PathValue("queue")
+	var l control.Limit
+	var err error
+	if r.FormValue("lift") == "" {
+		l, err = c.api.ParseLimit(r.FormValue("rate"), r.FormValue("running"))
+	}
+	if err == nil {
+		err = c.ctl.SetLimit(r.Context(), queue, l)
+	}
+	msg := queue + " limit: " + l.String()
+	if err != nil {
+		msg = err.Error()
+	}
+	back(w, r, "/console/q/"+url.PathEscape(queue), msg)
+}
+
+func (c *Console) consoleCancel(w http.ResponseWriter, r *http.Request, _ *page) {
 	queue, id := r.PathValue("queue"), r.PathValue("id")
 	to := "/console/q/" + url.PathEscape(queue) + "/task/" + url.PathEscape(id)
 	if r.FormValue("from") == dueTab {
 		to = "/console/q/" + url.PathEscape(queue) + "?state=" + dueTab // canceled from the list of those due
 	}
-	back(w, r, to, s.cancelTask(r.Context(), queue, id))
+	back(w, r, to, c.cancelTask(r.Context(), queue, id))
 }
 
 // findTaskWait bounds a console page's look for a task's payload in its
@@ -476,9 +525,9 @@ func findTaskError(err error) error {
 
 // consoleRunNow runs a task due later now: it submits a copy of it, due
 // now, with its ID, key, payload and headers (runNow).
-func (s *Server) consoleRunNow(w http.ResponseWriter, r *http.Request, _ *page) {
+func (c *Console) consoleRunNow(w http.ResponseWriter, r *http.Request, _ *page) {
 	queue, id := r.PathValue("queue"), r.PathValue("id")
-	back(w, r, "/console/q/"+url.PathEscape(queue)+"/task/"+url.PathEscape(id), s.runNow(r, queue, id))
+	back(w, r, "/console/q/"+url.PathEscape(queue)+"/task/"+url.PathEscape(id), c.runNow(r, queue, id))
 }
 
 // runNow submits a copy, due now, of a task waiting for its due time
@@ -487,22 +536,22 @@ func (s *Server) consoleRunNow(w http.ResponseWriter, r *http.Request, _ *page) 
 // as its duplicate when it comes due: a task whose ID was generated (no
 // idempotency key), or due after the dedup window (the view's
 // retention), is refused, since it would run twice.
-func (s *Server) runNow(r *http.Request, queue, id string) string {
+func (c *Console) runNow(r *http.Request, queue, id string) string {
 	ctx := r.Context()
-	rec, err := s.in.Get(ctx, queue, id)
+	rec, err := c.in.Get(ctx, queue, id)
 	now := time.Now()
 	switch {
 	case err != nil:
 		return err.Error()
 	case rec.State != onceq.StateScheduled && rec.State != onceq.StateRetrying || !rec.Due.After(now):
 		return fmt.Sprintf("task %s is %s, not waiting for its due time: nothing to run now", id, rec.State)
-	case rec.Due.After(now.Add(s.in.Retention())):
+	case rec.Due.After(now.Add(c.in.Retention())):
 		return fmt.Sprintf("task %s is due %s, past the dedup window (%v): a copy run now would not make it a duplicate, and it would run twice",
-			id, rec.Due.UTC().Format(time.RFC3339), s.in.Retention())
+			id, rec.Due.UTC().Format(time.RFC3339), c.in.Retention())
 	}
 	fctx, cancel := context.WithTimeout(ctx, findTaskWait)
 	defer cancel()
-	t, found, _, err := s.findTask(fctx, queue, id, &rec)
+	t, found, err := c.api.FindTask(fctx, queue, id, &rec)
 	switch {
 	case err != nil:
 		return "finding the delayed task: " + findTaskError(err).Error()
@@ -512,7 +561,7 @@ func (s *Server) runNow(r *http.Request, queue, id string) string {
 		return fmt.Sprintf("task %s has an ID the producer generated, which is no idempotency key: a copy run now would run it twice", id)
 	}
 	t.Due, t.Delay = time.Time{}, 0
-	if _, err := s.p.Submit(ctx, t); err != nil {
+	if _, err := c.p.Submit(ctx, t); err != nil {
 		return err.Error()
 	}
 	return fmt.Sprintf("task %s runs now; its delayed copy, due %s, is dropped as its duplicate when it comes", id, rec.Due.UTC().Format(time.RFC3339))
@@ -523,115 +572,10 @@ func (s *Server) runNow(r *http.Request, queue, id string) string {
 const dueTab = "due"
 
 // cancelTask cancels a task and says what came of it.
-func (s *Server) cancelTask(ctx context.Context, queue, id string) string {
-	a, err := s.ctl.Cancel(ctx, queue, id)
+func (c *Console) cancelTask(ctx context.Context, queue, id string) string {
+	a, err := c.ctl.Cancel(ctx, queue, id)
 	if err != nil {
 		return err.Error()
 	}
 	return a.Describe(queue, id)
-}
-
-// groupView is a consumer group on the groups page: its partitions of
-// the token's queues, with their lag and the member consuming each.
-type groupView struct {
-	Group, State string
-	Members      int
-	Partitions   []partitionLag
-	Lag          int64 // in tasks, over its partitions
-	Exact        bool
-}
-
-type partitionLag struct {
-	Topic          string
-	Partition      int32
-	Committed, End int64
-	Lag            int64 // in offsets
-	// Tasks counts the tasks past the committed offset: the lag without
-	// transaction markers and aborted records; Exact is false when it
-	// is estimated from the first ones read.
-	Tasks  int64
-	Exact  bool
-	Member string
-}
-
-// countLag counts the tasks past each group's committed offsets (all of a
-// partition's tasks for a group that committed none), as queue stats do:
-// the partitions of every group are read once, up to delay's sampling
-// bounds, so that a page of many groups costs what one does.
-func countLag(ctx context.Context, conn broker.Conn, groups []groupView) error {
-	var spans []*broker.Span
-	for i := range groups {
-		for j := range groups[i].Partitions {
-			pl := &groups[i].Partitions[j]
-			spans = append(spans, &broker.Span{Topic: pl.Topic, Partition: pl.Partition, From: pl.End - max(pl.Lag, 0), End: pl.End})
-		}
-	}
-	if err := broker.CountRecords(ctx, conn, spans, delay.StatsSampleOffsets, delay.StatsSampleBytes, lagCountTimeout); err != nil {
-		return fmt.Errorf("counting the tasks past the groups' offsets: %w", err)
-	}
-	k := 0
-	for i := range groups {
-		g := &groups[i]
-		g.Exact = true
-		for j := range g.Partitions {
-			pl := &g.Partitions[j]
-			pl.Tasks, pl.Exact = spans[k].Counted()
-			k++
-			g.Lag += pl.Tasks
-			g.Exact = g.Exact && pl.Exact
-		}
-	}
-	return nil
-}
-
-// lagCountTimeout bounds the groups page's reading of the partitions;
-// those not read by then are estimated.
-const lagCountTimeout = 5 * time.Second
-
-func (s *Server) groupsPage(w http.ResponseWriter, r *http.Request, pg *page) {
-	pg.Title = "Groups"
-	var groups []groupView
-	err := func() error {
-		adm, err := broker.NewAdmin(s.cfg.conn)
-		if err != nil {
-			return err
-		}
-		defer adm.Close()
-		listed, err := adm.Kadm().ListGroups(r.Context())
-		if err != nil {
-			return err
-		}
-		lags, err := adm.Kadm().Lag(r.Context(), listed.Groups()...)
-		if err != nil {
-			return err
-		}
-		for _, gl := range lags.Sorted() {
-			g := groupView{Group: gl.Group, State: gl.State, Members: len(gl.Members)}
-			for _, topic := range slices.Sorted(maps.Keys(gl.Lag)) {
-				if !s.consoleSees(pg.Token, topic) {
-					continue
-				}
-				for _, p := range slices.Sorted(maps.Keys(gl.Lag[topic])) {
-					l := gl.Lag[topic][p]
-					pl := partitionLag{Topic: topic, Partition: p, Committed: l.Commit.At, End: l.End.Offset, Lag: l.Lag}
-					if l.Member != nil {
-						pl.Member = l.Member.ClientID + " " + l.Member.ClientHost
-						if l.Member.InstanceID != nil {
-							pl.Member = *l.Member.InstanceID + " " + l.Member.ClientHost
-						}
-					}
-					g.Partitions = append(g.Partitions, pl)
-				}
-			}
-			if len(g.Partitions) > 0 {
-				groups = append(groups, g)
-			}
-		}
-		return countLag(r.Context(), s.cfg.conn, groups)
-	}()
-	if err != nil {
-		pg.Error = err.Error()
-	}
-	pg.Data = groups
-	s.render(w, "groups", pg)
 }

@@ -1,4 +1,4 @@
-package serve
+package pull
 
 import (
 	"context"
@@ -19,51 +19,21 @@ import (
 	"github.com/onceq/onceq/internal/limit"
 )
 
-// The pull model, lmstfy's: each server runs one worker of its pull group
-// over every namespace's queues (a pattern), which fetches a queue only
-// while an HTTP consumer of the server asks for it (consumer.OnDemand).
-// Its handler hands each task to a waiting consumer and finishes when the
-// consumer acknowledges it (DELETE .../job/{id}, through any server), or
-// fails it when its time-to-run passes: every guarantee of the worker
-// holds (the task commits once, with its record; a task not acknowledged
-// is retried with backoff, then dead-lettered), a slow consumer holds
-// only its own task, and a queue holds at most PullSlots of the worker's
-// places (consumer.MaxRunningPerQueue).
-
-// Defaults of the pull model.
-const (
-	// DefaultPullGroup is the consumer group of the servers' workers.
-	DefaultPullGroup = "onceq-serve"
-	// DefaultPullSlots is how many tasks of a queue one server holds
-	// waiting for its consumers at once; those handed out count only
-	// toward PullHeld.
-	DefaultPullSlots = 64
-	// DefaultPullHeld is how many tasks one server holds at once, of every
-	// queue; MaxPullHeld bounds it.
-	DefaultPullHeld = 32_768
-	MaxPullHeld     = 1_000_000
-	// DefaultTTR is a consume's time-to-run when it gives none, lmstfy's.
-	DefaultTTR = 2 * time.Minute
-	// MaxCount bounds the tasks one consume asks for.
-	MaxCount = 100
-	// MaxConsumeQueues bounds the queues one consume names.
-	MaxConsumeQueues = 16
-)
-
 // pullPattern matches the namespaces' queues: <namespace>.<queue>.
 const pullPattern = `[A-Za-z0-9_-]+\.[A-Za-z0-9-]+`
 
 // legacyQueue matches a topic of pullPattern.
 var legacyQueue = regexp.MustCompile(`^(?:` + pullPattern + `)$`)
 
-// holdMax bounds how long a worker's task waits for a consumer, plus its
-// time-to-run: the worker's task timeout.
-const holdMax = 24 * time.Hour
+// HoldMax bounds how long a worker's task waits for a consumer, plus its
+// time-to-run: the worker's task timeout. A consume's time-to-run is at
+// most half of it.
+const HoldMax = 24 * time.Hour
 
-// releaseAfter is how long a task waits for a consumer after the worker's
-// last want of its queue ended before it goes back to its queue (the
-// server's releaseAfter, which tests shorten).
-const releaseAfter = 30 * time.Second
+// ReleaseAfter is how long a task waits for a consumer after the worker's
+// last want of its queue ended before it goes back to its queue
+// (Config.ReleaseAfter, which tests shorten).
+const ReleaseAfter = 30 * time.Second
 
 // laneReturn is how long a lane queue's task that no HTTP consumer asked
 // for waits in the delay topics before it is back in its lane: the task
@@ -71,9 +41,9 @@ const releaseAfter = 30 * time.Second
 // consumer (consumer.OnDemandLine) was full.
 const laneReturn = 10 * time.Second
 
-// wantGrace keeps a queue fetched a little past a consume's timeout, so
+// WantGrace keeps a queue fetched a little past a consume's timeout, so
 // that a consumer polling again finds what was fetched for the last one.
-const wantGrace = 10 * time.Second
+const WantGrace = 10 * time.Second
 
 // pullQuietAfter is the pull worker's QuietAfter: every fetch names every
 // partition it follows, and a queue's consumers keep it wanted, so a
@@ -89,7 +59,7 @@ var errTTR = errors.New("not acknowledged within its time-to-run (ttr)")
 // take counted in the lease topic (lease.go), or did not.
 type lease struct {
 	task  *consumer.Task
-	terms chan grant     // the consumer's terms, sent once it took it
+	terms chan Terms     // the consumer's terms, sent once it took it
 	reply chan takeReply // the handler's answer
 	// priority and ready, when the task became ready to run, place it
 	// in its queue's hand-out order (offers), at index.
@@ -100,7 +70,7 @@ type lease struct {
 
 // newLease is the lease of t's run.
 func newLease(t *consumer.Task) *lease {
-	return &lease{task: t, terms: make(chan grant, 1), reply: make(chan takeReply, 1), priority: t.Priority,
+	return &lease{task: t, terms: make(chan Terms, 1), reply: make(chan takeReply, 1), priority: t.Priority,
 		ready: laterOf(t.Enqueued, t.Due), index: -1}
 }
 
@@ -112,11 +82,11 @@ func laterOf(a, b time.Time) time.Time {
 	return a
 }
 
-// grant is what a consumer took a task for: its time-to-run and whether
-// the take spends one of the task's tries (lmstfy's freeze_tries).
-type grant struct {
-	ttr    time.Duration
-	freeze bool
+// Terms are what a consumer takes a task for: its time-to-run and
+// whether the take spends one of the task's tries (lmstfy's freeze_tries).
+type Terms struct {
+	TTR    time.Duration
+	Freeze bool
 	// placeBy bounds the wait for the job's place under its queue's
 	// limit (handOut); zero: placeTry from the take.
 	placeBy time.Time
@@ -129,8 +99,10 @@ type takeReply struct {
 	err   error
 }
 
-// pull is the server's pull worker and what it hands out.
-type pull struct {
+// Pull is a server's pull worker and what it hands out: open it with
+// Open, start its worker with Start, and release it with Stop, then
+// Close.
+type Pull struct {
 	// w is the worker running now, or the last one (pullworker.go): a
 	// worker that stops is replaced by a new one.
 	w      atomic.Pointer[consumer.Worker]
@@ -151,7 +123,8 @@ type pull struct {
 	removals prometheus.Counter
 	log      *slog.Logger
 
-	// releaseAfter is the server's: the constant releaseAfter unless a
+	cfg Config
+	// releaseAfter is the config's: the constant ReleaseAfter unless a
 	// test shortened it.
 	releaseAfter time.Duration
 	// lane is the server's lane (empty: a topic per queue): the jobs of
@@ -161,8 +134,8 @@ type pull struct {
 	legacy atomic.Pointer[map[string]bool]
 
 	mu     sync.Mutex
-	queues map[string]*pullQueue // by topic: the queues asked for or run
-	known  map[string]bool       // topics known to exist
+	queues map[string]*Queue // by topic: the queues asked for or run
+	known  map[string]bool   // topics known to exist
 	// remote are the other servers' wants, by topic (wantRemote): a
 	// worker that starts is told them (wantAll).
 	remote      map[string]time.Time
@@ -173,8 +146,8 @@ type pull struct {
 	runs   map[string]int // by lease key: the handlers running the task now
 }
 
-// pullQueue is a queue whose tasks the server hands out.
-type pullQueue struct {
+// Queue is a queue whose tasks the server hands out.
+type Queue struct {
 	topic  string
 	offers offers // its tasks offered to the server's consumers
 	// published is when this server last published to the queue, and
@@ -195,8 +168,16 @@ type pullQueue struct {
 	waiting atomic.Int32
 }
 
-func (q *pullQueue) wantedUntil() time.Time  { return time.Unix(0, q.wanted.Load()) }
-func (q *pullQueue) fetchedUntil() time.Time { return time.Unix(0, q.fetched.Load()) }
+// Wait counts a consumer waiting for the queue, with a timeout, until
+// done is called: its want is told to the other servers again while it
+// waits (reannounce).
+func (q *Queue) Wait() (done func()) {
+	q.waiting.Add(1)
+	return func() { q.waiting.Add(-1) }
+}
+
+func (q *Queue) wantedUntil() time.Time  { return time.Unix(0, q.wanted.Load()) }
+func (q *Queue) fetchedUntil() time.Time { return time.Unix(0, q.fetched.Load()) }
 
 // raiseTo sets v to until, in Unix nanoseconds, if that is later.
 func raiseTo(v *atomic.Int64, until time.Time) {
@@ -213,26 +194,60 @@ func leaseKey(topic, id string) string { return topic + "\x00" + id }
 // cutLeaseKey splits a lease key into its topic and ID.
 func cutLeaseKey(k string) (topic, id string, ok bool) { return strings.Cut(k, "\x00") }
 
-// queue returns topic's pullQueue, making it the first time.
-func (pl *pull) queue(topic string) *pullQueue {
+// queue returns topic's Queue, making it the first time.
+func (pl *Pull) queue(topic string) *Queue {
 	pl.mu.Lock()
 	defer pl.mu.Unlock()
 	q := pl.queues[topic]
 	if q == nil {
-		q = &pullQueue{topic: topic}
+		q = &Queue{topic: topic}
 		pl.queues[topic] = q
 	}
 	return q
 }
 
-// published notes that this server is publishing to topic's queue.
-func (pl *pull) published(topic string) {
+// Published notes that this server is publishing to topic's queue.
+func (pl *Pull) Published(topic string) {
 	pl.queue(topic).published.Store(time.Now().UnixNano())
+}
+
+// Offered is how many tasks of topic the server's handlers offer to its
+// consumers now.
+func (pl *Pull) Offered(topic string) int { return pl.queue(topic).offers.len() }
+
+// Owns says whether the pull worker owns a partition of topic now.
+func (pl *Pull) Owns(topic string) bool { return pl.w.Load().Owns(topic) }
+
+// TaskLease is what the lease topic says of a task: whether it is handed
+// out (Taken: its run at Partition and Offset, Freeze: without spending
+// a try) or acknowledged.
+type TaskLease struct {
+	Taken, Acked, Freeze bool
+	Partition            int32
+	Offset               int64
+}
+
+// LeaseOf returns what the lease topic says of queue's task id, as this
+// server read it; ok is false if it says nothing.
+func (pl *Pull) LeaseOf(queue, id string) (l TaskLease, ok bool) {
+	st, ok := pl.ledger.state(leaseKey(queue, id))
+	return TaskLease{Taken: st.Taken, Acked: st.Acked, Freeze: st.Freeze, Partition: st.Partition, Offset: st.Offset}, ok
+}
+
+// CancelLease writes that queue's task id, not handed out, never is:
+// handedOut says a consumer took it (or acknowledged it) first, and then
+// the cancel did not count.
+func (pl *Pull) CancelLease(ctx context.Context, queue, id string) (handedOut bool, err error) {
+	counted, st, err := pl.ledger.write(ctx, leaseKey(queue, id), leaseEvent{Kind: evCancel})
+	if err != nil {
+		return false, err
+	}
+	return !counted && (st.Taken || st.Acked), nil
 }
 
 // track counts a handler running the task of lease key until done is
 // called.
-func (pl *pull) track(key string) (done func()) {
+func (pl *Pull) track(key string) (done func()) {
 	pl.mu.Lock()
 	defer pl.mu.Unlock()
 	if pl.runs == nil {
@@ -250,15 +265,15 @@ func (pl *pull) track(key string) (done func()) {
 
 // running reports whether a handler of this server runs the task of lease
 // key now.
-func (pl *pull) running(key string) bool {
+func (pl *Pull) running(key string) bool {
 	pl.mu.Lock()
 	defer pl.mu.Unlock()
 	return pl.runs[key] > 0
 }
 
-// want says that a consumer waits for topic until until: the worker
+// Want says that a consumer waits for topic until until: the worker
 // fetches it, and its tasks wait for consumers.
-func (pl *pull) want(topic string, until time.Time) *pullQueue {
+func (pl *Pull) Want(topic string, until time.Time) *Queue {
 	q := pl.queue(topic)
 	raiseTo(&q.wanted, until)
 	raiseTo(&q.fetched, until)
@@ -268,10 +283,10 @@ func (pl *pull) want(topic string, until time.Time) *pullQueue {
 	return q
 }
 
-// announce tells the other servers of the group that this one waits for
+// Announce tells the other servers of the group that this one waits for
 // topic until until (ledger.announce), when its partitions may be
 // another server's.
-func (pl *pull) announce(topic string, until time.Time, fetch bool) {
+func (pl *Pull) Announce(topic string, until time.Time, fetch bool) {
 	if w := pl.w.Load(); w != nil && (pl.fleet.Load() > 1 || !w.Owns(topic)) {
 		pl.ledger.announce(topic, until, fetch)
 	}
@@ -285,7 +300,7 @@ const reannounceEvery = 500 * time.Millisecond
 // reannounce announces, every reannounceEvery until ctx ends, the queues
 // consumers of this server wait for. A want already written is not
 // written again (ledger.announce).
-func (pl *pull) reannounce(ctx context.Context) {
+func (pl *Pull) reannounce(ctx context.Context) {
 	t := time.NewTicker(reannounceEvery)
 	defer t.Stop()
 	var wanted map[string]time.Time
@@ -307,7 +322,7 @@ func (pl *pull) reannounce(ctx context.Context) {
 		}
 		pl.mu.Unlock()
 		for topic, until := range wanted {
-			pl.announce(topic, until, false)
+			pl.Announce(topic, until, false)
 		}
 		if len(wanted) > 0 && pl.fleet.Load() > 1 {
 			// Their jobs may be a dead server's (failover.go).
@@ -323,7 +338,7 @@ func (pl *pull) reannounce(ctx context.Context) {
 // and does the same, without handing the task out again: if this server
 // has not read that lease yet, the take of its offer does not count (the
 // topic's order decides), and by then it has read it.
-func (pl *pull) handle(ctx context.Context, t *consumer.Task) error {
+func (pl *Pull) handle(ctx context.Context, t *consumer.Task) error {
 	lg := pl.ledger
 	key := leaseKey(t.Queue, t.ID)
 	defer pl.track(key)()
@@ -378,7 +393,7 @@ func (pl *pull) handle(ctx context.Context, t *consumer.Task) error {
 // hold waits while the lease st is open: for a change of it, or for the
 // end of its time-to-run, when it writes the lease's expiry. end says the
 // run is over, with err.
-func (pl *pull) hold(ctx context.Context, key string, st leaseState, changed <-chan struct{}) (end bool, err error) {
+func (pl *Pull) hold(ctx context.Context, key string, st leaseState, changed <-chan struct{}) (end bool, err error) {
 	first, counted, err := pl.endAt(ctx, key, st.Until, changed, leaseEvent{Kind: evExpire, Lease: st.Lease})
 	switch {
 	case err != nil:
@@ -391,7 +406,7 @@ func (pl *pull) hold(ctx context.Context, key string, st leaseState, changed <-c
 
 // endAt waits for key's state to change (first) or for until, when it
 // writes ev and reports whether it counted. An error is the run's.
-func (pl *pull) endAt(ctx context.Context, key string, until time.Time, changed <-chan struct{}, ev leaseEvent) (first, counted bool, err error) {
+func (pl *Pull) endAt(ctx context.Context, key string, until time.Time, changed <-chan struct{}, ev leaseEvent) (first, counted bool, err error) {
 	lg := pl.ledger
 	timer := time.NewTimer(time.Until(until))
 	defer timer.Stop()
@@ -428,7 +443,7 @@ func ttrError(st leaseState) error {
 // the queue ended: the worker fetches the queue no more by then, so the
 // task stays there, and it holds no place in the worker while nobody
 // consumes it.
-func (pl *pull) offer(ctx context.Context, t *consumer.Task, key string, changed <-chan struct{}) (end bool, err error) {
+func (pl *Pull) offer(ctx context.Context, t *consumer.Task, key string, changed <-chan struct{}) (end bool, err error) {
 	lg := pl.ledger
 	q := pl.queue(t.Queue)
 	l := newLease(t)
@@ -500,7 +515,7 @@ func goBack(queue string) error {
 // with a place under its queue's limit (handOut), and tells that consumer
 // whether it counted. end says the run is over, with err: the lease topic
 // could not be written.
-func (pl *pull) answer(ctx context.Context, key string, l *lease, g grant) (end bool, err error) {
+func (pl *Pull) answer(ctx context.Context, key string, l *lease, g Terms) (end bool, err error) {
 	t := l.task
 	if _, err := pl.handOut(ctx, l, key, runRef{t.Partition, t.Offset}, g); err != nil {
 		return true, runError(ctx, err)

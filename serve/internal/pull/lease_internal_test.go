@@ -1,4 +1,4 @@
-package serve
+package pull
 
 import (
 	"encoding/json"

@@ -1,4 +1,4 @@
-package serve
+package console
 
 import (
 	"fmt"
@@ -23,44 +23,44 @@ type scheduleRow struct {
 	Link bool
 }
 
-// consoleSeesSchedule reports whether tok sees the schedule e.
-func consoleSeesSchedule(tok auth.Token, e periodic.Entry) bool {
+// seesSchedule reports whether tok sees the schedule e.
+func (c *Console) seesSchedule(tok auth.Token, e periodic.Entry) bool {
 	if tok.Namespace == auth.AllNamespaces {
 		return true
 	}
-	_, ok := inNamespace(e, tok.Namespace)
+	_, ok := c.api.ScheduleIn(e, tok.Namespace)
 	return ok
 }
 
 // periodicPage: GET /console/periodic.
-func (s *Server) periodicPage(w http.ResponseWriter, _ *http.Request, pg *page) {
+func (c *Console) periodicPage(w http.ResponseWriter, _ *http.Request, pg *page) {
 	pg.Title = "Periodic"
 	var rows []scheduleRow
-	for _, e := range s.schedules.List(time.Now()) {
-		if consoleSeesSchedule(pg.Token, e) {
-			rows = append(rows, scheduleRow{Entry: e, Link: s.consoleSees(pg.Token, e.Queue)})
+	for _, e := range c.schedules.List(time.Now()) {
+		if c.seesSchedule(pg.Token, e) {
+			rows = append(rows, scheduleRow{Entry: e, Link: c.consoleSees(pg.Token, e.Queue)})
 		}
 	}
 	pg.Data = rows
-	s.render(w, "periodic", pg)
+	c.render(w, "periodic", pg)
 }
 
 // consolePeriodicRemove: POST /console/periodic/remove (name): removes a
 // schedule the token sees.
-func (s *Server) consolePeriodicRemove(w http.ResponseWriter, r *http.Request, pg *page) {
+func (c *Console) consolePeriodicRemove(w http.ResponseWriter, r *http.Request, pg *page) {
 	name := strings.TrimSpace(r.FormValue("name"))
 	if err := periodic.ValidateName(name); err != nil {
 		http.Error(w, strings.TrimPrefix(err.Error(), "periodic: "), http.StatusBadRequest)
 		return
 	}
-	if err := s.schedules.Sync(r.Context()); err != nil {
+	if err := c.schedules.Sync(r.Context()); err != nil {
 		back(w, r, "/console/periodic", err.Error())
 		return
 	}
-	e, ok := s.schedules.Get(name, time.Now())
+	e, ok := c.schedules.Get(name, time.Now())
 	tok := pg.Token
-	if ok && !consoleSeesSchedule(tok, e) || !ok && tok.Namespace != auth.AllNamespaces && !strings.HasPrefix(name, tok.Namespace+".") {
-		s.forbidden(w, pg, fmt.Sprintf("token %s opens namespace %s, not schedule %s", tok.ID, tok.Namespace, name))
+	if ok && !c.seesSchedule(tok, e) || !ok && tok.Namespace != auth.AllNamespaces && !strings.HasPrefix(name, tok.Namespace+".") {
+		c.forbidden(w, pg, fmt.Sprintf("token %s opens namespace %s, not schedule %s", tok.ID, tok.Namespace, name))
 		return
 	}
 	const to = "/console/periodic"
@@ -68,7 +68,7 @@ func (s *Server) consolePeriodicRemove(w http.ResponseWriter, r *http.Request, p
 		back(w, r, to, "no schedule "+name+": it was removed already")
 		return
 	}
-	if err := s.schedules.Remove(r.Context(), name); err != nil {
+	if err := c.schedules.Remove(r.Context(), name); err != nil {
 		back(w, r, to, err.Error())
 		return
 	}

@@ -1,4 +1,4 @@
-package serve
+package pull
 
 import (
 	"context"
@@ -28,7 +28,7 @@ const remoteAfter = 2 * time.Millisecond
 const grantHold = 5 * time.Second
 
 // grant grants t to server holder. end says the run is over, with err.
-func (pl *pull) grant(ctx context.Context, t *consumer.Task, key, holder string) (end bool, err error) {
+func (pl *Pull) grant(ctx context.Context, t *consumer.Task, key, holder string) (end bool, err error) {
 	rec := t.Record(t.Topic)
 	wt := &wireTask{Value: rec.Value}
 	for _, h := range rec.Headers {
@@ -45,7 +45,7 @@ func (pl *pull) grant(ctx context.Context, t *consumer.Task, key, holder string)
 // awaitGrant waits while the task is granted to another server: for a
 // change, or the end of the grant, when it revokes it. end says the run is
 // over, with err.
-func (pl *pull) awaitGrant(ctx context.Context, topic, key string, st leaseState, changed <-chan struct{}) (end bool, err error) {
+func (pl *Pull) awaitGrant(ctx context.Context, topic, key string, st leaseState, changed <-chan struct{}) (end bool, err error) {
 	_, counted, err := pl.endAt(ctx, key, st.GrantUntil, changed, leaseEvent{Kind: evRevoke, Lease: st.GrantNonce})
 	if err != nil {
 		return true, err
@@ -60,7 +60,7 @@ func (pl *pull) awaitGrant(ctx context.Context, topic, key string, st leaseState
 // until the grant ends, and writes the take of the one that takes it. It
 // is called on the lease topic's reading goroutine, so it starts one of
 // its own.
-func (pl *pull) offerGranted(key string, st leaseState) {
+func (pl *Pull) offerGranted(key string, st leaseState) {
 	topic, _, _ := cutLeaseKey(key)
 	rec := &kgo.Record{Topic: topic, Partition: st.Partition, Offset: st.Offset, Value: st.Task.Value}
 	for _, h := range st.Task.Headers {

@@ -1,8 +1,9 @@
-package serve
+package console
 
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -139,8 +140,8 @@ func TestStripOf(t *testing.T) {
 		{"serve", auth.AllNamespaces, "serve/shop.emails", "serve/shop.emails"},
 		{"", "shop", "shopping.emails", "shopping.emails"},
 	} {
-		s := &Server{cfg: config{lane: tc.lane}}
-		if got := shown(s.stripOf(auth.Token{Namespace: tc.ns}), tc.queue); got != tc.want {
+		c := &Console{lane: tc.lane}
+		if got := shown(c.stripOf(auth.Token{Namespace: tc.ns}), tc.queue); got != tc.want {
 			t.Errorf("lane %q, namespace %q: %s shown as %q, want %q", tc.lane, tc.ns, tc.queue, got, tc.want)
 		}
 	}
@@ -153,7 +154,7 @@ func TestFindTaskError(t *testing.T) {
 		strings.Contains(got, "deadline") {
 		t.Fatalf("a time-out reads %q", got)
 	}
-	if err := errTaskGone; findTaskError(err) != err {
+	if err := errors.New("the task's record is gone from the queue"); findTaskError(err) != err {
 		t.Fatal("another error changed")
 	}
 }

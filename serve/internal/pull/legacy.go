@@ -1,4 +1,4 @@
-package serve
+package pull
 
 import (
 	"context"
@@ -21,7 +21,7 @@ import (
 // each moves once, with its ID, data, attributes, tries left, ttl and
 // submission time. A job handed out before the switch stays its
 // consumer's: its ACK through the lane queue finds its lease
-// (acknowledge), and if none comes it moves when its ttr passes.
+// (Acknowledge), and if none comes it moves when its ttr passes.
 
 // laneLabelPattern matches the labels of a lane's queues: <ns>.<queue>.
 // A label may hold '_', which a topic's name may not (queueOf).
@@ -29,7 +29,7 @@ const laneLabelPattern = `[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+`
 
 // legacyOf is the topic that holds lane queue topic's jobs from a server
 // without a lane, or "" if there is none.
-func (pl *pull) legacyOf(topic string) string {
+func (pl *Pull) legacyOf(topic string) string {
 	if pl.lane == "" {
 		return ""
 	}
@@ -50,7 +50,7 @@ const legacyEvery = time.Minute
 
 // listLegacy keeps the topics of the cluster a server without a lane
 // kept a namespace's queue in, <ns>.<queue>.
-func (pl *pull) listLegacy(ctx context.Context) error {
+func (pl *Pull) listLegacy(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	names, err := pl.adm.ListTopics(ctx, false)
@@ -68,7 +68,7 @@ func (pl *pull) listLegacy(ctx context.Context) error {
 }
 
 // watchLegacy lists them again every legacyEvery until ctx ends.
-func (pl *pull) watchLegacy(ctx context.Context, log *slog.Logger) {
+func (pl *Pull) watchLegacy(ctx context.Context, log *slog.Logger) {
 	t := time.NewTicker(legacyEvery)
 	defer t.Stop()
 	for {
@@ -84,13 +84,13 @@ func (pl *pull) watchLegacy(ctx context.Context, log *slog.Logger) {
 }
 
 // movesToLane says whether queue's jobs move to a lane queue.
-func (pl *pull) movesToLane(queue string) bool {
+func (pl *Pull) movesToLane(queue string) bool {
 	_, _, isLane := onceq.SplitLane(queue)
 	return pl.lane != "" && !isLane
 }
 
 // moveToLane emits t to its lane queue, to commit with t's run.
-func (pl *pull) moveToLane(t *consumer.Task) error {
+func (pl *Pull) moveToLane(t *consumer.Task) error {
 	out := t.Task.Clone()
 	out.Queue = pl.lane + string(onceq.LaneSep) + t.Queue
 	out.Due, out.Delay = time.Time{}, 0
@@ -99,7 +99,7 @@ func (pl *pull) moveToLane(t *consumer.Task) error {
 
 // tell tells w that a consumer waits for topic until until, and for the
 // topic that holds its jobs from a server without a lane, if any.
-func (pl *pull) tell(w *consumer.Worker, topic string, until time.Time) {
+func (pl *Pull) tell(w *consumer.Worker, topic string, until time.Time) {
 	w.Want(topic, until)
 	if old := pl.legacyOf(topic); old != "" {
 		w.Want(old, until)

@@ -1,4 +1,4 @@
-package serve
+package pull
 
 import (
 	"context"
@@ -19,12 +19,13 @@ import (
 	"github.com/onceq/onceq/checkpoint"
 	"github.com/onceq/onceq/consumer"
 	"github.com/onceq/onceq/internal/instance"
+	"github.com/onceq/onceq/internal/limit"
 )
 
-// The pull worker's life. New starts the server's pull worker and waits
+// The pull worker's life. Start starts the server's pull worker and waits
 // until it started (its queues, changelogs and checkpoint open): a worker
 // that cannot start, such as one whose checkpoint in the data dir belongs
-// to another pull group, fails New. A worker that stops later (its
+// to another pull group, fails Start. A worker that stops later (its
 // brokers, its checkpoint, too many failed commits in a row) is replaced
 // by a new consumer.Worker after a pause that doubles from
 // pullRestartMin to pullRestartMax while its successors keep stopping;
@@ -59,40 +60,84 @@ type stopped struct {
 	at  time.Time
 }
 
-// startPull starts the server's pull worker and waits, until ctx ends,
-// until it started.
-func (s *Server) startPull(ctx context.Context) error {
-	s.pull.releaseAfter, s.pull.lane = s.cfg.releaseAfter, s.cfg.lane
+// Config is what a server's pull needs.
+type Config struct {
+	Conn broker.Conn
+	Log  *slog.Logger
+	Reg  prometheus.Registerer
+	// Group is the pull group; Slots, Held and Retention are its worker's
+	// consumer.MaxRunningPerQueue, Concurrency and ResultRetention.
+	Group     string
+	Slots     int
+	Held      int
+	Retention time.Duration
+	// DataDir keeps the worker's checkpoint and instance ID (empty: a
+	// checkpoint in memory, a new instance ID each start).
+	DataDir string
+	// Lane is the server's lane (empty: a topic per queue), made with
+	// Partitions if it does not exist.
+	Lane       string
+	Partitions int32
+	// ReleaseAfter and AckRunWait are the constants of their names
+	// unless a test shortens them.
+	ReleaseAfter time.Duration
+	AckRunWait   time.Duration
+	// Records are the tasks' records, which an acknowledgment waits on.
+	Records Records
+}
+
+// Open opens the pull group's leases and the queues' limits, read to
+// their ends; Start starts the worker.
+func Open(ctx context.Context, cfg Config) (*Pull, error) {
+	pl := &Pull{cfg: cfg, queues: map[string]*Queue{}, known: map[string]bool{}, remote: map[string]time.Time{}, quit: make(chan struct{}),
+		releaseAfter: cfg.ReleaseAfter, lane: cfg.Lane}
+	var err error
+	if pl.ledger, err = openLedger(ctx, cfg.Conn, cfg.Group, cfg.Log.With("component", "leases"), pl.wantRemote, pl.offerGranted, pl.running); err != nil {
+		return nil, err
+	}
+	if pl.limits, err = limit.Open(ctx, cfg.Conn, cfg.Log.With("component", "limits")); err != nil {
+		pl.ledger.close()
+		return nil, err
+	}
+	return pl, nil
+}
+
+// Limits are the queues' limits, which the hand-outs hold places of.
+func (pl *Pull) Limits() *limit.Client { return pl.limits }
+
+// Start starts the pull worker and waits, until ctx ends, until it
+// started.
+func (pl *Pull) Start(ctx context.Context) error {
+	cfg := pl.cfg
 	patterns := []string{pullPattern}
-	if s.cfg.lane != "" {
+	if cfg.Lane != "" {
 		// And the topics of queues a server without a lane kept, whose
 		// jobs move to their lane queues (legacy.go).
-		patterns = append(patterns, regexp.QuoteMeta(s.cfg.lane)+string(onceq.LaneSep)+laneLabelPattern)
-		adm, err := broker.NewAdmin(s.cfg.conn)
+		patterns = append(patterns, regexp.QuoteMeta(cfg.Lane)+string(onceq.LaneSep)+laneLabelPattern)
+		adm, err := broker.NewAdmin(cfg.Conn)
 		if err != nil {
 			return err
 		}
 		ctx, cancel := context.WithTimeout(ctx, time.Minute)
-		err = adm.EnsureTopic(ctx, s.cfg.lane, max(s.cfg.partitions, 1), nil)
+		err = adm.EnsureTopic(ctx, cfg.Lane, max(cfg.Partitions, 1), nil)
 		cancel()
 		adm.Close()
 		if err != nil {
-			return fmt.Errorf("making the lane %s: %w", s.cfg.lane, err)
+			return fmt.Errorf("making the lane %s: %w", cfg.Lane, err)
 		}
 	}
 	// The worker's instance ID, as the worker keeps it, known before it
 	// starts: the ledger answers probes of it (failover.go).
-	pl := &s.pull
-	pl.group, pl.instance, pl.log = s.cfg.pullGroup, instance.New("onceq-"), s.cfg.log.With("component", "pull")
-	if s.cfg.dataDir != "" {
+	pl.group, pl.instance, pl.log = cfg.Group, instance.New("onceq-"), cfg.Log.With("component", "pull")
+	if cfg.DataDir != "" {
 		var err error
-		if pl.instance, err = instance.Load(filepath.Join(s.cfg.dataDir, "pull"), "instance-id", "w-"); err != nil {
+		if pl.instance, err = instance.Load(filepath.Join(cfg.DataDir, "pull"), "instance-id", "w-"); err != nil {
 			return fmt.Errorf("serve: the pull worker's instance ID: %w", err)
 		}
 	}
 	pl.removals = prometheus.NewCounter(prometheus.CounterOpts{Name: "onceq_serve_pull_members_removed_total",
 		Help: "Servers this server removed from the pull group for answering no probe (taken for dead), so that their jobs move at once."})
-	if err := s.cfg.reg.Register(pl.removals); err != nil {
+	if err := cfg.Reg.Register(pl.removals); err != nil {
 		return fmt.Errorf("serve: registering metrics: %w", err)
 	}
 	pl.ledger.answerFor(pl.instance, func() {
@@ -100,21 +145,21 @@ func (s *Server) startPull(ctx context.Context) error {
 			w.Rejoin()
 		}
 	})
-	life := &s.pull.life
-	life.metrics = &workerMetrics{Registerer: s.cfg.reg}
-	opts := []consumer.Opt{consumer.Conn(s.cfg.conn), consumer.Logger(s.cfg.log.With("component", "pull")), consumer.Queues(patterns...),
-		consumer.Group(s.cfg.pullGroup), consumer.OnDemand(true), consumer.Concurrency(s.cfg.pullHeld), consumer.MaxRunningPerQueue(s.cfg.pullSlots),
-		consumer.MaxBufferedRecords(s.cfg.pullHeld + consumer.DefaultMaxBufferedRecords), // the held tasks and a fetch's
-		consumer.TaskTimeout(holdMax), consumer.CommitInterval(pullCommitInterval), consumer.ShutdownTimeout(pullShutdown),
-		consumer.WithHandler(consumer.HandlerFunc(s.pull.handle)), consumer.ResultRetention(s.cfg.retention),
+	life := &pl.life
+	life.metrics = &workerMetrics{Registerer: cfg.Reg}
+	opts := []consumer.Opt{consumer.Conn(cfg.Conn), consumer.Logger(cfg.Log.With("component", "pull")), consumer.Queues(patterns...),
+		consumer.Group(cfg.Group), consumer.OnDemand(true), consumer.Concurrency(cfg.Held), consumer.MaxRunningPerQueue(cfg.Slots),
+		consumer.MaxBufferedRecords(cfg.Held + consumer.DefaultMaxBufferedRecords), // the held tasks and a fetch's
+		consumer.TaskTimeout(HoldMax), consumer.CommitInterval(pullCommitInterval), consumer.ShutdownTimeout(pullShutdown),
+		consumer.WithHandler(consumer.HandlerFunc(pl.handle)), consumer.ResultRetention(cfg.Retention),
 		consumer.MetricsPerQueue(false), consumer.Registerer(life.metrics), consumer.QuietAfter(pullQuietAfter),
 		consumer.OwnLimits(true), // a job takes its place when it is handed out (handOut)
 		consumer.InstanceID(pl.instance)}
 	life.build = func() (*consumer.Worker, error) {
 		life.metrics.reset() // the metrics of the worker this one replaces
 		o := opts
-		if s.cfg.dataDir != "" {
-			o = append(o, consumer.CheckpointDir(filepath.Join(s.cfg.dataDir, "pull")))
+		if cfg.DataDir != "" {
+			o = append(o, consumer.CheckpointDir(filepath.Join(cfg.DataDir, "pull")))
 		} else {
 			// A store of its own: restored from the changelogs, as at a
 			// start of the server.
@@ -126,56 +171,57 @@ func (s *Server) startPull(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("starting the pull worker: %w", err)
 	}
-	if s.pull.adm, err = broker.NewAdmin(s.cfg.conn); err != nil {
+	if pl.adm, err = broker.NewAdmin(cfg.Conn); err != nil {
 		return err
 	}
-	if s.cfg.lane != "" {
-		if err := s.pull.listLegacy(ctx); err != nil {
+	if cfg.Lane != "" {
+		if err := pl.listLegacy(ctx); err != nil {
 			return err
 		}
 	}
-	s.pull.install(w)
+	pl.install(w)
 	rctx, stop := context.WithCancel(context.Background())
 	life.stop, life.done = stop, make(chan struct{})
 	started := make(chan error, 1)
-	go s.pull.run(rctx, w, started, s.cfg.log.With("component", "pull"))
-	go s.pull.countFleet(rctx, s.cfg.pullGroup)
-	if s.cfg.lane != "" {
-		go s.pull.watchLegacy(rctx, s.cfg.log.With("component", "pull"))
+	go pl.run(rctx, w, started, cfg.Log.With("component", "pull"))
+	go pl.countFleet(rctx, cfg.Group)
+	if cfg.Lane != "" {
+		go pl.watchLegacy(rctx, cfg.Log.With("component", "pull"))
 	}
-	go s.pull.reannounce(rctx)
+	go pl.reannounce(rctx)
 	select {
 	case err = <-started:
 	case <-ctx.Done():
 		err = ctx.Err()
 	}
 	if err != nil {
-		return s.pullStartError(err)
+		return pl.explainStart(err)
 	}
 	return nil
 }
 
-// pullStartError explains why the first pull worker did not start.
-func (s *Server) pullStartError(err error) error {
-	if !errors.Is(err, checkpoint.ErrMismatch) || s.cfg.dataDir == "" {
+// explainStart explains why the first pull worker did not start.
+func (pl *Pull) explainStart(err error) error {
+	cfg := pl.cfg
+	if !errors.Is(err, checkpoint.ErrMismatch) || cfg.DataDir == "" {
 		return fmt.Errorf("serve: starting the pull worker: %w", err)
 	}
-	store := filepath.Join(s.cfg.dataDir, "pull", "store")
+	store := filepath.Join(cfg.DataDir, "pull", "store")
 	owner, fix := "another pull group or Kafka cluster", "start with the pull group that used it (--pull-group)"
 	if st, oerr := checkpoint.Open(store, checkpoint.ReadOnly()); oerr == nil {
 		cluster, group := st.Identity()
 		_ = st.Close()
-		if group != s.cfg.pullGroup {
+		if group != cfg.Group {
 			owner, fix = fmt.Sprintf("pull group %q", group), fmt.Sprintf("start with --pull-group %s", group)
 		} else {
 			owner, fix = fmt.Sprintf("the Kafka cluster %s", cluster), "start with the brokers of that cluster (--brokers)"
 		}
 	}
 	return &startError{err: err, msg: fmt.Sprintf("serve: the data dir %s (--data-dir) keeps the pull worker checkpoint of %s, not of pull group %q: %s, or give pull group %q a data dir of its own",
-		s.cfg.dataDir, owner, s.cfg.pullGroup, fix, s.cfg.pullGroup)}
+		cfg.DataDir, owner, cfg.Group, fix, cfg.Group)}
 }
 
-// startError is an error of New with a message of its own, which still
+// startError is an error of Start with a message of its own, which still
 // matches what it wraps.
 type startError struct {
 	msg string
@@ -186,7 +232,7 @@ func (e *startError) Error() string { return e.msg }
 func (e *startError) Unwrap() error { return e.err }
 
 // install makes w the server's worker and tells it the wants it serves.
-func (pl *pull) install(w *consumer.Worker) {
+func (pl *Pull) install(w *consumer.Worker) {
 	pl.w.Store(w)
 	pl.wantAll(w)
 }
@@ -194,7 +240,7 @@ func (pl *pull) install(w *consumer.Worker) {
 // run runs w and, until ctx ends, a new worker in place of each one that
 // stops, after a pause. started is told once w started, or why it did not:
 // then run returns.
-func (pl *pull) run(ctx context.Context, w *consumer.Worker, started chan<- error, log *slog.Logger) {
+func (pl *Pull) run(ctx context.Context, w *consumer.Worker, started chan<- error, log *slog.Logger) {
 	defer close(pl.life.done)
 	pause := pullRestartMin
 	for {
@@ -228,13 +274,13 @@ func (pl *pull) run(ctx context.Context, w *consumer.Worker, started chan<- erro
 	}
 }
 
-// wantAcked has the worker fetch, for ackRunWait, the queues of the tasks
+// wantAcked has the worker fetch, for AckRunWait, the queues of the tasks
 // acknowledged since then (a minute before the stopped worker began,
 // for the servers' clocks): a run that worker held when it stopped did
 // not commit, and commits, with its acknowledged result, only once its
 // queue is fetched again, which no consumer may ask for.
-func (pl *pull) wantAcked(since time.Time) {
-	until := time.Now().Add(ackRunWait)
+func (pl *Pull) wantAcked(since time.Time) {
+	until := time.Now().Add(AckRunWait)
 	for _, topic := range pl.ledger.ackedTopics(since) {
 		pl.wantRemote(topic, until)
 	}
@@ -242,7 +288,7 @@ func (pl *pull) wantAcked(since time.Time) {
 
 // runOne runs w until it returns, and reports whether it started. started,
 // unless nil, is told once it started, or why it did not.
-func (pl *pull) runOne(ctx context.Context, w *consumer.Worker, started chan<- error) (ran bool, err error) {
+func (pl *Pull) runOne(ctx context.Context, w *consumer.Worker, started chan<- error) (ran bool, err error) {
 	ret := make(chan error, 1)
 	go func() { ret <- w.Run(ctx) }()
 	select {
@@ -263,9 +309,9 @@ func (pl *pull) runOne(ctx context.Context, w *consumer.Worker, started chan<- e
 	}
 }
 
-// healthy is nil while a pull worker runs and is healthy (consumer.Worker's
+// Healthy is nil while a pull worker runs and is healthy (consumer.Worker's
 // Healthy); else it says why not.
-func (pl *pull) healthy() error {
+func (pl *Pull) Healthy() error {
 	if err := pl.notRunning(); err != nil {
 		return err
 	}
@@ -275,11 +321,11 @@ func (pl *pull) healthy() error {
 	return nil
 }
 
-// ready is nil while a pull worker runs; else it says why not. It does
+// Ready is nil while a pull worker runs; else it says why not. It does
 // not wait for the worker to join its group, as consumer.Worker's Ready
 // does: a worker over a pattern joins once a queue exists, and a server
 // must be ready to take the publish that makes the first one.
-func (pl *pull) ready() error {
+func (pl *Pull) Ready() error {
 	if err := pl.notRunning(); err != nil {
 		return err
 	}
@@ -296,23 +342,30 @@ func (pl *pull) ready() error {
 }
 
 // notRunning says why no pull worker runs now, if none does.
-func (pl *pull) notRunning() error {
+func (pl *Pull) notRunning() error {
 	if d := pl.life.down.Load(); d != nil {
 		return fmt.Errorf("the worker stopped %v ago, and a new one has not started yet: %w", time.Since(d.at).Round(time.Second), d.err)
 	}
 	return nil
 }
 
-// stopPull stops the pull worker: tasks handed out and not acknowledged
+// Stop stops the pull worker: tasks handed out and not acknowledged
 // stay leased, and the group's next owner of their partitions waits for
 // their acknowledgments.
-func (s *Server) stopPull() {
-	if s.pull.life.stop == nil {
+func (pl *Pull) Stop() {
+	close(pl.quit)
+	if pl.life.stop == nil {
 		return
 	}
-	s.pull.life.stop()
-	<-s.pull.life.done
-	s.pull.adm.Close()
+	pl.life.stop()
+	<-pl.life.done
+	pl.adm.Close()
+}
+
+// Close releases the leases and the limits, once the worker stopped.
+func (pl *Pull) Close() {
+	pl.ledger.close()
+	pl.limits.Close()
 }
 
 // wantRemote makes the worker fetch topic until until: another server's
@@ -320,10 +373,10 @@ func (s *Server) stopPull() {
 // acknowledgment waits for its task's run. The want is kept for the
 // workers that start later: the lease topic is read, and its wants
 // replayed, before the first one exists. It is a want of the queue's
-// tasks (pullQueue.fetched), which go back to the queue only
+// tasks (Queue.fetched), which go back to the queue only
 // releaseAfter past it: a task fetched for it and sent back at once would
 // be fetched again, a copy each time.
-func (pl *pull) wantRemote(topic string, until time.Time) {
+func (pl *Pull) wantRemote(topic string, until time.Time) {
 	raiseTo(&pl.queue(topic).fetched, until)
 	pl.mu.Lock()
 	if until.After(pl.remote[topic]) {
@@ -348,7 +401,7 @@ func (pl *pull) wantRemote(topic string, until time.Time) {
 
 // wantAll tells w every want that lasts: of this server's consumers, and
 // of the other servers'.
-func (pl *pull) wantAll(w *consumer.Worker) {
+func (pl *Pull) wantAll(w *consumer.Worker) {
 	now := time.Now()
 	wants := map[string]time.Time{}
 	pl.mu.Lock()
@@ -376,7 +429,7 @@ const fleetEvery = 5 * time.Second
 
 // countFleet counts the pull group's members every fleetEvery until ctx
 // ends.
-func (pl *pull) countFleet(ctx context.Context, group string) {
+func (pl *Pull) countFleet(ctx context.Context, group string) {
 	for {
 		if n, err := pl.adm.GroupMembers(ctx, group); err == nil {
 			pl.fleet.Store(int32(n))

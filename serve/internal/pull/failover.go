@@ -1,4 +1,4 @@
-package serve
+package pull
 
 import (
 	"context"
@@ -82,7 +82,7 @@ func (lg *ledger) rejoinAll(ctx context.Context, instance string) error {
 
 // suspect looks for dead members of the pull group, in the background,
 // unless a look runs or began within failoverEvery.
-func (pl *pull) suspect() {
+func (pl *Pull) suspect() {
 	f := &pl.failover
 	f.mu.Lock()
 	if f.looking || time.Since(f.last) < failoverEvery || pl.instance == "" {
@@ -112,7 +112,7 @@ func (pl *pull) suspect() {
 
 // removeDead pings every other member of the pull group and removes
 // those that do not answer within ackProbeWait.
-func (pl *pull) removeDead(ctx context.Context) {
+func (pl *Pull) removeDead(ctx context.Context) {
 	members, err := pl.adm.StaticMembers(ctx, pl.group)
 	if err != nil {
 		pl.log.Debug("looking for dead servers: the pull group's members are unknown", "err", err)

@@ -1,4 +1,4 @@
-package serve
+package pull
 
 import (
 	"context"
@@ -24,7 +24,7 @@ func leaseTopic(group string) string { return broker.LeasesTopic(group) }
 // leaseKeep is how long a lease no event touches is remembered: past the
 // longest time-to-run, an expired lease whose task never ran again and an
 // acknowledgment whose commit was never seen are forgotten.
-const leaseKeep = holdMax
+const leaseKeep = HoldMax
 
 // ledger reads a pull group's lease topic into the states of its tasks
 // and writes to it. It is safe for concurrent use.

@@ -1,4 +1,4 @@
-package serve
+package console
 
 import (
 	"context"
@@ -192,11 +192,11 @@ const (
 // namespace's, those kept in it, or submitted outside the API without
 // one, whose steps are all in it (as findWorkflow finds them); found
 // among the workflowListRead latest.
-func (s *Server) workflowList(ctx context.Context, tok auth.Token, state workflow.State) ([]workflowRow, error) {
+func (c *Console) workflowList(ctx context.Context, tok auth.Token, state workflow.State) ([]workflowRow, error) {
 	var rows []workflowRow
 	read, after := 0, ""
 	for len(rows) < workflowListRows && read < workflowListRead {
-		pg, err := s.in.List(ctx, onceq.WorkflowQueue, inspect.Filter{Limit: 100, After: after})
+		pg, err := c.in.List(ctx, onceq.WorkflowQueue, inspect.Filter{Limit: 100, After: after})
 		if errors.Is(err, inspect.ErrNoQueue) {
 			return nil, nil // no workflow yet
 		}
@@ -211,11 +211,10 @@ func (s *Server) workflowList(ctx context.Context, tok auth.Token, state workflo
 				continue // a join's report, not a workflow
 			}
 			ns := tok.Namespace
-			own := ns == auth.AllNamespaces || strings.HasPrefix(r.ID, ns+"/")
-			if !own && isNamespaced(r.ID) {
+			if !c.api.WorkflowIn(ns, r.ID, nil) {
 				continue // another namespace's
 			}
-			st, err := workflow.Get(ctx, s.in, r.ID)
+			st, err := workflow.Get(ctx, c.in, r.ID)
 			if errors.Is(err, inspect.ErrNotFound) {
 				continue // forgotten meanwhile
 			}
@@ -224,7 +223,7 @@ func (s *Server) workflowList(ctx context.Context, tok auth.Token, state workflo
 			}
 			// As findWorkflow sees them: one submitted outside the API
 			// is the namespace's when every step of it is.
-			if ns != auth.AllNamespaces && (st.Root == nil && !own || st.Root != nil && outside(st.Root, s.inNamespace(ns))) {
+			if !c.api.WorkflowIn(ns, r.ID, &st) {
 				continue
 			}
 			if state != "" && st.State != state {
@@ -241,7 +240,7 @@ func (s *Server) workflowList(ctx context.Context, tok auth.Token, state workflo
 
 // workflowPage: GET /console/workflow?id=ID: the workflow's page; without
 // an ID, its search box.
-func (s *Server) workflowPage(w http.ResponseWriter, r *http.Request, pg *page) {
+func (c *Console) workflowPage(w http.ResponseWriter, r *http.Request, pg *page) {
 	pg.Title = "Workflows"
 	v := workflowView{ID: strings.TrimSpace(r.URL.Query().Get("id"))}
 	pg.Data = &v
@@ -255,27 +254,27 @@ func (s *Server) workflowPage(w http.ResponseWriter, r *http.Request, pg *page) 
 			v.State = ""
 		}
 		var err error
-		if v.List, err = s.workflowList(r.Context(), pg.Token, workflow.State(v.State)); err != nil {
+		if v.List, err = c.workflowList(r.Context(), pg.Token, workflow.State(v.State)); err != nil {
 			pg.Error = err.Error()
 		}
-		s.render(w, "workflow", pg)
+		c.render(w, "workflow", pg)
 		return
 	}
-	st, _, code, err := s.consoleWorkflow(r.Context(), pg.Token, v.ID)
+	st, _, code, err := c.consoleWorkflow(r.Context(), pg.Token, v.ID)
 	if err != nil {
 		w.WriteHeader(code)
 		pg.Error = err.Error()
-		s.render(w, "workflow", pg)
+		c.render(w, "workflow", pg)
 		return
 	}
 	pg.Title = "Workflow " + v.ID
 	v.Status, v.Cancelable, v.Retryable = &st, !st.State.Final(), st.Retryable()
 	if st.Root != nil {
-		t := stepTree{sees: func(q string) bool { return s.consoleSees(pg.Token, q) }}
+		t := stepTree{sees: func(q string) bool { return c.consoleSees(pg.Token, q) }}
 		t.add(st.Root, "", 0)
 		v.Rows, v.Cut = t.rows, t.cut
 	}
-	s.render(w, "workflow", pg)
+	c.render(w, "workflow", pg)
 }
 
 // consoleWorkflow reads workflow id's status for tok, and on an error the
@@ -283,11 +282,11 @@ func (s *Server) workflowPage(w http.ResponseWriter, r *http.Request, pg *page) 
 // the ID it is kept as; a namespace's token sees what the API shows it
 // (findWorkflow), by the ID it gave or the one kept: what it does not
 // see is not found. full is the ID the workflow is kept as.
-func (s *Server) consoleWorkflow(ctx context.Context, tok auth.Token, id string) (st workflow.Status, full string, code int, err error) {
+func (c *Console) consoleWorkflow(ctx context.Context, tok auth.Token, id string) (st workflow.Status, full string, code int, err error) {
 	if err := workflow.ValidateID(id); err != nil {
 		return st, "", http.StatusBadRequest, err
 	}
-	st, full, err = s.findWorkflow(ctx, tok.Namespace, id)
+	st, full, err = c.api.FindWorkflow(ctx, tok.Namespace, id)
 	switch {
 	case errors.Is(err, inspect.ErrNotFound):
 		return st, "", http.StatusNotFound, fmt.Errorf("workflow %s not found: it was never submitted, or it finished longer ago than "+
@@ -303,17 +302,17 @@ func (s *Server) consoleWorkflow(ctx context.Context, tok auth.Token, id string)
 
 // consoleWorkflowCancel: POST /console/workflow/cancel (id): cancels a
 // workflow that is not done (workflow.Cancel).
-func (s *Server) consoleWorkflowCancel(w http.ResponseWriter, r *http.Request, pg *page) {
-	s.consoleWorkflowAction(w, r, pg, func(full, _ string) string { return cancelWorkflow(r.Context(), s.ctl, full) })
+func (c *Console) consoleWorkflowCancel(w http.ResponseWriter, r *http.Request, pg *page) {
+	c.consoleWorkflowAction(w, r, pg, func(full, _ string) string { return cancelWorkflow(r.Context(), c.ctl, full) })
 }
 
 // consoleWorkflowRetry: POST /console/workflow/retry (id): runs again a
 // workflow that failed before it started (workflow.Retry), once its
 // cause is fixed; a namespace's token, only one whose every task is in
 // its namespace.
-func (s *Server) consoleWorkflowRetry(w http.ResponseWriter, r *http.Request, pg *page) {
-	s.consoleWorkflowAction(w, r, pg, func(full, id string) string {
-		if _, err := workflow.Retry(r.Context(), s.in, s.p, s.cfg.conn, full, s.retryIn(pg.Token.Namespace, id)); err != nil {
+func (c *Console) consoleWorkflowRetry(w http.ResponseWriter, r *http.Request, pg *page) {
+	c.consoleWorkflowAction(w, r, pg, func(full, id string) string {
+		if _, err := workflow.Retry(r.Context(), c.in, c.p, c.conn, full, c.api.RetryIn(pg.Token.Namespace, id)); err != nil {
 			return err.Error()
 		}
 		return "retried: its start task runs again"
@@ -323,9 +322,9 @@ func (s *Server) consoleWorkflowRetry(w http.ResponseWriter, r *http.Request, pg
 // consoleWorkflowAction runs act on the workflow the form's id names, as
 // the token sees it, and goes back to its page with what act says: 400
 // for a bad id, the lookup's error for one the token cannot see.
-func (s *Server) consoleWorkflowAction(w http.ResponseWriter, r *http.Request, pg *page, act func(full, id string) string) {
+func (c *Console) consoleWorkflowAction(w http.ResponseWriter, r *http.Request, pg *page, act func(full, id string) string) {
 	id := strings.TrimSpace(r.FormValue("id"))
-	_, full, code, err := s.consoleWorkflow(r.Context(), pg.Token, id)
+	_, full, code, err := c.consoleWorkflow(r.Context(), pg.Token, id)
 	if code == http.StatusBadRequest {
 		http.Error(w, err.Error(), code)
 		return

@@ -1,32 +1,66 @@
-package serve
+package pull
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
 	"time"
 
 	"github.com/onceq/onceq"
 	"github.com/onceq/onceq/consumer"
 )
 
-// ackOutcome is what an acknowledgment came to.
-type ackOutcome int
+// AckOutcome is what an acknowledgment came to.
+type AckOutcome int
 
 const (
-	// ackNotLeased: the lease topic has no lease of the task: it was never
+	// AckNotLeased: the lease topic has no lease of the task: it was never
 	// handed out (or its acknowledgment committed long ago).
-	ackNotLeased ackOutcome = iota
-	// ackDone: the task committed succeeded with its result.
-	ackDone
-	// ackLater: the acknowledgment counted after the lease's time-to-run
+	AckNotLeased AckOutcome = iota
+	// AckDone: the task committed succeeded with its result.
+	AckDone
+	// AckLater: the acknowledgment counted after the lease's time-to-run
 	// passed; the task completes with its result when it runs again.
-	ackLater
-	// ackFinal: the task was canceled while handed out: left as it is, as
+	AckLater
+	// AckFinal: the task was canceled while handed out: left as it is, as
 	// an ACK is idempotent.
-	ackFinal
+	AckFinal
 )
+
+// Records are the tasks' records that an acknowledgment waits on
+// (inspect.Inspector's).
+type Records interface {
+	// Get returns the record of queue's task id.
+	Get(ctx context.Context, queue, id string) (onceq.TaskRecord, error)
+	// WaitFor waits until the record of queue's task id satisfies ok.
+	WaitFor(ctx context.Context, queue, id string, ok func(onceq.TaskRecord) bool) (onceq.TaskRecord, error)
+}
+
+// ErrHandedOutAgain refuses an acknowledgment that names a lease which
+// ended: the task was handed out again since.
+var ErrHandedOutAgain = errors.New("the job was handed out again, to another consumer, after this lease's time-to-run passed: it is that consumer's to acknowledge")
+
+// EndedError refuses an acknowledgment of a task that ended dead or
+// expired before it: its result is not kept.
+type EndedError struct {
+	State  onceq.TaskState
+	Reason string // the record's error
+}
+
+func (e *EndedError) Error() string {
+	return fmt.Sprintf("the job ended %s before this acknowledgment (%s): its ttr passed and it ran out of tries; the result is not kept", e.State, e.Reason)
+}
+
+// CommitWaitError says that an acknowledgment counted, but the commit of
+// task ID's run was not visible within Wait.
+type CommitWaitError struct {
+	ID   string
+	Wait time.Duration
+}
+
+func (e *CommitWaitError) Error() string {
+	return fmt.Sprintf("acknowledged, but its commit is not visible after %v: ask GET .../job/%s", e.Wait, e.ID)
+}
 
 // ackFetchAfter is how long an acknowledgment of a task no handler of
 // this server runs waits for its commit before it has the task's queue
@@ -35,33 +69,34 @@ const (
 // must be fetched to commit.
 const ackFetchAfter = time.Second
 
-// ackRunWait is how long, once it had the queue fetched, an
+// AckRunWait is how long, once it had the queue fetched, an
 // acknowledgment waits for the commit of a run no handler of this server
-// holds before it answers 202 (ackLater): long enough for the partitions
+// holds before it returns AckLater: long enough for the partitions
 // of a server that stopped to move (the pull group's session timeout) and
 // its runs to start again on their new owner. A run may wait longer: its
-// queue's places (PullSlots) held by jobs offered to consumers, or the
+// queue's places (Config.Slots) held by jobs offered to consumers, or the
 // queue paused. The acknowledgment counted, so the run, when it comes,
 // completes the task with its result; waiting for it would leave the
 // consumer, whose next consume could free a place, waiting on itself.
-// Tests shorten it (the server's ackRunWait).
-const ackRunWait = consumer.DefaultSessionTimeout
+// Tests shorten it (Config.AckRunWait).
+const AckRunWait = consumer.DefaultSessionTimeout
 
 // errRunWaits is what awaitCommit returns when the run it waits for did
-// not commit within ackRunWait.
+// not commit within AckRunWait.
 var errRunWaits = errors.New("the job's run did not commit: it completes with the acknowledged result when it runs")
 
-// acknowledge acknowledges a task handed out to a consumer, through the
+// Acknowledge acknowledges a task handed out to a consumer, through the
 // lease topic, from whichever server the consumer reached: the worker
 // running the task (on this server or another) commits it with result,
-// and acknowledge returns once that commit is visible. lease, if not
+// and Acknowledge returns once that commit is visible. lease, if not
 // empty, is the lease the consumer holds: an acknowledgment of another
-// consumer's lease is refused (409). An acknowledgment after the lease's
-// time-to-run passed answers at once: the task's retry completes it when
-// it comes (ackLater), and a task final by then stays so (ended).
-func (s *Server) acknowledge(ctx context.Context, topic, id, lease string, result []byte) (ackOutcome, error) {
-	lg := s.pull.ledger
-	if old := s.pull.legacyOf(topic); old != "" {
+// consumer's lease is refused (ErrHandedOutAgain). An acknowledgment
+// after the lease's time-to-run passed answers at once: the task's retry
+// completes it when it comes (AckLater), and a task final by then stays
+// so (ended).
+func (pl *Pull) Acknowledge(ctx context.Context, topic, id, lease string, result []byte) (AckOutcome, error) {
+	lg := pl.ledger
+	if old := pl.legacyOf(topic); old != "" {
 		// Handed out from the topic that held the queue's jobs before
 		// the server had a lane (legacy.go)?
 		if _, ok := lg.state(leaseKey(topic, id)); !ok {
@@ -79,21 +114,21 @@ func (s *Server) acknowledge(ctx context.Context, topic, id, lease string, resul
 			return 0, err
 		}
 		if st, ok = lg.state(key); !ok {
-			return ackNotLeased, nil
+			return AckNotLeased, nil
 		}
 	}
 	if !st.Taken && !st.Expired && !st.Acked {
 		// Offered to another server's consumers (granted), or canceled:
 		// never handed out.
-		return ackNotLeased, nil
+		return AckNotLeased, nil
 	}
 	// A run held here needs no fetch to commit (awaitCommit); one held
 	// now may end before the acknowledgment counts, but then because its
 	// time-to-run passed, and it is a late one.
-	held := s.pull.running(key)
+	held := pl.running(key)
 	if !st.Acked {
 		if lease != "" && lease != st.Lease {
-			return 0, &apiError{status: http.StatusConflict, field: "lease", msg: "the job was handed out again, to another consumer, after this lease's time-to-run passed: it is that consumer's to acknowledge"}
+			return 0, ErrHandedOutAgain
 		}
 		if err := expireDue(ctx, lg, key, st); err != nil {
 			return 0, err
@@ -103,7 +138,7 @@ func (s *Server) acknowledge(ctx context.Context, topic, id, lease string, resul
 			return 0, err
 		}
 		if !counted && !now.Acked {
-			return 0, &apiError{status: http.StatusConflict, field: "lease", msg: "the job was handed out again, to another consumer, after this lease's time-to-run passed: it is that consumer's to acknowledge"}
+			return 0, ErrHandedOutAgain
 		}
 		// Acknowledged, by this request or another first: an ACK is
 		// idempotent, and the first result counts.
@@ -119,42 +154,42 @@ func (s *Server) acknowledge(ctx context.Context, topic, id, lease string, resul
 		// commit of the result comes before the task's retry runs, after
 		// its backoff, when its queue is next fetched; and none comes for
 		// a task that was dead after that try.
-		rec, err := s.in.Get(ctx, topic, id)
+		rec, err := pl.cfg.Records.Get(ctx, topic, id)
 		if err != nil || !final(rec) {
-			return ackLater, nil
+			return AckLater, nil
 		}
-		return s.ended(key, rec)
+		return pl.ended(key, rec)
 	}
-	rec, err := s.awaitCommit(ctx, topic, id, held, st.Runner, final)
+	rec, err := pl.awaitCommit(ctx, topic, id, held, st.Runner, final)
 	if errors.Is(err, errRunWaits) {
-		return ackLater, nil
+		return AckLater, nil
 	}
 	switch {
 	case err != nil && ctx.Err() != nil:
 		return 0, err
 	case err != nil:
-		return 0, &apiError{status: http.StatusGatewayTimeout, msg: fmt.Sprintf("acknowledged, but its commit is not visible after %v: ask GET .../job/%s", ackCommitWait, id)}
+		return 0, &CommitWaitError{ID: id, Wait: ackCommitWait}
 	}
-	return s.ended(key, rec)
+	return pl.ended(key, rec)
 }
 
 // ended answers an acknowledgment of a task whose run's record, rec, is
 // final, and forgets its lease (a task requeued from the dead letters
 // runs anew): done if it succeeded, with this result or an earlier
-// acknowledgment's; final if it was canceled, which stands; refused (409)
-// if it is dead or expired: its time-to-run passed and it ran out of
-// tries (or its ttl passed) before the acknowledgment, whose result is
-// not kept, so that a 204 always means the job succeeded or was
-// canceled.
-func (s *Server) ended(key string, rec onceq.TaskRecord) (ackOutcome, error) {
-	s.pull.ledger.forget(key)
+// acknowledgment's; final if it was canceled, which stands; refused
+// (EndedError) if it is dead or expired: its time-to-run passed and it
+// ran out of tries (or its ttl passed) before the acknowledgment, whose
+// result is not kept, so that AckDone and AckFinal always mean the job
+// succeeded or was canceled.
+func (pl *Pull) ended(key string, rec onceq.TaskRecord) (AckOutcome, error) {
+	pl.ledger.forget(key)
 	switch rec.State {
 	case onceq.StateSucceeded:
-		return ackDone, nil
+		return AckDone, nil
 	case onceq.StateCanceled:
-		return ackFinal, nil
+		return AckFinal, nil
 	}
-	return 0, &apiError{status: http.StatusConflict, msg: fmt.Sprintf("the job ended %s before this acknowledgment (%s): its ttr passed and it ran out of tries; the result is not kept", rec.State, rec.Error)}
+	return 0, &EndedError{State: rec.State, Reason: rec.Error}
 }
 
 // expireDue writes the expiry of st's lease, if it is open and its
@@ -190,45 +225,45 @@ func ackedLate(st leaseState) bool {
 // so that it runs again if it was dropped: a queue no consumer waits for
 // is not fetched for an acknowledgment its run takes without. Then it
 // returns errRunWaits for a run this server took and no longer holds
-// (held), or waits, for a run of no known runner, ackRunWait more for
+// (held), or waits, for a run of no known runner, AckRunWait more for
 // that run's commit, or returns errRunWaits. A run that another server,
 // runner, took is awaited by awaitRunner.
-func (s *Server) awaitCommit(ctx context.Context, topic, id string, held bool, runner string, final func(onceq.TaskRecord) bool) (onceq.TaskRecord, error) {
+func (pl *Pull) awaitCommit(ctx context.Context, topic, id string, held bool, runner string, final func(onceq.TaskRecord) bool) (onceq.TaskRecord, error) {
 	wctx, cancel := context.WithTimeout(ctx, ackCommitWait)
 	defer cancel()
 	until, _ := wctx.Deadline()
-	if !held && runner != "" && runner != s.pull.ledger.id {
-		return s.awaitRunner(wctx, topic, id, runner, until, final)
+	if !held && runner != "" && runner != pl.ledger.id {
+		return pl.awaitRunner(wctx, topic, id, runner, until, final)
 	}
 	fctx, fcancel := context.WithTimeout(wctx, ackFetchAfter)
-	rec, err := s.in.WaitFor(fctx, topic, id, final)
+	rec, err := pl.cfg.Records.WaitFor(fctx, topic, id, final)
 	fcancel()
 	if err == nil || wctx.Err() != nil || fctx.Err() == nil {
 		return rec, err
 	}
-	s.pull.wantRemote(topic, until)
-	s.pull.announce(topic, until, true)
+	pl.wantRemote(topic, until)
+	pl.Announce(topic, until, true)
 	if held {
 		// A held run commits with the next commit that succeeds; one a
 		// restart of the worker's Kafka session dropped (its commits
 		// failed) runs again once its queue is fetched, as now.
-		return s.in.WaitFor(wctx, topic, id, final)
+		return pl.cfg.Records.WaitFor(wctx, topic, id, final)
 	}
-	if runner == s.pull.ledger.id {
+	if runner == pl.ledger.id {
 		// This server took the run, and no handler of it held the run
 		// when the acknowledgment came, nor did its commit come since:
 		// it ended uncommitted (its partition moved, or the worker's
 		// Kafka session restarted), and runs again on the partition's
 		// owner, which fetches its queue now; as a probe of a runner
 		// that no longer runs the task says (awaitRunner).
-		if rec, err := s.in.Get(wctx, topic, id); err == nil && final(rec) {
+		if rec, err := pl.cfg.Records.Get(wctx, topic, id); err == nil && final(rec) {
 			return rec, nil
 		}
 		return rec, errRunWaits
 	}
-	rctx, rcancel := context.WithTimeout(wctx, s.cfg.ackRunWait)
+	rctx, rcancel := context.WithTimeout(wctx, pl.cfg.AckRunWait)
 	defer rcancel()
-	rec, err = s.in.WaitFor(rctx, topic, id, final)
+	rec, err = pl.cfg.Records.WaitFor(rctx, topic, id, final)
 	if err != nil && rctx.Err() != nil && wctx.Err() == nil {
 		return rec, errRunWaits
 	}
@@ -242,44 +277,44 @@ func (s *Server) awaitCommit(ctx context.Context, topic, id string, held bool, r
 // only once its partition's owner fetches its queue, and awaitRunner has
 // the queue fetched and returns errRunWaits at once. A run not committed
 // within ackFetchAfter has its queue fetched, and one not committed
-// within ackRunWait more returns errRunWaits, as awaitCommit's do.
-func (s *Server) awaitRunner(wctx context.Context, topic, id, runner string, until time.Time, final func(onceq.TaskRecord) bool) (onceq.TaskRecord, error) {
+// within AckRunWait more returns errRunWaits, as awaitCommit's do.
+func (pl *Pull) awaitRunner(wctx context.Context, topic, id, runner string, until time.Time, final func(onceq.TaskRecord) bool) (onceq.TaskRecord, error) {
 	began, fetched := time.Now(), false
 	fetch := func() {
 		if !fetched {
-			s.pull.wantRemote(topic, until)
-			s.pull.announce(topic, until, true)
+			pl.wantRemote(topic, until)
+			pl.Announce(topic, until, true)
 			fetched = true
 		}
 	}
 	for {
 		fctx, fcancel := context.WithTimeout(wctx, ackProbeAfter)
-		rec, err := s.in.WaitFor(fctx, topic, id, final)
+		rec, err := pl.cfg.Records.WaitFor(fctx, topic, id, final)
 		fcancel()
 		if err == nil || wctx.Err() != nil || fctx.Err() == nil {
 			return rec, err
 		}
-		answered, runs, err := s.pull.ledger.ask(wctx, runner, leaseKey(topic, id), ackProbeWait)
+		answered, runs, err := pl.ledger.ask(wctx, runner, leaseKey(topic, id), ackProbeWait)
 		if err != nil {
 			return rec, err
 		}
 		if !answered {
 			// Dead: its partitions move at once if its pull worker is
 			// (failover.go), and the run commits within about a second.
-			s.pull.suspect()
+			pl.suspect()
 		}
 		if !runs {
 			// The partition's owner, the next one if the runner is dead,
 			// runs the task again, finds the acknowledgment and commits
 			// its result; unless the run committed meanwhile.
 			fetch()
-			if rec, err := s.in.Get(wctx, topic, id); err == nil && final(rec) {
+			if rec, err := pl.cfg.Records.Get(wctx, topic, id); err == nil && final(rec) {
 				return rec, nil
 			}
 			return rec, errRunWaits
 		}
 		switch waited := time.Since(began); {
-		case waited >= ackFetchAfter+s.cfg.ackRunWait:
+		case waited >= ackFetchAfter+pl.cfg.AckRunWait:
 			return rec, errRunWaits
 		case waited >= ackFetchAfter:
 			fetch()
