@@ -4,8 +4,12 @@ STATICCHECK   := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 TEST_TIMEOUT  ?= 20m
 FUZZTIME      ?= 10s
 BIN           := bin/onceq
+# PKGS is every package of the checkout: the library's module (./...) and
+# the CLI's (cmd/onceq, a module of its own), which go.work joins. In a
+# workspace ./... names the packages of the module at . alone.
+PKGS          := ./... ./cmd/onceq/...
 
-.PHONY: all build test test-short lint demo bench fuzz chaos soak clean
+.PHONY: all build test test-short lint tidy demo bench fuzz chaos soak clean
 
 all: build
 
@@ -19,13 +23,13 @@ build:
 ## one Apache Kafka 4.4 node (test-kafka-ci; Java and Maven needed)
 test: test-embedded test-kafka-ci
 
-## test-embedded: every test with the race detector, each package's start
+## test-embedded: every test of both modules with the race detector, each package's start
 ## and end printed as they happen (internal/testprogress), the output of the
 ## tests that failed after them
 .PHONY: test-embedded
 test-embedded:
 	@$(GO) build -o bin/testprogress ./internal/testprogress
-	@$(GO) test -json -race -count=1 -timeout $(TEST_TIMEOUT) ./... | bin/testprogress
+	@$(GO) test -json -race -count=1 -timeout $(TEST_TIMEOUT) $(PKGS) | bin/testprogress
 
 ## kafka: one Apache Kafka node for development, from Maven Central's jars
 ## (internal/kafkatest), until Ctrl-C; it prints the seeds to give onceq.
@@ -103,18 +107,31 @@ test-kafka-ci:
 	if [ -n "$$failed" ]; then echo "test-kafka-ci: failed:$$failed"; exit 1; fi; \
 	echo "test-kafka-ci: the suites of KAFKA_SUITES_CI and KAFKA_SUITES_CLUSTER passed on Apache Kafka $(KAFKA_VERSION)"
 
-## test-short: the fast tests, without -race
+## test-short: the fast tests of both modules, without -race
 test-short:
-	$(GO) test -short -count=1 ./...
+	$(GO) test -short -count=1 $(PKGS)
 
 ## lint: gofmt, go vet, staticcheck (pinned, through the module proxy) and a
-## 32-bit build, which catches constants that overflow a 32-bit int
+## 32-bit build, which catches constants that overflow a 32-bit int, of
+## both modules
 lint:
 	@out=$$(gofmt -l $$(git ls-files -co --exclude-standard '*.go')); \
 	if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
-	$(GO) vet ./...
-	GOARCH=386 $(GO) build ./...
-	$(GO) run $(STATICCHECK) ./...
+	$(GO) vet $(PKGS)
+	GOARCH=386 $(GO) build $(PKGS)
+	$(GO) run $(STATICCHECK) $(PKGS)
+
+## tidy: go mod tidy of the library's module, the CLI's and bench/watermill's.
+## go mod tidy reads no go.work, and cmd/onceq/go.mod requires a version of
+## the library that only go.work points at the checkout: the CLI's module is
+## tidied with a replace directive to the checkout that it drops again
+## (go install ...@version refuses a module whose go.mod has one).
+tidy:
+	$(GO) mod tidy
+	@cd cmd/onceq && $(GO) mod edit -replace github.com/onceq/onceq=../.. && \
+	GOWORK=off $(GO) mod tidy; rc=$$?; \
+	$(GO) mod edit -dropreplace github.com/onceq/onceq && exit $$rc
+	cd bench/watermill && GOWORK=off $(GO) mod tidy
 
 ## demo: the main job on the embedded broker
 demo: build
@@ -122,7 +139,7 @@ demo: build
 
 ## bench: the Go benchmarks (figures for the closing notes and the README)
 bench:
-	$(GO) test -run '^$$' -bench . -benchmem -count 3 -timeout 60m ./...
+	$(GO) test -run '^$$' -bench . -benchmem -count 3 -timeout 60m $(PKGS)
 
 ## bench-queues: one worker over 1, 1,000 and 10,000 queues (ONCEQ_BENCH_QUEUES
 ## picks others): start, latency at 200 tasks/s, idle CPU, memory
@@ -152,15 +169,16 @@ bench-drain:
 
 ## bench-watermill: the exactly-once worker against Watermill's Kafka subscriber
 ## and asynq (on a redis-server of its own; Debian's redis-server package),
-## side by side (bench/watermill, a module of its own: onceq depends on none
-## of them); ONCEQ_BENCH_BROKERS=<seeds> runs it on that cluster
+## side by side (bench/watermill, a module of its own outside go.work, with
+## the checkout's library by a replace directive: onceq depends on none of
+## them); ONCEQ_BENCH_BROKERS=<seeds> runs it on that cluster
 .PHONY: bench-watermill
 bench-watermill:
-	cd bench/watermill && $(GO) test -run '^$$' -bench . -benchtime 3x -timeout 30m
+	cd bench/watermill && GOWORK=off $(GO) test -run '^$$' -bench . -benchtime 3x -timeout 30m
 
-## fuzz: every fuzz target for FUZZTIME each
+## fuzz: every fuzz target of both modules for FUZZTIME each
 fuzz:
-	@set -e; for pkg in $$($(GO) list ./...); do \
+	@set -e; for pkg in $$($(GO) list $(PKGS)); do \
 	  for f in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz' || true); do \
 	    echo "fuzz $$pkg $$f"; \
 	    $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $$pkg; \

@@ -1,7 +1,8 @@
 // Package bench measures onceq and verifies its guarantees independently:
 // a load generator, five scenarios, a verifier that reads the output as any
-// read_committed Kafka consumer would, and a report as a table, JSON and
-// an HTML page with charts. "onceq bench" is its command line.
+// read_committed Kafka consumer would, and a report as a table and JSON.
+// "onceq bench" is its command line, which also draws the report as an
+// HTML page with charts (--report).
 //
 // The scenarios:
 //

@@ -20,7 +20,8 @@ const ReportVersion = 1
 
 // Report is the outcome of one bench invocation: what ran, on what, how
 // fast, and whether the independent verification passed. It is written as
-// JSON (WriteJSON), as a table (WriteTable) and as an HTML page (WriteHTML).
+// JSON (WriteJSON) and as a table (WriteTable); onceq bench --report draws
+// it as an HTML page with charts.
 type Report struct {
 	Version  int       `json:"version"`
 	Scenario Scenario  `json:"scenario"`

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -77,7 +78,8 @@ var (
 
 // TestDockerfile checks the image the Dockerfile describes without a
 // container runtime (TestImage builds and runs it where podman is): its
-// builder's Go is the one go.mod asks for, its
+// builder's Go is the one go.mod asks for, its go mod download has
+// go.work and every module's go.mod and go.sum, its
 // go build is static (CGO_ENABLED=0), -trimpath and of cmd/onceq; the
 // image is an empty (or distroless static) base with that binary as its
 // entrypoint, run as a user that is not root, and exposes the ports the
@@ -102,6 +104,13 @@ func TestDockerfile(t *testing.T) {
 	}
 	if want := string(goLine[1]) + "." + string(goLine[2]); m[1]+"."+m[2] != want {
 		t.Errorf("builder image %s, go.mod asks for go %s: want golang:%s", build.image, want, want)
+	}
+
+	// The download layer: go.work and every module's go.mod and go.sum
+	// in place before go mod download, which fetches what the workspace's
+	// modules require.
+	if missing := downloadLayerLacks(t, build); len(missing) > 0 {
+		t.Errorf("the builder's go mod download runs without %q copied to their places: it would not fetch every module the build needs", missing)
 	}
 
 	// The build: its environment, flags, package and output.
@@ -185,6 +194,57 @@ func TestDockerfile(t *testing.T) {
 	if b, err := exec.Command(bin, "version").CombinedOutput(); err != nil || !strings.HasPrefix(string(b), "onceq dev ") {
 		t.Errorf("onceq version: %v: %q, want the VERSION argument's default, dev", err, b)
 	}
+}
+
+// downloadLayerLacks returns the files of the workspace's modules
+// (go.work, go.work.sum, and each used module's go.mod and go.sum) that the
+// builder stage does not COPY to the same path before its go mod download.
+func downloadLayerLacks(t *testing.T, build stage) []string {
+	t.Helper()
+	out, err := exec.Command("go", "work", "edit", "-json", filepath.Join("..", "go.work")).CombinedOutput()
+	if err != nil {
+		t.Fatalf("go work edit -json: %v\n%s", err, out)
+	}
+	var work struct{ Use []struct{ DiskPath string } }
+	if err := json.Unmarshal(out, &work); err != nil {
+		t.Fatalf("go.work: %v\n%s", err, out)
+	}
+	want := []string{"go.work", "go.work.sum"}
+	for _, u := range work.Use {
+		want = append(want, path.Join(u.DiskPath, "go.mod"), path.Join(u.DiskPath, "go.sum"))
+	}
+	copied := map[string]bool{}
+	download := false
+	for _, in := range build.ins {
+		if in.op == "RUN" && strings.Contains(in.args, "go mod download") {
+			download = true
+			break
+		}
+		f := strings.Fields(in.args)
+		if in.op != "COPY" || len(f) < 2 || strings.HasPrefix(f[0], "--") {
+			continue
+		}
+		dest := f[len(f)-1]
+		for _, src := range f[:len(f)-1] {
+			placed := dest
+			if strings.HasSuffix(dest, "/") {
+				placed = path.Join(dest, path.Base(src))
+			}
+			if path.Clean(placed) == path.Clean(src) {
+				copied[path.Clean(src)] = true
+			}
+		}
+	}
+	if !download {
+		t.Fatal("Dockerfile: the builder has no RUN go mod download")
+	}
+	var missing []string
+	for _, w := range want {
+		if !copied[w] {
+			missing = append(missing, w)
+		}
+	}
+	return missing
 }
 
 // builderGoBuild returns the environment and the words of the builder

@@ -137,7 +137,7 @@ func runBench(cmd *cobra.Command, g *globals, f benchFlags) error {
 		}
 	}
 	if f.reportDir != "" {
-		if err := rep.WriteHTML(f.reportDir); err != nil {
+		if err := writeBenchHTML(rep, f.reportDir); err != nil {
 			return err
 		}
 		fmt.Fprintf(g.stderr, "report: %s\n", filepath.Join(f.reportDir, "index.html"))

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -62,30 +63,50 @@ func Binary(t testing.TB) string {
 }
 
 // binDir is where the test binaries of the checkout in the working
-// directory build onceq: one directory per checkout (the module's root),
-// shared by its packages' test binaries and reused by every run, so that
-// runs leave no binary of their own behind.
+// directory build onceq: one directory per checkout (the library module's
+// root, which holds the CLI's module and go.work), shared by the test
+// binaries of both modules' packages and reused by every run, so that runs
+// leave no binary of their own behind.
 func binDir() (string, error) {
 	wd, err := os.Getwd()
 	if err != nil {
 		return "", err
 	}
-	root := wd
-	for dir := wd; ; dir = filepath.Dir(dir) {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			root = dir
-			break
-		}
-		if filepath.Dir(dir) == dir {
-			break
-		}
-	}
+	root := checkoutRoot(wd)
 	if raceEnabled && os.Getenv("ONCEQ_RACE_BINARY") == "1" {
 		root += " race" // a binary of its own
 	}
 	sum := sha256.Sum256([]byte(root))
 	dir := filepath.Join(os.TempDir(), "onceq-bin-"+hex.EncodeToString(sum[:6]))
 	return dir, os.MkdirAll(dir, 0o755)
+}
+
+// libraryModule is the go.mod line of the checkout's root.
+var libraryModule = regexp.MustCompile(`(?m)^module\s+"?github\.com/onceq/onceq"?\s*(//.*)?$`)
+
+// checkoutRoot is the directory of the go.mod of module
+// github.com/onceq/onceq at or above dir, the checkout's root whether dir
+// is in the library's module or in a nested one (cmd/onceq,
+// bench/watermill); else the nearest go.mod's directory; else dir.
+func checkoutRoot(dir string) string {
+	nearest := ""
+	for d := dir; ; d = filepath.Dir(d) {
+		if b, err := os.ReadFile(filepath.Join(d, "go.mod")); err == nil {
+			if libraryModule.Match(b) {
+				return d
+			}
+			if nearest == "" {
+				nearest = d
+			}
+		}
+		if filepath.Dir(d) == d {
+			break
+		}
+	}
+	if nearest == "" {
+		return dir
+	}
+	return nearest
 }
 
 type buildError struct {

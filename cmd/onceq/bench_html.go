@@ -1,4 +1,4 @@
-package bench
+package main
 
 import (
 	"bytes"
@@ -13,15 +13,18 @@ import (
 	"github.com/go-echarts/go-echarts/v2/charts"
 	"github.com/go-echarts/go-echarts/v2/components"
 	"github.com/go-echarts/go-echarts/v2/opts"
+
+	"github.com/onceq/onceq/bench"
 )
 
-// WriteHTML writes dir/index.html, a page with the report's table and
+// writeBenchHTML writes dir/index.html, a page with the report's table and
 // charts (throughput over time, the latency distribution and, for the
 // delay scenario, the lateness histogram), dir/report.json, and
 // dir/echarts.min.js: the charts are ECharts, made with go-echarts, and the
 // page loads ECharts (5.6.0, Apache-2.0, embedded in the binary) from its
-// own directory, never from the network.
-func (r *Report) WriteHTML(dir string) error {
+// own directory, never from the network. It is onceq bench --report's; the
+// bench package writes the JSON and the table.
+func writeBenchHTML(r *bench.Report, dir string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("bench: report directory: %w", err)
 	}
@@ -33,11 +36,11 @@ func (r *Report) WriteHTML(dir string) error {
 		return err
 	}
 	var cs []components.Charter
-	cs = append(cs, r.throughputChart())
-	if c := r.distributionChart("Latency distribution", func(run RunResult) *Distribution { return run.Latency }); c != nil {
+	cs = append(cs, throughputChart(r))
+	if c := distributionChart(r, "Latency distribution", func(run bench.RunResult) *bench.Distribution { return run.Latency }); c != nil {
 		cs = append(cs, c)
 	}
-	if c := r.distributionChart("Lateness: publish time minus due time", func(run RunResult) *Distribution { return run.Lateness }); c != nil {
+	if c := distributionChart(r, "Lateness: publish time minus due time", func(run bench.RunResult) *bench.Distribution { return run.Lateness }); c != nil {
 		cs = append(cs, c)
 	}
 	page := components.NewPage()
@@ -52,7 +55,7 @@ func (r *Report) WriteHTML(dir string) error {
 	if err := page.Render(&buf); err != nil {
 		return fmt.Errorf("bench: rendering the charts: %w", err)
 	}
-	html := bytes.Replace(buf.Bytes(), []byte("<body>"), append([]byte("<body>\n"), summary(r, table.String())...), 1)
+	html := bytes.Replace(buf.Bytes(), []byte("<body>"), append([]byte("<body>\n"), benchSummary(r, table.String())...), 1)
 	if err := os.WriteFile(filepath.Join(dir, "index.html"), html, 0o644); err != nil {
 		return fmt.Errorf("bench: writing the HTML report: %w", err)
 	}
@@ -65,23 +68,23 @@ func (r *Report) WriteHTML(dir string) error {
 //go:embed assets/echarts.min.js
 var echartsJS []byte
 
-var summaryTmpl = template.Must(template.New("summary").Parse(`<div style="font-family: sans-serif; margin: 20px auto; width: 900px">
+var benchSummaryTmpl = template.Must(template.New("summary").Parse(`<div style="font-family: sans-serif; margin: 20px auto; width: 900px">
 <h1>onceq bench: {{.Scenario}}</h1>
 <p>Verification: <strong>{{if .OK}}passed{{else}}FAILED{{end}}</strong>. Started {{.Started.Format "2006-01-02 15:04:05 MST"}}; the JSON report is <a href="report.json">report.json</a>.</p>
 <pre style="font-size: 12px; overflow-x: auto">{{.Table}}</pre>
 </div>
 `))
 
-func summary(r *Report, table string) []byte {
+func benchSummary(r *bench.Report, table string) []byte {
 	var b bytes.Buffer
-	_ = summaryTmpl.Execute(&b, struct {
-		*Report
+	_ = benchSummaryTmpl.Execute(&b, struct {
+		*bench.Report
 		Table string
 	}{r, table})
 	return b.Bytes()
 }
 
-func initOpts(title string) []charts.GlobalOpts {
+func chartOpts(title string) []charts.GlobalOpts {
 	return []charts.GlobalOpts{
 		charts.WithInitializationOpts(opts.Initialization{Width: "900px", Height: "420px"}),
 		charts.WithTitleOpts(opts.Title{Title: title}),
@@ -91,9 +94,9 @@ func initOpts(title string) []charts.GlobalOpts {
 }
 
 // throughputChart draws every run's timeline.
-func (r *Report) throughputChart() *charts.Line {
+func throughputChart(r *bench.Report) *charts.Line {
 	c := charts.NewLine()
-	c.SetGlobalOptions(append(initOpts("Throughput over time"),
+	c.SetGlobalOptions(append(chartOpts("Throughput over time"),
 		charts.WithXAxisOpts(opts.XAxis{Type: "value", Name: "s"}),
 		charts.WithYAxisOpts(opts.YAxis{Type: "value", Name: "tasks/s"}))...)
 	for _, run := range r.Runs {
@@ -108,7 +111,7 @@ func (r *Report) throughputChart() *charts.Line {
 
 // distributionChart draws the histograms that dist picks from the runs,
 // or returns nil when no run has one.
-func (r *Report) distributionChart(title string, dist func(RunResult) *Distribution) *charts.Bar {
+func distributionChart(r *bench.Report, title string, dist func(bench.RunResult) *bench.Distribution) *charts.Bar {
 	var les []float64
 	for _, run := range r.Runs {
 		if d := dist(run); d != nil {
@@ -128,7 +131,7 @@ func (r *Report) distributionChart(title string, dist func(RunResult) *Distribut
 		labels[i] = "< " + strconv.FormatFloat(le, 'g', -1, 64) + " ms"
 	}
 	c := charts.NewBar()
-	c.SetGlobalOptions(append(initOpts(title), charts.WithYAxisOpts(opts.YAxis{Type: "value", Name: "tasks"}))...)
+	c.SetGlobalOptions(append(chartOpts(title), charts.WithYAxisOpts(opts.YAxis{Type: "value", Name: "tasks"}))...)
 	c.SetXAxis(labels)
 	for _, run := range r.Runs {
 		d := dist(run)
